@@ -1,0 +1,434 @@
+package inbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
+)
+
+// DB is what txinbox needs from a database handle: run statements and begin transactions.
+// *pgxpool.Pool and *pgx.Conn satisfy it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures a Client. The zero value is valid.
+type Config struct {
+	// Schema is the PostgreSQL schema holding the inbox tables. Default: DefaultSchema ("public").
+	Schema string
+	// MaxPayloadBytes rejects larger payloads with a *ValidationError. Default:
+	// DefaultMaxPayloadBytes (1 MiB).
+	MaxPayloadBytes int
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if err := ValidateSchema(c.Schema); err != nil {
+		return c, err
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.MaxPayloadBytes < 0 {
+		return c, &ConfigError{Field: "MaxPayloadBytes", Reason: "must not be negative"}
+	}
+	return c, nil
+}
+
+// Message is one message to receive.
+type Message struct {
+	// Consumer is the subscription or handler group the message is for. Deduplication is per
+	// consumer: the same key received for two consumers is stored, and applied, once for each.
+	Consumer string
+	// Key is the idempotency key: 1 to MaxKeyBytes bytes of UTF-8 without control characters. See
+	// ProducerKey, ContentKey, CompositeKey and BrokerKey for the usual strategies.
+	Key string
+	// Kind selects the handler, like a message type name ("OrderPaid").
+	Kind string
+	// Payload is the message body, a JSON document (stored as jsonb).
+	Payload []byte
+	// Headers are stored with the message and handed to the handler (trace context, for example).
+	Headers map[string]string
+	// OrderingKey, when set, makes messages with the same ordering key run one at a time, in the order
+	// they were received (an aggregate id, for example).
+	OrderingKey string
+	// NotBefore delays the first attempt until that time. Zero means now.
+	NotBefore time.Time
+}
+
+// Outcome says what receiving did with a message.
+type Outcome int
+
+const (
+	// Inserted: the message is new and stored as pending.
+	Inserted Outcome = iota + 1
+	// Duplicate: the key is stored with the same kind and payload; nothing was written. Receipt.State
+	// and Receipt.Result report the stored message.
+	Duplicate
+	// Conflict: the key is stored with a different kind or payload; nothing was written. Receipt.Err
+	// is a *KeyConflictError.
+	Conflict
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Inserted:
+		return "inserted"
+	case Duplicate:
+		return "duplicate"
+	case Conflict:
+		return "conflict"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// State is the state of a stored message.
+type State string
+
+// The states of a message.
+const (
+	StatePending    State = "pending"    // waiting for its first or next attempt
+	StateProcessing State = "processing" // claimed by a worker
+	StateCompleted  State = "completed"  // its handler committed
+	StateDead       State = "dead"       // given up: out of attempts, permanent error, or undecodable
+)
+
+// Receipt is the result of receiving one message.
+type Receipt struct {
+	ID      int64   // the stored message holding the key
+	Outcome Outcome // Inserted, Duplicate or Conflict
+	State   State   // state of the stored message (StatePending when inserted)
+	Result  []byte  // for a Duplicate: the result its handler stored, if any (JSON)
+	Err     error   // for a Conflict: a *KeyConflictError
+}
+
+// Client receives messages into the inbox. It is safe for concurrent use.
+type Client struct {
+	db  DB
+	cfg Config
+	st  *store.Store
+}
+
+// NewClient returns a Client using db (usually a *pgxpool.Pool) for the calls without a Tx suffix.
+func NewClient(db DB, cfg Config) (*Client, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Client{db: db, cfg: cfg, st: store.New(cfg.Schema)}, nil
+}
+
+// Schema returns the schema the client uses.
+func (c *Client) Schema() string { return c.cfg.Schema }
+
+// Receive stores msg unless its key is already stored for its consumer, in one statement of its own.
+// A duplicate is not an error: see Receipt.Outcome. A key reused with a different kind or payload
+// returns the receipt and a *KeyConflictError (errors.Is ErrKeyConflict). An invalid message returns a
+// *ValidationError (errors.Is ErrInvalidMessage) and writes nothing.
+func (c *Client) Receive(ctx context.Context, msg Message) (Receipt, error) {
+	return c.receiveOne(ctx, c.db, msg)
+}
+
+// ReceiveTx is Receive inside the caller's transaction: the message is stored, and becomes visible to
+// workers, only if tx commits.
+func (c *Client) ReceiveTx(ctx context.Context, tx pgx.Tx, msg Message) (Receipt, error) {
+	return c.receiveOne(ctx, tx, msg)
+}
+
+func (c *Client) receiveOne(ctx context.Context, db sqlc.DBTX, msg Message) (Receipt, error) {
+	rs, err := c.receive(ctx, db, []Message{msg})
+	if err != nil {
+		return Receipt{}, err
+	}
+	return rs[0], rs[0].Err
+}
+
+// ReceiveMany stores a batch of messages in one round trip (one statement) and returns a receipt per
+// message, in order. Conflicts are reported per receipt (Receipt.Err) and do not fail the batch. If
+// any message is invalid, it returns a *ValidationError naming the first one and writes nothing. A key
+// that appears twice in the batch is stored once; the later one is a Duplicate (or a Conflict) of it.
+func (c *Client) ReceiveMany(ctx context.Context, msgs []Message) ([]Receipt, error) {
+	return c.receive(ctx, c.db, msgs)
+}
+
+// ReceiveManyTx is ReceiveMany inside the caller's transaction.
+func (c *Client) ReceiveManyTx(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Receipt, error) {
+	return c.receive(ctx, tx, msgs)
+}
+
+// Validate checks msg as Receive would, without writing anything.
+func (c *Client) Validate(msg Message) error { return c.validate(0, &msg) }
+
+func (c *Client) validate(i int, m *Message) error {
+	fail := func(field string, err error) error {
+		return &ValidationError{Index: i, Field: field, Reason: err.Error()}
+	}
+	if err := ValidateName(m.Consumer); err != nil {
+		return fail("consumer", err)
+	}
+	if err := ValidateKey(m.Key); err != nil {
+		return fail("key", err)
+	}
+	if err := ValidateName(m.Kind); err != nil {
+		return fail("kind", err)
+	}
+	if err := validatePayload(m.Payload, c.cfg.MaxPayloadBytes); err != nil {
+		return fail("payload", err)
+	}
+	if err := validateHeaders(m.Headers); err != nil {
+		return fail("headers", err)
+	}
+	if err := validateText(m.OrderingKey, MaxOrderingKeyBytes, true); err != nil {
+		return fail("ordering_key", err)
+	}
+	return nil
+}
+
+type batchKey struct{ consumer, key string }
+
+func (c *Client) receive(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	n := len(msgs)
+	p := sqlc.ReceiveBatchParams{
+		Consumers: make([]string, 0, n), Keys: make([]string, 0, n), Kinds: make([]string, 0, n),
+		Payloads: make([]string, 0, n), Headers: make([]string, 0, n), OrderingKeys: make([]string, 0, n),
+		RunAts: make([]pgtype.Timestamptz, 0, n),
+	}
+	// first[i] is the index of the first message in the batch with msgs[i]'s key; sent[j] the batch
+	// index of the j-th message sent.
+	first := make([]int, n)
+	seen := make(map[batchKey]int, n)
+	sent := make([]int, 0, n)
+	for i := range msgs {
+		m := &msgs[i]
+		if err := c.validate(i, m); err != nil {
+			return nil, err
+		}
+		k := batchKey{m.Consumer, m.Key}
+		if j, ok := seen[k]; ok {
+			first[i] = j
+			continue
+		}
+		seen[k] = i
+		first[i] = i
+		sent = append(sent, i)
+		p.Consumers = append(p.Consumers, m.Consumer)
+		p.Keys = append(p.Keys, m.Key)
+		p.Kinds = append(p.Kinds, m.Kind)
+		p.Payloads = append(p.Payloads, string(m.Payload))
+		p.Headers = append(p.Headers, string(headersJSON(m.Headers)))
+		p.OrderingKeys = append(p.OrderingKeys, m.OrderingKey)
+		p.RunAts = append(p.RunAts, runAt(m.NotBefore))
+	}
+
+	rows, err := store.Queries.ReceiveBatch(ctx, c.st.Wrap(db), p)
+	if err != nil {
+		return nil, translateError(err)
+	}
+	out := make([]Receipt, n)
+	var missing []int // batch indexes whose conflicting row was not visible to the statement
+	var expired []int // batch indexes whose stored row is past its dedup window
+	for j, r := range rows {
+		i := sent[j]
+		switch {
+		case r.Inserted:
+			out[i] = Receipt{ID: r.ID, Outcome: Inserted, State: StatePending}
+		case r.ID == 0:
+			missing = append(missing, i)
+		case r.Expired:
+			out[i].ID = r.ID
+			expired = append(expired, i)
+		default:
+			out[i] = c.existing(&msgs[i], r.ID, r.State, r.SameFingerprint, r.Result)
+		}
+	}
+	if len(missing) > 0 {
+		// Inserted by a transaction that committed after our statement started: read them now.
+		more, err := c.lookup(ctx, db, msgs, missing, out)
+		if err != nil {
+			return nil, err
+		}
+		expired = append(expired, more...)
+	}
+	if len(expired) > 0 {
+		if err := c.renew(ctx, db, msgs, expired, out); err != nil {
+			return nil, err
+		}
+	}
+	for i := range msgs {
+		if j := first[i]; j != i {
+			// A repeat within the batch: compare with the first occurrence.
+			same := msgs[j].Kind == msgs[i].Kind && jsonEqual(msgs[j].Payload, msgs[i].Payload)
+			fr := out[j]
+			out[i] = c.existing(&msgs[i], fr.ID, string(fr.State), same, fr.Result)
+		}
+	}
+	return out, nil
+}
+
+func (c *Client) existing(m *Message, id int64, state string, same bool, result []byte) Receipt {
+	if !same {
+		return Receipt{ID: id, Outcome: Conflict, State: State(state),
+			Err: &KeyConflictError{Consumer: m.Consumer, Key: m.Key, ID: id}}
+	}
+	return Receipt{ID: id, Outcome: Duplicate, State: State(state), Result: result}
+}
+
+// lookup fills in the receipts of the messages at idx from their stored rows (a statement of its own,
+// so with a fresh snapshot under READ COMMITTED) and returns those whose row has expired.
+func (c *Client) lookup(ctx context.Context, db sqlc.DBTX, msgs []Message, idx []int, out []Receipt) (expired []int, err error) {
+	p := sqlc.LookupKeysParams{}
+	for _, i := range idx {
+		m := &msgs[i]
+		p.Consumers = append(p.Consumers, m.Consumer)
+		p.Keys = append(p.Keys, m.Key)
+		p.Kinds = append(p.Kinds, m.Kind)
+		p.Payloads = append(p.Payloads, string(m.Payload))
+	}
+	rows, err := store.Queries.LookupKeys(ctx, c.st.Wrap(db), p)
+	if err != nil {
+		return nil, translateError(err)
+	}
+	if len(rows) != len(idx) {
+		// A conflicting row was deleted (purged) between the two statements.
+		return nil, fmt.Errorf("txinbox: %d stored keys disappeared while receiving; receive again", len(idx)-len(rows))
+	}
+	for _, r := range rows {
+		i := idx[r.Ord-1]
+		if r.Expired {
+			out[i].ID = r.ID
+			expired = append(expired, i)
+			continue
+		}
+		out[i] = c.existing(&msgs[i], r.ID, r.State, r.SameFingerprint, r.Result)
+	}
+	return expired, nil
+}
+
+// renew reuses the rows of keys whose dedup window has ended (out[i].ID set): the message is accepted
+// as new. A row that another receiver renewed first is reported as that message's duplicate.
+func (c *Client) renew(ctx context.Context, db sqlc.DBTX, msgs []Message, idx []int, out []Receipt) error {
+	p := sqlc.RenewExpiredParams{}
+	for _, i := range idx {
+		m := &msgs[i]
+		p.Ids = append(p.Ids, out[i].ID)
+		p.Kinds = append(p.Kinds, m.Kind)
+		p.Payloads = append(p.Payloads, string(m.Payload))
+		p.Headers = append(p.Headers, string(headersJSON(m.Headers)))
+		p.OrderingKeys = append(p.OrderingKeys, m.OrderingKey)
+		p.RunAts = append(p.RunAts, runAt(m.NotBefore))
+	}
+	ids, err := store.Queries.RenewExpired(ctx, c.st.Wrap(db), p)
+	if err != nil {
+		return translateError(err)
+	}
+	renewed := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		renewed[id] = true
+	}
+	var lost []int
+	for _, i := range idx {
+		if renewed[out[i].ID] {
+			out[i] = Receipt{ID: out[i].ID, Outcome: Inserted, State: StatePending}
+		} else {
+			lost = append(lost, i)
+		}
+	}
+	if len(lost) > 0 {
+		again, err := c.lookup(ctx, db, msgs, lost, out)
+		if err != nil {
+			return err
+		}
+		if len(again) > 0 {
+			return fmt.Errorf("txinbox: %d expired keys could not be renewed; receive again", len(again))
+		}
+	}
+	return nil
+}
+
+func headersJSON(h map[string]string) []byte {
+	if len(h) == 0 {
+		return []byte("{}")
+	}
+	b, _ := json.Marshal(h) // a map[string]string always marshals
+	return b
+}
+
+func runAt(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()} }
+
+// jsonEqual compares two JSON documents by value (object key order and white space do not matter;
+// numbers compare by their text), close to how jsonb fingerprints compare.
+func jsonEqual(a, b []byte) bool {
+	var va, vb any
+	if decodeNumbers(a, &va) != nil || decodeNumbers(b, &vb) != nil {
+		return false
+	}
+	ja, _ := json.Marshal(va)
+	jb, _ := json.Marshal(vb)
+	return string(ja) == string(jb)
+}
+
+func decodeNumbers(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return d.Decode(v)
+}
+
+// Undecodable is a message whose bytes could not be turned into a Message (not JSON, say). Broker
+// adapters store it dead, with its raw bytes, so it is neither lost nor redelivered forever.
+type Undecodable struct {
+	Consumer string
+	Key      string // as derived by the adapter; ContentKey of the raw bytes when there is none
+	Kind     string // the kind, if known; "undecodable" otherwise
+	Raw      []byte
+	Headers  map[string]string
+	Reason   string // why it could not be decoded; stored as the last error
+}
+
+// ReceiveUndecodableTx stores u as a dead message (state dead, payload null, raw bytes kept) inside
+// tx. A key already stored is left alone and reported as a Duplicate.
+func (c *Client) ReceiveUndecodableTx(ctx context.Context, tx pgx.Tx, u Undecodable) (Receipt, error) {
+	if u.Kind == "" {
+		u.Kind = "undecodable"
+	}
+	if u.Key == "" {
+		u.Key = ContentKey(u.Kind, u.Raw)
+	}
+	probe := Message{Consumer: u.Consumer, Key: u.Key, Kind: u.Kind, Payload: []byte("null"), Headers: u.Headers}
+	if err := c.validate(0, &probe); err != nil {
+		return Receipt{}, err
+	}
+	if len(u.Raw) > c.cfg.MaxPayloadBytes {
+		return Receipt{}, &ValidationError{Field: "raw", Reason: fmt.Sprintf("is %d bytes, more than the limit of %d", len(u.Raw), c.cfg.MaxPayloadBytes)}
+	}
+	reason := strings.ToValidUTF8(u.Reason, "?")
+	id, err := store.Queries.InsertDead(ctx, c.st.Wrap(tx), sqlc.InsertDeadParams{
+		Consumer: u.Consumer, Key: u.Key, Kind: u.Kind, Raw: u.Raw, Headers: headersJSON(u.Headers),
+		LastError: pgtype.Text{String: strings.ReplaceAll(reason, "\x00", ""), Valid: true},
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Receipt{Outcome: Duplicate, State: StateDead}, nil
+	}
+	if err != nil {
+		return Receipt{}, translateError(err)
+	}
+	return Receipt{ID: id, Outcome: Inserted, State: StateDead}, nil
+}

@@ -1,0 +1,128 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/testdb"
+)
+
+func newClient(t *testing.T) (*inbox.Client, *testdb.DB) {
+	t.Helper()
+	db := testdb.New(t)
+	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, db
+}
+
+func msg(key, payload string) inbox.Message {
+	return inbox.Message{Consumer: "ledger", Key: key, Kind: "OrderPaid", Payload: []byte(payload)}
+}
+
+func TestReceiveDuplicateAndConflict(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+
+	r, err := c.Receive(ctx, msg("k1", `{"a": 1, "b": 2}`))
+	if err != nil || r.Outcome != inbox.Inserted || r.ID == 0 {
+		t.Fatalf("first receive: %+v, %v", r, err)
+	}
+	// Same document, other key order and spacing: a duplicate (fingerprints are over jsonb).
+	for range 4 {
+		d, err := c.Receive(ctx, msg("k1", `{"b":2,"a":1}`))
+		if err != nil || d.Outcome != inbox.Duplicate || d.ID != r.ID || d.State != inbox.StatePending {
+			t.Fatalf("duplicate: %+v, %v", d, err)
+		}
+	}
+	x, err := c.Receive(ctx, msg("k1", `{"a": 2}`))
+	var kc *inbox.KeyConflictError
+	if !errors.Is(err, inbox.ErrKeyConflict) || !errors.As(err, &kc) || x.Outcome != inbox.Conflict || kc.ID != r.ID {
+		t.Fatalf("conflict: %+v, %v", x, err)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE payload = '{"a":1,"b":2}'`); got != 1 {
+		t.Fatalf("stored rows = %d, want the original one unchanged", got)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`); got != 1 {
+		t.Fatalf("queue rows = %d, want 1", got)
+	}
+	// Another consumer gets its own copy.
+	m := msg("k1", `{"a": 1, "b": 2}`)
+	m.Consumer = "audit"
+	if r2, err := c.Receive(ctx, m); err != nil || r2.Outcome != inbox.Inserted {
+		t.Fatalf("fan-out receive: %+v, %v", r2, err)
+	}
+}
+
+func TestReceiveManyOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	if _, err := c.Receive(ctx, msg("old", `1`)); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := c.ReceiveMany(ctx, []inbox.Message{
+		msg("a", `1`), msg("old", `1`), msg("b", `2`), msg("a", `1`), msg("b", `3`), msg("old", `2`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []inbox.Outcome{inbox.Inserted, inbox.Duplicate, inbox.Inserted, inbox.Duplicate, inbox.Conflict, inbox.Conflict}
+	for i, r := range rs {
+		if r.Outcome != want[i] {
+			t.Errorf("receipt %d: %v, want %v (%+v)", i, r.Outcome, want[i], r)
+		}
+	}
+	if rs[3].ID != rs[0].ID || rs[4].ID != rs[2].ID {
+		t.Errorf("in-batch duplicates must point at the first occurrence: %+v", rs)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 3 {
+		t.Fatalf("rows = %d, want 3", got)
+	}
+}
+
+func TestReceiveInvalidWritesNothing(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	if _, err := c.Receive(ctx, msg("keep", `{"x":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("k", inbox.MaxKeyBytes+1)
+	cases := map[string]inbox.Message{
+		"empty key":        msg("", `1`),
+		"long key":         msg(long, `1`),
+		"nul key":          msg("a\x00b", `1`),
+		"bad utf8 key":     msg("a\xffb", `1`),
+		"bad consumer":     {Consumer: "led ger", Key: "k", Kind: "K", Payload: []byte(`1`)},
+		"empty kind":       {Consumer: "ledger", Key: "k", Kind: "", Payload: []byte(`1`)},
+		"invalid json":     msg("k", `{"x":`),
+		"empty payload":    msg("k", ``),
+		"nul in json":      msg("k", `{"x":"a\u0000b"}`),
+		"huge payload":     msg("k", `"`+strings.Repeat("x", inbox.DefaultMaxPayloadBytes)+`"`),
+		"bad header":       {Consumer: "ledger", Key: "k", Kind: "K", Payload: []byte(`1`), Headers: map[string]string{"a\x00": "b"}},
+		"bad ordering key": {Consumer: "ledger", Key: "k", Kind: "K", Payload: []byte(`1`), OrderingKey: "a\nb"},
+	}
+	for name, m := range cases {
+		_, err := c.ReceiveMany(ctx, []inbox.Message{msg("fine", `1`), m})
+		var ve *inbox.ValidationError
+		if !errors.Is(err, inbox.ErrInvalidMessage) || !errors.As(err, &ve) || ve.Index != 1 {
+			t.Errorf("%s: err = %v, want a *ValidationError for index 1", name, err)
+		}
+	}
+	// An escaped backslash followed by u0000 is ordinary text and accepted.
+	if _, err := c.Receive(ctx, msg("escaped", `{"x":"\\u0000"}`)); err != nil {
+		t.Errorf("escaped backslash: %v", err)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key IN ('keep', 'escaped')`); got != 2 {
+		t.Fatalf("rows = %d", got)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 2 {
+		t.Fatalf("invalid batches wrote rows: %d", got)
+	}
+}

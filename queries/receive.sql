@@ -1,0 +1,88 @@
+-- Every table name carries the schema template comment, which internal/store replaces with the
+-- configured schema, quoted, at run time.
+
+-- name: ReceiveBatch :many
+-- Inserts the messages that are new and reports, for every input row, whether it was inserted or
+-- which stored row holds its key. One statement, so one round trip for the whole batch. The caller
+-- removes duplicates within the batch first. A row that is neither inserted nor found was inserted by a
+-- transaction that committed after the snapshot of this statement: the caller looks it up again.
+WITH input AS (
+    SELECT i AS ord, (@consumers::text[])[i] AS consumer, (@keys::text[])[i] AS key,
+           (@kinds::text[])[i] AS kind, (@payloads::text[])[i]::jsonb AS payload,
+           (@headers::text[])[i]::jsonb AS headers, NULLIF((@ordering_keys::text[])[i], '') AS ordering_key,
+           coalesce((@run_ats::timestamptz[])[i], now()) AS run_at
+    FROM generate_subscripts(@keys::text[], 1) AS i
+), fingerprinted AS (
+    SELECT input.*, sha256(convert_to(input.kind || E'\n' || input.payload::text, 'UTF8')) AS fingerprint
+    FROM input
+), inserted AS (
+    INSERT INTO /* TEMPLATE: schema */inbox
+        (consumer, key, kind, payload, headers, fingerprint, ordering_key, next_run_at)
+    SELECT f.consumer, f.key, f.kind, f.payload, f.headers, f.fingerprint, f.ordering_key, f.run_at
+    FROM fingerprinted f
+    ORDER BY f.ord
+    ON CONFLICT (consumer, key) DO NOTHING
+    RETURNING id, consumer, key, ordering_key, next_run_at
+), queued AS (
+    INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at)
+    SELECT i.id, i.consumer, i.ordering_key, i.next_run_at FROM inserted i
+)
+SELECT f.ord::bigint AS ord,
+       (i.id IS NOT NULL)::boolean AS inserted,
+       coalesce(i.id, m.id, 0)::bigint AS id,
+       coalesce(m.state, '')::text AS state,
+       coalesce(m.fingerprint = f.fingerprint, false)::boolean AS same_fingerprint,
+       m.result,
+       coalesce(m.expires_at < now(), false)::boolean AS expired
+FROM fingerprinted f
+LEFT JOIN inserted i ON i.consumer = f.consumer AND i.key = f.key
+LEFT JOIN /* TEMPLATE: schema */inbox m ON i.id IS NULL AND m.consumer = f.consumer AND m.key = f.key
+ORDER BY f.ord;
+
+-- name: RenewExpired :many
+-- Reuses the rows of expired dedup records as new messages: a key whose window has ended is accepted
+-- again even if the cleaner has not deleted its row yet. Only rows still expired are touched.
+WITH input AS (
+    SELECT (@ids::bigint[])[i] AS id, (@kinds::text[])[i] AS kind, (@payloads::text[])[i]::jsonb AS payload,
+           (@headers::text[])[i]::jsonb AS headers, NULLIF((@ordering_keys::text[])[i], '') AS ordering_key,
+           coalesce((@run_ats::timestamptz[])[i], now()) AS run_at
+    FROM generate_subscripts(@ids::bigint[], 1) AS i
+), renewed AS (
+    UPDATE /* TEMPLATE: schema */inbox m
+    SET kind = input.kind, payload = input.payload, raw = NULL, headers = input.headers,
+        fingerprint = sha256(convert_to(input.kind || E'\n' || input.payload::text, 'UTF8')),
+        ordering_key = input.ordering_key, state = 'pending', attempts_started = 0, attempts_failed = 0,
+        next_run_at = input.run_at, owner = NULL, lease_until = NULL, last_error = NULL,
+        received_at = now(), started_at = NULL, completed_at = NULL, expires_at = NULL, result = NULL
+    FROM input
+    WHERE m.id = input.id AND m.expires_at < now()
+    RETURNING m.id, m.consumer, m.ordering_key, m.next_run_at
+), queued AS (
+    INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at)
+    SELECT r.id, r.consumer, r.ordering_key, r.next_run_at FROM renewed r
+    ON CONFLICT (id) DO NOTHING
+)
+SELECT r.id FROM renewed r;
+
+-- name: LookupKeys :many
+-- Reads the stored rows for keys (consumer, key) pairs.
+WITH t AS (
+    SELECT i AS ord, (@consumers::text[])[i] AS consumer, (@keys::text[])[i] AS key,
+           (@kinds::text[])[i] AS kind, (@payloads::text[])[i]::jsonb AS payload
+    FROM generate_subscripts(@keys::text[], 1) AS i
+)
+SELECT t.ord::bigint AS ord, m.id, m.state,
+       (m.fingerprint = sha256(convert_to(t.kind || E'\n' || t.payload::text, 'UTF8')))::boolean AS same_fingerprint,
+       m.result, coalesce(m.expires_at < now(), false)::boolean AS expired
+FROM t
+JOIN /* TEMPLATE: schema */inbox m ON m.consumer = t.consumer AND m.key = t.key
+ORDER BY t.ord;
+
+-- name: InsertDead :one
+-- Stores a message that could not be decoded, already dead, keeping its raw bytes. A duplicate of a
+-- stored key is left alone.
+INSERT INTO /* TEMPLATE: schema */inbox
+    (consumer, key, kind, payload, raw, headers, fingerprint, state, last_error, completed_at)
+VALUES (@consumer, @key, @kind, 'null'::jsonb, @raw, @headers::jsonb, sha256(@raw), 'dead', @last_error, now())
+ON CONFLICT (consumer, key) DO NOTHING
+RETURNING id;

@@ -1,0 +1,132 @@
+-- name: ClaimBatch :many
+-- Claims up to @max ready messages of a consumer: the oldest runnable rows that are not claimed, and
+-- for an ordering key only its oldest message. The claim commits on its own (attempts_started and the
+-- fencing token are durable before any handler runs); run_at of the queue row becomes the lease expiry.
+WITH picked AS (
+    SELECT q.id
+    FROM /* TEMPLATE: schema */inbox_queue q
+    WHERE q.consumer = @consumer AND NOT q.claimed AND q.run_at <= now()
+      AND (q.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM /* TEMPLATE: schema */inbox_queue h
+            WHERE h.consumer = q.consumer AND h.ordering_key = q.ordering_key AND h.id < q.id))
+    ORDER BY q.run_at, q.id
+    LIMIT @max
+    FOR UPDATE SKIP LOCKED
+), queued AS (
+    UPDATE /* TEMPLATE: schema */inbox_queue q
+    SET claimed = true, run_at = now() + make_interval(secs => @lease_seconds::float8), token = q.token + 1
+    FROM picked
+    WHERE q.id = picked.id
+    RETURNING q.id
+)
+UPDATE /* TEMPLATE: schema */inbox m
+SET state = 'processing', owner = @owner, token = m.token + 1, attempts_started = m.attempts_started + 1,
+    lease_until = now() + make_interval(secs => @lease_seconds::float8), started_at = now()
+FROM queued
+WHERE m.id = queued.id
+RETURNING m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, m.token,
+          m.attempts_started, m.attempts_failed, m.received_at, m.last_error;
+
+-- name: LockRescue :exec
+-- Serialises rescue claims of one consumer across processes (transaction-scoped advisory lock).
+SELECT pg_advisory_xact_lock(@lock_key::bigint);
+
+-- name: ClaimSuspect :many
+-- Claims one message whose previous attempt never finished (the lease of its claim ended), unless another
+-- such message of the consumer is being run right now. Run inside a transaction holding LockRescue.
+-- The message is then run alone, so a message that crashes its worker cannot take others with it.
+WITH picked AS (
+    SELECT q.id
+    FROM /* TEMPLATE: schema */inbox_queue q
+    WHERE q.consumer = @consumer AND q.claimed AND q.run_at <= now()
+      AND NOT EXISTS (
+            SELECT 1 FROM /* TEMPLATE: schema */inbox_queue a
+            WHERE a.consumer = q.consumer AND a.claimed AND a.alone AND a.run_at > now())
+    ORDER BY q.run_at, q.id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), queued AS (
+    UPDATE /* TEMPLATE: schema */inbox_queue q
+    SET alone = true, run_at = now() + make_interval(secs => @lease_seconds::float8), token = q.token + 1
+    FROM picked
+    WHERE q.id = picked.id
+    RETURNING q.id
+)
+UPDATE /* TEMPLATE: schema */inbox m
+SET state = 'processing', owner = @owner, token = m.token + 1, attempts_started = m.attempts_started + 1,
+    lease_until = now() + make_interval(secs => @lease_seconds::float8), started_at = now()
+FROM queued
+WHERE m.id = queued.id
+RETURNING m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, m.token,
+          m.attempts_started, m.attempts_failed, m.received_at, m.last_error;
+
+-- name: SetTxTimeouts :exec
+-- Bounds a worker transaction on the server side: a statement that runs too long is cancelled, and a
+-- session left idle inside the transaction (a frozen or cut-off worker) is terminated, which releases
+-- its locks so that its messages can be taken over when their lease ends.
+SELECT set_config('statement_timeout', @statement_timeout::text, true),
+       set_config('idle_in_transaction_session_timeout', @idle_timeout::text, true);
+
+-- name: LockClaims :many
+-- Locks the queue rows of a claimed batch inside the batch transaction, keeping only those whose
+-- fencing token is still ours: rows another worker took over after our lease ended are dropped. While
+-- the lock is held nobody else can claim them (claims skip locked rows).
+SELECT q.id
+FROM /* TEMPLATE: schema */inbox_queue q
+JOIN generate_subscripts(@ids::bigint[], 1) AS i
+  ON q.id = (@ids::bigint[])[i] AND q.token = (@tokens::bigint[])[i]
+WHERE q.claimed
+ORDER BY q.id
+FOR UPDATE OF q;
+
+-- name: FinishBatch :execrows
+-- Records the outcome of every message of a batch in one statement: completed and dead leave the
+-- queue, retry goes back to it at run_ats. Rows whose fencing token is no longer ours are left
+-- alone (the caller compares the count). @uncount undoes the attempt counted by the claim for
+-- messages that were never run.
+WITH c AS (
+    SELECT (@ids::bigint[])[i] AS id, (@tokens::bigint[])[i] AS token, (@outcomes::text[])[i] AS outcome,
+           (@errors::text[])[i] AS error, (@results::text[])[i] AS result,
+           (@run_ats::timestamptz[])[i] AS run_at, (@uncount::int[])[i] AS uncount
+    FROM generate_subscripts(@ids::bigint[], 1) AS i
+), dequeued AS (
+    DELETE FROM /* TEMPLATE: schema */inbox_queue q
+    USING c
+    WHERE q.id = c.id AND q.token = c.token AND c.outcome IN ('completed', 'dead')
+), requeued AS (
+    UPDATE /* TEMPLATE: schema */inbox_queue q
+    SET claimed = false, alone = false, run_at = c.run_at
+    FROM c
+    WHERE q.id = c.id AND q.token = c.token AND c.outcome = 'retry'
+)
+UPDATE /* TEMPLATE: schema */inbox m
+SET state = CASE c.outcome WHEN 'retry' THEN 'pending' ELSE c.outcome END,
+    attempts_started = m.attempts_started - c.uncount,
+    attempts_failed = m.attempts_failed + CASE WHEN c.outcome = 'completed' OR c.uncount > 0 THEN 0 ELSE 1 END,
+    last_error = CASE WHEN c.outcome = 'completed' THEN m.last_error ELSE c.error END,
+    result = NULLIF(c.result, '')::jsonb,
+    next_run_at = CASE WHEN c.outcome = 'retry' THEN c.run_at ELSE m.next_run_at END,
+    completed_at = CASE WHEN c.outcome = 'retry' THEN NULL ELSE now() END,
+    expires_at = CASE WHEN c.outcome = 'completed' THEN now() + make_interval(secs => @retention_seconds::float8) END,
+    owner = NULL,
+    lease_until = NULL
+FROM c
+WHERE m.id = c.id AND m.token = c.token AND m.state = 'processing';
+
+-- name: ReleaseClaims :execrows
+-- Gives claimed messages back without charging an attempt (a batch that was stopped or lost its
+-- connection before these ran, or ran and rolled back). Fenced by token.
+WITH c AS (
+    SELECT (@ids::bigint[])[i] AS id, (@tokens::bigint[])[i] AS token
+    FROM generate_subscripts(@ids::bigint[], 1) AS i
+), requeued AS (
+    UPDATE /* TEMPLATE: schema */inbox_queue q
+    SET claimed = false, alone = false, run_at = now()
+    FROM c
+    WHERE q.id = c.id AND q.token = c.token AND q.claimed
+)
+UPDATE /* TEMPLATE: schema */inbox m
+SET state = 'pending', attempts_started = greatest(m.attempts_started - 1, m.attempts_failed),
+    owner = NULL, lease_until = NULL
+FROM c
+WHERE m.id = c.id AND m.token = c.token AND m.state = 'processing';
