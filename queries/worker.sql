@@ -60,19 +60,19 @@ WHERE m.id = queued.id
 RETURNING m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, m.token,
           m.attempts_started, m.attempts_failed, m.received_at, m.last_error;
 
--- name: SetTxTimeouts :exec
--- Bounds a worker transaction on the server side: a statement that runs too long is cancelled, and a
--- session left idle inside the transaction (a frozen or cut-off worker) is terminated, which releases
--- its locks so that its messages can be taken over when their lease ends.
-SELECT set_config('statement_timeout', @statement_timeout::text, true),
-       set_config('idle_in_transaction_session_timeout', @idle_timeout::text, true);
-
 -- name: LockClaims :many
 -- Locks the queue rows of a claimed batch inside the batch transaction, keeping only those whose
 -- fencing token is still ours: rows another worker took over after our lease ended are dropped. While
--- the lock is held nobody else can claim them (claims skip locked rows).
+-- the lock is held nobody else can claim them (claims skip locked rows). It also bounds the
+-- transaction on the server side: a statement that runs too long is cancelled, and a session left
+-- idle inside the transaction (a frozen or cut-off worker) is terminated, which releases the locks so
+-- that the messages can be taken over when their lease ends.
+WITH limits AS (
+    SELECT set_config('statement_timeout', @statement_timeout::text, true) AS statement_timeout,
+           set_config('idle_in_transaction_session_timeout', @idle_timeout::text, true) AS idle_timeout
+)
 SELECT q.id
-FROM /* TEMPLATE: schema */inbox_queue q
+FROM limits, /* TEMPLATE: schema */inbox_queue q
 JOIN generate_subscripts(@ids::bigint[], 1) AS i
   ON q.id = (@ids::bigint[])[i] AND q.token = (@tokens::bigint[])[i]
 WHERE q.claimed
@@ -81,13 +81,13 @@ FOR UPDATE OF q;
 
 -- name: FinishBatch :execrows
 -- Records the outcome of every message of a batch in one statement: completed and dead leave the
--- queue, retry goes back to it at run_ats. Rows whose fencing token is no longer ours are left
+-- queue, retry goes back to it after its delay (seconds, server clock). Rows whose fencing token is no longer ours are left
 -- alone (the caller compares the count). @uncount undoes the attempt counted by the claim for
 -- messages that were never run.
 WITH c AS (
     SELECT (@ids::bigint[])[i] AS id, (@tokens::bigint[])[i] AS token, (@outcomes::text[])[i] AS outcome,
            (@errors::text[])[i] AS error, (@results::text[])[i] AS result,
-           (@run_ats::timestamptz[])[i] AS run_at, (@uncount::int[])[i] AS uncount
+           now() + make_interval(secs => (@delays::float8[])[i]) AS run_at, (@uncount::int[])[i] AS uncount
     FROM generate_subscripts(@ids::bigint[], 1) AS i
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q

@@ -189,7 +189,7 @@ const finishBatch = `-- name: FinishBatch :execrows
 WITH c AS (
     SELECT ($2::bigint[])[i] AS id, ($3::bigint[])[i] AS token, ($4::text[])[i] AS outcome,
            ($5::text[])[i] AS error, ($6::text[])[i] AS result,
-           ($7::timestamptz[])[i] AS run_at, ($8::int[])[i] AS uncount
+           now() + make_interval(secs => ($7::float8[])[i]) AS run_at, ($8::int[])[i] AS uncount
     FROM generate_subscripts($2::bigint[], 1) AS i
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
@@ -223,12 +223,12 @@ type FinishBatchParams struct {
 	Outcomes         []string
 	Errors           []string
 	Results          []string
-	RunAts           []pgtype.Timestamptz
+	Delays           []float64
 	Uncount          []int32
 }
 
 // Records the outcome of every message of a batch in one statement: completed and dead leave the
-// queue, retry goes back to it at run_ats. Rows whose fencing token is no longer ours are left
+// queue, retry goes back to it after its delay (seconds, server clock). Rows whose fencing token is no longer ours are left
 // alone (the caller compares the count). @uncount undoes the attempt counted by the claim for
 // messages that were never run.
 func (q *Queries) FinishBatch(ctx context.Context, db DBTX, arg FinishBatchParams) (int64, error) {
@@ -239,7 +239,7 @@ func (q *Queries) FinishBatch(ctx context.Context, db DBTX, arg FinishBatchParam
 		arg.Outcomes,
 		arg.Errors,
 		arg.Results,
-		arg.RunAts,
+		arg.Delays,
 		arg.Uncount,
 	)
 	if err != nil {
@@ -249,8 +249,12 @@ func (q *Queries) FinishBatch(ctx context.Context, db DBTX, arg FinishBatchParam
 }
 
 const lockClaims = `-- name: LockClaims :many
+WITH limits AS (
+    SELECT set_config('statement_timeout', $3::text, true) AS statement_timeout,
+           set_config('idle_in_transaction_session_timeout', $4::text, true) AS idle_timeout
+)
 SELECT q.id
-FROM /* TEMPLATE: schema */inbox_queue q
+FROM limits, /* TEMPLATE: schema */inbox_queue q
 JOIN generate_subscripts($1::bigint[], 1) AS i
   ON q.id = ($1::bigint[])[i] AND q.token = ($2::bigint[])[i]
 WHERE q.claimed
@@ -258,11 +262,26 @@ ORDER BY q.id
 FOR UPDATE OF q
 `
 
+type LockClaimsParams struct {
+	Ids              []int64
+	Tokens           []int64
+	StatementTimeout string
+	IdleTimeout      string
+}
+
 // Locks the queue rows of a claimed batch inside the batch transaction, keeping only those whose
 // fencing token is still ours: rows another worker took over after our lease ended are dropped. While
-// the lock is held nobody else can claim them (claims skip locked rows).
-func (q *Queries) LockClaims(ctx context.Context, db DBTX, ids []int64, tokens []int64) ([]int64, error) {
-	rows, err := db.Query(ctx, lockClaims, ids, tokens)
+// the lock is held nobody else can claim them (claims skip locked rows). It also bounds the
+// transaction on the server side: a statement that runs too long is cancelled, and a session left
+// idle inside the transaction (a frozen or cut-off worker) is terminated, which releases the locks so
+// that the messages can be taken over when their lease ends.
+func (q *Queries) LockClaims(ctx context.Context, db DBTX, arg LockClaimsParams) ([]int64, error) {
+	rows, err := db.Query(ctx, lockClaims,
+		arg.Ids,
+		arg.Tokens,
+		arg.StatementTimeout,
+		arg.IdleTimeout,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -316,17 +335,4 @@ func (q *Queries) ReleaseClaims(ctx context.Context, db DBTX, ids []int64, token
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const setTxTimeouts = `-- name: SetTxTimeouts :exec
-SELECT set_config('statement_timeout', $1::text, true),
-       set_config('idle_in_transaction_session_timeout', $2::text, true)
-`
-
-// Bounds a worker transaction on the server side: a statement that runs too long is cancelled, and a
-// session left idle inside the transaction (a frozen or cut-off worker) is terminated, which releases
-// its locks so that its messages can be taken over when their lease ends.
-func (q *Queries) SetTxTimeouts(ctx context.Context, db DBTX, statementTimeout string, idleTimeout string) error {
-	_, err := db.Exec(ctx, setTxTimeouts, statementTimeout, idleTimeout)
-	return err
 }

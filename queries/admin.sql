@@ -1,0 +1,121 @@
+-- name: TryCleanerLock :one
+-- Takes the cleaner lock of a schema for the current transaction, without waiting: true if taken.
+SELECT pg_try_advisory_xact_lock(@lock_key::bigint) AS locked;
+
+-- name: CleanExpired :one
+-- Deletes up to @max_rows completed messages whose dedup window has ended, with an id above @after_id,
+-- in id order (a walk along the primary key). Rows locked by someone else (a receiver renewing an expired
+-- key) are skipped; a row renewed in the meantime is re-checked by FOR UPDATE and left alone. Reports
+-- how many rows were deleted and the highest id examined, where the next batch starts. Needs no index
+-- beyond the primary key: the inbox table keeps only its primary key and unique key, so that every
+-- state change stays a HOT update (see migrations/00001_inbox.sql).
+WITH picked AS (
+    SELECT m.id
+    FROM /* TEMPLATE: schema */inbox m
+    WHERE m.id > @after_id AND m.state = 'completed' AND m.expires_at < now()
+    ORDER BY m.id
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM /* TEMPLATE: schema */inbox m
+    USING picked
+    WHERE m.id = picked.id AND m.state = 'completed' AND m.expires_at < now()
+    RETURNING m.id
+)
+SELECT (SELECT count(*) FROM picked)::bigint AS picked,
+       (SELECT count(*) FROM deleted)::bigint AS deleted,
+       coalesce((SELECT max(id) FROM picked), 0)::bigint AS last_id;
+
+-- name: PurgeFinished :one
+-- Deletes up to @max_rows messages in one of @states (completed or dead only) that finished before
+-- @older_than_seconds ago, with an id above @after_id, in id order. Same shape as CleanExpired.
+WITH picked AS (
+    SELECT m.id
+    FROM /* TEMPLATE: schema */inbox m
+    WHERE m.id > @after_id AND m.state = ANY(@states::text[]) AND m.state IN ('completed', 'dead')
+      AND m.completed_at < now() - make_interval(secs => @older_than_seconds::float8)
+    ORDER BY m.id
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM /* TEMPLATE: schema */inbox m
+    USING picked
+    WHERE m.id = picked.id AND m.state IN ('completed', 'dead')
+    RETURNING m.id
+), dequeued AS (
+    DELETE FROM /* TEMPLATE: schema */inbox_queue q
+    USING deleted
+    WHERE q.id = deleted.id
+)
+SELECT (SELECT count(*) FROM picked)::bigint AS picked,
+       (SELECT count(*) FROM deleted)::bigint AS deleted,
+       coalesce((SELECT max(id) FROM picked), 0)::bigint AS last_id;
+
+-- name: ListDead :many
+-- Lists dead messages in id order after @after_id, filtered by the non-empty filters: consumer, kind,
+-- a substring of the last error, and the time the message died (completed_at) within since and until.
+SELECT id, consumer, key, kind, payload, raw, headers, fingerprint, ordering_key, state,
+       attempts_started, attempts_failed, next_run_at, owner, lease_until, token, last_error,
+       received_at, started_at, completed_at, expires_at, result
+FROM /* TEMPLATE: schema */inbox
+WHERE state = 'dead' AND id > @after_id
+  AND (@consumer::text = '' OR consumer = @consumer)
+  AND (@kind::text = '' OR kind = @kind)
+  AND (@error_contains::text = '' OR strpos(coalesce(last_error, ''), @error_contains) > 0)
+  AND (sqlc.narg(since)::timestamptz IS NULL OR completed_at >= sqlc.narg(since))
+  AND (sqlc.narg(until)::timestamptz IS NULL OR completed_at < sqlc.narg(until))
+ORDER BY id
+LIMIT @max_rows;
+
+-- name: GetMessage :one
+-- Reads one stored message by id.
+SELECT id, consumer, key, kind, payload, raw, headers, fingerprint, ordering_key, state,
+       attempts_started, attempts_failed, next_run_at, owner, lease_until, token, last_error,
+       received_at, started_at, completed_at, expires_at, result
+FROM /* TEMPLATE: schema */inbox
+WHERE id = @id;
+
+-- name: ReplayDead :many
+-- Puts dead messages back to pending with their attempts reset, keeping their row (so their key, and
+-- dedup, are unchanged) and their last error, and queues them to run now. Rows that are no longer dead,
+-- and undecodable messages (raw bytes kept), are left alone. The queue row starts with the fencing
+-- token of the message, as every queue row does.
+WITH replayed AS (
+    UPDATE /* TEMPLATE: schema */inbox m
+    SET state = 'pending', attempts_started = 0, attempts_failed = 0, next_run_at = now(),
+        owner = NULL, lease_until = NULL, started_at = NULL, completed_at = NULL, expires_at = NULL,
+        result = NULL
+    WHERE m.id = ANY(@ids::bigint[]) AND m.state = 'dead' AND m.raw IS NULL
+    RETURNING m.id, m.consumer, m.ordering_key, m.token
+), queued AS (
+    INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at, token)
+    SELECT r.id, r.consumer, r.ordering_key, now(), r.token FROM replayed r
+    ON CONFLICT (id) DO NOTHING
+)
+SELECT r.id FROM replayed r ORDER BY r.id;
+
+-- name: DiscardDead :many
+-- Deletes dead messages; rows that are no longer dead are left alone. Their keys are then accepted
+-- again as new messages.
+WITH deleted AS (
+    DELETE FROM /* TEMPLATE: schema */inbox m
+    WHERE m.id = ANY(@ids::bigint[]) AND m.state = 'dead'
+    RETURNING m.id
+), dequeued AS (
+    DELETE FROM /* TEMPLATE: schema */inbox_queue q
+    USING deleted
+    WHERE q.id = deleted.id
+)
+SELECT d.id FROM deleted d ORDER BY d.id;
+
+-- name: ConsumerStats :many
+-- Counts messages per consumer and state, with the wait of the oldest due pending message (seconds),
+-- the completions of the last minute and the completed rows past their dedup window. One scan of the
+-- inbox table.
+SELECT consumer, state, count(*)::bigint AS messages,
+       coalesce(extract(epoch FROM now() - min(next_run_at) FILTER (WHERE state = 'pending' AND next_run_at <= now())), 0)::float8 AS oldest_due_seconds,
+       count(*) FILTER (WHERE state = 'completed' AND completed_at >= now() - interval '1 minute')::bigint AS last_minute,
+       count(*) FILTER (WHERE state = 'completed' AND expires_at < now())::bigint AS expired
+FROM /* TEMPLATE: schema */inbox
+GROUP BY consumer, state
+ORDER BY consumer, state;

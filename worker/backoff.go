@@ -1,0 +1,52 @@
+package worker
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Backoff chooses the delay before the next attempt after failures failed attempts (1 or more).
+type Backoff interface {
+	Delay(failures int) time.Duration
+}
+
+// BackoffFunc adapts a function to Backoff.
+type BackoffFunc func(failures int) time.Duration
+
+// Delay calls f.
+func (f BackoffFunc) Delay(failures int) time.Duration { return f(failures) }
+
+// Exponential is exponential backoff with jitter: Base * 2^(failures-1), capped at Max, then moved by a
+// random amount of up to ±Jitter of itself.
+type Exponential struct {
+	Base   time.Duration // first delay; default 1s
+	Max    time.Duration // cap; default 10m
+	Jitter float64       // 0 to 1; default 0.2. Negative means none.
+}
+
+// DefaultBackoff is Config.Backoff when it is nil: 1s, 2s, 4s ... capped at 10 minutes, ±20%.
+var DefaultBackoff Backoff = Exponential{}
+
+// Delay implements Backoff.
+func (e Exponential) Delay(failures int) time.Duration {
+	base, maxd, jitter := e.Base, e.Max, e.Jitter
+	if base <= 0 {
+		base = time.Second
+	}
+	if maxd <= 0 {
+		maxd = 10 * time.Minute
+	}
+	if jitter == 0 {
+		jitter = 0.2
+	}
+	if failures < 1 {
+		failures = 1
+	}
+	d := float64(base) * math.Pow(2, float64(min(failures-1, 62)))
+	d = min(d, float64(maxd))
+	if jitter > 0 {
+		d *= 1 + jitter*(2*rand.Float64()-1)
+	}
+	return time.Duration(d)
+}

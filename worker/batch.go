@@ -1,0 +1,294 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
+)
+
+// Outcomes recorded by FinishBatch.
+const (
+	outCompleted = "completed"
+	outRetry     = "retry"
+	outDead      = "dead"
+)
+
+// finish is the recorded outcome of one message of a batch.
+type finish struct {
+	c       *claimed
+	outcome string
+	reason  string // for the Observer
+	err     string
+	result  []byte
+	delay   time.Duration
+	uncount bool // the claim's attempt is not counted: the handler never ran
+	elapsed time.Duration
+}
+
+const maxErrorBytes = 8 << 10
+
+// errBatchBroken wraps an error that left the batch transaction unusable.
+type errBatchBroken struct{ err error }
+
+func (e errBatchBroken) Error() string { return "batch transaction broken: " + e.err.Error() }
+func (e errBatchBroken) Unwrap() error { return e.err }
+
+// run handles a claimed batch in one transaction: lock the claims (dropping any taken over since),
+// run each handler in a savepoint of its own, record every outcome in one statement, commit.
+func (p *Pool) run(ctx context.Context, batch []*claimed, alone bool) {
+	sort.Slice(batch, func(i, j int) bool { return batch[i].ID < batch[j].ID })
+	done, err := p.runTx(ctx, batch)
+	if err == nil {
+		p.observe(done)
+		return
+	}
+	// The transaction rolled back. Record the failure of the message whose handler broke it (if any),
+	// hand the others back without charging them an attempt. Both are fenced by the claim token, so
+	// this is safe even if the commit did in fact happen.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var culprit *finish
+	var be culpritError
+	if errors.As(err, &be) && ctx.Err() == nil {
+		culprit = be.f
+	}
+	var release []*claimed
+	for _, c := range batch {
+		if culprit == nil || c != culprit.c {
+			release = append(release, c)
+		}
+	}
+	if ctx.Err() == nil {
+		p.cfg.Logger.Warn("txinbox: batch rolled back", "consumer", p.cfg.Consumer, "messages", len(batch), "err", err)
+	}
+	if culprit != nil {
+		if ferr := p.finish(bctx, p.st.Wrap(p.db), []*finish{culprit}); ferr != nil {
+			p.cfg.Logger.Warn("txinbox: recording failure", "id", culprit.c.ID, "err", ferr)
+			release = append(release, culprit.c) // try at least to hand it back
+		} else {
+			p.observe([]*finish{culprit})
+		}
+	}
+	if len(release) > 0 {
+		ids, tokens := idsTokens(release)
+		if _, rerr := store.Queries.ReleaseClaims(bctx, p.st.Wrap(p.db), ids, tokens); rerr != nil {
+			p.cfg.Logger.Warn("txinbox: releasing claims failed; they are taken over when the lease ends",
+				"consumer", p.cfg.Consumer, "messages", len(release), "err", rerr)
+		}
+	}
+}
+
+// culpritError says which message's handler left the transaction unusable.
+type culpritError struct {
+	f   *finish
+	err error
+}
+
+func (e culpritError) Error() string { return fmt.Sprintf("message %d: %v", e.f.c.ID, e.err) }
+func (e culpritError) Unwrap() error { return e.err }
+
+func (p *Pool) runTx(ctx context.Context, batch []*claimed) ([]*finish, error) {
+	tx, err := p.db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	db := p.st.Wrap(tx)
+	ids, tokens := idsTokens(batch)
+	locked, err := store.Queries.LockClaims(ctx, db, sqlc.LockClaimsParams{
+		Ids: ids, Tokens: tokens,
+		StatementTimeout: strconv.FormatInt(p.maxTO.Milliseconds()+1000, 10),
+		IdleTimeout:      strconv.FormatInt(p.cfg.Lease.Milliseconds(), 10),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(locked) != len(batch) {
+		keep := make(map[int64]bool, len(locked))
+		for _, id := range locked {
+			keep[id] = true
+		}
+		var mine []*claimed
+		for _, c := range batch {
+			if keep[c.ID] {
+				mine = append(mine, c)
+			} else {
+				p.cfg.Logger.Warn("txinbox: claim taken over by another worker after its lease ended; skipped",
+					"consumer", p.cfg.Consumer, "id", c.ID, "token", c.Token)
+			}
+		}
+		batch = mine
+	}
+	if len(batch) == 0 {
+		return nil, nil
+	}
+	if _, err := tx.Exec(ctx, "SAVEPOINT txinbox_message"); err != nil {
+		return nil, err
+	}
+	done := make([]*finish, 0, len(batch))
+	for _, c := range batch {
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // stopping: roll everything back, hand the batch back
+		}
+		f := p.handle(ctx, tx, c)
+		done = append(done, f)
+		if f.outcome == outCompleted {
+			_, err = tx.Exec(ctx, "RELEASE SAVEPOINT txinbox_message; SAVEPOINT txinbox_message")
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "25P02" {
+				// The handler ignored a failed statement: its work is void.
+				p.fail(f, c, errors.New("the handler returned nil, but a statement of its transaction had failed ("+pgErr.Message+")"), "error")
+				err = nil
+			}
+		}
+		if err == nil && f.outcome != outCompleted {
+			_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT txinbox_message")
+		}
+		if err != nil {
+			if f.outcome == outCompleted || ctx.Err() != nil {
+				return nil, err
+			}
+			return nil, culpritError{f: f, err: err}
+		}
+	}
+	if err := p.finish(ctx, db, done); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return done, nil
+}
+
+// handle runs one message's handler and decides its outcome. The caller rolls back to the savepoint
+// unless the outcome is completed.
+func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
+	f := &finish{c: c}
+	h := p.cfg.Handlers.byKind[c.Kind]
+	if max := p.cfg.maxAttempts(h); c.Attempt > max {
+		f.outcome, f.reason, f.uncount = outDead, "crashed", true
+		f.err = fmt.Sprintf("gave up after %d attempts: the last one never finished (its worker crashed, hung or lost its connection); previous error: %s", max, c.PreviousError)
+		return f
+	}
+	if h == nil {
+		p.fail(f, c, fmt.Errorf("%w: %q", ErrUnknownKind, c.Kind), "unknown_kind")
+		return f
+	}
+	hctx, cancel := context.WithTimeout(ctx, p.cfg.timeout(h))
+	defer cancel()
+	start := time.Now()
+	var result []byte
+	err := callHandler(hctx, h, &handlerTx{Tx: tx}, c, &result)
+	f.elapsed = time.Since(start)
+	switch {
+	case err == nil:
+		f.outcome, f.result = outCompleted, result
+	case errors.As(err, new(*panicError)):
+		p.fail(f, c, err, "panic")
+	case hctx.Err() != nil && ctx.Err() == nil:
+		p.fail(f, c, fmt.Errorf("timed out after %v: %w", p.cfg.timeout(h), err), "timeout")
+	default:
+		p.fail(f, c, err, "error")
+	}
+	return f
+}
+
+// fail records a failed attempt: dead if permanent or out of attempts, else a retry after backoff.
+func (p *Pool) fail(f *finish, c *claimed, err error, reason string) {
+	h := p.cfg.Handlers.byKind[c.Kind]
+	f.err = truncateError(err.Error())
+	f.reason = reason
+	switch {
+	case IsPermanent(err):
+		f.outcome, f.reason = outDead, "permanent"
+	case c.Attempt >= p.cfg.maxAttempts(h):
+		f.outcome = outDead
+	default:
+		f.outcome = outRetry
+		f.delay = p.cfg.backoff(h).Delay(c.Failed + 1)
+	}
+}
+
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.value, e.stack) }
+
+func callHandler(ctx context.Context, h *handler, tx pgx.Tx, c *claimed, result *[]byte) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicError{value: v, stack: debug.Stack()}
+		}
+	}()
+	return h.run(ctx, tx, c, result)
+}
+
+func (p *Pool) finish(ctx context.Context, db sqlc.DBTX, done []*finish) error {
+	n := len(done)
+	arg := sqlc.FinishBatchParams{
+		RetentionSeconds: p.cfg.Retention.Seconds(),
+		Ids:              make([]int64, n), Tokens: make([]int64, n), Outcomes: make([]string, n),
+		Errors: make([]string, n), Results: make([]string, n), Delays: make([]float64, n), Uncount: make([]int32, n),
+	}
+	for i, f := range done {
+		arg.Ids[i], arg.Tokens[i], arg.Outcomes[i] = f.c.ID, f.c.Token, f.outcome
+		arg.Errors[i], arg.Results[i], arg.Delays[i] = f.err, string(f.result), f.delay.Seconds()
+		if f.uncount {
+			arg.Uncount[i] = 1
+		}
+	}
+	rows, err := store.Queries.FinishBatch(ctx, db, arg)
+	if err != nil {
+		return err
+	}
+	if rows != int64(n) {
+		// Cannot happen while the batch holds its locks; outside a batch it means a takeover.
+		return fmt.Errorf("txinbox: recorded %d of %d outcomes: claims were taken over", rows, n)
+	}
+	return nil
+}
+
+func (p *Pool) observe(done []*finish) {
+	if p.cfg.Observer == nil {
+		return
+	}
+	for _, f := range done {
+		p.cfg.Observer.Handled(f.c.Kind, f.outcome, f.reason, f.c.Attempt, f.elapsed)
+	}
+}
+
+func idsTokens(cs []*claimed) (ids, tokens []int64) {
+	ids, tokens = make([]int64, len(cs)), make([]int64, len(cs))
+	for i, c := range cs {
+		ids[i], tokens[i] = c.ID, c.Token
+	}
+	return ids, tokens
+}
+
+// truncateError makes an error message storable as text: valid UTF-8, no NUL, at most maxErrorBytes.
+func truncateError(s string) string {
+	if len(s) > maxErrorBytes {
+		s = s[:maxErrorBytes] + "…"
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+}
+
+// handlerTx is the transaction given to handlers: the batch transaction, except that Commit and
+// Rollback are refused (the worker ends it).
+type handlerTx struct{ pgx.Tx }
+
+func (handlerTx) Commit(context.Context) error   { return ErrTxManaged }
+func (handlerTx) Rollback(context.Context) error { return ErrTxManaged }

@@ -1,0 +1,124 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Message is a claimed message handed to a handler, with its payload decoded into T.
+type Message[T any] struct {
+	ID          int64
+	Consumer    string
+	Key         string // the idempotency key: hand it on to effects outside the transaction (e-mail, HTTP)
+	Kind        string
+	Payload     T      // decoded from RawPayload with encoding/json
+	RawPayload  []byte // the stored payload (JSON)
+	Headers     map[string]string
+	OrderingKey string
+	// Attempt is this attempt's number, starting at 1. It counts every attempt started, including ones
+	// that never finished (a crash).
+	Attempt int
+	// PreviousError is the error recorded by the last failed attempt, if any.
+	PreviousError string
+	ReceivedAt    time.Time
+
+	result *[]byte
+}
+
+// SetResult stores v, encoded as JSON, with the message when the handler's transaction commits. A
+// duplicate received later reports it (inbox.Receipt.Result).
+func (m *Message[T]) SetResult(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("txinbox: result: %w", err)
+	}
+	*m.result = b
+	return nil
+}
+
+// HandlerFunc handles one message. Everything it writes through tx commits together with the message's
+// "completed" mark, or not at all. It must not call tx.Commit or tx.Rollback (they return ErrTxManaged);
+// tx.Begin gives a nested savepoint as usual. Returning an error rolls its writes back and records a
+// failure; wrap it with Permanent to give up at once. ctx ends at the handler's timeout or when the pool
+// is stopped.
+type HandlerFunc[T any] func(ctx context.Context, tx pgx.Tx, msg *Message[T]) error
+
+// HandlerConfig overrides pool defaults for one kind. Zero fields take the pool's value.
+type HandlerConfig struct {
+	// MaxAttempts is how many attempts may start before the message is dead. Default: Config.MaxAttempts.
+	MaxAttempts int
+	// Timeout bounds one attempt. Default: Config.Timeout.
+	Timeout time.Duration
+	// Backoff sets the delay before the next attempt. Default: Config.Backoff.
+	Backoff Backoff
+}
+
+// Handlers maps message kinds to handlers. Register with Handle before creating the pool.
+type Handlers struct {
+	byKind map[string]*handler
+}
+
+// NewHandlers returns an empty registry.
+func NewHandlers() *Handlers { return &Handlers{byKind: map[string]*handler{}} }
+
+type handler struct {
+	cfg HandlerConfig
+	// run decodes raw and calls the typed handler.
+	run func(ctx context.Context, tx pgx.Tx, c *claimed, result *[]byte) error
+}
+
+// Handle registers fn for messages of kind, whose payload is decoded into T. A payload that does not
+// decode into T is a permanent error: the message is dead at once. Registering a kind twice panics.
+func Handle[T any](hs *Handlers, kind string, fn HandlerFunc[T], cfg ...HandlerConfig) {
+	if _, dup := hs.byKind[kind]; dup {
+		panic(fmt.Sprintf("txinbox: handler for kind %q registered twice", kind))
+	}
+	h := &handler{run: func(ctx context.Context, tx pgx.Tx, c *claimed, result *[]byte) error {
+		m := &Message[T]{
+			ID: c.ID, Consumer: c.Consumer, Key: c.Key, Kind: c.Kind, RawPayload: c.Payload,
+			Headers: c.Headers, OrderingKey: c.OrderingKey, Attempt: c.Attempt,
+			PreviousError: c.PreviousError, ReceivedAt: c.ReceivedAt, result: result,
+		}
+		if err := json.Unmarshal(c.Payload, &m.Payload); err != nil {
+			return Permanent(fmt.Errorf("payload does not decode into %T: %w", m.Payload, err))
+		}
+		return fn(ctx, tx, m)
+	}}
+	if len(cfg) > 0 {
+		h.cfg = cfg[0]
+	}
+	hs.byKind[kind] = h
+}
+
+// ErrTxManaged is returned by Commit and Rollback on the transaction given to a handler: the worker
+// commits it with the message's status.
+var ErrTxManaged = errors.New("txinbox: the handler's transaction is committed or rolled back by the worker")
+
+// ErrUnknownKind is matched by the failure recorded for a message whose kind has no handler in this
+// pool. It is retried with backoff (a newer deployment may know the kind) until it is dead.
+var ErrUnknownKind = errors.New("txinbox: no handler registered for this kind")
+
+// PermanentError marks a handler error that no retry can fix: the message is dead at once.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so that the message is dead at once instead of retried. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err is or wraps a *PermanentError.
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}

@@ -1,0 +1,123 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// env is one test's schema with a ledger table that handlers write their effects to.
+type env struct {
+	*testdb.DB
+	client *inbox.Client
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	db := testdb.New(t)
+	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(context.Background(), db.SQL(`CREATE TABLE {schema}.effects (
+		key text PRIMARY KEY, amount bigint NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)); err != nil {
+		t.Fatal(err)
+	}
+	return &env{DB: db, client: c}
+}
+
+type credit struct {
+	Amount int64 `json:"amount"`
+}
+
+// applyCredit is the effect every test handler applies: one row per message key. The primary key would
+// turn a second application into an error, so exactly-once is checked both by counting and by the
+// constraint.
+func applyCredit(ctx context.Context, tx pgx.Tx, schema string, m *worker.Message[credit]) error {
+	_, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "effects"}.Sanitize()+" (key, amount) VALUES ($1, $2)", m.Key, m.Payload.Amount)
+	return err
+}
+
+func (e *env) receive(t *testing.T, keys ...string) {
+	t.Helper()
+	msgs := make([]inbox.Message, len(keys))
+	for i, k := range keys {
+		msgs[i] = inbox.Message{Consumer: "ledger", Key: k, Kind: "credit", Payload: []byte(`{"amount": 1}`)}
+	}
+	if _, err := e.client.ReceiveMany(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) pool(t *testing.T, hs *worker.Handlers, mod func(*worker.Config)) *worker.Pool {
+	t.Helper()
+	cfg := worker.Config{Consumer: "ledger", Schema: e.Schema, Handlers: hs, PollInterval: 20 * time.Millisecond,
+		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := worker.New(e.Pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// run starts p and stops it when t ends.
+func run(t *testing.T, p *worker.Pool) {
+	t.Helper()
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = p.Stop(ctx)
+	})
+}
+
+// waitFor polls cond until it holds or a generous deadline passes (a correctness wait, not a timing
+// assertion: the deadline only keeps a broken test from hanging).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) state(t *testing.T, key string) (state string, started, failed int, lastErr string) {
+	t.Helper()
+	var le *string
+	err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT state, attempts_started, attempts_failed, last_error
+		FROM {schema}.inbox WHERE consumer = 'ledger' AND key = $1`), key).Scan(&state, &started, &failed, &le)
+	if err != nil {
+		t.Fatalf("state of %s: %v", key, err)
+	}
+	if le != nil {
+		lastErr = *le
+	}
+	return
+}
+
+func (e *env) count(t *testing.T, state string) int64 {
+	return e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = $1`, state)
+}
+
+func keys(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return out
+}
