@@ -301,6 +301,9 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 		}
 		errDelay = p.cfg.PollInterval
 		if len(batch) > 0 {
+			if testHookClaimed != nil {
+				testHookClaimed(p, batch)
+			}
 			p.run(ctx, batch, rescuer)
 		}
 		if len(batch) < p.cfg.BatchSize && (rescuer || len(batch) == 0) {
@@ -323,6 +326,9 @@ func (p *Pool) sleep(ctx context.Context, d time.Duration, rescuer bool) {
 	case <-ctx.Done():
 	}
 }
+
+// testHookClaimed, set by tests only, runs between a claim's commit and its batch transaction.
+var testHookClaimed func(p *Pool, batch []*claimed)
 
 // claimed is one claimed message.
 type claimed struct {

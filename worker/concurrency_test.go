@@ -1,0 +1,228 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// 4 pools x 8 goroutines, 20,000 messages each delivered 3 times in shuffled order while the pools
+// run: exactly 20,000 effects, nothing left pending or processing.
+func TestConcurrentPoolsExactlyOnce(t *testing.T) {
+	t.Parallel()
+	const unique, copies = 20000, 3
+	e := newEnv(t)
+	deliveries := make([]string, 0, unique*copies)
+	for i := range unique {
+		for range copies {
+			deliveries = append(deliveries, fmt.Sprintf("evt-%d", i))
+		}
+	}
+	rand.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
+
+	var calls atomic.Int64
+	for i := range 4 {
+		cfg, _ := pgxpool.ParseConfig(e.URL)
+		cfg.MaxConns = 6
+		db, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(db.Close)
+		hs := worker.NewHandlers()
+		worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+			calls.Add(1)
+			return applyCredit(ctx, tx, e.Schema, m)
+		})
+		p, err := worker.New(db, worker.Config{Consumer: "ledger", Schema: e.Schema, Handlers: hs,
+			Concurrency: 8, PollInterval: 10 * time.Millisecond, Owner: fmt.Sprintf("pool-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, p)
+	}
+
+	// 8 producers deliver in batches of 100.
+	var wg sync.WaitGroup
+	var inserted atomic.Int64
+	chunks := make(chan []string)
+	for range 8 {
+		wg.Go(func() {
+			for chunk := range chunks {
+				msgs := make([]inbox.Message, len(chunk))
+				for i, k := range chunk {
+					msgs[i] = inbox.Message{Consumer: "ledger", Key: k, Kind: "credit", Payload: []byte(`{"amount":1}`)}
+				}
+				rs, err := e.client.ReceiveMany(context.Background(), msgs)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, r := range rs {
+					if r.Outcome == inbox.Inserted {
+						inserted.Add(1)
+					} else if r.Err != nil {
+						t.Error(r.Err)
+					}
+				}
+			}
+		})
+	}
+	for i := 0; i < len(deliveries); i += 100 {
+		chunks <- deliveries[i:min(i+100, len(deliveries))]
+	}
+	close(chunks)
+	wg.Wait()
+	if inserted.Load() != unique {
+		t.Fatalf("inserted %d, want %d", inserted.Load(), unique)
+	}
+	waitFor(t, "drain", func() bool { return e.count(t, "completed") == unique })
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != unique {
+		t.Fatalf("effects = %d, want %d", n, unique)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state IN ('pending', 'processing')`); n != 0 {
+		t.Fatalf("%d messages left pending or processing", n)
+	}
+	if calls.Load() != unique {
+		t.Fatalf("handler calls = %d, want %d (no retries expected)", calls.Load(), unique)
+	}
+}
+
+// A worker frozen between its claim and its batch transaction, past its lease, finds its claim taken
+// over: the fencing token keeps it from applying anything.
+func TestFencedAfterLeaseTakeover(t *testing.T) {
+	// Not parallel: it installs a package-level test hook.
+	e := newEnv(t)
+	e.receive(t, "slow")
+	hs := worker.NewHandlers()
+	var applied sync.Map
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		applied.Store(m.Attempt, true)
+		return applyCredit(ctx, tx, e.Schema, m)
+	})
+	lease := func(c *worker.Config) { c.Lease = 500 * time.Millisecond; c.Timeout = 200 * time.Millisecond }
+	frozen := e.pool(t, hs, lease)
+	release := make(chan struct{})
+	var froze atomic.Bool
+	worker.SetClaimHook(func(p *worker.Pool, _ []string) {
+		if p == frozen && froze.CompareAndSwap(false, true) {
+			<-release // frozen past the lease, holding a committed claim but no lock
+		}
+	})
+	t.Cleanup(func() { worker.SetClaimHook(nil) })
+	run(t, frozen)
+	waitFor(t, "the first claim", froze.Load)
+
+	other := e.pool(t, hs, lease)
+	run(t, other)
+	waitFor(t, "takeover", func() bool { return e.count(t, "completed") == 1 })
+	close(release) // the frozen worker wakes up and tries to run its stale claim
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := frozen.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+	if _, ok := applied.Load(1); ok {
+		t.Fatal("the frozen worker's attempt ran its handler")
+	}
+	if s, started, _, _ := e.state(t, "slow"); s != "completed" || started != 2 {
+		t.Fatalf("state %s, attempts started %d", s, started)
+	}
+}
+
+// A handler frozen inside its transaction past the lease: the server terminates its idle session
+// (idle_in_transaction_session_timeout = Lease), another worker takes the message over, and the frozen
+// worker's late commit fails.
+func TestFrozenHandlerCannotCommitAfterTakeover(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.receive(t, "stuck")
+	var first atomic.Bool
+	var lateErr atomic.Value
+	thawed := make(chan struct{})
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		if first.CompareAndSwap(false, true) {
+			time.Sleep(2 * time.Second) // frozen, deaf to ctx, while the server ends the session
+			err := applyCredit(context.Background(), tx, e.Schema, m)
+			lateErr.Store(fmt.Sprint(err))
+			close(thawed)
+			return err
+		}
+		return applyCredit(ctx, tx, e.Schema, m)
+	})
+	cfg := func(c *worker.Config) { c.Lease = 700 * time.Millisecond; c.Timeout = 300 * time.Millisecond }
+	run(t, e.pool(t, hs, cfg))
+	waitFor(t, "the frozen attempt", first.Load)
+	run(t, e.pool(t, hs, cfg))
+	waitFor(t, "takeover", func() bool { return e.count(t, "completed") == 1 })
+	<-thawed
+	if s := lateErr.Load().(string); s == "<nil>" {
+		t.Fatal("the frozen handler's late write succeeded")
+	}
+	waitFor(t, "settled", func() bool { return e.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`) == 0 })
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != 1 {
+		t.Fatalf("effects = %d, want 1", n)
+	}
+}
+
+// Stop with handlers in flight: the deadline cancels them, their work rolls back, and their messages
+// are handed back; a new pool then completes every message exactly once.
+func TestGracefulStopLosesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.receive(t, keys("s", 200)...)
+	var started atomic.Int64
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		started.Add(1)
+		if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
+			return err
+		}
+		select { // a slow handler that honours its context
+		case <-time.After(50 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	p := e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 2; c.BatchSize = 10 })
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "handlers in flight", func() bool { return started.Load() > 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := p.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Logf("stop returned %v (all in-flight batches had finished)", err)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'processing'`); n != 0 {
+		t.Fatalf("%d messages left processing after Stop", n)
+	}
+	done := e.count(t, "completed")
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != done {
+		t.Fatalf("effects = %d but completed = %d", n, done)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'pending' AND attempts_failed > 0`); n != 0 {
+		t.Fatalf("%d messages were charged a failure by the shutdown", n)
+	}
+	run(t, e.pool(t, hs, nil))
+	waitFor(t, "all completed", func() bool { return e.count(t, "completed") == 200 })
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != 200 {
+		t.Fatalf("effects = %d, want 200", n)
+	}
+}
