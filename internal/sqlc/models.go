@@ -8,6 +8,31 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// txinbox: HTTP Idempotency-Key records (request fingerprint, state, stored response)
+type IdempotencyKey struct {
+	ID int64
+	// caller identity the key belongs to; keys are never looked up across principals
+	Principal string
+	Method    string
+	Route     string
+	Key       string
+	// sha256 of the request (method, target, body by default)
+	Fingerprint []byte
+	State       string
+	// fencing token, incremented when a row left by a dead or expired request is taken over
+	Token int64
+	// lease of an in_flight row that no transaction holds locked: after it, the row may be taken over
+	LockedUntil pgtype.Timestamptz
+	Status      pgtype.Int4
+	// selected response headers, a JSON object of string arrays
+	Headers     []byte
+	Body        []byte
+	CreatedAt   pgtype.Timestamptz
+	CompletedAt pgtype.Timestamptz
+	// end of the window; after it the key is treated as absent, whatever the cleaner has done
+	ExpiresAt pgtype.Timestamptz
+}
+
 // txinbox: one row per received message (dedup record, state, result)
 type Inbox struct {
 	ID int64
