@@ -1,0 +1,80 @@
+# txinbox — every target does its own set-up: tools are pinned in tools/*/go.mod and built through the
+# Go module proxy into ./bin. PostgreSQL: DATABASE_URL / TXINBOX_TEST_DATABASE_URL, else 127.0.0.1:5432,
+# else (tests) testcontainers; see README.
+
+SHELL      := /bin/bash
+GO         ?= go
+BIN        := $(CURDIR)/bin
+GOOSE_TAGS := no_clickhouse,no_libsql,no_mssql,no_azuresql,no_mysql,no_sqlite3,no_vertica,no_ydb
+DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+SCHEMA     ?= public
+# Modules other than the root one: broker adapters and benchmarks keep their dependencies apart.
+SUBMODULES := adapters bench
+
+.PHONY: all tools generate check-generated fmt-check vet test test-go test-submodules demo migrate bench chaos fuzz clean
+
+all: test
+
+$(BIN)/sqlc: tools/sqlc/go.mod tools/sqlc/go.sum
+	cd tools/sqlc && $(GO) build -o $(BIN)/sqlc github.com/sqlc-dev/sqlc/cmd/sqlc
+
+$(BIN)/goose: tools/goose/go.mod tools/goose/go.sum
+	cd tools/goose && GOFLAGS=-tags=$(GOOSE_TAGS) $(GO) build -o $(BIN)/goose github.com/pressly/goose/v3/cmd/goose
+
+tools: $(BIN)/sqlc $(BIN)/goose
+
+## generate: regenerate internal/sqlc from queries/ and migrations/ (pinned sqlc).
+generate: $(BIN)/sqlc
+	$(BIN)/sqlc generate
+
+## check-generated: fail if internal/sqlc is not what sqlc generates from queries/ and migrations/.
+check-generated: $(BIN)/sqlc
+	$(BIN)/sqlc diff || { echo "internal/sqlc is out of date: run 'make generate' and commit it" >&2; exit 1; }
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+	@for m in $(SUBMODULES); do [ -f $$m/go.mod ] || continue; echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
+
+## test: the whole suite (README's test command): vet, gofmt, generated code, go test -race of every module.
+test: fmt-check vet check-generated $(BIN)/goose test-go test-submodules
+
+test-go: $(BIN)/goose
+	TXINBOX_GOOSE=$(BIN)/goose $(GO) test -race -count=1 -timeout 20m ./...
+
+# Adapters run their tests against the real brokers; benchmarks are compiled (tests and benchmarks)
+# but not run: performance is measured by 'make bench' only.
+test-submodules:
+	@if [ -f adapters/go.mod ]; then echo "go test (adapters)"; cd adapters && $(GO) test -race -count=1 -timeout 15m ./...; fi
+	@if [ -f bench/go.mod ]; then echo "go test -run '^$$' (bench: compile only)"; cd bench && $(GO) test -count=1 -run '^$$' ./...; fi
+
+## demo: the ledger example end to end (finds or starts PostgreSQL itself).
+demo:
+	$(GO) run ./examples/ledger demo
+
+## migrate: apply txinbox's migrations to DATABASE_URL, schema SCHEMA.
+migrate:
+	$(GO) run ./cmd/txinbox migrate up --database-url '$(DATABASE_URL)' --schema '$(SCHEMA)'
+
+## bench: benchmarks against River and raw SQL; BENCH_QUICK=1 for a 2-minute run. Writes bench/RESULTS.md.
+bench:
+	cd bench && $(GO) run ./cmd/txbench --database-url '$(DATABASE_URL)' $(if $(BENCH_QUICK),--quick,)
+
+## chaos: the 5-minute chaos run (killed workers, cut connections, poison messages).
+chaos:
+	$(GO) run ./cmd/txchaos --database-url '$(DATABASE_URL)' --duration 5m
+
+## fuzz: run every fuzz target for FUZZTIME each (seed corpora already run in 'make test').
+FUZZTIME ?= 1m
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+clean:
+	rm -rf $(BIN)
