@@ -184,3 +184,31 @@ func (d *DB) Count(t testing.TB, query string, args ...any) int64 {
 func (d *DB) SQL(query string) string {
 	return strings.ReplaceAll(query, "{schema}", pgx.Identifier{d.Schema}.Sanitize())
 }
+
+// ForExample is New for testable examples, which have no *testing.T: it returns a pool on a fresh
+// migrated schema and a function that drops it. It panics if no server can be found.
+func ForExample() (pool *pgxpool.Pool, schema string, cleanup func()) {
+	once.Do(func() { serverURL, serverErr = choose() })
+	if serverErr != nil {
+		panic(serverErr)
+	}
+	ctx := context.Background()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	schema = "txinbox_example_" + hex.EncodeToString(b)
+	cfg, err := pgxpool.ParseConfig(serverURL)
+	if err != nil {
+		panic(err)
+	}
+	if err := inbox.Migrate(ctx, cfg.ConnConfig, schema); err != nil {
+		panic(err)
+	}
+	pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return pool, schema, func() {
+		_, _ = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		pool.Close()
+	}
+}
