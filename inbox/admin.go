@@ -1,0 +1,334 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
+)
+
+// Dead letters
+//
+// A message is dead when its handler gave up on it: it ran out of attempts, returned a permanent
+// error, or could not be decoded at all. Dead messages stay in the inbox table, with their key,
+// payload and last error, until an operator replays them (ReplayDead) or discards them (DiscardDead,
+// or Purge with StateDead). The retention cleaner never deletes them, so their key stays taken: a
+// redelivery of a dead message's key is reported as a Duplicate in state dead, not run again.
+
+// Limits of the administration calls.
+const (
+	// DefaultDeadListLimit is DeadFilter.Limit when it is zero.
+	DefaultDeadListLimit = 100
+	// MaxDeadListLimit is the largest DeadFilter.Limit accepted.
+	MaxDeadListLimit = 1000
+	// MaxAdminIDs is the largest number of ids ReplayDead and DiscardDead accept in one call.
+	MaxAdminIDs = 10000
+)
+
+// ErrNotFound is matched (errors.Is) by every *NotFoundError.
+var ErrNotFound = errors.New("txinbox: message not found")
+
+// ErrInvalidArgument is matched (errors.Is) by every *ArgumentError.
+var ErrInvalidArgument = errors.New("txinbox: invalid argument")
+
+// NotFoundError reports a message id that is not stored (never was, or was deleted).
+type NotFoundError struct {
+	ID int64
+}
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("txinbox: message %d not found", e.ID)
+}
+
+// Is reports whether target is ErrNotFound.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// ArgumentError reports an invalid argument of an administration call. Nothing was changed.
+type ArgumentError struct {
+	Name   string // the argument or field, such as "Limit" or "states"
+	Reason string
+}
+
+func (e *ArgumentError) Error() string {
+	return fmt.Sprintf("txinbox: invalid argument: %s: %s", e.Name, e.Reason)
+}
+
+// Is reports whether target is ErrInvalidArgument.
+func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// StoredMessage is a stored message with every column of its row. Times that are not set are zero
+// (and left out of its JSON form).
+type StoredMessage struct {
+	ID       int64  `json:"id"`
+	Consumer string `json:"consumer"`
+	Key      string `json:"key"`
+	Kind     string `json:"kind"`
+	// Payload is the JSON document as stored (jsonb: key order and spacing normalised); null for a
+	// message stored undecodable.
+	Payload json.RawMessage `json:"payload"`
+	// Raw holds the original bytes of a message that could not be decoded; nil otherwise.
+	Raw     []byte            `json:"raw,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	// Fingerprint is the SHA-256 of the kind and payload, which duplicates are compared by.
+	Fingerprint []byte `json:"fingerprint"`
+	OrderingKey string `json:"ordering_key,omitempty"`
+	State       State  `json:"state"`
+	// AttemptsStarted counts the attempts claimed by a worker, AttemptsFailed those that failed; more
+	// started than failed means one is running or never finished.
+	AttemptsStarted int       `json:"attempts_started"`
+	AttemptsFailed  int       `json:"attempts_failed"`
+	NextRunAt       time.Time `json:"next_run_at,omitzero"`
+	Owner           string    `json:"owner,omitempty"`       // the worker holding the claim
+	LeaseUntil      time.Time `json:"lease_until,omitzero"`  // end of the current claim
+	Token           int64     `json:"token"`                 // fencing token, incremented by every claim
+	LastError       string    `json:"last_error,omitempty"`  // error of the latest failed attempt
+	ReceivedAt      time.Time `json:"received_at,omitzero"`  // when it was received (or renewed)
+	StartedAt       time.Time `json:"started_at,omitzero"`   // start of the latest attempt
+	CompletedAt     time.Time `json:"completed_at,omitzero"` // when it completed or died
+	// ExpiresAt is the end of the dedup window of a completed message; after it the key is accepted as
+	// a new message.
+	ExpiresAt time.Time       `json:"expires_at,omitzero"`
+	Result    json.RawMessage `json:"result,omitempty"` // what the handler stored, if anything
+}
+
+func storedMessage(r sqlc.Inbox) StoredMessage {
+	m := StoredMessage{
+		ID: r.ID, Consumer: r.Consumer, Key: r.Key, Kind: r.Kind, Payload: r.Payload, Raw: r.Raw,
+		Fingerprint: r.Fingerprint, OrderingKey: r.OrderingKey.String, State: State(r.State),
+		AttemptsStarted: int(r.AttemptsStarted), AttemptsFailed: int(r.AttemptsFailed),
+		NextRunAt: ts(r.NextRunAt), Owner: r.Owner.String, LeaseUntil: ts(r.LeaseUntil), Token: r.Token,
+		LastError: r.LastError.String, ReceivedAt: ts(r.ReceivedAt), StartedAt: ts(r.StartedAt),
+		CompletedAt: ts(r.CompletedAt), ExpiresAt: ts(r.ExpiresAt), Result: r.Result,
+	}
+	if len(r.Headers) > 0 {
+		_ = json.Unmarshal(r.Headers, &m.Headers) // stored from a map[string]string
+		if len(m.Headers) == 0 {
+			m.Headers = nil
+		}
+	}
+	return m
+}
+
+func ts(t pgtype.Timestamptz) time.Time {
+	if !t.Valid {
+		return time.Time{}
+	}
+	return t.Time
+}
+
+func optTS(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()} }
+
+// GetMessage returns the stored message id, in any state. An unknown id returns a *NotFoundError
+// (errors.Is ErrNotFound).
+func (c *Client) GetMessage(ctx context.Context, id int64) (StoredMessage, error) {
+	r, err := store.Queries.GetMessage(ctx, c.st.Wrap(c.db), id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return StoredMessage{}, &NotFoundError{ID: id}
+	}
+	if err != nil {
+		return StoredMessage{}, translateError(err)
+	}
+	return storedMessage(r), nil
+}
+
+// DeadFilter selects dead messages for ListDead. Empty fields do not filter.
+type DeadFilter struct {
+	Consumer      string    // exact consumer
+	Kind          string    // exact kind
+	ErrorContains string    // a substring of the last error (case-sensitive)
+	Since         time.Time // died at or after this time
+	Until         time.Time // died before this time
+	// Limit is the most messages returned. Default DefaultDeadListLimit (100); at most
+	// MaxDeadListLimit (1000).
+	Limit int
+	// AfterID returns only messages with a greater id: pass the last id of a page to get the next.
+	AfterID int64
+}
+
+func (f DeadFilter) params() (sqlc.ListDeadParams, error) {
+	switch {
+	case f.Limit < 0 || f.Limit > MaxDeadListLimit:
+		return sqlc.ListDeadParams{}, &ArgumentError{Name: "Limit", Reason: fmt.Sprintf("%d is not between 0 (default %d) and %d", f.Limit, DefaultDeadListLimit, MaxDeadListLimit)}
+	case f.AfterID < 0:
+		return sqlc.ListDeadParams{}, &ArgumentError{Name: "AfterID", Reason: "must not be negative"}
+	case !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since):
+		return sqlc.ListDeadParams{}, &ArgumentError{Name: "Until", Reason: "must be after Since"}
+	}
+	for name, v := range map[string]string{"Consumer": f.Consumer, "Kind": f.Kind, "ErrorContains": f.ErrorContains} {
+		if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return sqlc.ListDeadParams{}, &ArgumentError{Name: name, Reason: "must be valid UTF-8 without NUL"}
+		}
+	}
+	if f.Limit == 0 {
+		f.Limit = DefaultDeadListLimit
+	}
+	return sqlc.ListDeadParams{
+		AfterID: f.AfterID, Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.ErrorContains,
+		Since: optTS(f.Since), Until: optTS(f.Until), MaxRows: int32(f.Limit),
+	}, nil
+}
+
+// ListDead returns dead messages matching f, in id order (oldest first), at most f.Limit of them.
+// When it returns f.Limit messages there may be more: call again with AfterID set to the last id.
+// It walks the primary key (there is no index on state, to keep updates HOT), so a filter that
+// matches little on a large table reads much of the table.
+func (c *Client) ListDead(ctx context.Context, f DeadFilter) ([]StoredMessage, error) {
+	p, err := f.params()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := store.Queries.ListDead(ctx, c.st.Wrap(c.db), p)
+	if err != nil {
+		return nil, translateError(err)
+	}
+	out := make([]StoredMessage, len(rows))
+	for i, r := range rows {
+		out[i] = storedMessage(r)
+	}
+	return out, nil
+}
+
+func checkIDs(ids []int64) error {
+	if len(ids) > MaxAdminIDs {
+		return &ArgumentError{Name: "ids", Reason: fmt.Sprintf("%d ids, more than the limit of %d per call", len(ids), MaxAdminIDs)}
+	}
+	for _, id := range ids {
+		if id <= 0 {
+			return &ArgumentError{Name: "ids", Reason: fmt.Sprintf("%d is not a message id", id)}
+		}
+	}
+	return nil
+}
+
+// ReplayDead puts the dead messages ids back to pending, in one statement, and returns the ids it
+// replayed, in order. A replayed message keeps its row, key, payload, headers and last error (the
+// handler sees it as the previous error); its attempts are reset to zero and it runs as soon as a
+// worker is free. Because the row is reused, the replay is not rejected as a duplicate of itself, and
+// later deliveries of the same key are still deduplicated against it. A message with an ordering key
+// becomes again the head of that key (it was received first), so later messages of the key wait for
+// it.
+//
+// Ids that are not dead (any more), not stored, or stored undecodable (Raw set; they can only die
+// again: discard them) are skipped and absent from the result. At most MaxAdminIDs ids per call.
+func (c *Client) ReplayDead(ctx context.Context, ids ...int64) ([]int64, error) {
+	if err := checkIDs(ids); err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	done, err := store.Queries.ReplayDead(ctx, c.st.Wrap(c.db), ids)
+	if err != nil {
+		return nil, translateError(err)
+	}
+	return done, nil
+}
+
+// DiscardDead deletes the dead messages ids, in one statement, and returns the ids it deleted, in
+// order. Their keys are free again: a later delivery of one is accepted as a new message. Ids that are
+// not dead (any more) or not stored are skipped and absent from the result. At most MaxAdminIDs ids
+// per call.
+func (c *Client) DiscardDead(ctx context.Context, ids ...int64) ([]int64, error) {
+	if err := checkIDs(ids); err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	done, err := store.Queries.DiscardDead(ctx, c.st.Wrap(c.db), ids)
+	if err != nil {
+		return nil, translateError(err)
+	}
+	return done, nil
+}
+
+// ConsumerStats counts the stored messages of one consumer.
+type ConsumerStats struct {
+	Consumer   string `json:"consumer"`
+	Pending    int64  `json:"pending"`    // waiting for their first or next attempt
+	Processing int64  `json:"processing"` // claimed by a worker
+	Completed  int64  `json:"completed"`  // dedup records kept (including Expired ones)
+	Dead       int64  `json:"dead"`       // dead letters, kept until replayed or discarded
+	// Expired counts completed messages past their dedup window that the cleaner has not deleted yet.
+	Expired int64 `json:"expired"`
+	// CompletedLastMinute counts the messages that completed in the last minute.
+	CompletedLastMinute int64 `json:"completed_last_minute"`
+	// OldestPendingAge is how long the oldest due pending message has been waiting since it became
+	// due (received, or its retry backoff ended); zero when none is due. A growing value means the
+	// workers are falling behind, or stopped.
+	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
+}
+
+// Stats counts the stored messages per consumer and state, in consumer order. It reads the whole
+// inbox table (one sequential scan: there is no index on state, to keep updates HOT), so call it
+// for dashboards and the CLI, not on a hot path.
+func (c *Client) Stats(ctx context.Context) ([]ConsumerStats, error) {
+	rows, err := store.Queries.ConsumerStats(ctx, c.st.Wrap(c.db))
+	if err != nil {
+		return nil, translateError(err)
+	}
+	var out []ConsumerStats
+	for _, r := range rows {
+		if len(out) == 0 || out[len(out)-1].Consumer != r.Consumer {
+			out = append(out, ConsumerStats{Consumer: r.Consumer})
+		}
+		s := &out[len(out)-1]
+		switch State(r.State) {
+		case StatePending:
+			s.Pending = r.Messages
+			s.OldestPendingAge = time.Duration(r.OldestDueSeconds * float64(time.Second))
+		case StateProcessing:
+			s.Processing = r.Messages
+		case StateCompleted:
+			s.Completed = r.Messages
+			s.Expired = r.Expired
+			s.CompletedLastMinute = r.LastMinute
+		case StateDead:
+			s.Dead = r.Messages
+		}
+	}
+	return out, nil
+}
+
+// DefaultPurgeBatchSize is the number of rows Purge deletes per statement.
+const DefaultPurgeBatchSize = 1000
+
+// Purge deletes the messages in one of states (StateCompleted and StateDead only; StateCompleted when
+// none is given) that completed or died more than olderThan ago, whatever their dedup window, and
+// returns how many it deleted. It deletes in batches of DefaultPurgeBatchSize rows, each a short
+// transaction of its own, and stops between batches when ctx ends (the batches done stay done). The
+// key of a purged message is accepted again as a new message, so purge completed messages only past
+// the longest time a duplicate can still arrive. Pending and processing messages are never purged.
+func (c *Client) Purge(ctx context.Context, olderThan time.Duration, states ...State) (int64, error) {
+	if olderThan < 0 {
+		return 0, &ArgumentError{Name: "olderThan", Reason: "must not be negative"}
+	}
+	if len(states) == 0 {
+		states = []State{StateCompleted}
+	}
+	p := sqlc.PurgeFinishedParams{OlderThanSeconds: olderThan.Seconds(), MaxRows: DefaultPurgeBatchSize}
+	for _, s := range states {
+		if s != StateCompleted && s != StateDead {
+			return 0, &ArgumentError{Name: "states", Reason: fmt.Sprintf("%q cannot be purged (only %q and %q)", s, StateCompleted, StateDead)}
+		}
+		p.States = append(p.States, string(s))
+	}
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		r, err := store.Queries.PurgeFinished(ctx, c.st.Wrap(c.db), p)
+		if err != nil {
+			return total, translateError(err)
+		}
+		total += r.Deleted
+		if r.Picked < int64(p.MaxRows) {
+			return total, nil
+		}
+		p.AfterID = r.LastID
+	}
+}

@@ -1,0 +1,339 @@
+package inbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/testdb"
+)
+
+// kill marks messages dead as the worker would (queue row deleted, three failed attempts, died at
+// diedAt).
+func kill(t *testing.T, db *testdb.DB, lastError string, diedAt time.Time, ids ...int64) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), db.SQL(`WITH q AS (DELETE FROM {schema}.inbox_queue WHERE id = ANY($1))
+		UPDATE {schema}.inbox SET state = 'dead', attempts_started = 3, attempts_failed = 3, last_error = $2,
+			completed_at = $3, token = 3
+		WHERE id = ANY($1)`), ids, lastError, diedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func deadIDs(ms []inbox.StoredMessage) []int64 {
+	out := make([]int64, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
+}
+
+func TestListDeadFilters(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	ids := receiveKeys(t, c, "a", "b", "c", "d", "e")
+	audit, err := c.Receive(ctx, inbox.Message{Consumer: "audit", Key: "a", Kind: "Audit", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	kill(t, db, "insufficient funds", day, ids[0], ids[1])
+	kill(t, db, "timeout: deadline exceeded", day.Add(24*time.Hour), ids[2])
+	kill(t, db, "insufficient funds", day.Add(48*time.Hour), audit.ID)
+	complete(t, db, time.Hour, ids[3]) // not dead
+	// ids[4] stays pending
+
+	cases := []struct {
+		name string
+		f    inbox.DeadFilter
+		want []int64
+	}{
+		{"all", inbox.DeadFilter{}, []int64{ids[0], ids[1], ids[2], audit.ID}},
+		{"consumer", inbox.DeadFilter{Consumer: "ledger"}, []int64{ids[0], ids[1], ids[2]}},
+		{"kind", inbox.DeadFilter{Kind: "Audit"}, []int64{audit.ID}},
+		{"error", inbox.DeadFilter{ErrorContains: "funds"}, []int64{ids[0], ids[1], audit.ID}},
+		{"error is literal", inbox.DeadFilter{ErrorContains: "%"}, []int64{}},
+		{"since", inbox.DeadFilter{Since: day.Add(time.Hour)}, []int64{ids[2], audit.ID}},
+		{"until", inbox.DeadFilter{Until: day.Add(time.Hour)}, []int64{ids[0], ids[1]}},
+		{"window", inbox.DeadFilter{Since: day.Add(time.Hour), Until: day.Add(25 * time.Hour)}, []int64{ids[2]}},
+		{"page 1", inbox.DeadFilter{Limit: 2}, []int64{ids[0], ids[1]}},
+		{"page 2", inbox.DeadFilter{Limit: 2, AfterID: ids[1]}, []int64{ids[2], audit.ID}},
+		{"combined", inbox.DeadFilter{Consumer: "ledger", ErrorContains: "funds", AfterID: ids[0]}, []int64{ids[1]}},
+	}
+	for _, tc := range cases {
+		got, err := c.ListDead(ctx, tc.f)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !slices.Equal(deadIDs(got), tc.want) {
+			t.Errorf("%s: ids %v, want %v", tc.name, deadIDs(got), tc.want)
+		}
+	}
+	got, _ := c.ListDead(ctx, inbox.DeadFilter{Kind: "Audit"})
+	if m := got[0]; m.State != inbox.StateDead || m.LastError != "insufficient funds" || !m.CompletedAt.Equal(day.Add(48*time.Hour)) ||
+		m.AttemptsFailed != 3 || m.Consumer != "audit" || m.Key != "a" {
+		t.Errorf("listed message: %+v", m)
+	}
+
+	for _, f := range []inbox.DeadFilter{{Limit: -1}, {Limit: inbox.MaxDeadListLimit + 1}, {AfterID: -1},
+		{Since: day, Until: day}, {ErrorContains: "a\x00"}, {Kind: "\xff"}} {
+		var ae *inbox.ArgumentError
+		if _, err := c.ListDead(ctx, f); !errors.Is(err, inbox.ErrInvalidArgument) || !errors.As(err, &ae) {
+			t.Errorf("%+v: err = %v, want an *ArgumentError", f, err)
+		}
+	}
+}
+
+func TestGetMessage(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	r, err := c.Receive(ctx, inbox.Message{Consumer: "ledger", Key: "k", Kind: "OrderPaid", Payload: []byte(`{"b": 2, "a": 1}`),
+		Headers: map[string]string{"traceparent": "00-abc"}, OrderingKey: "order-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete(t, db, time.Hour, r.ID)
+	m, err := c.GetMessage(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ID != r.ID || m.Consumer != "ledger" || m.Key != "k" || m.Kind != "OrderPaid" || string(m.Payload) != `{"a": 1, "b": 2}` ||
+		m.Headers["traceparent"] != "00-abc" || m.OrderingKey != "order-7" || m.State != inbox.StateCompleted ||
+		m.AttemptsStarted != 1 || len(m.Fingerprint) != 32 || m.ReceivedAt.IsZero() || m.CompletedAt.IsZero() ||
+		!m.ExpiresAt.After(m.CompletedAt) || string(m.Result) != `{"ok": true}` || m.Raw != nil {
+		t.Fatalf("stored message: %+v", m)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := back["lease_until"]; ok || back["state"] != "completed" || back["payload"].(map[string]any)["a"] != 1.0 {
+		t.Errorf("JSON form: %s", b)
+	}
+
+	_, err = c.GetMessage(ctx, 999999)
+	var nf *inbox.NotFoundError
+	if !errors.Is(err, inbox.ErrNotFound) || !errors.As(err, &nf) || nf.ID != 999999 {
+		t.Fatalf("unknown id: err = %v, want a *NotFoundError", err)
+	}
+}
+
+func TestReplayDead(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	ids := receiveKeys(t, c, "dead", "pending")
+	kill(t, db, "boom", time.Now(), ids[0])
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := c.ReceiveUndecodableTx(ctx, tx, inbox.Undecodable{Consumer: "ledger", Raw: []byte("not json"), Reason: "invalid JSON"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	done, err := c.ReplayDead(ctx, ids[0], ids[1], u.ID, 424242)
+	if err != nil || !slices.Equal(done, []int64{ids[0]}) {
+		t.Fatalf("replay: %v, %v; want only %d", done, err, ids[0])
+	}
+	m, err := c.GetMessage(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.State != inbox.StatePending || m.AttemptsStarted != 0 || m.AttemptsFailed != 0 || m.LastError != "boom" ||
+		!m.CompletedAt.IsZero() || m.Key != "dead" {
+		t.Fatalf("replayed message: %+v", m)
+	}
+	// Queued to run now, with the message's fencing token.
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue q JOIN {schema}.inbox m USING (id)
+		WHERE id = $1 AND q.token = m.token AND NOT q.claimed AND q.run_at <= now()`, ids[0]); got != 1 {
+		t.Fatal("replayed message not queued")
+	}
+	// Still deduplicated: the key is the same row.
+	if r, err := c.Receive(ctx, msg("dead", `{"amount":1}`)); err != nil || r.Outcome != inbox.Duplicate || r.ID != ids[0] {
+		t.Fatalf("redelivery of a replayed key: %+v, %v", r, err)
+	}
+	// A second replay finds nothing dead.
+	if done, err := c.ReplayDead(ctx, ids[0]); err != nil || len(done) != 0 {
+		t.Fatalf("second replay: %v, %v", done, err)
+	}
+	if done, err := c.ReplayDead(ctx); err != nil || done != nil {
+		t.Fatalf("empty replay: %v, %v", done, err)
+	}
+	if _, err := c.ReplayDead(ctx, 0); !errors.Is(err, inbox.ErrInvalidArgument) {
+		t.Fatalf("bad id: err = %v", err)
+	}
+	if _, err := c.ReplayDead(ctx, make([]int64, inbox.MaxAdminIDs+1)...); !errors.Is(err, inbox.ErrInvalidArgument) {
+		t.Fatalf("too many ids: err = %v", err)
+	}
+}
+
+func TestReplayDeadCompletesOnce(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	var failing atomic.Bool
+	failing.Store(true)
+	startWorker(t, db, &failing)
+	id := receiveKeys(t, c, "k")[0]
+	waitFor(t, "the message to die", func() bool {
+		m, err := c.GetMessage(ctx, id)
+		return err == nil && m.State == inbox.StateDead
+	})
+	dead, err := c.ListDead(ctx, inbox.DeadFilter{ErrorContains: "ledger closed"})
+	if err != nil || len(dead) != 1 || dead[0].ID != id {
+		t.Fatalf("dead letters: %+v, %v", dead, err)
+	}
+
+	failing.Store(false)
+	if done, err := c.ReplayDead(ctx, id); err != nil || len(done) != 1 {
+		t.Fatalf("replay: %v, %v", done, err)
+	}
+	waitFor(t, "the replayed message to complete", func() bool {
+		m, err := c.GetMessage(ctx, id)
+		return err == nil && m.State == inbox.StateCompleted
+	})
+	if got := db.Count(t, `SELECT coalesce(sum(runs), 0) FROM {schema}.counts`); got != 1 {
+		t.Fatalf("effect applied %d times, want once", got)
+	}
+	m, _ := c.GetMessage(ctx, id)
+	if m.AttemptsStarted != 1 || m.ExpiresAt.IsZero() {
+		t.Errorf("completed replay: %+v", m)
+	}
+	if r, err := c.Receive(ctx, msg("k", `{"amount":1}`)); err != nil || r.Outcome != inbox.Duplicate || r.State != inbox.StateCompleted {
+		t.Fatalf("redelivery after the replay: %+v, %v", r, err)
+	}
+	if got := db.Count(t, `SELECT coalesce(sum(runs), 0) FROM {schema}.counts`); got != 1 {
+		t.Fatalf("effect applied %d times, want once", got)
+	}
+}
+
+func TestDiscardDead(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	ids := receiveKeys(t, c, "a", "b")
+	kill(t, db, "boom", time.Now(), ids[0])
+	done, err := c.DiscardDead(ctx, ids[0], ids[1])
+	if err != nil || !slices.Equal(done, []int64{ids[0]}) {
+		t.Fatalf("discard: %v, %v", done, err)
+	}
+	if _, err := c.GetMessage(ctx, ids[0]); !errors.Is(err, inbox.ErrNotFound) {
+		t.Fatalf("discarded message still there: %v", err)
+	}
+	if m, err := c.GetMessage(ctx, ids[1]); err != nil || m.State != inbox.StatePending {
+		t.Fatalf("pending message touched: %+v, %v", m, err)
+	}
+	// The key is free again.
+	if r, err := c.Receive(ctx, msg("a", `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
+		t.Fatalf("discarded key: %+v, %v", r, err)
+	}
+}
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	if s, err := c.Stats(ctx); err != nil || len(s) != 0 {
+		t.Fatalf("empty stats: %+v, %v", s, err)
+	}
+	ids := receiveKeys(t, c, keyRange("k", 10)...)
+	// k-0..1 pending (k-0 due for an hour), k-2 processing, k-3..5 completed (k-5 expired), k-6..7 dead.
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET next_run_at = now() - interval '1 hour' WHERE id = $1`), ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET state = 'processing' WHERE id = $1`), ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	complete(t, db, time.Hour, ids[3], ids[4])
+	complete(t, db, -time.Hour, ids[5])
+	kill(t, db, "boom", time.Now(), ids[6], ids[7])
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET completed_at = now() - interval '1 hour' WHERE id = $1`), ids[4]); err != nil {
+		t.Fatal(err)
+	}
+	// k-8, k-9 are delayed: pending, not due.
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET next_run_at = now() + interval '1 hour' WHERE id = ANY($1)`), ids[8:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Receive(ctx, inbox.Message{Consumer: "audit", Key: "x", Kind: "Audit", Payload: []byte(`{}`),
+		NotBefore: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := c.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s) != 2 || s[0].Consumer != "audit" || s[1].Consumer != "ledger" {
+		t.Fatalf("stats: %+v", s)
+	}
+	if a := s[0]; a.Pending != 1 || a.OldestPendingAge != 0 || a.Completed != 0 {
+		t.Errorf("audit: %+v (a message not yet due has no age)", a)
+	}
+	l := s[1]
+	if l.Pending != 4 || l.Processing != 1 || l.Completed != 3 || l.Expired != 1 || l.Dead != 2 || l.CompletedLastMinute != 2 {
+		t.Errorf("ledger: %+v", l)
+	}
+	if l.OldestPendingAge < 59*time.Minute || l.OldestPendingAge > 24*time.Hour {
+		t.Errorf("oldest pending age = %v, want about an hour", l.OldestPendingAge)
+	}
+}
+
+func TestPurge(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	keys := keyRange("old", 2500) // more than two batches
+	old := receiveKeys(t, c, keys...)
+	complete(t, db, 7*24*time.Hour, old...)
+	fresh := receiveKeys(t, c, "fresh", "dead-old", "pending")
+	complete(t, db, 7*24*time.Hour, fresh[0])
+	kill(t, db, "boom", time.Now().Add(-48*time.Hour), fresh[1])
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET completed_at = now() - interval '2 days'
+		WHERE key LIKE 'old-%'`)); err != nil {
+		t.Fatal(err)
+	}
+
+	n, err := c.Purge(ctx, 24*time.Hour)
+	if err != nil || n != 2500 {
+		t.Fatalf("purge completed: %d, %v; want 2500", n, err)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 3 {
+		t.Fatalf("rows left = %d, want fresh, dead-old and pending", got)
+	}
+	if n, err := c.Purge(ctx, 72*time.Hour, inbox.StateDead); err != nil || n != 0 {
+		t.Fatalf("purge dead older than 3 days: %d, %v", n, err)
+	}
+	if n, err := c.Purge(ctx, 24*time.Hour, inbox.StateDead, inbox.StateCompleted); err != nil || n != 1 {
+		t.Fatalf("purge dead: %d, %v", n, err)
+	}
+	// Purged keys are accepted again as new messages.
+	if r, err := c.Receive(ctx, msg("old-7", `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
+		t.Fatalf("purged key: %+v, %v", r, err)
+	}
+	if n, err := c.Purge(ctx, 0, inbox.StatePending); !errors.Is(err, inbox.ErrInvalidArgument) || n != 0 {
+		t.Fatalf("purge pending: %d, %v; want ErrInvalidArgument", n, err)
+	}
+	if _, err := c.Purge(ctx, -time.Second); !errors.Is(err, inbox.ErrInvalidArgument) {
+		t.Fatalf("negative age: %v", err)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key IN ('fresh', 'pending')`); got != 2 {
+		t.Fatalf("fresh or pending rows purged")
+	}
+}
