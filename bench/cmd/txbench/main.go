@@ -1,0 +1,352 @@
+// Command txbench benchmarks txinbox against River and raw SQL on one PostgreSQL server and writes
+// the results, as markdown, to stdout and to RESULTS.md.
+//
+// Usage (from the bench directory):
+//
+//	go run ./cmd/txbench [--quick] [--database-url URL] [--out RESULTS.md]
+//	go run ./cmd/txbench --sustain 10m
+//	go run ./cmd/txbench --tune
+//
+// BENCH_QUICK=1 in the environment is the same as --quick. Each system runs in a fresh schema of its
+// own (txbench_*), created and dropped by the run; benchmarks run one at a time. The main run (drain,
+// ingest, latency, growth, footprint), the sustained drain (--sustain) and the tuning sweep (--tune)
+// each replace their own section of the output file and keep the others.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/txinbox/txinbox/bench"
+)
+
+type options struct {
+	url     string
+	quick   bool
+	out     string
+	only    map[string]bool
+	runs    int
+	n       int
+	sustain time.Duration
+	tune    bool
+	verbose bool
+
+	inbox     bench.InboxConfig
+	riverTx   bench.RiverConfig
+	riverNoop bench.RiverConfig
+	rawClient int
+}
+
+func main() {
+	o := options{}
+	var only string
+	flag.StringVar(&o.url, "database-url", bench.DefaultURL, "PostgreSQL server to benchmark (each system gets a fresh schema there)")
+	flag.BoolVar(&o.quick, "quick", os.Getenv("BENCH_QUICK") == "1", "quick mode (under 2 minutes): fewer messages, one run each; also BENCH_QUICK=1")
+	flag.StringVar(&o.out, "out", "RESULTS.md", "markdown file to write (its txbench section is replaced); empty: stdout only")
+	flag.StringVar(&only, "only", "drain,ingest,latency,growth", "comma-separated benchmarks of the main run")
+	flag.IntVar(&o.runs, "runs", 0, "runs per drain/ingest figure, the median is reported (default 3; quick 1)")
+	flag.IntVar(&o.n, "n", 0, "messages per drain (default 100000; quick 20000)")
+	flag.DurationVar(&o.sustain, "sustain", 0, "run only the sustained drain for this long (e.g. 10m)")
+	flag.BoolVar(&o.tune, "tune", false, "run only the tuning sweep of worker counts and batch sizes")
+	flag.BoolVar(&o.verbose, "v", false, "log progress to stderr")
+	flag.IntVar(&o.inbox.Concurrency, "inbox-concurrency", 4, "txinbox worker.Config.Concurrency")
+	flag.IntVar(&o.inbox.BatchSize, "inbox-batch", 64, "txinbox worker.Config.BatchSize")
+	flag.IntVar(&o.riverTx.MaxWorkers, "river-tx-workers", 100, "River MaxWorkers, JobCompleteTx workload")
+	riverTxPool := flag.Int("river-tx-pool", 20, "River pgxpool MaxConns, JobCompleteTx workload")
+	flag.IntVar(&o.riverNoop.MaxWorkers, "river-noop-workers", 2000, "River MaxWorkers, no-op workload")
+	riverNoopPool := flag.Int("river-noop-pool", 10, "River pgxpool MaxConns, no-op workload")
+	flag.IntVar(&o.rawClient, "raw-clients", 4, "raw SQL drain clients")
+	flag.Parse()
+
+	o.riverTx.PoolConns, o.riverNoop.PoolConns = int32(*riverTxPool), int32(*riverNoopPool)
+	o.riverTx.Tx = true
+	for _, c := range []*bench.RiverConfig{&o.riverTx, &o.riverNoop} {
+		// The values River's own benchmark (riverbench) uses.
+		c.FetchCooldown, c.FetchPollInterval = 2*time.Millisecond, 20*time.Millisecond
+	}
+	o.only = map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			o.only[s] = true
+		}
+	}
+	if o.runs == 0 {
+		o.runs = 3
+		if o.quick {
+			o.runs = 1
+		}
+	}
+	if o.n == 0 {
+		o.n = 100_000
+		if o.quick {
+			o.n = 20_000
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "txbench:", err)
+		os.Exit(1)
+	}
+}
+
+func command() string {
+	args := make([]string, 0, len(os.Args))
+	for _, a := range os.Args[1:] {
+		args = append(args, shellQuote(a))
+	}
+	cmd := "cd bench && go run ./cmd/txbench"
+	if len(args) > 0 {
+		cmd += " " + strings.Join(args, " ")
+	}
+	if os.Getenv("BENCH_QUICK") == "1" {
+		cmd = "BENCH_QUICK=1 " + cmd
+	}
+	return cmd
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_=./:,@", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func run(ctx context.Context, o options) error {
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	env, err := bench.NewEnv(ctx, o.url, o.quick, log)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if err := env.DropStale(ctx); err != nil {
+		return err
+	}
+	machine, err := env.DescribeMachine(ctx)
+	if err != nil {
+		return err
+	}
+	r := &report{opts: o, machine: machine, command: command(), started: time.Now(), loadBefore: env.SampleLoad(ctx)}
+	progress := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Since(r.started).Round(time.Second), fmt.Sprintf(format, args...))
+	}
+	section := "main"
+	switch {
+	case o.sustain > 0:
+		section = "sustain"
+		progress("sustained drain for %s", o.sustain)
+		res, err := env.Sustain(ctx, o.sustain, o.inbox)
+		if err != nil {
+			return err
+		}
+		r.sustain = &res
+	case o.tune:
+		section = "tune"
+		if err := r.runTune(ctx, env, progress); err != nil {
+			return err
+		}
+	default:
+		if err := r.runMain(ctx, env, progress); err != nil {
+			return err
+		}
+	}
+	r.elapsed = time.Since(r.started)
+	r.loadAfter = env.SampleLoad(ctx)
+	md := r.markdown(section)
+	fmt.Print(md)
+	if o.out != "" {
+		if err := writeSection(o.out, section, md); err != nil {
+			return err
+		}
+		progress("wrote %s", o.out)
+	}
+	return nil
+}
+
+// drainSystem is one system of the drain comparison.
+type drainSystem struct {
+	name, guarantee, config string
+	run                     func(ctx context.Context) (float64, bench.Footprint, error)
+	rates                   []float64
+	fp                      bench.Footprint
+}
+
+func (r *report) runMain(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	o := r.opts
+	if o.only["drain"] {
+		systems := []*drainSystem{
+			{name: "txinbox", guarantee: "handler's ledger insert + completion in one transaction (batch of messages, savepoint each)",
+				config: o.inbox.String(),
+				run: func(ctx context.Context) (float64, bench.Footprint, error) {
+					return env.InboxDrain(ctx, o.n, 0, o.inbox)
+				}},
+			{name: "River, JobCompleteTx", guarantee: "ledger insert + river.JobCompleteTx in one transaction per job",
+				config: o.riverTx.String(),
+				run: func(ctx context.Context) (float64, bench.Footprint, error) {
+					return env.RiverDrain(ctx, o.n, o.riverTx)
+				}},
+			{name: "River, no-op", guarantee: "none (no ledger write; completion batched after the worker returns)",
+				config: o.riverNoop.String(),
+				run: func(ctx context.Context) (float64, bench.Footprint, error) {
+					return env.RiverDrain(ctx, o.n, o.riverNoop)
+				}},
+			{name: "raw SQL, 1 per tx", guarantee: "claim + ledger insert + update in one transaction",
+				config: fmt.Sprintf("%d clients, 1 message per transaction", o.rawClient),
+				run: func(ctx context.Context) (float64, bench.Footprint, error) {
+					return env.RawDrain(ctx, o.n, bench.RawConfig{Clients: o.rawClient, PerTx: 1})
+				}},
+			{name: "raw SQL, 100 per tx", guarantee: "claim + ledger insert + update in one transaction",
+				config: fmt.Sprintf("%d clients, 100 messages per transaction", o.rawClient),
+				run: func(ctx context.Context) (float64, bench.Footprint, error) {
+					return env.RawDrain(ctx, o.n, bench.RawConfig{Clients: o.rawClient, PerTx: 100})
+				}},
+		}
+		// Runs are interleaved (every system once, then again) so that background noise spreads
+		// over all systems instead of hitting one.
+		for run := 1; run <= o.runs; run++ {
+			for _, s := range systems {
+				progress("drain %d/%d: %s, %d messages", run, o.runs, s.name, o.n)
+				rate, fp, err := s.run(ctx)
+				if err != nil {
+					return fmt.Errorf("drain %s: %w", s.name, err)
+				}
+				progress("  %.0f msg/s, peak RSS %.0f MiB, %d conns", rate, fp.PeakRSSMB, fp.MaxConns)
+				s.rates = append(s.rates, rate)
+				s.fp = maxFP(s.fp, fp)
+			}
+		}
+		r.drain = systems
+	}
+	if o.only["ingest"] {
+		rows := 100_000
+		if o.quick {
+			rows = 20_000
+		}
+		for _, clients := range []int{1, 4} {
+			for _, mode := range []bench.IngestMode{bench.IngestReceiveMany, bench.IngestCopyNew, bench.IngestCopyStaging} {
+				row := &ingestRow{mode: mode, clients: clients}
+				for run := 1; run <= o.runs; run++ {
+					progress("ingest %d/%d: %s, %d clients, %d rows", run, o.runs, mode, clients, rows)
+					res, err := env.Ingest(ctx, mode, clients, rows/1000/clients, 1000, 0.3)
+					if err != nil {
+						return fmt.Errorf("ingest %s: %w", mode, err)
+					}
+					progress("  %.0f rows/s (%d of %d new)", res.Rate, res.Inserted, res.Rows)
+					row.rates = append(row.rates, res.Rate)
+					row.last = res
+					row.fp = maxFP(row.fp, res.FP)
+				}
+				r.ingest = append(r.ingest, row)
+			}
+		}
+	}
+	if o.only["latency"] {
+		d := 30 * time.Second
+		if o.quick {
+			d = 8 * time.Second
+		}
+		for _, wake := range []bool{true, false} {
+			progress("latency: 1000 msg/s for %s, wake=%v", d, wake)
+			res, err := env.SteadyLatency(ctx, 1000, d, o.inbox, wake)
+			if err != nil {
+				return err
+			}
+			progress("  p50 %s p95 %s p99 %s", res.P50, res.P95, res.P99)
+			r.latency = append(r.latency, latencyRow{wake: wake, res: res})
+		}
+		for _, wake := range []bool{true, false} {
+			samples := 20
+			if !wake {
+				samples = 6
+			}
+			if o.quick {
+				samples /= 2
+			}
+			progress("idle wake-up, wake=%v, %d samples", wake, samples)
+			res, err := env.IdleWakeup(ctx, samples, 300*time.Millisecond, o.inbox, wake)
+			if err != nil {
+				return err
+			}
+			progress("  p50 %s max %s", res.P50, res.Max)
+			r.idle = append(r.idle, res)
+		}
+	}
+	if o.only["growth"] {
+		levels := []int{0, 1_000_000, 10_000_000}
+		if o.quick {
+			levels = []int{0, 200_000}
+		}
+		progress("growth: drain %d with %v retained", o.n, levels)
+		pts, err := env.InboxGrowth(ctx, o.n, levels, o.inbox)
+		if err != nil {
+			return err
+		}
+		for _, p := range pts {
+			progress("  %d retained: %.0f msg/s", p.Retained, p.Rate)
+		}
+		r.growth = pts
+	}
+	return nil
+}
+
+func maxFP(a, b bench.Footprint) bench.Footprint {
+	return bench.Footprint{PeakRSSMB: max(a.PeakRSSMB, b.PeakRSSMB), RSSExact: b.RSSExact, MaxConns: max(a.MaxConns, b.MaxConns)}
+}
+
+// runTune drains with a range of worker counts and batch sizes for each system.
+func (r *report) runTune(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	n := r.opts.n
+	add := func(system, config string, f func() (float64, bench.Footprint, error)) error {
+		progress("tune %s: %s", system, config)
+		rate, fp, err := f()
+		if err != nil {
+			return fmt.Errorf("tune %s %s: %w", system, config, err)
+		}
+		progress("  %.0f msg/s", rate)
+		r.tune = append(r.tune, tuneRow{system: system, config: config, rate: rate, fp: fp})
+		return nil
+	}
+	for _, c := range []bench.InboxConfig{{Concurrency: 2, BatchSize: 64}, {Concurrency: 4, BatchSize: 32}, {Concurrency: 4, BatchSize: 64}, {Concurrency: 8, BatchSize: 64}} {
+		if err := add("txinbox", c.String(), func() (float64, bench.Footprint, error) { return env.InboxDrain(ctx, n, 0, c) }); err != nil {
+			return err
+		}
+	}
+	base := r.opts.riverTx
+	for _, wp := range [][2]int{{20, 10}, {50, 20}, {100, 20}, {100, 40}, {200, 40}} {
+		c := base
+		c.MaxWorkers, c.PoolConns = wp[0], int32(wp[1])
+		if err := add("River, JobCompleteTx", c.String(), func() (float64, bench.Footprint, error) { return env.RiverDrain(ctx, n, c) }); err != nil {
+			return err
+		}
+	}
+	base = r.opts.riverNoop
+	for _, wp := range [][2]int{{100, 10}, {1000, 10}, {2000, 10}, {2000, 20}} {
+		c := base
+		c.MaxWorkers, c.PoolConns = wp[0], int32(wp[1])
+		if err := add("River, no-op", c.String(), func() (float64, bench.Footprint, error) { return env.RiverDrain(ctx, n, c) }); err != nil {
+			return err
+		}
+	}
+	for _, cl := range []int{2, 4, 8} {
+		for _, per := range []int{1, 100} {
+			c := bench.RawConfig{Clients: cl, PerTx: per}
+			if err := add("raw SQL", fmt.Sprintf("%d clients, %d per tx", cl, per), func() (float64, bench.Footprint, error) { return env.RawDrain(ctx, n, c) }); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/txinbox/txinbox/bench"
+)
+
+type ingestRow struct {
+	mode    bench.IngestMode
+	clients int
+	rates   []float64
+	last    bench.IngestResult
+	fp      bench.Footprint
+}
+
+type latencyRow struct {
+	wake bool
+	res  bench.LatencyResult
+}
+
+type tuneRow struct {
+	system, config string
+	rate           float64
+	fp             bench.Footprint
+}
+
+type report struct {
+	opts                  options
+	machine               bench.Machine
+	command               string
+	started               time.Time
+	elapsed               time.Duration
+	loadBefore, loadAfter bench.Load
+
+	drain   []*drainSystem
+	ingest  []*ingestRow
+	latency []latencyRow
+	idle    []bench.IdleResult
+	growth  []bench.GrowthPoint
+	sustain *bench.SustainResult
+	tune    []tuneRow
+}
+
+func (r *report) markdown(section string) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	mode := "full"
+	if r.opts.quick {
+		mode = "quick"
+	}
+	switch section {
+	case "main":
+		p("## Main run (%s mode)\n", mode)
+	case "sustain":
+		p("## Sustained drain (%s)\n", r.opts.sustain)
+	case "tune":
+		p("## Tuning sweep (%d messages per drain, one run each)\n", r.opts.n)
+	}
+	p("Run %s, took %s. Command:\n", r.started.UTC().Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
+	p("```sh\n%s\n```\n", r.command)
+	r.machineMD(p)
+	switch section {
+	case "main":
+		r.mainMD(p)
+	case "sustain":
+		r.sustainMD(p)
+	case "tune":
+		r.tuneMD(p)
+	}
+	return b.String()
+}
+
+func (r *report) machineMD(p func(string, ...any)) {
+	m := r.machine
+	p("Machine: %d cores (%s), %.1f GiB memory, Linux %s, %s. PostgreSQL on the same machine, over TCP to 127.0.0.1: %s.\n",
+		m.Cores, m.CPU, m.MemoryGB, m.Kernel, m.Go, m.Postgres)
+	var kv []string
+	for _, k := range m.Order {
+		if v, ok := m.Settings[k]; ok {
+			kv = append(kv, fmt.Sprintf("%s=%s", k, v))
+		}
+	}
+	p("Server settings: %s.\n", strings.Join(kv, ", "))
+	p("Noise: before the run %s; after it %s. Other engineers' tests may have run at the same time.\n",
+		r.loadBefore, r.loadAfter)
+}
+
+func ratesMD(rs []float64) string {
+	if len(rs) == 1 {
+		return fmt.Sprintf("%.0f", rs[0])
+	}
+	parts := make([]string, len(rs))
+	for i, x := range rs {
+		parts[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func fpMD(fp bench.Footprint) string {
+	rss := fmt.Sprintf("%.0f MiB", fp.PeakRSSMB)
+	if !fp.RSSExact {
+		rss += " (process peak)"
+	}
+	return fmt.Sprintf("%s | %d", rss, fp.MaxConns)
+}
+
+func (r *report) mainMD(p func(string, ...any)) {
+	o := r.opts
+	if len(r.drain) > 0 {
+		p("### 1. Drain: %d pending messages, the handler inserting one ledger row\n", o.n)
+		p("Messages/s from pool start until the last message's transaction committed (median of %d run(s); every run in a fresh schema, after VACUUM ANALYZE and CHECKPOINT). The ledger is checked to hold exactly one row per message.\n", o.runs)
+		p("| System | Guarantee | Configuration | Runs (msg/s) | Median msg/s | txinbox ÷ this | Peak RSS | Max conns |")
+		p("|---|---|---|---|---:|---:|---|---:|")
+		ref := bench.Median(r.drain[0].rates)
+		for _, s := range r.drain {
+			m := bench.Median(s.rates)
+			p("| %s | %s | %s | %s | **%.0f** | %.2f× | %s |", s.name, s.guarantee, s.config, ratesMD(s.rates), m, ref/m, fpMD(s.fp))
+		}
+		p("")
+	}
+	if len(r.ingest) > 0 {
+		p("### 2. Ingest: batches of 1,000 messages, 30%% duplicates of stored keys\n")
+		p("Offered rows/s (duplicates included), one batch per statement or transaction, median of %d run(s). Payloads are ~120-byte JSON documents; the duplicates are true redeliveries (same payload).\n", o.runs)
+		p("| Method | Clients | Runs (rows/s) | Median rows/s | vs COPY (new rows only) | Peak RSS | Max conns |")
+		p("|---|---:|---|---:|---:|---|---:|")
+		ref := map[int]float64{}
+		for _, row := range r.ingest {
+			if row.mode == bench.IngestCopyNew {
+				ref[row.clients] = bench.Median(row.rates)
+			}
+		}
+		for _, row := range r.ingest {
+			m := bench.Median(row.rates)
+			p("| %s | %d | %s | **%.0f** | %.0f%% | %s |", row.mode, row.clients, ratesMD(row.rates), m, 100*m/ref[row.clients], fpMD(row.fp))
+		}
+		p("")
+	}
+	if len(r.latency) > 0 || len(r.idle) > 0 {
+		p("### 3. Latency (txinbox, %s)\n", o.inbox)
+		p("From `Receive` returning (the message committed) to its handler starting. Messages are received one per `Receive` call (one transaction each) on a fixed schedule by 16 senders; the first second is a warm-up. \"Wake\" means the sender calls `Pool.Wake()` after `Receive` (a producer in the same process); without it the pool finds messages by polling only (PollInterval default 1s; a runner keeps claiming without sleeping while its claims return messages).\n")
+		if len(r.latency) > 0 {
+			p("| Receive rate | Wake | Achieved rate | Samples | p50 | p95 | p99 | max | Peak RSS | Max conns |")
+			p("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
+			for _, l := range r.latency {
+				x := l.res
+				p("| %d/s | %s | %.0f/s | %d | %s | %s | %s | %s | %s |", x.Rate, yesNo(l.wake), x.Achieved, x.Samples,
+					ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), fpMD(x.FP))
+			}
+			p("")
+		}
+		if len(r.idle) > 0 {
+			p("Idle wake-up: the pool idle (300 ms to 600 ms without messages), one message received, time until its handler starts.\n")
+			p("| Wake | PollInterval | Samples | p50 | p95 | max |")
+			p("|---|---|---:|---:|---:|---:|")
+			for _, x := range r.idle {
+				p("| %s | %s | %d | %s | %s | %s |", yesNo(x.Wake), x.PollInterval, x.Samples, ms(x.P50), ms(x.P95), ms(x.Max))
+			}
+			p("")
+		}
+	}
+	if len(r.growth) > 0 {
+		p("### 4. Growth: drain of %d messages with completed messages retained in the inbox table\n", o.n)
+		p("Retained rows are inserted with `INSERT ... SELECT generate_series` in state completed (plus the messages drained at the earlier levels), then the table is vacuumed and analyzed. One run per level, one schema for all levels.\n")
+		p("| Retained completed rows | inbox table + indexes | Drain msg/s | vs empty | Peak RSS | Max conns |")
+		p("|---:|---:|---:|---:|---|---:|")
+		for _, g := range r.growth {
+			p("| %d | %.0f MiB | **%.0f** | %.0f%% | %s |", g.Retained, g.InboxMB, g.Rate, 100*g.Rate/r.growth[0].Rate, fpMD(g.FP))
+		}
+		p("")
+	}
+	p("### 5. Footprint\n")
+	p("Peak RSS is this process's VmHWM during the measured phase only (reset through /proc/self/clear_refs after a GC and FreeOSMemory before each phase; it includes the Go runtime and the benchmark's own bookkeeping). Max conns counts the phase's server connections in pg_stat_activity, sampled every 50 ms. Both are in the tables above; the txinbox figures are:\n")
+	var rss float64
+	var conns int
+	if len(r.drain) > 0 {
+		rss, conns = r.drain[0].fp.PeakRSSMB, r.drain[0].fp.MaxConns
+	}
+	for _, l := range r.latency {
+		rss, conns = max(rss, l.res.FP.PeakRSSMB), max(conns, l.res.FP.MaxConns)
+	}
+	for _, g := range r.growth {
+		rss, conns = max(rss, g.FP.PeakRSSMB), max(conns, g.FP.MaxConns)
+	}
+	p("- txinbox worker pool: peak RSS %.0f MiB, at most %d server connections (pool of Concurrency+2; the latency runs add 16 sender connections).\n", rss, conns)
+	r.targetsMD(p)
+}
+
+func (r *report) targetsMD(p func(string, ...any)) {
+	type target struct{ name, want, got string }
+	var ts []target
+	rate := func(name string) float64 {
+		for _, s := range r.drain {
+			if s.name == name {
+				return bench.Median(s.rates)
+			}
+		}
+		return 0
+	}
+	if len(r.drain) > 0 {
+		tx := rate("txinbox")
+		ts = append(ts,
+			target{"drain vs River with the same guarantee", "≥ 2×", fmt.Sprintf("%.2f×", tx/rate("River, JobCompleteTx"))},
+			target{"drain vs River no-op", "≥ 1.5×", fmt.Sprintf("%.2f×", tx/rate("River, no-op"))},
+			target{"drain vs raw SQL 100 per tx", "≥ 60%", fmt.Sprintf("%.0f%%", 100*tx/rate("raw SQL, 100 per tx"))},
+		)
+	}
+	for _, row := range r.ingest {
+		if row.mode == bench.IngestReceiveMany {
+			var copyRate float64
+			for _, c := range r.ingest {
+				if c.mode == bench.IngestCopyNew && c.clients == row.clients {
+					copyRate = bench.Median(c.rates)
+				}
+			}
+			ts = append(ts, target{fmt.Sprintf("ingest vs COPY (%d client(s))", row.clients), "≥ 50%", fmt.Sprintf("%.0f%%", 100*bench.Median(row.rates)/copyRate)})
+		}
+	}
+	for _, l := range r.latency {
+		if l.wake {
+			ts = append(ts, target{"p99 at 1,000/s (with Wake)", "< 25 ms", ms(l.res.P99)})
+		} else {
+			ts = append(ts, target{"p99 at 1,000/s (polling only)", "< 25 ms", ms(l.res.P99)})
+		}
+	}
+	for _, x := range r.idle {
+		name := "idle wake-up (with Wake), p50 / max"
+		if !x.Wake {
+			name = "idle wake-up (polling only), p50 / max"
+		}
+		ts = append(ts, target{name, "< 10 ms", ms(x.P50) + " / " + ms(x.Max)})
+	}
+	if n := len(r.growth); n > 1 {
+		g := r.growth[n-1]
+		ts = append(ts, target{fmt.Sprintf("drain with %d retained vs empty", g.Retained), "within 20%", fmt.Sprintf("%+.0f%%", 100*(g.Rate/r.growth[0].Rate-1))})
+	}
+	if len(r.drain) > 0 {
+		ts = append(ts, target{"txinbox drain peak RSS", "< 100 MB", fmt.Sprintf("%.0f MiB", r.drain[0].fp.PeakRSSMB)})
+	}
+	p("### Targets\n")
+	p("| Target | Wanted | Measured |")
+	p("|---|---|---|")
+	for _, t := range ts {
+		p("| %s | %s | %s |", t.name, t.want, t.got)
+	}
+	p("")
+}
+
+func (r *report) sustainMD(p func(string, ...any)) {
+	s := r.sustain
+	p("txinbox (%s) drained while a producer kept receiving (ReceiveMany, 1,000 a call, whenever fewer than 20,000 messages waited). Rate = handler calls per second in each interval. Dead tuples and sizes are read from pg_stat_user_tables at the end of each interval.\n", r.opts.inbox)
+	p("| Until | Handled/s | Received | Backlog | inbox_queue dead tuples | inbox_queue size | inbox dead tuples | inbox size | queue autovacuums |")
+	p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, iv := range s.Intervals {
+		p("| %s | **%.0f** | %d | %d | %d | %.1f MiB | %d | %.0f MiB | %d |", iv.End.Round(time.Second), iv.Rate, iv.Received, iv.Backlog,
+			iv.QueueDead, iv.QueueMB, iv.InboxDead, iv.InboxMB, iv.Autovacuums)
+	}
+	p("")
+	p("Decay from the first interval to the last: **%.1f%%** (target: < 20%%). Peak RSS %.0f MiB, at most %d server connections.\n",
+		100*s.Decay, s.FP.PeakRSSMB, s.FP.MaxConns)
+}
+
+func (r *report) tuneMD(p func(string, ...any)) {
+	p("| System | Configuration | msg/s | Peak RSS | Max conns |")
+	p("|---|---|---:|---|---:|")
+	for _, t := range r.tune {
+		p("| %s | %s | %.0f | %s |", t.system, t.config, t.rate, fpMD(t.fp))
+	}
+	p("")
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+const fileHeader = `# txinbox benchmarks
+
+Written by ` + "`cmd/txbench`" + ` (see its doc comment); each run replaces its own section below. Figures
+from one machine: compare the rows of a table with each other, not with other machines.
+
+`
+
+// writeSection replaces (or appends) the section named name in the file at path.
+func writeSection(path, name, md string) error {
+	begin, end := "<!-- txbench:"+name+":begin -->", "<!-- txbench:"+name+":end -->"
+	block := begin + "\n" + md + end + "\n"
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	s := string(old)
+	if s == "" {
+		s = fileHeader
+	}
+	if i := strings.Index(s, begin); i >= 0 {
+		if j := strings.Index(s[i:], end); j >= 0 {
+			tail := strings.TrimPrefix(s[i+j+len(end):], "\n")
+			return os.WriteFile(path, []byte(s[:i]+block+tail), 0o644)
+		}
+	}
+	if !strings.HasSuffix(s, "\n\n") {
+		s = strings.TrimRight(s, "\n") + "\n\n"
+	}
+	return os.WriteFile(path, []byte(s+block), 0o644)
+}

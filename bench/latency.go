@@ -1,0 +1,166 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// LatencyResult is the distribution of receive-to-handler-start latencies.
+type LatencyResult struct {
+	Rate          int           // target receive rate, messages/s
+	Achieved      float64       // receive rate actually achieved, messages/s
+	Samples       int           // latencies measured (after the warm-up)
+	P50, P95, P99 time.Duration //
+	Max           time.Duration //
+	FP            Footprint
+}
+
+// clock gives monotonic nanoseconds since its creation.
+type clock struct{ base time.Time }
+
+func (c clock) now() int64 { return int64(time.Since(c.base)) }
+
+// SteadyLatency receives messages one by one (Receive, one transaction each) at rate per second for
+// d, from 16 concurrent senders following a fixed schedule, into a running pool, and measures the
+// time from Receive returning (the message committed) to its handler starting. With wake, the
+// sender calls Pool.Wake after each Receive (an in-process producer); without it the pool finds
+// messages by polling. The first second is a warm-up and not measured.
+func (e *Env) SteadyLatency(ctx context.Context, rate int, d time.Duration, cfg InboxConfig, wake bool) (LatencyResult, error) {
+	res := LatencyResult{Rate: rate}
+	s, err := e.newInboxSchema(ctx, "latency", int32(cfg.Concurrency+2+16))
+	if err != nil {
+		return res, err
+	}
+	defer s.Drop(ctx)
+	total := int(d.Seconds() * float64(rate))
+	clk := clock{base: time.Now()}
+	recvAt := make([]atomic.Int64, total+1)
+	handledAt := make([]atomic.Int64, total+1)
+	var handled atomic.Int64
+	mon := e.StartMonitor(ctx, s.App)
+	p, err := s.startPool(ctx, cfg, func(n int) {
+		if n >= 1 && n <= total && handledAt[n].CompareAndSwap(0, clk.now()) {
+			handled.Add(1)
+		}
+	})
+	if err != nil {
+		return res, err
+	}
+	defer stopPool(ctx, p)
+	jobs := make(chan int, 1024)
+	errc := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range jobs {
+				_, err := s.client.Receive(ctx, inbox.Message{Consumer: benchConsumer, Key: eventKey(i), Kind: benchKind, Payload: payload(i, 1)})
+				if err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+					continue
+				}
+				recvAt[i].Store(clk.now())
+				if wake {
+					p.Wake()
+				}
+			}
+		})
+	}
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 1; i <= total; i++ {
+		if w := time.Until(start.Add(time.Duration(i) * interval)); w > 0 {
+			time.Sleep(w)
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	sent := time.Since(start)
+	deadline := time.Now().Add(30 * time.Second)
+	for handled.Load() < int64(total) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	res.FP = mon.Stop()
+	select {
+	case err := <-errc:
+		return res, err
+	default:
+	}
+	if handled.Load() < int64(total) {
+		return res, errors.New("txinbox latency: not every message was handled within 30s")
+	}
+	res.Achieved = float64(total) / sent.Seconds()
+	var lats []time.Duration
+	for i := rate + 1; i <= total; i++ { // skip the first second
+		lats = append(lats, time.Duration(max(0, handledAt[i].Load()-recvAt[i].Load())))
+	}
+	slices.Sort(lats)
+	res.Samples = len(lats)
+	res.P50, res.P95, res.P99 = Percentile(lats, 50), Percentile(lats, 95), Percentile(lats, 99)
+	res.Max = lats[len(lats)-1]
+	return res, nil
+}
+
+// IdleResult is the idle wake-up latency: time from Receive returning to the handler starting, for
+// a pool that had nothing to do.
+type IdleResult struct {
+	Wake          bool
+	PollInterval  time.Duration
+	Samples       int
+	P50, P95, Max time.Duration
+}
+
+// IdleWakeup measures samples idle wake-ups: with the pool idle for idle to 2×idle (its runners asleep),
+// one message is received (then Pool.Wake is called if wake), and the time until its handler starts
+// is measured.
+func (e *Env) IdleWakeup(ctx context.Context, samples int, idle time.Duration, cfg InboxConfig, wake bool) (IdleResult, error) {
+	res := IdleResult{Wake: wake, PollInterval: cfg.PollInterval}
+	if res.PollInterval == 0 {
+		res.PollInterval = worker.DefaultPollInterval
+	}
+	s, err := e.newInboxSchema(ctx, "idle", int32(cfg.Concurrency+2))
+	if err != nil {
+		return res, err
+	}
+	defer s.Drop(ctx)
+	clk := clock{base: time.Now()}
+	got := make(chan int64, 1)
+	p, err := s.startPool(ctx, cfg, func(int) { got <- clk.now() })
+	if err != nil {
+		return res, err
+	}
+	defer stopPool(ctx, p)
+	var lats []time.Duration
+	for i := 1; i <= samples; i++ {
+		time.Sleep(idle + rand.N(idle)) // random phase against the poll timer
+		_, err := s.client.Receive(ctx, inbox.Message{Consumer: benchConsumer, Key: eventKey(i), Kind: benchKind, Payload: payload(i, 1)})
+		t0 := clk.now()
+		if err != nil {
+			return res, err
+		}
+		if wake {
+			p.Wake()
+		}
+		select {
+		case t := <-got:
+			lats = append(lats, time.Duration(max(0, t-t0)))
+		case <-time.After(res.PollInterval + 10*time.Second):
+			return res, errors.New("txinbox idle wake-up: message not handled")
+		}
+	}
+	slices.Sort(lats)
+	res.Samples = len(lats)
+	res.P50, res.P95, res.Max = Percentile(lats, 50), Percentile(lats, 95), lats[len(lats)-1]
+	return res, nil
+}

@@ -1,0 +1,271 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// The consumer and kind every txinbox benchmark uses.
+const (
+	benchConsumer = "ledger"
+	benchKind     = "credit"
+)
+
+// InboxConfig is a txinbox worker pool configuration.
+type InboxConfig struct {
+	Concurrency  int
+	BatchSize    int
+	PollInterval time.Duration // 0: the pool default (1s)
+}
+
+func (c InboxConfig) String() string {
+	s := fmt.Sprintf("Concurrency=%d, BatchSize=%d", c.Concurrency, c.BatchSize)
+	if c.PollInterval != 0 {
+		s += fmt.Sprintf(", PollInterval=%s", c.PollInterval)
+	}
+	return s + fmt.Sprintf(", pool=%d conns", c.Concurrency+2)
+}
+
+// inboxSchema is a migrated txinbox schema.
+type inboxSchema struct {
+	*Schema
+	client *inbox.Client
+}
+
+func (e *Env) newInboxSchema(ctx context.Context, system string, conns int32) (*inboxSchema, error) {
+	s, err := e.NewSchema(ctx, system, conns)
+	if err != nil {
+		return nil, err
+	}
+	if err := inbox.Migrate(ctx, s.Pool.Config().ConnConfig, s.Name); err != nil {
+		s.Drop(ctx)
+		return nil, fmt.Errorf("txinbox migrate: %w", err)
+	}
+	c, err := inbox.NewClient(s.Pool, inbox.Config{Schema: s.Name})
+	if err != nil {
+		s.Drop(ctx)
+		return nil, err
+	}
+	return &inboxSchema{Schema: s, client: c}, nil
+}
+
+// receivePending receives messages first..first+n-1 (keys evt-<n>) with ReceiveMany, 1,000 a call.
+func (s *inboxSchema) receivePending(ctx context.Context, first, n int) error {
+	const batch = 1000
+	msgs := make([]inbox.Message, 0, batch)
+	for i := first; i < first+n; i++ {
+		msgs = append(msgs, inbox.Message{Consumer: benchConsumer, Key: eventKey(i), Kind: benchKind, Payload: payload(i, int64(i%100+1))})
+		if len(msgs) == batch || i == first+n-1 {
+			rs, err := s.client.ReceiveMany(ctx, msgs)
+			if err != nil {
+				return err
+			}
+			for _, r := range rs {
+				if r.Outcome != inbox.Inserted {
+					return fmt.Errorf("receive %d: %s", r.ID, r.Outcome)
+				}
+			}
+			msgs = msgs[:0]
+		}
+	}
+	return nil
+}
+
+// retain adds completed messages (kept for deduplication, as after Retention-long traffic) directly
+// with INSERT ... SELECT generate_series, a million per statement. Keys old-<n> for n in
+// from..to-1.
+func (s *inboxSchema) retain(ctx context.Context, from, to int) error {
+	const chunk = 1_000_000
+	for lo := from; lo < to; lo += chunk {
+		hi := min(lo+chunk, to)
+		start := time.Now()
+		_, err := s.env.Admin.Exec(ctx, `INSERT INTO `+s.T("inbox")+`
+			(consumer, key, kind, payload, headers, fingerprint, state, attempts_started, received_at,
+			 started_at, completed_at, expires_at)
+			SELECT $1, 'old-' || lpad(g::text, 9, '0'), $2, p, '{}',
+			       sha256(convert_to($2 || E'\n' || p::text, 'UTF8')), 'completed', 1, now(), now(), now(),
+			       now() + interval '7 days'
+			FROM generate_series($3::int, $4::int - 1) g, LATERAL (SELECT jsonb_build_object('n', g, 'amount', g % 100 + 1) AS p) x`,
+			benchConsumer, benchKind, lo, hi)
+		if err != nil {
+			return err
+		}
+		s.env.Log.Info("retained rows inserted", "upto", hi, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// queueEmpty reports whether no message is left to handle.
+func (s *inboxSchema) queueEmpty(ctx context.Context) (bool, error) {
+	var left bool
+	err := s.env.Admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.T("inbox_queue")+`)`).Scan(&left)
+	return !left, err
+}
+
+type ledgerPayload struct {
+	N      int   `json:"n"`
+	Amount int64 `json:"amount"`
+}
+
+// startPool starts a worker pool whose handler inserts the ledger row in the message's transaction
+// and then calls onHandled (if not nil) with the message's number.
+func (s *inboxSchema) startPool(ctx context.Context, cfg InboxConfig, onHandled func(n int)) (*worker.Pool, error) {
+	insert := "INSERT INTO " + s.T("ledger") + " (event_id, amount) VALUES ($1, $2)"
+	hs := worker.NewHandlers()
+	worker.Handle(hs, benchKind, func(ctx context.Context, tx pgx.Tx, m *worker.Message[ledgerPayload]) error {
+		if onHandled != nil {
+			onHandled(m.Payload.N)
+		}
+		_, err := tx.Exec(ctx, insert, m.Key, m.Payload.Amount)
+		return err
+	})
+	p, err := worker.New(s.Pool, worker.Config{
+		Consumer: benchConsumer, Schema: s.Name, Handlers: hs,
+		Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval,
+		Logger: s.env.Log.With("pool", s.Name),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p, p.Start(ctx)
+}
+
+func stopPool(ctx context.Context, p *worker.Pool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	return p.Stop(ctx)
+}
+
+// InboxDrain runs one txinbox drain of n messages received beforehand, with retained completed
+// messages already in the inbox table, and returns messages/s and the footprint. The clock stops
+// when the queue is empty (every batch committed).
+func (e *Env) InboxDrain(ctx context.Context, n, retained int, cfg InboxConfig) (float64, Footprint, error) {
+	s, err := e.newInboxSchema(ctx, "txinbox", int32(cfg.Concurrency+2))
+	if err != nil {
+		return 0, Footprint{}, err
+	}
+	defer s.Drop(ctx)
+	if retained > 0 {
+		if err := s.retain(ctx, 0, retained); err != nil {
+			return 0, Footprint{}, err
+		}
+	}
+	return s.drain(ctx, 1, n, cfg)
+}
+
+// drain receives messages first..first+n-1, settles, and times their drain by a fresh pool.
+func (s *inboxSchema) drain(ctx context.Context, first, n int, cfg InboxConfig) (float64, Footprint, error) {
+	e := s.env
+	if err := s.receivePending(ctx, first, n); err != nil {
+		return 0, Footprint{}, err
+	}
+	if err := s.Settle(ctx); err != nil {
+		return 0, Footprint{}, err
+	}
+	before, err := s.LedgerCount(ctx)
+	if err != nil {
+		return 0, Footprint{}, err
+	}
+	var handled atomic.Int64
+	mon := e.StartMonitor(ctx, s.App)
+	start := time.Now()
+	p, err := s.startPool(ctx, cfg, func(int) { handled.Add(1) })
+	if err != nil {
+		return 0, mon.Stop(), err
+	}
+	deadline := time.Now().Add(drainTimeout(n))
+	for {
+		if handled.Load() >= int64(n) {
+			empty, err := s.queueEmpty(ctx)
+			if err != nil {
+				_ = stopPool(ctx, p)
+				return 0, mon.Stop(), err
+			}
+			if empty {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		} else {
+			time.Sleep(2 * time.Millisecond)
+		}
+		if time.Now().After(deadline) {
+			_ = stopPool(ctx, p)
+			return 0, mon.Stop(), errors.New("txinbox: drain timed out")
+		}
+	}
+	elapsed := time.Since(start)
+	stopErr := stopPool(ctx, p)
+	fp := mon.Stop()
+	if stopErr != nil {
+		return 0, fp, stopErr
+	}
+	if err := s.checkLedger(ctx, int(before)+n); err != nil {
+		return 0, fp, err
+	}
+	return float64(n) / elapsed.Seconds(), fp, nil
+}
+
+// GrowthPoint is the drain throughput with some completed messages retained.
+type GrowthPoint struct {
+	Retained int
+	Rate     float64
+	FP       Footprint
+	InboxMB  float64 // size of the inbox table with its indexes when the drain started
+}
+
+// InboxGrowth drains n messages with each number of retained completed rows in levels (increasing),
+// in one schema: the retained rows are added between drains (the messages drained before count as
+// retained too).
+func (e *Env) InboxGrowth(ctx context.Context, n int, levels []int, cfg InboxConfig) ([]GrowthPoint, error) {
+	s, err := e.newInboxSchema(ctx, "growth", int32(cfg.Concurrency+2))
+	if err != nil {
+		return nil, err
+	}
+	defer s.Drop(ctx)
+	var out []GrowthPoint
+	have, first := 0, 1
+	for _, level := range levels {
+		// Messages drained at earlier levels are retained rows too: add the rest.
+		if want := level - (first - 1); want > have {
+			if err := s.retain(ctx, have, want); err != nil {
+				return out, err
+			}
+			have = want
+		}
+		var size int64
+		if err := e.Admin.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass)`, s.T("inbox")).Scan(&size); err != nil {
+			return out, err
+		}
+		e.Log.Info("growth drain", "retained", have+first-1)
+		retainedNow := have + first - 1
+		rate, fp, err := s.drain(ctx, first, n, cfg)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, GrowthPoint{Retained: retainedNow, Rate: rate, FP: fp, InboxMB: float64(size) / (1 << 20)})
+		first += n
+	}
+	return out, nil
+}
+
+func (e *Env) quietLogger() *slog.Logger {
+	return slog.New(&levelHandler{min: slog.LevelWarn, Handler: e.Log.Handler()})
+}
+
+type levelHandler struct {
+	min slog.Level
+	slog.Handler
+}
+
+func (h *levelHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
