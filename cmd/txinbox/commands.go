@@ -1,0 +1,627 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/txinbox/txinbox/inbox"
+)
+
+// ---- migrate ----
+
+func migrateCommand(sub, summary string, do func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error)) *command {
+	return &command{
+		name:    "migrate " + sub,
+		summary: summary,
+		details: "Migrations are txinbox's embedded goose migrations; their state is kept in the table\n" +
+			inbox.VersionTable + " of the schema. The schema is created if it is missing. Two processes\n" +
+			"migrating at once are serialised by an advisory lock.",
+		run: func(a *app, fs *flag.FlagSet, args []string) error {
+			if len(args) > 0 {
+				return usagef("migrate "+sub, "unexpected arguments: %s", strings.Join(args, " "))
+			}
+			cc, err := a.connConfig("migrate " + sub)
+			if err != nil {
+				return err
+			}
+			m, err := inbox.NewMigrator(a.ctx, cc, a.schema, nil)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			rs, err := do(m, a)
+			if err != nil {
+				return err
+			}
+			return a.printMigrations(sub, rs)
+		},
+	}
+}
+
+var (
+	migrateUp = migrateCommand("up", "apply every pending migration", func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error) {
+		return m.Up(a.ctx)
+	})
+	migrateDown = migrateCommand("down", "roll back the most recent migration (drops the txinbox tables at version 1)", func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error) {
+		return m.Down(a.ctx)
+	})
+	migrateStatus = migrateCommand("status", "list the migrations and whether each is applied", func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error) {
+		return m.Status(a.ctx)
+	})
+)
+
+type migrationJSON struct {
+	Version int64  `json:"version"`
+	Name    string `json:"name"`
+	Applied bool   `json:"applied"`
+}
+
+func (a *app) printMigrations(sub string, rs []inbox.MigrationResult) error {
+	if a.json {
+		out := make([]migrationJSON, len(rs))
+		for i, r := range rs {
+			out[i] = migrationJSON{r.Version, r.Name, r.Applied}
+		}
+		return a.writeJSON(out)
+	}
+	if len(rs) == 0 {
+		switch sub {
+		case "up":
+			fmt.Fprintf(a.stdout, "schema %s is up to date\n", a.schema)
+		case "down":
+			fmt.Fprintf(a.stdout, "nothing to roll back in schema %s\n", a.schema)
+		default:
+			fmt.Fprintf(a.stdout, "no migrations\n")
+		}
+		return nil
+	}
+	if sub != "status" {
+		verb := map[string]string{"up": "applied", "down": "rolled back"}[sub]
+		for _, r := range rs {
+			fmt.Fprintf(a.stdout, "%s %s (version %d) in schema %s\n", verb, r.Name, r.Version, a.schema)
+		}
+		return nil
+	}
+	tw := a.table("VERSION", "NAME", "STATE")
+	for _, r := range rs {
+		state := "pending"
+		if r.Applied {
+			state = "applied"
+		}
+		row(tw, r.Version, r.Name, state)
+	}
+	return tw.Flush()
+}
+
+// ---- stats ----
+
+var statsCmd = &command{
+	name:    "stats",
+	summary: "count messages per consumer and state",
+	details: `
+Columns: PENDING waiting for an attempt; PROCESSING claimed by a worker; COMPLETED dedup records kept
+(EXPIRED of them past their dedup window, awaiting the cleaner); DEAD dead letters, kept until
+replayed or discarded; DONE/MIN completed in the last minute; OLDEST DUE how long the oldest due
+pending message has waited. Reads the whole inbox table once.`,
+	run: func(a *app, fs *flag.FlagSet, args []string) error {
+		if len(args) > 0 {
+			return usagef("stats", "unexpected arguments: %s", strings.Join(args, " "))
+		}
+		c, pool, err := a.client("stats")
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		st, err := c.Stats(a.ctx)
+		if err != nil {
+			return err
+		}
+		if a.json {
+			type statsJSON struct {
+				Consumer             string  `json:"consumer"`
+				Pending              int64   `json:"pending"`
+				Processing           int64   `json:"processing"`
+				Completed            int64   `json:"completed"`
+				Expired              int64   `json:"expired"`
+				Dead                 int64   `json:"dead"`
+				CompletedLastMinute  int64   `json:"completed_last_minute"`
+				OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+			}
+			out := make([]statsJSON, len(st))
+			for i, s := range st {
+				out[i] = statsJSON{s.Consumer, s.Pending, s.Processing, s.Completed, s.Expired, s.Dead,
+					s.CompletedLastMinute, s.OldestPendingAge.Seconds()}
+			}
+			return a.writeJSON(out)
+		}
+		if len(st) == 0 {
+			fmt.Fprintf(a.stdout, "no messages in schema %s\n", a.schema)
+			return nil
+		}
+		tw := a.table("CONSUMER", "PENDING", "PROCESSING", "COMPLETED", "EXPIRED", "DEAD", "DONE/MIN", "OLDEST DUE")
+		for _, s := range st {
+			age := "-"
+			if s.OldestPendingAge > 0 {
+				age = s.OldestPendingAge.Round(time.Second).String()
+			}
+			row(tw, s.Consumer, s.Pending, s.Processing, s.Completed, s.Expired, s.Dead, s.CompletedLastMinute, age)
+		}
+		return tw.Flush()
+	},
+}
+
+// ---- dead ----
+
+// deadFilterFlags registers the dead-letter filters on fs and returns a function that builds the
+// filter once fs is parsed.
+type deadFlags struct {
+	consumer, kind, errorContains, since, until string
+	limit                                       int
+	after                                       int64
+	all                                         bool
+}
+
+func (d *deadFlags) register(fs *flag.FlagSet, paging, all bool) {
+	fs.StringVar(&d.consumer, "consumer", "", "only dead letters of this consumer")
+	fs.StringVar(&d.kind, "kind", "", "only dead letters of this kind")
+	fs.StringVar(&d.errorContains, "error", "", "only dead letters whose last error contains this text")
+	fs.StringVar(&d.since, "since", "", "only dead letters that died at or after this time (RFC 3339, YYYY-MM-DD, or an age such as 24h or 7d)")
+	fs.StringVar(&d.until, "until", "", "only dead letters that died before this time (same forms as --since)")
+	if paging {
+		fs.IntVar(&d.limit, "limit", inbox.DefaultDeadListLimit, fmt.Sprintf("most dead letters listed (at most %d)", inbox.MaxDeadListLimit))
+		fs.Int64Var(&d.after, "after", 0, "list dead letters with an id above this one (the next page)")
+	}
+	if all {
+		fs.BoolVar(&d.all, "all", false, "act on every dead letter matching the filters instead of a list of ids")
+	}
+}
+
+func (d *deadFlags) filter(cmd string) (inbox.DeadFilter, error) {
+	f := inbox.DeadFilter{Consumer: d.consumer, Kind: d.kind, ErrorContains: d.errorContains, Limit: d.limit, AfterID: d.after}
+	var err error
+	if f.Since, err = parseTime(d.since); err != nil {
+		return f, usagef(cmd, "--since: %v", err)
+	}
+	if f.Until, err = parseTime(d.until); err != nil {
+		return f, usagef(cmd, "--until: %v", err)
+	}
+	if d.limit < 1 || d.limit > inbox.MaxDeadListLimit {
+		return f, usagef(cmd, "--limit must be between 1 and %d", inbox.MaxDeadListLimit)
+	}
+	return f, nil
+}
+
+func (d *deadFlags) filtered() bool {
+	return d.consumer != "" || d.kind != "" || d.errorContains != "" || d.since != "" || d.until != ""
+}
+
+// parseTime reads an RFC 3339 time, a date (midnight UTC), or an age before now ("24h", "7d").
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	if age, err := parseAge(s); err == nil {
+		return time.Now().Add(-age), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is not a time: use RFC 3339 (2026-01-02T15:04:05Z), a date (2026-01-02) or an age (24h, 7d)", s)
+}
+
+// parseAge reads a Go duration ("90m", "36h") or a number of days ("30d").
+func parseAge(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%q is not a number of days", s)
+		}
+		return time.Duration(n * float64(24*time.Hour)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not a duration (examples: 90m, 36h, 30d)", s)
+	}
+	return d, nil
+}
+
+var deadListFlags deadFlags
+
+var deadList = &command{
+	name:    "dead list",
+	summary: "list dead letters, oldest first",
+	details: `
+Dead letters are messages whose handler gave up: out of attempts, a permanent error, or
+undecodable. They are kept until replayed or discarded. When the list is full, more may follow:
+pass --after with the last id listed.`,
+	flags:   func(fs *flag.FlagSet) { deadListFlags = deadFlags{}; deadListFlags.register(fs, true, false) },
+	run: func(a *app, fs *flag.FlagSet, args []string) error {
+		if len(args) > 0 {
+			return usagef("dead list", "unexpected arguments: %s", strings.Join(args, " "))
+		}
+		f, err := deadListFlags.filter("dead list")
+		if err != nil {
+			return err
+		}
+		c, pool, err := a.client("dead list")
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		ms, err := c.ListDead(a.ctx, f)
+		if err != nil {
+			return err
+		}
+		if a.json {
+			if ms == nil {
+				ms = []inbox.StoredMessage{}
+			}
+			return a.writeJSON(ms)
+		}
+		if len(ms) == 0 {
+			fmt.Fprintf(a.stdout, "no dead letters\n")
+			return nil
+		}
+		tw := a.table("ID", "CONSUMER", "KIND", "KEY", "ATTEMPTS", "DIED", "LAST ERROR")
+		for _, m := range ms {
+			row(tw, m.ID, m.Consumer, m.Kind, short(m.Key, 40), m.AttemptsStarted, when(m.CompletedAt), short(m.LastError, 60))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(ms) == f.Limit {
+			fmt.Fprintf(a.stderr, "more may follow: add --after %d\n", ms[len(ms)-1].ID)
+		}
+		return nil
+	},
+}
+
+var deadShow = &command{
+	name:    "dead show",
+	args:    "ID",
+	summary: "show one stored message (in any state) with every field",
+	run: func(a *app, fs *flag.FlagSet, args []string) error {
+		if len(args) != 1 {
+			return usagef("dead show", "dead show needs exactly one message id")
+		}
+		ids, err := parseIDs("dead show", args)
+		if err != nil {
+			return err
+		}
+		c, pool, err := a.client("dead show")
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		m, err := c.GetMessage(a.ctx, ids[0])
+		if err != nil {
+			return err
+		}
+		if a.json {
+			return a.writeJSON(m)
+		}
+		return printMessage(a.stdout, m)
+	},
+}
+
+func printMessage(w io.Writer, m inbox.StoredMessage) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	field := func(name string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", name, v) }
+	field("id", m.ID)
+	field("consumer", m.Consumer)
+	field("key", m.Key)
+	field("kind", m.Kind)
+	field("state", m.State)
+	field("ordering key", dash(m.OrderingKey))
+	field("attempts", fmt.Sprintf("%d started, %d failed", m.AttemptsStarted, m.AttemptsFailed))
+	field("received", when(m.ReceivedAt))
+	field("next run", when(m.NextRunAt))
+	field("started", when(m.StartedAt))
+	field("completed", when(m.CompletedAt))
+	field("expires", when(m.ExpiresAt))
+	field("owner", dash(m.Owner))
+	field("lease until", when(m.LeaseUntil))
+	field("token", m.Token)
+	field("fingerprint", fmt.Sprintf("%x", m.Fingerprint))
+	if len(m.Headers) > 0 {
+		h, _ := json.Marshal(m.Headers)
+		field("headers", string(h))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if m.LastError != "" {
+		fmt.Fprintf(w, "last error:\n  %s\n", strings.ReplaceAll(strings.TrimRight(m.LastError, "\n"), "\n", "\n  "))
+	}
+	fmt.Fprintf(w, "payload:\n%s\n", indentJSON(m.Payload))
+	if m.Raw != nil {
+		raw := m.Raw
+		if len(raw) > 4096 {
+			raw = raw[:4096]
+		}
+		fmt.Fprintf(w, "raw (%d bytes, undecodable; first 4096 shown):\n%q\n", len(m.Raw), raw)
+	}
+	if m.Result != nil {
+		fmt.Fprintf(w, "result:\n%s\n", indentJSON(m.Result))
+	}
+	return nil
+}
+
+func parseIDs(cmd string, args []string) ([]int64, error) {
+	ids := make([]int64, 0, len(args))
+	for _, s := range args {
+		for _, part := range strings.Split(s, ",") {
+			if part == "" {
+				continue
+			}
+			id, err := strconv.ParseInt(part, 10, 64)
+			if err != nil || id <= 0 {
+				return nil, usagef(cmd, "%q is not a message id (a positive integer)", part)
+			}
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > inbox.MaxAdminIDs {
+		return nil, usagef(cmd, "%d ids: at most %d at once (use --all with filters)", len(ids), inbox.MaxAdminIDs)
+	}
+	return ids, nil
+}
+
+// bulkCommand is dead replay and dead discard: ids, or --all with filters.
+func bulkCommand(verb, past, summary, details string, do func(c *inbox.Client, a *app, ids []int64) ([]int64, error)) *command {
+	var d deadFlags
+	name := "dead " + verb
+	return &command{
+		name:    name,
+		args:    "ID... | --all",
+		summary: summary,
+		details: details,
+		flags:   func(fs *flag.FlagSet) { d = deadFlags{limit: inbox.MaxDeadListLimit}; d.register(fs, false, true) },
+		run: func(a *app, fs *flag.FlagSet, args []string) error {
+			switch {
+			case d.all && len(args) > 0:
+				return usagef(name, "pass either ids or --all, not both")
+			case !d.all && len(args) == 0:
+				return usagef(name, "%s needs message ids (from 'txinbox dead list'), or --all to %s every dead letter matching the filters", name, verb)
+			case !d.all && d.filtered():
+				return usagef(name, "the filters only apply with --all")
+			}
+			var ids []int64
+			var f inbox.DeadFilter
+			var err error
+			if d.all {
+				if f, err = d.filter(name); err != nil {
+					return err
+				}
+			} else if ids, err = parseIDs(name, args); err != nil {
+				return err
+			}
+			c, pool, err := a.client(name)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			var done, skipped []int64
+			if d.all {
+				// Page through the matching dead letters, acting on each page.
+				for {
+					ms, err := c.ListDead(a.ctx, f)
+					if err != nil {
+						return err
+					}
+					if len(ms) == 0 {
+						break
+					}
+					page := make([]int64, len(ms))
+					for i, m := range ms {
+						page[i] = m.ID
+					}
+					got, err := do(c, a, page)
+					if err != nil {
+						return err
+					}
+					done = append(done, got...)
+					skipped = append(skipped, missing(page, got)...)
+					f.AfterID = page[len(page)-1]
+				}
+			} else {
+				if done, err = do(c, a, ids); err != nil {
+					return err
+				}
+				skipped = missing(ids, done)
+			}
+			if a.json {
+				out := map[string][]int64{past: nonNil(done), "skipped": nonNil(skipped)}
+				if err := a.writeJSON(out); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(a.stdout, "%s %d dead letter(s)%s\n", past, len(done), idList(done))
+				if len(skipped) > 0 {
+					fmt.Fprintf(a.stdout, "skipped %d (not dead, not found, or undecodable)%s\n", len(skipped), idList(skipped))
+				}
+			}
+			if !d.all && len(skipped) > 0 {
+				return fmt.Errorf("%d of the ids were not %s: check them with 'txinbox dead show ID'", len(skipped), past)
+			}
+			return nil
+		},
+	}
+}
+
+var (
+	deadReplay = bulkCommand("replay", "replayed", "put dead letters back to pending (same row and key, attempts reset)", `
+A replayed message keeps its key, payload and last error, starts again at attempt 1 and runs as
+soon as a worker is free; a redelivery of its key is still a duplicate. Messages stored undecodable
+are skipped (they can only die again: discard them). Exits 1 if a given id was not replayed.`,
+		func(c *inbox.Client, a *app, ids []int64) ([]int64, error) { return c.ReplayDead(a.ctx, ids...) })
+	deadDiscard = bulkCommand("discard", "discarded", "delete dead letters", `
+A discarded message is deleted: its key is free again, so a later delivery of it is accepted as a
+new message. Exits 1 if a given id was not discarded.`,
+		func(c *inbox.Client, a *app, ids []int64) ([]int64, error) { return c.DiscardDead(a.ctx, ids...) })
+)
+
+func missing(asked, done []int64) []int64 {
+	got := make(map[int64]bool, len(done))
+	for _, id := range done {
+		got[id] = true
+	}
+	var out []int64
+	for _, id := range asked {
+		if !got[id] {
+			out = append(out, id)
+			got[id] = true
+		}
+	}
+	return out
+}
+
+func nonNil(ids []int64) []int64 {
+	if ids == nil {
+		return []int64{}
+	}
+	return ids
+}
+
+func idList(ids []int64) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	const most = 20
+	parts := make([]string, 0, most+1)
+	for i, id := range ids {
+		if i == most {
+			parts = append(parts, fmt.Sprintf("and %d more", len(ids)-most))
+			break
+		}
+		parts = append(parts, strconv.FormatInt(id, 10))
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+// ---- purge ----
+
+var purgeFlags struct {
+	olderThan string
+	states    string
+}
+
+var purgeCmd = &command{
+	name:    "purge",
+	args:    "--older-than AGE",
+	summary: "delete completed (or dead) messages finished more than AGE ago",
+	details: `
+Deletes in batches of 1000 rows, each a short transaction, so receiving and processing go on.
+Completed messages are deleted whatever their dedup window: the key of a purged message is accepted
+again as a new message, so choose an age past the last time a duplicate can arrive. The cleaner
+already deletes completed messages once their dedup window ends; purge is for shortening it once, or
+for dead letters. Pending and processing messages are never purged.`,
+	flags: func(fs *flag.FlagSet) {
+		purgeFlags.olderThan, purgeFlags.states = "", ""
+		fs.StringVar(&purgeFlags.olderThan, "older-than", "", "required: age of the messages to delete, such as 720h or 30d")
+		fs.StringVar(&purgeFlags.states, "state", "completed", "states to purge, comma-separated: completed, dead")
+	},
+	run: func(a *app, fs *flag.FlagSet, args []string) error {
+		if len(args) > 0 {
+			return usagef("purge", "unexpected arguments: %s", strings.Join(args, " "))
+		}
+		if purgeFlags.olderThan == "" {
+			return usagef("purge", "purge needs --older-than (for example --older-than 30d)")
+		}
+		age, err := parseAge(purgeFlags.olderThan)
+		if err != nil {
+			return usagef("purge", "--older-than: %v", err)
+		}
+		var states []inbox.State
+		for _, s := range strings.Split(purgeFlags.states, ",") {
+			switch st := inbox.State(strings.TrimSpace(s)); st {
+			case inbox.StateCompleted, inbox.StateDead:
+				states = append(states, st)
+			default:
+				return usagef("purge", "--state: %q cannot be purged (use completed, dead, or completed,dead)", s)
+			}
+		}
+		c, pool, err := a.client("purge")
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		n, err := c.Purge(a.ctx, age, states...)
+		if err != nil {
+			if n > 0 {
+				fmt.Fprintf(a.stderr, "purged %d message(s) before the error\n", n)
+			}
+			return err
+		}
+		if a.json {
+			return a.writeJSON(map[string]any{"purged": n})
+		}
+		fmt.Fprintf(a.stdout, "purged %d message(s) (%s, finished more than %s ago)\n", n, purgeFlags.states, age)
+		return nil
+	},
+}
+
+// ---- output ----
+
+func (a *app) writeJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (a *app) table(header ...string) *tabwriter.Writer {
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	return tw
+}
+
+func row(tw *tabwriter.Writer, cells ...any) {
+	for i, c := range cells {
+		if i > 0 {
+			fmt.Fprint(tw, "\t")
+		}
+		fmt.Fprint(tw, c)
+	}
+	fmt.Fprintln(tw)
+}
+
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Format(time.RFC3339)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// short cuts s to n runes on one line.
+func short(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func indentJSON(b []byte) string {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "  ", "  "); err != nil {
+		return "  " + string(b)
+	}
+	return "  " + buf.String()
+}

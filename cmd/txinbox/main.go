@@ -1,0 +1,357 @@
+// Command txinbox administers a txinbox schema: migrations, statistics, dead letters and purging.
+//
+// Usage:
+//
+//	txinbox [--database-url URL] [--schema NAME] [--json] <command> [arguments]
+//
+// Commands:
+//
+//	migrate up|down|status   apply, roll back (one version) or list the schema migrations
+//	stats                    messages per consumer and state
+//	dead list                list dead letters (filters: --consumer --kind --error --since --until)
+//	dead show ID             show one stored message with every field
+//	dead replay ID...|--all  put dead letters back to pending (same key, attempts reset)
+//	dead discard ID...|--all delete dead letters (their keys are accepted again)
+//	purge --older-than AGE   delete completed (and, with --state, dead) messages older than AGE
+//
+// The database comes from --database-url or the DATABASE_URL environment variable; the schema
+// defaults to public. Output is a table by default and JSON with --json. Every command takes
+// --help. Exit status: 0 on success, 1 when the command failed, 2 for a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/txinbox/inbox"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// usageError is a mistake in the command line: exit status 2.
+type usageError struct {
+	cmd string // the command whose usage applies, "" for the top level
+	msg string
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(cmd, format string, args ...any) error {
+	return &usageError{cmd: cmd, msg: fmt.Sprintf(format, args...)}
+}
+
+// errHelp asks for the usage of a command on stdout: exit status 0.
+type errHelp struct{ cmd string }
+
+func (errHelp) Error() string { return "help requested" }
+
+// app is one invocation: the global options and where output goes.
+type app struct {
+	ctx    context.Context
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+
+	databaseURL string
+	schema      string
+	json        bool
+}
+
+// command is a leaf command.
+type command struct {
+	name    string // "dead list"
+	args    string // positional arguments, for the usage line
+	summary string
+	details string
+	flags   func(fs *flag.FlagSet) // registers the command's own flags
+	run     func(a *app, fs *flag.FlagSet, args []string) error
+}
+
+func run(ctx context.Context, argv []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	a := &app{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv, schema: inbox.DefaultSchema}
+	err := a.dispatch(argv)
+	var help errHelp
+	var ue *usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &help):
+		a.printUsage(stdout, help.cmd)
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "txinbox: %s\n", strings.ReplaceAll(ue.msg, "txinbox: ", ""))
+		if ue.cmd != "" {
+			fmt.Fprintf(stderr, "Run 'txinbox %s --help' for usage.\n", ue.cmd)
+		} else {
+			fmt.Fprintf(stderr, "Run 'txinbox --help' for usage.\n")
+		}
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "txinbox: %s\n", strings.ReplaceAll(explain(err, a.schema), "txinbox: ", ""))
+		return exitFail
+	}
+}
+
+// explain adds what to do to the errors an operator can fix.
+func explain(err error, schema string) string {
+	msg := err.Error()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fmt.Sprintf("the txinbox tables are not in schema %q (%s): check --schema, or create them with 'txinbox migrate up --schema %s'", schema, pgErr.Message, schema)
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return msg + "\nCheck --database-url (or DATABASE_URL) and that the server is running."
+	}
+	return msg
+}
+
+var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, purgeCmd}
+
+// groups are the commands that take a sub-command.
+var groups = map[string]string{
+	"migrate": "apply, roll back or list the schema migrations",
+	"dead":    "list, show, replay or discard dead letters",
+}
+
+func (a *app) globalFlags(fs *flag.FlagSet) {
+	fs.StringVar(&a.databaseURL, "database-url", a.databaseURL, "PostgreSQL connection URL (default: $DATABASE_URL)")
+	fs.StringVar(&a.schema, "schema", a.schema, "schema holding the txinbox tables")
+	fs.BoolVar(&a.json, "json", a.json, "print JSON instead of a table")
+}
+
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors and usage are printed by run
+	fs.Usage = func() {}
+	return fs
+}
+
+// parse parses flags and positional arguments in any order ("dead show 7 --json").
+func parse(cmd string, fs *flag.FlagSet, argv []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(argv); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errHelp{cmd: cmd}
+			}
+			return nil, usagef(cmd, "%v", err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(argv) > 0 && len(rest) < len(argv) && argv[len(argv)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil // everything after "--" is positional
+		}
+		pos = append(pos, rest[0])
+		argv = rest[1:]
+	}
+}
+
+func (a *app) dispatch(argv []string) error {
+	top := newFlagSet("txinbox")
+	a.globalFlags(top)
+	if err := top.Parse(argv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp{}
+		}
+		return usagef("", "%v", err)
+	}
+	args := top.Args()
+	if len(args) == 0 {
+		return usagef("", "no command given")
+	}
+	name := args[0]
+	if name == "help" {
+		if len(args) > 1 {
+			return errHelp{cmd: strings.Join(args[1:], " ")}
+		}
+		return errHelp{}
+	}
+	rest := args[1:]
+	if _, ok := groups[name]; ok {
+		if len(rest) == 0 {
+			return usagef(name, "%s needs a sub-command: %s", name, strings.Join(subcommands(name), ", "))
+		}
+		if rest[0] == "-h" || rest[0] == "--help" || rest[0] == "-help" {
+			return errHelp{cmd: name}
+		}
+		name += " " + rest[0]
+		rest = rest[1:]
+	}
+	cmd := find(name)
+	if cmd == nil {
+		group := strings.Fields(name)[0]
+		if _, ok := groups[group]; ok {
+			return usagef(group, "unknown sub-command %q: use %s", name, strings.Join(subcommands(group), ", "))
+		}
+		return usagef("", "unknown command %q", name)
+	}
+	fs := newFlagSet(cmd.name)
+	a.globalFlags(fs)
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	pos, err := parse(cmd.name, fs, rest)
+	if err != nil {
+		return err
+	}
+	if err := inbox.ValidateSchema(a.schema); err != nil {
+		return usagef(cmd.name, "--schema: %v", err)
+	}
+	return cmd.run(a, fs, pos)
+}
+
+func find(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func subcommands(group string) []string {
+	var out []string
+	for _, c := range commands {
+		if g, sub, ok := strings.Cut(c.name, " "); ok && g == group {
+			out = append(out, sub)
+		}
+	}
+	return out
+}
+
+func (a *app) printUsage(w io.Writer, name string) {
+	if cmd := find(name); cmd != nil {
+		fmt.Fprintf(w, "Usage: txinbox %s [flags]", cmd.name)
+		if cmd.args != "" {
+			fmt.Fprintf(w, " %s", cmd.args)
+		}
+		fmt.Fprintf(w, "\n\n%s\n", cmd.summary)
+		if cmd.details != "" {
+			fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(cmd.details))
+		}
+		fs := newFlagSet(cmd.name)
+		a.globalFlags(fs)
+		if cmd.flags != nil {
+			cmd.flags(fs)
+		}
+		fmt.Fprintf(w, "\nFlags:\n")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		return
+	}
+	if summary, ok := groups[name]; ok {
+		fmt.Fprintf(w, "Usage: txinbox %s <sub-command> [flags]\n\n%s\n\nSub-commands:\n", name, summary)
+		for _, c := range commands {
+			if strings.HasPrefix(c.name, name+" ") {
+				fmt.Fprintf(w, "  %-22s %s\n", strings.TrimPrefix(c.name, name+" ")+" "+c.args, c.summary)
+			}
+		}
+		fmt.Fprintf(w, "\nRun 'txinbox %s <sub-command> --help' for its flags.\n", name)
+		return
+	}
+	fmt.Fprintf(w, `Usage: txinbox [flags] <command> [arguments]
+
+txinbox administers a txinbox schema in PostgreSQL.
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-28s %s\n", c.name+" "+c.args, c.summary)
+	}
+	fmt.Fprintf(w, `
+Flags (accepted before or after the command):
+`)
+	fs := newFlagSet("txinbox")
+	a.globalFlags(fs)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprintf(w, `
+Run 'txinbox <command> --help' for the flags of a command.
+Exit status: 0 on success, 1 when the command failed, 2 for a usage error.
+`)
+}
+
+// databaseURL returns --database-url, or DATABASE_URL.
+func (a *app) url(cmd string) (string, error) {
+	url := a.databaseURL
+	if url == "" {
+		url = a.getenv("DATABASE_URL")
+	}
+	if url == "" {
+		return "", usagef(cmd, "no database: pass --database-url or set DATABASE_URL")
+	}
+	return url, nil
+}
+
+// connConfig parses the database URL.
+func (a *app) connConfig(cmd string) (*pgx.ConnConfig, error) {
+	url, err := a.url(cmd)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, usagef(cmd, "invalid database URL: %v", err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	return cfg, nil
+}
+
+// client connects and returns an inbox client on the schema; close the pool when done.
+func (a *app) client(cmd string) (*inbox.Client, *pgxpool.Pool, error) {
+	url, err := a.url(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, nil, usagef(cmd, "invalid database URL: %v", err)
+	}
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	pcfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(a.ctx, pcfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := pool.Ping(a.ctx); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("cannot connect to the database: %w", err)
+	}
+	c, err := inbox.NewClient(pool, inbox.Config{Schema: a.schema})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return c, pool, nil
+}
