@@ -244,7 +244,7 @@ var deadList = &command{
 Dead letters are messages whose handler gave up: out of attempts, a permanent error, or
 undecodable. They are kept until replayed or discarded. When the list is full, more may follow:
 pass --after with the last id listed.`,
-	flags:   func(fs *flag.FlagSet) { deadListFlags = deadFlags{}; deadListFlags.register(fs, true, false) },
+	flags: func(fs *flag.FlagSet) { deadListFlags = deadFlags{}; deadListFlags.register(fs, true, false) },
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
 			return usagef("dead list", "unexpected arguments: %s", strings.Join(args, " "))
