@@ -1,0 +1,575 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultExpiry           = 24 * time.Hour
+	DefaultLease            = time.Minute
+	DefaultRetryAfter       = time.Second
+	DefaultMaxRequestBytes  = 1 << 20
+	DefaultMaxResponseBytes = 1 << 20
+	DefaultStoreTimeout     = 10 * time.Second
+	DefaultCleanupBatch     = 1000
+)
+
+// DefaultMethods is Config.Methods when it is nil: the methods that are not idempotent by nature.
+var DefaultMethods = []string{http.MethodPost, http.MethodPatch}
+
+// DefaultStoredHeaders is Config.StoredHeaders when it is nil: the response headers that describe
+// the stored body or the created resource.
+var DefaultStoredHeaders = []string{
+	"Content-Type", "Content-Encoding", "Content-Language", "Content-Location", "Location",
+	"ETag", "Last-Modified",
+}
+
+// ErrNoPrincipal is returned by the function of HeaderPrincipal when the request lacks the header.
+var ErrNoPrincipal = errors.New("idempotency: no credentials in the request")
+
+// ErrManagedTx is returned by Commit and Rollback of the transaction Tx returns: the middleware ends
+// it, committing it exactly when it stores the response.
+var ErrManagedTx = errors.New("idempotency: the transaction is committed or rolled back by the middleware")
+
+// Config configures a Middleware. Only Principal is required.
+type Config struct {
+	// Schema is the PostgreSQL schema holding the idempotency_keys table (migration 00002, applied
+	// by inbox.Migrate). Default: "public".
+	Schema string
+
+	// Principal returns the identity of the caller (a user or tenant id, or a hash of the
+	// credentials): keys are only ever looked up within one principal. An error answers 401
+	// (ProblemUnauthenticated) without running the handler. Required; see HeaderPrincipal.
+	Principal func(*http.Request) (string, error)
+
+	// Route returns the route the key is scoped to, together with the principal and the method.
+	// Default: r.Pattern when set (the handler is registered on an http.ServeMux), otherwise
+	// r.URL.Path.
+	Route func(*http.Request) string
+
+	// Methods are the request methods the middleware applies to. Requests with other methods pass
+	// through untouched (and Tx reports false). Default: DefaultMethods (POST and PATCH).
+	Methods []string
+
+	// KeyOptional lets requests without an Idempotency-Key header pass through untouched (and Tx
+	// reports false). Default false: such requests are answered 400 (ProblemKeyMissing).
+	KeyOptional bool
+
+	// Fingerprint returns the fingerprint stored with a key; a retry whose fingerprint differs is
+	// answered 422 (ProblemKeyReused). body is the whole request body (r.Body must not be read). An
+	// error answers 400 (ProblemRequestInvalid) with the error text as detail. Default:
+	// DefaultFingerprint (method, request target and body).
+	Fingerprint func(r *http.Request, body []byte) ([]byte, error)
+
+	// Expiry is how long a key is kept, from the moment its request was accepted. After it the key
+	// is treated as absent (a new request with it runs), whether or not Cleanup has deleted it yet.
+	// Default: DefaultExpiry (24 hours).
+	Expiry time.Duration
+
+	// Lease bounds how long a key stays in flight when its request is not running any more but
+	// could not release it (the process died): after the lease a retry takes the key over. A
+	// request that is running holds its key locked, so a long handler is never taken over,
+	// whatever its duration. Default: DefaultLease (1 minute).
+	Lease time.Duration
+
+	// RetryAfter is the Retry-After of 409 (in flight) and 503 (store unavailable) answers,
+	// rounded up to whole seconds. Default: DefaultRetryAfter (1 second).
+	RetryAfter time.Duration
+
+	// StoreStatus reports whether a response with status is stored. A stored response commits the
+	// handler's transaction with it and is replayed to every retry; a response that is not stored
+	// is sent once, its transaction is rolled back and the key released, so a retry runs the
+	// handler again. Default: status < 500 (errors of the client are stored, server errors are
+	// not).
+	StoreStatus func(status int) bool
+
+	// StoredHeaders are the response headers stored and replayed (canonicalised). The original
+	// response carries every header the handler set. Default: DefaultStoredHeaders.
+	StoredHeaders []string
+
+	// MaxRequestBytes is the largest request body accepted; a larger one is answered 413
+	// (ProblemRequestTooLarge) without running the handler. Default: DefaultMaxRequestBytes (1 MiB).
+	MaxRequestBytes int64
+
+	// MaxResponseBytes is the largest response body the handler may write. A larger one cannot be
+	// stored: the handler's Write returns ErrResponseTooLarge, the transaction is rolled back, the
+	// key is released and the client gets 500 (ProblemResponseTooLarge). Nothing is committed, so
+	// nothing can run twice; set the limit above your largest response. Default:
+	// DefaultMaxResponseBytes (1 MiB).
+	MaxResponseBytes int
+
+	// FailOpen runs the request without idempotency protection (no stored key, and Tx reports
+	// false) when the store cannot be reached to look the key up. Default false (fail closed): such
+	// requests are answered 503 (ProblemStoreUnavailable).
+	FailOpen bool
+
+	// StoreTimeout bounds the statements that end a request (store, commit, roll back, release).
+	// They run even when the client has gone, so that a finished response is stored. Default:
+	// DefaultStoreTimeout (10 seconds).
+	StoreTimeout time.Duration
+
+	// Logger receives store failures and keys released after errors. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Schema == "" {
+		c.Schema = inbox.DefaultSchema
+	}
+	if err := inbox.ValidateSchema(c.Schema); err != nil {
+		return c, err
+	}
+	if c.Principal == nil {
+		return c, &inbox.ConfigError{Field: "Principal", Reason: "is required (keys are scoped by caller; see HeaderPrincipal)"}
+	}
+	if c.Route == nil {
+		c.Route = DefaultRoute
+	}
+	if c.Methods == nil {
+		c.Methods = DefaultMethods
+	}
+	if c.Fingerprint == nil {
+		c.Fingerprint = DefaultFingerprint
+	}
+	if c.StoreStatus == nil {
+		c.StoreStatus = func(status int) bool { return status < 500 }
+	}
+	if c.StoredHeaders == nil {
+		c.StoredHeaders = DefaultStoredHeaders
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	for _, d := range []struct {
+		field string
+		v     *time.Duration
+		def   time.Duration
+	}{
+		{"Expiry", &c.Expiry, DefaultExpiry},
+		{"Lease", &c.Lease, DefaultLease},
+		{"RetryAfter", &c.RetryAfter, DefaultRetryAfter},
+		{"StoreTimeout", &c.StoreTimeout, DefaultStoreTimeout},
+	} {
+		if *d.v < 0 {
+			return c, &inbox.ConfigError{Field: d.field, Reason: "must not be negative"}
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	switch {
+	case c.MaxRequestBytes < 0:
+		return c, &inbox.ConfigError{Field: "MaxRequestBytes", Reason: "must not be negative"}
+	case c.MaxRequestBytes == 0:
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	switch {
+	case c.MaxResponseBytes < 0:
+		return c, &inbox.ConfigError{Field: "MaxResponseBytes", Reason: "must not be negative"}
+	case c.MaxResponseBytes == 0:
+		c.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	return c, nil
+}
+
+// DefaultRoute returns r.Pattern when it is set, otherwise r.URL.Path.
+func DefaultRoute(r *http.Request) string {
+	if r.Pattern != "" {
+		return r.Pattern
+	}
+	return r.URL.Path
+}
+
+// DefaultFingerprint is the SHA-256 of the method, the request target (path and query, as
+// r.URL.RequestURI) and the body, separated by newlines.
+func DefaultFingerprint(r *http.Request, body []byte) ([]byte, error) {
+	h := sha256.New()
+	h.Write([]byte(r.Method))
+	h.Write([]byte{'\n'})
+	h.Write([]byte(r.URL.RequestURI()))
+	h.Write([]byte{'\n'})
+	h.Write(body)
+	return h.Sum(nil), nil
+}
+
+// HeaderPrincipal returns a Config.Principal that identifies the caller by the value of the request
+// header name (usually "Authorization"): the principal is "sha256:" and the hex SHA-256 of the value,
+// so credentials are never stored. A request without the header gets ErrNoPrincipal (answered 401).
+func HeaderPrincipal(name string) func(*http.Request) (string, error) {
+	return func(r *http.Request) (string, error) {
+		v := r.Header.Get(name)
+		if v == "" {
+			return "", ErrNoPrincipal
+		}
+		sum := sha256.Sum256([]byte(v))
+		return "sha256:" + hex.EncodeToString(sum[:]), nil
+	}
+}
+
+// Middleware enforces the Idempotency-Key protocol on the handlers it wraps. It is safe for
+// concurrent use.
+type Middleware struct {
+	db      inbox.DB
+	cfg     Config
+	st      *store.Store
+	methods map[string]bool
+	headers []string
+}
+
+// New returns a Middleware storing keys through db (usually a *pgxpool.Pool) in the idempotency_keys
+// table of cfg.Schema. An invalid cfg returns a *inbox.ConfigError (errors.Is inbox.ErrInvalidConfig).
+func New(db inbox.DB, cfg Config) (*Middleware, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m := &Middleware{db: db, cfg: cfg, st: store.New(cfg.Schema), methods: map[string]bool{}}
+	for _, meth := range cfg.Methods {
+		m.methods[meth] = true
+	}
+	for _, h := range cfg.StoredHeaders {
+		m.headers = append(m.headers, http.CanonicalHeaderKey(h))
+	}
+	return m, nil
+}
+
+type txKey struct{}
+
+// Tx returns the transaction the middleware opened for the request of ctx. Do the request's
+// database writes in it: they commit together with the stored response, or not at all. It reports
+// false for requests the middleware passed through (other methods, no key with KeyOptional, store
+// unreachable with FailOpen). Commit and Rollback of the returned transaction return ErrManagedTx
+// and do nothing; nested transactions (savepoints, tx.Begin) work as usual.
+func Tx(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+type managedTx struct{ pgx.Tx }
+
+func (managedTx) Commit(context.Context) error   { return ErrManagedTx }
+func (managedTx) Rollback(context.Context) error { return ErrManagedTx }
+
+// Handler wraps next. See the package documentation for the protocol.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(next, w, r) })
+}
+
+const (
+	stateInFlight  = "in_flight"
+	stateCompleted = "completed"
+)
+
+type request struct {
+	principal, method, route, key string
+	fingerprint                   []byte
+}
+
+func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	if !m.methods[r.Method] {
+		next.ServeHTTP(w, r)
+		return
+	}
+	values := r.Header.Values(HeaderKey)
+	if len(values) == 0 {
+		if m.cfg.KeyOptional {
+			next.ServeHTTP(w, r)
+			return
+		}
+		writeProblem(w, ProblemKeyMissing, "This endpoint requires an Idempotency-Key header, for example: Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\".", 0)
+		return
+	}
+	key, err := ParseKey(strings.Join(values, ", "))
+	if err != nil {
+		var ke *KeyError
+		errors.As(err, &ke)
+		writeProblem(w, ProblemKeyInvalid, ke.Reason+". Send one key of 1 to 255 printable ASCII characters as a quoted string, for example: Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\".", 0)
+		return
+	}
+	principal, err := m.cfg.Principal(r)
+	if err != nil {
+		writeProblem(w, ProblemUnauthenticated, "The caller could not be identified; idempotency keys are scoped by caller.", 0)
+		return
+	}
+	body, ok := m.readBody(w, r)
+	if !ok {
+		return
+	}
+	fp, err := m.cfg.Fingerprint(r, body)
+	if err != nil {
+		writeProblem(w, ProblemRequestInvalid, err.Error(), 0)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	req := request{principal: principal, method: r.Method, route: m.cfg.Route(r), key: key, fingerprint: fp}
+
+	c, err := m.claim(r.Context(), req)
+	if err != nil {
+		if m.cfg.FailOpen {
+			m.cfg.Logger.Warn("idempotency: store unavailable, running the request without idempotency (FailOpen)",
+				"method", req.method, "route", req.route, "error", err)
+			next.ServeHTTP(w, r)
+			return
+		}
+		m.cfg.Logger.Error("idempotency: store unavailable", "method", req.method, "route", req.route, "error", err)
+		writeProblem(w, ProblemStoreUnavailable, "The idempotency store could not be reached. Retry the request with the same Idempotency-Key.", m.cfg.RetryAfter)
+		return
+	}
+	switch c.outcome {
+	case outcomeReplay:
+		var h http.Header
+		if len(c.headers) > 0 {
+			if err := json.Unmarshal(c.headers, &h); err != nil {
+				m.cfg.Logger.Error("idempotency: stored headers unreadable", "error", err)
+			}
+		}
+		writeResponse(w, c.status, h, c.body, true)
+	case outcomeReused:
+		writeProblem(w, ProblemKeyReused, "This Idempotency-Key was already used for a different request (method, target or body). Use a new key for a new request.", 0)
+	case outcomeInFlight:
+		writeProblem(w, ProblemKeyInFlight, "A request with this Idempotency-Key is still being processed. Retry later to get its response.", m.cfg.RetryAfter)
+	case outcomeOwned:
+		m.run(next, w, r, req, c)
+	}
+}
+
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	limit := m.cfg.MaxRequestBytes
+	tooLarge := fmt.Sprintf("The request body is larger than the limit of %d bytes.", limit)
+	if r.ContentLength > limit {
+		writeProblem(w, ProblemRequestTooLarge, tooLarge, 0)
+		return nil, false
+	}
+	if r.Body == nil {
+		return nil, true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		writeProblem(w, ProblemRequestInvalid, "The request body could not be read.", 0)
+		return nil, false
+	}
+	if int64(len(body)) > limit {
+		writeProblem(w, ProblemRequestTooLarge, tooLarge, 0)
+		return nil, false
+	}
+	return body, true
+}
+
+type outcome int
+
+const (
+	outcomeOwned    outcome = iota + 1 // this request runs the handler
+	outcomeReplay                      // completed: replay the stored response
+	outcomeReused                      // stored with another fingerprint: 422
+	outcomeInFlight                    // another request holds the key: 409
+)
+
+type claimed struct {
+	outcome
+	id, token int64  // outcomeOwned
+	status    int    // outcomeReplay
+	headers   []byte // outcomeReplay
+	body      []byte // outcomeReplay
+}
+
+// claim finds out what to do with req: run it (the key is now ours, committed as in_flight), replay
+// the stored response, or refuse. A non-nil error means the store could not be used.
+func (m *Middleware) claim(ctx context.Context, req request) (claimed, error) {
+	db := m.st.Wrap(m.db)
+	lease, expiry := m.cfg.Lease.Seconds(), m.cfg.Expiry.Seconds()
+	lockedToken := int64(-1) // token of a row we could not take over: held by a running handler
+	for range 4 {
+		row, err := store.Queries.IdemClaim(ctx, db, sqlc.IdemClaimParams{
+			Principal: req.principal, Method: req.method, Route: req.route, Key: req.key,
+			Fingerprint: req.fingerprint, LeaseSeconds: lease, ExpirySeconds: expiry,
+		})
+		if err == nil {
+			return claimed{outcome: outcomeOwned, id: row.ID, token: row.Token}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return claimed{}, err
+		}
+		rec, err := store.Queries.IdemLookup(ctx, db, sqlc.IdemLookupParams{
+			Principal: req.principal, Method: req.method, Route: req.route, Key: req.key,
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // deleted since the insert saw it (released or cleaned): insert again
+		}
+		if err != nil {
+			return claimed{}, err
+		}
+		if rec.Token == lockedToken && rec.Expired {
+			return claimed{outcome: outcomeInFlight}, nil // locked: a running handler (or the cleaner) holds it
+		}
+		abandoned := rec.State == stateInFlight && rec.LeaseOver
+		if (rec.Expired || abandoned) && rec.Token != lockedToken {
+			// Absent by policy: take the row over, unless a running handler holds it locked.
+			t, err := store.Queries.IdemTakeOver(ctx, db, sqlc.IdemTakeOverParams{
+				Fingerprint: req.fingerprint, LeaseSeconds: lease, ExpirySeconds: expiry,
+				ID: rec.ID, Token: rec.Token,
+			})
+			if err == nil {
+				return claimed{outcome: outcomeOwned, id: t.ID, token: t.Token}, nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return claimed{}, err
+			}
+			lockedToken = rec.Token
+			continue // changed since read, or locked: read it again
+		}
+		if !bytes.Equal(rec.Fingerprint, req.fingerprint) {
+			return claimed{outcome: outcomeReused}, nil
+		}
+		if rec.State == stateCompleted {
+			return claimed{outcome: outcomeReplay, status: int(rec.Status.Int32), headers: rec.Headers, body: rec.Body}, nil
+		}
+		return claimed{outcome: outcomeInFlight}, nil
+	}
+	return claimed{outcome: outcomeInFlight}, nil
+}
+
+// run executes the handler of an owned key in a transaction that locks the key and stores the
+// response, and sends the response once that transaction has committed.
+func (m *Middleware) run(next http.Handler, w http.ResponseWriter, r *http.Request, req request, c claimed) {
+	ctx := r.Context()
+	log := m.cfg.Logger.With("method", req.method, "route", req.route)
+	tx, err := m.db.Begin(ctx)
+	if err != nil {
+		m.release(ctx, c, log)
+		log.Error("idempotency: begin", "error", err)
+		writeProblem(w, ProblemStoreUnavailable, "The idempotency store could not be reached. Retry the request with the same Idempotency-Key.", m.cfg.RetryAfter)
+		return
+	}
+	ended := false
+	end := func() { // rolls back and releases the key; called on every path that does not commit
+		ended = true
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
+		defer cancel()
+		_ = tx.Rollback(sctx)
+		m.release(sctx, c, log)
+	}
+	defer func() {
+		if !ended { // the handler panicked: the panic goes on once the key is released
+			end()
+		}
+	}()
+
+	if _, err := store.Queries.IdemLock(ctx, m.st.Wrap(tx), c.id, c.token); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) { // our lease ended before we got here, and a retry took the key over
+			ended = true
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			writeProblem(w, ProblemKeyInFlight, "A request with this Idempotency-Key is still being processed. Retry later to get its response.", m.cfg.RetryAfter)
+			return
+		}
+		end()
+		log.Error("idempotency: lock key", "error", err)
+		writeProblem(w, ProblemStoreUnavailable, "The idempotency store could not be reached. Retry the request with the same Idempotency-Key.", m.cfg.RetryAfter)
+		return
+	}
+
+	rec := newRecorder(m.cfg.MaxResponseBytes)
+	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, pgx.Tx(managedTx{tx}))))
+	rec.finish()
+
+	if rec.overflow {
+		end()
+		log.Error("idempotency: response body larger than MaxResponseBytes: rolled back, key released", "status", rec.status, "limit", m.cfg.MaxResponseBytes)
+		writeProblem(w, ProblemResponseTooLarge, "The response was too large to be stored, so the request was not applied. Contact the service operator.", 0)
+		return
+	}
+	if !m.cfg.StoreStatus(rec.status) {
+		end()
+		writeResponse(w, rec.status, rec.sent, rec.body, false)
+		return
+	}
+
+	stored := http.Header{}
+	for _, k := range m.headers {
+		if v, ok := rec.sent[k]; ok {
+			stored[k] = v
+		}
+	}
+	headers, _ := json.Marshal(stored)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
+	defer cancel()
+	n, err := store.Queries.IdemComplete(sctx, m.st.Wrap(tx), sqlc.IdemCompleteParams{
+		Status: pgtype.Int4{Int32: int32(rec.status), Valid: true}, Headers: headers, Body: rec.body,
+		ID: c.id, Token: c.token,
+	})
+	if err == nil && n != 1 {
+		err = errors.New("idempotency: key no longer held") // cannot happen while the lock is held
+	}
+	if err == nil {
+		err = tx.Commit(sctx)
+	}
+	if err != nil {
+		end()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			log.Error("idempotency: store response: transaction rejected, rolled back, key released", "error", err)
+			writeProblem(w, ProblemStoreFailed, "The request could not be committed, so it was not applied.", 0)
+			return
+		}
+		log.Error("idempotency: store response", "error", err)
+		writeProblem(w, ProblemStoreUnavailable, "The response could not be stored. Retry the request with the same Idempotency-Key.", m.cfg.RetryAfter)
+		return
+	}
+	ended = true
+	writeResponse(w, rec.status, rec.sent, rec.body, false)
+}
+
+// release deletes the in-flight row of a request that committed nothing. A failure is logged: the
+// row is then freed by its lease.
+func (m *Middleware) release(ctx context.Context, c claimed, log *slog.Logger) {
+	if _, err := store.Queries.IdemRelease(ctx, m.st.Wrap(m.db), c.id, c.token); err != nil {
+		log.Warn("idempotency: release key (it is freed when its lease ends)", "error", err, "lease", m.cfg.Lease)
+	}
+}
+
+// Cleanup deletes expired keys, batch rows per statement (DefaultCleanupBatch when batch <= 0),
+// until none is left or ctx ends, and returns how many it deleted. Each batch is a short statement
+// of its own that skips rows locked by running requests. Expiry is checked on every read, so how
+// often Cleanup runs changes only the table's size, never behaviour. Run it periodically (every few
+// minutes) from one or more processes.
+func (m *Middleware) Cleanup(ctx context.Context, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = DefaultCleanupBatch
+	}
+	if batch > 1<<30 {
+		batch = 1 << 30
+	}
+	var total int64
+	for {
+		n, err := store.Queries.IdemCleanup(ctx, m.st.Wrap(m.db), int32(batch))
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("idempotency: cleanup: %w", err)
+		}
+		if n < int64(batch) {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
+}
