@@ -30,12 +30,17 @@ const SchemaPrefix = "txbench_"
 
 // Env is the connection to the server under test and the settings shared by every benchmark.
 type Env struct {
-	URL    string
-	Admin  *pgxpool.Pool // a few connections for set-up, tear-down and monitoring
-	Log    *slog.Logger  // progress; io.Discard by default
-	Quick  bool
-	Reuse  bool // keep schemas (for debugging); default false: every schema is dropped after its run
-	counts map[string]int
+	URL   string
+	Admin *pgxpool.Pool // a few connections for set-up, tear-down and monitoring
+	Log   *slog.Logger  // progress; io.Discard by default
+	Quick bool
+	Reuse bool // keep schemas (for debugging); default false: every schema is dropped after its run
+	// QuietWaited is how long WaitQuiet has waited for other processes so far.
+	QuietWaited time.Duration
+	// NoisyPhases lists the phases (by application_name) that started with the machine busy anyway.
+	NoisyPhases []string
+	quietBudget time.Duration
+	counts      map[string]int
 }
 
 // NewEnv connects to url.
@@ -57,7 +62,11 @@ func NewEnv(ctx context.Context, url string, quick bool, log *slog.Logger) (*Env
 		admin.Close()
 		return nil, fmt.Errorf("txbench: %s does not answer: %w", url, err)
 	}
-	return &Env{URL: url, Admin: admin, Log: log, Quick: quick, counts: map[string]int{}}, nil
+	budget := 5 * time.Minute
+	if quick {
+		budget = 15 * time.Second
+	}
+	return &Env{URL: url, Admin: admin, Log: log, Quick: quick, quietBudget: budget, counts: map[string]int{}}, nil
 }
 
 // Close closes the admin pool.

@@ -96,7 +96,7 @@ func BenchmarkIngest(b *testing.B) {
 func BenchmarkIdleWakeup(b *testing.B) {
 	e := testEnv(b)
 	for b.Loop() {
-		res, err := e.IdleWakeup(context.Background(), 5, 100*time.Millisecond, InboxConfig{Concurrency: 4, BatchSize: 64}, true)
+		res, err := e.IdleWakeup(context.Background(), 5, 1200*time.Millisecond, InboxConfig{Concurrency: 4, BatchSize: 64})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -28,12 +28,11 @@ type clock struct{ base time.Time }
 
 func (c clock) now() int64 { return int64(time.Since(c.base)) }
 
-// SteadyLatency receives messages one by one (Receive, one transaction each) at rate per second for
-// d, from 16 concurrent senders following a fixed schedule, into a running pool, and measures the
-// time from Receive returning (the message committed) to its handler starting. With wake, the
-// sender calls Pool.Wake after each Receive (an in-process producer); without it the pool finds
-// messages by polling. The first second is a warm-up and not measured.
-func (e *Env) SteadyLatency(ctx context.Context, rate int, d time.Duration, cfg InboxConfig, wake bool) (LatencyResult, error) {
+// SteadyLatency receives messages one by one (Receive, one transaction each, with a default
+// inbox.Client) at rate per second for d, from 16 concurrent senders following a fixed schedule, into
+// a running pool, and measures the time from Receive returning (the message committed) to its
+// handler starting. The first second is a warm-up and not measured.
+func (e *Env) SteadyLatency(ctx context.Context, rate int, d time.Duration, cfg InboxConfig) (LatencyResult, error) {
 	res := LatencyResult{Rate: rate}
 	s, err := e.newInboxSchema(ctx, "latency", int32(cfg.Concurrency+2+16))
 	if err != nil {
@@ -70,9 +69,6 @@ func (e *Env) SteadyLatency(ctx context.Context, rate int, d time.Duration, cfg 
 					continue
 				}
 				recvAt[i].Store(clk.now())
-				if wake {
-					p.Wake()
-				}
 			}
 		})
 	}
@@ -115,17 +111,18 @@ func (e *Env) SteadyLatency(ctx context.Context, rate int, d time.Duration, cfg 
 // IdleResult is the idle wake-up latency: time from Receive returning to the handler starting, for
 // a pool that had nothing to do.
 type IdleResult struct {
-	Wake          bool
+	Config        InboxConfig
+	Idle          time.Duration // idle time before each message: Idle to 2×Idle
 	PollInterval  time.Duration
 	Samples       int
 	P50, P95, Max time.Duration
 }
 
-// IdleWakeup measures samples idle wake-ups: with the pool idle for idle to 2×idle (its runners asleep),
-// one message is received (then Pool.Wake is called if wake), and the time until its handler starts
-// is measured.
-func (e *Env) IdleWakeup(ctx context.Context, samples int, idle time.Duration, cfg InboxConfig, wake bool) (IdleResult, error) {
-	res := IdleResult{Wake: wake, PollInterval: cfg.PollInterval}
+// IdleWakeup measures samples idle wake-ups: with the pool idle for idle to 2×idle (make it longer
+// than the pool's HotWindow, 1s by default, so that its runners are asleep), one message is received
+// and the time until its handler starts is measured.
+func (e *Env) IdleWakeup(ctx context.Context, samples int, idle time.Duration, cfg InboxConfig) (IdleResult, error) {
+	res := IdleResult{Config: cfg, Idle: idle, PollInterval: cfg.PollInterval}
 	if res.PollInterval == 0 {
 		res.PollInterval = worker.DefaultPollInterval
 	}
@@ -148,9 +145,6 @@ func (e *Env) IdleWakeup(ctx context.Context, samples int, idle time.Duration, c
 		t0 := clk.now()
 		if err != nil {
 			return res, err
-		}
-		if wake {
-			p.Wake()
 		}
 		select {
 		case t := <-got:

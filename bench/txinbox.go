@@ -25,12 +25,18 @@ type InboxConfig struct {
 	Concurrency  int
 	BatchSize    int
 	PollInterval time.Duration // 0: the pool default (1s)
+	// DisableListen: no LISTEN connection; the pool finds messages by polling only (hot polling
+	// after activity, PollInterval when idle).
+	DisableListen bool
 }
 
 func (c InboxConfig) String() string {
 	s := fmt.Sprintf("Concurrency=%d, BatchSize=%d", c.Concurrency, c.BatchSize)
 	if c.PollInterval != 0 {
 		s += fmt.Sprintf(", PollInterval=%s", c.PollInterval)
+	}
+	if c.DisableListen {
+		s += ", DisableListen"
 	}
 	return s + fmt.Sprintf(", pool=%d conns", c.Concurrency+2)
 }
@@ -131,7 +137,8 @@ func (s *inboxSchema) startPool(ctx context.Context, cfg InboxConfig, onHandled 
 	p, err := worker.New(s.Pool, worker.Config{
 		Consumer: benchConsumer, Schema: s.Name, Handlers: hs,
 		Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval,
-		Logger: s.env.Log.With("pool", s.Name),
+		DisableListen: cfg.DisableListen,
+		Logger:        s.env.Log.With("pool", s.Name),
 	})
 	if err != nil {
 		return nil, err

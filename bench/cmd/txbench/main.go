@@ -165,6 +165,7 @@ func run(ctx context.Context, o options) error {
 	}
 	r.elapsed = time.Since(r.started)
 	r.loadAfter = env.SampleLoad(ctx)
+	r.quietWaited, r.noisy = env.QuietWaited, env.NoisyPhases
 	md := r.markdown(section)
 	fmt.Print(md)
 	if o.out != "" {
@@ -254,29 +255,29 @@ func (r *report) runMain(ctx context.Context, env *bench.Env, progress func(stri
 		}
 	}
 	if o.only["latency"] {
-		d := 30 * time.Second
+		d, idleSamples, pollSamples := 30*time.Second, 20, 6
 		if o.quick {
-			d = 8 * time.Second
+			d, idleSamples, pollSamples = 5*time.Second, 6, 3
 		}
-		for _, wake := range []bool{true, false} {
-			progress("latency: 1000 msg/s for %s, wake=%v", d, wake)
-			res, err := env.SteadyLatency(ctx, 1000, d, o.inbox, wake)
+		polling := o.inbox
+		polling.DisableListen = true
+		for _, cfg := range []bench.InboxConfig{o.inbox, polling} {
+			progress("latency: 1000 msg/s for %s, %s", d, cfg)
+			res, err := env.SteadyLatency(ctx, 1000, d, cfg)
 			if err != nil {
 				return err
 			}
 			progress("  p50 %s p95 %s p99 %s", res.P50, res.P95, res.P99)
-			r.latency = append(r.latency, latencyRow{wake: wake, res: res})
+			r.latency = append(r.latency, latencyRow{cfg: cfg, res: res})
 		}
-		for _, wake := range []bool{true, false} {
-			samples := 20
-			if !wake {
-				samples = 6
+		for _, cfg := range []bench.InboxConfig{o.inbox, polling} {
+			samples := idleSamples
+			if cfg.DisableListen {
+				samples = pollSamples
 			}
-			if o.quick {
-				samples /= 2
-			}
-			progress("idle wake-up, wake=%v, %d samples", wake, samples)
-			res, err := env.IdleWakeup(ctx, samples, 300*time.Millisecond, o.inbox, wake)
+			progress("idle wake-up, %s, %d samples", cfg, samples)
+			// Idle longer than the pool's HotWindow (1s): its runners are asleep.
+			res, err := env.IdleWakeup(ctx, samples, 1200*time.Millisecond, cfg)
 			if err != nil {
 				return err
 			}

@@ -18,8 +18,15 @@ type ingestRow struct {
 }
 
 type latencyRow struct {
-	wake bool
-	res  bench.LatencyResult
+	cfg bench.InboxConfig
+	res bench.LatencyResult
+}
+
+func wakeMode(c bench.InboxConfig) string {
+	if c.DisableListen {
+		return "polling only (DisableListen)"
+	}
+	return "LISTEN/NOTIFY (default)"
 }
 
 type tuneRow struct {
@@ -35,6 +42,8 @@ type report struct {
 	started               time.Time
 	elapsed               time.Duration
 	loadBefore, loadAfter bench.Load
+	quietWaited           time.Duration
+	noisy                 []string
 
 	drain   []*drainSystem
 	ingest  []*ingestRow
@@ -85,8 +94,14 @@ func (r *report) machineMD(p func(string, ...any)) {
 		}
 	}
 	p("Server settings: %s.\n", strings.Join(kv, ", "))
-	p("Noise: before the run %s; after it %s. Other engineers' tests may have run at the same time.\n",
-		r.loadBefore, r.loadAfter)
+	p("Noise: before the run %s; after it %s. Other engineers' tests may have run at the same time: before each measured phase the run waited until the CPU was less than %.0f%% busy over half a second (%s waited in all).",
+		r.loadBefore, r.loadAfter, 100*bench.QuietBusy, r.quietWaited.Round(time.Second))
+	if len(r.noisy) > 0 {
+		p("Phases that started busy anyway (wait budget spent): %s.", strings.Join(r.noisy, ", "))
+	} else {
+		p("Every phase started quiet.")
+	}
+	p("")
 }
 
 func ratesMD(rs []float64) string {
@@ -141,23 +156,23 @@ func (r *report) mainMD(p func(string, ...any)) {
 	}
 	if len(r.latency) > 0 || len(r.idle) > 0 {
 		p("### 3. Latency (txinbox, %s)\n", o.inbox)
-		p("From `Receive` returning (the message committed) to its handler starting. Messages are received one per `Receive` call (one transaction each) on a fixed schedule by 16 senders; the first second is a warm-up. \"Wake\" means the sender calls `Pool.Wake()` after `Receive` (a producer in the same process); without it the pool finds messages by polling only (PollInterval default 1s; a runner keeps claiming without sleeping while its claims return messages).\n")
+		p("From `Receive` returning (the message committed) to its handler starting. Messages are received one per `Receive` call (one transaction each, default `inbox.Client`: a NOTIFY at most every 25 ms per consumer) on a fixed schedule by 16 senders; the first second is a warm-up. With LISTEN/NOTIFY (the default) a notification wakes the pool; \"polling only\" sets `DisableListen`, so the pool polls every HotPollInterval (10 ms) for HotWindow (1 s) after any activity and every PollInterval (1 s) when cold.\n")
 		if len(r.latency) > 0 {
-			p("| Receive rate | Wake | Achieved rate | Samples | p50 | p95 | p99 | max | Peak RSS | Max conns |")
+			p("| Receive rate | Wake-up | Achieved rate | Samples | p50 | p95 | p99 | max | Peak RSS | Max conns |")
 			p("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
 			for _, l := range r.latency {
 				x := l.res
-				p("| %d/s | %s | %.0f/s | %d | %s | %s | %s | %s | %s |", x.Rate, yesNo(l.wake), x.Achieved, x.Samples,
+				p("| %d/s | %s | %.0f/s | %d | %s | %s | %s | %s | %s |", x.Rate, wakeMode(l.cfg), x.Achieved, x.Samples,
 					ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), fpMD(x.FP))
 			}
 			p("")
 		}
 		if len(r.idle) > 0 {
-			p("Idle wake-up: the pool idle (300 ms to 600 ms without messages), one message received, time until its handler starts.\n")
-			p("| Wake | PollInterval | Samples | p50 | p95 | max |")
+			p("Idle wake-up: the pool idle (no message for 1.2 s to 2.4 s, longer than its HotWindow, so its runners sleep), one message received, time until its handler starts.\n")
+			p("| Wake-up | PollInterval | Samples | p50 | p95 | max |")
 			p("|---|---|---:|---:|---:|---:|")
 			for _, x := range r.idle {
-				p("| %s | %s | %d | %s | %s | %s |", yesNo(x.Wake), x.PollInterval, x.Samples, ms(x.P50), ms(x.P95), ms(x.Max))
+				p("| %s | %s | %d | %s | %s | %s |", wakeMode(x.Config), x.PollInterval, x.Samples, ms(x.P50), ms(x.P95), ms(x.Max))
 			}
 			p("")
 		}
@@ -220,18 +235,10 @@ func (r *report) targetsMD(p func(string, ...any)) {
 		}
 	}
 	for _, l := range r.latency {
-		if l.wake {
-			ts = append(ts, target{"p99 at 1,000/s (with Wake)", "< 25 ms", ms(l.res.P99)})
-		} else {
-			ts = append(ts, target{"p99 at 1,000/s (polling only)", "< 25 ms", ms(l.res.P99)})
-		}
+		ts = append(ts, target{"p99 at 1,000/s, " + wakeMode(l.cfg), "< 25 ms", ms(l.res.P99)})
 	}
 	for _, x := range r.idle {
-		name := "idle wake-up (with Wake), p50 / max"
-		if !x.Wake {
-			name = "idle wake-up (polling only), p50 / max"
-		}
-		ts = append(ts, target{name, "< 10 ms", ms(x.P50) + " / " + ms(x.Max)})
+		ts = append(ts, target{"idle wake-up p50 / max, " + wakeMode(x.Config), "< 10 ms", ms(x.P50) + " / " + ms(x.Max)})
 	}
 	if n := len(r.growth); n > 1 {
 		g := r.growth[n-1]
