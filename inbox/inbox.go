@@ -33,6 +33,13 @@ type Config struct {
 	// MaxPayloadBytes rejects larger payloads with a *ValidationError. Default:
 	// DefaultMaxPayloadBytes (1 MiB).
 	MaxPayloadBytes int
+	// NotifyInterval is the least time between two wake-up notifications (NOTIFY on NotifyChannel)
+	// this Client sends for one consumer; a message received sooner after the previous one is found by
+	// the worker pools' polling, which stays fast after any activity. See notify.go for why and for
+	// figures. Default: DefaultNotifyInterval (25ms). Negative: never notify.
+	NotifyInterval time.Duration
+	// Observer, if set, is told about every receive call (metrics, tracing). Default: none.
+	Observer Observer
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -120,9 +127,10 @@ type Receipt struct {
 
 // Client receives messages into the inbox. It is safe for concurrent use.
 type Client struct {
-	db  DB
-	cfg Config
-	st  *store.Store
+	db     DB
+	cfg    Config
+	st     *store.Store
+	notify notifier // debounces wake-up notifications (notify.go)
 }
 
 // NewClient returns a Client using db (usually a *pgxpool.Pool) for the calls without a Tx suffix.
@@ -202,7 +210,8 @@ func (c *Client) validate(i int, m *Message) error {
 
 type batchKey struct{ consumer, key string }
 
-func (c *Client) receive(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
+// receiveMessages is receive without the Observer (observer.go).
+func (c *Client) receiveMessages(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -239,7 +248,7 @@ func (c *Client) receive(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]R
 		p.RunAts = append(p.RunAts, runAt(m.NotBefore))
 	}
 
-	rows, err := store.Queries.ReceiveBatch(ctx, c.st.Wrap(db), p)
+	rows, err := c.receiveBatch(ctx, db, p) // ReceiveBatch, with debounced wake-up notifications
 	if err != nil {
 		return nil, translateError(err)
 	}

@@ -13,19 +13,31 @@ WITH input AS (
            coalesce((@run_ats::timestamptz[])[i], now()) AS run_at
     FROM generate_subscripts(@keys::text[], 1) AS i
 ), fingerprinted AS (
-    SELECT input.*, sha256(convert_to(input.kind || E'\n' || input.payload::text, 'UTF8')) AS fingerprint
+    -- Ids are drawn in batch order (the receipt order that per-key ordering follows), but rows are
+    -- inserted in key order, so that concurrent batches take their unique-key locks in one order
+    -- and cannot deadlock.
+    SELECT input.*, sha256(convert_to(input.kind || E'\n' || input.payload::text, 'UTF8')) AS fingerprint,
+           nextval('/* TEMPLATE: schema */inbox_id_seq') AS id
     FROM input
+    ORDER BY input.ord
 ), inserted AS (
     INSERT INTO /* TEMPLATE: schema */inbox
-        (consumer, key, kind, payload, headers, fingerprint, ordering_key, next_run_at)
-    SELECT f.consumer, f.key, f.kind, f.payload, f.headers, f.fingerprint, f.ordering_key, f.run_at
+        (id, consumer, key, kind, payload, headers, fingerprint, ordering_key, next_run_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT f.id, f.consumer, f.key, f.kind, f.payload, f.headers, f.fingerprint, f.ordering_key, f.run_at
     FROM fingerprinted f
-    ORDER BY f.ord
+    ORDER BY f.consumer, f.key
     ON CONFLICT (consumer, key) DO NOTHING
     RETURNING id, consumer, key, ordering_key, next_run_at
 ), queued AS (
     INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at)
     SELECT i.id, i.consumer, i.ordering_key, i.next_run_at FROM inserted i
+), notified AS (
+    -- Wakes idle workers (LISTEN) of the listed consumers that got a new message; sent
+    -- when the transaction commits. The caller debounces: usually the array is empty.
+    SELECT count(pg_notify(@notify_channel::text, n.consumer)) AS sent
+    FROM unnest(@notify_consumers::text[]) AS n(consumer)
+    WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.consumer = n.consumer)
 )
 SELECT f.ord::bigint AS ord,
        (i.id IS NOT NULL)::boolean AS inserted,
@@ -34,7 +46,7 @@ SELECT f.ord::bigint AS ord,
        coalesce(m.fingerprint = f.fingerprint, false)::boolean AS same_fingerprint,
        m.result,
        coalesce(m.expires_at < now(), false)::boolean AS expired
-FROM fingerprinted f
+FROM notified, fingerprinted f
 LEFT JOIN inserted i ON i.consumer = f.consumer AND i.key = f.key
 LEFT JOIN /* TEMPLATE: schema */inbox m ON i.id IS NULL AND m.consumer = f.consumer AND m.key = f.key
 ORDER BY f.ord;

@@ -15,3 +15,9 @@ func SetClaimHook(fn func(p *Pool, keys []string)) {
 		fn(p, keys)
 	}
 }
+
+// ListenerPID returns the backend pid of p's listening connection while it listens, else 0.
+func ListenerPID(p *Pool) uint32 { return p.listenPID.Load() }
+
+// Notifications returns the number of notifications p received for its consumer.
+func Notifications(p *Pool) int64 { return p.notifications.Load() }

@@ -11,8 +11,10 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox/inbox"
@@ -30,6 +32,8 @@ const (
 	DefaultRetention    = 7 * 24 * time.Hour
 	DefaultMaxAttempts  = 10
 	DefaultTimeout      = 30 * time.Second
+	DefaultHotPoll      = 10 * time.Millisecond
+	DefaultHotWindow    = time.Second
 )
 
 // Config configures a Pool. Consumer and Handlers are required; every other zero field takes the
@@ -50,8 +54,28 @@ type Config struct {
 	// Default: 32. At most 64: PostgreSQL tracks 64 subtransactions per transaction before every
 	// session's snapshots slow down.
 	BatchSize int
-	// PollInterval is how often an idle pool looks for work. Wake shortens the wait. Default: 1s.
+	// PollInterval is how often an idle pool looks for work when no notification wakes it (listening
+	// is off or its connection is down, or a message's NotBefore or retry delay has passed). A
+	// notification or Wake ends the wait at once. Default: 1s.
 	PollInterval time.Duration
+	// HotPollInterval is how often one runner of the pool looks for work during HotWindow after any
+	// activity (a claimed message, a notification or Wake), so that messages whose notification was
+	// debounced by the receiving Client (inbox.Config.NotifyInterval) wait about this long, not a full
+	// PollInterval. Default: 10ms.
+	HotPollInterval time.Duration
+	// HotWindow is how long the pool keeps polling every HotPollInterval after its last activity. It
+	// must exceed the inbox.Config.NotifyInterval of the Clients receiving for this consumer (25ms by
+	// default) by the commit time of a receiving transaction. Default: 1s. Negative: never poll fast.
+	HotWindow time.Duration
+	// DisableListen turns off LISTEN: the pool finds new messages by polling only. Set it when
+	// connections go through a pooler in transaction mode (PgBouncer), where LISTEN cannot work. (A
+	// pool also falls back to polling by itself when a check after LISTEN shows that notifications do
+	// not arrive.) Default: false.
+	DisableListen bool
+	// ListenConnect opens the connection the pool listens on, held for the pool's life and reopened
+	// with backoff when lost. Default: when db is a *pgxpool.Pool, a new connection with the pool's
+	// ConnConfig (outside the pool, so it takes none of its slots); otherwise none, and the pool polls.
+	ListenConnect func(ctx context.Context) (*pgx.Conn, error)
 	// Lease is how long a claim holds before another worker may take the message over, if the
 	// claiming worker has not locked it in its batch transaction (it crashed or was cut off first). It
 	// also bounds, on the server side, how long a batch transaction may sit idle (a frozen worker's
@@ -113,6 +137,8 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.BatchSize, DefaultBatchSize)
 	def(&c.MaxAttempts, DefaultMaxAttempts)
 	defd(&c.PollInterval, DefaultPollInterval)
+	defd(&c.HotPollInterval, DefaultHotPoll)
+	defd(&c.HotWindow, DefaultHotWindow)
 	defd(&c.Lease, DefaultLease)
 	defd(&c.Retention, DefaultRetention)
 	defd(&c.Timeout, DefaultTimeout)
@@ -123,8 +149,8 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("BatchSize", fmt.Sprintf("must be 1 to %d", MaxBatchSize))
 	case c.MaxAttempts < 0:
 		return bad("MaxAttempts", "must not be negative")
-	case c.PollInterval < 0 || c.Lease < 0 || c.Retention < 0 || c.Timeout < 0:
-		return bad("PollInterval/Lease/Retention/Timeout", "must not be negative")
+	case c.PollInterval < 0 || c.Lease < 0 || c.Retention < 0 || c.Timeout < 0 || c.HotPollInterval < 0:
+		return bad("PollInterval/HotPollInterval/Lease/Retention/Timeout", "must not be negative")
 	}
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
@@ -178,7 +204,12 @@ type Pool struct {
 	lockKey int64
 	maxTO   time.Duration // longest handler timeout: the batch statement_timeout
 
-	wake chan struct{}
+	wake          chan struct{}
+	epoch         time.Time
+	lastActive    atomic.Int64  // ns since epoch of the last activity (claimed messages, notification, Wake)
+	hotPoller     atomic.Bool   // a runner is polling every HotPollInterval
+	listenPID     atomic.Uint32 // backend pid of the listening connection while it listens, else 0
+	notifications atomic.Int64  // notifications received for this consumer
 
 	mu       sync.Mutex
 	started  bool
@@ -197,7 +228,8 @@ func New(db inbox.DB, cfg Config) (*Pool, error) {
 	h := fnv.New64a()
 	h.Write([]byte("txinbox.rescue\x00" + cfg.Schema + "\x00" + cfg.Consumer))
 	p := &Pool{db: db, cfg: cfg, st: store.New(cfg.Schema), lockKey: int64(h.Sum64() >> 1),
-		wake: make(chan struct{}, cfg.Concurrency+1)}
+		wake: make(chan struct{}, cfg.Concurrency+1), epoch: time.Now()}
+	p.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
 	for _, hd := range cfg.Handlers.byKind {
 		p.maxTO = max(p.maxTO, cfg.timeout(hd))
 	}
@@ -221,6 +253,14 @@ func (p *Pool) Start(ctx context.Context) error {
 		p.wg.Go(func() { p.loop(runCtx, false) })
 	}
 	p.wg.Go(func() { p.loop(runCtx, true) })
+	if !p.cfg.DisableListen {
+		if connect := p.listenConnector(); connect != nil {
+			p.wg.Go(func() { p.listen(runCtx, connect) })
+		} else {
+			p.cfg.Logger.Info("txinbox: no connection to LISTEN on (db is not a *pgxpool.Pool and ListenConnect is nil); polling only",
+				"consumer", p.cfg.Consumer, "poll_interval", p.cfg.PollInterval)
+		}
+	}
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -259,7 +299,10 @@ func (p *Pool) Stop(ctx context.Context) error {
 }
 
 // Wake tells an idle pool that a message may be ready, so it claims before its poll interval ends.
+// The pool's own notifications do this for messages received by any process; call it after receiving
+// a message when listening is off.
 func (p *Pool) Wake() {
+	p.active()
 	for range cap(p.wake) {
 		select {
 		case p.wake <- struct{}{}:
@@ -278,9 +321,12 @@ func (p *Pool) stopped() bool {
 	}
 }
 
-// loop claims and runs batches (or, for the rescuer, suspects one at a time) until Stop.
+// loop claims and runs batches (or, for the rescuer, suspects one at a time) until Stop. A runner
+// claims again as soon as it has run a batch; when it finds nothing it sleeps: HotPollInterval if the
+// pool is hot and no other runner is polling fast, else PollInterval, until woken.
 func (p *Pool) loop(ctx context.Context, rescuer bool) {
-	errDelay := p.cfg.PollInterval
+	firstErrDelay := min(p.cfg.PollInterval, time.Second)
+	errDelay := firstErrDelay
 	for !p.stopped() {
 		var (
 			batch []*claimed
@@ -299,16 +345,47 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 			errDelay = min(errDelay*2, 30*time.Second)
 			continue
 		}
-		errDelay = p.cfg.PollInterval
+		errDelay = firstErrDelay
 		if len(batch) > 0 {
+			if !rescuer {
+				p.active()
+				if len(batch) == p.cfg.BatchSize || !p.hotPoller.Load() {
+					// More may be waiting, or nobody watches for new messages while this batch runs.
+					p.wakeOne()
+				}
+			}
 			if testHookClaimed != nil {
 				testHookClaimed(p, batch)
 			}
 			p.run(ctx, batch, rescuer)
 		}
-		if len(batch) < p.cfg.BatchSize && (rescuer || len(batch) == 0) {
-			p.sleep(ctx, p.cfg.PollInterval, rescuer)
+		switch {
+		case rescuer:
+			p.sleep(ctx, p.cfg.PollInterval, true)
+		case len(batch) > 0:
+			// claim again at once
+		case p.hot() && p.hotPoller.CompareAndSwap(false, true):
+			p.sleep(ctx, p.cfg.HotPollInterval, false)
+			p.hotPoller.Store(false)
+		default:
+			p.sleep(ctx, p.cfg.PollInterval, false)
 		}
+	}
+}
+
+// active records activity: the pool is hot for HotWindow.
+func (p *Pool) active() { p.lastActive.Store(int64(time.Since(p.epoch))) }
+
+// hot reports whether the last activity is less than HotWindow ago.
+func (p *Pool) hot() bool {
+	return int64(time.Since(p.epoch))-p.lastActive.Load() < int64(p.cfg.HotWindow)
+}
+
+// wakeOne wakes one sleeping runner (or the next one to sleep).
+func (p *Pool) wakeOne() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
 	}
 }
 
