@@ -16,14 +16,6 @@ import (
 	"github.com/txinbox/txinbox/internal/store"
 )
 
-// Dead letters
-//
-// A message is dead when its handler gave up on it: it ran out of attempts, returned a permanent
-// error, or could not be decoded at all. Dead messages stay in the inbox table, with their key,
-// payload and last error, until an operator replays them (ReplayDead) or discards them (DiscardDead,
-// or Purge with StateDead). The retention cleaner never deletes them, so their key stays taken: a
-// redelivery of a dead message's key is reported as a Duplicate in state dead, not run again.
-
 // Limits of the administration calls.
 const (
 	// DefaultDeadListLimit is DeadFilter.Limit when it is zero.
@@ -178,6 +170,13 @@ func (f DeadFilter) params() (sqlc.ListDeadParams, error) {
 }
 
 // ListDead returns dead messages matching f, in id order (oldest first), at most f.Limit of them.
+//
+// A message is dead when its handler gave up on it: it ran out of attempts, returned a permanent
+// error, or could not be decoded at all. Dead messages stay in the inbox table, with their key,
+// payload and last error, until an operator replays them (ReplayDead) or deletes them (DiscardDead,
+// or Purge with StateDead); the retention cleaner never deletes them. While a dead message is kept
+// its key stays taken: a redelivery is reported as a Duplicate in state dead and not run again.
+//
 // When it returns f.Limit messages there may be more: call again with AfterID set to the last id.
 // It walks the primary key (there is no index on state, to keep updates HOT), so a filter that
 // matches little on a large table reads much of the table.
@@ -213,9 +212,10 @@ func checkIDs(ids []int64) error {
 // replayed, in order. A replayed message keeps its row, key, payload, headers and last error (the
 // handler sees it as the previous error); its attempts are reset to zero and it runs as soon as a
 // worker is free. Because the row is reused, the replay is not rejected as a duplicate of itself, and
-// later deliveries of the same key are still deduplicated against it. A message with an ordering key
-// becomes again the head of that key (it was received first), so later messages of the key wait for
-// it.
+// later deliveries of the same key are still deduplicated against it. Idle worker pools of the
+// replayed consumers are woken by a notification (unless Config.NotifyInterval is negative). A
+// message with an ordering key becomes again the head of that key (it was received first), so later
+// messages of the key wait for it.
 //
 // Ids that are not dead (any more), not stored, or stored undecodable (Raw set; they can only die
 // again: discard them) are skipped and absent from the result. At most MaxAdminIDs ids per call.
@@ -223,7 +223,11 @@ func (c *Client) ReplayDead(ctx context.Context, ids ...int64) ([]int64, error) 
 	if err := checkIDs(ids); err != nil || len(ids) == 0 {
 		return nil, err
 	}
-	done, err := store.Queries.ReplayDead(ctx, c.st.Wrap(c.db), ids)
+	channel := ""
+	if c.cfg.NotifyInterval >= 0 {
+		channel = NotifyChannel(c.cfg.Schema)
+	}
+	done, err := store.Queries.ReplayDead(ctx, c.st.Wrap(c.db), ids, channel)
 	if err != nil {
 		return nil, translateError(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
@@ -221,6 +223,33 @@ func TestReplayDeadCompletesOnce(t *testing.T) {
 	}
 	if got := db.Count(t, `SELECT coalesce(sum(runs), 0) FROM {schema}.counts`); got != 1 {
 		t.Fatalf("effect applied %d times, want once", got)
+	}
+}
+
+func TestReplayDeadWakesWorkers(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id := receiveKeys(t, c, "k")[0]
+	kill(t, db, "boom", time.Now(), id)
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{inbox.NotifyChannel(db.Schema)}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := c.ReplayDead(ctx, id); err != nil || len(done) != 1 {
+		t.Fatalf("replay: %v, %v", done, err)
+	}
+	n, err := conn.Conn().WaitForNotification(ctx)
+	if err != nil || n.Payload != "ledger" {
+		t.Fatalf("notification: %+v, %v", n, err)
+	}
+	if _, err := conn.Exec(ctx, "UNLISTEN *"); err != nil {
+		t.Fatal(err)
 	}
 }
 

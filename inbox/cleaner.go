@@ -13,16 +13,6 @@ import (
 	"github.com/txinbox/txinbox/internal/store"
 )
 
-// Retention
-//
-// A completed message's row is its dedup record: while it is kept, a redelivery of its key is
-// reported as a Duplicate (with the stored result) and not run again. The worker sets the end of
-// that window when the message completes: expires_at = completed_at + worker Config.Retention
-// (default 7 days). After it, the key is accepted again as a new message: Receive reuses the expired
-// row (Outcome Inserted) even if the cleaner has not deleted it yet. The Cleaner deletes expired
-// completed rows so that the table does not grow forever. Dead messages have no expiry: they are kept
-// until replayed or discarded (see ReplayDead, DiscardDead and Purge).
-
 // Defaults of CleanOptions and CleanerConfig.
 const (
 	DefaultCleanBatchSize = 1000
@@ -63,7 +53,7 @@ func (o CleanOptions) withDefaults() (CleanOptions, error) {
 	return o, nil
 }
 
-// Clean deletes completed messages whose dedup window has ended (see Retention above), in batches of
+// Clean deletes completed messages whose dedup window has ended (see Cleaner), in batches of
 // o.BatchSize rows, each one statement in a short transaction of its own, walking the primary key in
 // id order. It never waits on a row lock (rows locked by receivers or workers are skipped) and never
 // holds more than one batch's locks, so receiving and processing go on while it runs. It stops
@@ -128,9 +118,20 @@ type CleanerConfig struct {
 	Logger *slog.Logger
 }
 
-// Cleaner deletes expired dedup records periodically. Run it in every process that runs workers (or in
-// one of them): only one Cleaner per schema runs a pass at any time, across all processes, because a
-// pass holds a transaction-scoped PostgreSQL advisory lock (CleanerLockKey) taken with
+// Cleaner deletes expired dedup records periodically.
+//
+// Retention: a completed message's row is its dedup record. While it is kept, a redelivery of its key
+// is reported as a Duplicate (with the stored result) and not run again. The worker sets the end of
+// that window when the message completes: expires_at = completed_at + worker Config.Retention
+// (default 7 days). After it, the key is accepted again as a new message: Receive reuses the expired
+// row (Outcome Inserted) even if the cleaner has not deleted it yet, and once the row is deleted a new
+// one is inserted. The cleaner only keeps the table from growing. Pending and processing messages
+// never expire, and dead messages are kept until replayed, discarded or purged (see ReplayDead,
+// DiscardDead and Purge).
+//
+// Run it in every process that runs workers (or in one of them): only one Cleaner per schema runs a
+// pass at any time, across all processes, because a pass holds a transaction-scoped PostgreSQL
+// advisory lock (CleanerLockKey) taken with
 // pg_try_advisory_xact_lock; a Cleaner that finds it taken skips that pass. The lock is held in an
 // otherwise idle transaction on one connection of the pool while the batches run on others, so the
 // pool needs at least two connections; the lock ends with that transaction, or with its connection if

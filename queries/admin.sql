@@ -79,7 +79,8 @@ WHERE id = @id;
 -- Puts dead messages back to pending with their attempts reset, keeping their row (so their key, and
 -- dedup, are unchanged) and their last error, and queues them to run now. Rows that are no longer dead,
 -- and undecodable messages (raw bytes kept), are left alone. The queue row starts with the fencing
--- token of the message, as every queue row does.
+-- token of the message, as every queue row does. Idle workers of the replayed consumers are woken
+-- with a notification on @notify_channel when the statement commits (none when it is empty).
 WITH replayed AS (
     UPDATE /* TEMPLATE: schema */inbox m
     SET state = 'pending', attempts_started = 0, attempts_failed = 0, next_run_at = now(),
@@ -91,8 +92,12 @@ WITH replayed AS (
     INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at, token)
     SELECT r.id, r.consumer, r.ordering_key, now(), r.token FROM replayed r
     ON CONFLICT (id) DO NOTHING
+), notified AS (
+    SELECT count(pg_notify(@notify_channel::text, c.consumer)) AS sent
+    FROM (SELECT DISTINCT r.consumer FROM replayed r) AS c
+    WHERE @notify_channel::text <> ''
 )
-SELECT r.id FROM replayed r ORDER BY r.id;
+SELECT r.id FROM notified, replayed r ORDER BY r.id;
 
 -- name: DiscardDead :many
 -- Deletes dead messages; rows that are no longer dead are left alone. Their keys are then accepted

@@ -313,16 +313,21 @@ WITH replayed AS (
     INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at, token)
     SELECT r.id, r.consumer, r.ordering_key, now(), r.token FROM replayed r
     ON CONFLICT (id) DO NOTHING
+), notified AS (
+    SELECT count(pg_notify($2::text, c.consumer)) AS sent
+    FROM (SELECT DISTINCT r.consumer FROM replayed r) AS c
+    WHERE $2::text <> ''
 )
-SELECT r.id FROM replayed r ORDER BY r.id
+SELECT r.id FROM notified, replayed r ORDER BY r.id
 `
 
 // Puts dead messages back to pending with their attempts reset, keeping their row (so their key, and
 // dedup, are unchanged) and their last error, and queues them to run now. Rows that are no longer dead,
 // and undecodable messages (raw bytes kept), are left alone. The queue row starts with the fencing
-// token of the message, as every queue row does.
-func (q *Queries) ReplayDead(ctx context.Context, db DBTX, ids []int64) ([]int64, error) {
-	rows, err := db.Query(ctx, replayDead, ids)
+// token of the message, as every queue row does. Idle workers of the replayed consumers are woken
+// with a notification on @notify_channel when the statement commits (none when it is empty).
+func (q *Queries) ReplayDead(ctx context.Context, db DBTX, ids []int64, notifyChannel string) ([]int64, error) {
+	rows, err := db.Query(ctx, replayDead, ids, notifyChannel)
 	if err != nil {
 		return nil, err
 	}
