@@ -1,0 +1,400 @@
+// Command ledger is the txinbox example service: a ledger that credits accounts exactly once for
+// OrderPaid events delivered at least once.
+//
+// Usage:
+//
+//	ledger serve [flags]   the HTTP API and, unless --workers 0, the inbox workers in the same process
+//	ledger work  [flags]   the inbox workers alone
+//	ledger demo  [flags]   a storm of duplicated events, failures, a worker crash and a replay, then a
+//	                       summary; exit status 1 if any invariant fails
+//
+// Every command takes --database-url (default: $DATABASE_URL) and --schema, and migrates the schema on
+// start (txinbox's tables with inbox.Migrate, then the ledger's own, version table ledger_db_version).
+// The schema defaults to "public" for serve and work, and to "ledger_demo" for demo, which drops and
+// recreates it first (--reset) and keeps it afterwards for inspection. demo needs no database URL: it
+// finds or starts a server (see package pgenv: 127.0.0.1:5432, else a throwaway cluster from local
+// PostgreSQL binaries, else a Docker container).
+//
+// The HTTP API is documented in package api: POST /v1/events, POST /v1/credits (Idempotency-Key),
+// GET /v1/accounts/{id}, GET /healthz.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/txinbox/examples/ledger/internal/api"
+	"github.com/txinbox/txinbox/examples/ledger/internal/demo"
+	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
+	"github.com/txinbox/txinbox/examples/ledger/internal/pgenv"
+	"github.com/txinbox/txinbox/worker"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage: ledger <command> [flags]
+
+commands:
+  serve   the HTTP API and (unless --workers 0) the inbox workers
+  work    the inbox workers alone
+  demo    the exactly-once storm demo (exit status 1 if an invariant fails)
+
+Run "ledger <command> -h" for the flags of a command.
+`
+
+// run runs one command and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(ctx, args[1:], stderr)
+	case "work":
+		err = work(ctx, args[1:], stdout, stderr)
+	case "demo":
+		return runDemo(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "ledger: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ledger %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+var errUsage = errors.New("usage")
+
+// common are the flags of every command.
+type common struct {
+	url      string
+	schema   string
+	logLevel string
+}
+
+func (c *common) register(fs *flag.FlagSet, schema string) {
+	fs.StringVar(&c.url, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL connection string (default: $DATABASE_URL)")
+	fs.StringVar(&c.schema, "schema", schema, "schema holding the inbox and ledger tables (created and migrated on start)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (c *common) logger(w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// open connects, migrates and returns a pool of at most maxConns connections.
+func (c *common) open(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	if c.url == "" {
+		return nil, errors.New("no database: pass --database-url or set DATABASE_URL")
+	}
+	cfg, err := pgxpool.ParseConfig(c.url)
+	if err != nil {
+		return nil, fmt.Errorf("--database-url: %w", err)
+	}
+	if err := ledger.Migrate(ctx, cfg.ConnConfig, c.schema); err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// workerFlags are the flags of the worker pool, and the demo's fault injection.
+type workerFlags struct {
+	workers      int
+	batchSize    int
+	lease        time.Duration
+	timeout      time.Duration
+	poll         time.Duration
+	maxAttempts  int
+	owner        string
+	failPercent  float64
+	poison       string
+	hangAfter    int64
+	printOnHang  bool
+	backoffBase  time.Duration
+	backoffLimit time.Duration
+}
+
+func (w *workerFlags) register(fs *flag.FlagSet, workers int) {
+	fs.IntVar(&w.workers, "workers", workers, "batches handled at once, each in its own transaction (0: no workers)")
+	fs.IntVar(&w.batchSize, "batch-size", worker.DefaultBatchSize, "messages claimed and handled per transaction (1 to 64)")
+	fs.DurationVar(&w.lease, "lease", 10*time.Second, "how long a claim holds before a crashed worker's messages are taken over")
+	fs.DurationVar(&w.timeout, "timeout", 2*time.Second, "time limit of one handler call (must be below --lease)")
+	fs.DurationVar(&w.poll, "poll", 250*time.Millisecond, "how often idle workers look for work")
+	fs.IntVar(&w.maxAttempts, "max-attempts", 5, "attempts before a failing event becomes a dead letter")
+	fs.DurationVar(&w.backoffBase, "backoff", 100*time.Millisecond, "delay before the first retry (doubled at each retry)")
+	fs.DurationVar(&w.backoffLimit, "backoff-max", 2*time.Second, "longest delay between retries")
+	fs.StringVar(&w.owner, "owner", "", "name of this worker in claims (default: host:pid:random)")
+	// Fault injection, for the demo.
+	fs.Float64Var(&w.failPercent, "fail-first-percent", 0, "fault injection: percent of events whose first attempt fails")
+	fs.StringVar(&w.poison, "poison", "", "fault injection: comma-separated event ids whose every attempt fails")
+	fs.Int64Var(&w.hangAfter, "hang-after", 0, "fault injection: hang for good (holding the batch) in the handler after this many messages")
+	fs.BoolVar(&w.printOnHang, "print-on-hang", false, "fault injection: print \"HANG <event_id> <uncommitted entries>\" on stdout when hanging")
+}
+
+func (w *workerFlags) faults(stdout io.Writer) *ledger.Faults {
+	f := &ledger.Faults{FailFirstPercent: w.failPercent, HangAfter: w.hangAfter, Poison: map[string]bool{}}
+	for _, id := range strings.Split(w.poison, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			f.Poison[id] = true
+		}
+	}
+	if w.printOnHang {
+		f.OnHang = func(eventID string, uncommitted int64) {
+			fmt.Fprintf(stdout, "HANG %s %d\n", eventID, uncommitted)
+			if s, ok := stdout.(interface{ Sync() error }); ok {
+				_ = s.Sync()
+			}
+		}
+	}
+	return f
+}
+
+// pool returns the worker pool (nil with --workers 0).
+func (w *workerFlags) pool(db *pgxpool.Pool, schema string, logger *slog.Logger, stdout io.Writer) (*worker.Pool, error) {
+	if w.workers == 0 {
+		return nil, nil
+	}
+	l, err := ledger.New(schema)
+	if err != nil {
+		return nil, err
+	}
+	hs := worker.NewHandlers()
+	l.Register(hs, w.faults(stdout), logger)
+	return worker.New(db, worker.Config{
+		Consumer: ledger.Consumer, Schema: schema, Handlers: hs,
+		Concurrency: w.workers, BatchSize: w.batchSize, PollInterval: w.poll, Lease: w.lease, Timeout: w.timeout,
+		MaxAttempts: w.maxAttempts, Owner: w.owner, Logger: logger,
+		Backoff: worker.Exponential{Base: w.backoffBase, Max: w.backoffLimit},
+	})
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %q\n", fs.Args())
+		return errUsage
+	}
+	return nil
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("ledger serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	var wf workerFlags
+	c.register(fs, "public")
+	wf.register(fs, 4)
+	addr := fs.String("addr", "127.0.0.1:8080", "HOST:PORT to listen on")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	logger, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+	db, err := c.open(ctx, int32(wf.workers+16))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	p, err := wf.pool(db, c.schema, logger, io.Discard)
+	if err != nil {
+		return err
+	}
+	wake := func() {}
+	if p != nil {
+		wake = p.Wake
+	}
+	h, err := api.New(api.Config{DB: db, Schema: c.schema, Wake: wake, Logger: logger})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if p != nil {
+		if err := p.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+	}
+	logger.Info("ledger: serving", "addr", ln.Addr().String(), "schema", c.schema, "workers", wf.workers)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		logger.Info("ledger: shutting down")
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if p != nil {
+		_ = p.Stop(sctx)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("ledger work", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	var wf workerFlags
+	c.register(fs, "public")
+	wf.register(fs, 4)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if wf.workers < 1 {
+		return errors.New("--workers must be at least 1")
+	}
+	logger, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+	db, err := c.open(ctx, int32(wf.workers+2))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	p, err := wf.pool(db, c.schema, logger, stdout)
+	if err != nil {
+		return err
+	}
+	if err := p.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	logger.Info("ledger: working", "schema", c.schema, "workers", wf.workers)
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	return p.Stop(sctx)
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ledger demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.register(fs, "ledger_demo")
+	c.logLevel = "error"
+	fs.Lookup("log-level").DefValue = "error"
+	o := demo.DefaultOptions()
+	fs.IntVar(&o.Events, "events", o.Events, "unique OrderPaid events")
+	fs.IntVar(&o.MaxCopies, "max-copies", o.MaxCopies, "each event is delivered 1 to this many times")
+	fs.IntVar(&o.Accounts, "accounts", o.Accounts, "accounts credited (0: events/25, at least 5)")
+	fs.IntVar(&o.Producers, "producers", o.Producers, "concurrent HTTP producers")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "in-process worker batches at once")
+	fs.IntVar(&o.BatchSize, "batch-size", o.BatchSize, "messages per worker transaction")
+	fs.Float64Var(&o.FailPercent, "fail-percent", o.FailPercent, "percent of events whose first attempt fails (transient)")
+	fs.IntVar(&o.Credits, "credits", o.Credits, "synchronous credits through POST /v1/credits (Idempotency-Key), each sent 1 to 3 times")
+	fs.BoolVar(&o.Crash, "crash", o.Crash, "run a child `ledger work` process and SIGKILL it while it holds a batch")
+	fs.Int64Var(&o.Seed, "seed", 0, "random seed (0: random; printed in the summary)")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest wait for the workers to drain the inbox")
+	fs.BoolVar(&o.Reset, "reset", true, "drop and recreate the schema first (only schemas named ledger_demo*)")
+	pgMode := fs.String("pg", envOr("LEDGER_DEMO_PG", "auto"),
+		"how to find PostgreSQL: auto (--database-url/DATABASE_URL, else 127.0.0.1:5432, else a throwaway cluster from local binaries, else Docker), url, local, cluster or container (default: $LEDGER_DEMO_PG or auto)")
+	if err := parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if o.Reset && !strings.HasPrefix(c.schema, "ledger_demo") {
+		fmt.Fprintf(stderr, "ledger demo: refusing to drop schema %q: --reset only drops schemas named ledger_demo*; pass --reset=false to use it as is\n", c.schema)
+		return 2
+	}
+	mode, err := pgenv.ParseMode(*pgMode)
+	if err != nil {
+		fmt.Fprintln(stderr, "ledger demo:", err)
+		return 2
+	}
+	logger, err := c.logger(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "ledger demo:", err)
+		return 2
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(stderr, "demo: "+format+"\n", args...) }
+	srv, err := pgenv.Open(ctx, mode, c.url, say)
+	if err != nil {
+		fmt.Fprintln(stderr, "ledger demo:", err)
+		return 1
+	}
+	defer func() {
+		if srv.Dir != "" {
+			say("stopping and removing the throwaway cluster")
+		}
+		if err := srv.Close(); err != nil {
+			say("cleaning up the database server: %v", err)
+		}
+	}()
+	say("database: %s", srv.Description)
+	o.URL, o.Database, o.Schema, o.Logger = srv.URL, srv.Description, c.schema, logger
+	o.Progress = stderr
+	if f, ok := stderr.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			o.TTY = true // redraw one progress line with \r
+		}
+	}
+	rep, err := demo.Run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(stderr, "ledger demo:", err)
+		return 1
+	}
+	rep.Print(stdout)
+	if !rep.OK() {
+		return 1
+	}
+	return 0
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
