@@ -133,33 +133,41 @@ func (p *Pool) runTx(ctx context.Context, batch []*claimed) ([]*finish, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
-	if _, err := tx.Exec(ctx, "SAVEPOINT txinbox_message"); err != nil {
-		return nil, err
-	}
+	sp := &savepoints{tx: tx}
 	done := make([]*finish, 0, len(batch))
 	for _, c := range batch {
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // stopping: roll everything back, hand the batch back
 		}
-		f := p.handle(ctx, tx, c)
+		sp.next()
+		f := p.handle(ctx, &handlerTx{Tx: tx, sp: sp}, c)
 		done = append(done, f)
-		if f.outcome == outCompleted {
-			_, err = tx.Exec(ctx, "RELEASE SAVEPOINT txinbox_message; SAVEPOINT txinbox_message")
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "25P02" {
-				// The handler ignored a failed statement: its work is void.
-				p.fail(f, c, errors.New("the handler returned nil, but a statement of its transaction had failed ("+pgErr.Message+")"), "error")
-				err = nil
+		if sp.broken != nil {
+			// The savepoint statements failed: the transaction is unusable. If it was left aborted by
+			// the previous message (a failed statement it ignored), that message is the culprit.
+			if len(done) > 1 && isAborted(sp.broken) && done[len(done)-2].outcome == outCompleted {
+				prev := done[len(done)-2]
+				p.fail(prev, prev.c, errors.New("the handler returned nil, but its transaction was left aborted by a failed statement"), "error")
+				return nil, culpritError{f: prev, err: sp.broken}
 			}
+			return nil, sp.broken
 		}
-		if err == nil && f.outcome != outCompleted {
-			_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT txinbox_message")
-		}
-		if err != nil {
-			if f.outcome == outCompleted || ctx.Err() != nil {
+		if f.outcome == outCompleted && sp.failed != nil {
+			// A statement failed but the handler returned nil: fine if it recovered (a nested
+			// savepoint), void if it left the transaction aborted.
+			if _, err := tx.Exec(ctx, "SELECT 1"); isAborted(err) {
+				p.fail(f, c, fmt.Errorf("the handler returned nil, but its transaction was left aborted by a failed statement: %w", sp.failed), "error")
+			} else if err != nil {
 				return nil, err
 			}
-			return nil, culpritError{f: f, err: err}
+		}
+		if f.outcome != outCompleted {
+			if err := sp.rollback(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil, err
+				}
+				return nil, culpritError{f: f, err: err}
+			}
 		}
 	}
 	if err := p.finish(ctx, db, done); err != nil {
@@ -189,7 +197,7 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	defer cancel()
 	start := time.Now()
 	var result []byte
-	err := callHandler(hctx, h, &handlerTx{Tx: tx}, c, &result)
+	err := callHandler(hctx, h, tx, c, &result)
 	f.elapsed = time.Since(start)
 	switch {
 	case err == nil:
@@ -286,9 +294,7 @@ func truncateError(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
 }
 
-// handlerTx is the transaction given to handlers: the batch transaction, except that Commit and
-// Rollback are refused (the worker ends it).
-type handlerTx struct{ pgx.Tx }
-
-func (handlerTx) Commit(context.Context) error   { return ErrTxManaged }
-func (handlerTx) Rollback(context.Context) error { return ErrTxManaged }
+func isAborted(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25P02"
+}

@@ -19,7 +19,9 @@ type env struct {
 	client *inbox.Client
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newBenchEnv(t) }
+
+func newBenchEnv(t testing.TB) *env {
 	t.Helper()
 	db := testdb.New(t)
 	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})

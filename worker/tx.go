@@ -1,0 +1,275 @@
+package worker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Each message of a batch runs in a savepoint of its own, so that its failure rolls back only its own
+// writes. To keep that at no extra round trip, the savepoint is established lazily: the first
+// statement a handler sends goes out in one pipeline with "RELEASE SAVEPOINT" (of the previous
+// message, merging its work into the batch) and "SAVEPOINT". A handler that writes nothing costs no
+// savepoint at all, and rolling back is needed only when the handler had sent something.
+
+const savepointName = "txinbox_message"
+
+// savepoints tracks the batch transaction's message savepoint.
+type savepoints struct {
+	tx     pgx.Tx
+	open   bool  // a txinbox savepoint exists (from an earlier message)
+	needed bool  // the current message has not established its savepoint yet
+	used   bool  // the current message established its savepoint, so it may have written
+	failed error // a statement of the current message failed (the handler may have ignored it)
+	broken error // the savepoint statements themselves failed: the batch transaction is unusable
+}
+
+// next prepares for the next message.
+func (s *savepoints) next() { s.needed, s.used, s.failed = true, false, nil }
+
+// prefix returns the statements to send before the current message's first statement.
+func (s *savepoints) prefix() []string {
+	if !s.needed {
+		return nil
+	}
+	s.needed = false
+	if s.open {
+		return []string{"RELEASE SAVEPOINT " + savepointName, "SAVEPOINT " + savepointName}
+	}
+	return []string{"SAVEPOINT " + savepointName}
+}
+
+// established records that the prefix ran.
+func (s *savepoints) established() { s.open, s.used = true, true }
+
+// rollback undoes the current message's writes, if it may have made any.
+func (s *savepoints) rollback(ctx context.Context) error {
+	if !s.used {
+		return nil
+	}
+	_, err := s.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepointName)
+	return err
+}
+
+func (s *savepoints) note(err error) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && s.failed == nil {
+		s.failed = err
+	}
+}
+
+// flush establishes the savepoint now, in a round trip of its own (before statements that cannot be
+// pipelined).
+func (s *savepoints) flush(ctx context.Context) error {
+	for _, q := range s.prefix() {
+		if _, err := s.tx.Exec(ctx, q); err != nil {
+			s.broken = err
+			return err
+		}
+	}
+	s.established()
+	return nil
+}
+
+// handlerTx is the transaction given to handlers: the batch transaction with the message's savepoint
+// established on first use. Commit and Rollback are refused (the worker ends the transaction).
+type handlerTx struct {
+	pgx.Tx
+	sp *savepoints
+}
+
+func (*handlerTx) Commit(context.Context) error   { return ErrTxManaged }
+func (*handlerTx) Rollback(context.Context) error { return ErrTxManaged }
+
+// pipelinable reports whether a statement with args can be queued in a pgx.Batch after the savepoint
+// statements: not without arguments (the simple protocol allows several statements in one string) and
+// not with per-query options that batches ignore.
+func pipelinable(args []any) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0].(type) {
+	case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+		return false
+	}
+	return true
+}
+
+// send queues the savepoint prefix and the statement in one batch; the caller reads the statement's
+// result from the returned BatchResults and closes it.
+func (t *handlerTx) send(ctx context.Context, pre []string, sql string, args []any) (pgx.BatchResults, error) {
+	b := &pgx.Batch{}
+	for _, q := range pre {
+		b.Queue(q)
+	}
+	b.Queue(sql, args...)
+	br := t.Tx.SendBatch(ctx, b)
+	for range pre {
+		if _, err := br.Exec(); err != nil {
+			t.sp.broken = err
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	t.sp.established()
+	return br, nil
+}
+
+func (t *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	pre := t.sp.prefix()
+	if len(pre) > 0 && !pipelinable(args) {
+		t.sp.needed = true
+		if err := t.sp.flush(ctx); err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		pre = nil
+	}
+	if len(pre) == 0 {
+		tag, err := t.Tx.Exec(ctx, sql, args...)
+		t.sp.note(err)
+		return tag, err
+	}
+	br, err := t.send(ctx, pre, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	t.sp.note(err)
+	return tag, err
+}
+
+func (t *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	pre := t.sp.prefix()
+	if len(pre) > 0 && !pipelinable(args) {
+		t.sp.needed = true
+		if err := t.sp.flush(ctx); err != nil {
+			return nil, err
+		}
+		pre = nil
+	}
+	if len(pre) == 0 {
+		rows, err := t.Tx.Query(ctx, sql, args...)
+		if err != nil {
+			t.sp.note(err)
+			return nil, err
+		}
+		return &noteRows{Rows: rows, sp: t.sp}, nil
+	}
+	br, err := t.send(ctx, pre, sql, args)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		t.sp.note(err)
+		return nil, err
+	}
+	return &noteRows{Rows: rows, sp: t.sp, br: br}, nil
+}
+
+func (t *handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, err := t.Query(ctx, sql, args...)
+	return &row{rows: rows, err: err}
+}
+
+// The remaining statement-sending methods establish the savepoint first, in its own round trip.
+
+func (t *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := t.sp.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Begin(ctx)
+}
+
+func (t *handlerTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.sp.flush(ctx); err != nil {
+		return 0, err
+	}
+	n, err := t.Tx.CopyFrom(ctx, table, cols, src)
+	t.sp.note(err)
+	return n, err
+}
+
+func (t *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := t.sp.flush(ctx); err != nil {
+		return errBatchResults{err}
+	}
+	return t.Tx.SendBatch(ctx, b)
+}
+
+func (t *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.sp.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Prepare(ctx, name, sql)
+}
+
+func (t *handlerTx) LargeObjects() pgx.LargeObjects {
+	// Large objects send their statements directly: establish the savepoint now, best effort (an
+	// error here breaks the batch and is reported after the handler returns).
+	_ = t.sp.flush(context.Background())
+	return t.Tx.LargeObjects()
+}
+
+// noteRows records a failed statement when rows end, and closes the batch it came from.
+type noteRows struct {
+	pgx.Rows
+	sp *savepoints
+	br pgx.BatchResults
+}
+
+func (r *noteRows) Close() {
+	r.Rows.Close()
+	r.sp.note(r.Rows.Err())
+	if r.br != nil {
+		if err := r.br.Close(); err != nil {
+			r.sp.note(err)
+		}
+		r.br = nil
+	}
+}
+
+func (r *noteRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+// row is pgx.Row over handlerTx.Query.
+type row struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r *row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
+
+type errBatchResults struct{ err error }
+
+func (e errBatchResults) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, e.err }
+func (e errBatchResults) Query() (pgx.Rows, error)         { return nil, e.err }
+func (e errBatchResults) QueryRow() pgx.Row                { return &row{err: e.err} }
+func (e errBatchResults) Close() error                     { return e.err }
