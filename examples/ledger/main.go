@@ -29,6 +29,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -375,6 +376,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	say("database: %s", srv.Description)
 	o.URL, o.Database, o.Schema, o.Logger = srv.URL, srv.Description, c.schema, logger
 	o.Progress = stderr
+	o.ChildCommand = childCommand
 	if f, ok := stderr.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			o.TTY = true // redraw one progress line with \r
@@ -391,6 +393,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// childCommand, when set (by tests), builds the demo's crash child instead of re-executing this binary.
+var childCommand func(args []string) *exec.Cmd
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
