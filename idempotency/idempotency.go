@@ -325,6 +325,9 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 
 	c, err := m.claim(r.Context(), req)
 	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client has gone: nothing was claimed, and nobody reads an answer
+		}
 		if m.cfg.FailOpen {
 			m.cfg.Logger.Warn("idempotency: store unavailable, running the request without idempotency (FailOpen)",
 				"method", req.method, "route", req.route, "error", err)
