@@ -104,6 +104,14 @@
 // with it runs (whatever its fingerprint), and a retry after expiry is not deduplicated. Cleanup
 // only reclaims space; when it runs never changes behaviour.
 //
+// # Limits
+//
+// The response is buffered in memory (up to Config.MaxResponseBytes) and sent after the commit, so
+// streaming (http.Flusher), Hijack, 1xx informational responses and trailers are not supported
+// through the middleware. Each running request holds one connection of the pool, in a transaction,
+// for the whole handler: size the pool for the concurrent protected requests, and keep handlers
+// short.
+//
 // # Example session
 //
 // With the handler of the example (a transfer created in the middleware's transaction):
