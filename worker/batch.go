@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,7 +51,7 @@ func (p *Pool) run(ctx context.Context, batch []*claimed, alone bool) {
 	sort.Slice(batch, func(i, j int) bool { return batch[i].ID < batch[j].ID })
 	done, err := p.runTx(ctx, batch)
 	if err == nil {
-		p.observe(done)
+		p.committed(ctx, done)
 		return
 	}
 	// The transaction rolled back. Record the failure of the message whose handler broke it (if any),
@@ -77,7 +78,7 @@ func (p *Pool) run(ctx context.Context, batch []*claimed, alone bool) {
 			p.cfg.Logger.Warn("txinbox: recording failure", "id", culprit.c.ID, "err", ferr)
 			release = append(release, culprit.c) // try at least to hand it back
 		} else {
-			p.observe([]*finish{culprit})
+			p.committed(bctx, []*finish{culprit})
 		}
 	}
 	if len(release) > 0 {
@@ -267,6 +268,26 @@ func (p *Pool) finish(ctx context.Context, db sqlc.DBTX, done []*finish) error {
 		return fmt.Errorf("txinbox: recorded %d of %d outcomes: claims were taken over", rows, n)
 	}
 	return nil
+}
+
+// committed follows the commit of outcomes: it makes the next message of each ordering key whose
+// message left the queue ready, and tells the Observer.
+func (p *Pool) committed(ctx context.Context, done []*finish) {
+	var keys []string
+	for _, f := range done {
+		if f.c.OrderingKey != "" && f.outcome != outRetry && !slices.Contains(keys, f.c.OrderingKey) {
+			keys = append(keys, f.c.OrderingKey)
+		}
+	}
+	if len(keys) > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if err := store.Queries.ReadyNext(rctx, p.st.Wrap(p.db), p.cfg.Consumer, keys); err != nil {
+			p.cfg.Logger.Warn("txinbox: making the next messages of ordering keys ready failed; they run when their snooze ends",
+				"consumer", p.cfg.Consumer, "keys", len(keys), "snooze", orderingSnooze, "err", err)
+		}
+		cancel()
+	}
+	p.observe(done)
 }
 
 func (p *Pool) observe(done []*finish) {

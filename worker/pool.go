@@ -330,12 +330,13 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 	for !p.stopped() {
 		var (
 			batch []*claimed
+			again bool
 			err   error
 		)
 		if rescuer {
 			batch, err = p.claimSuspect(ctx)
 		} else {
-			batch, err = p.claim(ctx)
+			batch, again, err = p.claim(ctx)
 		}
 		if err != nil {
 			if ctx.Err() == nil {
@@ -362,7 +363,7 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 		switch {
 		case rescuer:
 			p.sleep(ctx, p.cfg.PollInterval, true)
-		case len(batch) > 0:
+		case len(batch) > 0 || again:
 			// claim again at once
 		case p.hot() && p.hotPoller.CompareAndSwap(false, true):
 			p.sleep(ctx, p.cfg.HotPollInterval, false)
@@ -423,19 +424,29 @@ type claimed struct {
 	ReceivedAt    time.Time
 }
 
-func (p *Pool) claim(ctx context.Context) ([]*claimed, error) {
+// orderingSnooze is how long a claim puts off a message blocked behind an older message of its
+// ordering key. The worker finishing the older message makes it ready at once (ReadyNext); the
+// snooze only bounds the wait if that worker dies between its commit and ReadyNext.
+var orderingSnooze = 30 * time.Second
+
+// claim claims a batch. again reports that it claimed nothing but snoozed messages blocked behind
+// their ordering key: others may be ready behind them.
+func (p *Pool) claim(ctx context.Context) (batch []*claimed, again bool, err error) {
 	rows, err := store.Queries.ClaimBatch(ctx, p.st.Wrap(p.db), sqlc.ClaimBatchParams{
 		Owner: pgtype.Text{String: p.cfg.Owner, Valid: true}, LeaseSeconds: p.cfg.Lease.Seconds(),
-		Consumer: p.cfg.Consumer, Max: int32(p.cfg.BatchSize),
+		Consumer: p.cfg.Consumer, Max: int32(p.cfg.BatchSize), SnoozeSeconds: orderingSnooze.Seconds(),
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	out := make([]*claimed, len(rows))
+	if len(rows) == 1 && rows[0].ID == 0 {
+		return nil, true, nil
+	}
+	batch = make([]*claimed, len(rows))
 	for i, r := range rows {
-		out[i] = fromRow(sqlc.ClaimSuspectRow(r))
+		batch[i] = fromRow(sqlc.ClaimSuspectRow(r))
 	}
-	return out, nil
+	return batch, false, nil
 }
 
 // claimSuspect claims one message whose last attempt never finished, unless one is being run already

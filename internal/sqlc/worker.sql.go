@@ -12,37 +12,52 @@ import (
 )
 
 const claimBatch = `-- name: ClaimBatch :many
-WITH picked AS (
-    SELECT q.id
+WITH candidates AS (
+    SELECT q.id, q.alone,
+           (q.ordering_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM /* TEMPLATE: schema */inbox_queue h
+                WHERE h.consumer = q.consumer AND h.ordering_key = q.ordering_key AND h.id < q.id)) AS head
     FROM /* TEMPLATE: schema */inbox_queue q
-    WHERE q.consumer = $3 AND NOT q.claimed AND q.run_at <= now()
-      AND (q.ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM /* TEMPLATE: schema */inbox_queue h
-            WHERE h.consumer = q.consumer AND h.ordering_key = q.ordering_key AND h.id < q.id))
+    WHERE q.consumer = $1 AND NOT q.claimed AND q.run_at <= now()
     ORDER BY q.run_at, q.id
-    LIMIT $4
+    LIMIT $2
     FOR UPDATE SKIP LOCKED
+), snoozed AS (
+    UPDATE /* TEMPLATE: schema */inbox_queue q
+    SET run_at = now() + make_interval(secs => $3::float8)
+    FROM candidates c
+    WHERE q.id = c.id AND NOT c.head AND NOT c.alone
+    RETURNING q.id
 ), queued AS (
     UPDATE /* TEMPLATE: schema */inbox_queue q
-    SET claimed = true, run_at = now() + make_interval(secs => $2::float8), token = q.token + 1
-    FROM picked
-    WHERE q.id = picked.id
+    SET claimed = true, alone = false, run_at = now() + make_interval(secs => $4::float8),
+        token = q.token + 1
+    FROM candidates c
+    WHERE q.id = c.id AND c.head
     RETURNING q.id
+), claimed AS (
+    UPDATE /* TEMPLATE: schema */inbox m
+    SET state = 'processing', owner = $5, token = m.token + 1, attempts_started = m.attempts_started + 1,
+        lease_until = now() + make_interval(secs => $4::float8), started_at = now()
+    FROM queued
+    WHERE m.id = queued.id
+    RETURNING m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, m.token,
+              m.attempts_started, m.attempts_failed, m.received_at, m.last_error
 )
-UPDATE /* TEMPLATE: schema */inbox m
-SET state = 'processing', owner = $1, token = m.token + 1, attempts_started = m.attempts_started + 1,
-    lease_until = now() + make_interval(secs => $2::float8), started_at = now()
-FROM queued
-WHERE m.id = queued.id
-RETURNING m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, m.token,
-          m.attempts_started, m.attempts_failed, m.received_at, m.last_error
+SELECT c.id, c.consumer, c.key, c.kind, c.payload, c.headers, c.ordering_key, c.token,
+       c.attempts_started, c.attempts_failed, c.received_at, c.last_error
+FROM claimed c
+UNION ALL
+SELECT 0, '', '', '', 'null'::jsonb, '{}'::jsonb, NULL, 0, 0, 0, now(), NULL
+WHERE NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM snoozed)
 `
 
 type ClaimBatchParams struct {
-	Owner        pgtype.Text
-	LeaseSeconds float64
-	Consumer     string
-	Max          int32
+	Consumer      string
+	Max           int32
+	SnoozeSeconds float64
+	LeaseSeconds  float64
+	Owner         pgtype.Text
 }
 
 type ClaimBatchRow struct {
@@ -60,15 +75,23 @@ type ClaimBatchRow struct {
 	LastError       pgtype.Text
 }
 
-// Claims up to @max ready messages of a consumer: the oldest runnable rows that are not claimed, and
-// for an ordering key only its oldest message. The claim commits on its own (attempts_started and the
-// fencing token are durable before any handler runs); run_at of the queue row becomes the lease expiry.
+// Claims ready messages of a consumer: of the @max oldest runnable unclaimed rows, those without an
+// ordering key and those that are the oldest queued message of their ordering key (its head). The
+// others, blocked behind an older message of their key, are snoozed: their run_at moves
+// @snooze_seconds ahead, so that claims stop scanning them; the worker that finishes the head of a
+// key makes its next message ready again at once (ReadyNext), the snooze being only a safety net. A
+// row that ReadyNext marked (alone, which means nothing else on an unclaimed row) is never snoozed:
+// if this scan saw an older message that has just finished, the next claim takes it. If the rows
+// scanned were all snoozed, one placeholder row with id 0 says so (the caller claims again).
+// The claim commits on its own (attempts_started and the fencing token are durable before any
+// handler runs); run_at of the queue row becomes the lease expiry.
 func (q *Queries) ClaimBatch(ctx context.Context, db DBTX, arg ClaimBatchParams) ([]ClaimBatchRow, error) {
 	rows, err := db.Query(ctx, claimBatch,
-		arg.Owner,
-		arg.LeaseSeconds,
 		arg.Consumer,
 		arg.Max,
+		arg.SnoozeSeconds,
+		arg.LeaseSeconds,
+		arg.Owner,
 	)
 	if err != nil {
 		return nil, err
@@ -307,6 +330,25 @@ SELECT pg_advisory_xact_lock($1::bigint)
 // Serialises rescue claims of one consumer across processes (transaction-scoped advisory lock).
 func (q *Queries) LockRescue(ctx context.Context, db DBTX, lockKey int64) error {
 	_, err := db.Exec(ctx, lockRescue, lockKey)
+	return err
+}
+
+const readyNext = `-- name: ReadyNext :exec
+UPDATE /* TEMPLATE: schema */inbox_queue q
+SET alone = true, run_at = CASE WHEN q.run_at <= now() THEN q.run_at ELSE greatest(m.next_run_at, now()) END
+FROM unnest($2::text[]) AS k(ordering_key), /* TEMPLATE: schema */inbox m
+WHERE q.consumer = $1 AND q.ordering_key = k.ordering_key AND NOT q.claimed AND m.id = q.id
+  AND q.id = (SELECT min(h.id) FROM /* TEMPLATE: schema */inbox_queue h
+              WHERE h.consumer = $1 AND h.ordering_key = k.ordering_key)
+`
+
+// Makes the oldest queued message of each of @keys ready at once (its own not-before time permitting)
+// if it was snoozed behind a message that has just completed or died, and marks it (alone) so that no
+// claim snoozes it: a claim whose snapshot still showed the finished message, and that locks the row
+// after this update, sees the mark. Run after the finishing commit, so that it sees every message
+// received before it.
+func (q *Queries) ReadyNext(ctx context.Context, db DBTX, consumer string, keys []string) error {
+	_, err := db.Exec(ctx, readyNext, consumer, keys)
 	return err
 }
 
