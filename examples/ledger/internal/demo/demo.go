@@ -239,6 +239,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var childDone func()
 	if o.Crash {
 		childDone = r.startCrashChild(ctx, faults, startPool)
+		defer childDone()
 	} else {
 		startPool()
 	}

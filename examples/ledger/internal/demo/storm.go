@@ -280,8 +280,8 @@ func (c *crashInfo) status() string {
 // startCrashChild starts `ledger work` as a child process that hangs, holding its batch transaction
 // open with entries written, after HangAfter messages; it is then killed with SIGKILL and onDead
 // runs (it starts the in-process workers). If the child never gets there within 30 seconds, onDead
-// runs anyway and the crash is reported as not done. The returned function kills the child if it
-// is still alive and waits for it.
+// runs anyway and the crash is reported as not done. The returned function (idempotent) kills the
+// child if it is still alive and waits for it.
 func (r *run) startCrashChild(ctx context.Context, faults *ledger.Faults, onDead func()) func() {
 	args := []string{"work", "--database-url", r.o.URL, "--schema", r.o.Schema,
 		"--workers", "1", "--batch-size", strconv.Itoa(r.o.BatchSize), "--lease", r.o.Lease.String(),
@@ -358,8 +358,11 @@ func (r *run) startCrashChild(ctx context.Context, faults *ledger.Faults, onDead
 		case <-ctx.Done():
 		}
 	}()
+	var end sync.Once
 	return func() {
-		_ = cmd.Process.Kill()
-		<-exited
+		end.Do(func() {
+			_ = cmd.Process.Kill()
+			<-exited
+		})
 	}
 }
