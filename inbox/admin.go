@@ -302,10 +302,11 @@ const DefaultPurgeBatchSize = 1000
 
 // Purge deletes the messages in one of states (StateCompleted and StateDead only; StateCompleted when
 // none is given) that completed or died more than olderThan ago, whatever their dedup window, and
-// returns how many it deleted. It deletes in batches of DefaultPurgeBatchSize rows, each a short
-// transaction of its own, and stops between batches when ctx ends (the batches done stay done). The
-// key of a purged message is accepted again as a new message, so purge completed messages only past
-// the longest time a duplicate can still arrive. Pending and processing messages are never purged.
+// returns how many it deleted. Like Clean, it walks the primary key in spans of ids, each statement
+// deleting at most DefaultPurgeBatchSize rows in a short transaction of its own, and stops between
+// statements when ctx ends (the statements done stay done). The key of a purged message is accepted
+// again as a new message, so purge completed messages only past the longest time a duplicate can
+// still arrive. Pending and processing messages are never purged.
 func (c *Client) Purge(ctx context.Context, olderThan time.Duration, states ...State) (int64, error) {
 	if olderThan < 0 {
 		return 0, &ArgumentError{Name: "olderThan", Reason: "must not be negative"}
@@ -313,26 +314,26 @@ func (c *Client) Purge(ctx context.Context, olderThan time.Duration, states ...S
 	if len(states) == 0 {
 		states = []State{StateCompleted}
 	}
-	p := sqlc.PurgeFinishedParams{OlderThanSeconds: olderThan.Seconds(), MaxRows: DefaultPurgeBatchSize}
+	var names []string
 	for _, s := range states {
 		if s != StateCompleted && s != StateDead {
 			return 0, &ArgumentError{Name: "states", Reason: fmt.Sprintf("%q cannot be purged (only %q and %q)", s, StateCompleted, StateDead)}
 		}
-		p.States = append(p.States, string(s))
+		names = append(names, string(s))
 	}
-	var total int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-		r, err := store.Queries.PurgeFinished(ctx, c.st.Wrap(c.db), p)
-		if err != nil {
-			return total, translateError(err)
-		}
-		total += r.Deleted
-		if r.Picked < int64(p.MaxRows) {
-			return total, nil
-		}
-		p.AfterID = r.LastID
+	db := c.st.Wrap(c.db)
+	maxID, err := store.Queries.MaxMessageID(ctx, db)
+	if err != nil {
+		return 0, translateError(err)
 	}
+	w := &walk{
+		to: maxID, batch: DefaultPurgeBatchSize, span: DefaultPurgeBatchSize * cleanSpanFactor,
+		del: func(ctx context.Context, after, until int64) (picked, deleted, last int64, err error) {
+			r, err := store.Queries.PurgeFinished(ctx, db, sqlc.PurgeFinishedParams{AfterID: after, UntilID: until,
+				States: names, OlderThanSeconds: olderThan.Seconds(), MaxRows: DefaultPurgeBatchSize})
+			return r.Picked, r.Deleted, r.LastID, err
+		},
+	}
+	r, err := w.run(ctx)
+	return r.Deleted, err
 }

@@ -2,17 +2,22 @@
 -- Takes the cleaner lock of a schema for the current transaction, without waiting: true if taken.
 SELECT pg_try_advisory_xact_lock(@lock_key::bigint) AS locked;
 
--- name: CleanExpired :one
--- Deletes up to @max_rows completed messages whose dedup window has ended, with an id above @after_id,
--- in id order (a walk along the primary key). Rows locked by someone else (a receiver renewing an expired
--- key) are skipped; a row renewed in the meantime is re-checked by FOR UPDATE and left alone. Reports
--- how many rows were deleted and the highest id examined, where the next batch starts. Needs no index
--- beyond the primary key: the inbox table keeps only its primary key and unique key, so that every
--- state change stays a HOT update (see migrations/00001_inbox.sql).
+-- name: MaxMessageID :one
+-- The highest message id stored (0 when none), read from the end of the primary key.
+SELECT coalesce(max(id), 0)::bigint AS max_id FROM /* TEMPLATE: schema */inbox;
+
+-- name: CleanExpiredRange :one
+-- Deletes up to @max_rows completed messages whose dedup window has ended, among the ids above
+-- @after_id and up to @until_id, in id order: a range scan of the primary key, so a statement never
+-- reads more than that span of ids. No index beyond the primary key is needed: the inbox table keeps
+-- only its primary key and unique key, so that every state change stays a HOT update (see
+-- migrations/00001_inbox.sql). Rows locked by someone else (a receiver renewing an expired key) are
+-- skipped; a row renewed in the meantime is re-checked by FOR UPDATE and left alone. Reports how many
+-- rows were picked and deleted and the highest id picked, where the next batch of the span starts.
 WITH picked AS (
     SELECT m.id
     FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > @after_id AND m.state = 'completed' AND m.expires_at < now()
+    WHERE m.id > @after_id AND m.id <= @until_id AND m.state = 'completed' AND m.expires_at < now()
     ORDER BY m.id
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
@@ -26,13 +31,23 @@ SELECT (SELECT count(*) FROM picked)::bigint AS picked,
        (SELECT count(*) FROM deleted)::bigint AS deleted,
        coalesce((SELECT max(id) FROM picked), 0)::bigint AS last_id;
 
+-- name: HasLiveCompleted :one
+-- Reports whether the ids above @after_id and up to @until_id hold a completed message still within
+-- its dedup window (stops at the first one found).
+SELECT EXISTS (
+    SELECT 1 FROM /* TEMPLATE: schema */inbox m
+    WHERE m.id > @after_id AND m.id <= @until_id AND m.state = 'completed'
+      AND (m.expires_at IS NULL OR m.expires_at >= now())
+) AS live;
+
 -- name: PurgeFinished :one
 -- Deletes up to @max_rows messages in one of @states (completed or dead only) that finished before
--- @older_than_seconds ago, with an id above @after_id, in id order. Same shape as CleanExpired.
+-- @older_than_seconds ago, among the ids above @after_id and up to @until_id, in id order. Same shape
+-- as CleanExpiredRange.
 WITH picked AS (
     SELECT m.id
     FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > @after_id AND m.state = ANY(@states::text[]) AND m.state IN ('completed', 'dead')
+    WHERE m.id > @after_id AND m.id <= @until_id AND m.state = ANY(@states::text[]) AND m.state IN ('completed', 'dead')
       AND m.completed_at < now() - make_interval(secs => @older_than_seconds::float8)
     ORDER BY m.id
     LIMIT @max_rows

@@ -11,13 +11,13 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const cleanExpired = `-- name: CleanExpired :one
+const cleanExpiredRange = `-- name: CleanExpiredRange :one
 WITH picked AS (
     SELECT m.id
     FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > $1 AND m.state = 'completed' AND m.expires_at < now()
+    WHERE m.id > $1 AND m.id <= $2 AND m.state = 'completed' AND m.expires_at < now()
     ORDER BY m.id
-    LIMIT $2
+    LIMIT $3
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
@@ -30,21 +30,28 @@ SELECT (SELECT count(*) FROM picked)::bigint AS picked,
        coalesce((SELECT max(id) FROM picked), 0)::bigint AS last_id
 `
 
-type CleanExpiredRow struct {
+type CleanExpiredRangeParams struct {
+	AfterID int64
+	UntilID int64
+	MaxRows int32
+}
+
+type CleanExpiredRangeRow struct {
 	Picked  int64
 	Deleted int64
 	LastID  int64
 }
 
-// Deletes up to @max_rows completed messages whose dedup window has ended, with an id above @after_id,
-// in id order (a walk along the primary key). Rows locked by someone else (a receiver renewing an expired
-// key) are skipped; a row renewed in the meantime is re-checked by FOR UPDATE and left alone. Reports
-// how many rows were deleted and the highest id examined, where the next batch starts. Needs no index
-// beyond the primary key: the inbox table keeps only its primary key and unique key, so that every
-// state change stays a HOT update (see migrations/00001_inbox.sql).
-func (q *Queries) CleanExpired(ctx context.Context, db DBTX, afterID int64, maxRows int32) (CleanExpiredRow, error) {
-	row := db.QueryRow(ctx, cleanExpired, afterID, maxRows)
-	var i CleanExpiredRow
+// Deletes up to @max_rows completed messages whose dedup window has ended, among the ids above
+// @after_id and up to @until_id, in id order: a range scan of the primary key, so a statement never
+// reads more than that span of ids. No index beyond the primary key is needed: the inbox table keeps
+// only its primary key and unique key, so that every state change stays a HOT update (see
+// migrations/00001_inbox.sql). Rows locked by someone else (a receiver renewing an expired key) are
+// skipped; a row renewed in the meantime is re-checked by FOR UPDATE and left alone. Reports how many
+// rows were picked and deleted and the highest id picked, where the next batch of the span starts.
+func (q *Queries) CleanExpiredRange(ctx context.Context, db DBTX, arg CleanExpiredRangeParams) (CleanExpiredRangeRow, error) {
+	row := db.QueryRow(ctx, cleanExpiredRange, arg.AfterID, arg.UntilID, arg.MaxRows)
+	var i CleanExpiredRangeRow
 	err := row.Scan(&i.Picked, &i.Deleted, &i.LastID)
 	return i, err
 }
@@ -172,6 +179,23 @@ func (q *Queries) GetMessage(ctx context.Context, db DBTX, id int64) (Inbox, err
 	return i, err
 }
 
+const hasLiveCompleted = `-- name: HasLiveCompleted :one
+SELECT EXISTS (
+    SELECT 1 FROM /* TEMPLATE: schema */inbox m
+    WHERE m.id > $1 AND m.id <= $2 AND m.state = 'completed'
+      AND (m.expires_at IS NULL OR m.expires_at >= now())
+) AS live
+`
+
+// Reports whether the ids above @after_id and up to @until_id hold a completed message still within
+// its dedup window (stops at the first one found).
+func (q *Queries) HasLiveCompleted(ctx context.Context, db DBTX, afterID int64, untilID int64) (bool, error) {
+	row := db.QueryRow(ctx, hasLiveCompleted, afterID, untilID)
+	var live bool
+	err := row.Scan(&live)
+	return live, err
+}
+
 const listDead = `-- name: ListDead :many
 SELECT id, consumer, key, kind, payload, raw, headers, fingerprint, ordering_key, state,
        attempts_started, attempts_failed, next_run_at, owner, lease_until, token, last_error,
@@ -250,14 +274,26 @@ func (q *Queries) ListDead(ctx context.Context, db DBTX, arg ListDeadParams) ([]
 	return items, nil
 }
 
+const maxMessageID = `-- name: MaxMessageID :one
+SELECT coalesce(max(id), 0)::bigint AS max_id FROM /* TEMPLATE: schema */inbox
+`
+
+// The highest message id stored (0 when none), read from the end of the primary key.
+func (q *Queries) MaxMessageID(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, maxMessageID)
+	var max_id int64
+	err := row.Scan(&max_id)
+	return max_id, err
+}
+
 const purgeFinished = `-- name: PurgeFinished :one
 WITH picked AS (
     SELECT m.id
     FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > $1 AND m.state = ANY($2::text[]) AND m.state IN ('completed', 'dead')
-      AND m.completed_at < now() - make_interval(secs => $3::float8)
+    WHERE m.id > $1 AND m.id <= $2 AND m.state = ANY($3::text[]) AND m.state IN ('completed', 'dead')
+      AND m.completed_at < now() - make_interval(secs => $4::float8)
     ORDER BY m.id
-    LIMIT $4
+    LIMIT $5
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
@@ -276,6 +312,7 @@ SELECT (SELECT count(*) FROM picked)::bigint AS picked,
 
 type PurgeFinishedParams struct {
 	AfterID          int64
+	UntilID          int64
 	States           []string
 	OlderThanSeconds float64
 	MaxRows          int32
@@ -288,10 +325,12 @@ type PurgeFinishedRow struct {
 }
 
 // Deletes up to @max_rows messages in one of @states (completed or dead only) that finished before
-// @older_than_seconds ago, with an id above @after_id, in id order. Same shape as CleanExpired.
+// @older_than_seconds ago, among the ids above @after_id and up to @until_id, in id order. Same shape
+// as CleanExpiredRange.
 func (q *Queries) PurgeFinished(ctx context.Context, db DBTX, arg PurgeFinishedParams) (PurgeFinishedRow, error) {
 	row := db.QueryRow(ctx, purgeFinished,
 		arg.AfterID,
+		arg.UntilID,
 		arg.States,
 		arg.OlderThanSeconds,
 		arg.MaxRows,
