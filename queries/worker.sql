@@ -164,3 +164,22 @@ SET state = 'pending', attempts_started = greatest(m.attempts_started - 1, m.att
     owner = NULL, lease_until = NULL
 FROM c
 WHERE m.id = c.id AND m.token = c.token AND m.state = 'processing';
+
+-- name: QueueStats :many
+-- Per consumer with queued messages: how many are ready to run now, waiting for a later time (not
+-- before, backoff, or snoozed behind their ordering key) and claimed, and when the oldest queued
+-- message (lowest id) was received. Reads the whole queue (for metrics scrapes).
+WITH g AS (
+    SELECT q.consumer,
+           count(*) FILTER (WHERE NOT q.claimed AND q.run_at <= now()) AS ready,
+           count(*) FILTER (WHERE NOT q.claimed AND q.run_at > now()) AS waiting,
+           count(*) FILTER (WHERE q.claimed) AS claimed,
+           min(q.id) AS oldest_id
+    FROM /* TEMPLATE: schema */inbox_queue q
+    GROUP BY q.consumer
+)
+SELECT g.consumer, g.ready::bigint AS ready, g.waiting::bigint AS waiting, g.claimed::bigint AS claimed,
+       coalesce(extract(epoch FROM now() - m.received_at), 0)::float8 AS oldest_age_seconds
+FROM g
+LEFT JOIN /* TEMPLATE: schema */inbox m ON m.id = g.oldest_id
+ORDER BY g.consumer;

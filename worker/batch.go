@@ -13,6 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/store"
@@ -194,7 +198,9 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 		p.fail(f, c, fmt.Errorf("%w: %q", ErrUnknownKind, c.Kind), "unknown_kind")
 		return f
 	}
-	hctx, cancel := context.WithTimeout(ctx, p.cfg.timeout(h))
+	sctx, span := p.startSpan(ctx, c)
+	defer endSpan(span, f)
+	hctx, cancel := context.WithTimeout(sctx, p.cfg.timeout(h))
 	defer cancel()
 	start := time.Now()
 	var result []byte
@@ -213,12 +219,49 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	return f
 }
 
+// startSpan starts the span of a handler call, a child of the trace context in the message headers.
+func (p *Pool) startSpan(ctx context.Context, c *claimed) (context.Context, trace.Span) {
+	if len(c.Headers) > 0 {
+		ctx = p.cfg.Propagator.Extract(ctx, propagation.MapCarrier(c.Headers))
+	}
+	ctx, span := p.tracer.Start(ctx, "txinbox.handle", trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("messaging.system", "txinbox"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.consumer.group.name", c.Consumer),
+			attribute.String("messaging.message.id", c.Key),
+			attribute.String("txinbox.kind", c.Kind),
+			attribute.Int64("txinbox.message_id", c.ID),
+			attribute.Int("txinbox.attempt", c.Attempt),
+		)
+		if c.OrderingKey != "" {
+			span.SetAttributes(attribute.String("txinbox.ordering_key", c.OrderingKey))
+		}
+	}
+	return ctx, span
+}
+
+// endSpan ends a handler call's span with its outcome.
+func endSpan(span trace.Span, f *finish) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("txinbox.outcome", f.outcome))
+		if f.outcome != outCompleted {
+			span.SetAttributes(attribute.String("txinbox.reason", f.reason))
+			span.SetStatus(codes.Error, f.err)
+		}
+	}
+	span.End()
+}
+
 // fail records a failed attempt: dead if permanent or out of attempts, else a retry after backoff.
 func (p *Pool) fail(f *finish, c *claimed, err error, reason string) {
 	h := p.cfg.Handlers.byKind[c.Kind]
 	f.err = truncateError(err.Error())
 	f.reason = reason
 	switch {
+	case errors.As(err, new(decodeError)):
+		f.outcome, f.reason = outDead, "decode"
 	case IsPermanent(err):
 		f.outcome, f.reason = outDead, "permanent"
 	case c.Attempt >= p.cfg.maxAttempts(h):
@@ -295,7 +338,8 @@ func (p *Pool) observe(done []*finish) {
 		return
 	}
 	for _, f := range done {
-		p.cfg.Observer.Handled(f.c.Kind, f.outcome, f.reason, f.c.Attempt, f.elapsed)
+		p.cfg.Observer.Handled(HandleEvent{Consumer: f.c.Consumer, Kind: f.c.Kind, Outcome: f.outcome, Reason: f.reason,
+			Attempt: f.c.Attempt, Duration: f.elapsed, ReceivedAt: f.c.ReceivedAt})
 	}
 }
 

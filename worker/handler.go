@@ -85,7 +85,7 @@ func Handle[T any](hs *Handlers, kind string, fn HandlerFunc[T], cfg ...HandlerC
 			PreviousError: c.PreviousError, ReceivedAt: c.ReceivedAt, result: result,
 		}
 		if err := json.Unmarshal(c.Payload, &m.Payload); err != nil {
-			return Permanent(fmt.Errorf("payload does not decode into %T: %w", m.Payload, err))
+			return Permanent(decodeError{fmt.Errorf("payload does not decode into %T: %w", m.Payload, err)})
 		}
 		return fn(ctx, tx, m)
 	}}
@@ -94,6 +94,12 @@ func Handle[T any](hs *Handlers, kind string, fn HandlerFunc[T], cfg ...HandlerC
 	}
 	hs.byKind[kind] = h
 }
+
+// decodeError is a payload that does not decode into the handler's type (always Permanent).
+type decodeError struct{ err error }
+
+func (e decodeError) Error() string { return e.err.Error() }
+func (e decodeError) Unwrap() error { return e.err }
 
 // ErrTxManaged is returned by Commit and Rollback on the transaction given to a handler: the worker
 // commits it with the message's status.

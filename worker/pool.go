@@ -16,6 +16,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/sqlc"
@@ -95,16 +98,42 @@ type Config struct {
 	Logger *slog.Logger
 	// Owner names this pool in claims (inbox.owner). Default: hostname:pid:random.
 	Owner string
-	// Observer, if set, is told about every message handled (for metrics).
+	// Observer, if set, is told about every attempt finished (package metrics implements it).
+	// Default: none.
 	Observer Observer
+	// TracerProvider makes a span ("txinbox.handle", kind consumer) around each handler call; the
+	// handler's ctx carries it. Its parent is the trace context that Propagator finds in the message
+	// headers (a traceparent header), so a handler's work joins the trace of whoever sent the message.
+	// Default: otel.GetTracerProvider() (no spans unless the application installs a provider).
+	TracerProvider trace.TracerProvider
+	// Propagator reads the trace context from message headers. Default: propagation.TraceContext{}
+	// (W3C traceparent and tracestate).
+	Propagator propagation.TextMapPropagator
 }
 
 // Observer receives events from a pool. Its methods must be fast and safe for concurrent use.
 type Observer interface {
-	// Handled is called once per finished attempt, after its transaction committed.
-	// outcome is "completed", "retry" or "dead"; reason is "" for completed, else "error", "panic",
-	// "timeout", "permanent", "unknown_kind", "crashed" (an attempt that never finished) or "decode".
-	Handled(kind, outcome, reason string, attempt int, duration time.Duration)
+	// Handled is called once per finished attempt, after its outcome was committed.
+	Handled(HandleEvent)
+}
+
+// HandleEvent describes a finished attempt.
+type HandleEvent struct {
+	Consumer string
+	Kind     string
+	// Outcome is "completed", "retry" (it failed and will be tried again) or "dead" (it failed and
+	// will not be).
+	Outcome string
+	// Reason is "" when completed; else "error", "panic", "timeout", "permanent" (the handler returned
+	// a Permanent error), "decode" (the payload does not decode into the handler's type),
+	// "unknown_kind" or "crashed" (out of attempts, the last of which never finished).
+	Reason string
+	// Attempt is the attempt's number, from 1.
+	Attempt int
+	// Duration is the time spent in the handler (0 if it did not run).
+	Duration time.Duration
+	// ReceivedAt is when the message was received (stored).
+	ReceivedAt time.Time
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -155,6 +184,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -202,6 +237,7 @@ type Pool struct {
 	cfg     Config
 	st      *store.Store
 	lockKey int64
+	tracer  trace.Tracer
 	maxTO   time.Duration // longest handler timeout: the batch statement_timeout
 
 	wake          chan struct{}
@@ -228,7 +264,8 @@ func New(db inbox.DB, cfg Config) (*Pool, error) {
 	h := fnv.New64a()
 	h.Write([]byte("txinbox.rescue\x00" + cfg.Schema + "\x00" + cfg.Consumer))
 	p := &Pool{db: db, cfg: cfg, st: store.New(cfg.Schema), lockKey: int64(h.Sum64() >> 1),
-		wake: make(chan struct{}, cfg.Concurrency+1), epoch: time.Now()}
+		tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/worker"),
+		wake:   make(chan struct{}, cfg.Concurrency+1), epoch: time.Now()}
 	p.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
 	for _, hd := range cfg.Handlers.byKind {
 		p.maxTO = max(p.maxTO, cfg.timeout(hd))

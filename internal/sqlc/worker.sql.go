@@ -333,6 +333,60 @@ func (q *Queries) LockRescue(ctx context.Context, db DBTX, lockKey int64) error 
 	return err
 }
 
+const queueStats = `-- name: QueueStats :many
+WITH g AS (
+    SELECT q.consumer,
+           count(*) FILTER (WHERE NOT q.claimed AND q.run_at <= now()) AS ready,
+           count(*) FILTER (WHERE NOT q.claimed AND q.run_at > now()) AS waiting,
+           count(*) FILTER (WHERE q.claimed) AS claimed,
+           min(q.id) AS oldest_id
+    FROM /* TEMPLATE: schema */inbox_queue q
+    GROUP BY q.consumer
+)
+SELECT g.consumer, g.ready::bigint AS ready, g.waiting::bigint AS waiting, g.claimed::bigint AS claimed,
+       coalesce(extract(epoch FROM now() - m.received_at), 0)::float8 AS oldest_age_seconds
+FROM g
+LEFT JOIN /* TEMPLATE: schema */inbox m ON m.id = g.oldest_id
+ORDER BY g.consumer
+`
+
+type QueueStatsRow struct {
+	Consumer         string
+	Ready            int64
+	Waiting          int64
+	Claimed          int64
+	OldestAgeSeconds float64
+}
+
+// Per consumer with queued messages: how many are ready to run now, waiting for a later time (not
+// before, backoff, or snoozed behind their ordering key) and claimed, and when the oldest queued
+// message (lowest id) was received. Reads the whole queue (for metrics scrapes).
+func (q *Queries) QueueStats(ctx context.Context, db DBTX) ([]QueueStatsRow, error) {
+	rows, err := db.Query(ctx, queueStats)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []QueueStatsRow
+	for rows.Next() {
+		var i QueueStatsRow
+		if err := rows.Scan(
+			&i.Consumer,
+			&i.Ready,
+			&i.Waiting,
+			&i.Claimed,
+			&i.OldestAgeSeconds,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const readyNext = `-- name: ReadyNext :exec
 UPDATE /* TEMPLATE: schema */inbox_queue q
 SET alone = true, run_at = CASE WHEN q.run_at <= now() THEN q.run_at ELSE greatest(m.next_run_at, now()) END

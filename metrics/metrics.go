@@ -1,0 +1,213 @@
+// Package metrics exposes txinbox activity as Prometheus metrics and OpenTelemetry spans.
+//
+// One Metrics value observes both sides: give it to inbox.Config.Observer (receiving) and to
+// worker.Config.Observer (handling), and register a QueueCollector for the queue's depth:
+//
+//	reg := prometheus.NewRegistry()
+//	m, err := metrics.New(metrics.Config{Registerer: reg})
+//	client, err := inbox.NewClient(db, inbox.Config{Observer: m})
+//	pool, err := worker.New(db, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m})
+//	qc, err := metrics.NewQueueCollector(db, metrics.QueueConfig{Consumers: []string{"ledger"}})
+//	reg.MustRegister(qc)
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
+// The metrics (with the default namespace "txinbox"):
+//
+//	txinbox_received_total{consumer, outcome}               counter: messages received; outcome is
+//	                                                         inserted, duplicate or conflict
+//	txinbox_receive_errors_total                             counter: receive calls that failed (invalid
+//	                                                         message, database error)
+//	txinbox_processed_total{consumer, kind, outcome}         counter: attempts finished; outcome is
+//	                                                         completed, retry or dead
+//	txinbox_retries_total{consumer, kind, reason}            counter: failed attempts to be retried
+//	txinbox_dead_letters_total{consumer, kind, reason}       counter: messages given up (dead)
+//	txinbox_handler_duration_seconds{consumer, kind, outcome} histogram: time in the handler
+//	txinbox_queue_messages{consumer, state}                  gauge (QueueCollector): queued messages;
+//	                                                         state is ready, waiting or claimed
+//	txinbox_queue_oldest_age_seconds{consumer}               gauge (QueueCollector): age of the oldest
+//	                                                         queued (unfinished) message
+//
+// Reasons are those of worker.HandleEvent: error, panic, timeout, permanent, decode, unknown_kind,
+// crashed.
+//
+// Spans: Metrics makes a "txinbox.receive" span around every receive call (a child of the caller's
+// ctx). The worker pool makes the "txinbox.handle" spans itself (worker.Config.TracerProvider), as
+// children of the trace context found in the message headers: put it there when sending with
+// TraceHeaders.
+package metrics
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// Config configures Metrics. The zero value is valid.
+type Config struct {
+	// Registerer receives the collectors. Default: prometheus.DefaultRegisterer.
+	Registerer prometheus.Registerer
+	// Namespace prefixes every metric name. Default: "txinbox".
+	Namespace string
+	// ConstLabels are added to every metric (an instance or service name, say). Default: none.
+	ConstLabels prometheus.Labels
+	// DurationBuckets are the handler duration histogram's buckets, in seconds. Default: 0.5ms to 10s
+	// (prometheus.ExponentialBuckets(0.0005, 2.5, 12)).
+	DurationBuckets []float64
+	// TracerProvider makes the receive spans. Default: otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+}
+
+// Metrics counts what receiving Clients and worker Pools do. It implements inbox.Observer and
+// worker.Observer and is safe for concurrent use.
+type Metrics struct {
+	received      *prometheus.CounterVec
+	receiveErrors prometheus.Counter
+	processed     *prometheus.CounterVec
+	retries       *prometheus.CounterVec
+	dead          *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	tracer        trace.Tracer
+}
+
+var (
+	_ inbox.Observer  = (*Metrics)(nil)
+	_ worker.Observer = (*Metrics)(nil)
+)
+
+// New creates the collectors and registers them with cfg.Registerer. It fails if a collector of the
+// same name is registered already.
+func New(cfg Config) (*Metrics, error) {
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.DefaultRegisterer
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "txinbox"
+	}
+	if cfg.DurationBuckets == nil {
+		cfg.DurationBuckets = prometheus.ExponentialBuckets(0.0005, 2.5, 12)
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
+	opts := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: cfg.Namespace, Name: name, Help: help, ConstLabels: cfg.ConstLabels}
+	}
+	m := &Metrics{
+		received: prometheus.NewCounterVec(prometheus.CounterOpts(opts("received_total",
+			"Messages received, by outcome: inserted (new), duplicate (key already stored), conflict (key stored with another payload).")),
+			[]string{"consumer", "outcome"}),
+		receiveErrors: prometheus.NewCounter(prometheus.CounterOpts(opts("receive_errors_total",
+			"Receive calls that failed (invalid message or database error); nothing of them was stored."))),
+		processed: prometheus.NewCounterVec(prometheus.CounterOpts(opts("processed_total",
+			"Handler attempts finished, by outcome: completed, retry (failed, tried again later), dead (failed, given up).")),
+			[]string{"consumer", "kind", "outcome"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts(opts("retries_total",
+			"Failed attempts that will be retried, by reason.")),
+			[]string{"consumer", "kind", "reason"}),
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts(opts("dead_letters_total",
+			"Messages given up (dead letters), by reason.")),
+			[]string{"consumer", "kind", "reason"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: cfg.Namespace, Name: "handler_duration_seconds",
+			Help: "Time spent in handlers, by outcome.", ConstLabels: cfg.ConstLabels, Buckets: cfg.DurationBuckets},
+			[]string{"consumer", "kind", "outcome"}),
+		tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/metrics"),
+	}
+	for _, c := range []prometheus.Collector{m.received, m.receiveErrors, m.processed, m.retries, m.dead, m.duration} {
+		if err := cfg.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("txinbox metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// ReceiveStart implements inbox.Observer: it starts a "txinbox.receive" span and, when the call
+// ends, counts its receipts by consumer and outcome.
+func (m *Metrics) ReceiveStart(ctx context.Context, msgs []inbox.Message) (context.Context, func([]inbox.Receipt, error)) {
+	ctx, span := m.tracer.Start(ctx, "txinbox.receive", trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("messaging.system", "txinbox"), attribute.Int("txinbox.messages", len(msgs)))
+		if len(msgs) > 0 {
+			span.SetAttributes(attribute.String("messaging.consumer.group.name", msgs[0].Consumer))
+		}
+	}
+	return ctx, func(rs []inbox.Receipt, err error) {
+		defer span.End()
+		if err != nil {
+			m.receiveErrors.Inc()
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			return
+		}
+		var counts [4]int // by inbox.Outcome
+		var last string
+		flush := func() {
+			for o, n := range counts {
+				if n > 0 {
+					m.received.WithLabelValues(last, inbox.Outcome(o).String()).Add(float64(n))
+				}
+			}
+			counts = [4]int{}
+		}
+		for i, r := range rs {
+			if c := msgs[i].Consumer; c != last {
+				flush()
+				last = c
+			}
+			if r.Outcome >= inbox.Inserted && r.Outcome <= inbox.Conflict {
+				counts[r.Outcome]++
+			}
+		}
+		flush()
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("txinbox.inserted", countOutcome(rs, inbox.Inserted)))
+		}
+	}
+}
+
+func countOutcome(rs []inbox.Receipt, o inbox.Outcome) int {
+	n := 0
+	for _, r := range rs {
+		if r.Outcome == o {
+			n++
+		}
+	}
+	return n
+}
+
+// Handled implements worker.Observer.
+func (m *Metrics) Handled(e worker.HandleEvent) {
+	m.processed.WithLabelValues(e.Consumer, e.Kind, e.Outcome).Inc()
+	switch e.Outcome {
+	case "retry":
+		m.retries.WithLabelValues(e.Consumer, e.Kind, e.Reason).Inc()
+	case "dead":
+		m.dead.WithLabelValues(e.Consumer, e.Kind, e.Reason).Inc()
+	}
+	if e.Duration > 0 {
+		m.duration.WithLabelValues(e.Consumer, e.Kind, e.Outcome).Observe(e.Duration.Seconds())
+	}
+}
+
+// TraceHeaders returns headers with the trace context of ctx added (W3C traceparent and tracestate),
+// for inbox.Message.Headers: the handler's span then joins the sender's trace. headers is not modified;
+// without a valid span context in ctx it is returned as is.
+func TraceHeaders(ctx context.Context, headers map[string]string) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return headers
+	}
+	out := make(map[string]string, len(headers)+2)
+	for k, v := range headers {
+		out[k] = v
+	}
+	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(out))
+	return out
+}

@@ -1,0 +1,228 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/metrics"
+	"github.com/txinbox/txinbox/worker"
+)
+
+type credit struct {
+	Amount int64 `json:"amount"`
+}
+
+// scrape fetches the registry's exposition through promhttp.
+func scrape(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("scrape: %d %v\n%s", resp.StatusCode, err, b)
+	}
+	return string(b)
+}
+
+// value returns the value of the sample of metric name whose labels include every name="value" pair
+// given, or -1 if there is none.
+func value(t *testing.T, text, name string, labels ...string) float64 {
+	t.Helper()
+	for line := range strings.SplitSeq(text, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for i := 0; i < len(labels); i += 2 {
+			if !strings.Contains(line, labels[i]+`="`+labels[i+1]+`"`) {
+				ok = false
+			}
+		}
+		if ok {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return v
+		}
+	}
+	return -1
+}
+
+func TestMetricsAndSpans(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	m, err := metrics.New(metrics.Config{Registerer: reg, TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qc, err := metrics.NewQueueCollector(db.Pool, metrics.QueueConfig{Schema: db.Schema, Consumers: []string{"ledger", "idle"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(qc)
+	client, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The sender's trace, carried in the headers of one message.
+	sendCtx, send := tp.Tracer("test").Start(ctx, "send")
+	msg := func(key, payload string) inbox.Message {
+		return inbox.Message{Consumer: "ledger", Key: key, Kind: "credit", Payload: []byte(payload)}
+	}
+	var batch []inbox.Message
+	for _, k := range []string{"m-0", "m-1", "m-2", "m-3", "m-4", "m-5", "m-6", "m-7", "m-8", "m-9", "flaky", "poison"} {
+		batch = append(batch, msg(k, `{"amount":1}`))
+	}
+	batch = append(batch, msg("undecodable", `{"amount":"x"}`))
+	traced := msg("traced", `{"amount":1}`)
+	traced.Headers = metrics.TraceHeaders(sendCtx, map[string]string{"source": "test"})
+	batch = append(batch, traced)
+	send.End()
+	if _, err := client.ReceiveMany(ctx, batch); err != nil { // 14 inserted
+		t.Fatal(err)
+	}
+	if _, err := client.ReceiveMany(ctx, batch[:5]); err != nil { // 5 duplicates
+		t.Fatal(err)
+	}
+	if _, err := client.Receive(ctx, msg("m-0", `{"amount":2}`)); !errors.Is(err, inbox.ErrKeyConflict) { // 1 conflict
+		t.Fatalf("want a conflict, got %v", err)
+	}
+	if _, err := client.Receive(ctx, inbox.Message{Consumer: "ledger"}); !errors.Is(err, inbox.ErrInvalidMessage) { // 1 error
+		t.Fatalf("want invalid, got %v", err)
+	}
+
+	before := scrape(t, reg)
+	for _, c := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{"consumer", "ledger", "state", "ready"}, 14},
+		{[]string{"consumer", "ledger", "state", "claimed"}, 0},
+		{[]string{"consumer", "idle", "state", "ready"}, 0},
+	} {
+		if v := value(t, before, "txinbox_queue_messages", c.labels...); v != c.want {
+			t.Errorf("queue_messages%v = %v, want %v", c.labels, v, c.want)
+		}
+	}
+	if v := value(t, before, "txinbox_queue_oldest_age_seconds", "consumer", "ledger"); v < 0 {
+		t.Errorf("oldest age = %v", v)
+	}
+
+	var flaky atomic.Int64
+	var handlerTrace atomic.Value
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, msg *worker.Message[credit]) error {
+		switch msg.Key {
+		case "flaky":
+			if flaky.Add(1) == 1 {
+				return errors.New("try again")
+			}
+		case "poison":
+			return worker.Permanent(errors.New("rejected"))
+		case "traced":
+			handlerTrace.Store(trace.SpanContextFromContext(ctx))
+		}
+		return nil
+	})
+	p, err := worker.New(db.Pool, worker.Config{Consumer: "ledger", Schema: db.Schema, Handlers: hs, Observer: m,
+		TracerProvider: tp, PollInterval: 20 * time.Millisecond,
+		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("queue not drained")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := p.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+
+	after := scrape(t, reg)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"txinbox_received_total", []string{"consumer", "ledger", "outcome", "inserted"}, 14},
+		{"txinbox_received_total", []string{"consumer", "ledger", "outcome", "duplicate"}, 5},
+		{"txinbox_received_total", []string{"consumer", "ledger", "outcome", "conflict"}, 1},
+		{"txinbox_receive_errors_total", nil, 1},
+		{"txinbox_processed_total", []string{"consumer", "ledger", "kind", "credit", "outcome", "completed"}, 12},
+		{"txinbox_processed_total", []string{"consumer", "ledger", "kind", "credit", "outcome", "retry"}, 1},
+		{"txinbox_processed_total", []string{"consumer", "ledger", "kind", "credit", "outcome", "dead"}, 2},
+		{"txinbox_retries_total", []string{"consumer", "ledger", "kind", "credit", "reason", "error"}, 1},
+		{"txinbox_dead_letters_total", []string{"consumer", "ledger", "kind", "credit", "reason", "permanent"}, 1},
+		{"txinbox_dead_letters_total", []string{"consumer", "ledger", "kind", "credit", "reason", "decode"}, 1},
+		{"txinbox_handler_duration_seconds_count", []string{"consumer", "ledger", "kind", "credit", "outcome", "completed"}, 12},
+		{"txinbox_queue_messages", []string{"consumer", "ledger", "state", "ready"}, 0},
+		{"txinbox_queue_oldest_age_seconds", []string{"consumer", "ledger"}, 0},
+	} {
+		if v := value(t, after, c.name, c.labels...); v != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scraped:\n%s", after)
+	}
+
+	// Spans: one per receive call, one per handler call; the traced message's handler span (and its
+	// ctx) belongs to the sender's trace, as a child of the sender's span.
+	var receives, handles int
+	var tracedSpan sdktrace.ReadOnlySpan
+	for _, s := range spans.Ended() {
+		switch s.Name() {
+		case "txinbox.receive":
+			receives++
+		case "txinbox.handle":
+			handles++
+			if s.SpanContext().TraceID() == send.SpanContext().TraceID() {
+				tracedSpan = s
+			}
+		}
+	}
+	if receives != 4 || handles != 15 {
+		t.Errorf("spans: %d receive, %d handle; want 4 and 15", receives, handles)
+	}
+	if tracedSpan == nil || tracedSpan.Parent().SpanID() != send.SpanContext().SpanID() {
+		t.Fatalf("no handle span in the sender's trace (%v)", tracedSpan)
+	}
+	if sc, _ := handlerTrace.Load().(trace.SpanContext); sc.TraceID() != send.SpanContext().TraceID() || sc.SpanID() != tracedSpan.SpanContext().SpanID() {
+		t.Fatalf("handler ctx span %v, want the handle span %v", sc, tracedSpan.SpanContext())
+	}
+}
