@@ -1,0 +1,88 @@
+// Package run holds the helpers shared by the broker loops.
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// WriteContext returns the context for storing and acknowledging the batch in hand. It does not end
+// with ctx (the batch in hand is finished after Run's context ended) but at most shutdown after ctx
+// ends, and at most write after it was made.
+func WriteContext(ctx context.Context, write, shutdown time.Duration) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), write)
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(shutdown, cancel)
+		context.AfterFunc(wctx, func() { t.Stop() })
+	})
+	return wctx, func() { stop(); cancel() }
+}
+
+// Sleep waits for d or until ctx ends, and reports whether ctx is still alive.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Backoff is a delay that doubles from Base up to Max each time Next is called, until Reset.
+type Backoff struct {
+	Base, Max time.Duration
+	next      time.Duration
+}
+
+// Next returns the delay to wait now.
+func (b *Backoff) Next() time.Duration {
+	if b.next == 0 {
+		b.next = b.Base
+	}
+	d := b.next
+	b.next = min(b.next*2, b.Max)
+	return d
+}
+
+// Reset starts again from Base.
+func (b *Backoff) Reset() { b.next = 0 }
+
+// Text formats a header value as text: strings as they are, byte slices if they are valid UTF-8,
+// numbers and booleans in decimal, times in RFC 3339, anything else as JSON. It reports false for nil
+// and for what cannot be formatted.
+func Text(v any) (string, bool) {
+	switch x := v.(type) {
+	case nil:
+		return "", false
+	case string:
+		return x, true
+	case []byte:
+		if !utf8.Valid(x) {
+			return "", false
+		}
+		return string(x), true
+	case bool:
+		return strconv.FormatBool(x), true
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		return fmt.Sprint(x), true
+	case float32:
+		return strconv.FormatFloat(float64(x), 'g', -1, 32), true
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64), true
+	case time.Time:
+		return x.Format(time.RFC3339Nano), true
+	case fmt.Stringer:
+		return x.String(), true
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
