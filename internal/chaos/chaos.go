@@ -179,13 +179,16 @@ type Report struct {
 	Resends       int64 // receives re-sent after an error (outcome unknown)
 	ReceiveErrors int64 // errors seen by producers (each followed by a re-send)
 
-	Kills             int64 // worker processes killed with SIGKILL (each restarted)
-	UnexpectedExits   int64 // worker processes that exited without being killed (must be 0)
-	CutsWorker        int64 // worker connections terminated by the server
-	CutsProducer      int64 // producer connections terminated by the server
-	ServerRestarts    int64 // database server restarts
-	RetriedMessages   int64 // completed messages that needed more than one attempt
-	MaxAttemptsCredit int64 // most attempts started by one completed message
+	Kills           int64 // worker processes killed with SIGKILL (each restarted)
+	UnexpectedExits int64 // worker processes that exited without being killed (must be 0)
+	CutsWorker      int64 // worker connections terminated by the server
+	CutsProducer    int64 // producer connections terminated by the server
+	ServerRestarts  int64 // database server restarts
+	// CompletedAfterRestart counts the messages completed after the last server restart: the
+	// workers reconnected.
+	CompletedAfterRestart int64
+	RetriedMessages       int64 // completed messages that needed more than one attempt
+	MaxAttemptsCredit     int64 // most attempts started by one completed message
 
 	Completed, Dead int64
 	LedgerRows      int64
@@ -213,6 +216,9 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  messages            %d unique + %d poison, %d deliveries (%d duplicates)\n", r.Messages, r.Poison, r.Deliveries, r.Duplicates)
 	fmt.Fprintf(w, "  receipts            %d inserted, %d duplicate, %d conflict; %d receives re-sent after %d errors\n", r.Inserted, r.DupReceipts, r.Conflicts, r.Resends, r.ReceiveErrors)
 	fmt.Fprintf(w, "  chaos survived      %d SIGKILLs (restarted), %d worker + %d producer connections cut, %d server restarts\n", r.Kills, r.CutsWorker, r.CutsProducer, r.ServerRestarts)
+	if r.ServerRestarts > 0 {
+		fmt.Fprintf(w, "  after the restarts  %d messages completed after the last one\n", r.CompletedAfterRestart)
+	}
 	fmt.Fprintf(w, "  outcome             %d completed (%d needed more than one attempt, at most %d), %d dead\n", r.Completed, r.RetriedMessages, r.MaxAttemptsCredit, r.Dead)
 	fmt.Fprintf(w, "  ledger              %d rows, sum %d, balance %d, expected %d\n", r.LedgerRows, r.LedgerSum, r.Balance, r.ExpectedSum)
 	fmt.Fprintf(w, "  duration            %v chaos + %v drain = %v\n", r.ChaosPhase.Round(time.Millisecond), r.Drain.Round(time.Millisecond), r.Total.Round(time.Millisecond))
@@ -237,21 +243,21 @@ type message struct {
 
 // runner is the state of one run.
 type runner struct {
-	cfg     Config
-	rep     *Report
-	control *pgxpool.Pool // checks and cuts; never cut itself
-	client  *inbox.Client // on the control pool
-	runID   string
-	msgs    []message
-	slots    []*slot
-	stopping *atomic.Bool // set when the workers are being stopped for good
-	kills   atomic.Int64
-	crashes atomic.Int64
-	cutsW   atomic.Int64
-	cutsP   atomic.Int64
-	restart atomic.Int64
-	recv    recvStats
-	log     *slog.Logger
+	cfg         Config
+	rep         *Report
+	control     *pgxpool.Pool // checks and cuts; never cut itself
+	runID       string
+	msgs        []message
+	slots       []*slot
+	stopping    *atomic.Bool // set when the workers are being stopped for good
+	kills       atomic.Int64
+	crashes     atomic.Int64
+	cutsW       atomic.Int64
+	cutsP       atomic.Int64
+	restart     atomic.Int64
+	lastRestart atomic.Int64 // unix nanoseconds when the last server restart finished
+	recv        recvStats
+	log         *slog.Logger
 }
 
 // Run performs a chaos run. It returns an error when the run could not be carried out (no database,
@@ -369,9 +375,7 @@ func (r *runner) setup(ctx context.Context, cc *pgx.ConnConfig) error {
 			return fmt.Errorf("chaos: setup: %w", err)
 		}
 	}
-	var err error
-	r.client, err = inbox.NewClient(r.control, inbox.Config{Schema: r.cfg.Schema})
-	return err
+	return nil
 }
 
 func (r *runner) dropSchema() {
@@ -581,6 +585,7 @@ func (r *runner) restarter(ctx context.Context, start time.Time) {
 			continue
 		}
 		r.restart.Add(1)
+		r.lastRestart.Store(time.Now().UnixNano())
 		r.log.Info("server restarted", "restarts", r.restart.Load())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -70,6 +71,13 @@ func (r *runner) verify(ctx context.Context) error {
 		&rep.RetriedMessages, &rep.MaxAttemptsCredit, &doubles, &queued)
 	if err != nil {
 		return fmt.Errorf("chaos: verify inbox: %w", err)
+	}
+	if ns := r.lastRestart.Load(); ns != 0 {
+		err := r.control.QueryRow(ctx, "SELECT count(*) FROM "+t("inbox")+" WHERE state = 'completed' AND completed_at > $1",
+			time.Unix(0, ns)).Scan(&rep.CompletedAfterRestart)
+		if err != nil {
+			return fmt.Errorf("chaos: verify restarts: %w", err)
+		}
 	}
 	if total != int64(len(r.msgs)) {
 		rep.failf("inbox holds %d messages, expected %d", total, len(r.msgs))

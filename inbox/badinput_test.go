@@ -1,0 +1,359 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/testdb"
+)
+
+// Bad input: every call gets a typed error, writes nothing, and leaves the stored rows as they were
+// (the tables are checksummed before and after).
+
+// badEnv is a schema with a few stored messages (pending, completed with a result, dead undecodable)
+// and a client on it.
+type badEnv struct {
+	*testdb.DB
+	c *inbox.Client
+}
+
+func newBadEnv(t *testing.T, cfg inbox.Config) *badEnv {
+	t.Helper()
+	db := testdb.New(t)
+	cfg.Schema = db.Schema
+	c, err := inbox.NewClient(db.Pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &badEnv{DB: db, c: c}
+	ctx := context.Background()
+	if _, err := c.ReceiveMany(ctx, []inbox.Message{
+		{Consumer: "ledger", Key: "stored-1", Kind: "credit", Payload: []byte(`{"amount": 1}`), Headers: map[string]string{"trace": "t1"}},
+		{Consumer: "ledger", Key: "stored-2", Kind: "credit", Payload: []byte(`{"amount": 2}`), OrderingKey: "acct-9"},
+		{Consumer: "audit", Key: "stored-1", Kind: "credit", Payload: []byte(`[1, "é", null]`)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET state = 'completed', result = '{"ok": true}', completed_at = now(),
+		expires_at = now() + interval '1 day' WHERE key = 'stored-2'`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, db.SQL(`DELETE FROM {schema}.inbox_queue q USING {schema}.inbox m WHERE q.id = m.id AND m.key = 'stored-2'`)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReceiveUndecodableTx(ctx, tx, inbox.Undecodable{Consumer: "ledger", Raw: []byte("\x00\xff not json"), Reason: "bad bytes"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// checksum digests every row of both tables, every column included.
+func (e *badEnv) checksum(t *testing.T) string {
+	t.Helper()
+	var s string
+	err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT
+		(SELECT count(*) || ':' || coalesce(md5(string_agg(m::text, '|' ORDER BY m.id)), '') FROM {schema}.inbox m) || '/' ||
+		(SELECT count(*) || ':' || coalesce(md5(string_agg(q::text, '|' ORDER BY q.id)), '') FROM {schema}.inbox_queue q)`)).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// wantInvalid fails t unless err is a *ValidationError for field at index (errors.Is ErrInvalidMessage).
+func wantInvalid(t *testing.T, name string, err error, index int, field string) {
+	t.Helper()
+	var ve *inbox.ValidationError
+	switch {
+	case !errors.Is(err, inbox.ErrInvalidMessage) || !errors.As(err, &ve):
+		t.Errorf("%s: err = %v (%T), want a *ValidationError", name, err, err)
+	case ve.Field != field || ve.Index != index:
+		t.Errorf("%s: %v: field %q index %d, want field %q index %d", name, err, ve.Field, ve.Index, field, index)
+	case ve.Reason == "" || !strings.Contains(err.Error(), field):
+		t.Errorf("%s: unclear error %q", name, err)
+	}
+}
+
+func okMsg(key string) inbox.Message {
+	return inbox.Message{Consumer: "ledger", Key: key, Kind: "credit", Payload: []byte(`{"amount": 5}`)}
+}
+
+// badMessage is one invalid message and the field it must be rejected for.
+type badMessage struct {
+	name  string
+	field string
+	msg   inbox.Message
+}
+
+// badMessages lists invalid messages; maxPayload is the client's payload limit.
+func badMessages(maxPayload int) []badMessage {
+	with := func(f func(m *inbox.Message)) inbox.Message {
+		m := okMsg("k")
+		f(&m)
+		return m
+	}
+	key := func(k string) inbox.Message { return with(func(m *inbox.Message) { m.Key = k }) }
+	payload := func(p []byte) inbox.Message { return with(func(m *inbox.Message) { m.Payload = p }) }
+	header := func(k, v string) inbox.Message {
+		return with(func(m *inbox.Message) { m.Headers = map[string]string{"ok": "fine", k: v} })
+	}
+	sqlText := `x'); DROP TABLE inbox; --`
+	return []badMessage{
+		{"empty key", "key", key("")},
+		{"over-long key", "key", key(strings.Repeat("k", inbox.MaxKeyBytes+1))},
+		{"over-long multibyte key", "key", key(strings.Repeat("€", inbox.MaxKeyBytes/3+1))},
+		{"invalid UTF-8 key", "key", key("a\xffb")},
+		{"truncated UTF-8 key", "key", key("a\xe2\x82")},
+		{"UTF-8 surrogate key", "key", key("\xed\xa0\x80")},
+		{"NUL key", "key", key("a\x00b")},
+		{"newline key", "key", key("a\nb")},
+		{"DEL key", "key", key("a\x7fb")},
+		{"C1 control key", "key", key("a\u0085b")},
+		{"empty consumer", "consumer", with(func(m *inbox.Message) { m.Consumer = "" })},
+		{"SQL consumer", "consumer", with(func(m *inbox.Message) { m.Consumer = sqlText })},
+		{"over-long consumer", "consumer", with(func(m *inbox.Message) { m.Consumer = strings.Repeat("c", 129) })},
+		{"empty kind", "kind", with(func(m *inbox.Message) { m.Kind = "" })},
+		{"SQL kind", "kind", with(func(m *inbox.Message) { m.Kind = sqlText })},
+		{"NUL kind", "kind", with(func(m *inbox.Message) { m.Kind = "credit\x00" })},
+		{"nil payload", "payload", payload(nil)},
+		{"empty payload", "payload", payload([]byte{})},
+		{"huge payload", "payload", payload([]byte(`"` + strings.Repeat("x", maxPayload) + `"`))},
+		{"truncated JSON", "payload", payload([]byte(`{"amount": `))},
+		{"two documents", "payload", payload([]byte(`{} {}`))},
+		{"single quotes", "payload", payload([]byte(`{'amount': 1}`))},
+		{"bare word", "payload", payload([]byte(`nul`))},
+		{"BOM", "payload", payload([]byte("\uFEFF{}"))},
+		{"invalid UTF-8 in string", "payload", payload([]byte("{\"a\": \"\xff\"}"))},
+		{"raw control in string", "payload", payload([]byte("{\"a\": \"x\ny\"}"))},
+		{`\u0000 escape`, "payload", payload([]byte(`{"a": "x\u0000y"}`))},
+		{"NUL byte", "payload", payload([]byte("{\"a\": 1}\x00"))},
+		{"empty header name", "headers", header("", "v")},
+		{"NUL header name", "headers", header("a\x00", "v")},
+		{"over-long header name", "headers", header(strings.Repeat("h", 257), "v")},
+		{"invalid UTF-8 header value", "headers", header("h", "\xff")},
+		{"control in header value", "headers", header("h", "a\rb")},
+		{"over-long header value", "headers", header("h", strings.Repeat("v", 8193))},
+		{"over-long ordering key", "ordering_key", with(func(m *inbox.Message) { m.OrderingKey = strings.Repeat("o", inbox.MaxOrderingKeyBytes+1) })},
+		{"NUL ordering key", "ordering_key", with(func(m *inbox.Message) { m.OrderingKey = "o\x00" })},
+	}
+}
+
+func TestBadMessagesWriteNothing(t *testing.T) {
+	t.Parallel()
+	e := newBadEnv(t, inbox.Config{MaxPayloadBytes: 4096})
+	ctx := context.Background()
+	before := e.checksum(t)
+	for _, bm := range badMessages(4096) {
+		if err := e.c.Validate(bm.msg); err == nil {
+			t.Errorf("%s: Validate accepted it", bm.name)
+		}
+		_, err := e.c.Receive(ctx, bm.msg)
+		wantInvalid(t, bm.name+" (Receive)", err, 0, bm.field)
+
+		// In a batch, at index 2, after valid messages: the whole batch is rejected.
+		rs, err := e.c.ReceiveMany(ctx, []inbox.Message{okMsg("fresh-1"), okMsg("stored-1"), bm.msg, okMsg("fresh-2")})
+		wantInvalid(t, bm.name+" (ReceiveMany)", err, 2, bm.field)
+		if rs != nil {
+			t.Errorf("%s: ReceiveMany returned receipts with its error: %+v", bm.name, rs)
+		}
+
+		// In the caller's transaction: rejected before any statement, so the transaction is still
+		// usable and the caller's other writes commit.
+		tx, err := e.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.c.ReceiveTx(ctx, tx, bm.msg)
+		wantInvalid(t, bm.name+" (ReceiveTx)", err, 0, bm.field)
+		_, err = e.c.ReceiveManyTx(ctx, tx, []inbox.Message{okMsg("fresh-3"), bm.msg})
+		wantInvalid(t, bm.name+" (ReceiveManyTx)", err, 1, bm.field)
+		var one int
+		if err := tx.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+			t.Errorf("%s: the caller's transaction is unusable after the rejection: %v", bm.name, err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if after := e.checksum(t); after != before {
+			t.Fatalf("%s: the stored rows changed: %s -> %s", bm.name, before, after)
+		}
+	}
+	// The limit itself is accepted: exactly MaxPayloadBytes bytes.
+	m := okMsg("at-limit")
+	m.Payload = []byte(`"` + strings.Repeat("x", 4096-2) + `"`)
+	if r, err := e.c.Receive(ctx, m); err != nil || r.Outcome != inbox.Inserted {
+		t.Fatalf("payload of exactly the limit: %+v, %v", r, err)
+	}
+}
+
+// A rejected message inside the caller's transaction does not abort it: the caller's own writes, and
+// valid messages received in it, commit.
+func TestBadMessageInCallerTransaction(t *testing.T) {
+	t.Parallel()
+	e := newBadEnv(t, inbox.Config{})
+	ctx := context.Background()
+	tx, err := e.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := e.c.ReceiveTx(ctx, tx, okMsg("")); !errors.Is(err, inbox.ErrInvalidMessage) {
+		t.Fatalf("empty key: %v", err)
+	}
+	if r, err := e.c.ReceiveTx(ctx, tx, okMsg("good-after-bad")); err != nil || r.Outcome != inbox.Inserted {
+		t.Fatalf("valid message after a rejected one: %+v, %v", r, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = 'good-after-bad'`); n != 1 {
+		t.Fatalf("rows = %d", n)
+	}
+}
+
+func TestBadUndecodable(t *testing.T) {
+	t.Parallel()
+	e := newBadEnv(t, inbox.Config{MaxPayloadBytes: 64})
+	ctx := context.Background()
+	ok := func(f func(u *inbox.Undecodable)) inbox.Undecodable {
+		u := inbox.Undecodable{Consumer: "ledger", Key: "u", Raw: []byte("x"), Reason: "r"}
+		f(&u)
+		return u
+	}
+	cases := []struct {
+		name, field string
+		u           inbox.Undecodable
+	}{
+		{"empty consumer", "consumer", ok(func(u *inbox.Undecodable) { u.Consumer = "" })},
+		{"SQL consumer", "consumer", ok(func(u *inbox.Undecodable) { u.Consumer = "a'; DROP TABLE inbox; --" })},
+		{"over-long key", "key", ok(func(u *inbox.Undecodable) { u.Key = strings.Repeat("k", inbox.MaxKeyBytes+1) })},
+		{"invalid UTF-8 key", "key", ok(func(u *inbox.Undecodable) { u.Key = "\xff" })},
+		{"NUL key", "key", ok(func(u *inbox.Undecodable) { u.Key = "\x00" })},
+		{"bad kind", "kind", ok(func(u *inbox.Undecodable) { u.Kind = "no spaces allowed" })},
+		{"NUL header", "headers", ok(func(u *inbox.Undecodable) { u.Headers = map[string]string{"h": "\x00"} })},
+		{"huge raw", "raw", ok(func(u *inbox.Undecodable) { u.Raw = make([]byte, 65) })},
+	}
+	before := e.checksum(t)
+	for _, c := range cases {
+		tx, err := e.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.c.ReceiveUndecodableTx(ctx, tx, c.u)
+		wantInvalid(t, c.name, err, 0, c.field)
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatalf("%s: commit after the rejection: %v", c.name, err)
+		}
+		if after := e.checksum(t); after != before {
+			t.Fatalf("%s: the stored rows changed", c.name)
+		}
+	}
+
+	// What the raw bytes and reason may hold is stored as it is (raw) or made storable (reason): NUL
+	// and invalid UTF-8 are accepted, and no key is needed (the content key is used).
+	raw := []byte("\x00\xfe\xff{\"a\":")
+	tx, err := e.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.c.ReceiveUndecodableTx(ctx, tx, inbox.Undecodable{Consumer: "ledger", Raw: raw, Reason: "bad \x00 \xff reason"})
+	if err != nil || r.Outcome != inbox.Inserted || r.State != inbox.StateDead {
+		t.Fatalf("binary raw: %+v, %v", r, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.c.GetMessage(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Raw) != string(raw) || got.Key != inbox.ContentKey("undecodable", raw) || got.Kind != "undecodable" ||
+		got.LastError != "bad  ? reason" {
+		t.Fatalf("stored undecodable: raw %q key %q kind %q error %q", got.Raw, got.Key, got.Kind, got.LastError)
+	}
+}
+
+// badSchemas are schema names that must be refused before anything is created.
+var badSchemas = []string{
+	`a"b`,
+	`a.b`,
+	`public.inbox`,
+	`x; DROP TABLE inbox; --`,
+	`public"; DROP SCHEMA public CASCADE; --`,
+	`a b`,
+	`1abc`,
+	`schéma`,
+	"a\x00b",
+	"a\nb",
+	strings.Repeat("s", 64),
+	`"quoted"`,
+	`x'y`,
+	`$1`,
+}
+
+// schemaCount counts the schemas of the server (to show that nothing was created).
+func schemaCount(t *testing.T, db *pgxpool.Pool) int64 {
+	t.Helper()
+	var n int64
+	if err := db.QueryRow(context.Background(), "SELECT count(*) FROM pg_namespace").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func wantConfigError(t *testing.T, name string, err error, field string) {
+	t.Helper()
+	var ce *inbox.ConfigError
+	if !errors.Is(err, inbox.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != field {
+		t.Errorf("%s: err = %v (%T), want a *ConfigError for %s", name, err, err, field)
+	}
+}
+
+func TestBadSchemaNamesCreateNothing(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	cc, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := schemaCount(t, db.Pool)
+	for _, s := range badSchemas {
+		name := fmt.Sprintf("schema %q", s)
+		if err := inbox.ValidateSchema(s); err == nil {
+			t.Errorf("%s: ValidateSchema accepted it", name)
+		}
+		c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: s})
+		wantConfigError(t, name+" (NewClient)", err, "Schema")
+		if c != nil {
+			t.Errorf("%s: NewClient returned a client with its error", name)
+		}
+		m, err := inbox.NewMigrator(ctx, cc, s, nil)
+		wantConfigError(t, name+" (NewMigrator)", err, "Schema")
+		if m != nil {
+			t.Errorf("%s: NewMigrator returned a migrator with its error", name)
+			_ = m.Close()
+		}
+		wantConfigError(t, name+" (Migrate)", inbox.Migrate(ctx, cc, s), "Schema")
+	}
+	if after := schemaCount(t, db.Pool); after != before {
+		t.Fatalf("schemas: %d before, %d after", before, after)
+	}
+	// Other bad configuration.
+	_, err = inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, MaxPayloadBytes: -1})
+	wantConfigError(t, "negative MaxPayloadBytes", err, "MaxPayloadBytes")
+}
