@@ -19,4 +19,41 @@
 // Guarantee: a handler's database writes made through the given pgx.Tx are applied once per message
 // (once per key and consumer within the dedup window). Effects outside that transaction (an e-mail, an
 // HTTP call) may happen more than once: pass Message.Key on to them as their own idempotency key.
+//
+// # Ordering
+//
+// Messages received with the same inbox.Message.OrderingKey (for one consumer) run one at a time, in
+// the order they were received: by message id, which follows the order of receive statements, and
+// within one ReceiveMany call the order of the slice. (Two transactions receiving messages of one key
+// at the same time have no order between them; the one that commits first may run first.) Different
+// keys, and messages without a key, run in parallel. A message that fails holds back the later
+// messages of its own key, and only those, until it completes or is dead; then the next one runs. A
+// dead message does not stop its key: its successors run after it (replay it by hand if they depend
+// on it). A claim skips, and puts off for a while, the messages blocked behind an older one of their
+// key, and the worker that finishes a key's message makes the next one ready at once, so a deep
+// backlog on a few keys does not slow claims down.
+//
+// # Delays
+//
+// inbox.Message.NotBefore delays a message's first attempt until that time (on the database clock).
+// A delayed message keeps its place in its ordering key: the later messages of the key wait behind
+// it, even if they are not delayed themselves.
+//
+// # Wake-ups
+//
+// A pool finds new messages without polling: the receiving statement sends a PostgreSQL notification
+// (debounced per Client and consumer, inbox.Config.NotifyInterval), delivered when the receiving
+// transaction commits, and the pool listens on a connection of its own (reopened with backoff when
+// lost). After any activity one runner polls every HotPollInterval for HotWindow, which covers the
+// messages whose notification was debounced. Polling at PollInterval stays as the fallback: with
+// DisableListen (PgBouncer in transaction mode), when a check after LISTEN shows that notifications
+// do not arrive, and while the listening connection is down. A message that becomes due later (a
+// NotBefore, a retry) is found by polling.
+//
+// # Observability
+//
+// Config.Logger receives the pool's logs (log/slog). Config.Observer is told about every finished
+// attempt (package metrics counts them for Prometheus). Each handler call runs in an OpenTelemetry
+// span, "txinbox.handle", whose parent is the trace context in the message's headers (traceparent),
+// and the handler's ctx carries it (Config.TracerProvider, Config.Propagator).
 package worker
