@@ -209,7 +209,7 @@ func (r *run) progress(ctx context.Context) func() {
 				rate = 0
 			}
 			lastSent, last = sent, now
-			line := fmt.Sprintf("%5.1fs %-6s sent %s/%s (%s/s) | credited %s/%s | queued %s | retries %s | dead %s | crash: %s",
+			line := fmt.Sprintf("%5.1fs %-6s sent %s/%s %s/s | credited %s/%s | queued %s | retries %s | dead %s | %s",
 				now.Sub(start).Seconds(), r.phase.Load().(string), num(sent), num(r.total.Load()), num(int64(rate)),
 				num(c.credited), num(int64(len(r.events)-1)), num(c.queued), num(c.retries), num(c.dead), r.crash.status())
 			if r.o.TTY {
@@ -268,13 +268,13 @@ func (c *crashInfo) status() string {
 	defer c.mu.Unlock()
 	switch {
 	case c.killed:
-		return fmt.Sprintf("child pid %d killed holding %d claims", c.pid, c.claims)
+		return "child killed"
 	case c.err != nil:
-		return "failed: " + c.err.Error()
+		return "child failed"
 	case c.started:
-		return fmt.Sprintf("child pid %d working", c.pid)
+		return "child working"
 	}
-	return "off"
+	return ""
 }
 
 // startCrashChild starts `ledger work` as a child process that hangs, holding its batch transaction

@@ -62,6 +62,20 @@ func ParseMode(s string) (Mode, error) {
 // LocalURL is the server tried on 127.0.0.1:5432.
 const LocalURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
+// localURL and searchPatterns are variables for the tests.
+var (
+	localURL = LocalURL
+	// searchPatterns are the directories searched for initdb and pg_ctl when they are not on PATH.
+	searchPatterns = []string{
+		"/usr/lib/postgresql/*/bin",         // Debian, Ubuntu
+		"/usr/pgsql-*/bin",                  // RHEL, Fedora (PGDG)
+		"/usr/local/pgsql/bin",              // built from source
+		"/opt/homebrew/opt/postgresql*/bin", // Homebrew, Apple silicon
+		"/usr/local/opt/postgresql*/bin",    // Homebrew, Intel
+		"/Applications/Postgres.app/Contents/Versions/*/bin",
+	}
+)
+
 // Server is the server found. Close it when done: it stops and removes what Open started.
 type Server struct {
 	// URL is the connection string.
@@ -103,9 +117,9 @@ func Open(ctx context.Context, mode Mode, url string, logf func(format string, a
 		tried = append(tried, "DATABASE_URL: not set")
 	}
 	if mode == Auto || mode == Local {
-		err := ping(ctx, LocalURL)
+		err := ping(ctx, localURL)
 		if err == nil {
-			return &Server{URL: LocalURL, Description: "local server 127.0.0.1:5432"}, nil
+			return &Server{URL: localURL, Description: "local server 127.0.0.1:5432"}, nil
 		}
 		if mode == Local {
 			return nil, fmt.Errorf("pgenv: nothing usable on 127.0.0.1:5432: %w", err)
@@ -172,14 +186,7 @@ func Binaries() (string, error) {
 		}
 	}
 	var dirs []string
-	for _, pattern := range []string{
-		"/usr/lib/postgresql/*/bin",         // Debian, Ubuntu
-		"/usr/pgsql-*/bin",                  // RHEL, Fedora (PGDG)
-		"/usr/local/pgsql/bin",              // built from source
-		"/opt/homebrew/opt/postgresql*/bin", // Homebrew, Apple silicon
-		"/usr/local/opt/postgresql*/bin",    // Homebrew, Intel
-		"/Applications/Postgres.app/Contents/Versions/*/bin",
-	} {
+	for _, pattern := range searchPatterns {
 		m, _ := filepath.Glob(pattern)
 		for _, d := range m {
 			if _, err := os.Stat(filepath.Join(d, "initdb")); err != nil {
@@ -197,7 +204,10 @@ func Binaries() (string, error) {
 	return dirs[0], nil
 }
 
-var digitsRE = regexp.MustCompile(`\d+`)
+var (
+	digitsRE  = regexp.MustCompile(`\d+`)
+	versionRE = regexp.MustCompile(`\d+(\.\d+)*`)
+)
 
 func version(dir string) int {
 	n, _ := strconv.Atoi(digitsRE.FindString(dir))
@@ -293,8 +303,12 @@ func StartCluster(ctx context.Context, logf func(format string, args ...any)) (*
 		_ = stop()
 		return nil, fmt.Errorf("throwaway cluster started but does not answer: %w", err)
 	}
+	version := "PostgreSQL"
+	if out, err := exec.Command(filepath.Join(bin, "pg_ctl"), "--version").Output(); err == nil {
+		version = "PostgreSQL " + versionRE.FindString(string(out)) // "pg_ctl (PostgreSQL) 15.20 (Debian ...)"
+	}
 	return &Server{URL: url, Dir: dir, close: stop,
-		Description: fmt.Sprintf("throwaway cluster on 127.0.0.1:%d (%s, data in %s, removed at exit)", port, filepath.Base(filepath.Dir(bin)), dir)}, nil
+		Description: fmt.Sprintf("throwaway cluster on 127.0.0.1:%d (%s, data in %s, removed at exit)", port, version, dir)}, nil
 }
 
 func freePort() (int, error) {
