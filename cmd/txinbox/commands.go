@@ -571,6 +571,50 @@ for dead letters. Pending and processing messages are never purged.`,
 	},
 }
 
+// ---- clean ----
+
+var cleanFlags struct{ batchSize int }
+
+var cleanCmd = &command{
+	name:    "clean",
+	summary: "delete completed messages past their dedup window (one full pass)",
+	details: `
+A completed message is kept as a dedup record until the end of its window (the worker's Retention,
+7 days by default); after it the key is accepted again as a new message whether or not the row was
+deleted. The Cleaner deletes expired rows in running services; this command makes one full pass
+now, in short statements that skip locked rows, so receiving and processing go on. Dead messages are
+never cleaned (see 'dead discard' and 'purge --state dead').`,
+	flags: func(fs *flag.FlagSet) {
+		cleanFlags.batchSize = inbox.DefaultCleanBatchSize
+		fs.IntVar(&cleanFlags.batchSize, "batch-size", inbox.DefaultCleanBatchSize, fmt.Sprintf("most rows deleted per statement (1 to %d)", inbox.MaxCleanBatchSize))
+	},
+	run: func(a *app, fs *flag.FlagSet, args []string) error {
+		if len(args) > 0 {
+			return usagef("clean", "unexpected arguments: %s", strings.Join(args, " "))
+		}
+		if cleanFlags.batchSize < 1 || cleanFlags.batchSize > inbox.MaxCleanBatchSize {
+			return usagef("clean", "--batch-size must be between 1 and %d", inbox.MaxCleanBatchSize)
+		}
+		c, pool, err := a.client("clean")
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		r, err := c.Clean(a.ctx, inbox.CleanOptions{BatchSize: cleanFlags.batchSize})
+		if err != nil {
+			if r.Deleted > 0 {
+				fmt.Fprintf(a.stderr, "deleted %d expired message(s) before the error\n", r.Deleted)
+			}
+			return err
+		}
+		if a.json {
+			return a.writeJSON(map[string]any{"deleted": r.Deleted, "statements": r.Batches})
+		}
+		fmt.Fprintf(a.stdout, "deleted %d expired message(s) in %d statement(s)\n", r.Deleted, r.Batches)
+		return nil
+	},
+}
+
 // ---- output ----
 
 func (a *app) writeJSON(v any) error {

@@ -12,6 +12,7 @@
 //	dead show ID             show one stored message with every field
 //	dead replay ID...|--all  put dead letters back to pending (same key, attempts reset)
 //	dead discard ID...|--all delete dead letters (their keys are accepted again)
+//	clean                    delete completed messages past their dedup window (one full pass)
 //	purge --older-than AGE   delete completed (and, with --state, dead) messages older than AGE
 //
 // The database comes from --database-url or the DATABASE_URL environment variable; the schema
@@ -130,7 +131,7 @@ func explain(err error, schema string) string {
 	return msg
 }
 
-var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, purgeCmd}
+var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, cleanCmd, purgeCmd}
 
 // groups are the commands that take a sub-command.
 var groups = map[string]string{

@@ -254,6 +254,24 @@ func TestPurge(t *testing.T) {
 	}
 }
 
+func TestClean(t *testing.T) {
+	t.Parallel()
+	db, ids := seed(t)
+	// c1 is completed within its window: nothing to clean.
+	out := decode[map[string]int64](t, cli(t, db.URL, "--schema", db.Schema, "clean", "--json"))
+	if out["deleted"] != 0 {
+		t.Fatalf("clean: %v", out)
+	}
+	if _, err := db.Pool.Exec(context.Background(), db.SQL(`UPDATE {schema}.inbox SET expires_at = now() - interval '1 second' WHERE id = $1`), ids["c1"]); err != nil {
+		t.Fatal(err)
+	}
+	cli(t, db.URL, "--schema", db.Schema, "clean", "--batch-size", "1").want(t, 0, "deleted 1 expired message(s)", "")
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 4 {
+		t.Fatalf("rows left = %d, want 4 (pending and dead are never cleaned)", got)
+	}
+	cli(t, db.URL, "--schema", db.Schema, "clean", "--batch-size", "0").want(t, 2, "", "--batch-size must be between")
+}
+
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -292,7 +310,7 @@ func TestHelp(t *testing.T) {
 		{"--help"}, {"help"}, {"-h"}, {"migrate", "--help"}, {"dead", "--help"}, {"help", "dead", "list"},
 		{"migrate", "up", "--help"}, {"migrate", "down", "--help"}, {"migrate", "status", "--help"}, {"stats", "--help"},
 		{"dead", "list", "--help"}, {"dead", "show", "--help"}, {"dead", "replay", "--help"}, {"dead", "discard", "--help"},
-		{"purge", "--help"},
+		{"purge", "--help"}, {"clean", "--help"},
 	} {
 		r := cli(t, "", args...)
 		if r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: txinbox") || r.stderr != "" {
