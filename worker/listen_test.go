@@ -39,12 +39,16 @@ func TestIdlePoolWokenByNotification(t *testing.T) {
 	p := e.pool(t, creditHandlers(e), func(c *worker.Config) { c.PollInterval = noPolling; c.HotWindow = -1 })
 	run(t, p)
 	waitFor(t, "the listener", func() bool { return worker.ListenerPID(p) != 0 })
+	var lat []time.Duration
 	for i := range 5 {
+		start := time.Now()
 		if _, err := client.Receive(context.Background(), inbox.Message{Consumer: "ledger", Key: fmt.Sprint("n-", i), Kind: "credit", Payload: []byte(`{"amount":1}`)}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, fmt.Sprint("message ", i), func() bool { return e.effects(t) == int64(i+1) })
+		lat = append(lat, time.Since(start).Round(time.Millisecond))
 	}
+	t.Logf("receive to effect visible (includes the 20ms check loop): %v", lat)
 	if n := worker.Notifications(p); n < 5 {
 		t.Fatalf("notifications received = %d, want at least 5", n)
 	}

@@ -403,7 +403,7 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 		case len(batch) > 0 || again:
 			// claim again at once
 		case p.hot() && p.hotPoller.CompareAndSwap(false, true):
-			p.sleep(ctx, p.cfg.HotPollInterval, false)
+			p.sleep(ctx, min(p.cfg.HotPollInterval, p.cfg.PollInterval), false)
 			p.hotPoller.Store(false)
 		default:
 			p.sleep(ctx, p.cfg.PollInterval, false)
