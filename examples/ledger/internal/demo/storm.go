@@ -23,8 +23,11 @@ type stats struct {
 	mu       sync.Mutex
 	answers  map[string]int // "<phase>/<kind>/<status>[/replayed]"
 	accepted []atomic.Int32 // 202 answers per event
-	retries  atomic.Int64   // deliveries sent again after a transport error, 409 or 503
-	failed   atomic.Int64   // deliveries given up on
+	// resent marks the events one of whose deliveries was sent again after a transport error: its
+	// 202 may have been lost on the way back.
+	resent  []atomic.Bool
+	retries atomic.Int64 // deliveries sent again after a transport error, 409 or 503
+	failed  atomic.Int64 // deliveries given up on
 }
 
 func newStats() stats { return stats{answers: map[string]int{}} }
@@ -50,6 +53,7 @@ var kindNames = map[kind]string{kEvent: "event", kInvalid: "invalid", kConflictE
 func (r *run) send(ctx context.Context, ds []delivery, replay bool) error {
 	if r.stats.accepted == nil {
 		r.stats.accepted = make([]atomic.Int32, len(r.events))
+		r.stats.resent = make([]atomic.Bool, len(r.events))
 	}
 	phase := "storm"
 	if replay {
@@ -136,6 +140,8 @@ func (r *run) deliver(ctx context.Context, d delivery) (status int, replayed boo
 				return status, resp.Header.Get(idempotency.HeaderReplayed) == "true", nil
 			}
 			err = fmt.Errorf("HTTP %d", status)
+		} else if d.kind == kEvent {
+			r.stats.resent[d.idx].Store(true)
 		}
 		if ctx.Err() != nil || attempt == 50 {
 			return 0, false, fmt.Errorf("delivery to %s failed %d times: %w", path, attempt, err)
