@@ -36,7 +36,7 @@ type Config struct {
 	// NotifyInterval is the least time between two wake-up notifications (NOTIFY on NotifyChannel)
 	// this Client sends for one consumer; a message received sooner after the previous one is found by
 	// the worker pools' polling, which stays fast after any activity. See notify.go for why and for
-	// figures. Default: DefaultNotifyInterval (25ms). Negative: never notify.
+	// figures. Default: DefaultNotifyInterval (50ms). Negative: never notify.
 	NotifyInterval time.Duration
 	// Observer, if set, is told about every receive call (metrics, tracing). Default: none.
 	Observer Observer

@@ -67,7 +67,7 @@ type Config struct {
 	// PollInterval. Default: 10ms.
 	HotPollInterval time.Duration
 	// HotWindow is how long the pool keeps polling every HotPollInterval after its last activity. It
-	// must exceed the inbox.Config.NotifyInterval of the Clients receiving for this consumer (25ms by
+	// must exceed the inbox.Config.NotifyInterval of the Clients receiving for this consumer (50ms by
 	// default) by the commit time of a receiving transaction. Default: 1s. Negative: never poll fast.
 	HotWindow time.Duration
 	// DisableListen turns off LISTEN: the pool finds new messages by polling only. Set it when
