@@ -212,6 +212,11 @@ type batchKey struct{ consumer, key string }
 
 // receiveMessages is receive without the Observer (observer.go).
 func (c *Client) receiveMessages(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
+	return c.receiveDepth(ctx, db, msgs, 0)
+}
+
+// receiveDepth stores msgs; depth counts the rounds spent on keys deleted while we looked.
+func (c *Client) receiveDepth(ctx context.Context, db sqlc.DBTX, msgs []Message, depth int) ([]Receipt, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -269,17 +274,39 @@ func (c *Client) receiveMessages(ctx context.Context, db sqlc.DBTX, msgs []Messa
 			out[i] = c.existing(&msgs[i], r.ID, r.State, r.SameFingerprint, r.Result)
 		}
 	}
+	var vanished []int // batch indexes whose stored row was deleted (cleaned) while we looked
 	if len(missing) > 0 {
 		// Inserted by a transaction that committed after our statement started: read them now.
-		more, err := c.lookup(ctx, db, msgs, missing, out)
+		more, gone, err := c.lookup(ctx, db, msgs, missing, out)
 		if err != nil {
 			return nil, err
 		}
 		expired = append(expired, more...)
+		vanished = append(vanished, gone...)
 	}
 	if len(expired) > 0 {
-		if err := c.renew(ctx, db, msgs, expired, out); err != nil {
+		gone, err := c.renew(ctx, db, msgs, expired, out)
+		if err != nil {
 			return nil, err
+		}
+		vanished = append(vanished, gone...)
+	}
+	if len(vanished) > 0 {
+		// The cleaner deleted these expired rows between our statements: receive them again (they
+		// are new now). Bounded, since each round needs another concurrent deletion.
+		if depth >= 3 {
+			return nil, fmt.Errorf("txinbox: %d stored keys kept disappearing while receiving; receive again", len(vanished))
+		}
+		again := make([]Message, len(vanished))
+		for k, i := range vanished {
+			again[k] = msgs[i]
+		}
+		rs, err := c.receiveDepth(ctx, db, again, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range vanished {
+			out[i] = rs[k]
 		}
 	}
 	for i := range msgs {
@@ -303,7 +330,7 @@ func (c *Client) existing(m *Message, id int64, state string, same bool, result 
 
 // lookup fills in the receipts of the messages at idx from their stored rows (a statement of its own,
 // so with a fresh snapshot under READ COMMITTED) and returns those whose row has expired.
-func (c *Client) lookup(ctx context.Context, db sqlc.DBTX, msgs []Message, idx []int, out []Receipt) (expired []int, err error) {
+func (c *Client) lookup(ctx context.Context, db sqlc.DBTX, msgs []Message, idx []int, out []Receipt) (expired, vanished []int, err error) {
 	p := sqlc.LookupKeysParams{}
 	for _, i := range idx {
 		m := &msgs[i]
@@ -314,13 +341,11 @@ func (c *Client) lookup(ctx context.Context, db sqlc.DBTX, msgs []Message, idx [
 	}
 	rows, err := store.Queries.LookupKeys(ctx, c.st.Wrap(db), p)
 	if err != nil {
-		return nil, translateError(err)
+		return nil, nil, translateError(err)
 	}
-	if len(rows) != len(idx) {
-		// A conflicting row was deleted (purged) between the two statements.
-		return nil, fmt.Errorf("txinbox: %d stored keys disappeared while receiving; receive again", len(idx)-len(rows))
-	}
+	found := make([]bool, len(idx))
 	for _, r := range rows {
+		found[r.Ord-1] = true
 		i := idx[r.Ord-1]
 		if r.Expired {
 			out[i].ID = r.ID
@@ -329,12 +354,18 @@ func (c *Client) lookup(ctx context.Context, db sqlc.DBTX, msgs []Message, idx [
 		}
 		out[i] = c.existing(&msgs[i], r.ID, r.State, r.SameFingerprint, r.Result)
 	}
-	return expired, nil
+	for k, ok := range found {
+		if !ok { // deleted (cleaned or purged) between the two statements
+			vanished = append(vanished, idx[k])
+		}
+	}
+	return expired, vanished, nil
 }
 
 // renew reuses the rows of keys whose dedup window has ended (out[i].ID set): the message is accepted
-// as new. A row that another receiver renewed first is reported as that message's duplicate.
-func (c *Client) renew(ctx context.Context, db sqlc.DBTX, msgs []Message, idx []int, out []Receipt) error {
+// as new. A row that another receiver renewed first is reported as that message's duplicate; the
+// indexes of rows deleted meanwhile are returned.
+func (c *Client) renew(ctx context.Context, db sqlc.DBTX, msgs []Message, idx []int, out []Receipt) (vanished []int, err error) {
 	p := sqlc.RenewExpiredParams{}
 	for _, i := range idx {
 		m := &msgs[i]
@@ -347,7 +378,7 @@ func (c *Client) renew(ctx context.Context, db sqlc.DBTX, msgs []Message, idx []
 	}
 	ids, err := store.Queries.RenewExpired(ctx, c.st.Wrap(db), p)
 	if err != nil {
-		return translateError(err)
+		return nil, translateError(err)
 	}
 	renewed := make(map[int64]bool, len(ids))
 	for _, id := range ids {
@@ -362,15 +393,16 @@ func (c *Client) renew(ctx context.Context, db sqlc.DBTX, msgs []Message, idx []
 		}
 	}
 	if len(lost) > 0 {
-		again, err := c.lookup(ctx, db, msgs, lost, out)
+		again, gone, err := c.lookup(ctx, db, msgs, lost, out)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(again) > 0 {
-			return fmt.Errorf("txinbox: %d expired keys could not be renewed; receive again", len(again))
+			return nil, fmt.Errorf("txinbox: %d expired keys could not be renewed; receive again", len(again))
 		}
+		return gone, nil
 	}
-	return nil
+	return nil, nil
 }
 
 func headersJSON(h map[string]string) []byte {

@@ -68,10 +68,10 @@ WITH input AS (
         received_at = now(), started_at = NULL, completed_at = NULL, expires_at = NULL, result = NULL
     FROM input
     WHERE m.id = input.id AND m.expires_at < now()
-    RETURNING m.id, m.consumer, m.ordering_key, m.next_run_at
+    RETURNING m.id, m.consumer, m.ordering_key, m.next_run_at, m.token
 ), queued AS (
-    INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at)
-    SELECT r.id, r.consumer, r.ordering_key, r.next_run_at FROM renewed r
+    INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at, token)
+    SELECT r.id, r.consumer, r.ordering_key, r.next_run_at, r.token FROM renewed r
     ON CONFLICT (id) DO NOTHING
 )
 SELECT r.id FROM renewed r;
