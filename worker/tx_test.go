@@ -24,7 +24,7 @@ func TestHandlerTransactionBehaviour(t *testing.T) {
 		case "b-ignores-error":
 			_ = applyCredit(ctx, tx, e.Schema, m)
 			_, _ = tx.Exec(ctx, "INSERT INTO "+table+" (key, amount) VALUES ($1, 1)", "a-exec") // duplicate key: fails
-			return nil // ... and the handler pretends all is well
+			return nil                                                                          // ... and the handler pretends all is well
 		case "c-recovers":
 			nested, err := tx.Begin(ctx)
 			if err != nil {
