@@ -310,14 +310,17 @@ func (s *Sink) decode(r *Record) item {
 	return it
 }
 
-// undecodable builds the dead record of r: an invalid key or kind is replaced (by the content hash and
-// "undecodable"), and raw bytes beyond MaxPayloadBytes are cut off, so that it can always be stored.
+// undecodable builds the dead record of r: an invalid key or kind is replaced (by the content hash of
+// the stored bytes, inbox.ContentKey, and "undecodable"), and raw bytes beyond MaxPayloadBytes are cut off, so that it can always be stored.
 func (s *Sink) undecodable(r *Record, key, kind, reason string) *inbox.Undecodable {
 	if inbox.ValidateKey(key) != nil {
 		key = ""
 	}
 	if inbox.ValidateName(kind) != nil {
 		kind = ""
+	}
+	if kind == "" {
+		kind = "undecodable"
 	}
 	raw := r.Body
 	if raw == nil {
@@ -326,6 +329,9 @@ func (s *Sink) undecodable(r *Record, key, kind, reason string) *inbox.Undecodab
 	if len(raw) > s.cfg.MaxPayloadBytes {
 		reason = fmt.Sprintf("%s (raw bytes truncated from %d to %d)", reason, len(raw), s.cfg.MaxPayloadBytes)
 		raw = raw[:s.cfg.MaxPayloadBytes]
+	}
+	if key == "" {
+		key = inbox.ContentKey(kind, raw)
 	}
 	return &inbox.Undecodable{Consumer: s.cfg.Consumer, Key: key, Kind: kind, Raw: raw, Headers: r.Headers, Reason: reason}
 }

@@ -212,7 +212,7 @@ func Ledger(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
 		_, err := tx.Exec(ctx, bump)
 		return err
 	})
-	p, err := worker.New(db.Pool, worker.Config{Consumer: consumer, Schema: db.Schema, Handlers: hs, PollInterval: 20 * time.Millisecond})
+	p, err := worker.New(db.Pool, worker.Config{Consumer: consumer, Schema: db.Schema, Handlers: hs, PollInterval: 20 * time.Millisecond, BatchSize: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +225,8 @@ func Ledger(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
 		_ = p.Stop(sctx)
 	}()
 	n := int64(len(unique))
+	t0 := time.Now()
+	defer func() { t.Logf("ledger: %d messages applied in %v", n, time.Since(t0).Round(time.Millisecond)) }()
 	WaitFor(t, "every message to complete", func() bool {
 		return db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE consumer = $1 AND state IN ('completed', 'dead')`, consumer) == n
 	})

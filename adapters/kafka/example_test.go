@@ -1,0 +1,28 @@
+package kafka_test
+
+import (
+	"context"
+	"log"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/kafka"
+)
+
+// Consume the topic "payments" as a member of the group "ledger" into the inbox. Records carry their
+// key in x-idempotency-key (else their coordinates topic:partition:offset are the key) and their kind in
+// x-kind, or default to "PaymentReceived". (Compiled, not run: it needs a cluster.)
+func Example() {
+	ctx := context.Background()
+	pool, _ := pgxpool.New(ctx, "postgres://app@localhost/app")
+	c, err := kafka.New(kafka.Config{
+		Options: []kgo.Opt{kgo.SeedBrokers("localhost:9092"), kgo.ConsumerGroup("ledger"), kgo.ConsumeTopics("payments")},
+		Sink:    adapters.SinkConfig{DB: pool, Consumer: "ledger", DefaultKind: "PaymentReceived"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(c.Run(ctx))
+}

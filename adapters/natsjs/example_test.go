@@ -1,0 +1,29 @@
+package natsjs_test
+
+import (
+	"context"
+	"log"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/natsjs"
+)
+
+// Consume the durable consumer "ledger" of the stream PAYMENTS into the inbox. Messages carry their
+// key in Nats-Msg-Id or x-idempotency-key and their kind in x-kind. (Compiled, not run: it needs a
+// server.)
+func Example() {
+	ctx := context.Background()
+	pool, _ := pgxpool.New(ctx, "postgres://app@localhost/app")
+	nc, _ := nats.Connect(nats.DefaultURL)
+	js, _ := jetstream.New(nc)
+	cons, _ := js.CreateOrUpdateConsumer(ctx, "PAYMENTS", jetstream.ConsumerConfig{Durable: "ledger", AckPolicy: jetstream.AckExplicitPolicy})
+	c, err := natsjs.New(natsjs.Config{Consumer: cons, Sink: adapters.SinkConfig{DB: pool, Consumer: "ledger"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(c.Run(ctx))
+}

@@ -1,0 +1,105 @@
+package adapters_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/testdb"
+)
+
+func rec(id, kind, body string, headers map[string]string) *adapters.Record {
+	return &adapters.Record{Source: "q", Offset: -1, MessageID: id, Type: kind, Body: []byte(body), Headers: headers}
+}
+
+// TestSinkStore stores one batch that holds a new message, a repeat, a conflict, a payload only
+// PostgreSQL rejects (a lone surrogate escape), an oversized body and an invalid header: all in one
+// transaction, each with the right outcome.
+func TestSinkStore(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	s, err := adapters.NewSink(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", MaxPayloadBytes: 64,
+		Key: adapters.MessageID(), OrderingKey: adapters.Header("account")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := `{"pad": "` + strings.Repeat("x", 100) + `"}`
+	res, err := s.Store(context.Background(), []*adapters.Record{
+		rec("a", "credit", `{"n": 1}`, map[string]string{"account": "acc-7", "bad\x01": "v", "traceparent": "00-ab"}),
+		rec("a", "credit", `{"n":1}`, nil),
+		rec("a", "credit", `{"n": 2}`, nil),
+		rec("surrogate", "credit", `{"s": "\ud800"}`, nil),
+		rec("big", "credit", big, nil),
+		rec("b", "credit", `{"n": 3}`, nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (adapters.BatchResult{Inserted: 2, Duplicates: 1, Conflicts: 1, Undecodable: 2}); res != want {
+		t.Errorf("result %+v, want %+v", res, want)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = 'a' AND ordering_key = 'acc-7'
+		AND headers = '{"account": "acc-7", "traceparent": "00-ab"}'::jsonb AND payload = '{"n": 1}'`); got != 1 {
+		t.Error("message a: wrong ordering key, headers or payload")
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = 'surrogate' AND state = 'dead'
+		AND raw = convert_to('{"s": "\ud800"}', 'UTF8') AND last_error LIKE '%PostgreSQL%'`); got != 1 {
+		t.Error("the payload PostgreSQL rejects is not stored dead with its raw bytes")
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = 'big' AND state = 'dead' AND length(raw) = 64
+		AND last_error LIKE '%truncated from 111 to 64%'`); got != 1 {
+		t.Error("the oversized body is not stored dead, truncated")
+	}
+	if st := s.Stats(); st.Batches != 1 || st.Records != 6 || st.Inserted != 2 || st.Undecodable != 2 || st.Conflicts != 1 {
+		t.Errorf("stats %+v", st)
+	}
+
+	// The same batch again: everything is a duplicate, nothing is written.
+	again, err := s.Store(context.Background(), []*adapters.Record{rec("a", "credit", `{"n": 1}`, nil), rec("big", "credit", big, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (adapters.BatchResult{Duplicates: 2}); again != want {
+		t.Errorf("second store %+v, want %+v", again, want)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); n != 4 {
+		t.Errorf("%d rows, want 4", n)
+	}
+}
+
+func TestSinkDatabaseDown(t *testing.T) {
+	t.Parallel()
+	s, err := adapters.NewSink(adapters.SinkConfig{DB: adaptertest.DeadPool(t), Consumer: "ledger", Key: adapters.MessageID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Store(context.Background(), []*adapters.Record{rec("a", "credit", `{}`, nil)}); err == nil {
+		t.Fatal("Store succeeded without a database")
+	}
+	if st := s.Stats(); st.Failures != 1 || st.Batches != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestNewSinkRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	db := adaptertest.DeadPool(t)
+	for _, cfg := range []adapters.SinkConfig{
+		{Consumer: "c", Key: adapters.MessageID()},
+		{DB: db, Key: adapters.MessageID()},
+		{DB: db, Consumer: "bad consumer", Key: adapters.MessageID()},
+		{DB: db, Consumer: "c"},
+		{DB: db, Consumer: "c", Key: adapters.MessageID(), DefaultKind: "bad kind"},
+		{DB: db, Consumer: "c", Key: adapters.MessageID(), Schema: "bad-schema"},
+	} {
+		_, err := adapters.NewSink(cfg)
+		var ce *inbox.ConfigError
+		if !errors.As(err, &ce) || !errors.Is(err, inbox.ErrInvalidConfig) {
+			t.Errorf("NewSink(%+v): %v, want a *inbox.ConfigError", cfg, err)
+		}
+	}
+}
