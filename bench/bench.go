@@ -35,6 +35,8 @@ type Env struct {
 	Log   *slog.Logger  // progress; io.Discard by default
 	Quick bool
 	Reuse bool // keep schemas (for debugging); default false: every schema is dropped after its run
+	// Tracer, if set, traces the statements of every benchmark pool (see StatementStats).
+	Tracer pgx.QueryTracer
 	// QuietWaited is how long WaitQuiet has waited for other processes so far.
 	QuietWaited time.Duration
 	// NoisyPhases lists the phases (by application_name) that started with the machine busy anyway.
@@ -123,6 +125,9 @@ func (e *Env) NewSchema(ctx context.Context, system string, maxConns int32) (*Sc
 	app := fmt.Sprintf("txbench-%s-%d", system, e.counts[system])
 	cfg.MaxConns = maxConns
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	if e.Tracer != nil {
+		cfg.ConnConfig.Tracer = e.Tracer
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err

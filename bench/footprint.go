@@ -10,7 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Footprint is what one measured phase cost the process and the server.
@@ -21,6 +24,10 @@ type Footprint struct {
 	// BusyBefore is the share of the machine's CPU time busy (with other work) just before the phase
 	// started, after WaitQuiet: noise from other processes.
 	BusyBefore float64
+	// ClientCPU is the CPU time this process used during the phase, seconds (the benchmark's own
+	// bookkeeping included). ServerCPU is the CPU time of the server backends serving the phase's
+	// connections. Unlike rates, CPU time per message hardly depends on other load on the machine.
+	ClientCPU, ServerCPU float64
 }
 
 // ResetPeakRSS returns freed memory to the OS and resets the process's peak RSS (VmHWM) by writing
@@ -52,55 +59,128 @@ func procStatusKB(field string) float64 {
 	return 0
 }
 
-// Monitor samples, every 50 ms, how many server connections carry an application_name.
+// Monitor samples, every 50 ms, the server connections that carry an application_name: how many
+// there are, and the CPU time their backend processes use (read from /proc/<pid>/stat: the server
+// must run on this machine, as it does here; otherwise ServerCPU is 0).
 type Monitor struct {
-	env    *Env
-	app    string
-	exact  bool
-	busy   float64
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	max    int
+	env       *Env
+	app       string
+	exact     bool
+	busy      float64
+	selfStart float64
+	cancel    context.CancelFunc
+	done      chan struct{}
+	mu        sync.Mutex
+	max       int
+	base      map[int32]float64 // backend pid -> CPU seconds when first seen (0 if it started during the phase)
+	last      map[int32]float64 // backend pid -> CPU seconds when last seen
 }
 
-// StartMonitor waits for the machine to be quiet (WaitQuiet), resets the peak RSS and starts counting
-// the connections of app.
+// StartMonitor waits for the machine to be quiet (WaitQuiet), resets the peak RSS and starts
+// sampling the connections of app.
 func (e *Env) StartMonitor(ctx context.Context, app string) *Monitor {
 	busy := e.WaitQuiet(ctx)
 	if busy >= QuietBusy {
 		e.NoisyPhases = append(e.NoisyPhases, fmt.Sprintf("%s (%.0f%% busy)", app, 100*busy))
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	m := &Monitor{env: e, app: app, exact: ResetPeakRSS(), busy: busy, cancel: cancel, done: make(chan struct{})}
+	m := &Monitor{env: e, app: app, exact: ResetPeakRSS(), busy: busy, done: make(chan struct{}),
+		base: map[int32]float64{}, last: map[int32]float64{}}
+	m.sample(ctx, true)
+	if r, ok := e.Tracer.(interface{ Reset() }); ok {
+		r.Reset()
+	}
+	m.selfStart = selfCPU()
+	ctx, m.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(m.done)
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
-			var n int
-			if err := e.Admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n); err == nil {
-				m.mu.Lock()
-				m.max = max(m.max, n)
-				m.mu.Unlock()
-			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
+			m.sample(ctx, false)
 		}
 	}()
 	return m
+}
+
+func (m *Monitor) sample(ctx context.Context, first bool) {
+	rows, err := m.env.Admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, m.app)
+	if err != nil {
+		return
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.max = max(m.max, len(pids))
+	for _, pid := range pids {
+		cpu, ok := procCPU(int(pid))
+		if !ok {
+			continue
+		}
+		if _, seen := m.base[pid]; !seen {
+			m.base[pid] = 0
+			if first {
+				m.base[pid] = cpu
+			}
+		}
+		m.last[pid] = cpu
+	}
 }
 
 // Stop ends sampling and returns the footprint of the phase.
 func (m *Monitor) Stop() Footprint {
 	m.cancel()
 	<-m.done
+	self := selfCPU() - m.selfStart
+	m.sample(context.Background(), false)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return Footprint{PeakRSSMB: PeakRSSMB(), RSSExact: m.exact, MaxConns: m.max, BusyBefore: m.busy}
+	var server float64
+	for pid, cpu := range m.last {
+		server += cpu - m.base[pid]
+	}
+	return Footprint{PeakRSSMB: PeakRSSMB(), RSSExact: m.exact, MaxConns: m.max, BusyBefore: m.busy,
+		ClientCPU: self, ServerCPU: server}
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat CPU times (100 on Linux).
+const clockTicks = 100
+
+// procCPU returns the user+system CPU seconds of process pid.
+func procCPU(pid int) (float64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: count from after it.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64) // field 14
+	st, _ := strconv.ParseFloat(f[12], 64) // field 15
+	return (ut + st) / clockTicks, true
+}
+
+// selfCPU returns this process's user+system CPU seconds.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // cpuBusy returns the share of CPU time the machine spent busy over d (from /proc/stat).

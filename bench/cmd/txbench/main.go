@@ -37,6 +37,7 @@ type options struct {
 	sustain time.Duration
 	tune    bool
 	verbose bool
+	trace   bool
 
 	inbox     bench.InboxConfig
 	riverTx   bench.RiverConfig
@@ -56,6 +57,7 @@ func main() {
 	flag.DurationVar(&o.sustain, "sustain", 0, "run only the sustained drain for this long (e.g. 10m)")
 	flag.BoolVar(&o.tune, "tune", false, "run only the tuning sweep of worker counts and batch sizes")
 	flag.BoolVar(&o.verbose, "v", false, "log progress to stderr")
+	flag.BoolVar(&o.trace, "trace", false, "run only one txinbox drain with every statement traced, and print where the time goes")
 	flag.IntVar(&o.inbox.Concurrency, "inbox-concurrency", 4, "txinbox worker.Config.Concurrency")
 	flag.IntVar(&o.inbox.BatchSize, "inbox-batch", 64, "txinbox worker.Config.BatchSize")
 	flag.IntVar(&o.riverTx.MaxWorkers, "river-tx-workers", 100, "River MaxWorkers, JobCompleteTx workload")
@@ -145,6 +147,17 @@ func run(ctx context.Context, o options) error {
 	}
 	section := "main"
 	switch {
+	case o.trace:
+		st := bench.NewStatementStats()
+		env.Tracer = st
+		rate, fp, err := env.InboxDrain(ctx, o.n, 0, o.inbox)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("txinbox drain of %d messages (%s): %.0f msg/s, CPU %.0f µs/msg client + %.0f server\n\n", o.n, o.inbox, rate,
+			fp.ClientCPU*1e6/float64(o.n), fp.ServerCPU*1e6/float64(o.n))
+		st.Write(os.Stdout, o.n)
+		return nil
 	case o.sustain > 0:
 		section = "sustain"
 		progress("sustained drain for %s", o.sustain)
@@ -183,6 +196,14 @@ type drainSystem struct {
 	run                     func(ctx context.Context) (float64, bench.Footprint, error)
 	rates                   []float64
 	fp                      bench.Footprint
+	cpu                     []cpuPerMsg
+}
+
+// cpuPerMsg is the CPU time one message cost, microseconds.
+type cpuPerMsg struct{ client, server float64 }
+
+func perMsg(fp bench.Footprint, n int) cpuPerMsg {
+	return cpuPerMsg{client: fp.ClientCPU * 1e6 / float64(n), server: fp.ServerCPU * 1e6 / float64(n)}
 }
 
 func (r *report) runMain(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
@@ -224,9 +245,11 @@ func (r *report) runMain(ctx context.Context, env *bench.Env, progress func(stri
 				if err != nil {
 					return fmt.Errorf("drain %s: %w", s.name, err)
 				}
-				progress("  %.0f msg/s, peak RSS %.0f MiB, %d conns", rate, fp.PeakRSSMB, fp.MaxConns)
+				progress("  %.0f msg/s, peak RSS %.0f MiB, %d conns, CPU %.0f µs/msg client + %.0f server", rate, fp.PeakRSSMB, fp.MaxConns,
+					fp.ClientCPU*1e6/float64(o.n), fp.ServerCPU*1e6/float64(o.n))
 				s.rates = append(s.rates, rate)
 				s.fp = maxFP(s.fp, fp)
+				s.cpu = append(s.cpu, perMsg(fp, o.n))
 			}
 		}
 		r.drain = systems
@@ -247,6 +270,7 @@ func (r *report) runMain(ctx context.Context, env *bench.Env, progress func(stri
 					}
 					progress("  %.0f rows/s (%d of %d new)", res.Rate, res.Inserted, res.Rows)
 					row.rates = append(row.rates, res.Rate)
+					row.cpu = append(row.cpu, perMsg(res.FP, res.Rows))
 					row.last = res
 					row.fp = maxFP(row.fp, res.FP)
 				}
@@ -317,7 +341,7 @@ func (r *report) runTune(ctx context.Context, env *bench.Env, progress func(stri
 			return fmt.Errorf("tune %s %s: %w", system, config, err)
 		}
 		progress("  %.0f msg/s", rate)
-		r.tune = append(r.tune, tuneRow{system: system, config: config, rate: rate, fp: fp})
+		r.tune = append(r.tune, tuneRow{system: system, config: config, rate: rate, fp: fp, cpu: perMsg(fp, n)})
 		return nil
 	}
 	for _, c := range []bench.InboxConfig{{Concurrency: 2, BatchSize: 64}, {Concurrency: 4, BatchSize: 32}, {Concurrency: 4, BatchSize: 64}, {Concurrency: 8, BatchSize: 64}} {

@@ -13,6 +13,7 @@ type ingestRow struct {
 	mode    bench.IngestMode
 	clients int
 	rates   []float64
+	cpu     []cpuPerMsg
 	last    bench.IngestResult
 	fp      bench.Footprint
 }
@@ -33,6 +34,20 @@ type tuneRow struct {
 	system, config string
 	rate           float64
 	fp             bench.Footprint
+	cpu            cpuPerMsg
+}
+
+// medianCPU returns the median client and server CPU per message (each median on its own).
+func medianCPU(cs []cpuPerMsg) cpuPerMsg {
+	var a, b []float64
+	for _, c := range cs {
+		a, b = append(a, c.client), append(b, c.server)
+	}
+	return cpuPerMsg{client: bench.Median(a), server: bench.Median(b)}
+}
+
+func (c cpuPerMsg) String() string {
+	return fmt.Sprintf("%.0f + %.0f = %.0f", c.client, c.server, c.client+c.server)
 }
 
 type report struct {
@@ -127,21 +142,21 @@ func (r *report) mainMD(p func(string, ...any)) {
 	o := r.opts
 	if len(r.drain) > 0 {
 		p("### 1. Drain: %d pending messages, the handler inserting one ledger row\n", o.n)
-		p("Messages/s from pool start until the last message's transaction committed (median of %d run(s); every run in a fresh schema, after VACUUM ANALYZE and CHECKPOINT). The ledger is checked to hold exactly one row per message.\n", o.runs)
-		p("| System | Guarantee | Configuration | Runs (msg/s) | Median msg/s | txinbox ÷ this | Peak RSS | Max conns |")
-		p("|---|---|---|---|---:|---:|---|---:|")
+		p("Messages/s from pool start until the last message's transaction committed (median of %d run(s); every run in a fresh schema, after VACUUM ANALYZE and CHECKPOINT). The ledger is checked to hold exactly one row per message. CPU is the CPU time per message, in µs, of this process (client) and of the server backends serving the run's connections (server; WAL writer, checkpointer and other background processes not included): on a 2-core machine a CPU-bound drain cannot beat 2 s / (client + server CPU per message), and CPU per message is much less sensitive to other load than the rate.\n", o.runs)
+		p("| System | Guarantee | Configuration | Runs (msg/s) | Median msg/s | txinbox ÷ this | CPU µs/msg client + server | Peak RSS | Max conns |")
+		p("|---|---|---|---|---:|---:|---:|---|---:|")
 		ref := bench.Median(r.drain[0].rates)
 		for _, s := range r.drain {
 			m := bench.Median(s.rates)
-			p("| %s | %s | %s | %s | **%.0f** | %.2f× | %s |", s.name, s.guarantee, s.config, ratesMD(s.rates), m, ref/m, fpMD(s.fp))
+			p("| %s | %s | %s | %s | **%.0f** | %.2f× | %s | %s |", s.name, s.guarantee, s.config, ratesMD(s.rates), m, ref/m, medianCPU(s.cpu), fpMD(s.fp))
 		}
 		p("")
 	}
 	if len(r.ingest) > 0 {
 		p("### 2. Ingest: batches of 1,000 messages, 30%% duplicates of stored keys\n")
 		p("Offered rows/s (duplicates included), one batch per statement or transaction, median of %d run(s). Payloads are ~120-byte JSON documents; the duplicates are true redeliveries (same payload).\n", o.runs)
-		p("| Method | Clients | Runs (rows/s) | Median rows/s | vs COPY (new rows only) | Peak RSS | Max conns |")
-		p("|---|---:|---|---:|---:|---|---:|")
+		p("| Method | Clients | Runs (rows/s) | Median rows/s | vs COPY (new rows only) | CPU µs/row client + server | Peak RSS | Max conns |")
+		p("|---|---:|---|---:|---:|---:|---|---:|")
 		ref := map[int]float64{}
 		for _, row := range r.ingest {
 			if row.mode == bench.IngestCopyNew {
@@ -150,7 +165,7 @@ func (r *report) mainMD(p func(string, ...any)) {
 		}
 		for _, row := range r.ingest {
 			m := bench.Median(row.rates)
-			p("| %s | %d | %s | **%.0f** | %.0f%% | %s |", row.mode, row.clients, ratesMD(row.rates), m, 100*m/ref[row.clients], fpMD(row.fp))
+			p("| %s | %d | %s | **%.0f** | %.0f%% | %s | %s |", row.mode, row.clients, ratesMD(row.rates), m, 100*m/ref[row.clients], medianCPU(row.cpu), fpMD(row.fp))
 		}
 		p("")
 	}
@@ -271,10 +286,10 @@ func (r *report) sustainMD(p func(string, ...any)) {
 }
 
 func (r *report) tuneMD(p func(string, ...any)) {
-	p("| System | Configuration | msg/s | Peak RSS | Max conns |")
-	p("|---|---|---:|---|---:|")
+	p("| System | Configuration | msg/s | CPU µs/msg client + server | Peak RSS | Max conns |")
+	p("|---|---|---:|---:|---|---:|")
 	for _, t := range r.tune {
-		p("| %s | %s | %.0f | %s |", t.system, t.config, t.rate, fpMD(t.fp))
+		p("| %s | %s | %.0f | %s | %s |", t.system, t.config, t.rate, t.cpu, fpMD(t.fp))
 	}
 	p("")
 }
