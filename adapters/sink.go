@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -120,9 +121,10 @@ type BatchResult struct {
 }
 
 type item struct {
-	rec *Record
-	msg inbox.Message
-	bad *inbox.Undecodable
+	rec      *Record
+	msg      inbox.Message
+	bad      *inbox.Undecodable
+	conflict int64 // the stored message whose key this one reused with another payload
 }
 
 // Store writes recs into the inbox in one transaction and returns after it committed; the caller may
@@ -163,7 +165,12 @@ func (s *Sink) store(ctx context.Context, items []item) (BatchResult, error) {
 	if err != nil {
 		return BatchResult{}, fmt.Errorf("txinbox/adapters: begin: %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer func() {
+		// Bounded even after ctx ended: a rollback on a connection that broke returns at once.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
 	res, err := s.write(ctx, tx, items, false)
 	if errors.Is(err, inbox.ErrInvalidMessage) {
 		// PostgreSQL rejected a message that passed validation (a JSON escape jsonb cannot hold, say):
@@ -202,8 +209,7 @@ func (s *Sink) write(ctx context.Context, tx pgx.Tx, items []item, alone bool) (
 			res.Duplicates++
 		case inbox.Conflict:
 			res.Conflicts++
-			s.cfg.Logger.Warn("txinbox/adapters: key reused with a different payload; the stored message is kept and this one dropped",
-				"consumer", it.msg.Consumer, "key", it.msg.Key, "kind", it.msg.Kind, "stored_id", rc.ID, "source", it.rec.Source)
+			it.conflict = rc.ID
 		}
 	}
 	if !alone && len(good) > 0 {
@@ -264,6 +270,10 @@ func (s *Sink) write(ctx context.Context, tx pgx.Tx, items []item, alone bool) (
 
 func (s *Sink) logOutcomes(items []item) {
 	for i := range items {
+		if it := &items[i]; it.conflict != 0 {
+			s.cfg.Logger.Warn("txinbox/adapters: key reused with a different payload; the stored message is kept and this one dropped",
+				"consumer", it.msg.Consumer, "key", it.msg.Key, "kind", it.msg.Kind, "stored_id", it.conflict, "source", it.rec.Source)
+		}
 		if b := items[i].bad; b != nil && b.Reason != "" {
 			s.cfg.Logger.Warn("txinbox/adapters: undecodable message stored dead",
 				"consumer", b.Consumer, "key", b.Key, "kind", b.Kind, "source", items[i].rec.Source, "reason", b.Reason)
