@@ -25,21 +25,21 @@ WITH candidates AS (
     FROM candidates c
     WHERE q.id = c.id AND NOT c.head AND NOT c.alone
     RETURNING q.id
-), queued AS (
-    UPDATE /* TEMPLATE: schema */inbox_queue q
-    SET claimed = true, alone = false, run_at = now() + make_interval(secs => @lease_seconds::float8),
-        token = q.token + 1
-    FROM candidates c
-    WHERE q.id = c.id AND c.head
-    RETURNING q.id
 ), claimed AS (
     UPDATE /* TEMPLATE: schema */inbox m
     SET state = 'processing', owner = @owner, token = m.token + 1, attempts_started = m.attempts_started + 1,
         lease_until = now() + make_interval(secs => @lease_seconds::float8), started_at = now()
-    FROM queued
-    WHERE m.id = queued.id
+    FROM candidates c
+    WHERE m.id = c.id AND c.head
     RETURNING m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, m.token,
               m.attempts_started, m.attempts_failed, m.received_at, m.last_error
+), queued AS (
+    -- The queue row takes the message token, whatever it held before.
+    UPDATE /* TEMPLATE: schema */inbox_queue q
+    SET claimed = true, alone = false, run_at = now() + make_interval(secs => @lease_seconds::float8),
+        token = c.token
+    FROM claimed c
+    WHERE q.id = c.id
 )
 SELECT c.id, c.consumer, c.key, c.kind, c.payload, c.headers, c.ordering_key, c.token,
        c.attempts_started, c.attempts_failed, c.received_at, c.last_error
