@@ -26,7 +26,7 @@ import (
 var errListenUnsupported = errors.New("notifications sent on the listening connection never arrived (a connection pooler in transaction mode?)")
 
 const (
-	listenProbeTimeout = 5 * time.Second  // how long the check after LISTEN waits for its own notification
+	listenProbeTimeout = 10 * time.Second // how long the check after LISTEN waits for its own notification
 	listenPing         = 30 * time.Second // an idle listening connection is pinged this often
 	listenMaxBackoff   = 30 * time.Second // longest wait between reconnection attempts
 )
@@ -51,8 +51,8 @@ func (p *Pool) listenConnector() func(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // listen keeps a listening connection up until the pool stops, reconnecting with exponential backoff
-// (100ms doubling to 30s) when it is lost. It gives up, leaving the pool to polling, only if
-// notifications prove not to work at all.
+// (100ms doubling to 30s) when it is lost. If notifications prove not to come back, it checks again
+// every 30s; the pool polls meanwhile.
 func (p *Pool) listen(ctx context.Context, connect func(context.Context) (*pgx.Conn, error)) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -65,22 +65,30 @@ func (p *Pool) listen(ctx context.Context, connect func(context.Context) (*pgx.C
 	}()
 	channel := inbox.NotifyChannel(p.cfg.Schema)
 	backoff := 100 * time.Millisecond
+	unsupported := false // the last check showed that notifications do not come back
 	for ctx.Err() == nil {
 		began := time.Now()
 		err := p.listenOnce(ctx, connect, channel)
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, errListenUnsupported) {
-			p.cfg.Logger.Warn("txinbox: LISTEN does not work on this connection; polling only (set DisableListen to silence this)",
-				"consumer", p.cfg.Consumer, "channel", channel, "poll_interval", p.cfg.PollInterval)
-			return
-		}
 		if time.Since(began) > time.Minute {
 			backoff = 100 * time.Millisecond // it was up for a while: a fresh failure
 		}
-		p.cfg.Logger.Warn("txinbox: not listening; polling until the listening connection is back",
-			"consumer", p.cfg.Consumer, "err", err, "retry_in", backoff)
+		if errors.Is(err, errListenUnsupported) {
+			// A pooler in transaction mode, or a server too slow to answer the check: poll, and check
+			// again now and then.
+			backoff = listenMaxBackoff
+			if !unsupported {
+				p.cfg.Logger.Warn("txinbox: LISTEN does not work on this connection; polling (set DisableListen if connections go through a pooler in transaction mode)",
+					"consumer", p.cfg.Consumer, "channel", channel, "poll_interval", p.cfg.PollInterval, "check_again_in", backoff)
+			}
+			unsupported = true
+		} else {
+			unsupported = false
+			p.cfg.Logger.Warn("txinbox: not listening; polling until the listening connection is back",
+				"consumer", p.cfg.Consumer, "err", err, "retry_in", backoff)
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
