@@ -272,3 +272,42 @@ func TestUndecodableAndConflict(t *testing.T) {
 		t.Error("the record without key header is not keyed by its coordinates")
 	}
 }
+
+// TestShutdownFinishesBatch ends Run's context while a batch is in hand (after its commit, before its
+// offset commit): Run still commits its offsets and returns nil.
+func TestShutdownFinishesBatch(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	db := testdb.New(t)
+	unique, _ := adaptertest.Plan("stop", 20, 0)
+	recs := make([]*kgo.Record, len(unique))
+	for i, m := range unique {
+		recs[i] = event(m.Key, m.Payload)
+	}
+	f.produce(t, recs...)
+	cfg := f.config(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", Key: adapters.RecordKey()})
+	cfg.BatchSize = 5
+	c := newConsumer(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var size int
+	c.afterStore = func(batch, n int) error {
+		if batch == 1 {
+			size = n
+			cancel()
+		}
+		return nil
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Acked != int64(size) || st.Batches != 1 {
+		t.Errorf("stats %+v, want one batch of %d committed", st, size)
+	}
+	if f.committed(t) == 0 {
+		t.Error("no offset committed")
+	}
+	if n := adaptertest.InboxCount(t, db, "ledger"); n != int64(size) {
+		t.Errorf("inbox holds %d, want %d", n, size)
+	}
+}

@@ -327,3 +327,53 @@ func TestRunFailsOnClosedConnection(t *testing.T) {
 		t.Errorf("Run on a closed connection: %v", err)
 	}
 }
+
+// TestShutdownFinishesBatch ends Run's context while a batch is in hand (after its commit, before its
+// acks): Run still acknowledges it and returns nil (NAKing what it had prefetched), and the next
+// consumer gets the rest.
+func TestShutdownFinishesBatch(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	db := testdb.New(t)
+	unique, _ := adaptertest.Plan("stop", 20, 0)
+	for _, m := range unique {
+		f.publish(t, event(m.Key, m.Payload))
+	}
+	jc, _ := f.consumer(t)
+	c := newConsumer(t, Config{Consumer: jc, BatchSize: 5, Prefetch: 20, BatchWait: time.Second,
+		Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var size int
+	c.afterStore = func(batch, n int) error {
+		if batch == 1 {
+			size = n
+			cancel()
+		}
+		return nil
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Acked != int64(size) || st.Batches != 1 {
+		t.Errorf("stats %+v, want one batch of %d acknowledged", st, size)
+	}
+	if n := adaptertest.InboxCount(t, db, "ledger"); n != int64(size) {
+		t.Errorf("inbox holds %d, want %d", n, size)
+	}
+	if info := f.info(t); info.AckFloor.Stream < uint64(size) {
+		t.Errorf("ack floor %d, want at least %d", info.AckFloor.Stream, size)
+	}
+	// The rest is delivered again to the next consumer.
+	jc2, _ := f.consumer(t)
+	c2 := newConsumer(t, Config{Consumer: jc2, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
+	stop, _ := start(t, c2)
+	adaptertest.WaitFor(t, "every message acknowledged", func() bool {
+		info := f.info(t)
+		return info.NumPending == 0 && info.NumAckPending == 0
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	adaptertest.CheckUnique(t, db, "ledger", unique)
+}

@@ -305,3 +305,39 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownFinishesBatch ends Run's context while a batch is in hand (after its commit, before its
+// ack): Run still acknowledges it, returns nil, and the deliveries it had prefetched go back to the
+// queue.
+func TestShutdownFinishesBatch(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	db := testdb.New(t)
+	q, ch := queue(t, url)
+	unique, _ := adaptertest.Plan("stop", 20, 0)
+	for _, m := range unique {
+		publish(t, ch, q, amqp.Publishing{MessageId: m.Key, Type: "credit", Body: m.Payload})
+	}
+	c := newConsumer(t, Config{URL: url, Queue: q, BatchSize: 5, Prefetch: 20, BatchWait: time.Second,
+		Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var size int
+	c.afterStore = func(batch, n int) error {
+		if batch == 1 {
+			size = n
+			cancel()
+		}
+		return nil
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Acked != int64(size) || st.Batches != 1 {
+		t.Errorf("stats %+v, want one batch of %d acknowledged", st, size)
+	}
+	adaptertest.WaitFor(t, "the rest to return to the queue", func() bool { return ready(t, ch, q) == len(unique)-size })
+	if n := adaptertest.InboxCount(t, db, "ledger"); n != int64(size) {
+		t.Errorf("inbox holds %d, want %d", n, size)
+	}
+}
