@@ -25,9 +25,11 @@ type fixture struct {
 	js                            jetstream.JetStream
 }
 
-// newFixture creates a memory stream and a durable pull consumer unique to the test (AckWait 1s, so
-// that the redeliveries after a crash come quickly), deleted when the test ends.
-func newFixture(t *testing.T) *fixture {
+// newFixture creates a memory stream and a durable pull consumer unique to the test, deleted when the
+// test ends. ackWait is the consumer's AckWait: short where a test wants the redeliveries after a crash
+// to come quickly, long where it counts deliveries exactly (a slow store on a loaded machine must not
+// cause a redelivery there).
+func newFixture(t *testing.T, ackWait time.Duration) *fixture {
 	t.Helper()
 	url := adaptertest.Broker(t, "NATS", EnvURL, "nats://127.0.0.1:4222")
 	nc := connect(t, url)
@@ -41,7 +43,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
-	if _, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "inbox", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second}); err != nil {
+	if _, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "inbox", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait}); err != nil {
 		t.Fatal(err)
 	}
 	return &fixture{url: url, stream: name, durable: "inbox", subject: name + ".events", js: js}
@@ -145,7 +147,7 @@ func event(key string, payload []byte) *nats.Msg {
 // each exactly once.
 func TestDuplicatesAndCrashes(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := newFixture(t, time.Second)
 	db := testdb.New(t)
 	unique, all := adaptertest.Plan("nats", 5000, 30)
 	msgs := make([]*nats.Msg, len(all))
@@ -206,7 +208,7 @@ func TestDuplicatesAndCrashes(t *testing.T) {
 // message is stored once and acknowledged once.
 func TestDatabaseDown(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := newFixture(t, time.Minute)
 	db := testdb.New(t)
 	unique, _ := adaptertest.Plan("down", 300, 0)
 	msgs := make([]*nats.Msg, len(unique))
@@ -246,7 +248,7 @@ func TestDatabaseDown(t *testing.T) {
 // Nats-Msg-Id (the default strategy).
 func TestUndecodableAndConflict(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := newFixture(t, time.Minute)
 	db := testdb.New(t)
 	withID := func(id, body string) *nats.Msg {
 		m := nats.NewMsg("")
@@ -291,7 +293,7 @@ func TestUndecodableAndConflict(t *testing.T) {
 // the same content are all stored.
 func TestCoordinatesKey(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := newFixture(t, time.Minute)
 	db := testdb.New(t)
 	f.publish(t, event("same", []byte(`{}`)), event("same", []byte(`{}`)), event("same", []byte(`{}`)))
 	jc, _ := f.consumer(t)
@@ -310,7 +312,7 @@ func TestCoordinatesKey(t *testing.T) {
 
 func TestRunFailsOnClosedConnection(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := newFixture(t, time.Minute)
 	db := testdb.New(t)
 	jc, nc := f.consumer(t)
 	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
@@ -333,7 +335,7 @@ func TestRunFailsOnClosedConnection(t *testing.T) {
 // consumer gets the rest.
 func TestShutdownFinishesBatch(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := newFixture(t, time.Minute)
 	db := testdb.New(t)
 	unique, _ := adaptertest.Plan("stop", 20, 0)
 	for _, m := range unique {
