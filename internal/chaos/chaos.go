@@ -40,7 +40,8 @@ type Config struct {
 	// Schema is the schema the run uses. Default: a fresh txchaos_<random>, dropped at the end unless
 	// Keep is set. A schema given here is created if missing, migrated, and never dropped.
 	Schema string
-	// Keep keeps a generated schema after the run (for a post-mortem).
+	// Keep keeps a generated schema after the run. A generated schema is also kept, for a
+	// post-mortem, when an invariant fails.
 	Keep bool
 	// Messages is the number of unique messages that must be applied. Default: 50,000.
 	Messages int
@@ -74,7 +75,7 @@ type Config struct {
 	// RestartServer restarts the database server (the restart test uses pg_ctl restart -m fast).
 	RestartServer func(ctx context.Context) error
 	// DrainTimeout bounds the wait, after the chaos phase, for every message to be completed or dead.
-	// Default: 3m.
+	// Default: Duration, and at least 3m.
 	DrainTimeout time.Duration
 	// WorkerCommand is the argv that starts a worker process; WorkerEnv is added to its environment.
 	// Default: this executable with the argument "worker".
@@ -85,8 +86,11 @@ type Config struct {
 	// Progress, if set, receives a line every few seconds while the run goes on.
 	Progress io.Writer
 
-	// Worker pool settings. Defaults: Concurrency 2, BatchSize 16, Lease 3s, Timeout 1s,
-	// PollInterval 20ms, PoisonMaxAttempts 3.
+	// Worker pool settings. Defaults: Concurrency 1, BatchSize 4, Lease 3s, Timeout 1s,
+	// PollInterval 20ms, PoisonMaxAttempts 3. A SIGKILL leaves up to Concurrency x BatchSize claimed
+	// messages, which the pools then run as suspects, one at a time across all processes (8 to 25 a
+	// second on a loaded 2-core machine): with a kill every 1.25 s on average, that product must stay
+	// small or the suspects pile up faster than they are run.
 	Concurrency       int
 	BatchSize         int
 	Lease             time.Duration
@@ -128,15 +132,15 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.MaxCopies, 5)
 	def(&c.Workers, 4)
 	def(&c.Producers, 4)
-	def(&c.Concurrency, 2)
-	def(&c.BatchSize, 16)
+	def(&c.Concurrency, 1)
+	def(&c.BatchSize, 4)
 	def(&c.PoisonMaxAttempts, 3)
 	defd(&c.Duration, 5*time.Minute)
 	defd(&c.KillMin, 500*time.Millisecond)
 	defd(&c.KillMax, 2*time.Second)
 	defd(&c.CutMin, 300*time.Millisecond)
 	defd(&c.CutMax, 1500*time.Millisecond)
-	defd(&c.DrainTimeout, 3*time.Minute)
+	defd(&c.DrainTimeout, max(3*time.Minute, c.Duration))
 	defd(&c.Lease, 3*time.Second)
 	defd(&c.Timeout, time.Second)
 	defd(&c.PollInterval, 20*time.Millisecond)
@@ -164,9 +168,10 @@ func (c Config) withDefaults() (Config, error) {
 
 // Report is the outcome of a run: figures, and the invariants that failed (none if OK).
 type Report struct {
-	Schema string
-	Seed   uint64
-	LogDir string
+	Schema     string
+	SchemaKept bool // a generated schema was kept (Keep, or a failed run)
+	Seed       uint64
+	LogDir     string
 
 	Messages   int // unique messages that must be applied once
 	Poison     int // poison messages that must end dead
@@ -232,6 +237,9 @@ func (r *Report) Print(w io.Writer) {
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "  FAIL: %s\n", f)
 	}
+	if r.SchemaKept {
+		fmt.Fprintf(w, "  schema %s kept for inspection (DROP SCHEMA %s CASCADE when done)\n", r.Schema, r.Schema)
+	}
 }
 
 // message is one unique message of the run.
@@ -278,9 +286,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Schema == "" {
 		cfg.Schema = "txchaos_" + r.runID
 		r.cfg.Schema = cfg.Schema
-		if !cfg.Keep {
-			defer r.dropSchema()
-		}
+		defer func() {
+			if !cfg.Keep && r.rep.OK() {
+				r.dropSchema()
+			} else {
+				r.rep.SchemaKept = true
+			}
+		}()
 	}
 	r.rep.Schema = cfg.Schema
 	if cfg.LogDir == "" {
@@ -321,8 +333,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Restarts > 0 {
 		chaosWG.Go(func() { r.restarter(chaosCtx, chaosStart) })
 	}
+	progressCtx, endProgress := context.WithCancel(ctx)
+	defer endProgress()
 	progressDone := make(chan struct{})
-	go r.progress(chaosCtx, progressDone)
+	go r.progress(progressCtx, progressDone)
 
 	prodCtx, cancelProd := context.WithTimeout(ctx, cfg.Duration+cfg.DrainTimeout)
 	defer cancelProd()
@@ -334,7 +348,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	endChaos()
 	chaosWG.Wait()
-	<-progressDone
 	r.rep.ChaosPhase = time.Since(chaosStart)
 	if perr != nil {
 		r.rep.failf("producers: %v", perr)
@@ -345,6 +358,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.rep.failf("drain: %v", err)
 	}
 	r.rep.Drain = time.Since(drainStart)
+	endProgress()
+	<-progressDone
 	r.stopWorkers()
 
 	r.rep.Kills, r.rep.UnexpectedExits = r.kills.Load(), r.crashes.Load()
@@ -604,15 +619,16 @@ func (r *runner) progress(ctx context.Context, done chan<- struct{}) {
 			return
 		case <-t.C:
 		}
-		var completed, left int64
+		var completed, left, suspects int64
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := r.control.QueryRow(qctx, "SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state IN ('pending', 'processing')) FROM "+
-			pgx.Identifier{r.cfg.Schema, "inbox"}.Sanitize()).Scan(&completed, &left)
+		err := r.control.QueryRow(qctx, "SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state IN ('pending', 'processing')), "+
+			"(SELECT count(*) FROM "+pgx.Identifier{r.cfg.Schema, "inbox_queue"}.Sanitize()+" WHERE claimed AND run_at < now()) FROM "+
+			pgx.Identifier{r.cfg.Schema, "inbox"}.Sanitize()).Scan(&completed, &left, &suspects)
 		cancel()
 		if err != nil {
-			completed, left = -1, -1
+			completed, left, suspects = -1, -1, -1
 		}
-		r.log.Info("chaos", "delivered", r.recv.delivered.Load(), "completed", completed, "to_do", left,
+		r.log.Info("chaos", "delivered", r.recv.delivered.Load(), "completed", completed, "to_do", left, "suspects", suspects,
 			"kills", r.kills.Load(), "cuts", r.cutsW.Load()+r.cutsP.Load(), "restarts", r.restart.Load())
 	}
 }
@@ -622,16 +638,17 @@ func (r *runner) drain(ctx context.Context) error {
 	want := int64(len(r.msgs))
 	deadline := time.Now().Add(r.cfg.DrainTimeout)
 	inboxT, queueT := pgx.Identifier{r.cfg.Schema, "inbox"}.Sanitize(), pgx.Identifier{r.cfg.Schema, "inbox_queue"}.Sanitize()
-	var total, open, queued int64
+	var total, open, queued, suspects int64
 	for {
 		err := r.control.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+inboxT+"), (SELECT count(*) FROM "+inboxT+
-			" WHERE state IN ('pending', 'processing')), (SELECT count(*) FROM "+queueT+")").Scan(&total, &open, &queued)
+			" WHERE state IN ('pending', 'processing')), (SELECT count(*) FROM "+queueT+"), (SELECT count(*) FROM "+queueT+
+			" WHERE claimed AND run_at < now())").Scan(&total, &open, &queued, &suspects)
 		if err == nil && total == want && open == 0 && queued == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("after %v: %d of %d messages stored, %d pending or processing, %d queued (last error: %v)",
-				r.cfg.DrainTimeout, total, want, open, queued, err)
+			return fmt.Errorf("after %v: %d of %d messages stored, %d pending or processing, %d queued, of which %d claimed with their lease over (suspects waiting for the rescuer) (last error: %v)",
+				r.cfg.DrainTimeout, total, want, open, queued, suspects, err)
 		}
 		select {
 		case <-ctx.Done():
