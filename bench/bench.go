@@ -64,9 +64,9 @@ func NewEnv(ctx context.Context, url string, quick bool, log *slog.Logger) (*Env
 		admin.Close()
 		return nil, fmt.Errorf("txbench: %s does not answer: %w", url, err)
 	}
-	budget := 5 * time.Minute
+	budget := 3 * time.Minute
 	if quick {
-		budget = 15 * time.Second
+		budget = 5 * time.Second
 	}
 	return &Env{URL: url, Admin: admin, Log: log, Quick: quick, quietBudget: budget, counts: map[string]int{}}, nil
 }

@@ -62,7 +62,7 @@ func BenchmarkDrain(b *testing.B) {
 	})
 	b.Run("river-noop", func(b *testing.B) {
 		reportDrain(b, func(ctx context.Context) (float64, Footprint, error) {
-			return e.RiverDrain(ctx, testMessages, RiverConfig{MaxWorkers: 2000, PoolConns: 10,
+			return e.RiverDrain(ctx, testMessages, RiverConfig{MaxWorkers: 2000, PoolConns: 20,
 				FetchCooldown: 2 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond})
 		})
 	})

@@ -213,8 +213,8 @@ func cpuBusy(d time.Duration) float64 {
 const QuietBusy = 0.25
 
 // WaitQuiet waits until the machine's CPU is less than QuietBusy busy over half a second (other
-// engineers' tests, builds), for at most the remaining quiet budget of the run (15 s in quick
-// mode, 5 minutes otherwise), and returns the last busy share measured.
+// engineers' tests, builds), for at most the remaining quiet budget of the run (5 s in quick
+// mode, 3 minutes otherwise), and returns the last busy share measured.
 func (e *Env) WaitQuiet(ctx context.Context) float64 {
 	for {
 		start := time.Now()

@@ -16,6 +16,8 @@ import (
 // LatencyResult is the distribution of receive-to-handler-start latencies.
 type LatencyResult struct {
 	Rate          int           // target receive rate, messages/s
+	PerCall       int           // messages per Receive/ReceiveMany call (and transaction)
+	Elapsed       time.Duration // measured phase, from pool start until every message was handled
 	Achieved      float64       // receive rate actually achieved, messages/s
 	Samples       int           // latencies measured (after the warm-up)
 	P50, P95, P99 time.Duration //
@@ -23,18 +25,22 @@ type LatencyResult struct {
 	FP            Footprint
 }
 
+// LatencySenders is the number of goroutines (and connections) calling Receive in SteadyLatency:
+// enough to keep the schedule when a commit takes tens of milliseconds on a busy machine.
+const LatencySenders = 32
+
 // clock gives monotonic nanoseconds since its creation.
 type clock struct{ base time.Time }
 
 func (c clock) now() int64 { return int64(time.Since(c.base)) }
 
-// SteadyLatency receives messages one by one (Receive, one transaction each, with a default
-// inbox.Client) at rate per second for d, from 16 concurrent senders following a fixed schedule, into
+// SteadyLatency receives messages perCall at a time (Receive when 1, else ReceiveMany: one
+// transaction per call, with a default inbox.Client) at rate messages per second for d, from LatencySenders concurrent senders following a fixed schedule, into
 // a running pool, and measures the time from Receive returning (the message committed) to its
 // handler starting. The first second is a warm-up and not measured.
-func (e *Env) SteadyLatency(ctx context.Context, rate int, d time.Duration, cfg InboxConfig) (LatencyResult, error) {
-	res := LatencyResult{Rate: rate}
-	s, err := e.newInboxSchema(ctx, "latency", int32(cfg.Concurrency+2+16))
+func (e *Env) SteadyLatency(ctx context.Context, rate, perCall int, d time.Duration, cfg InboxConfig) (LatencyResult, error) {
+	res := LatencyResult{Rate: rate, PerCall: perCall}
+	s, err := e.newInboxSchema(ctx, "latency", int32(cfg.Concurrency+2+LatencySenders))
 	if err != nil {
 		return res, err
 	}
@@ -54,13 +60,23 @@ func (e *Env) SteadyLatency(ctx context.Context, rate int, d time.Duration, cfg 
 		return res, err
 	}
 	defer stopPool(ctx, p)
-	jobs := make(chan int, 1024)
-	errc := make(chan error, 16)
+	jobs := make(chan int, 1024) // the first message of each call
+	errc := make(chan error, LatencySenders)
 	var wg sync.WaitGroup
-	for range 16 {
+	for range LatencySenders {
 		wg.Go(func() {
-			for i := range jobs {
-				_, err := s.client.Receive(ctx, inbox.Message{Consumer: benchConsumer, Key: eventKey(i), Kind: benchKind, Payload: payload(i, 1)})
+			msgs := make([]inbox.Message, 0, perCall)
+			for first := range jobs {
+				msgs = msgs[:0]
+				for i := first; i < first+perCall && i <= total; i++ {
+					msgs = append(msgs, inbox.Message{Consumer: benchConsumer, Key: eventKey(i), Kind: benchKind, Payload: payload(i, 1)})
+				}
+				var err error
+				if perCall == 1 {
+					_, err = s.client.Receive(ctx, msgs[0])
+				} else {
+					_, err = s.client.ReceiveMany(ctx, msgs)
+				}
 				if err != nil {
 					select {
 					case errc <- err:
@@ -68,13 +84,16 @@ func (e *Env) SteadyLatency(ctx context.Context, rate int, d time.Duration, cfg 
 					}
 					continue
 				}
-				recvAt[i].Store(clk.now())
+				now := clk.now()
+				for i := first; i < first+len(msgs); i++ {
+					recvAt[i].Store(now)
+				}
 			}
 		})
 	}
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
-	for i := 1; i <= total; i++ {
+	for i := 1; i <= total; i += perCall {
 		if w := time.Until(start.Add(time.Duration(i) * interval)); w > 0 {
 			time.Sleep(w)
 		}
@@ -88,6 +107,7 @@ func (e *Env) SteadyLatency(ctx context.Context, rate int, d time.Duration, cfg 
 		time.Sleep(5 * time.Millisecond)
 	}
 	res.FP = mon.Stop()
+	res.Elapsed = time.Since(start)
 	select {
 	case err := <-errc:
 		return res, err

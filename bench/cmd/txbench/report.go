@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox/bench"
+	"github.com/txinbox/txinbox/inbox"
 )
 
 type ingestRow struct {
@@ -171,14 +172,16 @@ func (r *report) mainMD(p func(string, ...any)) {
 	}
 	if len(r.latency) > 0 || len(r.idle) > 0 {
 		p("### 3. Latency (txinbox, %s)\n", o.inbox)
-		p("From `Receive` returning (the message committed) to its handler starting. Messages are received one per `Receive` call (one transaction each, default `inbox.Client`: a NOTIFY at most every 25 ms per consumer) on a fixed schedule by 16 senders; the first second is a warm-up. With LISTEN/NOTIFY (the default) a notification wakes the pool; \"polling only\" sets `DisableListen`, so the pool polls every HotPollInterval (10 ms) for HotWindow (1 s) after any activity and every PollInterval (1 s) when cold.\n")
+		p("From `Receive` returning (the message committed) to its handler starting. Messages are received one per `Receive` call (one transaction each; and, in one row, 10 per `ReceiveMany` call every 10 ms), default `inbox.Client`: a NOTIFY at most every %s per consumer, on a fixed schedule by %d senders; the first second is a warm-up. With LISTEN/NOTIFY (the default) a notification wakes the pool; \"polling only\" sets `DisableListen`, so the pool polls every HotPollInterval (10 ms) for HotWindow (1 s) after any activity and every PollInterval (1 s) when cold.\n", inbox.DefaultNotifyInterval, bench.LatencySenders)
 		if len(r.latency) > 0 {
-			p("| Receive rate | Wake-up | Achieved rate | Samples | p50 | p95 | p99 | max | Peak RSS | Max conns |")
-			p("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
+			p("CPU is the CPU time of this process and of the run's server backends (receiving and handling) as a share of the machine's %d cores over the run.\n", r.machine.Cores)
+			p("| Receive rate | Messages per call | Wake-up | Achieved rate | Samples | p50 | p95 | p99 | max | CPU | Peak RSS | Max conns |")
+			p("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
 			for _, l := range r.latency {
 				x := l.res
-				p("| %d/s | %s | %.0f/s | %d | %s | %s | %s | %s | %s |", x.Rate, wakeMode(l.cfg), x.Achieved, x.Samples,
-					ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), fpMD(x.FP))
+				cpu := 100 * (x.FP.ClientCPU + x.FP.ServerCPU) / x.Elapsed.Seconds() / float64(r.machine.Cores)
+				p("| %d/s | %d | %s | %.0f/s | %d | %s | %s | %s | %s | %.0f%% | %s |", x.Rate, x.PerCall, wakeMode(l.cfg), x.Achieved, x.Samples,
+					ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), cpu, fpMD(x.FP))
 			}
 			p("")
 		}
@@ -195,7 +198,7 @@ func (r *report) mainMD(p func(string, ...any)) {
 	if len(r.growth) > 0 {
 		p("### 4. Growth: drain of %d messages with completed messages retained in the inbox table\n", o.n)
 		p("Retained rows are inserted with `INSERT ... SELECT generate_series` in state completed (plus the messages drained at the earlier levels), then the table is vacuumed and analyzed. One run per level, one schema for all levels.\n")
-		p("| Retained completed rows | inbox table + indexes | Drain msg/s | vs empty | Peak RSS | Max conns |")
+		p("| Retained completed rows | inbox table + indexes before the drain | Drain msg/s | vs empty | Peak RSS | Max conns |")
 		p("|---:|---:|---:|---:|---|---:|")
 		for _, g := range r.growth {
 			p("| %d | %.0f MiB | **%.0f** | %.0f%% | %s |", g.Retained, g.InboxMB, g.Rate, 100*g.Rate/r.growth[0].Rate, fpMD(g.FP))
@@ -215,7 +218,7 @@ func (r *report) mainMD(p func(string, ...any)) {
 	for _, g := range r.growth {
 		rss, conns = max(rss, g.FP.PeakRSSMB), max(conns, g.FP.MaxConns)
 	}
-	p("- txinbox worker pool: peak RSS %.0f MiB, at most %d server connections (pool of Concurrency+2; the latency runs add 16 sender connections).\n", rss, conns)
+	p("- txinbox worker pool: peak RSS %.0f MiB, at most %d server connections (pool of Concurrency+2; the latency runs add %d sender connections).\n", rss, conns, bench.LatencySenders)
 	r.targetsMD(p)
 }
 
@@ -250,7 +253,7 @@ func (r *report) targetsMD(p func(string, ...any)) {
 		}
 	}
 	for _, l := range r.latency {
-		ts = append(ts, target{"p99 at 1,000/s, " + wakeMode(l.cfg), "< 25 ms", ms(l.res.P99)})
+		ts = append(ts, target{fmt.Sprintf("p99 at 1,000/s, %d per call, %s", l.res.PerCall, wakeMode(l.cfg)), "< 25 ms", ms(l.res.P99)})
 	}
 	for _, x := range r.idle {
 		ts = append(ts, target{"idle wake-up p50 / max, " + wakeMode(x.Config), "< 10 ms", ms(x.P50) + " / " + ms(x.Max)})
