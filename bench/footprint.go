@@ -28,6 +28,29 @@ type Footprint struct {
 	// bookkeeping included). ServerCPU is the CPU time of the server backends serving the phase's
 	// connections. Unlike rates, CPU time per message hardly depends on other load on the machine.
 	ClientCPU, ServerCPU float64
+	// OtherLoad is the share of the machine's CPU used during the phase by anything but this
+	// process and the phase's backends (other processes, server background processes).
+	OtherLoad float64
+}
+
+// OtherLoadNoted is the OtherLoad above which a phase is listed as noisy.
+const OtherLoadNoted = 0.15
+
+// machineBusy returns the CPU seconds the machine has spent busy since boot (/proc/stat).
+func machineBusy() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	var busy float64
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseFloat(f, 64)
+		if i != 3 && i != 4 && i < 8 { // all but idle and iowait; guest time is already in user
+			busy += v
+		}
+	}
+	return busy / clockTicks
 }
 
 // ResetPeakRSS returns freed memory to the OS and resets the process's peak RSS (VmHWM) by writing
@@ -68,6 +91,8 @@ type Monitor struct {
 	exact     bool
 	busy      float64
 	selfStart float64
+	busyStart float64 // machine busy CPU seconds (/proc/stat) at the start
+	wallStart time.Time
 	cancel    context.CancelFunc
 	done      chan struct{}
 	mu        sync.Mutex
@@ -81,7 +106,7 @@ type Monitor struct {
 func (e *Env) StartMonitor(ctx context.Context, app string) *Monitor {
 	busy := e.WaitQuiet(ctx)
 	if busy >= QuietBusy {
-		e.NoisyPhases = append(e.NoisyPhases, fmt.Sprintf("%s (%.0f%% busy)", app, 100*busy))
+		e.NoisyPhases = append(e.NoisyPhases, fmt.Sprintf("%s (machine %.0f%% busy at its start)", app, 100*busy))
 	}
 	m := &Monitor{env: e, app: app, exact: ResetPeakRSS(), busy: busy, done: make(chan struct{}),
 		base: map[int32]float64{}, last: map[int32]float64{}}
@@ -90,6 +115,7 @@ func (e *Env) StartMonitor(ctx context.Context, app string) *Monitor {
 		r.Reset()
 	}
 	m.selfStart = selfCPU()
+	m.busyStart, m.wallStart = machineBusy(), time.Now()
 	ctx, m.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(m.done)
@@ -139,6 +165,7 @@ func (m *Monitor) Stop() Footprint {
 	m.cancel()
 	<-m.done
 	self := selfCPU() - m.selfStart
+	busy, wall := machineBusy()-m.busyStart, time.Since(m.wallStart)
 	m.sample(context.Background(), false)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -146,8 +173,14 @@ func (m *Monitor) Stop() Footprint {
 	for pid, cpu := range m.last {
 		server += cpu - m.base[pid]
 	}
+	// Everything else the machine did meanwhile: other processes, and the server's background
+	// processes (WAL writer, checkpointer), which partly work for this phase.
+	other := max(0, busy-self-server) / wall.Seconds() / float64(runtime.NumCPU())
+	if other > OtherLoadNoted {
+		m.env.NoisyPhases = append(m.env.NoisyPhases, fmt.Sprintf("%s (other load %.0f%% of the machine during it)", m.app, 100*other))
+	}
 	return Footprint{PeakRSSMB: PeakRSSMB(), RSSExact: m.exact, MaxConns: m.max, BusyBefore: m.busy,
-		ClientCPU: self, ServerCPU: server}
+		ClientCPU: self, ServerCPU: server, OtherLoad: other}
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat CPU times (100 on Linux).

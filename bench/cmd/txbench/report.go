@@ -113,9 +113,9 @@ func (r *report) machineMD(p func(string, ...any)) {
 	p("Noise: before the run %s; after it %s. Other engineers' tests may have run at the same time: before each measured phase the run waited until the CPU was less than %.0f%% busy over half a second (%s waited in all).",
 		r.loadBefore, r.loadAfter, 100*bench.QuietBusy, r.quietWaited.Round(time.Second))
 	if len(r.noisy) > 0 {
-		p("Phases that started busy anyway (wait budget spent): %s.", strings.Join(r.noisy, ", "))
+		p("Noisy phases (started busy with the wait budget spent, or other processes used more than %.0f%% of the machine's CPU during them, the server's background processes included): %s.", 100*bench.OtherLoadNoted, strings.Join(r.noisy, ", "))
 	} else {
-		p("Every phase started quiet.")
+		p("Every phase started quiet and stayed quiet.")
 	}
 	p("")
 }
