@@ -9,7 +9,7 @@ GOOSE_TAGS := no_clickhouse,no_libsql,no_mssql,no_azuresql,no_mysql,no_sqlite3,n
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 SCHEMA     ?= public
 # Modules other than the root one: broker adapters and benchmarks keep their dependencies apart.
-SUBMODULES := adapters bench
+SUBMODULES := adapters bench examples/ledger
 
 .PHONY: all tools generate check-generated fmt-check vet test test-go test-submodules demo migrate bench chaos fuzz clean
 
@@ -50,10 +50,11 @@ test-go: $(BIN)/goose
 test-submodules:
 	@if [ -f adapters/go.mod ]; then echo "go test (adapters)"; cd adapters && $(GO) test -race -count=1 -timeout 15m ./...; fi
 	@if [ -f bench/go.mod ]; then echo "go test -run '^$$' (bench: compile only)"; cd bench && $(GO) test -count=1 -run '^$$' ./...; fi
+	@if [ -f examples/ledger/go.mod ]; then echo "go test (examples/ledger)"; cd examples/ledger && $(GO) test -race -count=1 -timeout 15m ./...; fi
 
 ## demo: the ledger example end to end (finds or starts PostgreSQL itself).
 demo:
-	$(GO) run ./examples/ledger demo
+	cd examples/ledger && $(GO) run . demo
 
 ## migrate: apply txinbox's migrations to DATABASE_URL, schema SCHEMA.
 migrate:
