@@ -48,5 +48,8 @@ func (e Exponential) Delay(failures int) time.Duration {
 	if jitter > 0 {
 		d *= 1 + jitter*(2*rand.Float64()-1)
 	}
+	if d >= math.MaxInt64 { // a Max near the largest Duration: converting would wrap to a negative delay
+		return math.MaxInt64
+	}
 	return time.Duration(d)
 }

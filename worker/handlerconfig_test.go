@@ -1,0 +1,255 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/worker"
+)
+
+func inboxMsg(key, kind string) inbox.Message {
+	return inbox.Message{Consumer: "ledger", Key: key, Kind: kind, Payload: []byte(`{"amount": 1}`)}
+}
+
+// events records the pool's HandleEvents.
+type events struct {
+	mu  sync.Mutex
+	all []worker.HandleEvent
+}
+
+func (o *events) Handled(e worker.HandleEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.all = append(o.all, e)
+}
+
+// of returns the events of one kind, in the order they were reported.
+func (o *events) of(kind string) []worker.HandleEvent {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []worker.HandleEvent
+	for _, e := range o.all {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// A handler's Timeout, shorter than the pool's, ends its attempts: each is recorded as a failure
+// (reason timeout, the deadline in last_error), its effect rolled back, and the message retried until
+// the handler's MaxAttempts, then dead. Two ways of waiting on ctx: in Go (select) and in the database
+// (a statement cancelled by ctx, which also costs the batch its connection).
+func TestHandlerTimeoutEndsAttempt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		wait func(ctx context.Context, tx pgx.Tx) error
+	}{
+		{"select on ctx", func(ctx context.Context, _ pgx.Tx) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}},
+		{"statement cancelled by ctx", func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "SELECT pg_sleep(600)")
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.receive(t, "slow", "bystander")
+			const handlerTimeout = 300 * time.Millisecond
+			var calls atomic.Int64
+			var deadlineOK atomic.Bool
+			deadlineOK.Store(true)
+			hs := worker.NewHandlers()
+			worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+				if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
+					return err
+				}
+				if m.Key != "slow" {
+					return nil
+				}
+				calls.Add(1)
+				// The handler's ctx carries the handler's deadline, not the pool's (a minute).
+				if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > handlerTimeout {
+					deadlineOK.Store(false)
+				}
+				return tc.wait(ctx, tx)
+			}, worker.HandlerConfig{Timeout: handlerTimeout, MaxAttempts: 2})
+			obs := &events{}
+			p := e.pool(t, hs, func(c *worker.Config) {
+				c.Timeout, c.Lease, c.MaxAttempts, c.Observer = time.Minute, 2*time.Minute, 10, obs
+			})
+			run(t, p)
+			waitFor(t, "slow to be dead", func() bool { s, _, _, _ := e.state(t, "slow"); return s == "dead" })
+
+			state, started, failed, lastErr := e.state(t, "slow")
+			if state != "dead" || started != 2 || failed != 2 || calls.Load() != 2 {
+				t.Fatalf("slow: state %s, started %d, failed %d, handler calls %d; want dead after 2 of 2", state, started, failed, calls.Load())
+			}
+			if !strings.Contains(lastErr, "timed out after 300ms") {
+				t.Errorf("last_error = %q, want the handler timeout (300ms)", lastErr)
+			}
+			if tc.name == "select on ctx" && !strings.Contains(lastErr, context.DeadlineExceeded.Error()) {
+				t.Errorf("last_error = %q, want %q", lastErr, context.DeadlineExceeded)
+			}
+			if !deadlineOK.Load() {
+				t.Error("the handler's ctx deadline was not the handler's Timeout")
+			}
+			var got []string
+			for _, ev := range obs.of("credit") {
+				if ev.Attempt > 0 && ev.Outcome != "completed" {
+					got = append(got, ev.Outcome+"/"+ev.Reason)
+				}
+			}
+			if strings.Join(got, " ") != "retry/timeout dead/timeout" {
+				t.Errorf("failed attempts reported %v, want [retry/timeout dead/timeout]", got)
+			}
+			// The slow message's writes were rolled back each time; the bystander is unharmed.
+			if n := e.Count(t, `SELECT count(*) FROM {schema}.effects WHERE key = 'slow'`); n != 0 {
+				t.Errorf("effects of the timed-out message: %d", n)
+			}
+			waitFor(t, "bystander", func() bool { s, _, _, _ := e.state(t, "bystander"); return s == "completed" })
+			if s, started, failed, _ := e.state(t, "bystander"); started != 1 || failed != 0 {
+				t.Errorf("bystander: %s, started %d, failed %d; want one attempt, not charged for the other's timeout", s, started, failed)
+			}
+			if n := e.Count(t, `SELECT count(*) FROM {schema}.effects WHERE key = 'bystander'`); n != 1 {
+				t.Errorf("bystander effects = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// A handler's Backoff wins over the pool's; kinds without one use the pool's. The delay is read from
+// the database: the queue row's run_at minus now() of the transaction that recorded the failure (read
+// by the handler inside that transaction).
+func TestHandlerBackoffOverridesPool(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// Fail once, completing only after the test ends: the retries are an hour away.
+	msgs := []string{"own", "pools"}
+	for _, k := range msgs {
+		kind := map[string]string{"own": "credit", "pools": "other"}[k]
+		if _, err := e.client.Receive(context.Background(), inboxMsg(k, kind)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	txNow := map[string]time.Time{}
+	failing := func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		var now time.Time
+		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return err
+		}
+		mu.Lock()
+		txNow[m.Key] = now
+		mu.Unlock()
+		if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
+			return err
+		}
+		return errors.New("not yet")
+	}
+	hs := worker.NewHandlers()
+	own := worker.Exponential{Base: 20 * time.Second, Max: 20 * time.Second, Jitter: 0.25} // 15s to 25s
+	worker.Handle(hs, "credit", failing, worker.HandlerConfig{Backoff: own})
+	worker.Handle(hs, "other", failing)
+	p := e.pool(t, hs, func(c *worker.Config) {
+		c.Backoff = worker.Exponential{Base: time.Hour, Max: time.Hour, Jitter: -1} // exactly 1h
+	})
+	run(t, p)
+	waitFor(t, "both failures", func() bool {
+		return e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE attempts_failed = 1 AND state = 'pending'`) == 2
+	})
+	delay := func(key string) time.Duration {
+		t.Helper()
+		var runAt, nextRunAt time.Time
+		var claimed bool
+		if err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT q.run_at, q.claimed, m.next_run_at
+			FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id) WHERE m.key = $1`), key).Scan(&runAt, &claimed, &nextRunAt); err != nil {
+			t.Fatal(err)
+		}
+		if claimed || !runAt.Equal(nextRunAt) {
+			t.Fatalf("%s: queue row claimed=%v run_at %v, message next_run_at %v", key, claimed, runAt, nextRunAt)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return runAt.Sub(txNow[key])
+	}
+	if d := delay("own"); d < 15*time.Second || d > 25*time.Second {
+		t.Errorf("handler backoff: run_at - now() = %v, want 15s to 25s (the handler's), not the pool's 1h", d)
+	}
+	if d := delay("pools"); d != time.Hour {
+		t.Errorf("pool backoff: run_at - now() = %v, want 1h", d)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != 0 {
+		t.Errorf("effects of failed attempts: %d", n)
+	}
+}
+
+func TestExponentialBackoff(t *testing.T) {
+	t.Parallel()
+	noJitter := worker.Exponential{Base: time.Second, Max: time.Minute, Jitter: -1}
+	// First failure: the base; a count below 1 counts as the first.
+	for _, n := range []int{1, 0, -5} {
+		if d := noJitter.Delay(n); d != time.Second {
+			t.Errorf("Delay(%d) = %v, want 1s", n, d)
+		}
+	}
+	// Doubling up to the cap, then the cap, however many failures.
+	for n, want := range map[int]time.Duration{2: 2 * time.Second, 3: 4 * time.Second, 6: 32 * time.Second,
+		7: time.Minute, 8: time.Minute, 64: time.Minute, 1000: time.Minute, math.MaxInt: time.Minute} {
+		if d := noJitter.Delay(n); d != want {
+			t.Errorf("Delay(%d) = %v, want %v", n, d, want)
+		}
+	}
+	// A base above the cap is capped.
+	if d := (worker.Exponential{Base: time.Hour, Max: time.Minute, Jitter: -1}).Delay(1); d != time.Minute {
+		t.Errorf("base above cap: %v, want 1m", d)
+	}
+	// Defaults: 1s, ±20%, capped at 10m (then ±20%).
+	def, ok := worker.DefaultBackoff.(worker.Exponential)
+	if !ok || def != (worker.Exponential{}) {
+		t.Fatalf("DefaultBackoff = %#v, want Exponential{}", worker.DefaultBackoff)
+	}
+	within := func(name string, b worker.Backoff, n int, lo, hi time.Duration) (minD, maxD time.Duration) {
+		t.Helper()
+		minD, maxD = time.Duration(math.MaxInt64), 0
+		for range 5000 {
+			d := b.Delay(n)
+			if d < lo || d > hi {
+				t.Fatalf("%s: Delay(%d) = %v, outside [%v, %v]", name, n, d, lo, hi)
+			}
+			minD, maxD = min(minD, d), max(maxD, d)
+		}
+		return minD, maxD
+	}
+	within("default, first", worker.DefaultBackoff, 1, 800*time.Millisecond, 1200*time.Millisecond)
+	within("default, third", worker.DefaultBackoff, 3, 3200*time.Millisecond, 4800*time.Millisecond)
+	within("default, capped", worker.DefaultBackoff, 50, 8*time.Minute, 12*time.Minute)
+	// Jitter spreads over its whole range (5000 draws: a miss of either end is vanishingly unlikely).
+	lo, hi := within("jitter 0.5", worker.Exponential{Base: 10 * time.Second, Jitter: 0.5}, 1, 5*time.Second, 15*time.Second)
+	if lo > 6*time.Second || hi < 14*time.Second {
+		t.Errorf("jitter 0.5 drew only %v to %v of 5s to 15s", lo, hi)
+	}
+	within("jitter 1", worker.Exponential{Base: time.Second, Jitter: 1}, 1, 0, 2*time.Second)
+	// A cap at the largest Duration (no cap, in effect) never wraps around to a negative delay.
+	for _, j := range []float64{-1, 0.2, 1} {
+		b := worker.Exponential{Base: time.Second, Max: time.Duration(math.MaxInt64), Jitter: j}
+		for _, n := range []int{62, 63, 64, 100, math.MaxInt} {
+			if d := b.Delay(n); d <= 0 {
+				t.Errorf("Exponential{Max: MaxInt64, Jitter: %v}.Delay(%d) = %v, want a positive delay", j, n, d)
+			}
+		}
+	}
+}
