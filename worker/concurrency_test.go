@@ -180,49 +180,179 @@ func TestFrozenHandlerCannotCommitAfterTakeover(t *testing.T) {
 	}
 }
 
-// Stop with handlers in flight: the deadline cancels them, their work rolls back, and their messages
-// are handed back; a new pool then completes every message exactly once.
+// Stop with handlers in flight. Three cases: handlers that finish within Stop's deadline complete
+// (Stop returns nil); handlers that block until their ctx ends are cancelled by the deadline (Stop
+// returns context.DeadlineExceeded), their work rolls back and their messages go back to pending
+// without being charged an attempt; and slow handlers with a short deadline, where some batches may
+// finish and others be cancelled midway. In every case a new pool then completes every message exactly
+// once.
 func TestGracefulStopLosesNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.receive(t, keys("s", 200)...)
-	var started atomic.Int64
-	hs := worker.NewHandlers()
-	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
-		started.Add(1)
-		if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
-			return err
+	// stopState checks what Stop left: nothing processing, an effect per completed message and none
+	// for the others, and no attempt charged to a message that did not complete.
+	stopState := func(t *testing.T, e *env) {
+		t.Helper()
+		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'processing'`); n != 0 {
+			t.Fatalf("%d messages left processing after Stop", n)
 		}
-		select { // a slow handler that honours its context
-		case <-time.After(50 * time.Millisecond):
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
+		done := e.count(t, "completed")
+		if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != done {
+			t.Fatalf("effects = %d but completed = %d", n, done)
 		}
+		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox m LEFT JOIN {schema}.effects f USING (key)
+			WHERE m.state = 'completed' AND (f.key IS NULL OR m.attempts_started <> 1 OR m.attempts_failed <> 0)`); n != 0 {
+			t.Fatalf("%d completed messages without their effect or with more than one attempt", n)
+		}
+		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'pending'
+			AND (attempts_started <> 0 OR attempts_failed <> 0 OR last_error IS NOT NULL)`); n != 0 {
+			t.Fatalf("%d messages were charged an attempt by the shutdown", n)
+		}
+		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id)
+			WHERE q.claimed OR m.state <> 'pending' OR q.run_at > now()`); n != 0 {
+			t.Fatalf("%d queue rows still claimed or not ready after Stop", n)
+		}
+		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q USING (id)
+			WHERE m.state = 'pending' AND q.id IS NULL`); n != 0 {
+			t.Fatalf("%d pending messages lost their queue row", n)
+		}
+	}
+	// completeRest runs a second pool and checks that every message is completed exactly once.
+	completeRest := func(t *testing.T, e *env, total int64) {
+		t.Helper()
+		var calls sync.Map
+		hs := worker.NewHandlers()
+		worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+			if _, again := calls.LoadOrStore(m.Key, true); again {
+				t.Errorf("%s handled twice by the second pool", m.Key)
+			}
+			return applyCredit(ctx, tx, e.Schema, m)
+		})
+		run(t, e.pool(t, hs, nil))
+		waitFor(t, "all completed", func() bool { return e.count(t, "completed") == total })
+		if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != total {
+			t.Fatalf("effects = %d, want %d", n, total)
+		}
+		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE attempts_started <> 1 OR attempts_failed <> 0`); n != 0 {
+			t.Fatalf("%d messages took more than one attempt", n)
+		}
+	}
+
+	t.Run("handlers finish within the deadline", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.receive(t, keys("s", 200)...)
+		var mu sync.Mutex
+		startedKeys := map[string]bool{}
+		hs := worker.NewHandlers()
+		worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+			mu.Lock()
+			startedKeys[m.Key] = true
+			mu.Unlock()
+			if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
+				return err
+			}
+			select { // a slow handler that honours its context
+			case <-time.After(20 * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		p := e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 2; c.BatchSize = 10 })
+		if err := p.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "handlers in flight", func() bool { mu.Lock(); defer mu.Unlock(); return len(startedKeys) > 3 })
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // only keeps a hang from lasting
+		defer cancel()
+		if err := p.Stop(ctx); err != nil {
+			t.Fatalf("Stop = %v, want nil: the in-flight batches had time to finish", err)
+		}
+		stopState(t, e)
+		// Every message whose handler had started (and the rest of its batch) completed.
+		mu.Lock()
+		for k := range startedKeys {
+			if s, started, failed, _ := e.state(t, k); s != "completed" || started != 1 || failed != 0 {
+				t.Errorf("in-flight %s: %s, started %d, failed %d; want completed at the first attempt", k, s, started, failed)
+			}
+		}
+		mu.Unlock()
+		completeRest(t, e, 200)
 	})
-	p := e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 2; c.BatchSize = 10 })
-	if err := p.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "handlers in flight", func() bool { return started.Load() > 3 })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	defer cancel()
-	if err := p.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Logf("stop returned %v (all in-flight batches had finished)", err)
-	}
-	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'processing'`); n != 0 {
-		t.Fatalf("%d messages left processing after Stop", n)
-	}
-	done := e.count(t, "completed")
-	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != done {
-		t.Fatalf("effects = %d but completed = %d", n, done)
-	}
-	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'pending' AND attempts_failed > 0`); n != 0 {
-		t.Fatalf("%d messages were charged a failure by the shutdown", n)
-	}
-	run(t, e.pool(t, hs, nil))
-	waitFor(t, "all completed", func() bool { return e.count(t, "completed") == 200 })
-	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != 200 {
-		t.Fatalf("effects = %d, want 200", n)
-	}
+
+	t.Run("deadline cancels handlers blocked on ctx", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.receive(t, keys("s", 30)...)
+		var blocked, returned atomic.Int64
+		hs := worker.NewHandlers()
+		worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+			if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
+				return err
+			}
+			blocked.Add(1)
+			defer returned.Add(1)
+			<-ctx.Done() // blocks until Stop's deadline cancels it
+			return ctx.Err()
+		})
+		p := e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 2; c.BatchSize = 10 })
+		if err := p.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "a blocked handler in each batch", func() bool { return blocked.Load() == 2 })
+		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'processing' AND attempts_started = 1`); n != 20 {
+			t.Fatalf("%d messages claimed, want two batches of 10", n)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		if err := p.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop = %v, want context.DeadlineExceeded", err)
+		}
+		if blocked.Load() != 2 || returned.Load() != 2 {
+			t.Fatalf("handlers: %d blocked, %d returned; want both cancelled and none started after Stop", blocked.Load(), returned.Load())
+		}
+		stopState(t, e)
+		if n := e.count(t, "pending"); n != 30 {
+			t.Fatalf("pending = %d, want all 30 back", n)
+		}
+		if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != 0 {
+			t.Fatalf("effects = %d after the cancelled batches, want 0", n)
+		}
+		if err := p.Stop(context.Background()); err != nil {
+			t.Fatalf("second Stop = %v, want nil", err)
+		}
+		completeRest(t, e, 30)
+	})
+
+	t.Run("slow handlers, short deadline", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.receive(t, keys("s", 200)...)
+		var started atomic.Int64
+		hs := worker.NewHandlers()
+		worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+			started.Add(1)
+			if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
+				return err
+			}
+			select { // a slow handler that honours its context
+			case <-time.After(50 * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		p := e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 2; c.BatchSize = 10 })
+		if err := p.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "handlers in flight", func() bool { return started.Load() > 3 })
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		defer cancel()
+		if err := p.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Logf("stop returned %v (all in-flight batches had finished)", err)
+		}
+		stopState(t, e)
+		completeRest(t, e, 200)
+	})
 }
