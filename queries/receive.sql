@@ -11,7 +11,7 @@ WITH input AS (
            (@kinds::text[])[i] AS kind, (@payloads::text[])[i]::jsonb AS payload,
            (@headers::text[])[i]::jsonb AS headers, NULLIF((@ordering_keys::text[])[i], '') AS ordering_key,
            coalesce((@run_ats::timestamptz[])[i], now()) AS run_at
-    FROM generate_subscripts(@keys::text[], 1) AS i
+    FROM unnest(@keys::text[]) WITH ORDINALITY AS s(v, i)
 ), fingerprinted AS (
     -- Ids are drawn in batch order (the receipt order that per-key ordering follows), but rows are
     -- inserted in key order, so that concurrent batches take their unique-key locks in one order
@@ -58,7 +58,7 @@ WITH input AS (
     SELECT (@ids::bigint[])[i] AS id, (@kinds::text[])[i] AS kind, (@payloads::text[])[i]::jsonb AS payload,
            (@headers::text[])[i]::jsonb AS headers, NULLIF((@ordering_keys::text[])[i], '') AS ordering_key,
            coalesce((@run_ats::timestamptz[])[i], now()) AS run_at
-    FROM generate_subscripts(@ids::bigint[], 1) AS i
+    FROM unnest(@ids::bigint[]) WITH ORDINALITY AS s(v, i)
 ), renewed AS (
     UPDATE /* TEMPLATE: schema */inbox m
     SET kind = input.kind, payload = input.payload, raw = NULL, headers = input.headers,
@@ -81,7 +81,7 @@ SELECT r.id FROM renewed r;
 WITH t AS (
     SELECT i AS ord, (@consumers::text[])[i] AS consumer, (@keys::text[])[i] AS key,
            (@kinds::text[])[i] AS kind, (@payloads::text[])[i]::jsonb AS payload
-    FROM generate_subscripts(@keys::text[], 1) AS i
+    FROM unnest(@keys::text[]) WITH ORDINALITY AS s(v, i)
 )
 SELECT t.ord::bigint AS ord, m.id, m.state,
        (m.fingerprint = sha256(convert_to(t.kind || E'\n' || t.payload::text, 'UTF8')))::boolean AS same_fingerprint,

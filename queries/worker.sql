@@ -9,6 +9,12 @@
 -- scanned were all snoozed, one placeholder row with id 0 says so (the caller claims again).
 -- The claim commits on its own (attempts_started and the fencing token are durable before any
 -- handler runs); run_at of the queue row becomes the lease expiry.
+-- Plans: pgx prepares statements, and PostgreSQL soon runs them with a generic plan, which cannot
+-- see @max and guesses that LIMIT keeps 10% of the queue; joining that guess back to inbox_queue
+-- picked a hash join over a scan of the whole queue on every claim. The redundant `q.id = ANY
+-- (ARRAY(...))` makes the updates look the rows up by primary key instead. Array parameters are
+-- read with unnest (estimated at their length, or 10 in a generic plan), never generate_subscripts
+-- (estimated at 1,000 rows, which made the receive statement scan the whole inbox).
 WITH candidates AS (
     SELECT q.id, q.alone,
            (q.ordering_key IS NULL OR NOT EXISTS (
@@ -24,6 +30,7 @@ WITH candidates AS (
     SET run_at = now() + make_interval(secs => @snooze_seconds::float8)
     FROM candidates c
     WHERE q.id = c.id AND NOT c.head AND NOT c.alone
+      AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id
 ), claimed AS (
     UPDATE /* TEMPLATE: schema */inbox m
@@ -39,7 +46,7 @@ WITH candidates AS (
     SET claimed = true, alone = false, run_at = now() + make_interval(secs => @lease_seconds::float8),
         token = c.token
     FROM claimed c
-    WHERE q.id = c.id
+    WHERE q.id = c.id AND q.id = ANY (ARRAY(SELECT c2.id FROM claimed c2))
 )
 SELECT c.id, c.consumer, c.key, c.kind, c.payload, c.headers, c.ordering_key, c.token,
        c.attempts_started, c.attempts_failed, c.received_at, c.last_error
@@ -107,9 +114,11 @@ WITH limits AS (
 )
 SELECT q.id
 FROM limits, /* TEMPLATE: schema */inbox_queue q
-JOIN generate_subscripts(@ids::bigint[], 1) AS i
-  ON q.id = (@ids::bigint[])[i] AND q.token = (@tokens::bigint[])[i]
-WHERE q.claimed
+JOIN unnest(@ids::bigint[]) WITH ORDINALITY AS s(id, i)
+  ON q.id = s.id AND q.token = (@tokens::bigint[])[s.i]
+-- `claimed IS TRUE` is `claimed`, written so that the planner looks the rows up by primary key (= ANY)
+-- instead of walking the partial index of claimed rows, which grows while vacuum lags.
+WHERE q.claimed IS TRUE AND q.id = ANY (@ids::bigint[])
 ORDER BY q.id
 FOR UPDATE OF q;
 
@@ -122,7 +131,7 @@ WITH c AS (
     SELECT (@ids::bigint[])[i] AS id, (@tokens::bigint[])[i] AS token, (@outcomes::text[])[i] AS outcome,
            (@errors::text[])[i] AS error, (@results::text[])[i] AS result,
            now() + make_interval(secs => (@delays::float8[])[i]) AS run_at, (@uncount::int[])[i] AS uncount
-    FROM generate_subscripts(@ids::bigint[], 1) AS i
+    FROM unnest(@ids::bigint[]) WITH ORDINALITY AS s(v, i)
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
     USING c
@@ -152,12 +161,12 @@ WHERE m.id = c.id AND m.token = c.token AND m.state = 'processing';
 -- connection before these ran, or ran and rolled back). Fenced by token.
 WITH c AS (
     SELECT (@ids::bigint[])[i] AS id, (@tokens::bigint[])[i] AS token
-    FROM generate_subscripts(@ids::bigint[], 1) AS i
+    FROM unnest(@ids::bigint[]) WITH ORDINALITY AS s(v, i)
 ), requeued AS (
     UPDATE /* TEMPLATE: schema */inbox_queue q
     SET claimed = false, alone = false, run_at = now()
     FROM c
-    WHERE q.id = c.id AND q.token = c.token AND q.claimed
+    WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND q.id = ANY (@ids::bigint[])
 )
 UPDATE /* TEMPLATE: schema */inbox m
 SET state = 'pending', attempts_started = greatest(m.attempts_started - 1, m.attempts_failed),

@@ -48,7 +48,7 @@ const lookupKeys = `-- name: LookupKeys :many
 WITH t AS (
     SELECT i AS ord, ($1::text[])[i] AS consumer, ($2::text[])[i] AS key,
            ($3::text[])[i] AS kind, ($4::text[])[i]::jsonb AS payload
-    FROM generate_subscripts($2::text[], 1) AS i
+    FROM unnest($2::text[]) WITH ORDINALITY AS s(v, i)
 )
 SELECT t.ord::bigint AS ord, m.id, m.state,
        (m.fingerprint = sha256(convert_to(t.kind || E'\n' || t.payload::text, 'UTF8')))::boolean AS same_fingerprint,
@@ -114,7 +114,7 @@ WITH input AS (
            ($3::text[])[i] AS kind, ($4::text[])[i]::jsonb AS payload,
            ($5::text[])[i]::jsonb AS headers, NULLIF(($6::text[])[i], '') AS ordering_key,
            coalesce(($7::timestamptz[])[i], now()) AS run_at
-    FROM generate_subscripts($2::text[], 1) AS i
+    FROM unnest($2::text[]) WITH ORDINALITY AS s(v, i)
 ), fingerprinted AS (
     -- Ids are drawn in batch order (the receipt order that per-key ordering follows), but rows are
     -- inserted in key order, so that concurrent batches take their unique-key locks in one order
@@ -226,7 +226,7 @@ WITH input AS (
     SELECT ($1::bigint[])[i] AS id, ($2::text[])[i] AS kind, ($3::text[])[i]::jsonb AS payload,
            ($4::text[])[i]::jsonb AS headers, NULLIF(($5::text[])[i], '') AS ordering_key,
            coalesce(($6::timestamptz[])[i], now()) AS run_at
-    FROM generate_subscripts($1::bigint[], 1) AS i
+    FROM unnest($1::bigint[]) WITH ORDINALITY AS s(v, i)
 ), renewed AS (
     UPDATE /* TEMPLATE: schema */inbox m
     SET kind = input.kind, payload = input.payload, raw = NULL, headers = input.headers,

@@ -27,6 +27,7 @@ WITH candidates AS (
     SET run_at = now() + make_interval(secs => $3::float8)
     FROM candidates c
     WHERE q.id = c.id AND NOT c.head AND NOT c.alone
+      AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id
 ), claimed AS (
     UPDATE /* TEMPLATE: schema */inbox m
@@ -42,7 +43,7 @@ WITH candidates AS (
     SET claimed = true, alone = false, run_at = now() + make_interval(secs => $5::float8),
         token = c.token
     FROM claimed c
-    WHERE q.id = c.id
+    WHERE q.id = c.id AND q.id = ANY (ARRAY(SELECT c2.id FROM claimed c2))
 )
 SELECT c.id, c.consumer, c.key, c.kind, c.payload, c.headers, c.ordering_key, c.token,
        c.attempts_started, c.attempts_failed, c.received_at, c.last_error
@@ -85,6 +86,12 @@ type ClaimBatchRow struct {
 // scanned were all snoozed, one placeholder row with id 0 says so (the caller claims again).
 // The claim commits on its own (attempts_started and the fencing token are durable before any
 // handler runs); run_at of the queue row becomes the lease expiry.
+// Plans: pgx prepares statements, and PostgreSQL soon runs them with a generic plan, which cannot
+// see @max and guesses that LIMIT keeps 10% of the queue; joining that guess back to inbox_queue
+// picked a hash join over a scan of the whole queue on every claim. The redundant `q.id = ANY
+// (ARRAY(...))` makes the updates look the rows up by primary key instead. Array parameters are
+// read with unnest (estimated at their length, or 10 in a generic plan), never generate_subscripts
+// (estimated at 1,000 rows, which made the receive statement scan the whole inbox).
 func (q *Queries) ClaimBatch(ctx context.Context, db DBTX, arg ClaimBatchParams) ([]ClaimBatchRow, error) {
 	rows, err := db.Query(ctx, claimBatch,
 		arg.Consumer,
@@ -213,7 +220,7 @@ WITH c AS (
     SELECT ($2::bigint[])[i] AS id, ($3::bigint[])[i] AS token, ($4::text[])[i] AS outcome,
            ($5::text[])[i] AS error, ($6::text[])[i] AS result,
            now() + make_interval(secs => ($7::float8[])[i]) AS run_at, ($8::int[])[i] AS uncount
-    FROM generate_subscripts($2::bigint[], 1) AS i
+    FROM unnest($2::bigint[]) WITH ORDINALITY AS s(v, i)
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
     USING c
@@ -278,9 +285,9 @@ WITH limits AS (
 )
 SELECT q.id
 FROM limits, /* TEMPLATE: schema */inbox_queue q
-JOIN generate_subscripts($1::bigint[], 1) AS i
-  ON q.id = ($1::bigint[])[i] AND q.token = ($2::bigint[])[i]
-WHERE q.claimed
+JOIN unnest($1::bigint[]) WITH ORDINALITY AS s(id, i)
+  ON q.id = s.id AND q.token = ($2::bigint[])[s.i]
+WHERE q.claimed IS TRUE AND q.id = ANY ($1::bigint[])
 ORDER BY q.id
 FOR UPDATE OF q
 `
@@ -298,6 +305,8 @@ type LockClaimsParams struct {
 // transaction on the server side: a statement that runs too long is cancelled, and a session left
 // idle inside the transaction (a frozen or cut-off worker) is terminated, which releases the locks so
 // that the messages can be taken over when their lease ends.
+// `claimed IS TRUE` is `claimed`, written so that the planner looks the rows up by primary key (= ANY)
+// instead of walking the partial index of claimed rows, which grows while vacuum lags.
 func (q *Queries) LockClaims(ctx context.Context, db DBTX, arg LockClaimsParams) ([]int64, error) {
 	rows, err := db.Query(ctx, lockClaims,
 		arg.Ids,
@@ -409,12 +418,12 @@ func (q *Queries) ReadyNext(ctx context.Context, db DBTX, consumer string, keys 
 const releaseClaims = `-- name: ReleaseClaims :execrows
 WITH c AS (
     SELECT ($1::bigint[])[i] AS id, ($2::bigint[])[i] AS token
-    FROM generate_subscripts($1::bigint[], 1) AS i
+    FROM unnest($1::bigint[]) WITH ORDINALITY AS s(v, i)
 ), requeued AS (
     UPDATE /* TEMPLATE: schema */inbox_queue q
     SET claimed = false, alone = false, run_at = now()
     FROM c
-    WHERE q.id = c.id AND q.token = c.token AND q.claimed
+    WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND q.id = ANY ($1::bigint[])
 )
 UPDATE /* TEMPLATE: schema */inbox m
 SET state = 'pending', attempts_started = greatest(m.attempts_started - 1, m.attempts_failed),
