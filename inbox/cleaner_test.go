@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
@@ -409,6 +412,318 @@ func TestCleanerConfigErrors(t *testing.T) {
 	if _, err := cc.NewCleaner(inbox.CleanerConfig{}); !errors.As(err, &ce) || ce.Field != "DB" {
 		t.Errorf("cleaner on a single connection: err = %v, want a *ConfigError for DB", err)
 	}
+}
+
+// mustExec runs statements (their text may use {schema}), failing the test on an error.
+func mustExec(t *testing.T, db *testdb.DB, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		if _, err := db.Pool.Exec(context.Background(), db.SQL(q)); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// Between every two delete statements of a cleaning pass, a message is received and processed by a
+// worker pool: the pass holds nothing that receiving or processing waits for. A trigger gates each
+// delete statement on an advisory lock the test releases step by step, and logs when each statement
+// ran (database clock) and how many rows it deleted (never more than BatchSize).
+func TestCleanBatchesInterleaveWithWork(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		pass func(c *inbox.Client) (inbox.CleanResult, error)
+	}{
+		{"Clean", func(c *inbox.Client) (inbox.CleanResult, error) {
+			return c.Clean(context.Background(), inbox.CleanOptions{BatchSize: 40})
+		}},
+		{"Cleaner", func(c *inbox.Client) (inbox.CleanResult, error) {
+			cl, err := c.NewCleaner(inbox.CleanerConfig{BatchSize: 40})
+			if err != nil {
+				return inbox.CleanResult{}, err
+			}
+			r, ran, err := cl.RunOnce(context.Background())
+			if err == nil && !ran {
+				err = errors.New("the pass did not run")
+			}
+			return r, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, db := newClient(t)
+			ctx := context.Background()
+			old := receiveKeys(t, c, keyRange("old", 300)...)
+			complete(t, db, -time.Hour, old[:250]...)
+			complete(t, db, time.Hour, old[250:]...)
+			startWorker(t, db, nil)
+
+			gate := rand.Int32N(1<<30) + 1 // first key of the gate locks (two-int4 form), second: step
+			mustExec(t, db, `CREATE SEQUENCE {schema}.clean_step`,
+				`CREATE TABLE {schema}.clean_log (step int PRIMARY KEY, at timestamptz NOT NULL, rows bigint NOT NULL)`,
+				fmt.Sprintf(`CREATE FUNCTION {schema}.clean_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+				BEGIN
+					PERFORM pg_advisory_xact_lock(%d, nextval('{schema}.clean_step')::int);
+					RETURN NULL;
+				END $$`, gate),
+				`CREATE FUNCTION {schema}.clean_logged() RETURNS trigger LANGUAGE plpgsql AS $$
+				BEGIN
+					INSERT INTO {schema}.clean_log (step, at, rows)
+					VALUES (currval('{schema}.clean_step'), clock_timestamp(), (SELECT count(*) FROM gone));
+					RETURN NULL;
+				END $$`,
+				`CREATE TRIGGER clean_gate BEFORE DELETE ON {schema}.inbox FOR EACH STATEMENT EXECUTE FUNCTION {schema}.clean_gate()`,
+				`CREATE TRIGGER clean_logged AFTER DELETE ON {schema}.inbox REFERENCING OLD TABLE AS gone
+					FOR EACH STATEMENT EXECUTE FUNCTION {schema}.clean_logged()`)
+			gateConn, err := pgx.Connect(ctx, db.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gateConn.Close(ctx)
+			const maxSteps = 100
+			if _, err := gateConn.Exec(ctx, `SELECT pg_advisory_lock($1, s) FROM generate_series(1, $2) s`, gate, maxSteps); err != nil {
+				t.Fatal(err)
+			}
+
+			type result struct {
+				r   inbox.CleanResult
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				r, err := tc.pass(c)
+				done <- result{r, err}
+			}()
+			var res *result
+			step := 1
+			for ; step <= maxSteps; step++ {
+				// Wait until delete statement `step` waits at the gate, or the pass ends.
+				waitFor(t, fmt.Sprintf("delete statement %d at the gate, or the end of the pass", step), func() bool {
+					select {
+					case r := <-done:
+						res = &r
+						return true
+					default:
+					}
+					return db.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+						AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 2`, gate, step) == 1
+				})
+				if res != nil {
+					break
+				}
+				// Statements 1 to step-1 are done, statement step has not run: receive and process.
+				key := fmt.Sprintf("between-%d", step)
+				if r, err := c.Receive(ctx, msg(key, `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
+					t.Fatalf("receive %s mid-pass: %+v, %v", key, r, err)
+				}
+				if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = $1`, key); n != 1 {
+					t.Fatalf("%s not stored", key)
+				}
+				waitFor(t, key+" processed mid-pass", func() bool {
+					return db.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.counts c USING (key)
+						WHERE m.key = $1 AND m.state = 'completed' AND c.runs = 1`, key) == 1
+				})
+				if _, err := gateConn.Exec(ctx, `SELECT pg_advisory_unlock($1, $2)`, gate, step); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if res == nil {
+				t.Fatalf("the pass ran more than %d statements", maxSteps)
+			}
+			if res.err != nil || res.r.Deleted != 250 || !res.r.Done || res.r.Batches != step-1 || res.r.Batches < 7 {
+				t.Fatalf("pass: %+v, %v; want 250 deleted, done, in the %d statements gated (at least 7 of 40)", res.r, res.err, step-1)
+			}
+
+			// The log: one row per statement, at most BatchSize rows each, and each mid-pass message was
+			// received after the statement before it and completed before the statement after it.
+			if n := db.Count(t, `SELECT count(*) FROM {schema}.clean_log`); n != int64(res.r.Batches) {
+				t.Fatalf("%d statements logged, want %d", n, res.r.Batches)
+			}
+			if n := db.Count(t, `SELECT count(*) FROM {schema}.clean_log WHERE rows > 40`); n != 0 {
+				t.Fatalf("%d statements deleted more than BatchSize (40) rows", n)
+			}
+			if n := db.Count(t, `SELECT sum(rows) FROM {schema}.clean_log`); n != 250 {
+				t.Fatalf("statements deleted %d rows, want 250", n)
+			}
+			if n := db.Count(t, `SELECT count(*) FROM {schema}.clean_log WHERE rows = 40`); n < 6 {
+				t.Errorf("%d full batches of 40, want at least 6", n)
+			}
+			if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox m
+				LEFT JOIN {schema}.clean_log before ON before.step = substr(m.key, 9)::int - 1
+				JOIN {schema}.clean_log after ON after.step = substr(m.key, 9)::int
+				WHERE m.key LIKE 'between-%' AND m.received_at > coalesce(before.at, '-infinity')
+				  AND m.completed_at > m.received_at AND m.completed_at < after.at`); n != int64(res.r.Batches) {
+				t.Fatalf("%d of %d mid-pass messages were received and completed between their two statements", n, res.r.Batches)
+			}
+			if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key LIKE 'old-%'`); got != 50 {
+				t.Fatalf("old rows left = %d, want the 50 within their window", got)
+			}
+		})
+	}
+}
+
+// Cleaners never run passes at once: three Cleaners, each on its own connection pool (named by
+// application_name), loop over RunOnce concurrently while expired rows remain. A trigger logs every
+// delete statement with who ran it and who held the cleaner lock at that moment (pg_locks): every
+// statement runs while its own cleaner holds the lock, and the statements of one pass (one lock
+// transaction) are never interleaved with those of another.
+func TestCleanerPassesNeverInterleave(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // only keeps a hang from lasting
+	defer cancel()
+	ids := receiveKeys(t, c, keyRange("k", 1000)...)
+	slices.Sort(ids)
+	complete(t, db, time.Hour, ids...)
+	mustExec(t, db,
+		`CREATE TABLE {schema}.clean_log (n bigserial PRIMARY KEY, at timestamptz NOT NULL, xid bigint NOT NULL,
+			deleter text NOT NULL, holder_pid int, holder_tx text, holder_app text, rows bigint NOT NULL)`,
+		fmt.Sprintf(`CREATE FUNCTION {schema}.clean_logged() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO {schema}.clean_log (at, xid, deleter, holder_pid, holder_tx, holder_app, rows)
+			SELECT clock_timestamp(), txid_current(), current_setting('application_name'), l.pid,
+			       l.virtualtransaction, a.application_name, (SELECT count(*) FROM gone)
+			FROM (SELECT) AS one
+			LEFT JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+				AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+				AND ((l.classid::bigint << 32) | l.objid::bigint) = %d
+			LEFT JOIN pg_stat_activity a ON a.pid = l.pid;
+			RETURN NULL;
+		END $$`, inbox.CleanerLockKey(db.Schema)),
+		`CREATE TRIGGER clean_logged AFTER DELETE ON {schema}.inbox REFERENCING OLD TABLE AS gone
+			FOR EACH STATEMENT EXECUTE FUNCTION {schema}.clean_logged()`)
+
+	const batch, maxBatches = 5, 3
+	var cleaners []*inbox.Cleaner
+	for i := range 3 {
+		cfg, err := pgxpool.ParseConfig(db.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("cleaner-%d", i)
+		cfg.MaxConns = 3
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		ci, err := inbox.NewClient(pool, inbox.Config{Schema: db.Schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Every pass is full and cut short after 3 statements: many short passes, resumed by whichever
+		// cleaner gets the lock.
+		cl, err := ci.NewCleaner(inbox.CleanerConfig{BatchSize: batch, MaxBatches: maxBatches, FullSweepInterval: time.Nanosecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cleaners = append(cleaners, cl)
+	}
+	expired := func() (int64, error) {
+		var n int64
+		err := db.Pool.QueryRow(ctx, db.SQL(`SELECT count(*) FROM {schema}.inbox WHERE expires_at < now()`)).Scan(&n)
+		return n, err
+	}
+	deleters := func() int64 {
+		return db.Count(t, `SELECT count(DISTINCT deleter) FROM {schema}.clean_log WHERE rows > 0`)
+	}
+	var expiredTotal int64
+	var ran, skipped atomic.Int64
+	// Rounds of 150 expiring rows, until at least two cleaners have deleted some (almost always the
+	// first round does it).
+	for round := 0; round < 6 && (round == 0 || deleters() < 2); round++ {
+		complete(t, db, -time.Minute, ids[round*150:(round+1)*150]...)
+		expiredTotal += 150
+		var wg sync.WaitGroup
+		for _, cl := range cleaners {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					res, ok, err := cl.RunOnce(ctx)
+					if err != nil {
+						t.Errorf("RunOnce: %v", err)
+						return
+					}
+					if ok {
+						ran.Add(1)
+						if !res.Done {
+							continue
+						}
+					} else {
+						skipped.Add(1)
+					}
+					if n, err := expired(); err != nil {
+						t.Errorf("count: %v", err)
+						return
+					} else if n == 0 {
+						return
+					}
+					if !ok {
+						time.Sleep(time.Millisecond)
+					}
+				}
+				t.Error("cleaners did not finish")
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	if n := deleters(); n < 2 {
+		t.Fatalf("only %d cleaner deleted anything: the test shows nothing about concurrent cleaners", n)
+	}
+
+	// Every delete statement ran under the lock, held by its own cleaner.
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.clean_log WHERE holder_pid IS NULL OR holder_app IS DISTINCT FROM deleter`); n != 0 {
+		t.Fatalf("%d delete statements ran while their cleaner did not hold the lock", n)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM (SELECT xid FROM {schema}.clean_log GROUP BY xid HAVING count(*) > 1) d`); n != 0 {
+		t.Fatalf("%d delete statements saw more than one lock holder", n)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.clean_log WHERE rows > $1`, batch); n != 0 {
+		t.Fatalf("%d statements deleted more than BatchSize rows", n)
+	}
+	// Passes, in the order of their statements (database clock): once a pass's statements are
+	// followed by another's, it never runs another statement.
+	rows, err := db.Pool.Query(ctx, db.SQL(`SELECT holder_pid || ':' || holder_tx, deleter FROM {schema}.clean_log ORDER BY at, n`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	finished := map[string]bool{}
+	perPass := map[string]int{}
+	var current string
+	for rows.Next() {
+		var pass, deleter string
+		if err := rows.Scan(&pass, &deleter); err != nil {
+			t.Fatal(err)
+		}
+		if pass != current {
+			if finished[pass] {
+				t.Fatalf("pass %s (%s) ran a statement after another pass had started: passes interleaved", pass, deleter)
+			}
+			if current != "" {
+				finished[current] = true
+			}
+			current = pass
+		}
+		perPass[pass]++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for pass, n := range perPass {
+		if n > maxBatches {
+			t.Errorf("pass %s ran %d statements, more than MaxBatches (%d)", pass, n, maxBatches)
+		}
+	}
+	if n := db.Count(t, `SELECT sum(rows) FROM {schema}.clean_log`); n != expiredTotal {
+		t.Fatalf("deleted %d rows, want the %d expired", n, expiredTotal)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); n != 1000-expiredTotal {
+		t.Fatalf("%d rows left, want %d", n, 1000-expiredTotal)
+	}
+	t.Logf("%d passes (%d ran, %d skipped) over %d expired rows, by %d cleaners",
+		len(perPass), ran.Load(), skipped.Load(), expiredTotal, deleters())
 }
 
 // fill inserts n completed messages directly, expired or not (a fast stand-in for received and
