@@ -226,3 +226,142 @@ func TestMetricsAndSpans(t *testing.T) {
 		t.Fatalf("handler ctx span %v, want the handle span %v", sc, tracedSpan.SpanContext())
 	}
 }
+
+// The oldest-age gauge reads the database: a queued message backdated by two minutes (received_at,
+// which the collector reads for each consumer's oldest queued message) makes it at least 120 s, per
+// consumer; a consumer with nothing queued reports 0.
+func TestQueueOldestAge(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	qc, err := metrics.NewQueueCollector(db.Pool, metrics.QueueConfig{Schema: db.Schema, Consumers: []string{"ledger", "idle"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(qc)
+	client, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []inbox.Message{
+		{Consumer: "ledger", Key: "a", Kind: "credit", Payload: []byte(`{"amount":1}`)},
+		{Consumer: "ledger", Key: "b", Kind: "credit", Payload: []byte(`{"amount":1}`)},
+		{Consumer: "billing", Key: "c", Kind: "credit", Payload: []byte(`{"amount":1}`)},
+	} {
+		if _, err := client.Receive(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// ledger's oldest message two minutes back, billing's in 2000.
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET received_at = CASE consumer
+		WHEN 'ledger' THEN now() - interval '120 seconds' ELSE '2000-01-01 00:00:00+00' END
+		WHERE key IN ('a', 'c')`)); err != nil {
+		t.Fatal(err)
+	}
+	text := scrape(t, reg)
+	ledger := value(t, text, "txinbox_queue_oldest_age_seconds", "consumer", "ledger")
+	billing := value(t, text, "txinbox_queue_oldest_age_seconds", "consumer", "billing")
+	if ledger < 120 || ledger >= billing {
+		t.Errorf("ledger oldest age = %v, want at least 120 (and less than billing's %v)", ledger, billing)
+	}
+	if billing < 20*365*24*3600 {
+		t.Errorf("billing oldest age = %v, want more than 20 years in seconds", billing)
+	}
+	if v := value(t, text, "txinbox_queue_oldest_age_seconds", "consumer", "idle"); v != 0 {
+		t.Errorf("idle oldest age = %v, want 0", v)
+	}
+	if v := value(t, text, "txinbox_queue_messages", "consumer", "ledger", "state", "ready"); v != 2 {
+		t.Errorf("ledger ready = %v, want 2", v)
+	}
+	if t.Failed() {
+		t.Logf("scraped:\n%s", text)
+	}
+}
+
+// A message that runs out of attempts is one dead letter, labelled with the reason of its last
+// failure (there is no separate "out of attempts" reason): error for a failing handler, timeout for
+// one that exceeds its Timeout. Its earlier failures are counted as retries.
+func TestDeadLetterOutOfAttempts(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(metrics.Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.ReceiveMany(ctx, []inbox.Message{
+		{Consumer: "ledger", Key: "doomed", Kind: "credit", Payload: []byte(`{"amount":1}`)},
+		{Consumer: "ledger", Key: "fine", Kind: "credit", Payload: []byte(`{"amount":1}`)},
+		{Consumer: "ledger", Key: "stuck", Kind: "slow", Payload: []byte(`{"amount":1}`)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, msg *worker.Message[credit]) error {
+		if msg.Key == "doomed" {
+			return errors.New("ledger unavailable")
+		}
+		return nil
+	}, worker.HandlerConfig{MaxAttempts: 3})
+	worker.Handle(hs, "slow", func(ctx context.Context, tx pgx.Tx, msg *worker.Message[credit]) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}, worker.HandlerConfig{MaxAttempts: 2, Timeout: 100 * time.Millisecond})
+	p, err := worker.New(db.Pool, worker.Config{Consumer: "ledger", Schema: db.Schema, Handlers: hs, Observer: m,
+		PollInterval: 20 * time.Millisecond, Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute) // only keeps a hang from lasting
+	for db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("queue not drained")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := p.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'dead' AND
+		((key = 'doomed' AND attempts_started = 3 AND attempts_failed = 3) OR (key = 'stuck' AND attempts_started = 2 AND attempts_failed = 2))`); n != 2 {
+		t.Fatalf("%d of 2 messages dead after all their attempts", n)
+	}
+
+	text := scrape(t, reg)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"txinbox_dead_letters_total", []string{"kind", "credit", "reason", "error"}, 1},
+		{"txinbox_retries_total", []string{"kind", "credit", "reason", "error"}, 2},
+		{"txinbox_dead_letters_total", []string{"kind", "slow", "reason", "timeout"}, 1},
+		{"txinbox_retries_total", []string{"kind", "slow", "reason", "timeout"}, 1},
+		{"txinbox_processed_total", []string{"kind", "credit", "outcome", "completed"}, 1},
+		{"txinbox_processed_total", []string{"kind", "credit", "outcome", "retry"}, 2},
+		{"txinbox_processed_total", []string{"kind", "credit", "outcome", "dead"}, 1},
+		{"txinbox_processed_total", []string{"kind", "slow", "outcome", "retry"}, 1},
+		{"txinbox_processed_total", []string{"kind", "slow", "outcome", "dead"}, 1},
+		// No other reason: out of attempts is not "permanent" nor "crashed".
+		{"txinbox_dead_letters_total", []string{"reason", "permanent"}, -1},
+		{"txinbox_dead_letters_total", []string{"reason", "crashed"}, -1},
+	} {
+		if v := value(t, text, c.name, append([]string{"consumer", "ledger"}, c.labels...)...); v != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scraped:\n%s", text)
+	}
+}
