@@ -79,7 +79,7 @@ func (p *Pool) run(ctx context.Context, batch []*claimed, alone bool) {
 	}
 	if culprit != nil {
 		if ferr := p.finish(bctx, p.st.Wrap(p.db), []*finish{culprit}); ferr != nil {
-			p.cfg.Logger.Warn("txinbox: recording failure", "id", culprit.c.ID, "err", ferr)
+			p.cfg.Logger.Warn("txinbox: recording failure", "consumer", p.cfg.Consumer, "id", culprit.c.ID, "err", ferr)
 			release = append(release, culprit.c) // try at least to hand it back
 		} else {
 			p.committed(bctx, []*finish{culprit})
