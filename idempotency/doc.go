@@ -81,8 +81,9 @@
 //	                                  (Config.StoredHeaders) and body, plus Idempotent-Replayed: true
 //	400     ProblemKeyMissing         no Idempotency-Key header (unless Config.KeyOptional)
 //	400     ProblemKeyInvalid         malformed key, several keys, empty or longer than 255
-//	400     ProblemRequestInvalid     request body unreadable, or Config.Fingerprint failed
-//	401     ProblemUnauthenticated    Config.Principal returned an error
+//	400     ProblemRequestInvalid     request body unreadable, Config.Fingerprint failed, or a route
+//	                                  that cannot be stored (%00 or invalid UTF-8 in the path)
+//	401     ProblemUnauthenticated    Config.Principal returned an error or an empty principal
 //	409     ProblemKeyInFlight        the key's first request is still running (Retry-After)
 //	413     ProblemRequestTooLarge    request body over Config.MaxRequestBytes (default 1 MiB)
 //	422     ProblemKeyReused          the key was used for a different request (fingerprint)

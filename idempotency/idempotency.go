@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,6 +33,17 @@ const (
 	DefaultMaxResponseBytes = 1 << 20
 	DefaultStoreTimeout     = 10 * time.Second
 	DefaultCleanupBatch     = 1000
+)
+
+// Limits on what a request is scoped by, so that every accepted scope can be stored (the four
+// columns form the table's unique index, whose entries PostgreSQL limits to about 2.7 kB).
+const (
+	// MaxPrincipalBytes is the longest principal (Config.Principal's result) accepted: a longer
+	// one, an empty one, or one that is not valid UTF-8 or holds NUL is answered 401.
+	MaxPrincipalBytes = 512
+	// MaxRouteBytes is the longest route (Config.Route's result) accepted: a longer one, or one that
+	// is not valid UTF-8 or holds NUL (a path with %00 or %FF), is answered 400.
+	MaxRouteBytes = 1024
 )
 
 // DefaultMethods is Config.Methods when it is nil: the methods that are not idempotent by nature.
@@ -59,12 +71,16 @@ type Config struct {
 
 	// Principal returns the identity of the caller (a user or tenant id, or a hash of the
 	// credentials): keys are only ever looked up within one principal. An error answers 401
-	// (ProblemUnauthenticated) without running the handler. Required; see HeaderPrincipal.
+	// (ProblemUnauthenticated) without running the handler, and so does an empty principal (it would
+	// put every such caller in one shared scope) or one that cannot be stored (not valid UTF-8, a
+	// NUL, longer than MaxPrincipalBytes). Required; see HeaderPrincipal.
 	Principal func(*http.Request) (string, error)
 
 	// Route returns the route the key is scoped to, together with the principal and the method.
 	// Default: r.Pattern when set (the handler is registered on an http.ServeMux), otherwise
-	// r.URL.Path.
+	// r.URL.Path. A route that cannot be stored (not valid UTF-8, a NUL, such as a path with %FF or
+	// %00, or longer than MaxRouteBytes) answers 400 (ProblemRequestInvalid) without running the
+	// handler or touching the store.
 	Route func(*http.Request) string
 
 	// Methods are the request methods the middleware applies to. Requests with other methods pass
@@ -307,8 +323,19 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	principal, err := m.cfg.Principal(r)
+	if err == nil {
+		err = storable(principal, MaxPrincipalBytes)
+		if err != nil {
+			m.cfg.Logger.Warn("idempotency: Config.Principal returned an unusable principal: answered 401", "method", r.Method, "reason", err)
+		}
+	}
 	if err != nil {
 		writeProblem(w, ProblemUnauthenticated, "The caller could not be identified; idempotency keys are scoped by caller.", 0)
+		return
+	}
+	route := m.cfg.Route(r)
+	if err := storable(route, MaxRouteBytes); err != nil {
+		writeProblem(w, ProblemRequestInvalid, "The request target cannot be used as an idempotency scope: its route "+err.Error()+".", 0)
 		return
 	}
 	body, ok := m.readBody(w, r)
@@ -321,7 +348,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	req := request{principal: principal, method: r.Method, route: m.cfg.Route(r), key: key, fingerprint: fp}
+	req := request{principal: principal, method: r.Method, route: route, key: key, fingerprint: fp}
 
 	c, err := m.claim(r.Context(), req)
 	if err != nil {
@@ -354,6 +381,22 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	case outcomeOwned:
 		m.run(next, w, r, req, c)
 	}
+}
+
+// storable checks a principal or route: 1 to maxBytes bytes of valid UTF-8 without NUL (what a text
+// column of the unique index can hold).
+func storable(s string, maxBytes int) error {
+	switch {
+	case s == "":
+		return errors.New("is empty")
+	case len(s) > maxBytes:
+		return fmt.Errorf("is %d bytes, more than the limit of %d", len(s), maxBytes)
+	case !utf8.ValidString(s):
+		return errors.New("is not valid UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		return errors.New("contains NUL")
+	}
+	return nil
 }
 
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {

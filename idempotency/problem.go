@@ -16,10 +16,11 @@ const (
 	ProblemKeyMissing = problemBase + "ProblemKeyMissing"
 	// ProblemKeyInvalid (400): the Idempotency-Key header is not a valid key (see ParseKey).
 	ProblemKeyInvalid = problemBase + "ProblemKeyInvalid"
-	// ProblemRequestInvalid (400): the request body could not be read, or Config.Fingerprint
-	// rejected the request.
+	// ProblemRequestInvalid (400): the request body could not be read, Config.Fingerprint
+	// rejected the request, or its route cannot be stored (see Config.Route).
 	ProblemRequestInvalid = problemBase + "ProblemRequestInvalid"
-	// ProblemUnauthenticated (401): Config.Principal could not identify the caller.
+	// ProblemUnauthenticated (401): Config.Principal could not identify the caller (an error, or
+	// an empty or unstorable principal).
 	ProblemUnauthenticated = problemBase + "ProblemUnauthenticated"
 	// ProblemKeyInFlight (409): a request with the same key is being processed; retry after the
 	// Retry-After delay.
