@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/txinbox/txinbox/inbox"
 )
@@ -185,6 +186,18 @@ func (d *deadFlags) register(fs *flag.FlagSet, paging, all bool) {
 
 func (d *deadFlags) filter(cmd string) (inbox.DeadFilter, error) {
 	f := inbox.DeadFilter{Consumer: d.consumer, Kind: d.kind, ErrorContains: d.errorContains, Limit: d.limit, AfterID: d.after}
+	// Checked here, before any connection: a name no message can have is a typo, not an empty result.
+	for _, n := range []struct{ flag, v string }{{"--consumer", d.consumer}, {"--kind", d.kind}} {
+		if n.v == "" {
+			continue
+		}
+		if err := inbox.ValidateName(n.v); err != nil {
+			return f, usagef(cmd, "%s: %v", n.flag, err)
+		}
+	}
+	if !utf8.ValidString(d.errorContains) || strings.ContainsRune(d.errorContains, 0) {
+		return f, usagef(cmd, "--error: %q is not valid UTF-8 text without NUL", d.errorContains)
+	}
 	var err error
 	if f.Since, err = parseTime(d.since); err != nil {
 		return f, usagef(cmd, "--since: %v", err)

@@ -235,6 +235,75 @@ func TestDeadLetters(t *testing.T) {
 	cli(t, url, "--schema", s, "dead", "replay", "--all").want(t, 0, "replayed 1 dead letter(s)", "")
 }
 
+// dead discard with one id deletes that dead letter only; the same id again, or a message that is not
+// dead, is not discarded (exit 1) and nothing else changes.
+func TestDeadDiscardOne(t *testing.T) {
+	t.Parallel()
+	db, ids := seed(t)
+	s, url := db.Schema, db.URL
+	out := decode[map[string][]int64](t, cli(t, url, "--schema", s, "--json", "dead", "discard", fmt.Sprint(ids["d2"])))
+	if len(out["discarded"]) != 1 || out["discarded"][0] != ids["d2"] || len(out["skipped"]) != 0 {
+		t.Fatalf("discard: %v", out)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE id = $1`, ids["d2"]); n != 0 {
+		t.Fatal("discarded message still stored")
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); n != 4 {
+		t.Fatalf("%d rows left, want 4", n)
+	}
+	before := snapshot(t, db)
+	cli(t, url, "--schema", s, "dead", "discard", fmt.Sprint(ids["d2"])).want(t, 1, "skipped 1", "not discarded")
+	cli(t, url, "--schema", s, "dead", "discard", fmt.Sprint(ids["p1"])).want(t, 1, "skipped 1", "not discarded")
+	cli(t, url, "--schema", s, "dead", "discard", fmt.Sprint(ids["c1"])).want(t, 1, "skipped 1", "not discarded")
+	cli(t, url, "--schema", s, "dead", "discard", "0").want(t, 2, "", "not a message id")
+	if after := snapshot(t, db); after != before {
+		t.Fatalf("rows changed: %s -> %s", before, after)
+	}
+	// The key of the discarded message is free again.
+	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.Receive(context.Background(), inbox.Message{Consumer: "ledger", Key: "d2", Kind: "Refund", Payload: []byte(`{"amount":4}`)}); err != nil || r.Outcome != inbox.Inserted {
+		t.Fatalf("key of the discarded message: %+v, %v", r, err)
+	}
+}
+
+// dead list --until lists the dead letters that died before the time, in each accepted form.
+func TestDeadListUntil(t *testing.T) {
+	t.Parallel()
+	db, ids := seed(t)
+	if _, err := db.Pool.Exec(context.Background(), db.SQL(`UPDATE {schema}.inbox SET completed_at = now() - interval '10 days' WHERE id = $1`), ids["d2"]); err != nil {
+		t.Fatal(err)
+	}
+	list := func(args ...string) []int64 {
+		t.Helper()
+		ms := decode[[]inbox.StoredMessage](t, cli(t, db.URL, append([]string{"dead", "list", "--schema", db.Schema, "--json"}, args...)...))
+		var got []int64
+		for _, m := range ms {
+			got = append(got, m.ID)
+		}
+		return got
+	}
+	want := func(name string, got []int64, ids ...int64) {
+		t.Helper()
+		if fmt.Sprint(got) != fmt.Sprint(ids) {
+			t.Errorf("%s: %v, want %v", name, got, ids)
+		}
+	}
+	all := []int64{ids["d1"], ids["d2"], ids["d3"]}
+	want("--until 7d", list("--until", "7d"), ids["d2"])
+	want("--until 240h1m", list("--until", "240h1m")) // d2 died 240h ago, not before 240h1m ago
+	want("--until 1h", list("--until", "1h"), ids["d2"])
+	want("--until RFC 3339", list("--until", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)), all...)
+	want("--until date", list("--until", time.Now().AddDate(0, 0, 2).UTC().Format(time.DateOnly)), all...)
+	want("--until date, long ago", list("--until", "2001-01-01"))
+	want("--since 7d --until 1m", list("--since", "7d", "--until", "1ms"), ids["d1"], ids["d3"])
+	want("--until 7d --consumer audit", list("--until", "7d", "--consumer", "audit"))
+	cli(t, db.URL, "dead", "list", "--schema", db.Schema, "--until", "next week").want(t, 2, "", "--until")
+	cli(t, db.URL, "dead", "list", "--schema", db.Schema, "--since", "1h", "--until", "7d").want(t, 1, "", "Until")
+}
+
 func TestPurge(t *testing.T) {
 	t.Parallel()
 	db, ids := seed(t)
@@ -272,10 +341,26 @@ func TestClean(t *testing.T) {
 	cli(t, db.URL, "--schema", db.Schema, "clean", "--batch-size", "0").want(t, 2, "", "--batch-size must be between")
 }
 
+// snapshot is the number of schemas of the server and a checksum of every row of db's inbox tables.
+func snapshot(t *testing.T, db *testdb.DB) string {
+	t.Helper()
+	var s string
+	err := db.Pool.QueryRow(context.Background(), db.SQL(`SELECT
+		(SELECT count(*) FROM pg_namespace) || '/' ||
+		(SELECT count(*) || ':' || coalesce(md5(string_agg(m::text, '|' ORDER BY m.id)), '') FROM {schema}.inbox m) || '/' ||
+		(SELECT count(*) || ':' || coalesce(md5(string_agg(q::text, '|' ORDER BY q.id)), '') FROM {schema}.inbox_queue q)`)).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db, ids := seed(t)
 	url := db.URL
+	before := snapshot(t, db)
+	sqlText := `x; DROP TABLE inbox; --`
 	cases := []struct {
 		args   []string
 		url    string
@@ -292,10 +377,49 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dead", "list", "--limit", "5000"}, url, "--limit must be between 1 and 1000"},
 		{[]string{"stats", "--database-url", "postgres://%zz"}, "", "invalid database URL"},
 	}
+	// Schemas that are not plain identifiers, on every command that could write (migrate up creates
+	// the schema; discard, replay, purge and clean delete or update rows).
+	for _, schema := range []string{`a"b`, `a.b`, sqlText, `public"; DROP SCHEMA public CASCADE; --`, "a\xffb", db.Schema + ".inbox"} {
+		for _, args := range [][]string{
+			{"migrate", "up"}, {"migrate", "down"}, {"stats"}, {"dead", "list"}, {"dead", "discard", fmt.Sprint(ids["d1"])},
+			{"dead", "replay", "--all"}, {"purge", "--older-than", "0s", "--state", "completed,dead"}, {"clean"},
+		} {
+			cases = append(cases, struct {
+				args   []string
+				url    string
+				stderr string
+			}{append([]string{"--schema", schema}, args...), url, "is not a plain identifier"})
+		}
+	}
+	// Consumer and kind filters no message can have: refused before connecting, not an empty match.
+	for _, name := range []string{`a"b`, sqlText, "a b", "a\xffb", "", "-leading", strings.Repeat("c", 129), "clé", "a'b"} {
+		if name == "" {
+			continue // an empty flag means no filter
+		}
+		for _, flag := range []string{"--consumer", "--kind"} {
+			for _, args := range [][]string{
+				{"dead", "list", flag, name}, {"dead", "discard", "--all", flag, name}, {"dead", "replay", "--all", flag, name},
+			} {
+				cases = append(cases, struct {
+					args   []string
+					url    string
+					stderr string
+				}{append([]string{"--schema", db.Schema}, args...), url, flag + ":"})
+			}
+		}
+	}
+	cases = append(cases, struct {
+		args   []string
+		url    string
+		stderr string
+	}{[]string{"--schema", db.Schema, "dead", "discard", "--all", "--error", "a\xffb"}, url, "--error:"})
 	for _, c := range cases {
 		r := cli(t, c.url, c.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.stderr) || !strings.Contains(r.stderr, "--help") {
-			t.Errorf("txinbox %v: exit %d, stderr:\n%s\nwant exit 2 and %q", c.args, r.code, r.stderr, c.stderr)
+			t.Errorf("txinbox %q: exit %d, stderr:\n%s\nwant exit 2 and %q", c.args, r.code, r.stderr, c.stderr)
+		}
+		if after := snapshot(t, db); after != before {
+			t.Fatalf("txinbox %q wrote something: %s -> %s", c.args, before, after)
 		}
 	}
 	// A schema that is valid but not migrated says what to do.
