@@ -45,6 +45,16 @@ type Record struct {
 
 // KeyFunc derives the idempotency key of a record. It returns an error (usually wrapping ErrNoKey) if
 // the record has no key of its kind; the Sink then stores the message dead (see Sink.Store).
+//
+// The strategies of this package return what the broker gave, unchecked (FirstOf takes the first
+// non-empty one, valid or not). The Sink checks the key with inbox.ValidateKey: a record whose key is
+// missing, empty, longer than inbox.MaxKeyBytes, not valid UTF-8, or holds a control character such
+// as NUL is not an error of Store. It is stored dead, with its raw bytes and the reason ("no valid
+// idempotency key: ...") as its last error, keyed by inbox.ContentKey(kind, raw) (so a redelivery is
+// a duplicate of it), in the same transaction as the rest of its batch; the batch is then
+// acknowledged, and no row stored before is changed. A header that the inbox cannot store (NUL,
+// invalid UTF-8, control characters, over 8192 bytes) is dropped before key functions run, so
+// Header finds no key in it.
 type KeyFunc func(r *Record) (string, error)
 
 // ErrNoKey is returned (wrapped) by the key strategies of this package when a record lacks the field
