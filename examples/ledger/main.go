@@ -16,7 +16,7 @@
 // PostgreSQL binaries, else a Docker container).
 //
 // The HTTP API is documented in package api: POST /v1/events, POST /v1/credits (Idempotency-Key),
-// GET /v1/accounts/{id}, GET /healthz.
+// GET /v1/accounts/{id}, GET /healthz; serve adds GET /metrics (Prometheus).
 package main
 
 import (
@@ -54,7 +54,7 @@ func main() {
 const usage = `usage: ledger <command> [flags]
 
 commands:
-  serve   the HTTP API and (unless --workers 0) the inbox workers
+  serve   the HTTP API, GET /metrics and (unless --workers 0) the inbox workers
   work    the inbox workers alone
   demo    the exactly-once storm demo (exit status 1 if an invariant fails)
 
@@ -186,8 +186,8 @@ func (w *workerFlags) faults(stdout io.Writer) *ledger.Faults {
 	return f
 }
 
-// pool returns the worker pool (nil with --workers 0).
-func (w *workerFlags) pool(db *pgxpool.Pool, schema string, logger *slog.Logger, stdout io.Writer) (*worker.Pool, error) {
+// pool returns the worker pool (nil with --workers 0). observer may be nil.
+func (w *workerFlags) pool(db *pgxpool.Pool, schema string, logger *slog.Logger, stdout io.Writer, observer worker.Observer) (*worker.Pool, error) {
 	if w.workers == 0 {
 		return nil, nil
 	}
@@ -200,7 +200,7 @@ func (w *workerFlags) pool(db *pgxpool.Pool, schema string, logger *slog.Logger,
 	return worker.New(db, worker.Config{
 		Consumer: ledger.Consumer, Schema: schema, Handlers: hs,
 		Concurrency: w.workers, BatchSize: w.batchSize, PollInterval: w.poll, Lease: w.lease, Timeout: w.timeout,
-		MaxAttempts: w.maxAttempts, Owner: w.owner, Logger: logger,
+		MaxAttempts: w.maxAttempts, Owner: w.owner, Logger: logger, Observer: observer,
 		Backoff: worker.Exponential{Base: w.backoffBase, Max: w.backoffLimit},
 	})
 }
@@ -226,7 +226,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	var wf workerFlags
 	c.register(fs, "public")
 	wf.register(fs, 4)
-	addr := fs.String("addr", "127.0.0.1:8080", "HOST:PORT to listen on")
+	addr := fs.String("addr", "127.0.0.1:8080", "HOST:PORT to listen on (GET /metrics serves the Prometheus metrics)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -239,7 +239,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer db.Close()
-	p, err := wf.pool(db, c.schema, logger, io.Discard)
+	obs, err := newObservability(db, c.schema)
+	if err != nil {
+		return err
+	}
+	p, err := wf.pool(db, c.schema, logger, io.Discard, obs.metrics)
 	if err != nil {
 		return err
 	}
@@ -247,15 +251,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if p != nil {
 		wake = p.Wake
 	}
-	h, err := api.New(api.Config{DB: db, Schema: c.schema, Wake: wake, Logger: logger})
+	h, err := api.New(api.Config{DB: db, Schema: c.schema, Wake: wake, Logger: logger, Observer: obs.metrics})
 	if err != nil {
 		return err
 	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", obs.handler(logger))
+	mux.Handle("/", h)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: accessLog(logger, mux), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	if p != nil {
 		if err := p.Start(context.WithoutCancel(ctx)); err != nil {
 			return err
@@ -303,7 +311,7 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer db.Close()
-	p, err := wf.pool(db, c.schema, logger, stdout)
+	p, err := wf.pool(db, c.schema, logger, stdout, nil)
 	if err != nil {
 		return err
 	}

@@ -48,6 +48,9 @@ type Config struct {
 	Wake func()
 	// Logger receives unexpected errors. Default: slog.Default().
 	Logger *slog.Logger
+	// Observer, if set, is told about every receive of POST /v1/events (package metrics implements
+	// it). Default: none.
+	Observer inbox.Observer
 }
 
 // Server serves the API. It is an http.Handler.
@@ -71,7 +74,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Wake == nil {
 		cfg.Wake = func() {}
 	}
-	ic, err := inbox.NewClient(cfg.DB, inbox.Config{Schema: cfg.Schema, MaxPayloadBytes: MaxBodyBytes})
+	ic, err := inbox.NewClient(cfg.DB, inbox.Config{Schema: cfg.Schema, MaxPayloadBytes: MaxBodyBytes, Observer: cfg.Observer})
 	if err != nil {
 		return nil, err
 	}
