@@ -8,11 +8,14 @@ replace github.com/txinbox/txinbox/adapters => ../../adapters
 
 require (
 	github.com/jackc/pgx/v5 v5.10.0
+	github.com/nats-io/nats.go v1.55.0
 	github.com/pressly/goose/v3 v3.28.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/testcontainers/testcontainers-go v0.44.0
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.44.0
 	github.com/txinbox/txinbox v0.0.0-00010101000000-000000000000
+	github.com/txinbox/txinbox/adapters v0.0.0-00010101000000-000000000000
 )
 
 require (
@@ -53,6 +56,8 @@ require (
 	github.com/moby/sys/userns v0.1.0 // indirect
 	github.com/moby/term v0.5.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect

@@ -17,6 +17,11 @@
 //
 // The HTTP API is documented in package api: POST /v1/events, POST /v1/credits (Idempotency-Key),
 // GET /v1/accounts/{id}, GET /healthz; serve adds GET /metrics (Prometheus).
+//
+// serve and work can also consume OrderPaid events from RabbitMQ (--amqp-url, --amqp-queue) and NATS
+// JetStream (--nats-url, --nats-stream, --nats-subject) through the txinbox adapters: each message is
+// stored in the inbox (consumer "ledger", kind "OrderPaid", key = message id, else x-idempotency-key,
+// else the body's event_id) and credited by the same handler as the events of POST /v1/events.
 package main
 
 import (
@@ -57,6 +62,11 @@ commands:
   serve   the HTTP API, GET /metrics and (unless --workers 0) the inbox workers
   work    the inbox workers alone
   demo    the exactly-once storm demo (exit status 1 if an invariant fails)
+
+serve and work also consume OrderPaid events from RabbitMQ (--amqp-url, --amqp-queue) and/or
+NATS JetStream (--nats-url, --nats-stream, --nats-subject) into the inbox when given those flags.
+A message's key is its message id (AMQP message-id, Nats-Msg-Id), else its x-idempotency-key
+header, else the event_id of its body; it must be the event's event_id.
 
 Run "ledger <command> -h" for the flags of a command.
 `
@@ -224,10 +234,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var c common
 	var wf workerFlags
+	var bf brokerFlags
 	c.register(fs, "public")
 	wf.register(fs, 4)
+	bf.register(fs)
 	addr := fs.String("addr", "127.0.0.1:8080", "HOST:PORT to listen on (GET /metrics serves the Prometheus metrics)")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := bf.check(); err != nil {
 		return err
 	}
 	logger, err := c.logger(stderr)
@@ -239,12 +254,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer db.Close()
-	obs, err := newObservability(db, c.schema)
+	srcs, err := bf.sources(ctx, db, c.schema, logger)
 	if err != nil {
+		return err
+	}
+	obs, err := newObservability(db, c.schema, srcs)
+	if err != nil {
+		closeSources(srcs)
 		return err
 	}
 	p, err := wf.pool(db, c.schema, logger, io.Discard, obs.metrics)
 	if err != nil {
+		closeSources(srcs)
 		return err
 	}
 	wake := func() {}
@@ -253,6 +274,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	h, err := api.New(api.Config{DB: db, Schema: c.schema, Wake: wake, Logger: logger, Observer: obs.metrics})
 	if err != nil {
+		closeSources(srcs)
 		return err
 	}
 	mux := http.NewServeMux()
@@ -260,23 +282,30 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	mux.Handle("/", h)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
+		closeSources(srcs)
 		return err
 	}
 	srv := &http.Server{Handler: accessLog(logger, mux), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	if p != nil {
 		if err := p.Start(context.WithoutCancel(ctx)); err != nil {
+			closeSources(srcs)
 			return err
 		}
 	}
 	logger.Info("ledger: serving", "addr", ln.Addr().String(), "schema", c.schema, "workers", wf.workers)
+	cons := startConsuming(ctx, srcs, logger)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err = <-errc:
+	case err = <-cons.Err():
+		logger.Error("ledger: a broker consumer failed; shutting down", "err", err)
 	case <-ctx.Done():
 		logger.Info("ledger: shutting down")
 	}
+	// Consumers first (they finish and acknowledge the batch in hand), then the API, then the workers.
+	cons.stop()
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
@@ -294,35 +323,52 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var c common
 	var wf workerFlags
+	var bf brokerFlags
 	c.register(fs, "public")
 	wf.register(fs, 4)
+	bf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if wf.workers < 1 {
 		return errors.New("--workers must be at least 1")
 	}
+	if err := bf.check(); err != nil {
+		return err
+	}
 	logger, err := c.logger(stderr)
 	if err != nil {
 		return err
 	}
-	db, err := c.open(ctx, int32(wf.workers+2))
+	db, err := c.open(ctx, int32(wf.workers+4))
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	p, err := wf.pool(db, c.schema, logger, stdout, nil)
+	srcs, err := bf.sources(ctx, db, c.schema, logger)
 	if err != nil {
 		return err
 	}
+	p, err := wf.pool(db, c.schema, logger, stdout, nil)
+	if err != nil {
+		closeSources(srcs)
+		return err
+	}
 	if err := p.Start(context.WithoutCancel(ctx)); err != nil {
+		closeSources(srcs)
 		return err
 	}
 	logger.Info("ledger: working", "schema", c.schema, "workers", wf.workers)
-	<-ctx.Done()
+	cons := startConsuming(ctx, srcs, logger)
+	select {
+	case err = <-cons.Err():
+		logger.Error("ledger: a broker consumer failed; shutting down", "err", err)
+	case <-ctx.Done():
+	}
+	cons.stop()
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	return p.Stop(sctx)
+	return errors.Join(err, p.Stop(sctx))
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -16,14 +16,14 @@ import (
 )
 
 // observability is what serve exposes at GET /metrics: txinbox's metrics (package metrics: receives of
-// POST /v1/events, worker attempts, the queue's depth), and the Go runtime and process collectors, in
-// a registry of its own.
+// POST /v1/events, worker attempts, the queue's depth), the broker consumers' counts, and the Go
+// runtime and process collectors, in a registry of its own.
 type observability struct {
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 }
 
-func newObservability(db inbox.DB, schema string) (*observability, error) {
+func newObservability(db inbox.DB, schema string, srcs []*source) (*observability, error) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(metrics.Config{Registerer: reg})
 	if err != nil {
@@ -33,7 +33,7 @@ func newObservability(db inbox.DB, schema string) (*observability, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range []prometheus.Collector{qc,
+	for _, c := range []prometheus.Collector{qc, brokerCollector(srcs),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -47,6 +47,46 @@ func (o *observability) handler(logger *slog.Logger) http.Handler {
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError), ErrorHandling: promhttp.ContinueOnError,
 	})
 }
+
+// brokerCollector reports the adapters' counts. The adapters store through inbox clients of their
+// own, so broker messages are counted here, not in txinbox_received_total (POST /v1/events only).
+func brokerCollector(srcs []*source) prometheus.Collector {
+	return collectorFunc{
+		desc: []*prometheus.Desc{brokerRecords, brokerFailures},
+		collect: func(ch chan<- prometheus.Metric) {
+			for _, s := range srcs {
+				st := s.stats()
+				for outcome, n := range map[string]int64{"inserted": st.Inserted, "duplicate": st.Duplicates,
+					"conflict": st.Conflicts, "undecodable": st.Undecodable} {
+					ch <- prometheus.MustNewConstMetric(brokerRecords, prometheus.CounterValue, float64(n), s.broker, outcome)
+				}
+				ch <- prometheus.MustNewConstMetric(brokerFailures, prometheus.CounterValue, float64(st.Failures), s.broker)
+			}
+		},
+	}
+}
+
+var (
+	brokerRecords = prometheus.NewDesc("ledger_broker_records_total",
+		"Broker messages stored by the adapters, by outcome: inserted, duplicate (key already stored), conflict (key stored with another payload; dropped), undecodable (stored dead).",
+		[]string{"broker", "outcome"}, nil)
+	brokerFailures = prometheus.NewDesc("ledger_broker_failed_batches_total",
+		"Batches of broker messages that could not be stored (database unreachable): not acknowledged, redelivered.",
+		[]string{"broker"}, nil)
+)
+
+type collectorFunc struct {
+	desc    []*prometheus.Desc
+	collect func(chan<- prometheus.Metric)
+}
+
+func (c collectorFunc) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.desc {
+		ch <- d
+	}
+}
+
+func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
 // accessLog logs every request at debug level (--log-level debug).
 func accessLog(logger *slog.Logger, h http.Handler) http.Handler {

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/natsjs"
+	"github.com/txinbox/txinbox/adapters/rabbitmq"
+	"github.com/txinbox/txinbox/examples/ledger/internal/api"
+	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
+	"github.com/txinbox/txinbox/inbox"
+)
+
+// brokerFlags are the flags of the broker consumers of serve and work: OrderPaid events read from
+// RabbitMQ and/or NATS JetStream and stored in the inbox (consumer "ledger", kind "OrderPaid") through
+// the txinbox adapters, then credited by the same worker handler as the events of POST /v1/events.
+type brokerFlags struct {
+	amqpURL, amqpQueue                            string
+	amqpDeclare                                   bool
+	natsURL, natsStream, natsSubject, natsDurable string
+	natsAckWait                                   time.Duration
+	batchSize                                     int
+}
+
+func (b *brokerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&b.amqpURL, "amqp-url", "", "consume OrderPaid events from RabbitMQ at this URL, e.g. amqp://guest:guest@127.0.0.1:5672/ (empty: off)")
+	fs.StringVar(&b.amqpQueue, "amqp-queue", "ledger.order-paid", "RabbitMQ queue to consume (with --amqp-url)")
+	fs.BoolVar(&b.amqpDeclare, "amqp-declare", true, "declare --amqp-queue (durable) on connecting, in case it does not exist")
+	fs.StringVar(&b.natsURL, "nats-url", "", "consume OrderPaid events from NATS JetStream at this URL, e.g. nats://127.0.0.1:4222 (empty: off)")
+	fs.StringVar(&b.natsStream, "nats-stream", "LEDGER", "JetStream stream to consume (with --nats-url); it must exist unless --nats-subject is set")
+	fs.StringVar(&b.natsSubject, "nats-subject", "", "subject filter of the consumer; a missing --nats-stream is created with this subject (empty: the whole stream, which must exist)")
+	fs.StringVar(&b.natsDurable, "nats-durable", "ledger", "name of the durable JetStream pull consumer (created or updated on start)")
+	fs.DurationVar(&b.natsAckWait, "nats-ack-wait", 30*time.Second, "AckWait of the JetStream consumer: redelivery delay of a message whose batch was never acknowledged")
+	fs.IntVar(&b.batchSize, "broker-batch-size", adapters.DefaultBatchSize, "broker messages stored in the inbox (one transaction) and acknowledged together")
+}
+
+func (b *brokerFlags) check() error {
+	switch {
+	case b.amqpURL != "" && b.amqpQueue == "":
+		return errors.New("--amqp-url needs --amqp-queue")
+	case b.natsURL != "" && b.natsStream == "":
+		return errors.New("--nats-url needs --nats-stream")
+	case b.natsURL != "" && b.natsDurable == "":
+		return errors.New("--nats-url needs --nats-durable")
+	case b.batchSize < 1:
+		return errors.New("--broker-batch-size must be at least 1")
+	}
+	return nil
+}
+
+// bodyString is a key strategy reading a top-level string field of the JSON body.
+func bodyString(field string) adapters.KeyFunc {
+	return func(r *adapters.Record) (string, error) {
+		var m map[string]json.RawMessage
+		var v string
+		if json.Unmarshal(r.Body, &m) != nil || json.Unmarshal(m[field], &v) != nil || v == "" {
+			return "", fmt.Errorf("%w: no %s string in the body", adapters.ErrNoKey, field)
+		}
+		return v, nil
+	}
+}
+
+// sinkConfig says how broker messages become inbox messages. The key is the message id (AMQP
+// message-id, JetStream Nats-Msg-Id), else the x-idempotency-key header, else the event_id of the
+// body; the handler refuses (dead letter) a message whose key is not its event_id, so producers must
+// use the event_id as message id. The ordering key is the account_id, as for POST /v1/events: the
+// events of one account are credited one at a time, in arrival order. A message with no kind (AMQP
+// type property, x-kind header) is an OrderPaid.
+func sinkConfig(db inbox.DB, schema string, logger *slog.Logger) adapters.SinkConfig {
+	return adapters.SinkConfig{
+		DB: db, Schema: schema, Consumer: ledger.Consumer, DefaultKind: ledger.KindOrderPaid,
+		MaxPayloadBytes: api.MaxBodyBytes,
+		Key:             adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader), bodyString("event_id")),
+		OrderingKey:     bodyString("account_id"),
+		Logger:          logger,
+	}
+}
+
+// source is one broker consumer.
+type source struct {
+	broker string // "rabbitmq" or "nats"
+	desc   []any  // for logs
+	run    func(ctx context.Context) error
+	stats  func() adapters.Stats
+	close  func()
+}
+
+// sources connects what needs connecting and returns the configured consumers (none without broker
+// flags). Call closeSources when done.
+func (b *brokerFlags) sources(ctx context.Context, db inbox.DB, schema string, logger *slog.Logger) ([]*source, error) {
+	var out []*source
+	if b.amqpURL != "" {
+		queue, declare := b.amqpQueue, b.amqpDeclare
+		c, err := rabbitmq.New(rabbitmq.Config{
+			URL: b.amqpURL, Queue: queue, ConsumerTag: "", BatchSize: b.batchSize, Logger: logger,
+			Sink: sinkConfig(db, schema, logger),
+			Setup: func(ch *amqp.Channel) error {
+				if !declare {
+					return nil
+				}
+				_, err := ch.QueueDeclare(queue, true, false, false, false, nil)
+				return err
+			},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("rabbitmq: %w", err)
+		}
+		out = append(out, &source{broker: "rabbitmq", desc: []any{"url", redact(b.amqpURL), "queue", queue},
+			run: c.Run, stats: c.Stats, close: func() {}})
+	}
+	if b.natsURL != "" {
+		s, err := b.natsSource(ctx, db, schema, logger)
+		if err != nil {
+			closeSources(out)
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func (b *brokerFlags) natsSource(ctx context.Context, db inbox.DB, schema string, logger *slog.Logger) (*source, error) {
+	nc, err := nats.Connect(b.natsURL, nats.Name("ledger"), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("nats: connect %s: %w", redact(b.natsURL), err)
+	}
+	fail := func(err error) (*source, error) { nc.Close(); return nil, fmt.Errorf("nats: %w", err) }
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := js.Stream(ctx, b.natsStream); errors.Is(err, jetstream.ErrStreamNotFound) && b.natsSubject != "" {
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: b.natsStream, Subjects: []string{b.natsSubject}})
+		if err != nil {
+			return fail(fmt.Errorf("create stream %s: %w", b.natsStream, err))
+		}
+		logger.Info("ledger: created JetStream stream", "stream", b.natsStream, "subject", b.natsSubject)
+	} else if err != nil {
+		return fail(fmt.Errorf("stream %s: %w", b.natsStream, err))
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, b.natsStream, jetstream.ConsumerConfig{
+		Durable: b.natsDurable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: b.natsAckWait, FilterSubject: b.natsSubject,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("consumer %s on stream %s: %w", b.natsDurable, b.natsStream, err))
+	}
+	c, err := natsjs.New(natsjs.Config{Consumer: cons, BatchSize: b.batchSize, Logger: logger, Sink: sinkConfig(db, schema, logger)})
+	if err != nil {
+		return fail(err)
+	}
+	return &source{broker: "nats", desc: []any{"url", redact(b.natsURL), "stream", b.natsStream, "subject", b.natsSubject, "durable", b.natsDurable},
+		run: c.Run, stats: c.Stats, close: nc.Close}, nil
+}
+
+func closeSources(srcs []*source) {
+	for _, s := range srcs {
+		s.close()
+	}
+}
+
+// redact hides the password of a URL, for logs.
+func redact(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return "(invalid URL)"
+}
+
+// consuming runs sources until stop is called. Err receives the first error of a consumer that
+// stopped on its own (NATS: the connection was closed or the consumer deleted).
+type consuming struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errc   chan error
+	srcs   []*source
+	logger *slog.Logger
+}
+
+func startConsuming(ctx context.Context, srcs []*source, logger *slog.Logger) *consuming {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c := &consuming{cancel: cancel, errc: make(chan error, len(srcs)), srcs: srcs, logger: logger}
+	for _, s := range srcs {
+		logger.Info("ledger: consuming OrderPaid events", append([]any{"broker", s.broker}, s.desc...)...)
+		c.wg.Go(func() {
+			err := s.run(ctx)
+			if err == nil && ctx.Err() == nil {
+				err = errors.New("stopped")
+			}
+			if err != nil {
+				c.errc <- fmt.Errorf("%s consumer: %w", s.broker, err)
+			}
+		})
+	}
+	return c
+}
+
+// Err returns a channel receiving a consumer's failure (nil channel with no sources).
+func (c *consuming) Err() <-chan error {
+	if len(c.srcs) == 0 {
+		return nil
+	}
+	return c.errc
+}
+
+// stop ends the consumers (each finishes and acknowledges the batch in hand, within the adapters'
+// ShutdownTimeout) and closes their connections.
+func (c *consuming) stop() {
+	c.cancel()
+	c.wg.Wait()
+	for _, s := range c.srcs {
+		st := s.stats()
+		c.logger.Info("ledger: stopped consuming", "broker", s.broker, "records", st.Records, "inserted", st.Inserted,
+			"duplicates", st.Duplicates, "conflicts", st.Conflicts, "undecodable", st.Undecodable, "failed_batches", st.Failures)
+	}
+	closeSources(c.srcs)
+}
