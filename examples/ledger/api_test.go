@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -185,5 +186,28 @@ func TestCreditsWithIdempotencyKey(t *testing.T) {
 	}
 	if got := e.balances(t); got["acct-9"] != 500 || len(got) != 1 {
 		t.Fatalf("balances = %v, want acct-9: 500", got)
+	}
+}
+
+// GET /v1/accounts/{id} checks the running balance against the sum of the entries, in one snapshot,
+// and refuses to answer an inconsistent one (which only a write outside the ledger can cause).
+func TestAccountBalanceCheckedAgainstEntries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	r := e.do(t, "POST", "/v1/credits", `{"account_id":"acct-c","amount_cents":700}`, "Idempotency-Key", `"c-1"`)
+	if r.status != http.StatusCreated {
+		t.Fatalf("credit: %d %s", r.status, r.body)
+	}
+	var a api.AccountResponse
+	r = e.do(t, "GET", "/v1/accounts/acct-c", "")
+	r.json(t, &a)
+	if r.status != http.StatusOK || a.BalanceCents != 700 || a.Entries != 1 {
+		t.Fatalf("account: %d %s", r.status, r.body)
+	}
+	if _, err := e.Pool.Exec(context.Background(), e.SQL(`UPDATE {schema}.accounts SET balance_cents = balance_cents + 1`)); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do(t, "GET", "/v1/accounts/acct-c", ""); r.status != http.StatusInternalServerError {
+		t.Fatalf("account with a tampered balance: %d %s, want 500", r.status, r.body)
 	}
 }

@@ -7,7 +7,8 @@
 //	                         header (package idempotency): 201 with the new entry; a retry with the same
 //	                         key gets the stored response (Idempotent-Replayed: true).
 //	GET  /v1/accounts/{id}   the balance, entry count and newest entries of an account (?limit=, default
-//	                         20, at most 1000).
+//	                         20, at most 1000), read in one snapshot in which the balance is checked
+//	                         against the sum of the entries (500 if they differ).
 //	GET  /healthz            200 when the database answers, 503 otherwise.
 //
 // Errors are RFC 9457 problem documents (application/problem+json).
@@ -221,6 +222,9 @@ func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ledger.ErrAccountNotFound):
 		writeProblem(w, http.StatusNotFound, ProblemAccountNotFound, "Account not found", "The account "+id+" has no entry.")
+	case errors.Is(err, ledger.ErrBalanceMismatch):
+		s.cfg.Logger.Error("ledger api: read account", "err", err)
+		writeProblem(w, http.StatusInternalServerError, ProblemInternal, "Internal error", "The account's balance could not be verified.")
 	case err != nil:
 		s.unavailable(w, r, "read account", err)
 	default:

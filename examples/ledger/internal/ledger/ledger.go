@@ -1,8 +1,10 @@
 // Package ledger is the business side of the ledger example: accounts, ledger entries, and the worker
 // handler that credits an account for an OrderPaid event.
 //
-// A credit inserts one ledger entry and adds its amount to the account's balance in the same
-// transaction, so an account's balance is always the sum of its entries. Entries made for an event
+// A credit inserts one ledger entry and adds its amount to the account's balance (a running total,
+// accounts.balance_cents) in one statement, inside the caller's transaction (the worker's batch
+// transaction, or the idempotency middleware's), so an account's balance is always the sum of its
+// entries; Account checks that equality on every read. Entries made for an event
 // carry its event_id, which is UNIQUE: even if the inbox let a duplicate through, the ledger would
 // not credit the same event twice (defence in depth).
 package ledger
@@ -106,6 +108,10 @@ var ErrInvalid = errors.New("ledger: invalid value")
 
 // ErrAccountNotFound is returned for an account that has no entry yet.
 var ErrAccountNotFound = errors.New("ledger: account not found")
+
+// ErrBalanceMismatch is returned (wrapped) by Account when an account's running total differs from
+// the sum of its entries, which no code path of this package can cause.
+var ErrBalanceMismatch = errors.New("ledger: balance differs from the sum of the entries")
 
 // FieldError is a validation error about one field.
 type FieldError struct {
@@ -221,7 +227,14 @@ SELECT entry.id, account.balance_cents FROM entry, account`
 
 const sqlExisting = `SELECT id, account_id, amount_cents FROM {schema}.ledger_entries WHERE event_id = $1`
 
-const sqlAccount = `SELECT account_id, balance_cents, entries, updated_at FROM {schema}.accounts WHERE account_id = $1`
+// sqlAccount reads the account's running total and, in the same statement (so the same snapshot),
+// the sum and number of its entries, which Account checks against it.
+const sqlAccount = `
+SELECT a.account_id, a.balance_cents, a.entries, a.updated_at, e.sum_cents, e.n
+FROM {schema}.accounts a,
+     LATERAL (SELECT coalesce(sum(amount_cents), 0)::bigint AS sum_cents, count(*) AS n
+              FROM {schema}.ledger_entries WHERE account_id = a.account_id) e
+WHERE a.account_id = $1`
 
 const sqlEntries = `
 SELECT id, amount_cents, source, coalesce(event_id, ''), coalesce(order_id, ''), coalesce(idempotency_key, ''),
@@ -265,7 +278,9 @@ func (l *Ledger) Apply(ctx context.Context, db DB, c Credit) (Applied, error) {
 }
 
 // Account reads an account and its newest entries (at most limit, newest first) in one snapshot.
-// An account without entries returns ErrAccountNotFound.
+// An account without entries returns ErrAccountNotFound. The running total (accounts.balance_cents)
+// is checked against the sum and number of the account's entries in that snapshot: a difference
+// returns an error wrapping ErrBalanceMismatch instead of an inconsistent answer.
 func (l *Ledger) Account(ctx context.Context, db interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }, id string, limit int) (Account, []Entry, error) {
@@ -278,12 +293,17 @@ func (l *Ledger) Account(ctx context.Context, db interface {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var a Account
-	err = tx.QueryRow(ctx, l.account, id).Scan(&a.AccountID, &a.BalanceCents, &a.Entries, &a.UpdatedAt)
+	var sum, n int64
+	err = tx.QueryRow(ctx, l.account, id).Scan(&a.AccountID, &a.BalanceCents, &a.Entries, &a.UpdatedAt, &sum, &n)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Account{}, nil, ErrAccountNotFound
 	}
 	if err != nil {
 		return Account{}, nil, err
+	}
+	if sum != a.BalanceCents || n != a.Entries {
+		return Account{}, nil, fmt.Errorf("%w: account %s: balance %d in %d entries, entries sum to %d in %d",
+			ErrBalanceMismatch, id, a.BalanceCents, a.Entries, sum, n)
 	}
 	rows, err := tx.Query(ctx, l.entries, id, limit)
 	if err != nil {
