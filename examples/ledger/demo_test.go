@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -40,12 +41,11 @@ func TestDemoShort(t *testing.T) {
 }
 
 // TestDemoOnThrowawayCluster runs `ledger demo` as `make demo` does, forcing the throwaway cluster
-// (initdb/pg_ctl from the local PostgreSQL binaries), and checks that the cluster is removed.
+// (initdb/pg_ctl from the local PostgreSQL binaries), and checks that the cluster is removed. Without
+// PostgreSQL binaries it is skipped, unless CI=true, where it fails.
 func TestDemoOnThrowawayCluster(t *testing.T) {
 	t.Parallel()
-	if _, err := pgenv.Binaries(); err != nil {
-		t.Skip(err)
-	}
+	requireBinaries(t, pgenv.Binaries)
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"demo", "--pg", "cluster", "--database-url", "",
 		"--events", "60", "--credits", "10", "--producers", "4", "--workers", "2"}, &stdout, &stderr)
@@ -64,5 +64,39 @@ func TestDemoOnThrowawayCluster(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("cluster directory %s still there (%v)", dir, err)
+	}
+}
+
+// requireBinaries skips t when find finds no PostgreSQL binaries, or fails it if CI=true.
+func requireBinaries(t testing.TB, find func() (string, error)) {
+	t.Helper()
+	if _, err := find(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and no PostgreSQL binaries for the throwaway cluster: %v", err)
+			return // (Fatalf does not return, except in TestMissingBinariesFailInCI)
+		}
+		t.Skip(err)
+	}
+}
+
+// outcomeTB records how requireBinaries ended a test.
+type outcomeTB struct {
+	testing.TB
+	failed, skipped bool
+}
+
+func (o *outcomeTB) Helper()               {}
+func (o *outcomeTB) Fatalf(string, ...any) { o.failed = true }
+func (o *outcomeTB) Skip(...any)           { o.skipped = true }
+
+func TestMissingBinariesFailInCI(t *testing.T) { // not parallel: t.Setenv
+	missing := func() (string, error) { return "", errors.New("initdb and pg_ctl not found") }
+	for _, ci := range []string{"true", ""} {
+		t.Setenv("CI", ci)
+		o := &outcomeTB{TB: t}
+		requireBinaries(o, missing)
+		if o.failed != (ci == "true") || o.skipped != (ci != "true") {
+			t.Errorf("CI=%q: failed %v, skipped %v; want a failure in CI and a skip elsewhere", ci, o.failed, o.skipped)
+		}
 	}
 }
