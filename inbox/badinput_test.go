@@ -141,12 +141,35 @@ func badMessages(maxPayload int) []badMessage {
 		{"raw control in string", "payload", payload([]byte("{\"a\": \"x\ny\"}"))},
 		{`\u0000 escape`, "payload", payload([]byte(`{"a": "x\u0000y"}`))},
 		{"NUL byte", "payload", payload([]byte("{\"a\": 1}\x00"))},
+		// What json.Valid accepts but PostgreSQL jsonb refuses, or would blow up.
+		{"lone high surrogate escape", "payload", payload([]byte(`{"s": "\ud800"}`))},
+		{"lone low surrogate escape", "payload", payload([]byte(`["\udc00"]`))},
+		{"high surrogate then a letter", "payload", payload([]byte(`"\uD800\u0041"`))},
+		{"high surrogate then an escaped backslash", "payload", payload([]byte(`"\ud800\\udc00"`))},
+		{"reversed surrogate pair", "payload", payload([]byte(`"\udc00\ud800"`))},
+		{"surrogate after an escaped backslash", "payload", payload([]byte(`"\\\ud800"`))},
+		{"NUL escape in a key", "payload", payload([]byte(`{"\u0000": 1}`))},
+		{"too many integer digits", "payload", payload([]byte(`1e131072`))},
+		{"too many integer digits, mantissa", "payload", payload([]byte(`{"n": 99.5e131071}`))},
+		{"too many decimals", "payload", payload([]byte(`[1e-16384]`))},
+		{"too many decimals, zero", "payload", payload([]byte(`0.0e-16383`))},
+		{"too many decimals, integer", "payload", payload([]byte(`100e-16385`))},
+		{"huge exponent", "payload", payload([]byte(`0e1073741823`))},
+		{"enormous exponent", "payload", payload([]byte(`-1E+99999999999999999999`))},
+		{"number printed past the limit", "payload", payload([]byte(fmt.Sprintf(`[1e%d]`, maxPayload-1)))},
+		{"numbers printed past the limit", "payload", payload([]byte(strings.Repeat(`1e99,`, maxPayload/100+1) + `0`))},
 		{"empty header name", "headers", header("", "v")},
 		{"NUL header name", "headers", header("a\x00", "v")},
 		{"over-long header name", "headers", header(strings.Repeat("h", 257), "v")},
 		{"invalid UTF-8 header value", "headers", header("h", "\xff")},
 		{"control in header value", "headers", header("h", "a\rb")},
 		{"over-long header value", "headers", header("h", strings.Repeat("v", 8193))},
+		{"headers over MaxHeadersBytes together", "headers", with(func(m *inbox.Message) {
+			m.Headers = map[string]string{}
+			for i := 0; i <= inbox.MaxHeadersBytes/inbox.MaxHeaderValueBytes; i++ {
+				m.Headers[fmt.Sprintf("h%03d", i)] = strings.Repeat("v", inbox.MaxHeaderValueBytes-4)
+			}
+		})},
 		{"over-long ordering key", "ordering_key", with(func(m *inbox.Message) { m.OrderingKey = strings.Repeat("o", inbox.MaxOrderingKeyBytes+1) })},
 		{"NUL ordering key", "ordering_key", with(func(m *inbox.Message) { m.OrderingKey = "o\x00" })},
 	}
@@ -197,6 +220,36 @@ func TestBadMessagesWriteNothing(t *testing.T) {
 	m.Payload = []byte(`"` + strings.Repeat("x", 4096-2) + `"`)
 	if r, err := e.c.Receive(ctx, m); err != nil || r.Outcome != inbox.Inserted {
 		t.Fatalf("payload of exactly the limit: %+v, %v", r, err)
+	}
+}
+
+// The edges of what jsonb can hold are accepted, stored, and compare as duplicates of themselves.
+func TestPayloadEdgesAccepted(t *testing.T) {
+	t.Parallel()
+	e := newBadEnv(t, inbox.Config{})
+	ctx := context.Background()
+	manyHeaders := map[string]string{}
+	for i := 0; i < inbox.MaxHeadersBytes/inbox.MaxHeaderValueBytes; i++ {
+		manyHeaders[fmt.Sprintf("h%03d", i)] = strings.Repeat("v", inbox.MaxHeaderValueBytes-4)
+	}
+	for i, p := range []string{
+		`"\ud800\udc00"`, `"\uDBFF\uDFFF"`, `"\\ud800"`, `"\\\\ud800"`, `"\\u0000"`, `{"\ud83d\ude00": "\u00e9"}`,
+		`1e131071`, `-9.99e131071`, `1e-16383`, `0e-16383`, `0.5e-16382`, `0e1073741822`, `1E+0000000000000002`,
+		`-0`, `-0.0`, `[1e99, 1e-99, 123456789012345678901234567890.5]`,
+	} {
+		m := okMsg(fmt.Sprintf("edge-%d", i))
+		m.Payload = []byte(p)
+		if i == 0 {
+			m.Headers = manyHeaders
+		}
+		r, err := e.c.Receive(ctx, m)
+		if err != nil || r.Outcome != inbox.Inserted {
+			t.Errorf("%s: %+v, %v", p, r, err)
+			continue
+		}
+		if d, err := e.c.Receive(ctx, m); err != nil || d.Outcome != inbox.Duplicate {
+			t.Errorf("%s again: %+v, %v", p, d, err)
+		}
 	}
 }
 

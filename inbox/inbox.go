@@ -31,7 +31,12 @@ type Config struct {
 	// Schema is the PostgreSQL schema holding the inbox tables. Default: DefaultSchema ("public").
 	Schema string
 	// MaxPayloadBytes rejects larger payloads with a *ValidationError. Default:
-	// DefaultMaxPayloadBytes (1 MiB).
+	// DefaultMaxPayloadBytes (1 MiB). A payload's size counts each JSON number at the length PostgreSQL
+	// numeric prints it (1e6 as 7 bytes), so that a few bytes of exponent cannot become megabytes of
+	// stored text; numbers numeric cannot hold, lone UTF-16 surrogate escapes and \u0000 are rejected.
+	// Headers are bounded apart from the payload, whatever this limit: names of at most
+	// MaxHeaderNameBytes (256), values of at most MaxHeaderValueBytes (8192), and all of a message's
+	// names and values together at most MaxHeadersBytes (1 MiB, whatever their number).
 	MaxPayloadBytes int
 	// NotifyInterval is the least time between two wake-up notifications (NOTIFY on NotifyChannel)
 	// this Client sends for one consumer; a message received sooner after the previous one is found by
