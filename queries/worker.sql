@@ -192,3 +192,9 @@ SELECT g.consumer, g.ready::bigint AS ready, g.waiting::bigint AS waiting, g.cla
 FROM g
 LEFT JOIN /* TEMPLATE: schema */inbox m ON m.id = g.oldest_id
 ORDER BY g.consumer;
+
+-- name: QueueDeadRows :one
+-- The number of dead row versions PostgreSQL's statistics count (n_dead_tup) for the queue table (@queue_table, its
+-- schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the pool's
+-- vacuum safety net.
+SELECT coalesce(pg_stat_get_dead_tuples(to_regclass(@queue_table::text)), -1)::bigint AS dead;

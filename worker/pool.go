@@ -37,6 +37,8 @@ const (
 	DefaultTimeout      = 30 * time.Second
 	DefaultHotPoll      = 10 * time.Millisecond
 	DefaultHotWindow    = time.Second
+
+	DefaultQueueVacuumThreshold = 50_000
 )
 
 // Config configures a Pool. Consumer and Handlers are required; every other zero field takes the
@@ -109,6 +111,17 @@ type Config struct {
 	// Propagator reads the trace context from message headers. Default: propagation.TraceContext{}
 	// (W3C traceparent and tracestate).
 	Propagator propagation.TextMapPropagator
+	// QueueVacuumThreshold is the pool's safety net for the inbox_queue table, whose rows churn (every
+	// message inserts, claims and deletes one): every 5 seconds the pool reads how many dead row
+	// versions PostgreSQL counts in it (pg_stat_user_tables.n_dead_tup) and, above this number, runs
+	// VACUUM (SKIP_LOCKED) on that table alone. Autovacuum normally keeps the table small (the
+	// migration tunes it to vacuum after 1,000 dead rows), but it may be off, or its workers busy with
+	// large tables for minutes, and then every claim reads through dead rows and slows down. Vacuuming
+	// the queue takes milliseconds while its backlog is small. It needs the table's owner (as do the
+	// migrations); a VACUUM that leaves more dead rows than this (not the owner, or an old transaction
+	// holding back cleanup) is logged once, and the check backs off to every 5 minutes. Default:
+	// DefaultQueueVacuumThreshold (50,000). Negative: never vacuum.
+	QueueVacuumThreshold int
 }
 
 // Observer receives events from a pool. Its methods must be fast and safe for concurrent use.
@@ -165,6 +178,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.Concurrency, DefaultConcurrency)
 	def(&c.BatchSize, DefaultBatchSize)
 	def(&c.MaxAttempts, DefaultMaxAttempts)
+	def(&c.QueueVacuumThreshold, DefaultQueueVacuumThreshold)
 	defd(&c.PollInterval, DefaultPollInterval)
 	defd(&c.HotPollInterval, DefaultHotPoll)
 	defd(&c.HotWindow, DefaultHotWindow)
@@ -246,6 +260,7 @@ type Pool struct {
 	hotPoller     atomic.Bool   // a runner is polling every HotPollInterval
 	listenPID     atomic.Uint32 // backend pid of the listening connection while it listens, else 0
 	notifications atomic.Int64  // notifications received for this consumer
+	vac           queueVacuum   // the rescuer's vacuum safety net
 
 	mu       sync.Mutex
 	started  bool
@@ -399,6 +414,7 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 		}
 		switch {
 		case rescuer:
+			p.vac.maybe(ctx, p)
 			p.sleep(ctx, p.cfg.PollInterval, true)
 		case len(batch) > 0 || again:
 			// claim again at once

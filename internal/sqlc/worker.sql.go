@@ -342,6 +342,20 @@ func (q *Queries) LockRescue(ctx context.Context, db DBTX, lockKey int64) error 
 	return err
 }
 
+const queueDeadRows = `-- name: QueueDeadRows :one
+SELECT coalesce(pg_stat_get_dead_tuples(to_regclass($1::text)), -1)::bigint AS dead
+`
+
+// The number of dead row versions PostgreSQL's statistics count (n_dead_tup) for the queue table (@queue_table, its
+// schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the pool's
+// vacuum safety net.
+func (q *Queries) QueueDeadRows(ctx context.Context, db DBTX, queueTable string) (int64, error) {
+	row := db.QueryRow(ctx, queueDeadRows, queueTable)
+	var dead int64
+	err := row.Scan(&dead)
+	return dead, err
+}
+
 const queueStats = `-- name: QueueStats :many
 WITH g AS (
     SELECT q.consumer,
