@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -26,12 +25,6 @@ import (
 // `go test` runs the seeds below and those in testdata/fuzz; to fuzz:
 //
 //	go test -run='^$' -fuzz=FuzzValidateKey -fuzztime=2m ./inbox
-//
-// fuzzSkipKnown: with TXINBOX_FUZZ_SKIP_KNOWN=1, inputs of the one known, reported issue left
-// (knownBatchMismatch: the in-batch comparison of numbers, outside validation) are skipped by
-// FuzzBatchDuplicate instead of failing, so that a fuzzing session can look for new ones. Without it
-// every target is strict. FuzzPayload no longer needs it: Validate rejects what jsonb refuses.
-var fuzzSkipKnown = os.Getenv("TXINBOX_FUZZ_SKIP_KNOWN") == "1"
 
 // fuzzEnv is one fuzzing process's schema and client; every input uses a consumer of its own, so
 // that inputs never see each other's rows.
@@ -220,6 +213,9 @@ func FuzzBatchDuplicate(f *testing.F) {
 		{`{"a":1}`, `{"a":1}`}, {`{"a":1}`, `{"a":2}`}, {`{"a":1,"b":2}`, `{"b":2,"a":1}`}, {`[1,2]`, `[2,1]`},
 		{`"é"`, `"\u00e9"`}, {`1.0`, `1`}, {`{"a":1,"a":2}`, `{"a":2}`}, {`null`, `{}`}, {`" x"`, `"x"`},
 		{`100`, `100`}, {`0.5`, `0.50`},
+		// Numbers compare as PostgreSQL numeric prints them (these were in-batch Conflicts once).
+		{`1E2`, `100`}, {`-0`, `0`}, {`-0.0`, `0.0`}, {`1.5e1`, `15`}, {`1.25e1`, `12.5`}, {`1e-2`, `0.01`},
+		{`0.000e5`, `0`}, {`{"n":[1E+2,-0]}`, `{"n":[100,0]}`}, {`12e-1`, `1.2`}, {`1e2`, `100.0`},
 	} {
 		f.Add([]byte(p[0]), []byte(p[1]))
 	}
@@ -253,9 +249,6 @@ func FuzzBatchDuplicate(f *testing.F) {
 			t.Fatal(err)
 		}
 		if rs[1].Outcome != sep.Outcome {
-			if fuzzSkipKnown && knownBatchMismatch(a, b) {
-				t.Skip("known issue: in-batch comparison differs from jsonb for numbers")
-			}
 			t.Fatalf("%q then %q: %v in one batch, %v in separate calls", a, b, rs[1].Outcome, sep.Outcome)
 		}
 	})
@@ -599,10 +592,3 @@ func hasLoneSurrogate(p []byte) bool {
 	return false
 }
 
-// knownBatchMismatch reports the reported class of in-batch comparison error: the payloads are the
-// same as jsonb (their numbers print alike in PostgreSQL) but differ as Go compares them (number text).
-func knownBatchMismatch(a, b []byte) bool {
-	ca, err1 := jsonbText(a)
-	cb, err2 := jsonbText(b)
-	return err1 == nil && err2 == nil && ca == cb
-}

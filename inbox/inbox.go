@@ -427,9 +427,28 @@ func jsonEqual(a, b []byte) bool {
 	if decodeNumbers(a, &va) != nil || decodeNumbers(b, &vb) != nil {
 		return false
 	}
-	ja, _ := json.Marshal(va)
-	jb, _ := json.Marshal(vb)
+	ja, _ := json.Marshal(canonicalNumbers(va))
+	jb, _ := json.Marshal(canonicalNumbers(vb))
 	return string(ja) == string(jb)
+}
+
+// canonicalNumbers replaces, in a value decoded with UseNumber, every number by the text PostgreSQL
+// numeric prints for it (numericText), so that two payloads compare equal exactly when their jsonb
+// texts (and so their fingerprints) are equal: 1E2 and 100, or -0 and 0, are the same payload.
+func canonicalNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		return json.Number(numericText(string(x)))
+	case []any:
+		for i := range x {
+			x[i] = canonicalNumbers(x[i])
+		}
+	case map[string]any:
+		for k := range x {
+			x[k] = canonicalNumbers(x[k])
+		}
+	}
+	return v
 }
 
 func decodeNumbers(b []byte, v any) error {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -198,6 +200,45 @@ func unicodeEscape(b []byte) (rune, bool) {
 		}
 	}
 	return r, true
+}
+
+// numericText returns the JSON number lit (valid, and within numeric's range: see
+// numericPrintedLen) as PostgreSQL numeric prints it: no exponent, no leading zeros, no negative zero,
+// and as many digits after the decimal point as lit has, less its exponent (never fewer than zero):
+// 1E2 prints 100, 1.50 prints 1.50, 1.5e1 prints 15, 1e-2 prints 0.01.
+func numericText(lit string) string {
+	mant, exp := lit, 0
+	if k := strings.IndexAny(lit, "eE"); k >= 0 {
+		mant = lit[:k]
+		e, _ := strconv.Atoi(strings.TrimPrefix(lit[k+1:], "+")) // in range: validated
+		exp = e
+	}
+	neg := strings.HasPrefix(mant, "-")
+	mant = strings.TrimPrefix(mant, "-")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits := intPart + frac
+	point := len(intPart) + exp // position of the decimal point in digits
+	var whole, fraction string
+	switch {
+	case point <= 0:
+		whole, fraction = "0", strings.Repeat("0", -point)+digits
+	case point >= len(digits):
+		whole = digits + strings.Repeat("0", point-len(digits))
+	default:
+		whole, fraction = digits[:point], digits[point:]
+	}
+	whole = strings.TrimLeft(whole, "0")
+	if whole == "" {
+		whole = "0"
+	}
+	out := whole
+	if fraction != "" {
+		out += "." + fraction
+	}
+	if neg && strings.Trim(digits, "0") != "" {
+		out = "-" + out
+	}
+	return out
 }
 
 // numericPrintedLen returns the length of the JSON number lit as PostgreSQL numeric prints it, or an
