@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unicode"
@@ -346,11 +347,24 @@ func (s *Sink) undecodable(r *Record, key, kind, reason string) *inbox.Undecodab
 	return &inbox.Undecodable{Consumer: s.cfg.Consumer, Key: key, Kind: kind, Raw: raw, Headers: r.Headers, Reason: reason}
 }
 
-// sanitizeHeaders drops the headers that the inbox would reject: names of 1 to 256 bytes and values of
-// at most 8192 bytes of valid UTF-8 without control characters are kept.
+// sanitizeHeaders drops the headers that the inbox would reject: names of 1 to
+// inbox.MaxHeaderNameBytes and values of at most inbox.MaxHeaderValueBytes, of valid UTF-8 without
+// control characters, are kept, in name order until their names and values together would pass
+// inbox.MaxHeadersBytes (a broker configured for very large headers); the rest are dropped. The
+// choice depends only on the headers, so every redelivery keeps the same ones.
 func sanitizeHeaders(h map[string]string) map[string]string {
+	names := make([]string, 0, len(h))
 	for k, v := range h {
-		if k == "" || !validText(k, 256) || !validText(v, 8192) {
+		if k == "" || !validText(k, inbox.MaxHeaderNameBytes) || !validText(v, inbox.MaxHeaderValueBytes) {
+			delete(h, k)
+			continue
+		}
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	total := 0
+	for _, k := range names {
+		if total += len(k) + len(h[k]); total > inbox.MaxHeadersBytes {
 			delete(h, k)
 		}
 	}

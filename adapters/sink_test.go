@@ -3,6 +3,7 @@ package adapters_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -16,9 +17,9 @@ func rec(id, kind, body string, headers map[string]string) *adapters.Record {
 	return &adapters.Record{Source: "q", Offset: -1, MessageID: id, Type: kind, Body: []byte(body), Headers: headers}
 }
 
-// TestSinkStore stores one batch that holds a new message, a repeat, a conflict, a payload only
-// PostgreSQL rejects (a lone surrogate escape), an oversized body and an invalid header: all in one
-// transaction, each with the right outcome.
+// TestSinkStore stores one batch that holds a new message, a repeat, a conflict, a payload PostgreSQL
+// jsonb cannot hold (a lone surrogate escape: refused by the inbox's validation before anything is
+// sent), an oversized body and an invalid header: all in one transaction, each with the right outcome.
 func TestSinkStore(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -101,5 +102,40 @@ func TestNewSinkRejectsBadConfig(t *testing.T) {
 		if !errors.As(err, &ce) || !errors.Is(err, inbox.ErrInvalidConfig) {
 			t.Errorf("NewSink(%+v): %v, want a *inbox.ConfigError", cfg, err)
 		}
+	}
+}
+
+// TestSinkHeadersOverTotalBound: a delivery whose headers are each valid but together pass
+// inbox.MaxHeadersBytes (a broker configured for very large headers) is stored, not refused batch
+// after batch: the headers are kept in name order up to the bound, the same ones on every redelivery.
+func TestSinkHeadersOverTotalBound(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	s, err := adapters.NewSink(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", Key: adapters.MessageID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers := func() map[string]string {
+		h := map[string]string{}
+		for i := range 2 * inbox.MaxHeadersBytes / inbox.MaxHeaderValueBytes {
+			h[fmt.Sprintf("h%04d", i)] = strings.Repeat("v", inbox.MaxHeaderValueBytes)
+		}
+		return h
+	}
+	for range 2 { // a redelivery keeps the same headers: a duplicate
+		if _, err := s.Store(context.Background(), []*adapters.Record{rec("m", "credit", `{"n": 1}`, headers())}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := inbox.MaxHeadersBytes / (len("h0000") + inbox.MaxHeaderValueBytes)
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox, jsonb_object_keys(headers) k WHERE key = 'm' AND state = 'pending'`); got != int64(kept) {
+		t.Errorf("%d headers kept, want %d", got, kept)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = 'm' AND headers ? $1 AND NOT headers ? $2`,
+		fmt.Sprintf("h%04d", kept-1), fmt.Sprintf("h%04d", kept)); got != 1 {
+		t.Error("the headers kept are not the first ones in name order")
+	}
+	if st := s.Stats(); st.Inserted != 1 || st.Duplicates != 1 {
+		t.Errorf("stats %+v, want 1 inserted and 1 duplicate", st)
 	}
 }
