@@ -7,11 +7,13 @@
 -- removes duplicates within the batch first. A row that is neither inserted nor found was inserted by a
 -- transaction that committed after the snapshot of this statement: the caller looks it up again.
 WITH input AS (
-    SELECT i AS ord, (@consumers::text[])[i] AS consumer, (@keys::text[])[i] AS key,
-           (@kinds::text[])[i] AS kind, (@payloads::text[])[i]::jsonb AS payload,
-           (@headers::text[])[i]::jsonb AS headers, NULLIF((@ordering_keys::text[])[i], '') AS ordering_key,
-           coalesce((@run_ats::timestamptz[])[i], now()) AS run_at
-    FROM unnest(@keys::text[]) WITH ORDINALITY AS s(v, i)
+    -- ROWS FROM zips the arrays in one pass (a subscript of a text array walks it from its start).
+    SELECT s.ord, s.consumer, s.key, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers,
+           NULLIF(s.ordering_key, '') AS ordering_key, coalesce(s.run_at, now()) AS run_at
+    FROM ROWS FROM (unnest(@consumers::text[]), unnest(@keys::text[]), unnest(@kinds::text[]),
+                    unnest(@payloads::text[]), unnest(@headers::text[]), unnest(@ordering_keys::text[]),
+                    unnest(@run_ats::timestamptz[]))
+         WITH ORDINALITY AS s(consumer, key, kind, payload, headers, ordering_key, run_at, ord)
 ), fingerprinted AS (
     -- Ids are drawn in batch order (the receipt order that per-key ordering follows), but rows are
     -- inserted in key order, so that concurrent batches take their unique-key locks in one order
@@ -55,10 +57,11 @@ ORDER BY f.ord;
 -- Reuses the rows of expired dedup records as new messages: a key whose window has ended is accepted
 -- again even if the cleaner has not deleted its row yet. Only rows still expired are touched.
 WITH input AS (
-    SELECT (@ids::bigint[])[i] AS id, (@kinds::text[])[i] AS kind, (@payloads::text[])[i]::jsonb AS payload,
-           (@headers::text[])[i]::jsonb AS headers, NULLIF((@ordering_keys::text[])[i], '') AS ordering_key,
-           coalesce((@run_ats::timestamptz[])[i], now()) AS run_at
-    FROM unnest(@ids::bigint[]) WITH ORDINALITY AS s(v, i)
+    SELECT s.id, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers,
+           NULLIF(s.ordering_key, '') AS ordering_key, coalesce(s.run_at, now()) AS run_at
+    FROM ROWS FROM (unnest(@ids::bigint[]), unnest(@kinds::text[]), unnest(@payloads::text[]),
+                    unnest(@headers::text[]), unnest(@ordering_keys::text[]), unnest(@run_ats::timestamptz[]))
+         AS s(id, kind, payload, headers, ordering_key, run_at)
 ), renewed AS (
     UPDATE /* TEMPLATE: schema */inbox m
     SET kind = input.kind, payload = input.payload, raw = NULL, headers = input.headers,
@@ -79,9 +82,10 @@ SELECT r.id FROM renewed r;
 -- name: LookupKeys :many
 -- Reads the stored rows for keys (consumer, key) pairs.
 WITH t AS (
-    SELECT i AS ord, (@consumers::text[])[i] AS consumer, (@keys::text[])[i] AS key,
-           (@kinds::text[])[i] AS kind, (@payloads::text[])[i]::jsonb AS payload
-    FROM unnest(@keys::text[]) WITH ORDINALITY AS s(v, i)
+    SELECT s.ord, s.consumer, s.key, s.kind, s.payload::jsonb AS payload
+    FROM ROWS FROM (unnest(@consumers::text[]), unnest(@keys::text[]), unnest(@kinds::text[]),
+                    unnest(@payloads::text[]))
+         WITH ORDINALITY AS s(consumer, key, kind, payload, ord)
 )
 SELECT t.ord::bigint AS ord, m.id, m.state,
        (m.fingerprint = sha256(convert_to(t.kind || E'\n' || t.payload::text, 'UTF8')))::boolean AS same_fingerprint,

@@ -46,9 +46,10 @@ func (q *Queries) InsertDead(ctx context.Context, db DBTX, arg InsertDeadParams)
 
 const lookupKeys = `-- name: LookupKeys :many
 WITH t AS (
-    SELECT i AS ord, ($1::text[])[i] AS consumer, ($2::text[])[i] AS key,
-           ($3::text[])[i] AS kind, ($4::text[])[i]::jsonb AS payload
-    FROM unnest($2::text[]) WITH ORDINALITY AS s(v, i)
+    SELECT s.ord, s.consumer, s.key, s.kind, s.payload::jsonb AS payload
+    FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), unnest($3::text[]),
+                    unnest($4::text[]))
+         WITH ORDINALITY AS s(consumer, key, kind, payload, ord)
 )
 SELECT t.ord::bigint AS ord, m.id, m.state,
        (m.fingerprint = sha256(convert_to(t.kind || E'\n' || t.payload::text, 'UTF8')))::boolean AS same_fingerprint,
@@ -110,11 +111,13 @@ func (q *Queries) LookupKeys(ctx context.Context, db DBTX, arg LookupKeysParams)
 const receiveBatch = `-- name: ReceiveBatch :many
 
 WITH input AS (
-    SELECT i AS ord, ($1::text[])[i] AS consumer, ($2::text[])[i] AS key,
-           ($3::text[])[i] AS kind, ($4::text[])[i]::jsonb AS payload,
-           ($5::text[])[i]::jsonb AS headers, NULLIF(($6::text[])[i], '') AS ordering_key,
-           coalesce(($7::timestamptz[])[i], now()) AS run_at
-    FROM unnest($2::text[]) WITH ORDINALITY AS s(v, i)
+    -- ROWS FROM zips the arrays in one pass (a subscript of a text array walks it from its start).
+    SELECT s.ord, s.consumer, s.key, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers,
+           NULLIF(s.ordering_key, '') AS ordering_key, coalesce(s.run_at, now()) AS run_at
+    FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), unnest($3::text[]),
+                    unnest($4::text[]), unnest($5::text[]), unnest($6::text[]),
+                    unnest($7::timestamptz[]))
+         WITH ORDINALITY AS s(consumer, key, kind, payload, headers, ordering_key, run_at, ord)
 ), fingerprinted AS (
     -- Ids are drawn in batch order (the receipt order that per-key ordering follows), but rows are
     -- inserted in key order, so that concurrent batches take their unique-key locks in one order
@@ -223,10 +226,11 @@ func (q *Queries) ReceiveBatch(ctx context.Context, db DBTX, arg ReceiveBatchPar
 
 const renewExpired = `-- name: RenewExpired :many
 WITH input AS (
-    SELECT ($1::bigint[])[i] AS id, ($2::text[])[i] AS kind, ($3::text[])[i]::jsonb AS payload,
-           ($4::text[])[i]::jsonb AS headers, NULLIF(($5::text[])[i], '') AS ordering_key,
-           coalesce(($6::timestamptz[])[i], now()) AS run_at
-    FROM unnest($1::bigint[]) WITH ORDINALITY AS s(v, i)
+    SELECT s.id, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers,
+           NULLIF(s.ordering_key, '') AS ordering_key, coalesce(s.run_at, now()) AS run_at
+    FROM ROWS FROM (unnest($1::bigint[]), unnest($2::text[]), unnest($3::text[]),
+                    unnest($4::text[]), unnest($5::text[]), unnest($6::timestamptz[]))
+         AS s(id, kind, payload, headers, ordering_key, run_at)
 ), renewed AS (
     UPDATE /* TEMPLATE: schema */inbox m
     SET kind = input.kind, payload = input.payload, raw = NULL, headers = input.headers,
