@@ -8,7 +8,8 @@ BIN        := $(CURDIR)/bin
 GOOSE_TAGS := no_clickhouse,no_libsql,no_mssql,no_azuresql,no_mysql,no_sqlite3,no_vertica,no_ydb
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 SCHEMA     ?= public
-# Modules other than the root one: broker adapters and benchmarks keep their dependencies apart.
+# Modules other than the root one keep their dependencies apart: broker adapters, benchmarks (River) and
+# the ledger example (which uses the adapters).
 SUBMODULES := adapters bench examples/ledger
 
 .PHONY: all tools generate check-generated fmt-check vet test test-go test-submodules demo migrate bench chaos fuzz clean
