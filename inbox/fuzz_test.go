@@ -591,4 +591,3 @@ func hasLoneSurrogate(p []byte) bool {
 	}
 	return false
 }
-
