@@ -5,16 +5,12 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // syncBuffer is a bytes.Buffer safe for a command writing and a test reading.
@@ -81,30 +77,6 @@ func (c *command) waitServing(t *testing.T) string {
 		return addr != ""
 	})
 	return addr
-}
-
-// brokerURL returns the URL of a broker for the test: the environment variable env if set, else def.
-// If nothing answers there, the test fails when CI=true and is skipped otherwise.
-func brokerURL(t *testing.T, name, env, def string) string {
-	t.Helper()
-	u := os.Getenv(env)
-	if u == "" {
-		u = def
-	}
-	pu, err := url.Parse(u)
-	if err != nil {
-		t.Fatalf("%s: bad URL %q: %v", env, u, err)
-	}
-	c, err := net.DialTimeout("tcp", pu.Host, 3*time.Second)
-	if err != nil {
-		msg := name + " is not reachable at " + pu.Host + " (" + err.Error() + "); set " + env + " or start it"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	_ = c.Close()
-	return u
 }
 
 // scrape reads GET /metrics and returns the value of every sample, keyed by its line's name and
