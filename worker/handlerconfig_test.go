@@ -107,13 +107,17 @@ func TestHandlerTimeoutEndsAttempt(t *testing.T) {
 			if !deadlineOK.Load() {
 				t.Error("the handler's ctx deadline was not the handler's Timeout")
 			}
-			var got []string
-			for _, ev := range obs.of("credit") {
-				if ev.Attempt > 0 && ev.Outcome != "completed" {
-					got = append(got, ev.Outcome+"/"+ev.Reason)
+			failures := func() (got []string) {
+				for _, ev := range obs.of("credit") {
+					if ev.Attempt > 0 && ev.Outcome != "completed" {
+						got = append(got, ev.Outcome+"/"+ev.Reason)
+					}
 				}
+				return got
 			}
-			if strings.Join(got, " ") != "retry/timeout dead/timeout" {
+			// The Observer hears of an attempt after its commit: wait for the second report.
+			waitFor(t, "both failed attempts reported", func() bool { return len(failures()) >= 2 })
+			if got := failures(); strings.Join(got, " ") != "retry/timeout dead/timeout" {
 				t.Errorf("failed attempts reported %v, want [retry/timeout dead/timeout]", got)
 			}
 			// The slow message's writes were rolled back each time; the bystander is unharmed.
