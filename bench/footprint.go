@@ -28,6 +28,11 @@ type Footprint struct {
 	// bookkeeping included). ServerCPU is the CPU time of the server backends serving the phase's
 	// connections. Unlike rates, CPU time per message hardly depends on other load on the machine.
 	ClientCPU, ServerCPU float64
+	// WALFlushes and Commits are the server's WAL syncs (pg_stat_wal.wal_sync) and committed
+	// transactions (pg_stat_database, all databases) during the phase. Where every message commits on
+	// its own, the time an fsync takes sets the pace: a slow disk shows as few flushes, each carrying
+	// many commits (group commit). The machine's storage is shared, and its fsync time varies.
+	WALFlushes, Commits int64
 	// OtherLoad is the share of the machine's CPU used during the phase by anything but this
 	// process and the phase's backends (other processes, server background processes).
 	OtherLoad float64
@@ -92,6 +97,7 @@ type Monitor struct {
 	busy      float64
 	selfStart float64
 	busyStart float64 // machine busy CPU seconds (/proc/stat) at the start
+	walStart  walCounts
 	wallStart time.Time
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -115,6 +121,7 @@ func (e *Env) StartMonitor(ctx context.Context, app string) *Monitor {
 		r.Reset()
 	}
 	m.selfStart = selfCPU()
+	m.walStart = e.walCounts(ctx)
 	m.busyStart, m.wallStart = machineBusy(), time.Now()
 	ctx, m.cancel = context.WithCancel(ctx)
 	go func() {
@@ -166,6 +173,7 @@ func (m *Monitor) Stop() Footprint {
 	<-m.done
 	self := selfCPU() - m.selfStart
 	busy, wall := machineBusy()-m.busyStart, time.Since(m.wallStart)
+	wal := m.env.walCounts(context.Background())
 	m.sample(context.Background(), false)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -180,7 +188,19 @@ func (m *Monitor) Stop() Footprint {
 		m.env.NoisyPhases = append(m.env.NoisyPhases, fmt.Sprintf("%s (other load %.0f%% of the machine during it)", m.app, 100*other))
 	}
 	return Footprint{PeakRSSMB: PeakRSSMB(), RSSExact: m.exact, MaxConns: m.max, BusyBefore: m.busy,
-		ClientCPU: self, ServerCPU: server, OtherLoad: other}
+		ClientCPU: self, ServerCPU: server, OtherLoad: other,
+		WALFlushes: wal.flushes - m.walStart.flushes, Commits: wal.commits - m.walStart.commits}
+}
+
+// walCounts is what Footprint.WALFlushes and Commits are computed from.
+type walCounts struct{ flushes, commits int64 }
+
+// walCounts reads the server's WAL sync and commit counters (zero if they cannot be read).
+func (e *Env) walCounts(ctx context.Context) walCounts {
+	var w walCounts
+	_ = e.Admin.QueryRow(ctx, `SELECT (SELECT wal_sync FROM pg_stat_wal),
+		(SELECT sum(xact_commit)::bigint FROM pg_stat_database)`).Scan(&w.flushes, &w.commits)
+	return w
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat CPU times (100 on Linux).

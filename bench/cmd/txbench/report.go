@@ -175,13 +175,14 @@ func (r *report) mainMD(p func(string, ...any)) {
 		p("From `Receive` returning (the message committed) to its handler starting. Messages are received one per `Receive` call (one transaction each; and, in one row, 10 per `ReceiveMany` call every 10 ms), default `inbox.Client`: a NOTIFY at most every %s per consumer, on a fixed schedule by %d senders; the first second is a warm-up. With LISTEN/NOTIFY (the default) a notification wakes the pool; \"polling only\" sets `DisableListen`, so the pool polls every HotPollInterval (10 ms) for HotWindow (1 s) after any activity and every PollInterval (1 s) when cold.\n", inbox.DefaultNotifyInterval, bench.LatencySenders)
 		if len(r.latency) > 0 {
 			p("CPU is the CPU time of this process and of the run's server backends (receiving and handling) as a share of the machine's %d cores over the run.\n", r.machine.Cores)
-			p("| Receive rate | Messages per call | Wake-up | Achieved rate | Samples | p50 | p95 | p99 | max | CPU | Peak RSS | Max conns |")
-			p("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+			p("WAL flushes: the server's WAL syncs per second during the phase, and how many commits each carried (group commit). With one commit per message, the disk's fsync time sets the pace: when it slows down (the machine's storage is shared), flushes get fewer and fuller, every commit waits longer, and the senders fall behind their schedule.\n")
+			p("| Receive rate | Messages per call | Wake-up | Achieved rate | Samples | p50 | p95 | p99 | max | CPU | WAL flushes/s (commits each) | Peak RSS | Max conns |")
+			p("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
 			for _, l := range r.latency {
 				x := l.res
 				cpu := 100 * (x.FP.ClientCPU + x.FP.ServerCPU) / x.Elapsed.Seconds() / float64(r.machine.Cores)
-				p("| %d/s | %d | %s | %.0f/s | %d | %s | %s | %s | %s | %.0f%% | %s |", x.Rate, x.PerCall, wakeMode(l.cfg), x.Achieved, x.Samples,
-					ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), cpu, fpMD(x.FP))
+				p("| %d/s | %d | %s | %.0f/s | %d | %s | %s | %s | %s | %.0f%% | %s | %s |", x.Rate, x.PerCall, wakeMode(l.cfg), x.Achieved, x.Samples,
+					ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), cpu, walMD(x.FP, x.Elapsed), fpMD(x.FP))
 			}
 			p("")
 		}
@@ -335,4 +336,12 @@ func writeSection(path, name, md string) error {
 		s = strings.TrimRight(s, "\n") + "\n\n"
 	}
 	return os.WriteFile(path, []byte(s+block), 0o644)
+}
+
+// walMD formats the WAL flush rate of a phase and the commits per flush.
+func walMD(fp bench.Footprint, elapsed time.Duration) string {
+	if fp.WALFlushes <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f (%.1f)", float64(fp.WALFlushes)/elapsed.Seconds(), float64(fp.Commits)/float64(fp.WALFlushes))
 }
