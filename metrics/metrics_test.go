@@ -157,21 +157,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("queue not drained")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := p.Stop(stopCtx); err != nil {
-		t.Fatal(err)
-	}
+	runUntilDrained(t, ctx, db, p)
 
 	after := scrape(t, reg)
 	for _, c := range []struct {
@@ -318,21 +304,7 @@ func TestDeadLetterOutOfAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(2 * time.Minute) // only keeps a hang from lasting
-	for db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("queue not drained")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := p.Stop(stopCtx); err != nil {
-		t.Fatal(err)
-	}
+	runUntilDrained(t, ctx, db, p)
 	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'dead' AND
 		((key = 'doomed' AND attempts_started = 3 AND attempts_failed = 3) OR (key = 'stuck' AND attempts_started = 2 AND attempts_failed = 2))`); n != 2 {
 		t.Fatalf("%d of 2 messages dead after all their attempts", n)
@@ -363,5 +335,26 @@ func TestDeadLetterOutOfAttempts(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("scraped:\n%s", text)
+	}
+}
+
+// runUntilDrained starts p, waits until db's queue is empty (the deadline only keeps a hang from
+// lasting) and stops p.
+func runUntilDrained(t *testing.T, ctx context.Context, db *testdb.DB, p *worker.Pool) {
+	t.Helper()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("queue not drained")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := p.Stop(stopCtx); err != nil {
+		t.Fatal(err)
 	}
 }

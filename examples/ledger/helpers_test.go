@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -112,26 +110,7 @@ func (r response) json(t *testing.T, v any) {
 
 func (e *env) do(t *testing.T, method, path, body string, header ...string) response {
 	t.Helper()
-	req, err := http.NewRequest(method, e.srv.URL+path, bytes.NewReader([]byte(body)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := e.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
+	return request(t, e.srv.Client(), method, e.srv.URL+path, body, header...)
 }
 
 // waitFor polls cond until it holds (a correctness wait: the deadline only stops a broken test).

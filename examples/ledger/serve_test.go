@@ -14,7 +14,14 @@ import (
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 
+// call sends one request with http.DefaultClient (see request).
 func call(t *testing.T, method, url, body string, header ...string) response {
+	t.Helper()
+	return request(t, http.DefaultClient, method, url, body, header...)
+}
+
+// request sends one request (a JSON body if any; header as name, value pairs) and reads the answer.
+func request(t *testing.T, c *http.Client, method, url, body string, header ...string) response {
 	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader([]byte(body)))
 	if err != nil {
@@ -26,7 +33,7 @@ func call(t *testing.T, method, url, body string, header ...string) response {
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
