@@ -492,12 +492,24 @@ func (r *runner) supervise(s *slot, stopping *atomic.Bool) {
 		switch {
 		case killed:
 			r.kills.Add(1)
-		case stopping.Load() && err == nil:
+		case stopping.Load() && (err == nil || diedOf(err, syscall.SIGTERM)):
+			// A graceful stop; or the stop's SIGTERM reached a worker restarted an instant before,
+			// ahead of its signal handler, and ended it: our doing, not a crash.
 		default:
 			r.crashes.Add(1)
 			r.log.Error("worker exited unexpectedly", "slot", s.n, "err", err)
 		}
 	}
+}
+
+// diedOf reports whether err, from exec.Cmd.Wait, says the process was ended by sig.
+func diedOf(err error, sig syscall.Signal) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == sig
 }
 
 // stopWorkers stops every worker gracefully (SIGTERM), killing those that do not exit in 15 seconds.
