@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -202,21 +201,47 @@ func unicodeEscape(b []byte) (rune, bool) {
 	return r, true
 }
 
+// splitNumber splits the valid JSON number lit into its sign, the digits before and after its
+// decimal point and its exponent, or returns an error if the exponent is outside PostgreSQL
+// numeric's range.
+func splitNumber(lit []byte) (neg bool, intPart, frac []byte, exp int, err error) {
+	mant := lit
+	if k := bytes.IndexAny(lit, "eE"); k >= 0 {
+		mant = lit[:k]
+		e := lit[k+1:]
+		negExp := len(e) > 0 && e[0] == '-'
+		if len(e) > 0 && (e[0] == '-' || e[0] == '+') {
+			e = e[1:]
+		}
+		e = bytes.TrimLeft(e, "0")
+		if len(e) > 10 {
+			return false, nil, nil, 0, fmt.Errorf("has an exponent outside PostgreSQL numeric's range")
+		}
+		for _, c := range e {
+			exp = exp*10 + int(c-'0')
+		}
+		if exp >= numericMaxExponent {
+			return false, nil, nil, 0, fmt.Errorf("has an exponent outside PostgreSQL numeric's range")
+		}
+		if negExp {
+			exp = -exp
+		}
+	}
+	neg = len(mant) > 0 && mant[0] == '-'
+	if neg {
+		mant = mant[1:]
+	}
+	intPart, frac, _ = bytes.Cut(mant, []byte("."))
+	return neg, intPart, frac, exp, nil
+}
+
 // numericText returns the JSON number lit (valid, and within numeric's range: see
 // numericPrintedLen) as PostgreSQL numeric prints it: no exponent, no leading zeros, no negative zero,
 // and as many digits after the decimal point as lit has, less its exponent (never fewer than zero):
 // 1E2 prints 100, 1.50 prints 1.50, 1.5e1 prints 15, 1e-2 prints 0.01.
 func numericText(lit string) string {
-	mant, exp := lit, 0
-	if k := strings.IndexAny(lit, "eE"); k >= 0 {
-		mant = lit[:k]
-		e, _ := strconv.Atoi(strings.TrimPrefix(lit[k+1:], "+")) // in range: validated
-		exp = e
-	}
-	neg := strings.HasPrefix(mant, "-")
-	mant = strings.TrimPrefix(mant, "-")
-	intPart, frac, _ := strings.Cut(mant, ".")
-	digits := intPart + frac
+	neg, intPart, frac, exp, _ := splitNumber([]byte(lit)) // in range: validated
+	digits := string(intPart) + string(frac)
 	point := len(intPart) + exp // position of the decimal point in digits
 	var whole, fraction string
 	switch {
@@ -242,35 +267,13 @@ func numericText(lit string) string {
 }
 
 // numericPrintedLen returns the length of the JSON number lit as PostgreSQL numeric prints it, or an
-// error if numeric cannot hold it.
+// error if numeric cannot hold it. It builds nothing: a short literal such as 1e100000 must cost its
+// length, not what it prints.
 func numericPrintedLen(lit []byte) (int, error) {
-	mant, exp := lit, 0
-	if k := bytes.IndexAny(lit, "eE"); k >= 0 {
-		mant = lit[:k]
-		e := lit[k+1:]
-		neg := len(e) > 0 && e[0] == '-'
-		if len(e) > 0 && (e[0] == '-' || e[0] == '+') {
-			e = e[1:]
-		}
-		e = bytes.TrimLeft(e, "0")
-		if len(e) > 10 {
-			return 0, fmt.Errorf("has an exponent outside PostgreSQL numeric's range")
-		}
-		for _, c := range e {
-			exp = exp*10 + int(c-'0')
-		}
-		if exp >= numericMaxExponent {
-			return 0, fmt.Errorf("has an exponent outside PostgreSQL numeric's range")
-		}
-		if neg {
-			exp = -exp
-		}
+	neg, intPart, frac, exp, err := splitNumber(lit)
+	if err != nil {
+		return 0, err
 	}
-	neg := len(mant) > 0 && mant[0] == '-'
-	if neg {
-		mant = mant[1:]
-	}
-	intPart, frac, _ := bytes.Cut(mant, []byte("."))
 	scale := max(0, len(frac)-exp) // digits printed after the decimal point
 	if scale > numericMaxScale {
 		return 0, fmt.Errorf("has %d digits after the decimal point, more than PostgreSQL numeric's %d", scale, numericMaxScale)
