@@ -243,20 +243,10 @@ func TestGracefulStopLosesNothing(t *testing.T) {
 		e.receive(t, keys("s", 200)...)
 		var mu sync.Mutex
 		startedKeys := map[string]bool{}
-		hs := worker.NewHandlers()
-		worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		hs := slowCredits(e, 20*time.Millisecond, func(key string) {
 			mu.Lock()
-			startedKeys[m.Key] = true
+			startedKeys[key] = true
 			mu.Unlock()
-			if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
-				return err
-			}
-			select { // a slow handler that honours its context
-			case <-time.After(20 * time.Millisecond):
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
 		})
 		p := e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 2; c.BatchSize = 10 })
 		if err := p.Start(context.Background()); err != nil {
@@ -329,19 +319,7 @@ func TestGracefulStopLosesNothing(t *testing.T) {
 		e := newEnv(t)
 		e.receive(t, keys("s", 200)...)
 		var started atomic.Int64
-		hs := worker.NewHandlers()
-		worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
-			started.Add(1)
-			if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
-				return err
-			}
-			select { // a slow handler that honours its context
-			case <-time.After(50 * time.Millisecond):
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		})
+		hs := slowCredits(e, 50*time.Millisecond, func(string) { started.Add(1) })
 		p := e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 2; c.BatchSize = 10 })
 		if err := p.Start(context.Background()); err != nil {
 			t.Fatal(err)
@@ -355,4 +333,23 @@ func TestGracefulStopLosesNothing(t *testing.T) {
 		stopState(t, e)
 		completeRest(t, e, 200)
 	})
+}
+
+// slowCredits handles credits slowly, honouring the handler's context: started(key), the effect,
+// then d (or the context's end, which fails the attempt).
+func slowCredits(e *env, d time.Duration, started func(key string)) *worker.Handlers {
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		started(m.Key)
+		if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
+			return err
+		}
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	return hs
 }
