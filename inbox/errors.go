@@ -16,6 +16,10 @@ var ErrKeyConflict = errors.New("txinbox: idempotency key reused with a differen
 // ErrInvalidConfig is matched (errors.Is) by every *ConfigError.
 var ErrInvalidConfig = errors.New("txinbox: invalid configuration")
 
+// ErrNotMigrated is matched (errors.Is) by the error of a component that found its schema without
+// txinbox's tables (worker.Pool.Start): run Migrate (or "txinbox migrate up") on that schema first.
+var ErrNotMigrated = errors.New("txinbox: the schema has no txinbox tables (run inbox.Migrate first)")
+
 // ValidationError says which message (Index, in a batch) and which field was rejected, and why.
 // Nothing of the call that returned it was written.
 type ValidationError struct {

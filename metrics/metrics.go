@@ -27,8 +27,8 @@
 //	txinbox_queue_oldest_age_seconds{consumer}               gauge (QueueCollector): age of the oldest
 //	                                                         queued (unfinished) message
 //
-// Reasons are those of worker.HandleEvent: error, panic, timeout, permanent, decode, unknown_kind,
-// crashed.
+// Outcomes and reasons are the values of worker.Outcome and worker.Reason (reasons: error, panic,
+// timeout, permanent, decode, unknown_kind, crashed).
 //
 // Spans: Metrics makes a "txinbox.receive" span around every receive call (a child of the caller's
 // ctx). The worker pool makes the "txinbox.handle" spans itself (worker.Config.TracerProvider), as
@@ -185,15 +185,16 @@ func countOutcome(rs []inbox.Receipt, o inbox.Outcome) int {
 
 // Handled implements worker.Observer.
 func (m *Metrics) Handled(e worker.HandleEvent) {
-	m.processed.WithLabelValues(e.Consumer, e.Kind, e.Outcome).Inc()
+	outcome := string(e.Outcome)
+	m.processed.WithLabelValues(e.Consumer, e.Kind, outcome).Inc()
 	switch e.Outcome {
-	case "retry":
-		m.retries.WithLabelValues(e.Consumer, e.Kind, e.Reason).Inc()
-	case "dead":
-		m.dead.WithLabelValues(e.Consumer, e.Kind, e.Reason).Inc()
+	case worker.OutcomeRetry:
+		m.retries.WithLabelValues(e.Consumer, e.Kind, string(e.Reason)).Inc()
+	case worker.OutcomeDead:
+		m.dead.WithLabelValues(e.Consumer, e.Kind, string(e.Reason)).Inc()
 	}
 	if e.Duration > 0 {
-		m.duration.WithLabelValues(e.Consumer, e.Kind, e.Outcome).Observe(e.Duration.Seconds())
+		m.duration.WithLabelValues(e.Consumer, e.Kind, outcome).Observe(e.Duration.Seconds())
 	}
 }
 

@@ -205,3 +205,9 @@ ORDER BY g.consumer;
 -- schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the pool's
 -- vacuum safety net.
 SELECT coalesce(pg_stat_get_dead_tuples(to_regclass(@queue_table::text)), -1)::bigint AS dead;
+
+-- name: SchemaTables :one
+-- Whether the inbox tables exist, by their schema-qualified, quoted names (@inbox_table, @queue_table),
+-- and whether this session may read and write them. Checked by Pool.Start.
+SELECT coalesce(has_table_privilege(to_regclass(@inbox_table::text), 'SELECT, INSERT, UPDATE, DELETE'), false)::bool AS inbox,
+       coalesce(has_table_privilege(to_regclass(@queue_table::text), 'SELECT, INSERT, UPDATE, DELETE'), false)::bool AS queue;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -22,19 +23,13 @@ import (
 	"github.com/txinbox/txinbox/internal/store"
 )
 
-// Outcomes recorded by FinishBatch.
-const (
-	outCompleted = "completed"
-	outRetry     = "retry"
-	outDead      = "dead"
-)
-
 // finish is the recorded outcome of one message of a batch.
 type finish struct {
 	c       *claimed
-	outcome string
-	reason  string // for the Observer
-	err     string
+	outcome Outcome // recorded by FinishBatch
+	reason  Reason  // for the Observer and the logs
+	cause   error   // the attempt's error (nil when completed)
+	err     string  // cause as stored: last_error
 	result  []byte
 	delay   time.Duration
 	uncount bool // the claim's attempt is not counted: the handler never ran
@@ -51,12 +46,16 @@ func (e errBatchBroken) Unwrap() error { return e.err }
 
 // run handles a claimed batch in one transaction: lock the claims (dropping any taken over since),
 // run each handler in a savepoint of its own, record every outcome in one statement, commit.
-func (p *Pool) run(ctx context.Context, batch []*claimed, alone bool) {
+func (p *Pool) run(ctx context.Context, inf *inflight) {
+	batch := inf.batch
 	sort.Slice(batch, func(i, j int) bool { return batch[i].ID < batch[j].ID })
-	done, err := p.runTx(ctx, batch)
+	done, err := p.runTx(ctx, inf)
 	if err == nil {
 		p.committed(ctx, done)
 		return
+	}
+	if inf.abandoned.Load() {
+		return // Stop rolled the batch back and handed its claims back
 	}
 	// The transaction rolled back. Record the failure of the message whose handler broke it (if any),
 	// hand the others back without charging them an attempt. Both are fenced by the claim token, so
@@ -103,12 +102,16 @@ type culpritError struct {
 func (e culpritError) Error() string { return fmt.Sprintf("message %d: %v", e.f.c.ID, e.err) }
 func (e culpritError) Unwrap() error { return e.err }
 
-func (p *Pool) runTx(ctx context.Context, batch []*claimed) ([]*finish, error) {
+func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
+	batch := inf.batch
 	tx, err := p.db.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := p.attach(inf, tx); err != nil {
+		return nil, err
+	}
 	db := p.st.Wrap(tx)
 	ids, tokens := idsTokens(batch)
 	locked, err := store.Queries.LockClaims(ctx, db, sqlc.LockClaimsParams{
@@ -150,23 +153,23 @@ func (p *Pool) runTx(ctx context.Context, batch []*claimed) ([]*finish, error) {
 		if sp.broken != nil {
 			// The savepoint statements failed: the transaction is unusable. If it was left aborted by
 			// the previous message (a failed statement it ignored), that message is the culprit.
-			if len(done) > 1 && isAborted(sp.broken) && done[len(done)-2].outcome == outCompleted {
+			if len(done) > 1 && isAborted(sp.broken) && done[len(done)-2].outcome == OutcomeCompleted {
 				prev := done[len(done)-2]
-				p.fail(prev, prev.c, errors.New("the handler returned nil, but its transaction was left aborted by a failed statement"), "error")
+				p.fail(prev, prev.c, errors.New("the handler returned nil, but its transaction was left aborted by a failed statement"), ReasonError)
 				return nil, culpritError{f: prev, err: sp.broken}
 			}
 			return nil, sp.broken
 		}
-		if f.outcome == outCompleted && sp.failed != nil {
+		if f.outcome == OutcomeCompleted && sp.failed != nil {
 			// A statement failed but the handler returned nil: fine if it recovered (a nested
 			// savepoint), void if it left the transaction aborted.
 			if _, err := tx.Exec(ctx, "SELECT 1"); isAborted(err) {
-				p.fail(f, c, fmt.Errorf("the handler returned nil, but its transaction was left aborted by a failed statement: %w", sp.failed), "error")
+				p.fail(f, c, fmt.Errorf("the handler returned nil, but its transaction was left aborted by a failed statement: %w", sp.failed), ReasonError)
 			} else if err != nil {
 				return nil, err
 			}
 		}
-		if f.outcome != outCompleted {
+		if f.outcome != OutcomeCompleted {
 			if err := sp.rollback(ctx); err != nil {
 				if ctx.Err() != nil {
 					return nil, err
@@ -190,12 +193,13 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	f := &finish{c: c}
 	h := p.cfg.Handlers.byKind[c.Kind]
 	if max := p.cfg.maxAttempts(h); c.Attempt > max {
-		f.outcome, f.reason, f.uncount = outDead, "crashed", true
-		f.err = fmt.Sprintf("gave up after %d attempts: the last one never finished (its worker crashed, hung or lost its connection); previous error: %s", max, c.PreviousError)
+		f.outcome, f.reason, f.uncount = OutcomeDead, ReasonCrashed, true
+		f.cause = fmt.Errorf("gave up after %d attempts: the last one never finished (its worker crashed, hung or lost its connection); previous error: %s", max, c.PreviousError)
+		f.err = truncateError(f.cause.Error())
 		return f
 	}
 	if h == nil {
-		p.fail(f, c, fmt.Errorf("%w: %q", ErrUnknownKind, c.Kind), "unknown_kind")
+		p.fail(f, c, fmt.Errorf("%w: %q", ErrUnknownKind, c.Kind), ReasonUnknownKind)
 		return f
 	}
 	sctx, span := p.startSpan(ctx, c)
@@ -208,13 +212,13 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	f.elapsed = time.Since(start)
 	switch {
 	case err == nil:
-		f.outcome, f.result = outCompleted, result
+		f.outcome, f.result = OutcomeCompleted, result
 	case errors.As(err, new(*panicError)):
-		p.fail(f, c, err, "panic")
+		p.fail(f, c, err, ReasonPanic)
 	case hctx.Err() != nil && ctx.Err() == nil:
-		p.fail(f, c, fmt.Errorf("timed out after %v: %w", p.cfg.timeout(h), err), "timeout")
+		p.fail(f, c, fmt.Errorf("timed out after %v: %w", p.cfg.timeout(h), err), ReasonTimeout)
 	default:
-		p.fail(f, c, err, "error")
+		p.fail(f, c, err, ReasonError)
 	}
 	return f
 }
@@ -245,9 +249,9 @@ func (p *Pool) startSpan(ctx context.Context, c *claimed) (context.Context, trac
 // endSpan ends a handler call's span with its outcome.
 func endSpan(span trace.Span, f *finish) {
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("txinbox.outcome", f.outcome))
-		if f.outcome != outCompleted {
-			span.SetAttributes(attribute.String("txinbox.reason", f.reason))
+		span.SetAttributes(attribute.String("txinbox.outcome", string(f.outcome)))
+		if f.outcome != OutcomeCompleted {
+			span.SetAttributes(attribute.String("txinbox.reason", string(f.reason)))
 			span.SetStatus(codes.Error, f.err)
 		}
 	}
@@ -255,19 +259,20 @@ func endSpan(span trace.Span, f *finish) {
 }
 
 // fail records a failed attempt: dead if permanent or out of attempts, else a retry after backoff.
-func (p *Pool) fail(f *finish, c *claimed, err error, reason string) {
+func (p *Pool) fail(f *finish, c *claimed, err error, reason Reason) {
 	h := p.cfg.Handlers.byKind[c.Kind]
+	f.cause = err
 	f.err = truncateError(err.Error())
 	f.reason = reason
 	switch {
 	case errors.As(err, new(decodeError)):
-		f.outcome, f.reason = outDead, "decode"
+		f.outcome, f.reason = OutcomeDead, ReasonDecode
 	case IsPermanent(err):
-		f.outcome, f.reason = outDead, "permanent"
+		f.outcome, f.reason = OutcomeDead, ReasonPermanent
 	case c.Attempt >= p.cfg.maxAttempts(h):
-		f.outcome = outDead
+		f.outcome = OutcomeDead
 	default:
-		f.outcome = outRetry
+		f.outcome = OutcomeRetry
 		f.delay = p.cfg.backoff(h).Delay(c.Failed + 1)
 	}
 }
@@ -296,7 +301,7 @@ func (p *Pool) finish(ctx context.Context, db sqlc.DBTX, done []*finish) error {
 		Errors: make([]string, n), Results: make([]string, n), Delays: make([]float64, n), Uncount: make([]int32, n),
 	}
 	for i, f := range done {
-		arg.Ids[i], arg.Tokens[i], arg.Outcomes[i] = f.c.ID, f.c.Token, f.outcome
+		arg.Ids[i], arg.Tokens[i], arg.Outcomes[i] = f.c.ID, f.c.Token, string(f.outcome)
 		arg.Errors[i], arg.Results[i], arg.Delays[i] = f.err, string(f.result), f.delay.Seconds()
 		if f.uncount {
 			arg.Uncount[i] = 1
@@ -314,11 +319,11 @@ func (p *Pool) finish(ctx context.Context, db sqlc.DBTX, done []*finish) error {
 }
 
 // committed follows the commit of outcomes: it makes the next message of each ordering key whose
-// message left the queue ready, and tells the Observer.
+// message left the queue ready, logs the failures and tells the Observer.
 func (p *Pool) committed(ctx context.Context, done []*finish) {
 	var keys []string
 	for _, f := range done {
-		if f.c.OrderingKey != "" && f.outcome != outRetry && !slices.Contains(keys, f.c.OrderingKey) {
+		if f.c.OrderingKey != "" && f.outcome != OutcomeRetry && !slices.Contains(keys, f.c.OrderingKey) {
 			keys = append(keys, f.c.OrderingKey)
 		}
 	}
@@ -330,7 +335,33 @@ func (p *Pool) committed(ctx context.Context, done []*finish) {
 		}
 		cancel()
 	}
+	p.logFailures(ctx, done)
 	p.observe(done)
+}
+
+// logFailures logs each committed failure: a retry at Debug, a dead letter at Warn.
+func (p *Pool) logFailures(ctx context.Context, done []*finish) {
+	for _, f := range done {
+		level, msg := slog.LevelDebug, "txinbox: attempt failed; will retry"
+		switch f.outcome {
+		case OutcomeCompleted:
+			continue
+		case OutcomeDead:
+			level, msg = slog.LevelWarn, "txinbox: message is dead"
+		}
+		if !p.cfg.Logger.Enabled(ctx, level) {
+			continue
+		}
+		attrs := []slog.Attr{
+			slog.String("consumer", f.c.Consumer), slog.String("kind", f.c.Kind), slog.Int64("id", f.c.ID),
+			slog.String("key", f.c.Key), slog.Int("attempt", f.c.Attempt), slog.String("reason", string(f.reason)),
+			slog.String("err", f.err),
+		}
+		if f.outcome == OutcomeRetry {
+			attrs = append(attrs, slog.Duration("retry_in", f.delay))
+		}
+		p.cfg.Logger.LogAttrs(context.WithoutCancel(ctx), level, msg, attrs...)
+	}
 }
 
 func (p *Pool) observe(done []*finish) {
@@ -338,8 +369,9 @@ func (p *Pool) observe(done []*finish) {
 		return
 	}
 	for _, f := range done {
-		p.cfg.Observer.Handled(HandleEvent{Consumer: f.c.Consumer, Kind: f.c.Kind, Outcome: f.outcome, Reason: f.reason,
-			Attempt: f.c.Attempt, Duration: f.elapsed, ReceivedAt: f.c.ReceivedAt})
+		p.cfg.Observer.Handled(HandleEvent{Consumer: f.c.Consumer, Kind: f.c.Kind, ID: f.c.ID, Key: f.c.Key,
+			Outcome: f.outcome, Reason: f.reason, Err: f.cause, Attempt: f.c.Attempt, Duration: f.elapsed,
+			ReceivedAt: f.c.ReceivedAt})
 	}
 }
 

@@ -295,11 +295,15 @@ func TestGracefulStopLosesNothing(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
-		if err := p.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Stop = %v, want context.DeadlineExceeded", err)
+		err := p.Stop(ctx)
+		var se *worker.StopError
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &se) || se.Abandoned != 2 || se.Messages != 20 {
+			t.Fatalf("Stop = %v, want a *worker.StopError of 2 batches, 20 messages, wrapping context.DeadlineExceeded", err)
 		}
-		if blocked.Load() != 2 || returned.Load() != 2 {
-			t.Fatalf("handlers: %d blocked, %d returned; want both cancelled and none started after Stop", blocked.Load(), returned.Load())
+		// Stop returned at its deadline; the cancelled handlers return on their own, and none starts.
+		waitFor(t, "the cancelled handlers to return", func() bool { return returned.Load() == 2 })
+		if blocked.Load() != 2 {
+			t.Fatalf("handlers: %d blocked; want none started after Stop", blocked.Load())
 		}
 		stopState(t, e)
 		if n := e.count(t, "pending"); n != 30 {
@@ -308,29 +312,61 @@ func TestGracefulStopLosesNothing(t *testing.T) {
 		if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != 0 {
 			t.Fatalf("effects = %d after the cancelled batches, want 0", n)
 		}
-		if err := p.Stop(context.Background()); err != nil {
-			t.Fatalf("second Stop = %v, want nil", err)
+		if again := p.Stop(context.Background()); again != err {
+			t.Fatalf("second Stop = %v, want the first one's result %v", again, err)
 		}
 		completeRest(t, e, 30)
 	})
 
 	t.Run("slow handlers, short deadline", func(t *testing.T) {
+		// One runner, batches of 10: the first batch completes, then Stop comes while the 15th handler
+		// (the second batch's fifth) runs. The handlers started after Stop block until its deadline
+		// cancels them, so the second batch is abandoned midway: exactly 10 messages complete.
 		t.Parallel()
 		e := newEnv(t)
 		e.receive(t, keys("s", 200)...)
 		var started atomic.Int64
-		hs := slowCredits(e, 50*time.Millisecond, func(string) { started.Add(1) })
-		p := e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 2; c.BatchSize = 10 })
+		var stopping atomic.Bool
+		fifteenth := make(chan struct{})
+		hs := worker.NewHandlers()
+		worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+			n := started.Add(1)
+			if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
+				return err
+			}
+			if n == 15 {
+				close(fifteenth)
+			}
+			if stopping.Load() {
+				<-ctx.Done() // started after Stop: runs until the deadline cancels it
+				return ctx.Err()
+			}
+			select {
+			case <-time.After(20 * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		p := e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 1; c.BatchSize = 10 })
 		if err := p.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "handlers in flight", func() bool { return started.Load() > 3 })
+		<-fifteenth
+		stopping.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 		defer cancel()
-		if err := p.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
-			t.Logf("stop returned %v (all in-flight batches had finished)", err)
+		var se *worker.StopError
+		if err := p.Stop(ctx); !errors.As(err, &se) || se.Abandoned != 1 || se.Messages != 10 || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop = %v, want a *worker.StopError of 1 batch, 10 messages, wrapping context.DeadlineExceeded", err)
 		}
+		waitFor(t, "no message processing", func() bool {
+			return e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'processing'`) == 0
+		})
 		stopState(t, e)
+		if n := e.count(t, "completed"); n != 10 {
+			t.Fatalf("completed = %d, want the first batch's 10", n)
+		}
 		completeRest(t, e, 200)
 	})
 }

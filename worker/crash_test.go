@@ -25,6 +25,9 @@ const childEnv = "TXINBOX_WORKER_CHILD"
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(childEnv); mode != "" {
+		if strings.HasPrefix(mode, "sigterm-") {
+			os.Exit(sigtermChild(mode))
+		}
 		os.Exit(child(mode))
 	}
 	// No safety net for ordering keys in tests: a blocked message that is not made ready when its

@@ -1,13 +1,17 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox/inbox"
 )
 
 // Message is a claimed message handed to a handler, with its payload decoded into T.
@@ -56,11 +60,18 @@ type HandlerConfig struct {
 	Timeout time.Duration
 	// Backoff sets the delay before the next attempt. Default: Config.Backoff.
 	Backoff Backoff
+	// DisallowUnknownFields makes a payload with an object field that T does not have fail to decode
+	// (json.Decoder.DisallowUnknownFields), so a misspelled or renamed field makes the message dead at
+	// once (reason "decode") instead of leaving the field zero. Default: false (unknown fields are
+	// ignored, as encoding/json does).
+	DisallowUnknownFields bool
 }
 
-// Handlers maps message kinds to handlers. Register with Handle before creating the pool.
+// Handlers maps message kinds to handlers. Register with Handle before creating the pool; New freezes
+// the registry, and Handle panics afterwards.
 type Handlers struct {
 	byKind map[string]*handler
+	frozen atomic.Bool // set by New: the registry is read by running pools
 }
 
 // NewHandlers returns an empty registry.
@@ -72,27 +83,62 @@ type handler struct {
 	run func(ctx context.Context, tx pgx.Tx, c *claimed, result *[]byte) error
 }
 
-// Handle registers fn for messages of kind, whose payload is decoded into T. A payload that does not
-// decode into T is a permanent error: the message is dead at once. Registering a kind twice panics.
+// Handle registers fn for messages of kind, whose payload is decoded into T with encoding/json. A
+// payload that does not decode into T is a permanent error: the message is dead at once.
+//
+// Handle checks its arguments at once and panics on a programming error, as net/http's ServeMux does:
+// a nil hs or fn, a kind that no message can have (inbox.ValidateName), a kind registered twice, more
+// than one HandlerConfig, a negative HandlerConfig field, or a registry already given to New.
 func Handle[T any](hs *Handlers, kind string, fn HandlerFunc[T], cfg ...HandlerConfig) {
-	if _, dup := hs.byKind[kind]; dup {
-		panic(fmt.Sprintf("txinbox: handler for kind %q registered twice", kind))
+	bad := func(format string, args ...any) {
+		panic(fmt.Sprintf("txinbox: worker.Handle(%q): ", kind) + fmt.Sprintf(format, args...))
 	}
-	h := &handler{run: func(ctx context.Context, tx pgx.Tx, c *claimed, result *[]byte) error {
+	switch {
+	case hs == nil || hs.byKind == nil:
+		bad("nil Handlers (use worker.NewHandlers)")
+	case fn == nil:
+		bad("nil handler func")
+	case hs.frozen.Load():
+		bad("the Handlers were already given to worker.New; register every kind before creating the pool")
+	case len(cfg) > 1:
+		bad("at most one HandlerConfig")
+	}
+	if err := inbox.ValidateName(kind); err != nil {
+		bad("kind %v", err)
+	}
+	if _, dup := hs.byKind[kind]; dup {
+		bad("kind registered twice")
+	}
+	h := &handler{}
+	if len(cfg) > 0 {
+		h.cfg = cfg[0]
+		if h.cfg.MaxAttempts < 0 || h.cfg.Timeout < 0 {
+			bad("HandlerConfig.MaxAttempts and Timeout must not be negative")
+		}
+	}
+	strict := h.cfg.DisallowUnknownFields
+	h.run = func(ctx context.Context, tx pgx.Tx, c *claimed, result *[]byte) error {
 		m := &Message[T]{
 			ID: c.ID, Consumer: c.Consumer, Key: c.Key, Kind: c.Kind, RawPayload: c.Payload,
 			Headers: c.Headers, OrderingKey: c.OrderingKey, Attempt: c.Attempt,
 			PreviousError: c.PreviousError, ReceivedAt: c.ReceivedAt, result: result,
 		}
-		if err := json.Unmarshal(c.Payload, &m.Payload); err != nil {
+		if err := decode(c.Payload, &m.Payload, strict); err != nil {
 			return Permanent(decodeError{fmt.Errorf("payload does not decode into %T: %w", m.Payload, err)})
 		}
 		return fn(ctx, tx, m)
-	}}
-	if len(cfg) > 0 {
-		h.cfg = cfg[0]
 	}
 	hs.byKind[kind] = h
+}
+
+// decode decodes one JSON value from payload into v; strict refuses object fields v does not have.
+func decode(payload []byte, v any, strict bool) error {
+	if !strict {
+		return json.Unmarshal(payload, v)
+	}
+	d := json.NewDecoder(bytes.NewReader(payload))
+	d.DisallowUnknownFields()
+	return d.Decode(v) // a stored payload is one jsonb value: nothing can follow it
 }
 
 // decodeError is a payload that does not decode into the handler's type (always Permanent).

@@ -110,7 +110,7 @@ func TestHandlerTimeoutEndsAttempt(t *testing.T) {
 			failures := func() (got []string) {
 				for _, ev := range obs.of("credit") {
 					if ev.Attempt > 0 && ev.Outcome != "completed" {
-						got = append(got, ev.Outcome+"/"+ev.Reason)
+						got = append(got, string(ev.Outcome)+"/"+string(ev.Reason))
 					}
 				}
 				return got

@@ -61,17 +61,17 @@ func (b *logBuffer) find(t *testing.T, msg string) []map[string]any {
 func TestLogClaimFailed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.receive(t, "a")
 	ctx := context.Background()
-	if _, err := e.Pool.Exec(ctx, e.SQL(`ALTER TABLE {schema}.inbox_queue RENAME TO inbox_queue_away`)); err != nil {
-		t.Fatal(err)
-	}
 	logs := &logBuffer{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
+	// Start checks the tables, so they go away once the pool runs.
 	run(t, e.pool(t, hs, func(c *worker.Config) { c.Logger = logs.logger(); c.DisableListen = true }))
+	if _, err := e.Pool.Exec(ctx, e.SQL(`ALTER TABLE {schema}.inbox_queue RENAME TO inbox_queue_away`)); err != nil {
+		t.Fatal(err)
+	}
 	const msg = "txinbox: claim failed"
 	waitFor(t, "a claim failure logged", func() bool { return len(logs.find(t, msg)) > 0 })
 	r := logs.find(t, msg)[0]
@@ -84,6 +84,7 @@ func TestLogClaimFailed(t *testing.T) {
 	if _, err := e.Pool.Exec(ctx, e.SQL(`ALTER TABLE {schema}.inbox_queue_away RENAME TO inbox_queue`)); err != nil {
 		t.Fatal(err)
 	}
+	e.receive(t, "a")
 	waitFor(t, "the message to complete once claims work again", func() bool { return e.count(t, "completed") == 1 })
 }
 

@@ -9,13 +9,16 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -122,31 +125,6 @@ type Config struct {
 	// holding back cleanup) is logged once, and the check backs off to every 5 minutes. Default:
 	// DefaultQueueVacuumThreshold (50,000). Negative: never vacuum.
 	QueueVacuumThreshold int
-}
-
-// Observer receives events from a pool. Its methods must be fast and safe for concurrent use.
-type Observer interface {
-	// Handled is called once per finished attempt, after its outcome was committed.
-	Handled(HandleEvent)
-}
-
-// HandleEvent describes a finished attempt.
-type HandleEvent struct {
-	Consumer string
-	Kind     string
-	// Outcome is "completed", "retry" (it failed and will be tried again) or "dead" (it failed and
-	// will not be).
-	Outcome string
-	// Reason is "" when completed; else "error", "panic", "timeout", "permanent" (the handler returned
-	// a Permanent error), "decode" (the payload does not decode into the handler's type),
-	// "unknown_kind" or "crashed" (out of attempts, the last of which never finished).
-	Reason string
-	// Attempt is the attempt's number, from 1.
-	Attempt int
-	// Duration is the time spent in the handler (0 if it did not run).
-	Duration time.Duration
-	// ReceivedAt is when the message was received (stored).
-	ReceivedAt time.Time
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -267,20 +245,38 @@ type Pool struct {
 	stopping chan struct{}      // closed by Stop: claim no more
 	cancel   context.CancelFunc // cancels in-flight handlers
 	wg       sync.WaitGroup
+	inflight map[*inflight]struct{} // claimed batches not yet finished (guarded by mu)
+	stopDone chan struct{}          // closed when the first Stop has finished; stopErr is its result
+	stopErr  error
+}
+
+// inflight is a claimed batch from its claim until its runner is done with it.
+type inflight struct {
+	batch     []*claimed
+	conn      net.Conn    // the batch transaction's connection, once begun (guarded by Pool.mu)
+	abandoned atomic.Bool // Stop gave up on it: closed its connection and handed its claims back
 }
 
 // New returns a pool handling cfg.Consumer's messages with db (usually a *pgxpool.Pool, which needs
 // Concurrency+2 connections at most).
+//
+// New checks cfg (a *inbox.ConfigError says which field is wrong) and freezes cfg.Handlers: Handle
+// panics on them afterwards. It does not touch the database; Start does.
 func New(db inbox.DB, cfg Config) (*Pool, error) {
+	if db == nil {
+		return nil, &inbox.ConfigError{Field: "db", Reason: "must not be nil"}
+	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
+	cfg.Handlers.frozen.Store(true)
 	h := fnv.New64a()
 	h.Write([]byte("txinbox.rescue\x00" + cfg.Schema + "\x00" + cfg.Consumer))
 	p := &Pool{db: db, cfg: cfg, st: store.New(cfg.Schema), lockKey: int64(h.Sum64() >> 1),
 		tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/worker"),
-		wake:   make(chan struct{}, cfg.Concurrency+1), epoch: time.Now()}
+		wake:   make(chan struct{}, cfg.Concurrency+1), epoch: time.Now(),
+		inflight: map[*inflight]struct{}{}, stopDone: make(chan struct{})}
 	p.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
 	for _, hd := range cfg.Handlers.byKind {
 		p.maxTO = max(p.maxTO, cfg.timeout(hd))
@@ -288,15 +284,34 @@ func New(db inbox.DB, cfg Config) (*Pool, error) {
 	return p, nil
 }
 
-// Start starts Concurrency batch runners and one rescuer (which runs, one at a time and alone, the
-// messages whose previous attempt never finished). It returns at once; ctx bounds the pool's life like
-// Stop with an expired deadline.
+// Start checks that the schema has txinbox's tables (an error matching inbox.ErrNotMigrated if not),
+// then starts Concurrency batch runners and one rescuer (which runs, one at a time and alone, the
+// messages whose previous attempt never finished), and returns. When db is a *pgxpool.Pool whose
+// MaxConns is below Concurrency+2 (the runners, the rescuer and one more for the pool's short
+// statements), it logs a warning once: the runners then wait for connections, so fewer batches run at
+// once than Concurrency says.
+//
+// ctx is used for the check and bounds the pool's life: when it ends, the pool stops as with Stop on
+// an expired ctx, which abandons the batches in flight at once. To let in-flight work finish on
+// SIGTERM, do not pass the ctx that the signal cancels: pass a ctx that outlives it
+// (context.Background()), and call Stop with a deadline when the signal comes:
+//
+//	sigCtx, _ := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+//	_ = p.Start(context.Background())
+//	<-sigCtx.Done()
+//	stopCtx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+//	defer cancel()
+//	err := p.Stop(stopCtx) // in-flight batches finish and commit, or are abandoned at the deadline
 func (p *Pool) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.started {
 		return errors.New("txinbox: pool already started")
 	}
+	if err := p.checkSchema(ctx); err != nil {
+		return err
+	}
+	p.warnPoolSize()
 	p.started = true
 	p.stopping = make(chan struct{})
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -323,31 +338,191 @@ func (p *Pool) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops claiming, lets in-flight batches finish until ctx ends, then cancels them: their
-// transactions roll back and their messages are handed back as pending (or, if the database cannot be
-// reached, taken over when their lease ends). It returns ctx.Err() if it had to cancel.
+// checkSchema returns an error matching inbox.ErrNotMigrated unless both tables exist and may be used.
+func (p *Pool) checkSchema(ctx context.Context) error {
+	row, err := store.Queries.SchemaTables(ctx, p.db, sqlc.SchemaTablesParams{
+		InboxTable: p.st.Table("inbox"), QueueTable: p.st.Table("inbox_queue"),
+	})
+	if err != nil {
+		return fmt.Errorf("txinbox: checking the schema %q: %w", p.cfg.Schema, err)
+	}
+	var missing []string
+	if !row.Inbox {
+		missing = append(missing, "inbox")
+	}
+	if !row.Queue {
+		missing = append(missing, "inbox_queue")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: schema %q: no table %s, or this role may not read and write it",
+			inbox.ErrNotMigrated, p.cfg.Schema, strings.Join(missing, " or "))
+	}
+	return nil
+}
+
+// warnPoolSize warns when db is a *pgxpool.Pool too small for the pool's runners.
+func (p *Pool) warnPoolSize() {
+	pool, ok := p.db.(*pgxpool.Pool)
+	if !ok {
+		return
+	}
+	if have, need := int(pool.Config().MaxConns), p.cfg.Concurrency+2; have < need {
+		p.cfg.Logger.Warn("txinbox: the pgxpool has fewer connections than the worker pool needs; batches will wait for connections",
+			"consumer", p.cfg.Consumer, "max_conns", have, "needed", need, "concurrency", p.cfg.Concurrency)
+	}
+}
+
+// StopError is returned by Stop when its ctx ended while batches were still running.
+type StopError struct {
+	// Abandoned is the number of batches still running at the deadline, and Messages the number of
+	// messages claimed in them. Their transactions were rolled back (their connections closed) and
+	// their messages handed back as pending, not charged an attempt.
+	Abandoned, Messages int
+	// Err is the ctx's error (context.DeadlineExceeded or context.Canceled).
+	Err error
+}
+
+func (e *StopError) Error() string {
+	return fmt.Sprintf("txinbox: stopped at the deadline: %d batches (%d messages) abandoned: %v", e.Abandoned, e.Messages, e.Err)
+}
+
+// Unwrap returns Err, so errors.Is(err, context.DeadlineExceeded) holds.
+func (e *StopError) Unwrap() error { return e.Err }
+
+// Stop stops the pool: it claims no more and waits until the batches in flight have finished or ctx
+// ends. Batches that finish in time commit as usual, and Stop returns nil.
+//
+// When ctx ends first, Stop returns at once with a *StopError. It cancels the handlers' contexts and
+// abandons the batches still running: it closes their connections, so the server rolls their
+// transactions back (nothing a handler wrote is kept), and hands their messages back as pending without
+// charging them an attempt (if the database cannot be reached for that, another worker takes them over
+// when their lease ends). A handler that ignores its ctx keeps running in its goroutine until it
+// returns, but nothing it does can commit; its goroutine holds its (closed) connection until then, so
+// pgxpool.Pool.Close waits for it: a process that is shutting down can exit instead.
+//
+// Every call returns the result of the first: a Stop after the ctx given to Start ended reports what
+// that stop did. A later call waits for the first to finish (or for its own ctx).
 func (p *Pool) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	if !p.started {
 		p.mu.Unlock()
 		return nil
 	}
+	first := false
 	select {
 	case <-p.stopping:
 	default:
 		close(p.stopping)
+		first = true
 	}
 	p.mu.Unlock()
+	if !first {
+		select {
+		case <-p.stopDone:
+			return p.stopErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	p.stopErr = p.stop(ctx)
+	close(p.stopDone)
+	return p.stopErr
+}
+
+func (p *Pool) stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		p.cancel()
-		<-done
-		return ctx.Err()
 	}
+	p.cancel()
+	if batches, messages := p.abandon(); batches > 0 {
+		return &StopError{Abandoned: batches, Messages: messages, Err: ctx.Err()}
+	}
+	<-done // no batch in flight: the runners' claims and sleeps end with the cancelled ctx
+	return nil
+}
+
+// abandon gives up on every batch in flight: it closes their connections (the server rolls their
+// transactions back) and hands their claims back, fenced by their tokens.
+func (p *Pool) abandon() (batches, messages int) {
+	p.mu.Lock()
+	var conns []net.Conn
+	var claims []*claimed
+	for inf := range p.inflight {
+		inf.abandoned.Store(true)
+		if inf.conn != nil {
+			conns = append(conns, inf.conn)
+		}
+		claims = append(claims, inf.batch...)
+	}
+	batches = len(p.inflight)
+	p.mu.Unlock()
+	if batches == 0 {
+		return 0, 0
+	}
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	err := p.release(ctx, claims)
+	p.cfg.Logger.Warn("txinbox: stop deadline reached; batches still running were abandoned and rolled back",
+		"consumer", p.cfg.Consumer, "batches", batches, "messages", len(claims), "release_err", err)
+	return batches, len(claims)
+}
+
+// releaseTimeout bounds how long Stop spends handing abandoned claims back.
+const releaseTimeout = 2 * time.Second
+
+// release hands claims back as pending (ReleaseClaims). With a *pgxpool.Pool it uses a connection of
+// its own: the pool's may all be held by abandoned batches whose goroutines have not returned.
+func (p *Pool) release(ctx context.Context, claims []*claimed) error {
+	ids, tokens := idsTokens(claims)
+	var db sqlc.DBTX = p.db
+	if pool, ok := p.db.(*pgxpool.Pool); ok {
+		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+		db = conn
+	}
+	_, err := store.Queries.ReleaseClaims(ctx, p.st.Wrap(db), ids, tokens)
+	return err
+}
+
+// track registers a claimed batch as in flight until untrack.
+func (p *Pool) track(batch []*claimed) *inflight {
+	inf := &inflight{batch: batch}
+	p.mu.Lock()
+	p.inflight[inf] = struct{}{}
+	p.mu.Unlock()
+	return inf
+}
+
+func (p *Pool) untrack(inf *inflight) {
+	p.mu.Lock()
+	delete(p.inflight, inf)
+	p.mu.Unlock()
+}
+
+// errAbandoned ends a batch that Stop abandoned before its transaction began.
+var errAbandoned = errors.New("txinbox: batch abandoned by Stop")
+
+// attach records the connection of inf's batch transaction, so that Stop can close it.
+func (p *Pool) attach(inf *inflight, tx pgx.Tx) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if inf.abandoned.Load() {
+		return errAbandoned
+	}
+	if c := tx.Conn(); c != nil && c.PgConn() != nil {
+		inf.conn = c.PgConn().Conn()
+	}
+	return nil
 }
 
 // Wake tells an idle pool that a message may be ready, so it claims before its poll interval ends.
@@ -407,10 +582,12 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 					p.wakeOne()
 				}
 			}
+			inf := p.track(batch)
 			if testHookClaimed != nil {
 				testHookClaimed(p, batch)
 			}
-			p.run(ctx, batch, rescuer)
+			p.run(ctx, inf)
+			p.untrack(inf)
 		}
 		switch {
 		case rescuer:

@@ -462,3 +462,27 @@ func (q *Queries) ReleaseClaims(ctx context.Context, db DBTX, ids []int64, token
 	}
 	return result.RowsAffected(), nil
 }
+
+const schemaTables = `-- name: SchemaTables :one
+SELECT coalesce(has_table_privilege(to_regclass($1::text), 'SELECT, INSERT, UPDATE, DELETE'), false)::bool AS inbox,
+       coalesce(has_table_privilege(to_regclass($2::text), 'SELECT, INSERT, UPDATE, DELETE'), false)::bool AS queue
+`
+
+type SchemaTablesParams struct {
+	InboxTable string
+	QueueTable string
+}
+
+type SchemaTablesRow struct {
+	Inbox bool
+	Queue bool
+}
+
+// Whether the inbox tables exist, by their schema-qualified, quoted names (@inbox_table, @queue_table),
+// and whether this session may read and write them. Checked by Pool.Start.
+func (q *Queries) SchemaTables(ctx context.Context, db DBTX, arg SchemaTablesParams) (SchemaTablesRow, error) {
+	row := db.QueryRow(ctx, schemaTables, arg.InboxTable, arg.QueueTable)
+	var i SchemaTablesRow
+	err := row.Scan(&i.Inbox, &i.Queue)
+	return i, err
+}

@@ -1,0 +1,70 @@
+package worker
+
+import "time"
+
+// Outcome is how a finished attempt left its message.
+type Outcome string
+
+// The outcomes of an attempt.
+const (
+	// OutcomeCompleted: the handler returned nil; its writes and the "completed" mark committed together.
+	OutcomeCompleted Outcome = "completed"
+	// OutcomeRetry: the attempt failed and the message will be tried again after its backoff.
+	OutcomeRetry Outcome = "retry"
+	// OutcomeDead: the attempt failed and the message will not be tried again (a dead letter, kept for
+	// replay or discard).
+	OutcomeDead Outcome = "dead"
+)
+
+// Reason says why an attempt failed. It is ReasonNone for a completed attempt.
+type Reason string
+
+// The reasons of a failed attempt.
+const (
+	ReasonNone Reason = ""
+	// ReasonError: the handler returned an error.
+	ReasonError Reason = "error"
+	// ReasonPanic: the handler panicked (recovered; the error holds the stack).
+	ReasonPanic Reason = "panic"
+	// ReasonTimeout: the handler's context ended at its Timeout.
+	ReasonTimeout Reason = "timeout"
+	// ReasonPermanent: the handler returned a Permanent error (dead at once).
+	ReasonPermanent Reason = "permanent"
+	// ReasonDecode: the payload does not decode into the handler's type (dead at once).
+	ReasonDecode Reason = "decode"
+	// ReasonUnknownKind: no handler is registered for the message's kind in this pool (ErrUnknownKind).
+	ReasonUnknownKind Reason = "unknown_kind"
+	// ReasonCrashed: out of attempts, the last of which never finished (its worker crashed, hung or lost
+	// its connection).
+	ReasonCrashed Reason = "crashed"
+)
+
+// Observer receives events from a pool. Its methods must be fast and safe for concurrent use.
+type Observer interface {
+	// Handled is called once per finished attempt, after its outcome was committed.
+	Handled(HandleEvent)
+}
+
+// HandleEvent describes a finished attempt.
+type HandleEvent struct {
+	Consumer string
+	Kind     string
+	// ID is the message's id (inbox.Receipt.ID) and Key its idempotency key.
+	ID  int64
+	Key string
+	// Outcome is how the attempt left the message.
+	Outcome Outcome
+	// Reason is why the attempt failed; ReasonNone when completed.
+	Reason Reason
+	// Err is the attempt's error (nil when completed): what the handler returned, a *PermanentError, a
+	// recovered panic, a timeout, a decode error, ErrUnknownKind, or, for ReasonCrashed, the error
+	// recorded by the last attempt that finished. Its text is what the message records as last_error
+	// (cut to 8 KiB).
+	Err error
+	// Attempt is the attempt's number, from 1.
+	Attempt int
+	// Duration is the time spent in the handler (0 if it did not run).
+	Duration time.Duration
+	// ReceivedAt is when the message was received (stored).
+	ReceivedAt time.Time
+}
