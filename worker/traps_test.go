@@ -227,4 +227,3 @@ func (r *recorder) all() []worker.HandleEvent {
 	defer r.mu.Unlock()
 	return append([]worker.HandleEvent(nil), r.events...)
 }
-
