@@ -160,6 +160,11 @@ func (c *Client) Receive(ctx context.Context, msg Message) (Receipt, error) {
 
 // ReceiveTx is Receive inside the caller's transaction: the message is stored, and becomes visible to
 // workers, only if tx commits.
+//
+// Until tx ends, the stored key holds a row lock on the inbox's unique index: a concurrent receive of
+// the same consumer and key (Receive, ReceiveMany or another ReceiveTx, in any process) waits for tx,
+// then reports a Duplicate or a Conflict if tx committed, or stores the message itself if tx rolled
+// back. Keep such transactions short.
 func (c *Client) ReceiveTx(ctx context.Context, tx pgx.Tx, msg Message) (Receipt, error) {
 	return c.receiveOne(ctx, tx, msg)
 }

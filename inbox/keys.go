@@ -10,8 +10,9 @@ import (
 // Key strategies. Each returns a key that passes ValidateKey when its inputs are valid text; a key
 // longer than MaxKeyBytes is rejected on receipt, so hash long business keys with ContentKey.
 
-// ProducerKey is the default strategy: the producer's own message id, scoped by the producer's name
-// so that two producers' ids cannot collide ("billing:9f1c...").
+// ProducerKey is the recommended strategy: the producer's own message id, scoped by the producer's
+// name so that two producers' ids cannot collide ("billing:9f1c..."). Nothing is applied by default:
+// Message.Key is required, and the caller picks the strategy.
 func ProducerKey(producer, messageID string) string {
 	if producer == "" {
 		return messageID

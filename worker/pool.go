@@ -257,8 +257,8 @@ type inflight struct {
 	abandoned atomic.Bool // Stop gave up on it: closed its connection and handed its claims back
 }
 
-// New returns a pool handling cfg.Consumer's messages with db (usually a *pgxpool.Pool, which needs
-// Concurrency+2 connections at most).
+// New returns a pool handling cfg.Consumer's messages with db (usually a *pgxpool.Pool, which it
+// uses Concurrency+2 connections of at most).
 //
 // New checks cfg (a *inbox.ConfigError says which field is wrong) and freezes cfg.Handlers: Handle
 // panics on them afterwards. It does not touch the database; Start does.
@@ -286,10 +286,10 @@ func New(db inbox.DB, cfg Config) (*Pool, error) {
 
 // Start checks that the schema has txinbox's tables (an error matching inbox.ErrNotMigrated if not),
 // then starts Concurrency batch runners and one rescuer (which runs, one at a time and alone, the
-// messages whose previous attempt never finished), and returns. When db is a *pgxpool.Pool whose
-// MaxConns is below Concurrency+2 (the runners, the rescuer and one more for the pool's short
-// statements), it logs a warning once: the runners then wait for connections, so fewer batches run at
-// once than Concurrency says.
+// messages whose previous attempt never finished), and returns. Each runner holds one connection while
+// it claims or runs a batch, and the rescuer one more now and then: a *pgxpool.Pool with
+// Concurrency+2 connections never makes them wait. When its MaxConns is below Concurrency, Start logs
+// a warning once: fewer batches than Concurrency can run at once.
 //
 // ctx is used for the check and bounds the pool's life: when it ends, the pool stops as with Stop on
 // an expired ctx, which abandons the batches in flight at once. To let in-flight work finish on
@@ -366,9 +366,9 @@ func (p *Pool) warnPoolSize() {
 	if !ok {
 		return
 	}
-	if have, need := int(pool.Config().MaxConns), p.cfg.Concurrency+2; have < need {
-		p.cfg.Logger.Warn("txinbox: the pgxpool has fewer connections than the worker pool needs; batches will wait for connections",
-			"consumer", p.cfg.Consumer, "max_conns", have, "needed", need, "concurrency", p.cfg.Concurrency)
+	if have := int(pool.Config().MaxConns); have < p.cfg.Concurrency {
+		p.cfg.Logger.Warn("txinbox: the pgxpool has fewer connections than Concurrency; fewer batches run at once",
+			"consumer", p.cfg.Consumer, "max_conns", have, "concurrency", p.cfg.Concurrency, "recommended_max_conns", p.cfg.Concurrency+2)
 	}
 }
 

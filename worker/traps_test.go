@@ -50,7 +50,7 @@ func TestStartFailsOnUnmigratedSchema(t *testing.T) {
 	}
 }
 
-// A pgxpool smaller than Concurrency+2 is reported once at Start (it used to cap Concurrency silently).
+// A pgxpool smaller than Concurrency is reported once at Start (it used to cap Concurrency silently).
 func TestStartWarnsOnSmallPgxpool(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -73,9 +73,9 @@ func TestStartWarnsOnSmallPgxpool(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, p)
-	recs := logs.find(t, "txinbox: the pgxpool has fewer connections than the worker pool needs; batches will wait for connections")
-	if len(recs) != 1 || recs[0]["level"] != "WARN" || recs[0]["max_conns"] != float64(3) || recs[0]["needed"] != float64(6) {
-		t.Fatalf("pool size warnings = %v, want one WARN with max_conns 3, needed 6", recs)
+	recs := logs.find(t, "txinbox: the pgxpool has fewer connections than Concurrency; fewer batches run at once")
+	if len(recs) != 1 || recs[0]["level"] != "WARN" || recs[0]["max_conns"] != float64(3) || recs[0]["concurrency"] != float64(4) {
+		t.Fatalf("pool size warnings = %v, want one WARN with max_conns 3, concurrency 4", recs)
 	}
 }
 
