@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -521,6 +522,9 @@ func (p *Pool) attach(inf *inflight, tx pgx.Tx) error {
 	}
 	if c := tx.Conn(); c != nil && c.PgConn() != nil {
 		inf.conn = c.PgConn().Conn()
+		if tc, ok := inf.conn.(*tls.Conn); ok {
+			inf.conn = tc.NetConn() // closing the TLS layer could wait for a blocked writer
+		}
 	}
 	return nil
 }
