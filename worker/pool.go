@@ -341,9 +341,7 @@ func (p *Pool) Start(ctx context.Context) error {
 
 // checkSchema returns an error matching inbox.ErrNotMigrated unless both tables exist and may be used.
 func (p *Pool) checkSchema(ctx context.Context) error {
-	row, err := store.Queries.SchemaTables(ctx, p.db, sqlc.SchemaTablesParams{
-		InboxTable: p.st.Table("inbox"), QueueTable: p.st.Table("inbox_queue"),
-	})
+	row, err := store.Queries.SchemaTables(ctx, p.db, p.st.Table("inbox"), p.st.Table("inbox_queue"))
 	if err != nil {
 		return fmt.Errorf("txinbox: checking the schema %q: %w", p.cfg.Schema, err)
 	}

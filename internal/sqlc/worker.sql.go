@@ -468,11 +468,6 @@ SELECT coalesce(has_table_privilege(to_regclass($1::text), 'SELECT, INSERT, UPDA
        coalesce(has_table_privilege(to_regclass($2::text), 'SELECT, INSERT, UPDATE, DELETE'), false)::bool AS queue
 `
 
-type SchemaTablesParams struct {
-	InboxTable string
-	QueueTable string
-}
-
 type SchemaTablesRow struct {
 	Inbox bool
 	Queue bool
@@ -480,8 +475,8 @@ type SchemaTablesRow struct {
 
 // Whether the inbox tables exist, by their schema-qualified, quoted names (@inbox_table, @queue_table),
 // and whether this session may read and write them. Checked by Pool.Start.
-func (q *Queries) SchemaTables(ctx context.Context, db DBTX, arg SchemaTablesParams) (SchemaTablesRow, error) {
-	row := db.QueryRow(ctx, schemaTables, arg.InboxTable, arg.QueueTable)
+func (q *Queries) SchemaTables(ctx context.Context, db DBTX, inboxTable string, queueTable string) (SchemaTablesRow, error) {
+	row := db.QueryRow(ctx, schemaTables, inboxTable, queueTable)
 	var i SchemaTablesRow
 	err := row.Scan(&i.Inbox, &i.Queue)
 	return i, err
