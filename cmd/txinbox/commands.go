@@ -128,7 +128,8 @@ var statsCmd = &command{
 Columns: PENDING waiting for an attempt; PROCESSING claimed by a worker; COMPLETED dedup records kept
 (EXPIRED of them past their dedup window, awaiting the cleaner); DEAD dead letters, kept until
 replayed or discarded; DONE/MIN completed in the last minute; OLDEST DUE how long the oldest due
-pending message has waited. Reads the whole inbox table once.`,
+pending message has waited. Reads the whole inbox table once. With --json: the JSON of
+inbox.ConsumerStats, the wait as oldest_pending_seconds (seconds, fractional).`,
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
 			return usagef("stats", "unexpected arguments: %s", strings.Join(args, " "))
@@ -576,10 +577,11 @@ var pendingFlags struct {
 
 var pendingDiscard = &command{
 	name:    "pending discard",
-	args:    "ID... | --consumer C [--kind K] [ID...]",
-	summary: "delete pending messages no worker has claimed (of a retired or mistyped consumer)",
+	args:    "ID... | --consumer C",
+	summary: "delete pending messages no worker has claimed",
 	details: `
-Deletes pending messages with their queue rows: those given by id, or every pending message of
+For the messages of a retired or mistyped consumer. Deletes pending messages with their queue
+rows: those given by id, or every pending message of
 --consumer (and --kind), or the given ids of --consumer. Their keys are free again: a later delivery
 is accepted as a new message. A message a worker has claimed is never deleted: it is reported as
 claimed (wait for it to finish, or stop the workers, and run again). Completed and dead messages

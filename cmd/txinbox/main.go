@@ -1,4 +1,5 @@
-// Command txinbox administers a txinbox schema: migrations, statistics, dead letters and purging.
+// Command txinbox administers a txinbox schema: migrations, statistics, dead letters, pending
+// messages and purging.
 //
 // Usage:
 //
@@ -12,13 +13,15 @@
 //	dead show ID             show one stored message with every field
 //	dead replay ID...|--all  put dead letters back to pending (same key, attempts reset)
 //	dead discard ID...|--all delete dead letters (--all needs --consumer or --yes; --dry-run)
-//	pending discard ID...|--consumer C  delete pending messages no worker has claimed (--dry-run)
+//	pending discard ID...|--consumer C
+//	                         delete pending messages no worker has claimed (--kind; --dry-run)
 //	clean                    delete completed messages past their dedup window (one full pass)
 //	purge --older-than AGE   delete completed (and, with --state, dead) messages older than AGE
 //
 // The database comes from --database-url or the DATABASE_URL environment variable; the schema
-// defaults to public. Output is a table by default and JSON with --json. Every command takes
-// --help. Exit status: 0 on success, 1 when the command failed, 2 for a usage error.
+// defaults to public. Output is a table by default and JSON with --json (messages and
+// statistics in the JSON form of the inbox package's types). Every command takes --help. Exit status: 0 on success, 1 when the
+// command failed (or a given id was not acted on), 2 for a usage error (nothing was written).
 package main
 
 import (
