@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +23,8 @@ const (
 	DefaultDeadListLimit = 100
 	// MaxDeadListLimit is the largest DeadFilter.Limit accepted.
 	MaxDeadListLimit = 1000
-	// MaxAdminIDs is the largest number of ids ReplayDead and DiscardDead accept in one call.
+	// MaxAdminIDs is the largest number of ids ReplayDead, DiscardDead and DiscardPending accept in
+	// one call.
 	MaxAdminIDs = 10000
 )
 
@@ -71,9 +73,9 @@ type StoredMessage struct {
 	Raw     []byte            `json:"raw,omitempty"`
 	Headers map[string]string `json:"headers,omitempty"`
 	// Fingerprint is the SHA-256 of the kind and payload, which duplicates are compared by.
-	Fingerprint []byte `json:"fingerprint"`
-	OrderingKey string `json:"ordering_key,omitempty"`
-	State       State  `json:"state"`
+	Fingerprint Fingerprint `json:"fingerprint"`
+	OrderingKey string      `json:"ordering_key,omitempty"`
+	State       State       `json:"state"`
 	// AttemptsStarted counts the attempts claimed by a worker, AttemptsFailed those that failed; more
 	// started than failed means one is running or never finished.
 	AttemptsStarted int       `json:"attempts_started"`
@@ -90,6 +92,26 @@ type StoredMessage struct {
 	// a new message.
 	ExpiresAt time.Time       `json:"expires_at,omitzero"`
 	Result    json.RawMessage `json:"result,omitempty"` // what the handler stored, if anything
+}
+
+// Fingerprint is the SHA-256 digest a message's duplicates are compared by. Its text and JSON form
+// is lowercase hex (64 digits), as txinbox's CLI prints it.
+type Fingerprint []byte
+
+// String returns f in lowercase hex.
+func (f Fingerprint) String() string { return hex.EncodeToString(f) }
+
+// MarshalText returns f in lowercase hex.
+func (f Fingerprint) MarshalText() ([]byte, error) { return hex.AppendEncode(nil, f), nil }
+
+// UnmarshalText reads f from hex (either case).
+func (f *Fingerprint) UnmarshalText(b []byte) error {
+	d, err := hex.AppendDecode(nil, b)
+	if err != nil {
+		return fmt.Errorf("txinbox: fingerprint: %w", err)
+	}
+	*f = d
+	return nil
 }
 
 func storedMessage(r sqlc.Inbox) StoredMessage {
@@ -249,6 +271,119 @@ func (c *Client) DiscardDead(ctx context.Context, ids ...int64) ([]int64, error)
 	return done, nil
 }
 
+// PendingFilter selects the pending messages DiscardPending deletes. Consumer or IDs must be set;
+// every field that is set must match (Kind only together with Consumer or IDs).
+type PendingFilter struct {
+	Consumer string  // exact consumer
+	Kind     string  // exact kind
+	IDs      []int64 // message ids; at most MaxAdminIDs
+}
+
+func (f PendingFilter) check() error {
+	if f.Consumer == "" && len(f.IDs) == 0 {
+		return &ArgumentError{Name: "Consumer", Reason: "set Consumer or IDs (a Kind alone would span every consumer)"}
+	}
+	for name, v := range map[string]string{"Consumer": f.Consumer, "Kind": f.Kind} {
+		if v == "" {
+			continue
+		}
+		if err := ValidateName(v); err != nil {
+			return &ArgumentError{Name: name, Reason: err.Error()}
+		}
+	}
+	return checkIDs(f.IDs)
+}
+
+// PendingDiscard is what DiscardPending did, or in a dry run would do. Ids are in increasing order
+// and never nil.
+type PendingDiscard struct {
+	// Discarded are the ids of the pending messages deleted (in a dry run: pending and unclaimed).
+	Discarded []int64 `json:"discarded"`
+	// Claimed are the ids of matching messages that were not deleted because a worker holds them:
+	// claimed (state processing), or being claimed or released at that very moment.
+	Claimed []int64 `json:"claimed"`
+}
+
+// DiscardPending deletes the pending messages matching f that no worker has claimed, with their
+// queue rows, and returns their ids; matching messages a worker holds are left alone and returned in
+// Claimed. Completed and dead messages never match (see DiscardDead and Purge). The key of a
+// discarded message is free again: a later delivery of it is accepted as a new message. When the
+// head of an ordering key is discarded, the next queued message of that key is made ready at once.
+//
+// With dryRun it changes and locks nothing: it returns the matching messages that are pending and
+// unclaimed now (Discarded) and those claimed (Claimed).
+//
+// It walks the queue (pending and claimed messages only) in id order, DefaultPurgeBatchSize
+// messages per statement, each statement its own short transaction; it stops between statements
+// when ctx ends, and the statements done stay done. A queue row is locked (FOR UPDATE SKIP LOCKED)
+// before its message is deleted, so a discard and a claim never both take a message. Bad arguments
+// return an *ArgumentError (errors.Is ErrInvalidArgument) and change nothing.
+func (c *Client) DiscardPending(ctx context.Context, f PendingFilter, dryRun bool) (PendingDiscard, error) {
+	out := PendingDiscard{Discarded: []int64{}, Claimed: []int64{}}
+	if err := f.check(); err != nil {
+		return out, err
+	}
+	db := c.st.Wrap(c.db)
+	ids := f.IDs
+	if ids == nil {
+		ids = []int64{}
+	}
+	var after int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		var seen int
+		ready := map[string][]string{} // consumer -> ordering keys whose head was deleted
+		if dryRun {
+			rows, err := store.Queries.PreviewDiscardPending(ctx, db, sqlc.PreviewDiscardPendingParams{
+				AfterID: after, Consumer: f.Consumer, Kind: f.Kind, Ids: ids, MaxRows: DefaultPurgeBatchSize})
+			if err != nil {
+				return out, translateError(err)
+			}
+			for _, r := range rows {
+				out.add(r.ID, r.Discarded)
+			}
+			seen = len(rows)
+			if seen > 0 {
+				after = rows[seen-1].ID
+			}
+		} else {
+			rows, err := store.Queries.DiscardPending(ctx, db, sqlc.DiscardPendingParams{
+				AfterID: after, Consumer: f.Consumer, Kind: f.Kind, Ids: ids, MaxRows: DefaultPurgeBatchSize})
+			if err != nil {
+				return out, translateError(err)
+			}
+			for _, r := range rows {
+				out.add(r.ID, r.Discarded)
+				if r.Discarded && r.OrderingKey.Valid {
+					ready[r.Consumer] = append(ready[r.Consumer], r.OrderingKey.String)
+				}
+			}
+			seen = len(rows)
+			if seen > 0 {
+				after = rows[seen-1].ID
+			}
+		}
+		for consumer, keys := range ready {
+			if err := store.Queries.ReadyNext(ctx, db, consumer, keys); err != nil {
+				return out, translateError(err)
+			}
+		}
+		if seen < DefaultPurgeBatchSize {
+			return out, nil
+		}
+	}
+}
+
+func (d *PendingDiscard) add(id int64, discarded bool) {
+	if discarded {
+		d.Discarded = append(d.Discarded, id)
+	} else {
+		d.Claimed = append(d.Claimed, id)
+	}
+}
+
 // ConsumerStats counts the stored messages of one consumer.
 type ConsumerStats struct {
 	Consumer   string `json:"consumer"`
@@ -262,8 +397,33 @@ type ConsumerStats struct {
 	CompletedLastMinute int64 `json:"completed_last_minute"`
 	// OldestPendingAge is how long the oldest due pending message has been waiting since it became
 	// due (received, or its retry backoff ended); zero when none is due. A growing value means the
-	// workers are falling behind, or stopped.
-	OldestPendingAge time.Duration `json:"oldest_pending_age_ns"`
+	// workers are falling behind, or stopped. Its JSON form is oldest_pending_seconds, a number of
+	// seconds (fractional).
+	OldestPendingAge time.Duration `json:"-"`
+}
+
+// consumerStatsJSON is the JSON form of ConsumerStats.
+type consumerStatsJSON struct {
+	consumerStatsFields
+	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+}
+
+type consumerStatsFields ConsumerStats // without the methods
+
+// MarshalJSON encodes s with OldestPendingAge as oldest_pending_seconds (seconds, fractional).
+func (s ConsumerStats) MarshalJSON() ([]byte, error) {
+	return json.Marshal(consumerStatsJSON{consumerStatsFields(s), s.OldestPendingAge.Seconds()})
+}
+
+// UnmarshalJSON decodes the form MarshalJSON writes.
+func (s *ConsumerStats) UnmarshalJSON(b []byte) error {
+	var v consumerStatsJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = ConsumerStats(v.consumerStatsFields)
+	s.OldestPendingAge = time.Duration(v.OldestPendingSeconds * float64(time.Second))
+	return nil
 }
 
 // Stats counts the stored messages per consumer and state, in consumer order. It reads the whole

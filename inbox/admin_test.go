@@ -4,14 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 
@@ -364,5 +368,234 @@ func TestPurge(t *testing.T) {
 	}
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key IN ('fresh', 'pending')`); got != 2 {
 		t.Fatalf("fresh or pending rows purged")
+	}
+}
+
+// pendingRows is the number of inbox rows and queue rows of ids.
+func pendingRows(t *testing.T, db *testdb.DB, ids ...int64) (inboxRows, queueRows int64) {
+	t.Helper()
+	return db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE id = ANY($1)`, ids),
+		db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue WHERE id = ANY($1)`, ids)
+}
+
+// claim claims up to max ready messages of consumer as a worker does, and returns their ids.
+func claim(t *testing.T, db *testdb.DB, consumer string, max int) []int64 {
+	t.Helper()
+	ids, err := claimBatch(db, consumer, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func claimBatch(db *testdb.DB, consumer string, max int) ([]int64, error) {
+	rows, err := store.Queries.ClaimBatch(context.Background(), store.New(db.Schema).Wrap(db.Pool), sqlc.ClaimBatchParams{
+		Consumer: consumer, Max: int32(max), SnoozeSeconds: 30, Owner: pgtype.Text{String: "test", Valid: true}, LeaseSeconds: 300})
+	var ids []int64
+	for _, r := range rows {
+		if r.ID != 0 {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids, err
+}
+
+func TestDiscardPending(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	ids := receiveKeys(t, c, "a", "b", "c", "d", "e", "f")
+	refund, err := c.Receive(ctx, inbox.Message{Consumer: "ledger", Key: "r", Kind: "Refund", Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.Receive(ctx, inbox.Message{Consumer: "audit", Key: "a", Kind: "Audit", Payload: []byte(`{}`),
+		NotBefore: time.Now().Add(time.Hour)}) // delayed: pending too
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete(t, db, time.Hour, ids[4])
+	kill(t, db, "boom", time.Now(), ids[5])
+	claimed := claim(t, db, "ledger", 1) // ids[0], the oldest
+	if !slices.Equal(claimed, ids[:1]) {
+		t.Fatalf("claimed %v, want %v", claimed, ids[:1])
+	}
+
+	// A dry run changes nothing and reports what the discard does.
+	before := db.Count(t, `SELECT count(*) FROM {schema}.inbox`) + 1000*db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`)
+	dry, err := c.DiscardPending(ctx, inbox.PendingFilter{Consumer: "ledger"}, true)
+	if err != nil || !slices.Equal(dry.Discarded, []int64{ids[1], ids[2], ids[3], refund.ID}) || !slices.Equal(dry.Claimed, ids[:1]) {
+		t.Fatalf("dry run: %+v, %v", dry, err)
+	}
+	if after := db.Count(t, `SELECT count(*) FROM {schema}.inbox`) + 1000*db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`); after != before {
+		t.Fatalf("dry run changed rows: %d -> %d", before, after)
+	}
+
+	// By id: completed, dead, claimed, unknown and pending ids; only the pending one goes.
+	r, err := c.DiscardPending(ctx, inbox.PendingFilter{IDs: []int64{ids[0], ids[1], ids[4], ids[5], 424242}}, false)
+	if err != nil || !slices.Equal(r.Discarded, ids[1:2]) || !slices.Equal(r.Claimed, ids[:1]) {
+		t.Fatalf("by id: %+v, %v", r, err)
+	}
+	if m, q := pendingRows(t, db, ids[1]); m != 0 || q != 0 {
+		t.Fatalf("discarded message left %d inbox and %d queue rows", m, q)
+	}
+	if m, q := pendingRows(t, db, ids[0], ids[4], ids[5]); m != 3 || q != 1 {
+		t.Fatalf("claimed, completed and dead messages: %d inbox and %d queue rows, want 3 and 1", m, q)
+	}
+	// By consumer and kind.
+	r, err = c.DiscardPending(ctx, inbox.PendingFilter{Consumer: "ledger", Kind: "Refund"}, false)
+	if err != nil || !slices.Equal(r.Discarded, []int64{refund.ID}) || len(r.Claimed) != 0 {
+		t.Fatalf("by consumer and kind: %+v, %v", r, err)
+	}
+	// By consumer: the rest of ledger; audit is left alone.
+	r, err = c.DiscardPending(ctx, inbox.PendingFilter{Consumer: "ledger"}, false)
+	if err != nil || !slices.Equal(r.Discarded, ids[2:4]) || !slices.Equal(r.Claimed, ids[:1]) {
+		t.Fatalf("by consumer: %+v, %v", r, err)
+	}
+	if m, q := pendingRows(t, db, other.ID); m != 1 || q != 1 {
+		t.Fatal("message of another consumer discarded")
+	}
+	// Nothing left to discard: empty, not nil.
+	if r, err := c.DiscardPending(ctx, inbox.PendingFilter{Consumer: "ledger", Kind: "Refund"}, false); err != nil ||
+		r.Discarded == nil || r.Claimed == nil || len(r.Discarded)+len(r.Claimed) != 0 {
+		t.Fatalf("second discard: %+v, %v", r, err)
+	}
+	// The keys are free again.
+	if rc, err := c.Receive(ctx, msg("b", `{"amount":1}`)); err != nil || rc.Outcome != inbox.Inserted {
+		t.Fatalf("discarded key: %+v, %v", rc, err)
+	}
+}
+
+func TestDiscardPendingBadArguments(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	ids := receiveKeys(t, c, "a")
+	for _, f := range []inbox.PendingFilter{
+		{}, {Kind: "OrderPaid"}, {Consumer: "a b"}, {Consumer: "ledger", Kind: "\xff"}, {Consumer: "x\x00"},
+		{IDs: []int64{0}}, {IDs: []int64{-1}}, {Consumer: "ledger", IDs: make([]int64, inbox.MaxAdminIDs+1)},
+	} {
+		for _, dry := range []bool{false, true} {
+			var ae *inbox.ArgumentError
+			r, err := c.DiscardPending(ctx, f, dry)
+			if !errors.Is(err, inbox.ErrInvalidArgument) || !errors.As(err, &ae) || len(r.Discarded) != 0 {
+				t.Errorf("%+v: %+v, %v; want an *ArgumentError", f, r, err)
+			}
+		}
+	}
+	if m, q := pendingRows(t, db, ids...); m != 1 || q != 1 {
+		t.Fatal("bad arguments changed rows")
+	}
+}
+
+// A queue row locked by a claim in progress is not discarded (reported as claimed), and the discard
+// does not wait for it; once the claim is gone the message is discarded.
+func TestDiscardPendingSkipsLockedRow(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	ids := receiveKeys(t, c, "a", "b")
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, db.SQL(`SELECT id FROM {schema}.inbox_queue WHERE id = $1 FOR UPDATE`), ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.DiscardPending(ctx, inbox.PendingFilter{Consumer: "ledger"}, false)
+	if err != nil || !slices.Equal(r.Discarded, ids[1:]) || !slices.Equal(r.Claimed, ids[:1]) {
+		t.Fatalf("discard beside a locked row: %+v, %v", r, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err = c.DiscardPending(ctx, inbox.PendingFilter{IDs: ids[:1]}, false)
+	if err != nil || !slices.Equal(r.Discarded, ids[:1]) {
+		t.Fatalf("discard once unlocked: %+v, %v", r, err)
+	}
+	if m, q := pendingRows(t, db, ids...); m != 0 || q != 0 {
+		t.Fatalf("%d inbox and %d queue rows left", m, q)
+	}
+}
+
+// Claims and a discard racing over the same messages: each message is either claimed or discarded,
+// never both, and nothing is left half deleted.
+func TestDiscardPendingRacesClaims(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	for round := range 5 {
+		ids := receiveKeys(t, c, keyRange(fmt.Sprintf("r%d", round), 300)...)
+		var claimed []int64
+		var claimErr error
+		started, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; ; i++ {
+				got, err := claimBatch(db, "ledger", 7)
+				if i == 0 {
+					close(started)
+				}
+				if err != nil || len(got) == 0 {
+					claimErr = err
+					return
+				}
+				claimed = append(claimed, got...)
+			}
+		}()
+		<-started // the discard starts while claims go on
+		r, err := c.DiscardPending(ctx, inbox.PendingFilter{Consumer: "ledger"}, false)
+		<-done
+		if err != nil || claimErr != nil {
+			t.Fatal(err, claimErr)
+		}
+		for _, id := range r.Discarded {
+			if slices.Contains(claimed, id) {
+				t.Fatalf("round %d: message %d both claimed and discarded", round, id)
+			}
+		}
+		for _, id := range r.Claimed {
+			if !slices.Contains(claimed, id) {
+				t.Fatalf("round %d: message %d reported claimed but was not", round, id)
+			}
+		}
+		if n := len(r.Discarded) + len(claimed); n != len(ids) {
+			t.Fatalf("round %d: %d discarded + %d claimed, want %d", round, len(r.Discarded), len(claimed), len(ids))
+		}
+		if m, q := pendingRows(t, db, r.Discarded...); m != 0 || q != 0 {
+			t.Fatalf("round %d: discarded messages left %d inbox and %d queue rows", round, m, q)
+		}
+		if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id)
+			WHERE m.id = ANY($1) AND m.state = 'processing' AND q.claimed`, claimed); n != int64(len(claimed)) {
+			t.Fatalf("round %d: %d of %d claimed messages intact", round, n, len(claimed))
+		}
+		complete(t, db, time.Hour, claimed...)
+	}
+}
+
+// Discarding the head of an ordering key makes the next message of the key ready at once, instead of
+// after the snooze a claim gave it.
+func TestDiscardPendingReadiesNextOfKey(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	var ids []int64
+	for _, k := range []string{"a", "b"} {
+		r, err := c.Receive(ctx, inbox.Message{Consumer: "ledger", Key: k, Kind: "OrderPaid", Payload: []byte(`{}`), OrderingKey: "order-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	// b snoozed behind a, as a claim that saw both leaves it.
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue SET run_at = now() + interval '1 hour' WHERE id = $1`), ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.DiscardPending(ctx, inbox.PendingFilter{IDs: ids[:1]}, false); err != nil || !slices.Equal(r.Discarded, ids[:1]) {
+		t.Fatalf("discard: %+v, %v", r, err)
+	}
+	if got := claim(t, db, "ledger", 10); !slices.Equal(got, ids[1:]) {
+		t.Fatalf("claimed %v after discarding the head, want %v", got, ids[1:])
 	}
 }

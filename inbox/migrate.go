@@ -38,8 +38,8 @@ type MigrationResult struct {
 }
 
 // NewMigrator opens a dedicated connection pool from connConfig (usually pool.Config().ConnConfig)
-// with search_path set to schema, and creates the schema if it is missing. Close it when done.
-// logger may be nil.
+// with search_path set to schema. It writes nothing: Up creates the schema if it is missing. Close
+// it when done. logger may be nil.
 func NewMigrator(ctx context.Context, connConfig *pgx.ConnConfig, schema string, logger *slog.Logger) (*Migrator, error) {
 	if schema == "" {
 		schema = DefaultSchema
@@ -54,10 +54,6 @@ func NewMigrator(ctx context.Context, connConfig *pgx.ConnConfig, schema string,
 	cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(2)
-	if err := createSchema(ctx, db, schema); err != nil {
-		db.Close()
-		return nil, err
-	}
 	h := fnv.New64a()
 	h.Write([]byte("txinbox.migrate:" + schema))
 	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(int64(h.Sum64() >> 1)))
@@ -96,29 +92,81 @@ func createSchema(ctx context.Context, db *sql.DB, schema string) error {
 // Close closes the migrator's connections.
 func (m *Migrator) Close() error { return m.db.Close() }
 
-// Up applies every pending migration.
+// Up creates the schema if it is missing and applies every pending migration. It returns the
+// migrations applied, none when the schema was up to date.
 func (m *Migrator) Up(ctx context.Context) ([]MigrationResult, error) {
+	if err := createSchema(ctx, m.db, m.schema); err != nil {
+		return nil, err
+	}
 	rs, err := m.provider.Up(ctx)
 	return results(rs, true), err
 }
 
-// Down rolls back the most recent migration.
+// Down rolls back the most recent migration and returns it. When no migration is applied (the
+// schema or its VersionTable does not exist, or every migration is already rolled back) it returns
+// no result and a nil error, and writes nothing.
 func (m *Migrator) Down(ctx context.Context) ([]MigrationResult, error) {
+	if migrated, err := m.versionTableExists(ctx); err != nil || !migrated {
+		return nil, err
+	}
 	r, err := m.provider.Down(ctx)
+	if errors.Is(err, goose.ErrNoNextVersion) {
+		return nil, nil
+	}
 	if r == nil {
 		return nil, err
 	}
 	return results([]*goose.MigrationResult{r}, false), err
 }
 
-// DownTo rolls back migrations down to version (0: all of them).
+// DownTo rolls back migrations down to version (0: all of them) and returns those rolled back. Like
+// Down, it writes nothing when no migration is applied.
 func (m *Migrator) DownTo(ctx context.Context, version int64) ([]MigrationResult, error) {
+	if migrated, err := m.versionTableExists(ctx); err != nil || !migrated {
+		return nil, err
+	}
 	rs, err := m.provider.DownTo(ctx, version)
 	return results(rs, false), err
 }
 
-// Status lists every migration and whether it is applied.
+// SchemaState is whether a schema exists and was ever migrated.
+type SchemaState struct {
+	SchemaExists bool // the schema exists
+	Migrated     bool // it holds VersionTable: Up (or the goose CLI) ran in it at least once
+}
+
+// State reports whether the schema exists and holds VersionTable. It writes nothing.
+func (m *Migrator) State(ctx context.Context) (SchemaState, error) {
+	var st SchemaState
+	err := m.db.QueryRowContext(ctx, `SELECT
+		EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1),
+		EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		        WHERE n.nspname = $1 AND c.relname = $2)`, m.schema, VersionTable).Scan(&st.SchemaExists, &st.Migrated)
+	if err != nil {
+		return SchemaState{}, fmt.Errorf("txinbox: migration state of schema %s: %w", m.schema, err)
+	}
+	return st, nil
+}
+
+func (m *Migrator) versionTableExists(ctx context.Context) (bool, error) {
+	st, err := m.State(ctx)
+	return st.Migrated, err
+}
+
+// Status lists every migration and whether it is applied. It writes nothing: in a schema that does
+// not exist or was never migrated (see State) every migration is listed as not applied.
 func (m *Migrator) Status(ctx context.Context) ([]MigrationResult, error) {
+	migrated, err := m.versionTableExists(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !migrated {
+		var out []MigrationResult
+		for _, s := range m.provider.ListSources() {
+			out = append(out, MigrationResult{Version: s.Version, Name: s.Path})
+		}
+		return out, nil
+	}
 	st, err := m.provider.Status(ctx)
 	if err != nil {
 		return nil, err

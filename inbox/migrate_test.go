@@ -203,3 +203,95 @@ func randSuffix(t *testing.T) string {
 	s, _ := testdb.NewSchema(t)
 	return s[len(s)-6:]
 }
+
+// schemaExists reports whether schema exists.
+func schemaExists(t *testing.T, url, schema string) bool {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var ok bool
+	if err := c.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// NewMigrator, State, Status, Down and DownTo write nothing to a schema that does not exist or was
+// never migrated; Up creates it.
+func TestMigratorReadOnlyUntilUp(t *testing.T) {
+	t.Parallel()
+	existing, url := testdb.NewSchema(t) // exists, never migrated
+	missing := existing + "_missing"     // never created (unless by a bug: then dropped below)
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), url)
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{missing}.Sanitize()+" CASCADE")
+			c.Close(context.Background())
+		}
+	})
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	files, _ := fs.Glob(migrations.FS, "*.sql")
+	for _, tc := range []struct {
+		schema string
+		want   inbox.SchemaState
+	}{{missing, inbox.SchemaState{}}, {existing, inbox.SchemaState{SchemaExists: true}}} {
+		m, err := inbox.NewMigrator(ctx, cfg, tc.schema, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := m.State(ctx); err != nil || st != tc.want {
+			t.Errorf("%s: state %+v, %v; want %+v", tc.schema, st, err, tc.want)
+		}
+		st, err := m.Status(ctx)
+		if err != nil || len(st) != len(files) {
+			t.Fatalf("%s: status %+v, %v", tc.schema, st, err)
+		}
+		for i, s := range st {
+			if s.Applied || s.Name != files[i] {
+				t.Errorf("%s: status %+v, want %s not applied", tc.schema, s, files[i])
+			}
+		}
+		if rs, err := m.Down(ctx); err != nil || len(rs) != 0 {
+			t.Errorf("%s: down: %+v, %v; want nothing to roll back", tc.schema, rs, err)
+		}
+		if rs, err := m.DownTo(ctx, 0); err != nil || len(rs) != 0 {
+			t.Errorf("%s: down to 0: %+v, %v; want nothing to roll back", tc.schema, rs, err)
+		}
+		m.Close()
+		if got := schemaExists(t, url, tc.schema); got != tc.want.SchemaExists {
+			t.Errorf("%s: exists = %v after read-only calls", tc.schema, got)
+		}
+		if got := tables(t, url, tc.schema); len(got) != 0 {
+			t.Errorf("%s: tables %v after read-only calls", tc.schema, got)
+		}
+	}
+
+	// Up creates the missing schema; after rolling everything back, Down has nothing to do.
+	m, err := inbox.NewMigrator(ctx, cfg, missing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if rs, err := m.Up(ctx); err != nil || len(rs) != len(files) {
+		t.Fatalf("up: %+v, %v", rs, err)
+	}
+	if st, err := m.State(ctx); err != nil || st != (inbox.SchemaState{SchemaExists: true, Migrated: true}) {
+		t.Fatalf("state after up: %+v, %v", st, err)
+	}
+	for range files {
+		if rs, err := m.Down(ctx); err != nil || len(rs) != 1 {
+			t.Fatalf("down: %+v, %v", rs, err)
+		}
+	}
+	if rs, err := m.Down(ctx); err != nil || len(rs) != 0 {
+		t.Fatalf("down with nothing applied: %+v, %v; want no result and no error", rs, err)
+	}
+}

@@ -139,3 +139,56 @@ SELECT consumer, state, count(*)::bigint AS messages,
 FROM /* TEMPLATE: schema */inbox
 GROUP BY consumer, state
 ORDER BY consumer, state;
+
+-- name: DiscardPending :many
+-- Deletes pending messages that no worker has claimed, with their queue rows. It considers the
+-- queued messages (one queue row per pending or claimed message; completed and dead rows are never
+-- read) with an id above @after_id that match the non-empty filters (@consumer, @kind, @ids), the
+-- first @max_rows of them in id order. A queue row is locked FOR UPDATE SKIP LOCKED before its
+-- message is deleted, as claims lock it: a claim that locked it first wins, a claim that comes
+-- later skips it, and a row a claim updated in the meantime is re-checked (claimed) and left alone.
+-- Returns every message considered, whether it was deleted, and the consumer and ordering key of
+-- those deleted.
+WITH matched AS (
+    SELECT q.id
+    FROM /* TEMPLATE: schema */inbox_queue q
+    JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id
+    WHERE q.id > @after_id
+      AND (@consumer::text = '' OR q.consumer = @consumer)
+      AND (@kind::text = '' OR m.kind = @kind)
+      AND (cardinality(@ids::bigint[]) = 0 OR q.id = ANY(@ids::bigint[]))
+    ORDER BY q.id
+    LIMIT @max_rows
+), locked AS (
+    SELECT q.id
+    FROM /* TEMPLATE: schema */inbox_queue q
+    WHERE q.id IN (SELECT matched.id FROM matched) AND NOT q.claimed
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM /* TEMPLATE: schema */inbox m
+    USING locked
+    WHERE m.id = locked.id AND m.state = 'pending'
+    RETURNING m.id, m.consumer, m.ordering_key
+), dequeued AS (
+    DELETE FROM /* TEMPLATE: schema */inbox_queue q
+    USING deleted
+    WHERE q.id = deleted.id
+)
+SELECT mt.id, (d.id IS NOT NULL)::boolean AS discarded, coalesce(d.consumer, '')::text AS consumer,
+       d.ordering_key
+FROM matched mt
+LEFT JOIN deleted d ON d.id = mt.id
+ORDER BY mt.id;
+
+-- name: PreviewDiscardPending :many
+-- What DiscardPending would do with the same arguments, without locking or deleting anything:
+-- every message it would consider and whether it is pending and unclaimed now.
+SELECT q.id, (NOT q.claimed AND m.state = 'pending')::boolean AS discarded
+FROM /* TEMPLATE: schema */inbox_queue q
+JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id
+WHERE q.id > @after_id
+  AND (@consumer::text = '' OR q.consumer = @consumer)
+  AND (@kind::text = '' OR m.kind = @kind)
+  AND (cardinality(@ids::bigint[]) = 0 OR q.id = ANY(@ids::bigint[]))
+ORDER BY q.id
+LIMIT @max_rows;

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,13 +18,13 @@ import (
 
 // ---- migrate ----
 
-func migrateCommand(sub, summary string, do func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error)) *command {
+func migrateCommand(sub, summary, details string, do func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error)) *command {
 	return &command{
 		name:    "migrate " + sub,
 		summary: summary,
 		details: "Migrations are txinbox's embedded goose migrations; their state is kept in the table\n" +
-			inbox.VersionTable + " of the schema. The schema is created if it is missing. Two processes\n" +
-			"migrating at once are serialised by an advisory lock.",
+			inbox.VersionTable + " of the schema. Two processes migrating at once are serialised by an\n" +
+			"advisory lock.\n" + details,
 		run: func(a *app, fs *flag.FlagSet, args []string) error {
 			if len(args) > 0 {
 				return usagef("migrate "+sub, "unexpected arguments: %s", strings.Join(args, " "))
@@ -47,15 +48,32 @@ func migrateCommand(sub, summary string, do func(m *inbox.Migrator, a *app) ([]i
 }
 
 var (
-	migrateUp = migrateCommand("up", "apply every pending migration", func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error) {
-		return m.Up(a.ctx)
-	})
-	migrateDown = migrateCommand("down", "roll back the most recent migration (drops the txinbox tables at version 1)", func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error) {
-		return m.Down(a.ctx)
-	})
-	migrateStatus = migrateCommand("status", "list the migrations and whether each is applied", func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error) {
-		return m.Status(a.ctx)
-	})
+	migrateUp = migrateCommand("up", "apply every pending migration (creates the schema if missing)", `
+The schema is created if it is missing. Exits 0, saying so, when the schema is up to date.`,
+		func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error) { return m.Up(a.ctx) })
+	migrateDown = migrateCommand("down", "roll back the most recent migration (drops the txinbox tables at version 1)", `
+When no migration is applied (the schema does not exist, was never migrated, or is rolled back
+already) it writes nothing, prints "nothing to roll back" and exits 0, as 'up' does when the
+schema is up to date.`,
+		func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error) { return m.Down(a.ctx) })
+	migrateStatus = migrateCommand("status", "list the migrations and whether each is applied (read-only)", `
+Read-only: it never creates the schema or the version table. For a schema that does not exist or
+was never migrated it says so and lists every migration as pending.`,
+		func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error) {
+			st, err := m.State(a.ctx)
+			if err != nil {
+				return nil, err
+			}
+			if !a.json {
+				switch {
+				case !st.SchemaExists:
+					fmt.Fprintf(a.stdout, "schema %s does not exist: no migration is applied ('txinbox migrate up --schema %s' creates it)\n", a.schema, a.schema)
+				case !st.Migrated:
+					fmt.Fprintf(a.stdout, "schema %s was never migrated (it has no %s table): no migration is applied\n", a.schema, inbox.VersionTable)
+				}
+			}
+			return m.Status(a.ctx)
+		})
 )
 
 type migrationJSON struct {
@@ -77,7 +95,7 @@ func (a *app) printMigrations(sub string, rs []inbox.MigrationResult) error {
 		case "up":
 			fmt.Fprintf(a.stdout, "schema %s is up to date\n", a.schema)
 		case "down":
-			fmt.Fprintf(a.stdout, "nothing to roll back in schema %s\n", a.schema)
+			fmt.Fprintf(a.stdout, "nothing to roll back: no migration is applied in schema %s\n", a.schema)
 		default:
 			fmt.Fprintf(a.stdout, "no migrations\n")
 		}
@@ -110,7 +128,8 @@ var statsCmd = &command{
 Columns: PENDING waiting for an attempt; PROCESSING claimed by a worker; COMPLETED dedup records kept
 (EXPIRED of them past their dedup window, awaiting the cleaner); DEAD dead letters, kept until
 replayed or discarded; DONE/MIN completed in the last minute; OLDEST DUE how long the oldest due
-pending message has waited. Reads the whole inbox table once.`,
+pending message has waited. Reads the whole inbox table once. With --json: the JSON of
+inbox.ConsumerStats, the wait as oldest_pending_seconds (seconds, fractional).`,
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
 			return usagef("stats", "unexpected arguments: %s", strings.Join(args, " "))
@@ -125,22 +144,10 @@ pending message has waited. Reads the whole inbox table once.`,
 			return err
 		}
 		if a.json {
-			type statsJSON struct {
-				Consumer             string  `json:"consumer"`
-				Pending              int64   `json:"pending"`
-				Processing           int64   `json:"processing"`
-				Completed            int64   `json:"completed"`
-				Expired              int64   `json:"expired"`
-				Dead                 int64   `json:"dead"`
-				CompletedLastMinute  int64   `json:"completed_last_minute"`
-				OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+			if st == nil {
+				st = []inbox.ConsumerStats{}
 			}
-			out := make([]statsJSON, len(st))
-			for i, s := range st {
-				out[i] = statsJSON{s.Consumer, s.Pending, s.Processing, s.Completed, s.Expired, s.Dead,
-					s.CompletedLastMinute, s.OldestPendingAge.Seconds()}
-			}
-			return a.writeJSON(out)
+			return a.writeJSON(st) // oldest_pending_seconds: see inbox.ConsumerStats
 		}
 		if len(st) == 0 {
 			fmt.Fprintf(a.stdout, "no messages in schema %s\n", a.schema)
@@ -345,7 +352,7 @@ func printMessage(w io.Writer, m inbox.StoredMessage) error {
 	field("owner", dash(m.Owner))
 	field("lease until", when(m.LeaseUntil))
 	field("token", m.Token)
-	field("fingerprint", fmt.Sprintf("%x", m.Fingerprint))
+	field("fingerprint", m.Fingerprint) // hex, as in the JSON form
 	if len(m.Headers) > 0 {
 		h, _ := json.Marshal(m.Headers)
 		field("headers", string(h))
@@ -390,24 +397,46 @@ func parseIDs(cmd string, args []string) ([]int64, error) {
 	return ids, nil
 }
 
-// bulkCommand is dead replay and dead discard: ids, or --all with filters.
-func bulkCommand(verb, past, summary, details string, do func(c *inbox.Client, a *app, ids []int64) ([]int64, error)) *command {
+// bulkSpec is dead replay or dead discard: ids, or --all with filters.
+type bulkSpec struct {
+	verb, past, summary, details string
+	skipIDs                      string // why a given id is skipped
+	skipAll                      string // why a dead letter listed by --all is skipped
+	// guarded: --all without --consumer needs --yes, and --dry-run previews (with check).
+	guarded bool
+	do      func(c *inbox.Client, a *app, ids []int64) ([]int64, error)
+	check   func(c *inbox.Client, a *app, ids []int64) ([]int64, error) // the ids do would act on now
+}
+
+// bulkCommand is a dead replay or dead discard command.
+func bulkCommand(b bulkSpec) *command {
 	var d deadFlags
-	name := "dead " + verb
+	var yes, dryRun bool
+	name := "dead " + b.verb
 	return &command{
 		name:    name,
 		args:    "ID... | --all",
-		summary: summary,
-		details: details,
-		flags:   func(fs *flag.FlagSet) { d = deadFlags{limit: inbox.MaxDeadListLimit}; d.register(fs, false, true) },
+		summary: b.summary,
+		details: b.details,
+		flags: func(fs *flag.FlagSet) {
+			d = deadFlags{limit: inbox.MaxDeadListLimit}
+			d.register(fs, false, true)
+			yes, dryRun = false, false
+			if b.guarded {
+				fs.BoolVar(&yes, "yes", false, "confirm --all without --consumer: every matching dead letter of every consumer")
+				fs.BoolVar(&dryRun, "dry-run", false, "print what would be "+b.past+", and change nothing")
+			}
+		},
 		run: func(a *app, fs *flag.FlagSet, args []string) error {
 			switch {
 			case d.all && len(args) > 0:
 				return usagef(name, "pass either ids or --all, not both")
 			case !d.all && len(args) == 0:
-				return usagef(name, "%s needs message ids (from 'txinbox dead list'), or --all to %s every dead letter matching the filters", name, verb)
+				return usagef(name, "%s needs message ids (from 'txinbox dead list'), or --all to %s every dead letter matching the filters", name, b.verb)
 			case !d.all && d.filtered():
 				return usagef(name, "the filters only apply with --all")
+			case yes && !d.all:
+				return usagef(name, "--yes only applies with --all")
 			}
 			var ids []int64
 			var f inbox.DeadFilter
@@ -419,11 +448,18 @@ func bulkCommand(verb, past, summary, details string, do func(c *inbox.Client, a
 			} else if ids, err = parseIDs(name, args); err != nil {
 				return err
 			}
+			if b.guarded && d.all && d.consumer == "" && !yes && !dryRun {
+				return usagef(name, "%s --all without --consumer would %s the matching dead letters of every consumer: add --consumer, preview with --dry-run, or confirm with --yes", name, b.verb)
+			}
 			c, pool, err := a.client(name)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
+			act := b.do
+			if dryRun {
+				act = b.check
+			}
 			var done, skipped []int64
 			if d.all {
 				// Page through the matching dead letters, acting on each page.
@@ -439,33 +475,51 @@ func bulkCommand(verb, past, summary, details string, do func(c *inbox.Client, a
 					for i, m := range ms {
 						page[i] = m.ID
 					}
-					got, err := do(c, a, page)
-					if err != nil {
-						return err
+					got := page // listed as dead: a dry run would act on each
+					if !dryRun {
+						if got, err = act(c, a, page); err != nil {
+							return err
+						}
 					}
 					done = append(done, got...)
 					skipped = append(skipped, missing(page, got)...)
 					f.AfterID = page[len(page)-1]
 				}
 			} else {
-				if done, err = do(c, a, ids); err != nil {
+				if done, err = act(c, a, ids); err != nil {
 					return err
 				}
 				skipped = missing(ids, done)
 			}
+			why := b.skipIDs
+			if d.all {
+				why = b.skipAll
+			}
 			if a.json {
-				out := map[string][]int64{past: nonNil(done), "skipped": nonNil(skipped)}
+				out := map[string]any{b.past: nonNil(done), "skipped": nonNil(skipped)}
+				if dryRun {
+					out["dry_run"] = true
+				}
 				if err := a.writeJSON(out); err != nil {
 					return err
 				}
-			} else {
-				fmt.Fprintf(a.stdout, "%s %d dead letter(s)%s\n", past, len(done), idList(done))
+			} else if dryRun {
+				fmt.Fprintf(a.stdout, "dry run: would %s %d dead letter(s)%s\n", b.verb, len(done), idList(done))
 				if len(skipped) > 0 {
-					fmt.Fprintf(a.stdout, "skipped %d (not dead, not found, or undecodable)%s\n", len(skipped), idList(skipped))
+					fmt.Fprintf(a.stdout, "would skip %d (%s)%s\n", len(skipped), why, idList(skipped))
+				}
+				fmt.Fprintf(a.stdout, "nothing was changed\n")
+			} else {
+				fmt.Fprintf(a.stdout, "%s %d dead letter(s)%s\n", b.past, len(done), idList(done))
+				if len(skipped) > 0 {
+					fmt.Fprintf(a.stdout, "skipped %d (%s)%s\n", len(skipped), why, idList(skipped))
 				}
 			}
 			if !d.all && len(skipped) > 0 {
-				return fmt.Errorf("%d of the ids were not %s: check them with 'txinbox dead show ID'", len(skipped), past)
+				if dryRun {
+					return fmt.Errorf("%d of the ids would not be %s: check them with 'txinbox dead show ID'", len(skipped), b.past)
+				}
+				return fmt.Errorf("%d of the ids were not %s: check them with 'txinbox dead show ID'", len(skipped), b.past)
 			}
 			return nil
 		},
@@ -473,16 +527,141 @@ func bulkCommand(verb, past, summary, details string, do func(c *inbox.Client, a
 }
 
 var (
-	deadReplay = bulkCommand("replay", "replayed", "put dead letters back to pending (same row and key, attempts reset)", `
+	deadReplay = bulkCommand(bulkSpec{verb: "replay", past: "replayed",
+		summary: "put dead letters back to pending (same row and key, attempts reset)",
+		details: `
 A replayed message keeps its key, payload and last error, starts again at attempt 1 and runs as
 soon as a worker is free; a redelivery of its key is still a duplicate. Messages stored undecodable
 are skipped (they can only die again: discard them). Exits 1 if a given id was not replayed.`,
-		func(c *inbox.Client, a *app, ids []int64) ([]int64, error) { return c.ReplayDead(a.ctx, ids...) })
-	deadDiscard = bulkCommand("discard", "discarded", "delete dead letters", `
+		skipIDs: "not dead, not found, or stored undecodable",
+		skipAll: "stored undecodable, or no longer dead",
+		do:      func(c *inbox.Client, a *app, ids []int64) ([]int64, error) { return c.ReplayDead(a.ctx, ids...) },
+	})
+	deadDiscard = bulkCommand(bulkSpec{verb: "discard", past: "discarded", summary: "delete dead letters", details: `
 A discarded message is deleted: its key is free again, so a later delivery of it is accepted as a
-new message. Exits 1 if a given id was not discarded.`,
-		func(c *inbox.Client, a *app, ids []int64) ([]int64, error) { return c.DiscardDead(a.ctx, ids...) })
+new message. --all without --consumer needs --yes (it spans every consumer). --dry-run prints what
+would be discarded and changes nothing. Exits 1 if a given id was not (with --dry-run: would not
+be) discarded.`,
+		skipIDs: "not dead, or not found",
+		skipAll: "no longer dead",
+		guarded: true,
+		do:      func(c *inbox.Client, a *app, ids []int64) ([]int64, error) { return c.DiscardDead(a.ctx, ids...) },
+		check:   deadNow,
+	})
 )
+
+// deadNow returns the ids that are dead now, in the order given.
+func deadNow(c *inbox.Client, a *app, ids []int64) ([]int64, error) {
+	var out []int64
+	for _, id := range ids {
+		m, err := c.GetMessage(a.ctx, id)
+		if errors.Is(err, inbox.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m.State == inbox.StateDead {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// ---- pending ----
+
+var pendingFlags struct {
+	consumer, kind string
+	dryRun         bool
+}
+
+var pendingDiscard = &command{
+	name:    "pending discard",
+	args:    "ID... | --consumer C",
+	summary: "delete pending messages no worker has claimed",
+	details: `
+For the messages of a retired or mistyped consumer. Deletes pending messages with their queue
+rows: those given by id, or every pending message of
+--consumer (and --kind), or the given ids of --consumer. Their keys are free again: a later delivery
+is accepted as a new message. A message a worker has claimed is never deleted: it is reported as
+claimed (wait for it to finish, or stop the workers, and run again). Completed and dead messages
+are never touched (see 'purge' and 'dead discard'). --dry-run prints what would be discarded and
+changes nothing. Exits 1 if a given id was not (with --dry-run: would not be) discarded; with
+--consumer alone, claimed messages are reported and the exit status is 0.`,
+	flags: func(fs *flag.FlagSet) {
+		pendingFlags.consumer, pendingFlags.kind, pendingFlags.dryRun = "", "", false
+		fs.StringVar(&pendingFlags.consumer, "consumer", "", "discard the pending messages of this consumer")
+		fs.StringVar(&pendingFlags.kind, "kind", "", "only messages of this kind (with --consumer or ids)")
+		fs.BoolVar(&pendingFlags.dryRun, "dry-run", false, "print what would be discarded, and change nothing")
+	},
+	run: func(a *app, fs *flag.FlagSet, args []string) error {
+		const name = "pending discard"
+		p := pendingFlags
+		if p.consumer == "" && len(args) == 0 {
+			return usagef(name, "pending discard needs message ids or --consumer (a --kind alone would span every consumer)")
+		}
+		for _, n := range []struct{ flag, v string }{{"--consumer", p.consumer}, {"--kind", p.kind}} {
+			if n.v == "" {
+				continue
+			}
+			if err := inbox.ValidateName(n.v); err != nil {
+				return usagef(name, "%s: %v", n.flag, err)
+			}
+		}
+		ids, err := parseIDs(name, args)
+		if err != nil {
+			return err
+		}
+		c, pool, err := a.client(name)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		r, err := c.DiscardPending(a.ctx, inbox.PendingFilter{Consumer: p.consumer, Kind: p.kind, IDs: ids}, p.dryRun)
+		if err != nil {
+			if len(r.Discarded) > 0 && !p.dryRun {
+				fmt.Fprintf(a.stderr, "discarded %d pending message(s) before the error\n", len(r.Discarded))
+			}
+			return err
+		}
+		skipped := missing(ids, append(append([]int64{}, r.Discarded...), r.Claimed...))
+		why := "not found, or not pending: completed or dead"
+		if p.consumer != "" || p.kind != "" {
+			why = "not found, not pending, or not of the --consumer/--kind given"
+		}
+		if a.json {
+			out := map[string]any{"discarded": r.Discarded, "claimed": r.Claimed, "skipped": nonNil(skipped)}
+			if p.dryRun {
+				out["dry_run"] = true
+			}
+			if err := a.writeJSON(out); err != nil {
+				return err
+			}
+		} else {
+			verb, left, skip := "discarded", "left", "skipped"
+			if p.dryRun {
+				verb, left, skip = "dry run: would discard", "would leave", "would skip"
+			}
+			fmt.Fprintf(a.stdout, "%s %d pending message(s)%s\n", verb, len(r.Discarded), idList(r.Discarded))
+			if len(r.Claimed) > 0 {
+				fmt.Fprintf(a.stdout, "%s %d claimed by a worker (not discarded)%s\n", left, len(r.Claimed), idList(r.Claimed))
+			}
+			if len(skipped) > 0 {
+				fmt.Fprintf(a.stdout, "%s %d (%s)%s\n", skip, len(skipped), why, idList(skipped))
+			}
+			if p.dryRun {
+				fmt.Fprintf(a.stdout, "nothing was changed\n")
+			}
+		}
+		if n := len(missing(ids, r.Discarded)); n > 0 {
+			if p.dryRun {
+				return fmt.Errorf("%d of the ids would not be discarded", n)
+			}
+			return fmt.Errorf("%d of the ids were not discarded: check them with 'txinbox dead show ID' (it shows a message in any state)", n)
+		}
+		return nil
+	},
+}
 
 func missing(asked, done []int64) []int64 {
 	got := make(map[int64]bool, len(done))

@@ -1,4 +1,5 @@
-// Command txinbox administers a txinbox schema: migrations, statistics, dead letters and purging.
+// Command txinbox administers a txinbox schema: migrations, statistics, dead letters, pending
+// messages and purging.
 //
 // Usage:
 //
@@ -6,18 +7,21 @@
 //
 // Commands:
 //
-//	migrate up|down|status   apply, roll back (one version) or list the schema migrations
+//	migrate up|down|status   apply, roll back (one version) or list (read-only) the schema migrations
 //	stats                    messages per consumer and state
 //	dead list                list dead letters (filters: --consumer --kind --error --since --until)
 //	dead show ID             show one stored message with every field
 //	dead replay ID...|--all  put dead letters back to pending (same key, attempts reset)
-//	dead discard ID...|--all delete dead letters (their keys are accepted again)
+//	dead discard ID...|--all delete dead letters (--all needs --consumer or --yes; --dry-run)
+//	pending discard ID...|--consumer C
+//	                         delete pending messages no worker has claimed (--kind; --dry-run)
 //	clean                    delete completed messages past their dedup window (one full pass)
 //	purge --older-than AGE   delete completed (and, with --state, dead) messages older than AGE
 //
 // The database comes from --database-url or the DATABASE_URL environment variable; the schema
-// defaults to public. Output is a table by default and JSON with --json. Every command takes
-// --help. Exit status: 0 on success, 1 when the command failed, 2 for a usage error.
+// defaults to public. Output is a table by default and JSON with --json (messages and
+// statistics in the JSON form of the inbox package's types). Every command takes --help. Exit status: 0 on success, 1 when the
+// command failed (or a given id was not acted on), 2 for a usage error (nothing was written).
 package main
 
 import (
@@ -131,12 +135,13 @@ func explain(err error, schema string) string {
 	return msg
 }
 
-var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, cleanCmd, purgeCmd}
+var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, pendingDiscard, cleanCmd, purgeCmd}
 
 // groups are the commands that take a sub-command.
 var groups = map[string]string{
 	"migrate": "apply, roll back or list the schema migrations",
 	"dead":    "list, show, replay or discard dead letters",
+	"pending": "discard pending messages that no worker has claimed",
 }
 
 func (a *app) globalFlags(fs *flag.FlagSet) {

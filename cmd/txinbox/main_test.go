@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
@@ -71,10 +73,24 @@ func cli(t *testing.T, databaseURL string, args ...string) result {
 	return r
 }
 
+// want fails t unless the exit status is code and stdout and stderr each contain their text; an
+// empty text asserts that the stream is empty.
 func (r result) want(t *testing.T, code int, stdoutHas, stderrHas string) {
 	t.Helper()
-	if r.code != code || !strings.Contains(r.stdout, stdoutHas) || !strings.Contains(r.stderr, stderrHas) {
-		t.Fatalf("exit %d (want %d)\nstdout (want %q):\n%s\nstderr (want %q):\n%s", r.code, code, stdoutHas, r.stdout, stderrHas, r.stderr)
+	has := func(out, text string) bool {
+		if text == "" {
+			return out == ""
+		}
+		return strings.Contains(out, text)
+	}
+	if r.code != code || !has(r.stdout, stdoutHas) || !has(r.stderr, stderrHas) {
+		show := func(text string) string {
+			if text == "" {
+				return "empty"
+			}
+			return fmt.Sprintf("%q", text)
+		}
+		t.Fatalf("exit %d (want %d)\nstdout (want %s):\n%s\nstderr (want %s):\n%s", r.code, code, show(stdoutHas), r.stdout, show(stderrHas), r.stderr)
 	}
 }
 
@@ -197,7 +213,7 @@ func TestDeadLetters(t *testing.T) {
 	if len(list) != 1 {
 		t.Fatalf("limited list: %+v", list)
 	}
-	cli(t, url, "dead", "list", "--schema", s, "--limit", "1").want(t, 0, "", "--after")
+	cli(t, url, "dead", "list", "--schema", s, "--limit", "1").want(t, 0, "LAST ERROR", "--after")
 	list = decode[[]inbox.StoredMessage](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--since", "1h", "--kind", "Nope"))
 	if len(list) != 0 {
 		t.Fatalf("list of nothing: %+v", list)
@@ -386,6 +402,8 @@ func TestUsageErrors(t *testing.T) {
 		for _, args := range [][]string{
 			{"migrate", "up"}, {"migrate", "down"}, {"stats"}, {"dead", "list"}, {"dead", "discard", fmt.Sprint(ids["d1"])},
 			{"dead", "replay", "--all"}, {"purge", "--older-than", "0s", "--state", "completed,dead"}, {"clean"},
+			{"migrate", "status"}, {"dead", "discard", "--all", "--yes"}, {"dead", "discard", "--all", "--dry-run"},
+			{"pending", "discard", "--consumer", "ledger"}, {"pending", "discard", "--dry-run", fmt.Sprint(ids["p1"])},
 		} {
 			cases = append(cases, struct {
 				args   []string
@@ -402,6 +420,8 @@ func TestUsageErrors(t *testing.T) {
 		for _, flag := range []string{"--consumer", "--kind"} {
 			for _, args := range [][]string{
 				{"dead", "list", flag, name}, {"dead", "discard", "--all", flag, name}, {"dead", "replay", "--all", flag, name},
+				{"dead", "discard", "--all", "--dry-run", flag, name}, {"pending", "discard", fmt.Sprint(ids["p1"]), flag, name},
+				{"pending", "discard", "--dry-run", fmt.Sprint(ids["p1"]), flag, name},
 			} {
 				cases = append(cases, struct {
 					args   []string
@@ -437,7 +457,7 @@ func TestHelp(t *testing.T) {
 		{"--help"}, {"help"}, {"-h"}, {"migrate", "--help"}, {"dead", "--help"}, {"help", "dead", "list"},
 		{"migrate", "up", "--help"}, {"migrate", "down", "--help"}, {"migrate", "status", "--help"}, {"stats", "--help"},
 		{"dead", "list", "--help"}, {"dead", "show", "--help"}, {"dead", "replay", "--help"}, {"dead", "discard", "--help"},
-		{"purge", "--help"}, {"clean", "--help"},
+		{"purge", "--help"}, {"clean", "--help"}, {"pending", "--help"}, {"pending", "discard", "--help"}, {"help", "pending", "discard"},
 	} {
 		r := cli(t, "", args...)
 		if r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: txinbox") || r.stderr != "" {
@@ -448,6 +468,281 @@ func TestHelp(t *testing.T) {
 	for _, want := range []string{"-older-than", "-state", "-database-url", "-schema", "-json"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("purge --help lacks %s:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// schemaState is whether schema exists and the names of its tables.
+func schemaState(t *testing.T, url, schema string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var s string
+	err = conn.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM pg_namespace WHERE nspname = $1) || ':' ||
+		coalesce((SELECT string_agg(table_name, ',' ORDER BY table_name) FROM information_schema.tables WHERE table_schema = $1), '')`,
+		schema).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// migrate status is read-only: on a schema that does not exist or was never migrated it says so and
+// creates nothing; migrate down there says "nothing to roll back", exits 0 and creates nothing.
+func TestMigrateReadOnly(t *testing.T) {
+	t.Parallel()
+	existing, url := testdb.NewSchema(t)
+	missing := existing + "_none"
+	t.Cleanup(func() { // only if a bug created it
+		ctx := context.Background()
+		if conn, err := pgx.Connect(ctx, url); err == nil {
+			_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{missing}.Sanitize()+" CASCADE")
+			conn.Close(ctx)
+		}
+	})
+	cli(t, url, "migrate", "status", "--schema", missing).want(t, 0, "schema "+missing+" does not exist", "")
+	cli(t, url, "migrate", "status", "--schema", existing).want(t, 0, "schema "+existing+" was never migrated", "")
+	st := decode[[]map[string]any](t, cli(t, url, "migrate", "status", "--schema", missing, "--json"))
+	if len(st) == 0 || st[0]["applied"] != false || st[0]["name"] != "00001_inbox.sql" {
+		t.Fatalf("status --json: %v", st)
+	}
+	for _, s := range []string{missing, existing} {
+		cli(t, url, "migrate", "down", "--schema", s).want(t, 0, "nothing to roll back", "")
+		if got := decode[[]map[string]any](t, cli(t, url, "migrate", "down", "--schema", s, "--json")); len(got) != 0 {
+			t.Fatalf("down --json on %s: %v", s, got)
+		}
+	}
+	if got := schemaState(t, url, missing); got != "0:" {
+		t.Fatalf("schema %s after status and down: %s, want none", missing, got)
+	}
+	if got := schemaState(t, url, existing); got != "1:" {
+		t.Fatalf("schema %s after status and down: %s, want no tables", existing, got)
+	}
+	// Migrated, then rolled back entirely: down again has nothing to roll back.
+	cli(t, url, "migrate", "up", "--schema", existing).want(t, 0, "applied 00001_inbox.sql", "")
+	cli(t, url, "migrate", "status", "--schema", existing).want(t, 0, "applied", "")
+	for range 2 {
+		cli(t, url, "migrate", "down", "--schema", existing).want(t, 0, "rolled back", "")
+	}
+	cli(t, url, "migrate", "down", "--schema", existing).want(t, 0, "nothing to roll back", "")
+}
+
+// dead discard --all needs --consumer or --yes; --dry-run previews and changes nothing.
+func TestDeadDiscardGuards(t *testing.T) {
+	t.Parallel()
+	db, ids := seed(t)
+	s, url := db.Schema, db.URL
+	before := snapshot(t, db)
+	for _, args := range [][]string{
+		{"dead", "discard", "--all"},
+		{"dead", "discard", "--all", "--kind", "OrderPaid"},
+		{"dead", "discard", "--all", "--error", "funds"},
+		{"dead", "discard", "--yes", fmt.Sprint(ids["d1"])},
+		{"dead", "discard", "--dry-run"},
+		{"dead", "discard", "--dry-run", "--all", "--consumer", "a b"},
+		{"dead", "discard", "--dry-run", "0"},
+	} {
+		r := cli(t, url, append([]string{"--schema", s}, args...)...)
+		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "--help") {
+			t.Errorf("txinbox %q: exit %d\nstdout:\n%s\nstderr:\n%s\nwant a usage error", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	cli(t, url, "--schema", s, "dead", "discard", "--all").want(t, 2, "", "--yes")
+	// Dry runs: every dead letter, by id, and ids that would be skipped (exit 1, as the real discard).
+	dry := fmt.Sprintf("dry run: would discard 3 dead letter(s): %d, %d, %d", ids["d1"], ids["d2"], ids["d3"])
+	cli(t, url, "--schema", s, "dead", "discard", "--all", "--dry-run").want(t, 0, dry, "")
+	cli(t, url, "--schema", s, "dead", "discard", "--dry-run", fmt.Sprint(ids["d2"])).want(t, 0, "would discard 1 dead letter(s)", "")
+	cli(t, url, "--schema", s, "dead", "discard", "--dry-run", fmt.Sprint(ids["d2"]), fmt.Sprint(ids["p1"])).
+		want(t, 1, "would skip 1 (not dead, or not found): "+fmt.Sprint(ids["p1"]), "would not be discarded")
+	out := decode[map[string]any](t, cli(t, url, "--schema", s, "--json", "dead", "discard", "--all", "--dry-run", "--consumer", "ledger"))
+	if fmt.Sprint(out["discarded"]) != fmt.Sprintf("[%d %d]", ids["d1"], ids["d2"]) || out["dry_run"] != true {
+		t.Fatalf("dry run --json: %v", out)
+	}
+	if after := snapshot(t, db); after != before {
+		t.Fatalf("rows changed: %s -> %s", before, after)
+	}
+	// --yes confirms --all across consumers.
+	cli(t, url, "--schema", s, "dead", "discard", "--all", "--yes").want(t, 0, "discarded 3 dead letter(s)", "")
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'dead'`); n != 0 {
+		t.Fatalf("%d dead letters left", n)
+	}
+}
+
+// Each command says why it skipped an id, in its own terms.
+func TestSkipMessages(t *testing.T) {
+	t.Parallel()
+	db, ids := seed(t)
+	s, url := db.Schema, db.URL
+	p1 := fmt.Sprint(ids["p1"])
+	cli(t, url, "--schema", s, "dead", "discard", p1).want(t, 1, "skipped 1 (not dead, or not found): "+p1, "not discarded")
+	cli(t, url, "--schema", s, "dead", "replay", p1).want(t, 1, "skipped 1 (not dead, not found, or stored undecodable): "+p1, "not replayed")
+	cli(t, url, "--schema", s, "pending", "discard", fmt.Sprint(ids["c1"])).
+		want(t, 1, "skipped 1 (not found, or not pending: completed or dead): "+fmt.Sprint(ids["c1"]), "not discarded")
+	cli(t, url, "--schema", s, "pending", "discard", "--consumer", "audit", p1).
+		want(t, 1, "skipped 1 (not found, not pending, or not of the --consumer/--kind given): "+p1, "not discarded")
+}
+
+// The JSON of stats and dead show uses the names and encodings of the Go types, and the text form
+// of dead show prints the fingerprint as the JSON does.
+func TestJSONMatchesGoTypes(t *testing.T) {
+	t.Parallel()
+	db, ids := seed(t)
+	if _, err := db.Pool.Exec(context.Background(), db.SQL(`UPDATE {schema}.inbox SET next_run_at = now() - interval '1 hour' WHERE id = $1`), ids["p1"]); err != nil {
+		t.Fatal(err)
+	}
+	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goStats, err := c.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(goStats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []map[string]any
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	got := decode[[]map[string]any](t, cli(t, db.URL, "stats", "--schema", db.Schema, "--json"))
+	if len(got) != len(want) {
+		t.Fatalf("stats --json %v, Go %v", got, want)
+	}
+	for i := range got {
+		for k := range want[i] {
+			if _, ok := got[i][k]; !ok {
+				t.Errorf("stats --json lacks %q of the Go type: %v", k, got[i])
+			}
+		}
+		for k := range got[i] {
+			if _, ok := want[i][k]; !ok {
+				t.Errorf("stats --json has %q, unknown to the Go type: %v", k, want[i])
+			}
+		}
+	}
+	// The oldest due pending message of ledger has waited an hour: seconds, not nanoseconds.
+	if age, _ := got[1]["oldest_pending_seconds"].(float64); got[1]["consumer"] != "ledger" || age < 3500 || age > 86400 {
+		t.Fatalf("ledger: oldest_pending_seconds = %v, want about 3600", got[1]["oldest_pending_seconds"])
+	}
+	var back []inbox.ConsumerStats
+	if err := json.Unmarshal(b, &back); err != nil || back[1].OldestPendingAge != goStats[1].OldestPendingAge {
+		t.Fatalf("round trip: %+v, %v; want %+v", back, err, goStats)
+	}
+
+	id := fmt.Sprint(ids["d2"])
+	m, err := c.GetMessage(context.Background(), ids["d2"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	show := decode[map[string]any](t, cli(t, db.URL, "--schema", db.Schema, "--json", "dead", "show", id))
+	hexFP := fmt.Sprintf("%x", []byte(m.Fingerprint))
+	if show["fingerprint"] != hexFP {
+		t.Fatalf("dead show --json fingerprint %v, want hex %s", show["fingerprint"], hexFP)
+	}
+	if b, _ := json.Marshal(m); !strings.Contains(string(b), `"fingerprint":"`+hexFP+`"`) {
+		t.Fatalf("Go JSON of the message: %s, want fingerprint %s", b, hexFP)
+	}
+	r := cli(t, db.URL, "--schema", db.Schema, "dead", "show", id)
+	r.want(t, 0, hexFP, "")
+	for line := range strings.Lines(r.stdout) {
+		if strings.HasPrefix(line, "fingerprint:") && strings.TrimSpace(strings.TrimPrefix(line, "fingerprint:")) != hexFP {
+			t.Fatalf("dead show: %q, want fingerprint %s", line, hexFP)
+		}
+	}
+}
+
+func TestPendingDiscard(t *testing.T) {
+	t.Parallel()
+	db, ids := seed(t)
+	s, url := db.Schema, db.URL
+	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	more := map[string]int64{}
+	for _, m := range []inbox.Message{
+		{Consumer: "ledgr", Key: "t1", Kind: "OrderPaid", Payload: []byte(`{}`)}, // a mistyped consumer
+		{Consumer: "ledgr", Key: "t2", Kind: "Refund", Payload: []byte(`{}`)},
+		{Consumer: "ledgr", Key: "t3", Kind: "OrderPaid", Payload: []byte(`{}`)},
+	} {
+		r, err := c.Receive(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		more[m.Key] = r.ID
+	}
+	// t3 is claimed by a worker.
+	if _, err := db.Pool.Exec(ctx, db.SQL(`WITH q AS (UPDATE {schema}.inbox_queue SET claimed = true, token = 1 WHERE id = $1)
+		UPDATE {schema}.inbox SET state = 'processing', token = 1, owner = 'w1', attempts_started = 1 WHERE id = $1`), more["t3"]); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, db)
+	t1, t2, t3 := fmt.Sprint(more["t1"]), fmt.Sprint(more["t2"]), fmt.Sprint(more["t3"])
+	cli(t, url, "--schema", s, "pending", "discard", "--consumer", "ledgr", "--dry-run").
+		want(t, 0, "dry run: would discard 2 pending message(s): "+t1+", "+t2+"\nwould leave 1 claimed by a worker (not discarded): "+t3+"\nnothing was changed", "")
+	if after := snapshot(t, db); after != before {
+		t.Fatalf("dry run changed rows: %s -> %s", before, after)
+	}
+	// By consumer and kind.
+	cli(t, url, "--schema", s, "pending", "discard", "--consumer", "ledgr", "--kind", "Refund").want(t, 0, "discarded 1 pending message(s): "+t2, "")
+	// By id: the claimed one is not discarded (exit 1).
+	out := decode[map[string][]int64](t, cli(t, url, "--schema", s, "--json", "pending", "discard", t1, t3))
+	if fmt.Sprint(out["discarded"], out["claimed"], out["skipped"]) != fmt.Sprintf("[%s] [%s] []", t1, t3) {
+		t.Fatalf("discard by id: %v", out)
+	}
+	cli(t, url, "--schema", s, "pending", "discard", "--consumer", "ledgr").want(t, 0, "discarded 0 pending message(s)\nleft 1 claimed by a worker (not discarded): "+t3, "")
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE consumer = 'ledgr'`); n != 1 {
+		t.Fatalf("%d messages of ledgr left, want the claimed one", n)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue WHERE consumer = 'ledgr'`); n != 1 {
+		t.Fatalf("%d queue rows of ledgr left, want the claimed one", n)
+	}
+	// ledger's pending message and the other states are untouched.
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE consumer <> 'ledgr'`); n != 5 {
+		t.Fatalf("%d other messages, want 5", n)
+	}
+	_ = ids
+}
+
+// Bad input to pending discard exits 2 and writes nothing.
+func TestPendingDiscardUsage(t *testing.T) {
+	t.Parallel()
+	db, ids := seed(t)
+	before := snapshot(t, db)
+	p1 := fmt.Sprint(ids["p1"])
+	for _, c := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"pending", "discard"}, "needs message ids or --consumer"},
+		{[]string{"pending", "discard", "--kind", "OrderPaid"}, "needs message ids or --consumer"},
+		{[]string{"pending", "discard", "--dry-run"}, "needs message ids or --consumer"},
+		{[]string{"pending", "discard", "--consumer", "a b"}, "--consumer:"},
+		{[]string{"pending", "discard", "--consumer", `x"; DELETE FROM inbox; --`}, "--consumer:"},
+		{[]string{"pending", "discard", "--consumer", "ledger", "--kind", "a\xffb"}, "--kind:"},
+		{[]string{"pending", "discard", "0"}, "not a message id"},
+		{[]string{"pending", "discard", p1, "x"}, "not a message id"},
+		{[]string{"pending", "discard", "--consumer", "ledger", "--bogus"}, "flag provided but not defined"},
+		{[]string{"pending", "discard", "--consumer", "ledger", "--dry-run=maybe"}, "invalid boolean"},
+		{[]string{"--schema", "a.b", "pending", "discard", "--consumer", "ledger"}, "not a plain identifier"},
+		{[]string{"pending"}, "needs a sub-command: discard"},
+		{[]string{"pending", "list"}, `unknown sub-command "pending list"`},
+	} {
+		args := c.args
+		if args[0] != "--schema" {
+			args = append([]string{"--schema", db.Schema}, args...)
+		}
+		cli(t, db.URL, args...).want(t, 2, "", c.stderr)
+		if after := snapshot(t, db); after != before {
+			t.Fatalf("txinbox %q wrote something: %s -> %s", args, before, after)
 		}
 	}
 }

@@ -140,6 +140,93 @@ func (q *Queries) DiscardDead(ctx context.Context, db DBTX, ids []int64) ([]int6
 	return items, nil
 }
 
+const discardPending = `-- name: DiscardPending :many
+WITH matched AS (
+    SELECT q.id
+    FROM /* TEMPLATE: schema */inbox_queue q
+    JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id
+    WHERE q.id > $1
+      AND ($2::text = '' OR q.consumer = $2)
+      AND ($3::text = '' OR m.kind = $3)
+      AND (cardinality($4::bigint[]) = 0 OR q.id = ANY($4::bigint[]))
+    ORDER BY q.id
+    LIMIT $5
+), locked AS (
+    SELECT q.id
+    FROM /* TEMPLATE: schema */inbox_queue q
+    WHERE q.id IN (SELECT matched.id FROM matched) AND NOT q.claimed
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM /* TEMPLATE: schema */inbox m
+    USING locked
+    WHERE m.id = locked.id AND m.state = 'pending'
+    RETURNING m.id, m.consumer, m.ordering_key
+), dequeued AS (
+    DELETE FROM /* TEMPLATE: schema */inbox_queue q
+    USING deleted
+    WHERE q.id = deleted.id
+)
+SELECT mt.id, (d.id IS NOT NULL)::boolean AS discarded, coalesce(d.consumer, '')::text AS consumer,
+       d.ordering_key
+FROM matched mt
+LEFT JOIN deleted d ON d.id = mt.id
+ORDER BY mt.id
+`
+
+type DiscardPendingParams struct {
+	AfterID  int64
+	Consumer string
+	Kind     string
+	Ids      []int64
+	MaxRows  int32
+}
+
+type DiscardPendingRow struct {
+	ID          int64
+	Discarded   bool
+	Consumer    string
+	OrderingKey pgtype.Text
+}
+
+// Deletes pending messages that no worker has claimed, with their queue rows. It considers the
+// queued messages (one queue row per pending or claimed message; completed and dead rows are never
+// read) with an id above @after_id that match the non-empty filters (@consumer, @kind, @ids), the
+// first @max_rows of them in id order. A queue row is locked FOR UPDATE SKIP LOCKED before its
+// message is deleted, as claims lock it: a claim that locked it first wins, a claim that comes
+// later skips it, and a row a claim updated in the meantime is re-checked (claimed) and left alone.
+// Returns every message considered, whether it was deleted, and the consumer and ordering key of
+// those deleted.
+func (q *Queries) DiscardPending(ctx context.Context, db DBTX, arg DiscardPendingParams) ([]DiscardPendingRow, error) {
+	rows, err := db.Query(ctx, discardPending,
+		arg.AfterID,
+		arg.Consumer,
+		arg.Kind,
+		arg.Ids,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DiscardPendingRow
+	for rows.Next() {
+		var i DiscardPendingRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Discarded,
+			&i.Consumer,
+			&i.OrderingKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const getMessage = `-- name: GetMessage :one
 SELECT id, consumer, key, kind, payload, raw, headers, fingerprint, ordering_key, state,
        attempts_started, attempts_failed, next_run_at, owner, lease_until, token, last_error,
@@ -284,6 +371,59 @@ func (q *Queries) MaxMessageID(ctx context.Context, db DBTX) (int64, error) {
 	var max_id int64
 	err := row.Scan(&max_id)
 	return max_id, err
+}
+
+const previewDiscardPending = `-- name: PreviewDiscardPending :many
+SELECT q.id, (NOT q.claimed AND m.state = 'pending')::boolean AS discarded
+FROM /* TEMPLATE: schema */inbox_queue q
+JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id
+WHERE q.id > $1
+  AND ($2::text = '' OR q.consumer = $2)
+  AND ($3::text = '' OR m.kind = $3)
+  AND (cardinality($4::bigint[]) = 0 OR q.id = ANY($4::bigint[]))
+ORDER BY q.id
+LIMIT $5
+`
+
+type PreviewDiscardPendingParams struct {
+	AfterID  int64
+	Consumer string
+	Kind     string
+	Ids      []int64
+	MaxRows  int32
+}
+
+type PreviewDiscardPendingRow struct {
+	ID        int64
+	Discarded bool
+}
+
+// What DiscardPending would do with the same arguments, without locking or deleting anything:
+// every message it would consider and whether it is pending and unclaimed now.
+func (q *Queries) PreviewDiscardPending(ctx context.Context, db DBTX, arg PreviewDiscardPendingParams) ([]PreviewDiscardPendingRow, error) {
+	rows, err := db.Query(ctx, previewDiscardPending,
+		arg.AfterID,
+		arg.Consumer,
+		arg.Kind,
+		arg.Ids,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PreviewDiscardPendingRow
+	for rows.Next() {
+		var i PreviewDiscardPendingRow
+		if err := rows.Scan(&i.ID, &i.Discarded); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const purgeFinished = `-- name: PurgeFinished :one
