@@ -171,7 +171,7 @@ func TestFailuresAreLoggedAndObserved(t *testing.T) {
 	e.receive(t, "flaky")
 	errFlaky := errors.New("flaky downstream")
 	logs := &logBuffer{}
-	obs := &recorder{}
+	obs := &events{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return fmt.Errorf("attempt %d: %w", m.Attempt, errFlaky)
@@ -200,30 +200,12 @@ func TestFailuresAreLoggedAndObserved(t *testing.T) {
 	check("txinbox: attempt failed; will retry", "DEBUG", 1)
 	check("txinbox: message is dead", "WARN", 2)
 
-	waitFor(t, "two events", func() bool { return len(obs.all()) == 2 })
-	for i, ev := range obs.all() {
+	waitFor(t, "two events", func() bool { return len(obs.of("credit")) == 2 })
+	for i, ev := range obs.of("credit") {
 		wantOutcome := []worker.Outcome{worker.OutcomeRetry, worker.OutcomeDead}[i]
 		if ev.ID != id || ev.Key != "flaky" || ev.Attempt != i+1 || ev.Outcome != wantOutcome ||
 			ev.Reason != worker.ReasonError || !errors.Is(ev.Err, errFlaky) {
 			t.Errorf("event %d = %+v, want id %d, key flaky, attempt %d, %s, reason error, Err wrapping errFlaky", i, ev, id, i+1, wantOutcome)
 		}
 	}
-}
-
-// recorder is an Observer that keeps every event.
-type recorder struct {
-	mu     sync.Mutex
-	events []worker.HandleEvent
-}
-
-func (r *recorder) Handled(e worker.HandleEvent) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
-}
-
-func (r *recorder) all() []worker.HandleEvent {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]worker.HandleEvent(nil), r.events...)
 }
