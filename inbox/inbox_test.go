@@ -3,8 +3,12 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
@@ -59,19 +63,72 @@ func TestReceiveDuplicateAndConflict(t *testing.T) {
 	}
 }
 
+// roundTrips counts what a connection sends to the server: statements (queries, including BEGIN and
+// COMMIT) and the preparations of new statements, each a round trip of its own.
+type roundTrips struct {
+	statements, prepares atomic.Int64
+}
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.statements.Add(1)
+	return ctx
+}
+
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	return ctx
+}
+
+func (r *roundTrips) TracePrepareEnd(_ context.Context, _ *pgx.Conn, d pgx.TracePrepareEndData) {
+	if !d.AlreadyPrepared {
+		r.prepares.Add(1)
+	}
+}
+
+// ReceiveMany sends one statement per call, whatever the batch holds (new messages, duplicates of
+// stored ones and of each other, conflicts): counted by a tracer on the client's own connection.
 func TestReceiveManyOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	c, db := newClient(t)
+	db := testdb.New(t)
 	ctx := context.Background()
-	if _, err := c.Receive(ctx, msg("old", `1`)); err != nil {
-		t.Fatal(err)
-	}
-	rs, err := c.ReceiveMany(ctx, []inbox.Message{
-		msg("a", `1`), msg("old", `1`), msg("b", `2`), msg("a", `1`), msg("b", `3`), msg("old", `2`),
-	})
+	cc, err := pgx.ParseConfig(db.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rt := &roundTrips{}
+	cc.Tracer = rt
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	c, err := inbox.NewClient(conn, inbox.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first statement on the connection is also prepared (a round trip of its own, once).
+	if _, err := c.Receive(ctx, msg("old", `1`)); err != nil {
+		t.Fatal(err)
+	}
+	// roundTrip runs f and fails t unless it sent exactly one statement and prepared nothing.
+	roundTrip := func(what string, f func() error) {
+		t.Helper()
+		s0, p0 := rt.statements.Load(), rt.prepares.Load()
+		if err := f(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if s, p := rt.statements.Load()-s0, rt.prepares.Load()-p0; s != 1 || p != 0 {
+			t.Errorf("%s: %d statements and %d preparations sent, want 1 statement and none", what, s, p)
+		}
+	}
+	var rs []inbox.Receipt
+	roundTrip("ReceiveMany", func() (err error) {
+		rs, err = c.ReceiveMany(ctx, []inbox.Message{
+			msg("a", `1`), msg("old", `1`), msg("b", `2`), msg("a", `1`), msg("b", `3`), msg("old", `2`),
+		})
+		return err
+	})
 	want := []inbox.Outcome{inbox.Inserted, inbox.Duplicate, inbox.Inserted, inbox.Duplicate, inbox.Conflict, inbox.Conflict}
 	for i, r := range rs {
 		if r.Outcome != want[i] {
@@ -83,6 +140,14 @@ func TestReceiveManyOneRoundTrip(t *testing.T) {
 	}
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 3 {
 		t.Fatalf("rows = %d, want 3", got)
+	}
+	// Other batch sizes use the same statement (nothing new to prepare).
+	for _, n := range []int{1, 2, 17, 100} {
+		batch := make([]inbox.Message, n)
+		for i := range batch {
+			batch[i] = msg(fmt.Sprintf("n%d-%d", n, i), fmt.Sprint(i))
+		}
+		roundTrip(fmt.Sprintf("ReceiveMany of %d", n), func() error { _, err := c.ReceiveMany(ctx, batch); return err })
 	}
 }
 

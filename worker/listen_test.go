@@ -54,20 +54,31 @@ func TestIdlePoolWokenByNotification(t *testing.T) {
 	}
 }
 
-// A burst received one message per statement with the default debounce: only some receives notify,
-// and the pool's fast polling after activity finds the others, so none waits for the poll interval.
+// A burst received one message per statement: only the first receive notifies, the others fall
+// within the Client's NotifyInterval (an hour, so that however slow the machine the burst is within
+// one interval), and the pool's fast polling after that wake-up finds them, so none waits for the
+// poll interval (an hour too). The pool keeps hot for longer than the NotifyInterval, as
+// worker.Config.HotWindow requires.
 func TestDebouncedNotificationsAndHotPolling(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	p := e.pool(t, creditHandlers(e), func(c *worker.Config) { c.PollInterval = noPolling; c.HotWindow = 0 })
+	client, err := inbox.NewClient(e.Pool, inbox.Config{Schema: e.Schema, NotifyInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.pool(t, creditHandlers(e), func(c *worker.Config) { c.PollInterval = noPolling; c.HotWindow = 2 * time.Hour })
 	run(t, p)
 	waitFor(t, "the listener", func() bool { return worker.ListenerPID(p) != 0 })
 	const n = 300
 	for i := range n {
-		e.receive(t, fmt.Sprint("b-", i))
+		if _, err := client.Receive(context.Background(), inbox.Message{Consumer: "ledger", Key: fmt.Sprint("b-", i), Kind: "credit", Payload: []byte(`{"amount":1}`)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitFor(t, "all messages", func() bool { return e.effects(t) == n })
-	t.Logf("%d messages received one per statement, %d notifications", n, worker.Notifications(p))
+	if got := worker.Notifications(p); got != 1 {
+		t.Fatalf("%d messages received one per statement within one NotifyInterval: %d notifications, want 1", n, got)
+	}
 }
 
 // After a burst the pool goes back to sleep; a message received long after is still woken for.

@@ -67,24 +67,26 @@ func newBrokerPlan(n int) *brokerPlan {
 
 // check asserts that every event was credited exactly once, to the right account, with its amount,
 // that every message is completed, and that every balance is exact (and the sum of its entries).
-func (p *brokerPlan) check(t *testing.T, db *testdb.DB) {
+// "Exactly once" is checked where a double processing would show, not only in the ledger, whose
+// UNIQUE event_id absorbs a second credit (Apply then reports AlreadyApplied): every completed
+// message's stored result (ledger.Applied) names its event's entry and is not AlreadyApplied, and the
+// handler never logged that an event already had an entry (log is the command's stderr).
+func (p *brokerPlan) check(t *testing.T, db *testdb.DB, log string) {
 	t.Helper()
 	ctx := context.Background()
-	rows, err := db.Pool.Query(ctx, db.SQL(`SELECT event_id, account_id, amount_cents, count(*) OVER (PARTITION BY event_id)
-		FROM {schema}.ledger_entries`))
+	rows, err := db.Pool.Query(ctx, db.SQL(`SELECT event_id, account_id, amount_cents FROM {schema}.ledger_entries`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	type entry struct {
 		account string
 		amount  int64
-		n       int64
 	}
 	got := map[string]entry{}
 	for rows.Next() {
 		var id string
 		var e entry
-		if err := rows.Scan(&id, &e.account, &e.amount, &e.n); err != nil {
+		if err := rows.Scan(&id, &e.account, &e.amount); err != nil {
 			t.Fatal(err)
 		}
 		got[id] = e
@@ -97,9 +99,20 @@ func (p *brokerPlan) check(t *testing.T, db *testdb.DB) {
 	}
 	for _, e := range p.events {
 		g, ok := got[e.id]
-		if !ok || g.n != 1 || g.account != e.account || g.amount != e.amount {
+		if !ok || g.account != e.account || g.amount != e.amount {
 			t.Errorf("event %s: credited %+v (found %v), want once to %s for %d", e.id, g, ok, e.account, e.amount)
 		}
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.ledger_entries e ON e.event_id = m.key
+		WHERE m.consumer = 'ledger' AND m.kind = 'OrderPaid' AND m.state = 'completed'
+		AND (m.result->>'entry_id')::bigint = e.id AND NOT coalesce((m.result->>'already_applied')::boolean, false)`); n != int64(len(p.events)) {
+		t.Errorf("%d completed OrderPaid messages whose result is their event's own entry, want %d", n, len(p.events))
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE coalesce((result->>'already_applied')::boolean, false)`); n != 0 {
+		t.Errorf("%d messages applied to an event that already had an entry (processed twice)", n)
+	}
+	if strings.Contains(log, "event already has an entry") {
+		t.Errorf("the handler met an event that already had an entry:\n%s", log)
 	}
 	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE consumer = 'ledger' AND kind = 'OrderPaid' AND state = 'completed'`); n != int64(len(p.events)) {
 		t.Errorf("%d completed OrderPaid messages in the inbox, want %d", n, len(p.events))
@@ -205,7 +218,7 @@ func TestWorkConsumesRabbitMQ(t *testing.T) {
 	if code := cmd.stop(); code != 0 {
 		t.Fatalf("work exited with status %d:\n%s", code, cmd.stderr.String())
 	}
-	p.check(t, db)
+	p.check(t, db, cmd.stderr.String())
 
 	// Every publication was stored once (inserted) or recognised as a copy (duplicate), or, if work
 	// stopped before it was delivered, is still in the queue.
@@ -302,6 +315,6 @@ func TestServeConsumesNATS(t *testing.T) {
 	if code := cmd.stop(); code != 0 {
 		t.Fatalf("serve exited with status %d:\n%s", code, cmd.stderr.String())
 	}
-	p.check(t, db)
+	p.check(t, db, cmd.stderr.String())
 	t.Logf("%d events, %d sent twice, %d kept by JetStream: %v inserted, %v duplicates", len(p.events), p.copies, stored, m[inserted], m[duplicate])
 }

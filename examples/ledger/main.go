@@ -389,7 +389,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Credits, "credits", o.Credits, "synchronous credits through POST /v1/credits (Idempotency-Key), each sent 1 to 3 times")
 	fs.BoolVar(&o.Crash, "crash", o.Crash, "run a child `ledger work` process and SIGKILL it while it holds a batch")
 	fs.Int64Var(&o.Seed, "seed", 0, "random seed (0: random; printed in the summary)")
-	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest wait for the workers to drain the inbox")
+	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest the drain may go without a message leaving the queue")
 	fs.BoolVar(&o.Reset, "reset", true, "drop and recreate the schema first (only schemas named ledger_demo*)")
 	pgMode := fs.String("pg", envOr("LEDGER_DEMO_PG", "auto"),
 		"how to find PostgreSQL: auto (--database-url/DATABASE_URL, else 127.0.0.1:5432, else a throwaway cluster from local binaries, else Docker), url, local, cluster or container (default: $LEDGER_DEMO_PG or auto)")

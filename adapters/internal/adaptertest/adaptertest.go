@@ -126,7 +126,8 @@ func InboxCount(t testing.TB, db *testdb.DB, consumer string) int64 {
 }
 
 // CheckUnique fails t unless the inbox holds exactly the messages of unique for consumer: one row per
-// key, pending, with the same payload, and nothing else.
+// key, pending, with the payload published under that key (compared as jsonb, the payload column's
+// type: the adapters store the body as the message's JSON payload), and nothing else.
 func CheckUnique(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
 	t.Helper()
 	ctx := context.Background()
@@ -155,10 +156,30 @@ func CheckUnique(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
 	if len(got) != len(unique) {
 		t.Errorf("inbox holds %d messages, want %d", len(got), len(unique))
 	}
-	for _, m := range unique {
+	keys, payloads := make([]string, len(unique)), make([]string, len(unique))
+	for i, m := range unique {
 		if _, ok := got[m.Key]; !ok {
 			t.Errorf("message %s is missing", m.Key)
 		}
+		keys[i], payloads[i] = m.Key, string(m.Payload)
+	}
+	rows, err = db.Pool.Query(ctx, db.SQL(`SELECT u.key, m.payload::text, u.payload
+		FROM unnest($2::text[], $3::text[]) AS u (key, payload)
+		JOIN {schema}.inbox m ON m.consumer = $1 AND m.key = u.key
+		WHERE m.payload <> u.payload::jsonb
+		ORDER BY u.key`), consumer, keys, payloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var key, stored, published string
+		if err := rows.Scan(&key, &stored, &published); err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("message %s stored with payload %s, published with %s", key, stored, published)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 

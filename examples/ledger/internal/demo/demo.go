@@ -50,7 +50,7 @@ type Options struct {
 	FailPercent float64 // percent of events whose first attempt fails
 	MaxAttempts int
 	Lease       time.Duration
-	Timeout     time.Duration // longest wait for the workers to drain the inbox
+	Timeout     time.Duration // longest the drain may go without a message leaving the queue
 	HandlerTime time.Duration // handler time limit
 	Poll        time.Duration
 
@@ -263,7 +263,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, ctx.Err()
 	}
 	drainStart := time.Now()
-	rep.Drained = r.waitDrained(ctx)
+	rep.Drained, rep.DrainStall = r.waitDrained(ctx)
 	rep.DrainDuration = time.Since(drainStart)
 	rep.ProcessDuration = time.Since(stormStart)
 	if childDone != nil {
@@ -281,7 +281,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := r.send(ctx, replay, true); err != nil {
 		return nil, err
 	}
-	r.waitDrained(ctx)
+	if ok, stall := r.waitDrained(ctx); !ok && rep.DrainStall == "" {
+		rep.Drained, rep.DrainStall = false, "replay: "+stall
+	}
 	rep.ReplayDuration = time.Since(replayStart)
 	rep.ReplayDeliveries = len(replay)
 	after, err := r.totals(ctx)

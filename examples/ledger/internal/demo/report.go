@@ -21,6 +21,7 @@ type Report struct {
 	ReplayDuration, ProcessDuration   time.Duration
 	Duration                          time.Duration
 	Drained                           bool
+	DrainStall                        string // why the drain gave up, if it did
 
 	UniqueEvents    int
 	Accepted        int // 202 answers
@@ -259,7 +260,7 @@ WHERE a.account_id IS NULL OR e.account_id IS NULL OR a.balance_cents <> e.total
 	rep.check(!seenEvents[poisonID] && rep.Dead == 1 && deadKey == poisonID, "the poison event is a dead letter, never credited",
 		"%d dead (%s), after %d attempts", rep.Dead, deadKey, r.o.MaxAttempts)
 	rep.check(rep.Drained && pending == 0 && processing == 0 && queued == 0, "nothing pending or processing at the end",
-		"pending %d, processing %d, queued %d, completed %s", pending, processing, queued, num(completed))
+		"pending %d, processing %d, queued %d, completed %s%s", pending, processing, queued, num(completed), cond(rep.DrainStall != "", "; "+rep.DrainStall))
 	rep.check(badAccounts == 0 && wrongBalances == 0, "every balance equals the sum of its entries and the expected balance",
 		"%d accounts; %d differ from their entries, %d from the expected balance", len(balances), badAccounts, wrongBalances)
 	rep.check(before == after, "the replay changed nothing",
@@ -399,4 +400,12 @@ func rate(n int, d time.Duration) string {
 		return "-"
 	}
 	return num(int64(float64(n) / d.Seconds()))
+}
+
+// cond returns s if ok, else "".
+func cond(ok bool, s string) string {
+	if ok {
+		return s
+	}
+	return ""
 }

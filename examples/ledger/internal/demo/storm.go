@@ -229,18 +229,34 @@ func (r *run) progress(ctx context.Context) func() {
 	return func() { once.Do(func() { cancel(); <-done }) }
 }
 
-// waitDrained waits until no message of the run is pending or being processed (the queue is empty),
-// or Timeout passes. It reports whether the queue drained.
-func (r *run) waitDrained(ctx context.Context) bool {
-	deadline := time.Now().Add(r.o.Timeout)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+// waitDrained waits until no message of the run is pending or being processed (the queue is empty).
+// It waits as long as the drain moves on: it gives up only when Timeout passes without a message
+// leaving the queue, and then returns false and says how far the drain got and at what rate.
+func (r *run) waitDrained(ctx context.Context) (bool, string) {
+	start := time.Now()
+	first, low := int64(-1), int64(-1) // queue length at the start, and the lowest seen
+	lastProgress := start
+	for ctx.Err() == nil {
 		var n int64
-		if err := r.db.QueryRow(ctx, r.q(`SELECT count(*) FROM {schema}.inbox_queue`)).Scan(&n); err == nil && n == 0 {
-			return true
+		if err := r.db.QueryRow(ctx, r.q(`SELECT count(*) FROM {schema}.inbox_queue`)).Scan(&n); err == nil {
+			if n == 0 {
+				return true, ""
+			}
+			if low < 0 || n < low {
+				if first < 0 {
+					first = n
+				}
+				low, lastProgress = n, time.Now()
+			}
+		}
+		if quiet := time.Since(lastProgress); quiet > r.o.Timeout {
+			elapsed := time.Since(start)
+			return false, fmt.Sprintf("no message left the queue for %s (%s into the drain): %d queued, %.1f left it a second before; "+
+				"a machine too slow for the demo, or a stuck worker", secs(quiet), secs(elapsed), low, float64(max(first-low, 0))/elapsed.Seconds())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return false
+	return false, ctx.Err().Error()
 }
 
 // totals are the ledger's totals at one moment.

@@ -62,9 +62,12 @@ func ParseMode(s string) (Mode, error) {
 // LocalURL is the server tried on 127.0.0.1:5432.
 const LocalURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
-// localURL and searchPatterns are variables for the tests.
+// localURL, searchPatterns and containerStart are variables for the tests.
 var (
 	localURL = LocalURL
+	// containerStart starts a PostgreSQL container (startContainer); the tests replace it to hide a
+	// Docker that answers.
+	containerStart = startContainer
 	// searchPatterns are the directories searched for initdb and pg_ctl when they are not on PATH.
 	searchPatterns = []string{
 		"/usr/lib/postgresql/*/bin",         // Debian, Ubuntu
@@ -138,7 +141,7 @@ func Open(ctx context.Context, mode Mode, url string, logf func(format string, a
 		tried = append(tried, "throwaway cluster: "+oneLine(err))
 		logf("no throwaway cluster (%v); trying Docker", oneLine(err))
 	}
-	s, err := startContainer(ctx, logf)
+	s, err := containerStart(ctx, logf)
 	if err == nil {
 		return s, nil
 	}
