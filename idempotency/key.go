@@ -1,9 +1,12 @@
 package idempotency
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // HeaderKey is the request header carrying the idempotency key.
@@ -199,6 +202,11 @@ func skipBareItem(s string) (string, error) {
 				return "", errors.New("invalid byte sequence")
 			}
 		}
+		// RFC 9651 4.2.7: the content must decode as base64; missing "=" padding is tolerated.
+		b64 := strings.TrimRight(s[1:end+1], "=")
+		if _, err := base64.RawStdEncoding.DecodeString(b64); err != nil || end-len(b64) > 2 {
+			return "", errors.New("byte sequence is not base64")
+		}
 		return s[end+2:], nil
 	case c == '?':
 		if len(s) < 2 || (s[1] != '0' && s[1] != '1') {
@@ -248,17 +256,27 @@ func skipDisplayString(s string) (string, error) {
 	if len(s) < 2 || s[1] != '"' {
 		return "", errors.New("invalid display string")
 	}
+	// RFC 9651 4.2.10: printable ASCII (a backslash is an ordinary character) and lowercase %-escapes,
+	// which together must decode to valid UTF-8.
+	var decoded []byte
 	for i := 2; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == '"':
+			if !utf8.Valid(decoded) {
+				return "", errors.New("display string is not UTF-8")
+			}
 			return s[i+1:], nil
 		case c == '%':
 			if i+2 >= len(s) || !isLCHex(s[i+1]) || !isLCHex(s[i+2]) {
 				return "", errors.New("invalid percent escape in display string")
 			}
+			b, _ := strconv.ParseUint(s[i+1:i+3], 16, 8)
+			decoded = append(decoded, byte(b))
 			i += 2
-		case c < 0x20 || c > 0x7e || c == '\\':
+		case c < 0x20 || c > 0x7e:
 			return "", errors.New("invalid character in display string")
+		default:
+			decoded = append(decoded, c)
 		}
 	}
 	return "", errors.New("unterminated display string")

@@ -23,6 +23,7 @@ func TestParseKey(t *testing.T) {
 		`"k";a=1;b="x";c;d=?0;e=:AQID:;f=tok/x:y;g=-1.5;h=@123;i=%"caf%c3%a9"`: "k",
 		`"` + strings.Repeat("x", 255) + `"`:                                   strings.Repeat("x", 255),
 		strings.Repeat("y", 255):                                               strings.Repeat("y", 255),
+		`"k";a=%"\\"`:                                                          "k", // a backslash is ordinary in a display string
 		`abc:/+=._~!`:                                                          `abc:/+=._~!`,
 	}
 	for in, want := range valid {
@@ -35,7 +36,8 @@ func TestParseKey(t *testing.T) {
 		"", "   ", `""`, `"abc`, `"a\b"`, `"abc"x`, `"abc", "def"`, `abc, def`, `abc def`, `a;b`, `a"b`, `a\b`,
 		`"` + strings.Repeat("x", 256) + `"`, strings.Repeat("y", 256), "\"tab\there\"", `"é"`, "é",
 		`"k";`, `"k";A=1`, `"k";a=`, `"k";a=1.2345`, `"k";a=1234567890123456`, `"k";a=:a`, `"k";a=?2`,
-		`"k";a=%"%C3"`, `"k";a=%"\\"`, `"k";a="x`, `"k";a=@1.5`, `"k" ;a=1`,
+		`"k";a=%"%C3"`, `"k";a="x`, `"k";a=@1.5`, `"k" ;a=1`,
+		`"k";a=%"%c3"`, `"k";a=:a:`, `"k";a=:====:`, // RFC 9651: display strings are UTF-8; byte sequences base64
 	}
 	for _, in := range invalid {
 		got, err := idempotency.ParseKey(in)
@@ -60,9 +62,8 @@ func TestFormatKey(t *testing.T) {
 type verdict int
 
 const (
-	rejected    verdict = iota
-	accepted            // with the key keyOracle returns
-	unspecified         // a known departure of ParseKey from RFC 9651 in ignored parameters (see keyOracle)
+	rejected verdict = iota
+	accepted         // with the key keyOracle returns
 )
 
 // The grammar of RFC 9651 (Structured Field Values, which obsoletes RFC 8941) for an Item whose bare
@@ -89,10 +90,8 @@ var (
 // keyOracle says whether ParseKey must accept value, and with which key, from the grammar alone:
 // after the spaces and tabs around the value are dropped, either an RFC 9651 Item whose bare item is a
 // String of 1 to 255 characters (its parameters valid and ignored), or a bare key of 1 to 255
-// characters of bareKeyRE. Two cases are left unspecified because ParseKey departs from RFC 9651
-// there (a parameter it ignores, reported to be fixed in key.go): a Display String parameter holding a
-// backslash (valid per 4.2.10, rejected by ParseKey) or whose %-escapes are not UTF-8 (invalid, accepted),
-// and a Byte Sequence parameter whose content is not base64 (invalid per 4.2.7, accepted).
+// characters of bareKeyRE. A Display String parameter must decode to UTF-8 (4.2.10; a backslash in it
+// is an ordinary character) and a Byte Sequence parameter must be base64 (4.2.7, padding optional).
 func keyOracle(value string) (string, verdict) {
 	s := strings.Trim(value, " \t")
 	if bareKeyRE.MatchString(s) {
@@ -117,13 +116,13 @@ func keyOracle(value string) (string, verdict) {
 				b, _ := strconv.ParseUint(e[1:], 16, 8)
 				return string([]byte{byte(b)})
 			})
-			if strings.Contains(d[1], `\`) || !utf8.ValidString(decoded) {
-				return "", unspecified
+			if !utf8.ValidString(decoded) {
+				return "", rejected
 			}
 		}
 		if b := bytesOnlyRE.FindStringSubmatch(v); b != nil {
 			if _, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(b[1], "=")); err != nil || strings.Count(b[1], "=") > 2 {
-				return "", unspecified
+				return "", rejected
 			}
 		}
 	}
@@ -150,9 +149,12 @@ func TestKeyOracle(t *testing.T) {
 			t.Errorf("keyOracle(%q) = %q, %v; want rejected", in, got, v)
 		}
 	}
-	for _, in := range []string{`"k";a=%"\"`, `"k";a=%"%c3"`, `"k";a=:a:`, `"k";a=:====:`} {
-		if got, v := keyOracle(in); v != unspecified {
-			t.Errorf("keyOracle(%q) = %q, %v; want unspecified", in, got, v)
+	if got, v := keyOracle(`"k";a=%"\"`); v != accepted || got != "k" {
+		t.Errorf("keyOracle of a display string holding a backslash = %q, %v; want k accepted", got, v)
+	}
+	for _, in := range []string{`"k";a=%"%c3"`, `"k";a=:a:`, `"k";a=:====:`} {
+		if got, v := keyOracle(in); v != rejected {
+			t.Errorf("keyOracle(%q) = %q, %v; want rejected", in, got, v)
 		}
 	}
 }
