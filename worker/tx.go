@@ -53,10 +53,24 @@ func (s *savepoints) rollback(ctx context.Context) error {
 	return err
 }
 
+// note records err as the current message's failed statement if it is a PostgreSQL error and none is
+// recorded yet (errUnobserved gives way to it).
 func (s *savepoints) note(err error) {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && s.failed == nil {
+	if errors.As(err, &pgErr) && (s.failed == nil || s.failed == errUnobserved) {
 		s.failed = err
+	}
+}
+
+// errUnobserved stands in savepoints.failed for statements whose errors the worker does not see.
+var errUnobserved = errors.New("a statement sent through tx.Conn(), tx.LargeObjects() or a nested transaction (its error is not seen by the worker)")
+
+// unobserved records that the current message may send statements whose errors the worker does not
+// see, so that the worker checks, when the handler returns nil, whether the transaction was left
+// aborted (at the cost of one round trip).
+func (s *savepoints) unobserved() {
+	if s.failed == nil {
+		s.failed = errUnobserved
 	}
 }
 
@@ -198,11 +212,16 @@ func (t *handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 // The remaining methods establish the savepoint first, in its own round trip.
 
 // Begin establishes the message's savepoint and starts a nested transaction (a savepoint inside it).
+// The nested transaction's errors are not seen by the worker, which checks as for Conn whether the
+// transaction was left aborted (a handler that rolled the nested transaction back has recovered).
 func (t *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err := t.sp.flush(ctx); err != nil {
 		return nil, err
 	}
-	return t.Tx.Begin(ctx)
+	t.sp.unobserved()
+	nested, err := t.Tx.Begin(ctx)
+	t.sp.note(err)
+	return nested, err
 }
 
 // CopyFrom establishes the message's savepoint and copies the rows in.
@@ -215,12 +234,13 @@ func (t *handlerTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []s
 	return n, err
 }
 
-// SendBatch establishes the message's savepoint and sends b.
+// SendBatch establishes the message's savepoint and sends b; the failures its results report are
+// recorded as the message's.
 func (t *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err := t.sp.flush(ctx); err != nil {
 		return errBatchResults{err}
 	}
-	return t.Tx.SendBatch(ctx, b)
+	return &noteBatch{BatchResults: t.Tx.SendBatch(ctx, b), sp: t.sp}
 }
 
 // Prepare establishes the message's savepoint and prepares the statement.
@@ -228,15 +248,19 @@ func (t *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stat
 	if err := t.sp.flush(ctx); err != nil {
 		return nil, err
 	}
-	return t.Tx.Prepare(ctx, name, sql)
+	sd, err := t.Tx.Prepare(ctx, name, sql)
+	t.sp.note(err)
+	return sd, err
 }
 
 // LargeObjects establishes the message's savepoint and returns the transaction's large objects.
 // Large objects send their statements directly, and the method takes no context: the savepoint is
 // established without one, and a failure to establish it breaks the batch (reported after the
-// handler returns, the whole batch rolled back).
+// handler returns, the whole batch rolled back). Their errors are not seen by the worker, which
+// checks as for Conn whether the transaction was left aborted.
 func (t *handlerTx) LargeObjects() pgx.LargeObjects {
 	_ = t.sp.flush(context.Background())
+	t.sp.unobserved()
 	return t.Tx.LargeObjects()
 }
 
@@ -244,12 +268,14 @@ func (t *handlerTx) LargeObjects() pgx.LargeObjects {
 // What the handler sends through it from then on is inside the savepoint, so it is rolled back when
 // the message fails, as with the other methods. The method takes no context: the savepoint is
 // established without one, and a failure to establish it breaks the batch (reported after the
-// handler returns, the whole batch rolled back). Failed statements sent through the connection are
-// not seen by the transaction, and the connection must not be used to end the transaction
-// (Begin/Commit on the *pgx.Conn, or COMMIT): that would commit the batch's other messages without
-// their outcomes.
+// handler returns, the whole batch rolled back). The errors of statements sent through the
+// connection are not seen by the worker: when the handler returns nil, the worker checks (one round
+// trip) whether the transaction was left aborted, and fails the message if it was. The connection
+// must not be used to end the transaction (Begin, Commit or pgx.BeginFunc on the *pgx.Conn, or
+// COMMIT): that would commit the batch's other messages without their outcomes.
 func (t *handlerTx) Conn() *pgx.Conn {
 	_ = t.sp.flush(context.Background())
+	t.sp.unobserved()
 	return t.Tx.Conn()
 }
 
@@ -277,6 +303,38 @@ func (r *noteRows) Next() bool {
 	}
 	r.Close()
 	return false
+}
+
+// noteBatch records a failed statement of a batch sent with handlerTx.SendBatch.
+type noteBatch struct {
+	pgx.BatchResults
+	sp *savepoints
+}
+
+func (b *noteBatch) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.BatchResults.Exec()
+	b.sp.note(err)
+	return tag, err
+}
+
+func (b *noteBatch) Query() (pgx.Rows, error) {
+	rows, err := b.BatchResults.Query()
+	if err != nil {
+		b.sp.note(err)
+		return nil, err
+	}
+	return &noteRows{Rows: rows, sp: b.sp}, nil
+}
+
+func (b *noteBatch) QueryRow() pgx.Row {
+	rows, err := b.Query()
+	return &row{rows: rows, err: err}
+}
+
+func (b *noteBatch) Close() error {
+	err := b.BatchResults.Close()
+	b.sp.note(err)
+	return err
 }
 
 // row is pgx.Row over handlerTx.Query.

@@ -146,6 +146,10 @@ func TestHandlerTxCoversEveryMethod(t *testing.T) {
 				"in worker/tx.go (establishing the message's savepoint before it sends anything, or refusing it), "+
 				"and add a writer for it to txMethods in worker/txmethods_test.go", name)
 		}
+		if _, ok := txFailures[name]; !ok && name != "Commit" && name != "Rollback" {
+			t.Errorf("pgx.Tx has method %s, with no case in txFailures (worker/txmethods_test.go): add one that makes "+
+				"a statement fail through it, and make handlerTx note such failures (or mark them unobserved)", name)
+		}
 	}
 	for name := range txMethods {
 		if _, ok := it.MethodByName(name); !ok {
@@ -290,4 +294,77 @@ func effectKeys(t *testing.T, e *env) string {
 		t.Fatal(err)
 	}
 	return strings.Join(got, ",")
+}
+
+// txFailures makes a statement fail through one method of the handler's transaction, leaving the
+// transaction aborted, and ignores the error (as a careless handler would).
+var txFailures = map[string]func(ctx context.Context, tx pgx.Tx, schema string){
+	"Exec": func(ctx context.Context, tx pgx.Tx, schema string) {
+		_, _ = tx.Exec(ctx, insertEffect(schema), "a-ok")
+	},
+	"Query": func(ctx context.Context, tx pgx.Tx, schema string) {
+		if rows, err := tx.Query(ctx, insertEffect(schema)+" RETURNING key", "a-ok"); err == nil {
+			rows.Close()
+		}
+	},
+	"QueryRow": func(ctx context.Context, tx pgx.Tx, schema string) {
+		var s string
+		_ = tx.QueryRow(ctx, insertEffect(schema)+" RETURNING key", "a-ok").Scan(&s)
+	},
+	"SendBatch": func(ctx context.Context, tx pgx.Tx, schema string) {
+		b := &pgx.Batch{}
+		b.Queue(insertEffect(schema), "a-ok")
+		_ = tx.SendBatch(ctx, b).Close()
+	},
+	"CopyFrom": func(ctx context.Context, tx pgx.Tx, schema string) {
+		_, _ = tx.CopyFrom(ctx, pgx.Identifier{schema, "effects"}, []string{"key", "amount"}, pgx.CopyFromRows([][]any{{"a-ok", int64(1)}}))
+	},
+	"Prepare": func(ctx context.Context, tx pgx.Tx, schema string) {
+		_, _ = tx.Prepare(ctx, "txmethods_bad", "SELECT * FROM "+pgx.Identifier{schema, "no_such_table"}.Sanitize())
+	},
+	"Conn": func(ctx context.Context, tx pgx.Tx, schema string) {
+		_, _ = tx.Conn().Exec(ctx, insertEffect(schema), "a-ok")
+	},
+	"Begin": func(ctx context.Context, tx pgx.Tx, schema string) {
+		if nested, err := tx.Begin(ctx); err == nil {
+			_, _ = nested.Exec(ctx, insertEffect(schema), "a-ok") // and no nested.Rollback
+		}
+	},
+	"LargeObjects": func(ctx context.Context, tx pgx.Tx, _ string) {
+		los := tx.LargeObjects()
+		_, _ = los.Open(ctx, 1, pgx.LargeObjectModeRead) // no large object has oid 1
+	},
+}
+
+// A handler that leaves its transaction aborted through any method, ignores the error and returns
+// nil, as the last message of its batch: the message fails ("left aborted") and its batch-mate
+// completes. (The worker must see the failure whichever method sent the statement; unseen, the
+// batch's commit failed with no culprit and the batch was handed back and run again forever.)
+func TestHandlerTxIgnoredFailureEveryMethod(t *testing.T) {
+	for name, fail := range txFailures {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.receive(t, "a-ok", "z-fails")
+			hs := worker.NewHandlers()
+			worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+				if m.Key == "z-fails" {
+					fail(ctx, tx, e.Schema)
+					return nil
+				}
+				return applyCredit(ctx, tx, e.Schema, m)
+			}, worker.HandlerConfig{MaxAttempts: 1})
+			run(t, e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 1 }))
+			waitFor(t, "settled", func() bool { return e.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`) == 0 })
+			if s, _, _, le := e.state(t, "a-ok"); s != "completed" {
+				t.Errorf("a-ok: %s (%s), want completed", s, le)
+			}
+			if s, _, _, le := e.state(t, "z-fails"); s != "dead" || !strings.Contains(le, "left aborted") {
+				t.Errorf("z-fails: %s (%s), want dead, left aborted", s, le)
+			}
+			if got := effectKeys(t, e); got != "a-ok" {
+				t.Errorf("effects: %s, want a-ok", got)
+			}
+		})
+	}
 }
