@@ -613,6 +613,9 @@ func (m *Middleware) run(next http.Handler, w http.ResponseWriter, r *http.Reque
 	if rec.overflow {
 		if escaped {
 			ended = true // keep the key in flight: it is freed when its lease ends
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
+			_ = tx.Rollback(sctx) // rolls back nothing any more, but gives the connection back
+			cancel()
 			log.Error("idempotency: response body larger than MaxResponseBytes after the handler ended the transaction: not stored, key left in flight until its lease ends", "status", rec.status, "limit", m.cfg.MaxResponseBytes)
 		} else {
 			end()
