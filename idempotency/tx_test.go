@@ -331,3 +331,30 @@ func TestManagedTxEndedByHandler(t *testing.T) {
 		})
 	}
 }
+
+// A response too large to store after the handler ended the transaction: the writes may be
+// committed, so the key is not released (a retry gets 409 until the lease ends), and the connection
+// goes back to the pool.
+func TestManagedTxEndedByHandlerResponseTooLarge(t *testing.T) {
+	e := newEnv(t, idempotency.Config{MaxResponseBytes: 10})
+	e.exec("CREATE TABLE {schema}.effects (key text PRIMARY KEY)")
+	e.hook = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) bool {
+		if _, err := tx.Exec(r.Context(), "COMMIT"); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return true
+		}
+		_, _ = w.Write([]byte("more than ten bytes"))
+		return true
+	}
+	problem(t, e.post("/transfers", "alice", key1, `{"amount":1}`), 500, idempotency.ProblemResponseTooLarge)
+	problem(t, e.post("/transfers", "alice", key1, `{"amount":1}`), 409, idempotency.ProblemKeyInFlight)
+	if n := e.runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want once", n)
+	}
+	if n := e.count("SELECT count(*) FROM {schema}.transfers"); n != 1 {
+		t.Errorf("%d transfers, want 1 (committed by the handler)", n)
+	}
+	if n := e.db.Pool.Stat().AcquiredConns(); n != 0 {
+		t.Errorf("%d connections still acquired, want 0", n)
+	}
+}
