@@ -274,17 +274,84 @@ type txKey struct{}
 // Tx returns the transaction the middleware opened for the request of ctx. Do the request's
 // database writes in it: they commit together with the stored response, or not at all. It reports
 // false for requests the middleware passed through (other methods, no key with KeyOptional, store
-// unreachable with FailOpen). Commit and Rollback of the returned transaction return ErrManagedTx
-// and do nothing; nested transactions (savepoints, tx.Begin) work as usual.
+// unreachable with FailOpen).
+//
+// The transaction supports every method of pgx.Tx: Exec, Query, QueryRow, SendBatch, CopyFrom,
+// Prepare, LargeObjects and Conn all run in it; Begin starts a nested transaction (a savepoint)
+// whose Commit and Rollback work as usual. Commit and Rollback of the returned transaction itself
+// return ErrManagedTx and do nothing. The transaction must not be ended any other way: not with a
+// COMMIT or ROLLBACK statement, nor through Conn (Begin, Commit or pgx.BeginFunc on the *pgx.Conn
+// send BEGIN and COMMIT, and that COMMIT commits the request's transaction). If the handler ends it
+// anyway, its writes may be committed already and nothing can undo them: the middleware logs an
+// error and stores the response whatever its status (StoreStatus is not asked), so that a retry
+// replays it instead of running the handler again; a response larger than MaxResponseBytes then
+// leaves the key in flight until its Lease ends.
 func Tx(ctx context.Context) (pgx.Tx, bool) {
 	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
 	return tx, ok
 }
 
-type managedTx struct{ pgx.Tx }
+// managedTx is the transaction Tx returns: the request's transaction with every method of pgx.Tx
+// written out (no embedding), Commit and Rollback refused. A method pgx adds to pgx.Tx later breaks
+// the build here (see the assertion below) until it is decided how it keeps to the transaction.
+type managedTx struct {
+	tx pgx.Tx
+}
 
-func (managedTx) Commit(context.Context) error   { return ErrManagedTx }
+var _ pgx.Tx = managedTx{}
+
+// Commit returns ErrManagedTx and does nothing.
+func (managedTx) Commit(context.Context) error { return ErrManagedTx }
+
+// Rollback returns ErrManagedTx and does nothing.
 func (managedTx) Rollback(context.Context) error { return ErrManagedTx }
+
+// Begin starts a nested transaction (a savepoint) in the request's transaction.
+func (t managedTx) Begin(ctx context.Context) (pgx.Tx, error) { return t.tx.Begin(ctx) }
+
+// CopyFrom copies rows in, in the request's transaction.
+func (t managedTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	return t.tx.CopyFrom(ctx, table, cols, src)
+}
+
+// SendBatch sends b in the request's transaction.
+func (t managedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return t.tx.SendBatch(ctx, b)
+}
+
+// LargeObjects returns the large objects of the request's transaction.
+func (t managedTx) LargeObjects() pgx.LargeObjects { return t.tx.LargeObjects() }
+
+// Prepare prepares a statement on the request's connection.
+func (t managedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return t.tx.Prepare(ctx, name, sql)
+}
+
+// Exec runs sql in the request's transaction.
+func (t managedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return t.tx.Exec(ctx, sql, args...)
+}
+
+// Query runs sql in the request's transaction.
+func (t managedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return t.tx.Query(ctx, sql, args...)
+}
+
+// QueryRow runs sql in the request's transaction.
+func (t managedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return t.tx.QueryRow(ctx, sql, args...)
+}
+
+// Conn returns the connection the request's transaction runs on. What is sent through it runs in
+// that transaction, which it must not end (see Tx).
+func (t managedTx) Conn() *pgx.Conn { return t.tx.Conn() }
+
+// txEnded reports whether tx's connection is known to be outside any transaction: the handler ended
+// the request's transaction itself (see Tx).
+func txEnded(tx pgx.Tx) bool {
+	c := tx.Conn()
+	return c != nil && c.PgConn().TxStatus() == 'I'
+}
 
 // Handler wraps next. See the package documentation for the protocol.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
@@ -537,13 +604,27 @@ func (m *Middleware) run(next http.Handler, w http.ResponseWriter, r *http.Reque
 	next.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, txKey{}, pgx.Tx(managedTx{tx}))))
 	rec.finish()
 
+	// A handler that ended the transaction itself may have committed its writes: the key must not be
+	// released, or a retry would run them again (see Tx).
+	escaped := txEnded(tx)
+	if escaped {
+		log.Error("idempotency: the handler ended the request's transaction itself (through Tx's Conn, or a COMMIT or ROLLBACK statement): its writes may be committed; the response is stored whatever its status", "status", rec.status)
+	}
 	if rec.overflow {
-		end()
-		log.Error("idempotency: response body larger than MaxResponseBytes: rolled back, key released", "status", rec.status, "limit", m.cfg.MaxResponseBytes)
+		if escaped {
+			ended = true // keep the key in flight: it is freed when its lease ends
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
+			_ = tx.Rollback(sctx) // rolls back nothing any more, but gives the connection back
+			cancel()
+			log.Error("idempotency: response body larger than MaxResponseBytes after the handler ended the transaction: not stored, key left in flight until its lease ends", "status", rec.status, "limit", m.cfg.MaxResponseBytes)
+		} else {
+			end()
+			log.Error("idempotency: response body larger than MaxResponseBytes: rolled back, key released", "status", rec.status, "limit", m.cfg.MaxResponseBytes)
+		}
 		writeProblem(w, ProblemResponseTooLarge, "The response was too large to be stored, so the request was not applied. Contact the service operator.", 0)
 		return
 	}
-	if !m.cfg.StoreStatus(rec.status) {
+	if !escaped && !m.cfg.StoreStatus(rec.status) {
 		end()
 		writeResponse(w, rec.status, rec.sent, rec.body, false)
 		return

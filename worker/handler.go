@@ -46,10 +46,13 @@ func (m *Message[T]) SetResult(v any) error {
 }
 
 // HandlerFunc handles one message. Everything it writes through tx commits together with the message's
-// "completed" mark, or not at all. It must not call tx.Commit or tx.Rollback (they return ErrTxManaged);
-// tx.Begin gives a nested savepoint as usual. Returning an error rolls its writes back and records a
-// failure; wrap it with Permanent to give up at once. ctx ends at the handler's timeout or when the pool
-// is stopped.
+// "completed" mark, or not at all. tx supports every method of pgx.Tx: what the handler sends through
+// Exec, Query, QueryRow, SendBatch, CopyFrom, Prepare, LargeObjects, and through the connection Conn
+// returns, runs in the message's own savepoint; tx.Begin gives a nested savepoint as usual. It must not
+// call tx.Commit or tx.Rollback (they return ErrTxManaged), nor end the transaction any other way (a
+// COMMIT or ROLLBACK statement, or Begin, Commit or pgx.BeginFunc on tx.Conn(), which would commit
+// the whole batch). Returning an error rolls its writes back and records a failure; wrap it with
+// Permanent to give up at once. ctx ends at the handler's timeout or when the pool is stopped.
 type HandlerFunc[T any] func(ctx context.Context, tx pgx.Tx, msg *Message[T]) error
 
 // HandlerConfig overrides pool defaults for one kind. Zero fields take the pool's value.

@@ -53,10 +53,24 @@ func (s *savepoints) rollback(ctx context.Context) error {
 	return err
 }
 
+// note records err as the current message's failed statement if it is a PostgreSQL error and none is
+// recorded yet (errUnobserved gives way to it).
 func (s *savepoints) note(err error) {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && s.failed == nil {
+	if errors.As(err, &pgErr) && (s.failed == nil || s.failed == errUnobserved) {
 		s.failed = err
+	}
+}
+
+// errUnobserved stands in savepoints.failed for statements whose errors the worker does not see.
+var errUnobserved = errors.New("a statement sent through tx.Conn(), tx.LargeObjects() or a nested transaction (its error is not seen by the worker)")
+
+// unobserved records that the current message may send statements whose errors the worker does not
+// see, so that the worker checks, when the handler returns nil, whether the transaction was left
+// aborted (at the cost of one round trip).
+func (s *savepoints) unobserved() {
+	if s.failed == nil {
+		s.failed = errUnobserved
 	}
 }
 
@@ -74,13 +88,26 @@ func (s *savepoints) flush(ctx context.Context) error {
 }
 
 // handlerTx is the transaction given to handlers: the batch transaction with the message's savepoint
-// established on first use. Commit and Rollback are refused (the worker ends the transaction).
+// established before anything the handler sends. It implements every method of pgx.Tx itself (it
+// does not embed one), so that no method can reach the connection past the savepoint:
+//   - Exec, Query and QueryRow pipeline the savepoint with their statement;
+//   - Begin, CopyFrom, SendBatch, Prepare, LargeObjects and Conn establish it first, in a round trip
+//     of its own;
+//   - Commit and Rollback are refused with ErrTxManaged (the worker ends the transaction).
+//
+// A method pgx adds to pgx.Tx later breaks the build here (see the assertion below) until it is
+// implemented the same way.
 type handlerTx struct {
-	pgx.Tx
+	Tx pgx.Tx // the batch transaction; named, not embedded: every method is written out below
 	sp *savepoints
 }
 
-func (*handlerTx) Commit(context.Context) error   { return ErrTxManaged }
+var _ pgx.Tx = (*handlerTx)(nil)
+
+// Commit returns ErrTxManaged and does nothing.
+func (*handlerTx) Commit(context.Context) error { return ErrTxManaged }
+
+// Rollback returns ErrTxManaged and does nothing.
 func (*handlerTx) Rollback(context.Context) error { return ErrTxManaged }
 
 // pipelinable reports whether a statement with args can be queued in a pgx.Batch after the savepoint
@@ -117,6 +144,8 @@ func (t *handlerTx) send(ctx context.Context, pre []string, sql string, args []a
 	return br, nil
 }
 
+// Exec runs sql, sent in one pipeline with the message's savepoint when it is the message's first
+// statement and has arguments (otherwise the savepoint is established in a round trip of its own).
 func (t *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	pre := t.sp.prefix()
 	if len(pre) > 0 && !pipelinable(args) {
@@ -143,6 +172,7 @@ func (t *handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 	return tag, err
 }
 
+// Query runs sql and returns its rows; the savepoint is established as for Exec.
 func (t *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	pre := t.sp.prefix()
 	if len(pre) > 0 && !pipelinable(args) {
@@ -173,20 +203,28 @@ func (t *handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 	return &noteRows{Rows: rows, sp: t.sp, br: br}, nil
 }
 
+// QueryRow runs sql as Query does and returns its first row.
 func (t *handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	rows, err := t.Query(ctx, sql, args...)
 	return &row{rows: rows, err: err}
 }
 
-// The remaining statement-sending methods establish the savepoint first, in its own round trip.
+// The remaining methods establish the savepoint first, in its own round trip.
 
+// Begin establishes the message's savepoint and starts a nested transaction (a savepoint inside it).
+// The nested transaction's errors are not seen by the worker, which checks as for Conn whether the
+// transaction was left aborted (a handler that rolled the nested transaction back has recovered).
 func (t *handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err := t.sp.flush(ctx); err != nil {
 		return nil, err
 	}
-	return t.Tx.Begin(ctx)
+	t.sp.unobserved()
+	nested, err := t.Tx.Begin(ctx)
+	t.sp.note(err)
+	return nested, err
 }
 
+// CopyFrom establishes the message's savepoint and copies the rows in.
 func (t *handlerTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
 	if err := t.sp.flush(ctx); err != nil {
 		return 0, err
@@ -196,25 +234,49 @@ func (t *handlerTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []s
 	return n, err
 }
 
+// SendBatch establishes the message's savepoint and sends b; the failures its results report are
+// recorded as the message's.
 func (t *handlerTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err := t.sp.flush(ctx); err != nil {
 		return errBatchResults{err}
 	}
-	return t.Tx.SendBatch(ctx, b)
+	return &noteBatch{BatchResults: t.Tx.SendBatch(ctx, b), sp: t.sp}
 }
 
+// Prepare establishes the message's savepoint and prepares the statement.
 func (t *handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	if err := t.sp.flush(ctx); err != nil {
 		return nil, err
 	}
-	return t.Tx.Prepare(ctx, name, sql)
+	sd, err := t.Tx.Prepare(ctx, name, sql)
+	t.sp.note(err)
+	return sd, err
 }
 
+// LargeObjects establishes the message's savepoint and returns the transaction's large objects.
+// Large objects send their statements directly, and the method takes no context: the savepoint is
+// established without one, and a failure to establish it breaks the batch (reported after the
+// handler returns, the whole batch rolled back). Their errors are not seen by the worker, which
+// checks as for Conn whether the transaction was left aborted.
 func (t *handlerTx) LargeObjects() pgx.LargeObjects {
-	// Large objects send their statements directly: establish the savepoint now, best effort (an
-	// error here breaks the batch and is reported after the handler returns).
 	_ = t.sp.flush(context.Background())
+	t.sp.unobserved()
 	return t.Tx.LargeObjects()
+}
+
+// Conn establishes the message's savepoint and returns the connection the batch transaction runs on.
+// What the handler sends through it from then on is inside the savepoint, so it is rolled back when
+// the message fails, as with the other methods. The method takes no context: the savepoint is
+// established without one, and a failure to establish it breaks the batch (reported after the
+// handler returns, the whole batch rolled back). The errors of statements sent through the
+// connection are not seen by the worker: when the handler returns nil, the worker checks (one round
+// trip) whether the transaction was left aborted, and fails the message if it was. The connection
+// must not be used to end the transaction (Begin, Commit or pgx.BeginFunc on the *pgx.Conn, or
+// COMMIT): that would commit the batch's other messages without their outcomes.
+func (t *handlerTx) Conn() *pgx.Conn {
+	_ = t.sp.flush(context.Background())
+	t.sp.unobserved()
+	return t.Tx.Conn()
 }
 
 // noteRows records a failed statement when rows end, and closes the batch it came from.
@@ -241,6 +303,38 @@ func (r *noteRows) Next() bool {
 	}
 	r.Close()
 	return false
+}
+
+// noteBatch records a failed statement of a batch sent with handlerTx.SendBatch.
+type noteBatch struct {
+	pgx.BatchResults
+	sp *savepoints
+}
+
+func (b *noteBatch) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.BatchResults.Exec()
+	b.sp.note(err)
+	return tag, err
+}
+
+func (b *noteBatch) Query() (pgx.Rows, error) {
+	rows, err := b.BatchResults.Query()
+	if err != nil {
+		b.sp.note(err)
+		return nil, err
+	}
+	return &noteRows{Rows: rows, sp: b.sp}, nil
+}
+
+func (b *noteBatch) QueryRow() pgx.Row {
+	rows, err := b.Query()
+	return &row{rows: rows, err: err}
+}
+
+func (b *noteBatch) Close() error {
+	err := b.BatchResults.Close()
+	b.sp.note(err)
+	return err
 }
 
 // row is pgx.Row over handlerTx.Query.

@@ -1,0 +1,370 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox/worker"
+)
+
+// txWriter writes the effect named key through one method of the handler's pgx.Tx (into the effects
+// table, or, for LargeObjects, a large object recorded with lo).
+type txWriter func(ctx context.Context, tx pgx.Tx, schema, key string, lo *largeObjects) error
+
+// txMethods lists every method of pgx.Tx the handler's transaction covers, each with a writer that
+// uses it first, before any other method. TestHandlerTxCoversEveryMethod checks that the list is
+// complete; TestHandlerTxEveryMethod checks that each one's writes are rolled back with a failed
+// message and kept exactly once with a completed one.
+var txMethods = map[string]txWriter{
+	"Exec": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
+		_, err := tx.Exec(ctx, insertEffect(schema), key)
+		return err
+	},
+	"Query": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
+		rows, err := tx.Query(ctx, insertEffect(schema)+" RETURNING key", key)
+		if err != nil {
+			return err
+		}
+		rows.Close()
+		return rows.Err()
+	},
+	"QueryRow": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
+		var got string
+		return tx.QueryRow(ctx, insertEffect(schema)+" RETURNING key", key).Scan(&got)
+	},
+	"SendBatch": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
+		b := &pgx.Batch{}
+		b.Queue(insertEffect(schema), key)
+		return tx.SendBatch(ctx, b).Close()
+	},
+	"CopyFrom": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{schema, "effects"}, []string{"key", "amount"},
+			pgx.CopyFromRows([][]any{{key, int64(1)}}))
+		return err
+	},
+	"Prepare": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
+		name := "txmethods_" + strings.ReplaceAll(key, "/", "_")
+		if _, err := tx.Prepare(ctx, name, insertEffect(schema)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, name, key)
+		return err
+	},
+	"Conn": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
+		_, err := tx.Conn().Exec(ctx, insertEffect(schema), key)
+		return err
+	},
+	"Begin": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
+		nested, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := nested.Exec(ctx, insertEffect(schema), key); err != nil {
+			return err
+		}
+		return nested.Commit(ctx)
+	},
+	"LargeObjects": func(ctx context.Context, tx pgx.Tx, _, key string, lo *largeObjects) error {
+		los := tx.LargeObjects()
+		oid, err := los.Create(ctx, 0)
+		if err != nil {
+			return err
+		}
+		lo.add(key, oid)
+		obj, err := los.Open(ctx, oid, pgx.LargeObjectModeWrite)
+		if err != nil {
+			return err
+		}
+		if _, err := obj.Write([]byte(key)); err != nil {
+			return err
+		}
+		return obj.Close()
+	},
+	// Commit and Rollback are refused and change nothing: the write before them stays the message's.
+	"Commit": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
+		if _, err := tx.Exec(ctx, insertEffect(schema), key); err != nil {
+			return err
+		}
+		if err := tx.Commit(ctx); !errors.Is(err, worker.ErrTxManaged) {
+			return fmt.Errorf("Commit returned %v, want ErrTxManaged", err)
+		}
+		return nil
+	},
+	"Rollback": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
+		if _, err := tx.Exec(ctx, insertEffect(schema), key); err != nil {
+			return err
+		}
+		if err := tx.Rollback(ctx); !errors.Is(err, worker.ErrTxManaged) {
+			return fmt.Errorf("Rollback returned %v, want ErrTxManaged", err)
+		}
+		return nil
+	},
+}
+
+func insertEffect(schema string) string {
+	return "INSERT INTO " + pgx.Identifier{schema, "effects"}.Sanitize() + " (key, amount) VALUES ($1, 1)"
+}
+
+// largeObjects records the large objects handlers created, by effect key.
+type largeObjects struct {
+	mu  sync.Mutex
+	oid map[string]uint32
+}
+
+func (l *largeObjects) add(key string, oid uint32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.oid == nil {
+		l.oid = map[string]uint32{}
+	}
+	l.oid[key] = oid
+}
+
+func (l *largeObjects) get(key string) (uint32, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	oid, ok := l.oid[key]
+	return oid, ok
+}
+
+// A method pgx adds to pgx.Tx later must not reach the connection past the message's savepoint
+// unnoticed: every method of the interface must be in txMethods, with its behaviour tested.
+func TestHandlerTxCoversEveryMethod(t *testing.T) {
+	it := reflect.TypeOf((*pgx.Tx)(nil)).Elem()
+	for i := range it.NumMethod() {
+		name := it.Method(i).Name
+		if _, ok := txMethods[name]; !ok {
+			t.Errorf("pgx.Tx has method %s, which the handler's transaction does not cover: implement it on handlerTx "+
+				"in worker/tx.go (establishing the message's savepoint before it sends anything, or refusing it), "+
+				"and add a writer for it to txMethods in worker/txmethods_test.go", name)
+		}
+		if _, ok := txFailures[name]; !ok && name != "Commit" && name != "Rollback" {
+			t.Errorf("pgx.Tx has method %s, with no case in txFailures (worker/txmethods_test.go): add one that makes "+
+				"a statement fail through it, and make handlerTx note such failures (or mark them unobserved)", name)
+		}
+	}
+	for name := range txMethods {
+		if _, ok := it.MethodByName(name); !ok {
+			t.Errorf("txMethods lists %s, which pgx.Tx does not have", name)
+		}
+	}
+}
+
+// A handler that writes through tx.Conn() and then fails: the message is dead and its write is rolled
+// back, while a batch-mate's write commits with its completion.
+func TestHandlerConnWriteRolledBackWithFailedMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.receive(t, "a-before", "b-conn-fails", "c-after")
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		if m.Key != "b-conn-fails" {
+			return applyCredit(ctx, tx, e.Schema, m)
+		}
+		if _, err := tx.Conn().Exec(ctx, insertEffect(e.Schema), m.Key); err != nil {
+			return err
+		}
+		return worker.Permanent(errors.New("rejected after writing through Conn"))
+	}, worker.HandlerConfig{MaxAttempts: 1})
+	run(t, e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 1 }))
+	waitFor(t, "settled", func() bool { return e.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`) == 0 })
+
+	for k, w := range map[string]string{"a-before": "completed", "b-conn-fails": "dead", "c-after": "completed"} {
+		if s, _, _, le := e.state(t, k); s != w {
+			t.Errorf("%s: %s (%s), want %s", k, s, le, w)
+		}
+	}
+	if got := effectKeys(t, e); got != "a-before,c-after" {
+		t.Errorf("effects: %s, want a-before,c-after (the dead message's write through Conn must be rolled back)", got)
+	}
+}
+
+// Every method of the handler's transaction, used first in its message: the writes of a failed
+// message are all rolled back, those of a completed one all kept, exactly once. One message also
+// writes through every method in turn. All messages run in one batch, failures between successes.
+func TestHandlerTxEveryMethod(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	names := make([]string, 0, len(txMethods))
+	for name := range txMethods {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var msgs []string
+	for _, name := range names {
+		msgs = append(msgs, "ok-"+name, "fail-"+name)
+	}
+	msgs = append(msgs, "ok-all", "fail-all")
+	e.receive(t, msgs...)
+
+	lo := &largeObjects{}
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		outcome, method, _ := strings.Cut(m.Key, "-")
+		use := []string{method}
+		if method == "all" {
+			use = names
+		}
+		for _, name := range use {
+			if err := txMethods[name](ctx, tx, e.Schema, m.Key+"/"+name, lo); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		if outcome == "fail" {
+			return worker.Permanent(errors.New("rejected after writing"))
+		}
+		return nil
+	}, worker.HandlerConfig{MaxAttempts: 1})
+	run(t, e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 1 }))
+	waitFor(t, "settled", func() bool { return e.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`) == 0 })
+
+	for _, k := range msgs {
+		want := "completed"
+		if strings.HasPrefix(k, "fail-") {
+			want = "dead"
+		}
+		if s, _, _, le := e.state(t, k); s != want {
+			t.Errorf("%s: %s (%s), want %s", k, s, le, want)
+		}
+	}
+	for _, k := range msgs {
+		outcome, method, _ := strings.Cut(k, "-")
+		use := []string{method}
+		if method == "all" {
+			use = names
+		}
+		for _, name := range use {
+			key := k + "/" + name
+			kept := outcome == "ok"
+			if name == "LargeObjects" {
+				checkLargeObject(t, e, lo, key, kept)
+				continue
+			}
+			n := e.Count(t, `SELECT count(*) FROM {schema}.effects WHERE key = $1`, key)
+			if kept && n != 1 {
+				t.Errorf("%s: %d effects, want exactly 1 (completed message)", key, n)
+			}
+			if !kept && n != 0 {
+				t.Errorf("%s: %d effects survive the failed message, want 0", key, n)
+			}
+		}
+	}
+}
+
+// checkLargeObject checks that the large object written for key exists with key as its content when
+// kept, and does not exist otherwise.
+func checkLargeObject(t *testing.T, e *env, lo *largeObjects, key string, kept bool) {
+	t.Helper()
+	oid, ok := lo.get(key)
+	if !ok {
+		t.Errorf("%s: no large object was created", key)
+		return
+	}
+	var content []byte
+	err := e.Pool.QueryRow(context.Background(), `SELECT lo_get($1)`, oid).Scan(&content)
+	switch {
+	case kept && err != nil:
+		t.Errorf("%s: large object %d of a completed message: %v", key, oid, err)
+	case kept && string(content) != key:
+		t.Errorf("%s: large object %d holds %q", key, oid, content)
+	case !kept && err == nil:
+		t.Errorf("%s: large object %d of a failed message survives", key, oid)
+	}
+	if kept {
+		_, _ = e.Pool.Exec(context.Background(), `SELECT lo_unlink($1)`, oid)
+	}
+}
+
+func effectKeys(t *testing.T, e *env) string {
+	t.Helper()
+	rows, err := e.Pool.Query(context.Background(), e.SQL(`SELECT key FROM {schema}.effects ORDER BY key`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(got, ",")
+}
+
+// txFailures makes a statement fail through one method of the handler's transaction, leaving the
+// transaction aborted, and ignores the error (as a careless handler would).
+var txFailures = map[string]func(ctx context.Context, tx pgx.Tx, schema string){
+	"Exec": func(ctx context.Context, tx pgx.Tx, schema string) {
+		_, _ = tx.Exec(ctx, insertEffect(schema), "a-ok")
+	},
+	"Query": func(ctx context.Context, tx pgx.Tx, schema string) {
+		if rows, err := tx.Query(ctx, insertEffect(schema)+" RETURNING key", "a-ok"); err == nil {
+			rows.Close()
+		}
+	},
+	"QueryRow": func(ctx context.Context, tx pgx.Tx, schema string) {
+		var s string
+		_ = tx.QueryRow(ctx, insertEffect(schema)+" RETURNING key", "a-ok").Scan(&s)
+	},
+	"SendBatch": func(ctx context.Context, tx pgx.Tx, schema string) {
+		b := &pgx.Batch{}
+		b.Queue(insertEffect(schema), "a-ok")
+		_ = tx.SendBatch(ctx, b).Close()
+	},
+	"CopyFrom": func(ctx context.Context, tx pgx.Tx, schema string) {
+		_, _ = tx.CopyFrom(ctx, pgx.Identifier{schema, "effects"}, []string{"key", "amount"}, pgx.CopyFromRows([][]any{{"a-ok", int64(1)}}))
+	},
+	"Prepare": func(ctx context.Context, tx pgx.Tx, schema string) {
+		_, _ = tx.Prepare(ctx, "txmethods_bad", "SELECT * FROM "+pgx.Identifier{schema, "no_such_table"}.Sanitize())
+	},
+	"Conn": func(ctx context.Context, tx pgx.Tx, schema string) {
+		_, _ = tx.Conn().Exec(ctx, insertEffect(schema), "a-ok")
+	},
+	"Begin": func(ctx context.Context, tx pgx.Tx, schema string) {
+		if nested, err := tx.Begin(ctx); err == nil {
+			_, _ = nested.Exec(ctx, insertEffect(schema), "a-ok") // and no nested.Rollback
+		}
+	},
+	"LargeObjects": func(ctx context.Context, tx pgx.Tx, _ string) {
+		los := tx.LargeObjects()
+		_, _ = los.Open(ctx, 1, pgx.LargeObjectModeRead) // no large object has oid 1
+	},
+}
+
+// A handler that leaves its transaction aborted through any method, ignores the error and returns
+// nil, as the last message of its batch: the message fails ("left aborted") and its batch-mate
+// completes. (The worker must see the failure whichever method sent the statement; unseen, the
+// batch's commit failed with no culprit and the batch was handed back and run again forever.)
+func TestHandlerTxIgnoredFailureEveryMethod(t *testing.T) {
+	for name, fail := range txFailures {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.receive(t, "a-ok", "z-fails")
+			hs := worker.NewHandlers()
+			worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+				if m.Key == "z-fails" {
+					fail(ctx, tx, e.Schema)
+					return nil
+				}
+				return applyCredit(ctx, tx, e.Schema, m)
+			}, worker.HandlerConfig{MaxAttempts: 1})
+			run(t, e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 1 }))
+			waitFor(t, "settled", func() bool { return e.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`) == 0 })
+			if s, _, _, le := e.state(t, "a-ok"); s != "completed" {
+				t.Errorf("a-ok: %s (%s), want completed", s, le)
+			}
+			if s, _, _, le := e.state(t, "z-fails"); s != "dead" || !strings.Contains(le, "left aborted") {
+				t.Errorf("z-fails: %s (%s), want dead, left aborted", s, le)
+			}
+			if got := effectKeys(t, e); got != "a-ok" {
+				t.Errorf("effects: %s, want a-ok", got)
+			}
+		})
+	}
+}
