@@ -114,12 +114,14 @@ RETURNING m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key,
 -- the lock is held nobody else can claim them (claims skip locked rows). It also bounds the
 -- transaction on the server side: a statement that runs too long is cancelled, and a session left
 -- idle inside the transaction (a frozen or cut-off worker) is terminated, which releases the locks so
--- that the messages can be taken over when their lease ends.
+-- that the messages can be taken over when their lease ends. It returns the transaction's id too
+-- (assigned by the row locks anyway), so that a batch whose handler ended the transaction itself can
+-- learn whether it committed (XactStatus).
 WITH limits AS (
     SELECT set_config('statement_timeout', @statement_timeout::text, true) AS statement_timeout,
            set_config('idle_in_transaction_session_timeout', @idle_timeout::text, true) AS idle_timeout
 )
-SELECT q.id
+SELECT q.id, pg_current_xact_id()::text AS xid
 FROM limits, /* TEMPLATE: schema */inbox_queue q
 JOIN unnest(@ids::bigint[]) WITH ORDINALITY AS s(id, i)
   ON q.id = s.id AND q.token = (@tokens::bigint[])[s.i]
@@ -211,3 +213,8 @@ SELECT coalesce(pg_stat_get_dead_tuples(to_regclass(@queue_table::text)), -1)::b
 -- and whether this session may read and write them. Checked by Pool.Start.
 SELECT coalesce(has_table_privilege(to_regclass(@inbox_table::text), 'SELECT, INSERT, UPDATE, DELETE'), false)::bool AS inbox,
        coalesce(has_table_privilege(to_regclass(@queue_table::text), 'SELECT, INSERT, UPDATE, DELETE'), false)::bool AS queue;
+
+-- name: XactStatus :one
+-- The status of a transaction by its id (as LockClaims returns it): committed, aborted or in progress;
+-- empty if too old to be known.
+SELECT coalesce(pg_xact_status(CAST(sqlc.arg(xid) AS text)::xid8)::text, '')::text AS status;

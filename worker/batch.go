@@ -62,26 +62,28 @@ func (p *Pool) run(ctx context.Context, inf *inflight) {
 	// this is safe even if the commit did in fact happen.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	var culprit *finish
+	var record []*finish // the culprit's failure, after the outcomes the transaction committed with it
 	var be culpritError
 	if errors.As(err, &be) && ctx.Err() == nil {
-		culprit = be.f
+		record = append(append(record, be.before...), be.f)
 	}
 	var release []*claimed
 	for _, c := range batch {
-		if culprit == nil || c != culprit.c {
+		if !slices.ContainsFunc(record, func(f *finish) bool { return f.c == c }) {
 			release = append(release, c)
 		}
 	}
 	if ctx.Err() == nil {
 		p.cfg.Logger.Warn("txinbox: batch rolled back", "consumer", p.cfg.Consumer, "messages", len(batch), "err", err)
 	}
-	if culprit != nil {
-		if ferr := p.finish(bctx, p.st.Wrap(p.db), []*finish{culprit}); ferr != nil {
-			p.cfg.Logger.Warn("txinbox: recording failure", "consumer", p.cfg.Consumer, "id", culprit.c.ID, "err", ferr)
-			release = append(release, culprit.c) // try at least to hand it back
+	if len(record) > 0 {
+		if ferr := p.finish(bctx, p.st.Wrap(p.db), record); ferr != nil {
+			p.cfg.Logger.Warn("txinbox: recording failure", "consumer", p.cfg.Consumer, "id", be.f.c.ID, "err", ferr)
+			for _, f := range record {
+				release = append(release, f.c) // try at least to hand them back
+			}
 		} else {
-			p.committed(bctx, []*finish{culprit})
+			p.committed(bctx, record)
 		}
 	}
 	if len(release) > 0 {
@@ -93,10 +95,49 @@ func (p *Pool) run(ctx context.Context, inf *inflight) {
 	}
 }
 
+// txEnded reports whether the batch transaction is no longer open on its connection (a handler ended
+// it with COMMIT or ROLLBACK through tx.Conn() or a statement). It reads the status the server sent
+// with its last reply: no round trip.
+func txEnded(tx pgx.Tx) bool {
+	c := tx.Conn()
+	return c != nil && c.PgConn().TxStatus() == 'I'
+}
+
+// endedByHandler handles a batch whose transaction the handler of the last of done ended itself. It
+// asks the server whether that transaction (xid) committed: if so, the effects of the messages before
+// it are durable, and their outcomes are recorded as they were decided; if it rolled back, they are
+// handed back. Either way the culprit is dead at once: running it again would repeat what it may have
+// committed, or end the batch again.
+func (p *Pool) endedByHandler(ctx context.Context, xid string, done []*finish) error {
+	f := done[len(done)-1]
+	status, err := store.Queries.XactStatus(context.WithoutCancel(ctx), p.st.Wrap(p.db), xid)
+	if err != nil {
+		status = "unknown (" + err.Error() + ")"
+	}
+	p.fail(f, f.c, Permanent(fmt.Errorf("the handler ended the batch transaction itself (COMMIT or ROLLBACK through tx.Conn() or a statement), "+
+		"which it must not do; that transaction %s", txFate(status))), ReasonError)
+	e := culpritError{f: f, err: errors.New("the handler of message " + strconv.FormatInt(f.c.ID, 10) + " ended the batch transaction")}
+	if status == "committed" {
+		e.before = done[:len(done)-1]
+	}
+	return e
+}
+
+func txFate(status string) string {
+	switch status {
+	case "committed":
+		return "committed: what this message wrote before it is kept, and the messages handled before it in the batch completed"
+	case "aborted":
+		return "rolled back: nothing of the batch was kept"
+	}
+	return "is in an unknown state (" + status + ")"
+}
+
 // culpritError says which message's handler left the transaction unusable.
 type culpritError struct {
-	f   *finish
-	err error
+	f      *finish
+	before []*finish // outcomes of the batch already committed with the transaction, recorded with f
+	err    error
 }
 
 func (e culpritError) Error() string { return fmt.Sprintf("message %d: %v", e.f.c.ID, e.err) }
@@ -124,8 +165,8 @@ func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
 	}
 	if len(locked) != len(batch) {
 		keep := make(map[int64]bool, len(locked))
-		for _, id := range locked {
-			keep[id] = true
+		for _, l := range locked {
+			keep[l.ID] = true
 		}
 		var mine []*claimed
 		for _, c := range batch {
@@ -150,6 +191,9 @@ func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
 		sp.next()
 		f := p.handle(ctx, &handlerTx{Tx: tx, sp: sp}, c)
 		done = append(done, f)
+		if txEnded(tx) {
+			return nil, p.endedByHandler(ctx, locked[0].Xid, done)
+		}
 		if sp.broken != nil {
 			// The savepoint statements failed: the transaction is unusable. If it was left aborted by
 			// the previous message (a failed statement it ignored), that message is the culprit.

@@ -272,7 +272,8 @@ func (t *handlerTx) LargeObjects() pgx.LargeObjects {
 // connection are not seen by the worker: when the handler returns nil, the worker checks (one round
 // trip) whether the transaction was left aborted, and fails the message if it was. The connection
 // must not be used to end the transaction (Begin, Commit or pgx.BeginFunc on the *pgx.Conn, or
-// COMMIT): that would commit the batch's other messages without their outcomes.
+// COMMIT): a handler that does is dead at once, and the pool records what the ended transaction
+// committed (the outcomes of the messages before it in the batch) or hands them back if it rolled back.
 func (t *handlerTx) Conn() *pgx.Conn {
 	_ = t.sp.flush(context.Background())
 	t.sp.unobserved()

@@ -290,7 +290,7 @@ WITH limits AS (
     SELECT set_config('statement_timeout', $3::text, true) AS statement_timeout,
            set_config('idle_in_transaction_session_timeout', $4::text, true) AS idle_timeout
 )
-SELECT q.id
+SELECT q.id, pg_current_xact_id()::text AS xid
 FROM limits, /* TEMPLATE: schema */inbox_queue q
 JOIN unnest($1::bigint[]) WITH ORDINALITY AS s(id, i)
   ON q.id = s.id AND q.token = ($2::bigint[])[s.i]
@@ -306,15 +306,22 @@ type LockClaimsParams struct {
 	IdleTimeout      string
 }
 
+type LockClaimsRow struct {
+	ID  int64
+	Xid string
+}
+
 // Locks the queue rows of a claimed batch inside the batch transaction, keeping only those whose
 // fencing token is still ours: rows another worker took over after our lease ended are dropped. While
 // the lock is held nobody else can claim them (claims skip locked rows). It also bounds the
 // transaction on the server side: a statement that runs too long is cancelled, and a session left
 // idle inside the transaction (a frozen or cut-off worker) is terminated, which releases the locks so
-// that the messages can be taken over when their lease ends.
+// that the messages can be taken over when their lease ends. It returns the transaction's id too
+// (assigned by the row locks anyway), so that a batch whose handler ended the transaction itself can
+// learn whether it committed (XactStatus).
 // `claimed IS TRUE` is `claimed`, written so that the planner looks the rows up by primary key (= ANY)
 // instead of walking the partial index of claimed rows, which grows while vacuum lags.
-func (q *Queries) LockClaims(ctx context.Context, db DBTX, arg LockClaimsParams) ([]int64, error) {
+func (q *Queries) LockClaims(ctx context.Context, db DBTX, arg LockClaimsParams) ([]LockClaimsRow, error) {
 	rows, err := db.Query(ctx, lockClaims,
 		arg.Ids,
 		arg.Tokens,
@@ -325,13 +332,13 @@ func (q *Queries) LockClaims(ctx context.Context, db DBTX, arg LockClaimsParams)
 		return nil, err
 	}
 	defer rows.Close()
-	var items []int64
+	var items []LockClaimsRow
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var i LockClaimsRow
+		if err := rows.Scan(&i.ID, &i.Xid); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -480,4 +487,17 @@ func (q *Queries) SchemaTables(ctx context.Context, db DBTX, inboxTable string, 
 	var i SchemaTablesRow
 	err := row.Scan(&i.Inbox, &i.Queue)
 	return i, err
+}
+
+const xactStatus = `-- name: XactStatus :one
+SELECT coalesce(pg_xact_status(CAST($1 AS text)::xid8)::text, '')::text AS status
+`
+
+// The status of a transaction by its id (as LockClaims returns it): committed, aborted or in progress;
+// empty if too old to be known.
+func (q *Queries) XactStatus(ctx context.Context, db DBTX, xid string) (string, error) {
+	row := db.QueryRow(ctx, xactStatus, xid)
+	var status string
+	err := row.Scan(&status)
+	return status, err
 }
