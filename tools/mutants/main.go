@@ -14,10 +14,12 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -117,6 +119,14 @@ func run(root, list, sqlc, only string, race bool, timeout time.Duration, baseli
 		fmt.Printf("copy kept in %s\n", dir)
 	} else {
 		defer os.RemoveAll(dir)
+		// Interrupted (the go test children get the signal too): remove the copy all the same.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		go func() {
+			<-sig
+			os.RemoveAll(dir)
+			os.Exit(2)
+		}()
 	}
 	files, err := copyRepo(root, dir)
 	if err != nil {
