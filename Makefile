@@ -12,7 +12,7 @@ SCHEMA     ?= public
 # the ledger example (which uses the adapters).
 SUBMODULES := adapters bench examples/ledger
 
-.PHONY: all tools generate check-generated fmt-check vet test test-go test-submodules demo migrate bench chaos fuzz clean
+.PHONY: all tools generate check-generated fmt-check vet test test-go test-submodules demo migrate bench chaos fuzz mutants clean
 
 all: test
 
@@ -77,6 +77,11 @@ fuzz:
 	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \
 	done
+
+## mutants: apply each mutation of a guarantee listed in tools/mutants/mutants.txt to a temporary copy,
+## run the tests that guard it, and fail if any mutant survives (MUTANTS=regexp runs only those).
+mutants: $(BIN)/sqlc
+	cd tools/mutants && $(GO) run . -root '$(CURDIR)' -sqlc '$(BIN)/sqlc' $(if $(MUTANTS),-run '$(MUTANTS)',)
 
 clean:
 	rm -rf $(BIN)

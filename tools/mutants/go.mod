@@ -1,0 +1,3 @@
+module github.com/txinbox/txinbox/tools/mutants
+
+go 1.26.0
