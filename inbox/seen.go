@@ -183,12 +183,15 @@ func (c *Client) receiveSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) 
 		c.seenError(SeenOpGet, err)
 	}
 
-	out := make([]Receipt, len(msgs))
+	// A key is answered from the cache only if every occurrence of it in msgs matches its entry:
+	// otherwise all of them go to the database, which compares repeats within a batch with their
+	// first occurrence, so that receipts are the same with and without a cache.
 	res := make([]SeenResult, len(msgs))
-	var rest []int // indexes of the messages sent to the database
+	keyRes := make([]SeenResult, len(keys))
 	for i := range msgs {
 		m := &msgs[i]
-		switch j := index[SeenKey{c.cfg.Schema, m.Consumer, m.Key}]; {
+		j := index[SeenKey{c.cfg.Schema, m.Consumer, m.Key}]
+		switch {
 		case !cacheUp:
 			res[i] = SeenFallback
 		case !found[j]:
@@ -197,8 +200,22 @@ func (c *Client) receiveSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) 
 			res[i] = SeenMismatch
 		default:
 			res[i] = SeenHit
+		}
+		if keyRes[j] == "" || keyRes[j] == SeenHit {
+			keyRes[j] = res[i]
+		}
+	}
+	out := make([]Receipt, len(msgs))
+	var rest []int // indexes of the messages sent to the database
+	for i := range msgs {
+		m := &msgs[i]
+		j := index[SeenKey{c.cfg.Schema, m.Consumer, m.Key}]
+		if keyRes[j] == SeenHit {
 			out[i] = Receipt{ID: entries[j].ID, Outcome: Duplicate, Cached: true}
 			continue
+		}
+		if res[i] == SeenHit {
+			res[i] = SeenMismatch // a hit sent along with its key's mismatching occurrences
 		}
 		rest = append(rest, i)
 	}
