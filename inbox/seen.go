@@ -233,9 +233,15 @@ func (c *Client) receiveSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) 
 	}
 	_, inTx := db.(pgx.Tx)
 	var put []int // indexes into sub to cache now
+	firsts := make(map[SeenKey]bool, len(rest))
 	for k, i := range rest {
 		r := rs[k]
-		if cacheUp && seenEligible(r) {
+		// Only the first occurrence of a key was compared with the stored row; a repeat within the
+		// batch was compared with that first occurrence (and is a Duplicate of a Conflict, say).
+		sk := SeenKey{c.cfg.Schema, sub[k].Consumer, sub[k].Key}
+		first := !firsts[sk]
+		firsts[sk] = true
+		if cacheUp && first && seenEligible(r) {
 			if inTx {
 				r.seen = seenMark{ok: true, epoch: epoch, start: start}
 			} else {

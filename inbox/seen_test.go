@@ -522,3 +522,25 @@ func TestSeenInvalidMessageWithCachedKey(t *testing.T) {
 		t.Error("a message of the rejected batch was stored")
 	}
 }
+
+// TestSeenRepeatOfConflictNotCached: within a batch, a repeat is compared with its first occurrence,
+// so the repeat of a conflicting message is reported a Duplicate (of that message, not of the stored
+// one). Its payload must not be cached as the key's: a later copy is a Conflict, as without a cache.
+func TestSeenRepeatOfConflictNotCached(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	c, _ := seenClient(t, db, newLRU(t), time.Hour)
+	ctx := context.Background()
+	if _, err := c.Receive(ctx, msg("k", `{"n":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	altered := msg("k", `{"n":2}`)
+	// Missed by the cache together (a mismatch), so both go to the database.
+	rs, err := c.ReceiveMany(ctx, []inbox.Message{altered, altered})
+	if err != nil || rs[0].Outcome != inbox.Conflict {
+		t.Fatalf("%+v %v", rs, err)
+	}
+	if r, err := c.Receive(ctx, altered); r.Outcome != inbox.Conflict || r.Cached || !errors.Is(err, inbox.ErrKeyConflict) {
+		t.Fatalf("altered copy after the batch: %+v %v, want a Conflict", r, err)
+	}
+}
