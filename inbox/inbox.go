@@ -55,7 +55,8 @@ type Config struct {
 	//
 	// A key is cached only after its row has committed: after Receive and ReceiveMany return, and for
 	// ReceiveTx and ReceiveManyTx (or a Client whose DB is a pgx.Tx) only when the caller calls
-	// Remember after the commit. Cached are Inserted messages and Duplicates of pending or dead ones
+	// Remember after the commit (a DB that runs Receive inside a transaction it began with a BEGIN
+	// statement cannot be told apart: give such a Client no SeenCache). Cached are Inserted messages and Duplicates of pending or dead ones
 	// (not completed or processing ones, whose window may end sooner than SeenTTL). Each entry expires
 	// SeenTTL after the receive call started, so it never outlives the key's dedup window as long as
 	// SeenTTL is at most the worker's Retention (a minute less leaves room for clock drift and for the
