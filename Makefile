@@ -8,9 +8,9 @@ BIN        := $(CURDIR)/bin
 GOOSE_TAGS := no_clickhouse,no_libsql,no_mssql,no_azuresql,no_mysql,no_sqlite3,no_vertica,no_ydb
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 SCHEMA     ?= public
-# Modules other than the root one keep their dependencies apart: broker adapters, benchmarks (River) and
-# the ledger example (which uses the adapters).
-SUBMODULES := adapters bench examples/ledger
+# Modules other than the root one keep their dependencies apart: broker adapters, the Redis seen-key
+# cache, benchmarks (River) and the ledger example (which uses the adapters).
+SUBMODULES := adapters seenredis bench examples/ledger
 
 .PHONY: all tools generate check-generated fmt-check vet test test-go test-submodules demo migrate bench chaos fuzz mutants clean
 
@@ -46,10 +46,11 @@ test: fmt-check vet check-generated $(BIN)/goose test-go test-submodules
 test-go: $(BIN)/goose
 	TXINBOX_GOOSE=$(BIN)/goose $(GO) test -race -count=1 -timeout 20m ./...
 
-# Adapters run their tests against the real brokers; benchmarks are compiled (tests and benchmarks)
-# but not run: performance is measured by 'make bench' only.
+# Adapters run their tests against the real brokers, seenredis against redis-servers it starts itself;
+# benchmarks are compiled (tests and benchmarks) but not run: performance is measured by 'make bench' only.
 test-submodules:
 	@if [ -f adapters/go.mod ]; then echo "go test (adapters)"; cd adapters && $(GO) test -race -count=1 -timeout 15m ./...; fi
+	@if [ -f seenredis/go.mod ]; then echo "go test (seenredis)"; cd seenredis && $(GO) test -race -count=1 -timeout 10m ./...; fi
 	@if [ -f bench/go.mod ]; then echo "go test -run '^$$' (bench: compile only)"; cd bench && $(GO) test -count=1 -run '^$$' ./...; fi
 	@if [ -f examples/ledger/go.mod ]; then echo "go test (examples/ledger)"; cd examples/ledger && $(GO) test -race -count=1 -timeout 15m ./...; fi
 

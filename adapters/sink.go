@@ -43,6 +43,17 @@ type SinkConfig struct {
 	OrderingKey KeyFunc
 	// Logger receives key conflicts and undecodable messages. Default: slog.Default().
 	Logger *slog.Logger
+	// SeenCache, SeenTTL and SeenTimeout are the inbox Client's (inbox.Config): with a SeenCache, a
+	// redelivered record whose key is cached with the same kind and body bytes is counted a duplicate
+	// without a database statement, and the keys of a batch are cached once its transaction has
+	// committed (inbox.Client.Remember). SeenTTL is required with a SeenCache and at most the workers'
+	// Retention. Default: no cache.
+	SeenCache   inbox.SeenCache
+	SeenTTL     time.Duration
+	SeenTimeout time.Duration
+	// Observer is the inbox Client's Observer (inbox.Config.Observer): a *metrics.Metrics counts the
+	// records received and the seen-key cache's hits, misses and fallbacks. Default: none.
+	Observer inbox.Observer
 }
 
 // Sink writes batches of records into the inbox. It is safe for concurrent use.
@@ -93,7 +104,8 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	client, err := inbox.NewClient(cfg.DB, inbox.Config{Schema: cfg.Schema, MaxPayloadBytes: cfg.MaxPayloadBytes})
+	client, err := inbox.NewClient(cfg.DB, inbox.Config{Schema: cfg.Schema, MaxPayloadBytes: cfg.MaxPayloadBytes,
+		SeenCache: cfg.SeenCache, SeenTTL: cfg.SeenTTL, SeenTimeout: cfg.SeenTimeout, Observer: cfg.Observer})
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +137,8 @@ type item struct {
 	rec      *Record
 	msg      inbox.Message
 	bad      *inbox.Undecodable
-	conflict int64 // the stored message whose key this one reused with another payload
+	conflict int64          // the stored message whose key this one reused with another payload
+	receipt  *inbox.Receipt // msg's receipt, once stored
 }
 
 // Store writes recs into the inbox in one transaction and returns after it committed; the caller may
@@ -188,8 +201,25 @@ func (s *Sink) store(ctx context.Context, items []item) (BatchResult, error) {
 	if err := tx.Commit(ctx); err != nil {
 		return BatchResult{}, fmt.Errorf("txinbox/adapters: commit: %w", err)
 	}
+	s.remember(ctx, items)
 	s.logOutcomes(items)
 	return res, nil
+}
+
+// remember caches the keys of a committed batch in the seen-key cache, if there is one.
+func (s *Sink) remember(ctx context.Context, items []item) {
+	if s.cfg.SeenCache == nil {
+		return
+	}
+	var msgs []inbox.Message
+	var rcs []inbox.Receipt
+	for i := range items {
+		if it := &items[i]; it.bad == nil && it.receipt != nil {
+			msgs = append(msgs, it.msg)
+			rcs = append(rcs, *it.receipt)
+		}
+	}
+	s.client.Remember(ctx, msgs, rcs)
 }
 
 // write stores items in tx: the decoded messages in one statement (or, if alone, each in a savepoint
@@ -203,6 +233,7 @@ func (s *Sink) write(ctx context.Context, tx pgx.Tx, items []item, alone bool) (
 		}
 	}
 	count := func(rc inbox.Receipt, it *item) {
+		it.receipt = &rc
 		switch rc.Outcome {
 		case inbox.Inserted:
 			res.Inserted++

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
@@ -137,5 +139,70 @@ func TestSinkHeadersOverTotalBound(t *testing.T) {
 	}
 	if st := s.Stats(); st.Inserted != 1 || st.Duplicates != 1 {
 		t.Errorf("stats %+v, want 1 inserted and 1 duplicate", st)
+	}
+}
+
+// seenCount is an inbox Observer counting seen-key cache hits.
+type seenCount struct{ hits, fallbacks atomic.Int64 }
+
+func (o *seenCount) ReceiveStart(ctx context.Context, _ []inbox.Message) (context.Context, func([]inbox.Receipt, error)) {
+	return ctx, func([]inbox.Receipt, error) {}
+}
+
+func (o *seenCount) SeenLookup(_ string, r inbox.SeenResult, n int) {
+	switch r {
+	case inbox.SeenHit:
+		o.hits.Add(int64(n))
+	case inbox.SeenFallback:
+		o.fallbacks.Add(int64(n))
+	}
+}
+
+func (o *seenCount) SeenError(inbox.SeenOp, error) {}
+
+// TestSinkSeenCache: a sink with a seen-key cache caches a batch's keys once it committed, not when
+// its transaction rolled back, and counts the same duplicates and conflicts as without a cache.
+func TestSinkSeenCache(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	cache, err := inbox.NewLRUCache(inbox.LRUCacheConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &seenCount{}
+	s, err := adapters.NewSink(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", Key: adapters.MessageID(),
+		SeenCache: cache, SeenTTL: time.Hour, Observer: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	batch := func() []*adapters.Record {
+		return []*adapters.Record{rec("a", "credit", `{"n": 1}`, nil), rec("a", "credit", `{"n": 1}`, nil), rec("b", "credit", `{"n": 2}`, nil)}
+	}
+	// A batch whose transaction fails (its context ends before the commit) leaves nothing cached.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.Store(cctx, batch()); err == nil {
+		t.Fatal("Store succeeded with a cancelled context")
+	}
+	if cache.Len() != 0 {
+		t.Fatalf("%d keys cached by a failed batch", cache.Len())
+	}
+	if res, err := s.Store(ctx, batch()); err != nil || res != (adapters.BatchResult{Inserted: 2, Duplicates: 1}) {
+		t.Fatalf("first store: %+v %v", res, err)
+	}
+	if cache.Len() != 2 {
+		t.Fatalf("%d keys cached after the commit, want 2", cache.Len())
+	}
+	// a is sent to the database with its altered copy; b is answered by the cache.
+	res, err := s.Store(ctx, append(batch(), rec("a", "credit", `{"n": 9}`, nil)))
+	if err != nil || res != (adapters.BatchResult{Duplicates: 3, Conflicts: 1}) {
+		t.Fatalf("redelivery: %+v %v", res, err)
+	}
+	if o.hits.Load() != 1 {
+		t.Errorf("%d hits, want 1", o.hits.Load())
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); n != 2 {
+		t.Errorf("%d rows, want 2", n)
 	}
 }

@@ -268,6 +268,9 @@ func (c *Client) DiscardDead(ctx context.Context, ids ...int64) ([]int64, error)
 	if err != nil {
 		return nil, translateError(err)
 	}
+	if len(done) > 0 {
+		c.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
+	}
 	return done, nil
 }
 
@@ -322,6 +325,13 @@ func (c *Client) DiscardPending(ctx context.Context, f PendingFilter, dryRun boo
 	out := PendingDiscard{Discarded: []int64{}, Claimed: []int64{}}
 	if err := f.check(); err != nil {
 		return out, err
+	}
+	if !dryRun {
+		defer func() {
+			if len(out.Discarded) > 0 {
+				c.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
+			}
+		}()
 	}
 	db := c.st.Wrap(c.db)
 	ids := f.IDs
@@ -495,5 +505,8 @@ func (c *Client) Purge(ctx context.Context, olderThan time.Duration, states ...S
 		},
 	}
 	r, err := w.run(ctx)
+	if r.Deleted > 0 {
+		c.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
+	}
 	return r.Deleted, err
 }

@@ -43,8 +43,40 @@ type Config struct {
 	// the worker pools' polling, which stays fast after any activity. See notify.go for why and for
 	// figures. Default: DefaultNotifyInterval (50ms). Negative: never notify.
 	NotifyInterval time.Duration
-	// Observer, if set, is told about every receive call (metrics, tracing). Default: none.
+	// Observer, if set, is told about every receive call (metrics, tracing), and about the seen-key
+	// cache if it implements SeenObserver. Default: none.
 	Observer Observer
+	// SeenCache, if set, answers redeliveries of recently accepted messages without a database round
+	// trip (NewLRUCache in process, module github.com/txinbox/txinbox/seenredis on Redis). Every
+	// receive call looks its keys up first: a message whose key is cached with the same kind and the
+	// same payload bytes (SeenFingerprint) gets a Duplicate receipt with Cached set, its ID as cached,
+	// and State and Result unknown (empty); every other message, and all of them when the cache fails
+	// or takes longer than SeenTimeout, goes to the database as without a cache.
+	//
+	// A key is cached only after its row has committed: after Receive and ReceiveMany return, and for
+	// ReceiveTx and ReceiveManyTx (or a Client whose DB is a pgx.Tx) only when the caller calls
+	// Remember after the commit (a DB that runs Receive inside a transaction it began with a BEGIN
+	// statement cannot be told apart: give such a Client no SeenCache). Cached are Inserted messages and Duplicates of pending or dead ones
+	// (not completed or processing ones, whose window may end sooner than SeenTTL). Each entry expires
+	// SeenTTL after the receive call started, so it never outlives the key's dedup window as long as
+	// SeenTTL is at most the worker's Retention (a minute less leaves room for clock drift and for the
+	// time a remote cache takes to apply a write).
+	//
+	// Rows deleted early (DiscardDead, DiscardPending, Purge) make their keys new again. Those calls,
+	// made through a Client with a SeenCache, invalidate the whole cache (a new epoch: SeenCache) once
+	// they deleted something; for Redis that reaches every process sharing it. Deletions made by
+	// another Client with another cache (an LRUCache in another process, or the txinbox command) are
+	// not seen by this one: for up to SeenTTL, a redelivery of such a key may still be answered
+	// Duplicate instead of being stored again. Cache errors never reach the caller: they are reported
+	// to a SeenObserver. Default: none.
+	SeenCache SeenCache
+	// SeenTTL is how long a cache entry lives, from the start of the receive call that made it;
+	// required (positive) with SeenCache, and at most the Retention of the workers of these
+	// consumers (see SeenCache).
+	SeenTTL time.Duration
+	// SeenTimeout bounds each SeenCache call; a slower one counts as failed (SeenFallback). Default:
+	// DefaultSeenTimeout (100ms).
+	SeenTimeout time.Duration
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -59,6 +91,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxPayloadBytes < 0 {
 		return c, &ConfigError{Field: "MaxPayloadBytes", Reason: "must not be negative"}
+	}
+	if c.SeenCache != nil && c.SeenTTL <= 0 {
+		return c, &ConfigError{Field: "SeenTTL", Reason: "must be positive with a SeenCache (at most the workers' Retention)"}
+	}
+	if c.SeenTimeout == 0 {
+		c.SeenTimeout = DefaultSeenTimeout
+	}
+	if c.SeenTimeout < 0 {
+		return c, &ConfigError{Field: "SeenTimeout", Reason: "must not be negative"}
 	}
 	return c, nil
 }
@@ -125,9 +166,15 @@ const (
 type Receipt struct {
 	ID      int64   // the stored message holding the key
 	Outcome Outcome // Inserted, Duplicate or Conflict
-	State   State   // state of the stored message (StatePending when inserted)
-	Result  []byte  // for a Duplicate: the result its handler stored, if any (JSON)
+	State   State   // state of the stored message (StatePending when inserted); "" when Cached
+	Result  []byte  // for a Duplicate: the result its handler stored, if any (JSON); nil when Cached
 	Err     error   // for a Conflict: a *KeyConflictError
+	// Cached is true for a Duplicate answered by the seen-key cache (Config.SeenCache) without
+	// reading the database: ID is the id cached for the key, State and Result are unknown (empty;
+	// GetMessage reads them).
+	Cached bool
+
+	seen seenMark // set for receipts of a transaction that Remember may cache
 }
 
 // Client receives messages into the inbox. It is safe for concurrent use.
@@ -220,12 +267,22 @@ func (c *Client) validate(i int, m *Message) error {
 
 type batchKey struct{ consumer, key string }
 
-// receiveMessages is receive without the Observer (observer.go).
+// receiveMessages is receive without the Observer (observer.go): it validates msgs, then stores them
+// through the seen-key cache if there is one.
 func (c *Client) receiveMessages(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
+	for i := range msgs {
+		if err := c.validate(i, &msgs[i]); err != nil {
+			return nil, err
+		}
+	}
+	if c.cfg.SeenCache != nil && len(msgs) > 0 {
+		return c.receiveSeen(ctx, db, msgs)
+	}
 	return c.receiveDepth(ctx, db, msgs, 0)
 }
 
-// receiveDepth stores msgs; depth counts the rounds spent on keys deleted while we looked.
+// receiveDepth stores msgs, already validated; depth counts the rounds spent on keys deleted while
+// we looked.
 func (c *Client) receiveDepth(ctx context.Context, db sqlc.DBTX, msgs []Message, depth int) ([]Receipt, error) {
 	if len(msgs) == 0 {
 		return nil, nil
@@ -243,9 +300,6 @@ func (c *Client) receiveDepth(ctx context.Context, db sqlc.DBTX, msgs []Message,
 	sent := make([]int, 0, n)
 	for i := range msgs {
 		m := &msgs[i]
-		if err := c.validate(i, m); err != nil {
-			return nil, err
-		}
 		k := batchKey{m.Consumer, m.Key}
 		if j, ok := seen[k]; ok {
 			first[i] = j

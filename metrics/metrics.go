@@ -22,6 +22,12 @@
 //	txinbox_retries_total{consumer, kind, reason}            counter: failed attempts to be retried
 //	txinbox_dead_letters_total{consumer, kind, reason}       counter: messages given up (dead)
 //	txinbox_handler_duration_seconds{consumer, kind, outcome} histogram: time in the handler
+//	txinbox_seen_cache_total{consumer, result}              counter: received messages by what the
+//	                                                         seen-key cache did (inbox.Config.SeenCache):
+//	                                                         hit, miss, mismatch or fallback (the cache
+//	                                                         failed or timed out: sent to the database)
+//	txinbox_seen_cache_errors_total{op}                      counter: seen-key cache errors and timeouts,
+//	                                                         by operation: get, put or invalidate
 //	txinbox_queue_messages{consumer, state}                  gauge (QueueCollector): queued messages;
 //	                                                         state is ready, waiting or claimed
 //	txinbox_queue_oldest_age_seconds{consumer}               gauge (QueueCollector): age of the oldest
@@ -75,12 +81,15 @@ type Metrics struct {
 	retries       *prometheus.CounterVec
 	dead          *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
+	seen          *prometheus.CounterVec
+	seenErrors    *prometheus.CounterVec
 	tracer        trace.Tracer
 }
 
 var (
-	_ inbox.Observer  = (*Metrics)(nil)
-	_ worker.Observer = (*Metrics)(nil)
+	_ inbox.Observer     = (*Metrics)(nil)
+	_ inbox.SeenObserver = (*Metrics)(nil)
+	_ worker.Observer    = (*Metrics)(nil)
 )
 
 // New creates the collectors and registers them with cfg.Registerer. It fails if a collector of the
@@ -119,9 +128,15 @@ func New(cfg Config) (*Metrics, error) {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: cfg.Namespace, Name: "handler_duration_seconds",
 			Help: "Time spent in handlers, by outcome.", ConstLabels: cfg.ConstLabels, Buckets: cfg.DurationBuckets},
 			[]string{"consumer", "kind", "outcome"}),
+		seen: prometheus.NewCounterVec(prometheus.CounterOpts(opts("seen_cache_total",
+			"Received messages by what the seen-key cache did: hit (answered duplicate without the database), miss, mismatch (cached with another payload) or fallback (cache failed or timed out); all but hit went to the database.")),
+			[]string{"consumer", "result"}),
+		seenErrors: prometheus.NewCounterVec(prometheus.CounterOpts(opts("seen_cache_errors_total",
+			"Seen-key cache errors and timeouts, by operation (get, put, invalidate); the database answered instead.")),
+			[]string{"op"}),
 		tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/metrics"),
 	}
-	for _, c := range []prometheus.Collector{m.received, m.receiveErrors, m.processed, m.retries, m.dead, m.duration} {
+	for _, c := range []prometheus.Collector{m.received, m.receiveErrors, m.processed, m.retries, m.dead, m.duration, m.seen, m.seenErrors} {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("txinbox metrics: %w", err)
 		}
@@ -181,6 +196,16 @@ func countOutcome(rs []inbox.Receipt, o inbox.Outcome) int {
 		}
 	}
 	return n
+}
+
+// SeenLookup implements inbox.SeenObserver: it counts messages by consumer and seen-key cache result.
+func (m *Metrics) SeenLookup(consumer string, result inbox.SeenResult, messages int) {
+	m.seen.WithLabelValues(consumer, string(result)).Add(float64(messages))
+}
+
+// SeenError implements inbox.SeenObserver: it counts cache errors by operation.
+func (m *Metrics) SeenError(op inbox.SeenOp, _ error) {
+	m.seenErrors.WithLabelValues(string(op)).Inc()
 }
 
 // Handled implements worker.Observer.

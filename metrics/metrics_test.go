@@ -358,3 +358,43 @@ func runUntilDrained(t *testing.T, ctx context.Context, db *testdb.DB, p *worker
 		t.Fatal(err)
 	}
 }
+
+// TestSeenCacheMetrics counts seen-key cache results by consumer and errors by operation.
+func TestSeenCacheMetrics(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(metrics.Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lru, err := inbox.NewLRUCache(inbox.LRUCacheConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, Observer: m, SeenCache: lru, SeenTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	msg := inbox.Message{Consumer: "ledger", Key: "k", Kind: "credit", Payload: []byte(`{"amount":1}`)}
+	for range 3 {
+		if _, err := c.Receive(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.SeenError(inbox.SeenOpPut, errors.New("down"))
+	text := scrape(t, reg)
+	if v := value(t, text, "txinbox_seen_cache_total", "consumer", "ledger", "result", "hit"); v != 2 {
+		t.Errorf("hits %v, want 2", v)
+	}
+	if v := value(t, text, "txinbox_seen_cache_total", "consumer", "ledger", "result", "miss"); v != 1 {
+		t.Errorf("misses %v, want 1", v)
+	}
+	if v := value(t, text, "txinbox_seen_cache_errors_total", "op", "put"); v != 1 {
+		t.Errorf("put errors %v, want 1", v)
+	}
+	if v := value(t, text, "txinbox_received_total", "consumer", "ledger", "outcome", "duplicate"); v != 2 {
+		t.Errorf("duplicates %v, want 2", v)
+	}
+}

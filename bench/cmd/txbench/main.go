@@ -6,11 +6,13 @@
 //	go run ./cmd/txbench [--quick] [--database-url URL] [--out RESULTS.md]
 //	go run ./cmd/txbench --sustain 10m
 //	go run ./cmd/txbench --tune
+//	go run ./cmd/txbench --seen [--redis-addr 127.0.0.1:6379]
 //
 // BENCH_QUICK=1 in the environment is the same as --quick. Each system runs in a fresh schema of its
 // own (txbench_*), created and dropped by the run; benchmarks run one at a time. The main run (drain,
-// ingest, latency, growth, footprint), the sustained drain (--sustain) and the tuning sweep (--tune)
-// each replace their own section of the output file and keep the others.
+// ingest, latency, growth, footprint), the sustained drain (--sustain), the tuning sweep (--tune) and
+// the seen-key cache comparison (--seen) each replace their own section of the output file and keep
+// the others.
 package main
 
 import (
@@ -38,6 +40,8 @@ type options struct {
 	tune    bool
 	verbose bool
 	trace   bool
+	seen    bool
+	redis   string
 
 	inbox     bench.InboxConfig
 	riverTx   bench.RiverConfig
@@ -57,6 +61,8 @@ func main() {
 	flag.DurationVar(&o.sustain, "sustain", 0, "run only the sustained drain for this long (e.g. 10m)")
 	flag.BoolVar(&o.tune, "tune", false, "run only the tuning sweep of worker counts and batch sizes")
 	flag.BoolVar(&o.verbose, "v", false, "log progress to stderr")
+	flag.BoolVar(&o.seen, "seen", false, "run only the seen-key cache comparison (80% redeliveries, 4 clients: no cache, LRU, Redis)")
+	flag.StringVar(&o.redis, "redis-addr", "127.0.0.1:6379", "Redis server of the --seen comparison (its keys get a prefix of their own and expire)")
 	flag.BoolVar(&o.trace, "trace", false, "run only one txinbox drain with every statement traced, and print where the time goes")
 	flag.IntVar(&o.inbox.Concurrency, "inbox-concurrency", 4, "txinbox worker.Config.Concurrency")
 	flag.IntVar(&o.inbox.BatchSize, "inbox-batch", 64, "txinbox worker.Config.BatchSize")
@@ -169,6 +175,11 @@ func run(ctx context.Context, o options) error {
 	case o.tune:
 		section = "tune"
 		if err := r.runTune(ctx, env, progress); err != nil {
+			return err
+		}
+	case o.seen:
+		section = "seen"
+		if err := r.runSeen(ctx, env, progress); err != nil {
 			return err
 		}
 	default:
@@ -327,6 +338,36 @@ func (r *report) runMain(ctx context.Context, env *bench.Env, progress func(stri
 		}
 		r.growth = pts
 	}
+	return nil
+}
+
+// runSeen compares a duplicate-heavy ingest without a seen-key cache, with the in-process LRU and
+// with Redis, interleaving the runs.
+func (r *report) runSeen(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	perClient := 20_000
+	if r.opts.quick {
+		perClient = 5_000
+	}
+	kinds := []bench.SeenCacheKind{bench.SeenNone, bench.SeenLRU, bench.SeenRedis}
+	rows := make([]*seenRow, len(kinds))
+	for i, k := range kinds {
+		rows[i] = &seenRow{kind: k}
+	}
+	for run := 1; run <= r.opts.runs; run++ {
+		for _, row := range rows {
+			progress("seen %d/%d: %s, 4 clients, %d messages each", run, r.opts.runs, row.kind, perClient)
+			res, err := env.SeenIngest(ctx, row.kind, r.opts.redis, 4, perClient, 0.8)
+			if err != nil {
+				return fmt.Errorf("seen %s: %w", row.kind, err)
+			}
+			progress("  %.0f msg/s, %.2f round trips/msg, %d of %d cached", res.Rate, res.RoundTrips, res.Cached, res.Messages)
+			row.rates = append(row.rates, res.Rate)
+			row.cpu = append(row.cpu, perMsg(res.FP, res.Messages))
+			row.redisCPU = append(row.redisCPU, res.RedisCPU*1e6/float64(res.Messages))
+			row.last = res
+		}
+	}
+	r.seen = rows
 	return nil
 }
 

@@ -31,6 +31,14 @@ func wakeMode(c bench.InboxConfig) string {
 	return "LISTEN/NOTIFY (default)"
 }
 
+type seenRow struct {
+	kind     bench.SeenCacheKind
+	rates    []float64
+	cpu      []cpuPerMsg
+	redisCPU []float64 // µs per message
+	last     bench.SeenResult
+}
+
 type tuneRow struct {
 	system, config string
 	rate           float64
@@ -68,6 +76,7 @@ type report struct {
 	growth  []bench.GrowthPoint
 	sustain *bench.SustainResult
 	tune    []tuneRow
+	seen    []*seenRow
 }
 
 func (r *report) markdown(section string) string {
@@ -84,6 +93,8 @@ func (r *report) markdown(section string) string {
 		p("## Sustained drain (%s)\n", r.opts.sustain)
 	case "tune":
 		p("## Tuning sweep (%d messages per drain, one run each)\n", r.opts.n)
+	case "seen":
+		p("## Seen-key cache (%s mode)\n", mode)
 	}
 	p("Run %s, took %s. Command:\n", r.started.UTC().Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
 	p("```sh\n%s\n```\n", r.command)
@@ -95,6 +106,8 @@ func (r *report) markdown(section string) string {
 		r.sustainMD(p)
 	case "tune":
 		r.tuneMD(p)
+	case "seen":
+		r.seenMD(p)
 	}
 	return b.String()
 }
@@ -287,6 +300,26 @@ func (r *report) sustainMD(p func(string, ...any)) {
 	p("")
 	p("Decay from the first interval to the last: **%.1f%%** (target: < 20%%). Peak RSS %.0f MiB, at most %d server connections.\n",
 		100*s.Decay, s.FP.PeakRSSMB, s.FP.MaxConns)
+}
+
+func (r *report) seenMD(p func(string, ...any)) {
+	if len(r.seen) == 0 {
+		return
+	}
+	l := r.seen[0].last
+	p("Duplicate-heavy ingest: %d clients, each calling `Receive` (one message a call) %d times; 80%% of the messages are redeliveries (same payload) of one of the client's last 1,000 new keys, the rest new keys. inbox.Config.SeenTTL 10 minutes; the clients share one cache. Round trips: database calls per message (statements, counted by a wrapper of the pool). CPU: this process + its PostgreSQL backends, and the Redis server's own (INFO cpu). Median of %d run(s), interleaved.\n",
+		l.Clients, l.Messages/l.Clients, len(r.seen[0].rates))
+	p("| Seen-key cache | msg/s | DB round trips/msg | Answered by the cache | CPU µs/msg client + server | Redis CPU µs/msg | Peak RSS |")
+	p("|---|---:|---:|---:|---:|---:|---|")
+	for _, row := range r.seen {
+		redisCPU := "–"
+		if row.kind == bench.SeenRedis {
+			redisCPU = fmt.Sprintf("%.0f", bench.Median(row.redisCPU))
+		}
+		p("| %s | **%.0f** | %.2f | %.0f%% | %s | %s | %.0f MiB |", row.kind, bench.Median(row.rates), row.last.RoundTrips,
+			100*float64(row.last.Cached)/float64(row.last.Messages), medianCPU(row.cpu), redisCPU, row.last.FP.PeakRSSMB)
+	}
+	p("")
 }
 
 func (r *report) tuneMD(p func(string, ...any)) {
