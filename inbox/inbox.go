@@ -373,12 +373,30 @@ func (c *Client) receiveDepth(ctx context.Context, db sqlc.DBTX, msgs []Message,
 			out[i] = rs[k]
 		}
 	}
+	var recheck []int // repeats to compare with the stored row itself
 	for i := range msgs {
 		if j := first[i]; j != i {
-			// A repeat within the batch: compare with the first occurrence.
+			// A repeat within the batch: compare with the first occurrence, which is what is stored
+			// unless the first occurrence was a Conflict.
 			same := msgs[j].Kind == msgs[i].Kind && jsonEqual(msgs[j].Payload, msgs[i].Payload)
 			fr := out[j]
-			out[i] = c.existing(&msgs[i], fr.ID, string(fr.State), same, fr.Result)
+			switch {
+			case fr.Outcome != Conflict:
+				out[i] = c.existing(&msgs[i], fr.ID, string(fr.State), same, fr.Result)
+			case same: // as the first occurrence, so it differs from the stored row too
+				out[i] = c.existing(&msgs[i], fr.ID, string(fr.State), false, nil)
+			default: // may be the stored payload: ask the database (rare: a round trip more)
+				recheck = append(recheck, i)
+			}
+		}
+	}
+	if len(recheck) > 0 {
+		expired, vanished, err := c.lookup(ctx, db, msgs, recheck, out)
+		if err != nil {
+			return nil, err
+		}
+		if len(expired)+len(vanished) > 0 {
+			return nil, fmt.Errorf("txinbox: %d stored keys expired or were deleted while receiving; receive again", len(expired)+len(vanished))
 		}
 	}
 	return out, nil
