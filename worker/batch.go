@@ -126,7 +126,7 @@ func (p *Pool) endedByHandler(ctx context.Context, xid string, done []*finish) e
 func txFate(status string) string {
 	switch status {
 	case "committed":
-		return "committed: what this message wrote before it is kept, and the messages handled before it in the batch completed"
+		return "committed: what this message wrote before that is kept, and the outcomes of the messages run before it in its batch were recorded"
 	case "aborted":
 		return "rolled back: nothing of the batch was kept"
 	}

@@ -285,8 +285,9 @@ func New(db inbox.DB, cfg Config) (*Pool, error) {
 	return p, nil
 }
 
-// Start checks that the schema has txinbox's tables (an error matching inbox.ErrNotMigrated if not),
-// then starts Concurrency batch runners and one rescuer (which runs, one at a time and alone, the
+// Start checks that the schema has txinbox's tables (an error matching inbox.ErrNotMigrated if not;
+// if the database cannot be asked, it logs a warning and starts anyway, since claims retry), then
+// starts Concurrency batch runners and one rescuer (which runs, one at a time and alone, the
 // messages whose previous attempt never finished), and returns. Each runner holds one connection while
 // it claims or runs a batch, and the rescuer one more now and then: a *pgxpool.Pool with
 // Concurrency+2 connections never makes them wait. When its MaxConns is below Concurrency, Start logs
@@ -309,8 +310,12 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.started {
 		return errors.New("txinbox: pool already started")
 	}
-	if err := p.checkSchema(ctx); err != nil {
+	if err := p.checkSchema(ctx); errors.Is(err, inbox.ErrNotMigrated) {
 		return err
+	} else if err != nil {
+		// The database did not answer (yet): the pool starts, and its claims retry with backoff.
+		p.cfg.Logger.Warn("txinbox: could not check the schema's tables; starting anyway",
+			"consumer", p.cfg.Consumer, "schema", p.cfg.Schema, "err", err)
 	}
 	p.warnPoolSize()
 	p.started = true

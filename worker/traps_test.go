@@ -50,6 +50,31 @@ func TestStartFailsOnUnmigratedSchema(t *testing.T) {
 	}
 }
 
+// Start on a database that does not answer starts anyway (claims retry with backoff) and says so: only
+// a schema known to lack the tables fails Start. (The chaos run cuts connections at random; a Start that
+// failed on a cut connection ended its worker process.)
+func TestStartWithUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	down, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(down.Close)
+	logs := &logBuffer{}
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error { return nil })
+	p, err := worker.New(down, worker.Config{Consumer: "ledger", Handlers: hs, Logger: logs.logger(), DisableListen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, p)
+	recs := logs.find(t, "txinbox: could not check the schema's tables; starting anyway")
+	if len(recs) != 1 || recs[0]["level"] != "WARN" || recs[0]["schema"] != "public" {
+		t.Fatalf("records %v, want one WARN naming the schema", recs)
+	}
+	waitFor(t, "a claim failure logged", func() bool { return len(logs.find(t, "txinbox: claim failed")) > 0 })
+}
+
 // A pgxpool smaller than Concurrency is reported once at Start (it used to cap Concurrency silently).
 func TestStartWarnsOnSmallPgxpool(t *testing.T) {
 	t.Parallel()
