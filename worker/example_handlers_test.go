@@ -1,10 +1,10 @@
 package worker_test
 
 // Writing idempotent handlers. The inbox applies a handler's writes once per key, but the same fact
-// can still reach a handler twice under two keys: a producer that resends it with a new message id,
-// a redelivery after the dedup window (Retention), a replay by an operator, or two producers that
-// report one event. Handlers that write the fact idempotently make those harmless too. Each example
-// below delivers one fact twice, under two keys, and shows what the handler's technique leaves.
+// can still reach a handler twice: under two keys (a producer that resends it with a new message id,
+// two producers that report one event), or redelivered after the dedup window (Retention) ended.
+// Handlers that write the fact idempotently make those harmless too. Each example below delivers
+// one fact more than once and shows what the handler's technique leaves.
 
 import (
 	"context"
