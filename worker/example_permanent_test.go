@@ -1,0 +1,73 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// eventLog is an Observer that passes every finished attempt on, so that an example can wait for
+// the attempts it expects instead of sleeping.
+type eventLog chan worker.HandleEvent
+
+func (l eventLog) Handled(e worker.HandleEvent) { l <- e }
+
+type cardCharge struct {
+	Card  string `json:"card"`
+	Cents int64  `json:"cents"`
+}
+
+// An error wrapped with Permanent makes the message dead at once, whatever MaxAttempts: no retry can
+// fix a declined card. The message is kept, with its error, for ReplayDead or DiscardDead.
+func ExamplePermanent() {
+	ctx := context.Background()
+	db, schema, cleanup := testdb.ForExample()
+	defer cleanup()
+	client, err := inbox.NewClient(db, inbox.Config{Schema: schema})
+	if err != nil {
+		panic(err)
+	}
+
+	handlers := worker.NewHandlers()
+	worker.Handle(handlers, "ChargeCard", func(ctx context.Context, tx pgx.Tx, m *worker.Message[cardCharge]) error {
+		if m.Payload.Card == "4000-0000-0000-0002" {
+			return worker.Permanent(errors.New("card declined"))
+		}
+		return nil
+	})
+	events := make(eventLog, 16)
+	pool, err := worker.New(db, worker.Config{Consumer: "payments", Schema: schema, Handlers: handlers,
+		MaxAttempts: 5, Observer: events})
+	if err != nil {
+		panic(err)
+	}
+	if err := pool.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() { _ = pool.Stop(ctx) }()
+
+	r, err := client.Receive(ctx, inbox.Message{Consumer: "payments", Key: "charge-1", Kind: "ChargeCard",
+		Payload: []byte(`{"card": "4000-0000-0000-0002", "cents": 500}`)})
+	if err != nil {
+		panic(err)
+	}
+	e := <-events
+	fmt.Println("attempt", e.Attempt, "->", e.Outcome, e.Reason, worker.IsPermanent(e.Err))
+	fmt.Println("error:", e.Err)
+
+	m, err := client.GetMessage(ctx, r.ID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("stored:", m.State, m.AttemptsStarted, "attempt of 5,", m.LastError)
+	// Output:
+	// attempt 1 -> dead permanent true
+	// error: permanent: card declined
+	// stored: dead 1 attempt of 5, permanent: card declined
+}
