@@ -12,7 +12,7 @@ SCHEMA     ?= public
 # cache, benchmarks (River) and the ledger example (which uses the adapters).
 SUBMODULES := adapters seenredis bench examples/ledger
 
-.PHONY: all tools generate check-generated fmt-check vet test test-go test-submodules demo migrate bench chaos fuzz mutants clean
+.PHONY: all tools generate check-generated fmt-check vet lint test test-go test-submodules demo migrate bench chaos fuzz mutants clean
 
 all: test
 
@@ -22,7 +22,10 @@ $(BIN)/sqlc: tools/sqlc/go.mod tools/sqlc/go.sum
 $(BIN)/goose: tools/goose/go.mod tools/goose/go.sum
 	cd tools/goose && GOFLAGS=-tags=$(GOOSE_TAGS) $(GO) build -o $(BIN)/goose github.com/pressly/goose/v3/cmd/goose
 
-tools: $(BIN)/sqlc $(BIN)/goose
+$(BIN)/golangci-lint: tools/golangci-lint/go.mod tools/golangci-lint/go.sum
+	cd tools/golangci-lint && $(GO) build -o $(BIN)/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+tools: $(BIN)/sqlc $(BIN)/goose $(BIN)/golangci-lint
 
 ## generate: regenerate internal/sqlc from queries/ and migrations/ (pinned sqlc).
 generate: $(BIN)/sqlc
@@ -40,8 +43,15 @@ vet:
 	$(GO) vet ./...
 	@for m in $(SUBMODULES); do [ -f $$m/go.mod ] || continue; echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
 
-## test: the whole suite (README's test command): vet, gofmt, generated code, go test -race of every module.
-test: fmt-check vet check-generated $(BIN)/goose test-go test-submodules
+## lint: golangci-lint (.golangci.yml at the root) on the root module, every module in SUBMODULES and
+## tools/mutants.
+lint: $(BIN)/golangci-lint
+	$(BIN)/golangci-lint run --config '$(CURDIR)/.golangci.yml' ./...
+	@for m in $(SUBMODULES) tools/mutants; do [ -f $$m/go.mod ] || continue; echo "golangci-lint ($$m)"; (cd $$m && $(BIN)/golangci-lint run --config '$(CURDIR)/.golangci.yml' ./...) || exit 1; done
+
+## test: the whole suite (README's test command): vet, gofmt, golangci-lint, generated code, go test -race
+## of every module.
+test: fmt-check vet lint check-generated $(BIN)/goose test-go test-submodules
 
 test-go: $(BIN)/goose
 	TXINBOX_GOOSE=$(BIN)/goose $(GO) test -race -count=1 -timeout 20m ./...

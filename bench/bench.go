@@ -15,7 +15,6 @@ import (
 	"io"
 	"log/slog"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -225,14 +224,3 @@ func payload(n int, amount int64) []byte {
 }
 
 func eventKey(n int) string { return fmt.Sprintf("evt-%08d", n) }
-
-func joinInts(xs []float64, f string) string {
-	var b strings.Builder
-	for i, x := range xs {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, f, x)
-	}
-	return b.String()
-}

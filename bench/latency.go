@@ -59,7 +59,8 @@ func (e *Env) SteadyLatency(ctx context.Context, rate, perCall int, d time.Durat
 	if err != nil {
 		return res, err
 	}
-	defer stopPool(ctx, p)
+	// Stopped after the measurement: a Stop error changes no result.
+	defer func() { _ = stopPool(ctx, p) }()
 	jobs := make(chan int, 1024) // the first message of each call
 	errc := make(chan error, LatencySenders)
 	var wg sync.WaitGroup
@@ -157,7 +158,8 @@ func (e *Env) IdleWakeup(ctx context.Context, samples int, idle time.Duration, c
 	if err != nil {
 		return res, err
 	}
-	defer stopPool(ctx, p)
+	// Stopped after the measurement: a Stop error changes no result.
+	defer func() { _ = stopPool(ctx, p) }()
 	var lats []time.Duration
 	for i := 1; i <= samples; i++ {
 		time.Sleep(idle + rand.N(idle)) // random phase against the poll timer

@@ -33,7 +33,7 @@ func (e *Env) DescribeMachine(ctx context.Context) (Machine, error) {
 	m.CPU = procField("/proc/cpuinfo", "model name")
 	if kb := procField("/proc/meminfo", "MemTotal"); kb != "" {
 		var v float64
-		fmt.Sscanf(kb, "%f", &v)
+		_, _ = fmt.Sscanf(kb, "%f", &v) // unparsable: 0 GB, reported as such
 		m.MemoryGB = v / (1 << 20)
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {

@@ -51,7 +51,8 @@ func (e *Env) Sustain(ctx context.Context, d time.Duration, cfg InboxConfig) (Su
 	if err != nil {
 		return res, err
 	}
-	defer stopPool(ctx, p)
+	// Stopped after the measurement: a Stop error changes no result.
+	defer func() { _ = stopPool(ctx, p) }()
 	pctx, stopProducer := context.WithCancel(ctx)
 	defer stopProducer()
 	perr := make(chan error, 1)

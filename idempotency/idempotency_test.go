@@ -275,7 +275,7 @@ func TestStoreUnavailable(t *testing.T) {
 					ran = true
 					_, hadTx = idempotency.Tx(r.Context())
 					b, _ := io.ReadAll(r.Body)
-					w.Write(b)
+					_, _ = w.Write(b)
 				})))
 				defer srv.Close()
 				e := &env{t: t, srv: srv}
@@ -453,7 +453,7 @@ func TestResponseTooLarge(t *testing.T) {
 		if !big {
 			return false
 		}
-		w.Write([]byte(strings.Repeat("a", 60)))
+		_, _ = w.Write([]byte(strings.Repeat("a", 60)))
 		_, writeErr = w.Write([]byte(strings.Repeat("b", 60)))
 		return true
 	}

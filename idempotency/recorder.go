@@ -23,7 +23,7 @@ type recorder struct {
 	overflow bool
 }
 
-func newRecorder(max int) *recorder { return &recorder{header: http.Header{}, max: max} }
+func newRecorder(limit int) *recorder { return &recorder{header: http.Header{}, max: limit} }
 
 func (r *recorder) Header() http.Header { return r.header }
 

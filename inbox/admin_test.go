@@ -378,19 +378,19 @@ func pendingRows(t *testing.T, db *testdb.DB, ids ...int64) (inboxRows, queueRow
 		db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue WHERE id = ANY($1)`, ids)
 }
 
-// claim claims up to max ready messages of consumer as a worker does, and returns their ids.
-func claim(t *testing.T, db *testdb.DB, consumer string, max int) []int64 {
+// claim claims up to limit ready messages of consumer as a worker does, and returns their ids.
+func claim(t *testing.T, db *testdb.DB, consumer string, limit int) []int64 {
 	t.Helper()
-	ids, err := claimBatch(db, consumer, max)
+	ids, err := claimBatch(db, consumer, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ids
 }
 
-func claimBatch(db *testdb.DB, consumer string, max int) ([]int64, error) {
+func claimBatch(db *testdb.DB, consumer string, limit int) ([]int64, error) {
 	rows, err := store.Queries.ClaimBatch(context.Background(), store.New(db.Schema).Wrap(db.Pool), sqlc.ClaimBatchParams{
-		Consumer: consumer, Max: int32(max), SnoozeSeconds: 30, Owner: pgtype.Text{String: "test", Valid: true}, LeaseSeconds: 300})
+		Consumer: consumer, Max: int32(limit), SnoozeSeconds: 30, Owner: pgtype.Text{String: "test", Valid: true}, LeaseSeconds: 300})
 	var ids []int64
 	for _, r := range rows {
 		if r.ID != 0 {

@@ -129,13 +129,13 @@ type Message struct {
 type Outcome int
 
 const (
-	// Inserted: the message is new and stored as pending.
+	// Inserted means the message is new and stored as pending.
 	Inserted Outcome = iota + 1
-	// Duplicate: the key is stored with the same kind and payload; nothing was written. Receipt.State
-	// and Receipt.Result report the stored message.
+	// Duplicate means the key is stored with the same kind and payload; nothing was written.
+	// Receipt.State and Receipt.Result report the stored message.
 	Duplicate
-	// Conflict: the key is stored with a different kind or payload; nothing was written. Receipt.Err
-	// is a *KeyConflictError.
+	// Conflict means the key is stored with a different kind or payload; nothing was written.
+	// Receipt.Err is a *KeyConflictError.
 	Conflict
 )
 

@@ -123,7 +123,7 @@ func wantConflict(t *testing.T, what string, r inbox.Receipt, err error, key str
 	if *kc != (inbox.KeyConflictError{Consumer: "ledger", Key: key, ID: id}) {
 		t.Errorf("%s: %+v, want consumer ledger, key %s, message %d", what, *kc, key, id)
 	}
-	if err != r.Err {
+	if err != r.Err { //nolint:errorlint // the very error value the receipt holds, not one it wraps
 		t.Errorf("%s: the call returned %v, want the receipt's error", what, err)
 	}
 }

@@ -38,12 +38,6 @@ type finish struct {
 
 const maxErrorBytes = 8 << 10
 
-// errBatchBroken wraps an error that left the batch transaction unusable.
-type errBatchBroken struct{ err error }
-
-func (e errBatchBroken) Error() string { return "batch transaction broken: " + e.err.Error() }
-func (e errBatchBroken) Unwrap() error { return e.err }
-
 // run handles a claimed batch in one transaction: lock the claims (dropping any taken over since),
 // run each handler in a savepoint of its own, record every outcome in one statement, commit.
 func (p *Pool) run(ctx context.Context, inf *inflight) {
@@ -236,9 +230,9 @@ func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
 func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	f := &finish{c: c}
 	h := p.cfg.Handlers.byKind[c.Kind]
-	if max := p.cfg.maxAttempts(h); c.Attempt > max {
+	if maxAttempts := p.cfg.maxAttempts(h); c.Attempt > maxAttempts {
 		f.outcome, f.reason, f.uncount = OutcomeDead, ReasonCrashed, true
-		f.cause = fmt.Errorf("gave up after %d attempts: the last one never finished (its worker crashed, hung or lost its connection); previous error: %s", max, c.PreviousError)
+		f.cause = fmt.Errorf("gave up after %d attempts: the last one never finished (its worker crashed, hung or lost its connection); previous error: %s", maxAttempts, c.PreviousError)
 		f.err = truncateError(f.cause.Error())
 		return f
 	}

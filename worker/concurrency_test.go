@@ -312,7 +312,7 @@ func TestGracefulStopLosesNothing(t *testing.T) {
 		if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != 0 {
 			t.Fatalf("effects = %d after the cancelled batches, want 0", n)
 		}
-		if again := p.Stop(context.Background()); again != err {
+		if again := p.Stop(context.Background()); again != err { //nolint:errorlint // the first call's very error value
 			t.Fatalf("second Stop = %v, want the first one's result %v", again, err)
 		}
 		completeRest(t, e, 30)

@@ -57,7 +57,7 @@ func (s *savepoints) rollback(ctx context.Context) error {
 // recorded yet (errUnobserved gives way to it).
 func (s *savepoints) note(err error) {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (s.failed == nil || s.failed == errUnobserved) {
+	if errors.As(err, &pgErr) && (s.failed == nil || errors.Is(s.failed, errUnobserved)) {
 		s.failed = err
 	}
 }

@@ -157,8 +157,8 @@ func (c *Consumer) poll(ctx context.Context, cl *kgo.Client) []*kgo.Record {
 	return recs
 }
 
-func (c *Consumer) fetch(ctx context.Context, cl *kgo.Client, max int) []*kgo.Record {
-	fs := cl.PollRecords(ctx, max)
+func (c *Consumer) fetch(ctx context.Context, cl *kgo.Client, limit int) []*kgo.Record {
+	fs := cl.PollRecords(ctx, limit)
 	fs.EachError(func(topic string, partition int32, err error) {
 		if ctx.Err() == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, kgo.ErrClientClosed) {
 			c.cfg.Logger.Warn("txinbox/kafka: fetch", "topic", topic, "partition", partition, "err", err)

@@ -142,7 +142,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for {
 		consumed, err := c.session(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // documented: Run returns nil once ctx ends, whatever ended the session
 		}
 		var crash crashError
 		if errors.As(err, &crash) {

@@ -69,6 +69,7 @@ func choose() (string, error) {
 	if err == nil {
 		return u, nil
 	}
+	//nolint:staticcheck // ST1005: a multi-line message read by a person setting up the tests, never wrapped
 	return "", fmt.Errorf("testdb: no PostgreSQL for the tests.\n"+
 		"  - %s is not set;\n  - nothing answers on 127.0.0.1:5432 (%v);\n  - no container could be started (%v).\n"+
 		"Set %s=postgres://user:pass@host:5432/db, start PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth), or install Docker.",

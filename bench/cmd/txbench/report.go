@@ -331,13 +331,6 @@ func (r *report) tuneMD(p func(string, ...any)) {
 	p("")
 }
 
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
-
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
 const fileHeader = `# txinbox benchmarks

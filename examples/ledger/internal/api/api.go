@@ -205,8 +205,9 @@ type AccountResponse struct {
 
 func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := ledger.ValidateAccountID(id); err != nil {
-		writeProblem(w, http.StatusBadRequest, ProblemInvalidAccount, "Invalid account id", err.(*ledger.FieldError).Detail)
+	var fe *ledger.FieldError
+	if err := ledger.ValidateAccountID(id); errors.As(err, &fe) {
+		writeProblem(w, http.StatusBadRequest, ProblemInvalidAccount, "Invalid account id", fe.Detail)
 		return
 	}
 	limit := 20
