@@ -143,7 +143,10 @@ func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer func() {
+		p.detach(inf)
+		_ = tx.Rollback(context.WithoutCancel(ctx)) // gives the connection back (a closed one is dropped)
+	}()
 	if err := p.attach(inf, tx); err != nil {
 		return nil, err
 	}
@@ -219,6 +222,7 @@ func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
 	if err := p.finish(ctx, db, done); err != nil {
 		return nil, err
 	}
+	p.detach(inf) // Commit gives the connection back to the pool
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}

@@ -453,12 +453,14 @@ func (p *Pool) stop(ctx context.Context) error {
 // transactions back) and hands their claims back, fenced by their tokens.
 func (p *Pool) abandon() (batches, messages int) {
 	p.mu.Lock()
-	var conns []net.Conn
 	var claims []*claimed
 	for inf := range p.inflight {
 		inf.abandoned.Store(true)
 		if inf.conn != nil {
-			conns = append(conns, inf.conn)
+			// Closed under the lock: a runner detaches its connection (under the lock) before it
+			// commits or gives it back to the pgxpool, where closing it would break another user.
+			_ = inf.conn.Close()
+			inf.conn = nil
 		}
 		claims = append(claims, inf.batch...)
 	}
@@ -466,9 +468,6 @@ func (p *Pool) abandon() (batches, messages int) {
 	p.mu.Unlock()
 	if batches == 0 {
 		return 0, 0
-	}
-	for _, c := range conns {
-		_ = c.Close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
@@ -510,6 +509,14 @@ func (p *Pool) track(batch []*claimed) *inflight {
 func (p *Pool) untrack(inf *inflight) {
 	p.mu.Lock()
 	delete(p.inflight, inf)
+	p.mu.Unlock()
+}
+
+// detach takes inf's connection out of Stop's reach: the runner is about to commit, or to give the
+// connection back to the pgxpool (where another user may get it), so Stop must not close it anymore.
+func (p *Pool) detach(inf *inflight) {
+	p.mu.Lock()
+	inf.conn = nil
 	p.mu.Unlock()
 }
 
