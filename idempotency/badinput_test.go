@@ -4,17 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"unicode/utf8"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox/idempotency"
 	"github.com/txinbox/txinbox/inbox"
@@ -214,8 +208,8 @@ func TestBadSchemaNames(t *testing.T) {
 		`public"; DROP SCHEMA public CASCADE; --`, `a b`, `1abc`, `schéma`, "a\x00b", "a\nb", strings.Repeat("s", 64),
 		`"quoted"`, `x'y`, `$1`, `a-b`,
 	}
-	candidates := schemaCandidates(bad)
-	before := existingSchemas(t, db.Pool, candidates)
+	candidates := testdb.SchemaCandidates(bad)
+	before := testdb.ExistingSchemas(t, db.Pool, candidates)
 	for _, s := range bad {
 		mw, err := idempotency.New(db.Pool, idempotency.Config{Schema: s, Principal: idempotency.HeaderPrincipal("Authorization")})
 		var ce *inbox.ConfigError
@@ -223,50 +217,7 @@ func TestBadSchemaNames(t *testing.T) {
 			t.Errorf("schema %q: %v, %v; want a *inbox.ConfigError for Schema", s, mw, err)
 		}
 	}
-	if after := existingSchemas(t, db.Pool, candidates); after != before || !strings.Contains(before, "public") {
+	if after := testdb.ExistingSchemas(t, db.Pool, candidates); after != before || !strings.Contains(before, "public") {
 		t.Fatalf("schemas among %q: %q before, %q after; want the same, public included", candidates, before, after)
 	}
-}
-
-// schemaCandidates returns every schema name that the bad names could have created, or removed, had
-// one reached SQL: each name as it is (quoted), folded to lower case, and cut to PostgreSQL's 63 bytes;
-// each run of identifier characters in it (interpolated unquoted, `x; DROP TABLE inbox; --` creates
-// x); and "public", which an injected DROP SCHEMA would remove. A name PostgreSQL cannot hold (NUL,
-// invalid UTF-8) is left out; its parts are kept. Counting only these names, rather than every
-// schema of the server, keeps the other tests' schemas, which come and go meanwhile, out of the
-// check.
-func schemaCandidates(bad []string) []string {
-	seen := map[string]bool{"public": true}
-	add := func(s string) {
-		if s == "" || strings.ContainsRune(s, 0) || !utf8.ValidString(s) {
-			return
-		}
-		for len(s) > 63 { // NAMEDATALEN - 1, cut on a character boundary as PostgreSQL does
-			_, n := utf8.DecodeLastRuneInString(s)
-			s = s[:len(s)-n]
-		}
-		seen[s] = true
-	}
-	for _, b := range bad {
-		add(b)
-		add(strings.ToLower(b))
-		for _, part := range identRun.FindAllString(b, -1) {
-			add(strings.ToLower(part))
-		}
-	}
-	return slices.Sorted(maps.Keys(seen))
-}
-
-// identRun matches the characters PostgreSQL accepts in an unquoted identifier.
-var identRun = regexp.MustCompile(`[A-Za-z0-9_$\x{80}-\x{10FFFF}]+`)
-
-// existingSchemas returns those of names that exist on the server, sorted and comma-separated.
-func existingSchemas(t *testing.T, db *pgxpool.Pool, names []string) string {
-	t.Helper()
-	var s string
-	if err := db.QueryRow(context.Background(), `SELECT coalesce(string_agg(nspname, ',' ORDER BY nspname), '')
-		FROM pg_namespace WHERE nspname = ANY($1)`, names).Scan(&s); err != nil {
-		t.Fatal(err)
-	}
-	return s
 }

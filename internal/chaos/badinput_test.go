@@ -4,16 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
@@ -30,8 +25,8 @@ func TestWorkerBadSchemaCreatesNothing(t *testing.T) {
 	worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[struct{}]) error { return nil })
 	bad := []string{`a"b`, `a.b`, `x; DROP TABLE inbox; --`, `public"; DROP SCHEMA public CASCADE; --`,
 		`a b`, `1abc`, "a\x00b", strings.Repeat("s", 64), `schéma`}
-	candidates := schemaCandidates(bad)
-	before := existingSchemas(t, db.Pool, candidates)
+	candidates := testdb.SchemaCandidates(bad)
+	before := testdb.ExistingSchemas(t, db.Pool, candidates)
 	for _, s := range bad {
 		p, err := worker.New(db.Pool, worker.Config{Consumer: "ledger", Schema: s, Handlers: hs})
 		var ce *inbox.ConfigError
@@ -52,52 +47,9 @@ func TestWorkerBadSchemaCreatesNothing(t *testing.T) {
 			t.Errorf("%s: err = %v, want a *inbox.ConfigError for %s", name, err, name)
 		}
 	}
-	if after := existingSchemas(t, db.Pool, candidates); after != before || !strings.Contains(before, "public") {
+	if after := testdb.ExistingSchemas(t, db.Pool, candidates); after != before || !strings.Contains(before, "public") {
 		t.Fatalf("schemas among %q: %q before, %q after; want the same, public included", candidates, before, after)
 	}
-}
-
-// schemaCandidates returns every schema name that the bad names could have created, or removed, had
-// one reached SQL: each name as it is (quoted), folded to lower case, and cut to PostgreSQL's 63 bytes;
-// each run of identifier characters in it (interpolated unquoted, `x; DROP TABLE inbox; --` creates
-// x); and "public", which an injected DROP SCHEMA would remove. A name PostgreSQL cannot hold (NUL,
-// invalid UTF-8) is left out; its parts are kept. Counting only these names, rather than every
-// schema of the server, keeps the other tests' schemas, which come and go meanwhile, out of the
-// check.
-func schemaCandidates(bad []string) []string {
-	seen := map[string]bool{"public": true}
-	add := func(s string) {
-		if s == "" || strings.ContainsRune(s, 0) || !utf8.ValidString(s) {
-			return
-		}
-		for len(s) > 63 { // NAMEDATALEN - 1, cut on a character boundary as PostgreSQL does
-			_, n := utf8.DecodeLastRuneInString(s)
-			s = s[:len(s)-n]
-		}
-		seen[s] = true
-	}
-	for _, b := range bad {
-		add(b)
-		add(strings.ToLower(b))
-		for _, part := range identRun.FindAllString(b, -1) {
-			add(strings.ToLower(part))
-		}
-	}
-	return slices.Sorted(maps.Keys(seen))
-}
-
-// identRun matches the characters PostgreSQL accepts in an unquoted identifier.
-var identRun = regexp.MustCompile(`[A-Za-z0-9_$\x{80}-\x{10FFFF}]+`)
-
-// existingSchemas returns those of names that exist on the server, sorted and comma-separated.
-func existingSchemas(t *testing.T, db *pgxpool.Pool, names []string) string {
-	t.Helper()
-	var s string
-	if err := db.QueryRow(context.Background(), `SELECT coalesce(string_agg(nspname, ',' ORDER BY nspname), '')
-		FROM pg_namespace WHERE nspname = ANY($1)`, names).Scan(&s); err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // A message of a kind without a handler fails with ErrUnknownKind on every attempt and ends dead; the
