@@ -9,8 +9,9 @@ GOOSE_TAGS := no_clickhouse,no_libsql,no_mssql,no_azuresql,no_mysql,no_sqlite3,n
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 SCHEMA     ?= public
 # Modules other than the root one keep their dependencies apart: broker adapters, the Redis seen-key
-# cache, benchmarks (River) and the ledger example (which uses the adapters).
-SUBMODULES := adapters seenredis bench examples/ledger
+# cache, benchmarks (River), the ledger example (which uses the adapters), the chaos run, and the public
+# test kit txinboxtest (testcontainers), so that the root go.mod names no Docker or broker client.
+SUBMODULES := adapters seenredis bench examples/ledger chaos txinboxtest
 
 .PHONY: all tools generate check-generated fmt-check vet lint test test-go test-submodules demo migrate bench chaos fuzz mutants clean
 
@@ -63,6 +64,8 @@ test-submodules:
 	@if [ -f seenredis/go.mod ]; then echo "go test (seenredis)"; cd seenredis && $(GO) test -race -count=1 -timeout 10m ./...; fi
 	@if [ -f bench/go.mod ]; then echo "go test -run '^$$' (bench: compile only)"; cd bench && $(GO) test -count=1 -run '^$$' ./...; fi
 	@if [ -f examples/ledger/go.mod ]; then echo "go test (examples/ledger)"; cd examples/ledger && $(GO) test -race -count=1 -timeout 15m ./...; fi
+	@if [ -f chaos/go.mod ]; then echo "go test (chaos)"; cd chaos && $(GO) test -race -count=1 -timeout 20m ./...; fi
+	@if [ -f txinboxtest/go.mod ]; then echo "go test (txinboxtest)"; cd txinboxtest && $(GO) test -race -count=1 -timeout 10m ./...; fi
 
 ## demo: the ledger example end to end (finds or starts PostgreSQL itself).
 demo:
@@ -78,7 +81,7 @@ bench:
 
 ## chaos: the 5-minute chaos run (killed workers, cut connections, poison messages).
 chaos:
-	$(GO) run ./cmd/txchaos --database-url '$(DATABASE_URL)' --duration 5m
+	cd chaos && $(GO) run ./cmd/txchaos --database-url '$(DATABASE_URL)' --duration 5m
 
 ## fuzz: run every fuzz target for FUZZTIME each (seed corpora already run in 'make test').
 FUZZTIME ?= 1m

@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/txinbox/txinbox/internal/chaos"
+	"github.com/txinbox/txinbox/chaos"
 )
 
 func main() {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txinbox/txinbox/internal/chaos"
+	"github.com/txinbox/txinbox/chaos"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 

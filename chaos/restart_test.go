@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txinbox/txinbox/internal/chaos"
+	"github.com/txinbox/txinbox/chaos"
 )
 
 // pgBinDir holds the PostgreSQL 15 server binaries the restart test runs (TXCHAOS_PG_BIN overrides).
