@@ -153,7 +153,7 @@ var stoppedRE = regexp.MustCompile(`msg="ledger: stopped consuming" broker=(\w+)
 // `ledger work` on it: every event is credited exactly once.
 func TestWorkConsumesRabbitMQ(t *testing.T) {
 	t.Parallel()
-	amqpURL := testdb.Broker(t, "RabbitMQ", "TXINBOX_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	amqpURL := brokerURL(t, "RabbitMQ", "TXINBOX_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 	db := migrated(t)
 	conn, err := amqp.Dial(amqpURL)
 	if err != nil {
@@ -244,7 +244,7 @@ func TestWorkConsumesRabbitMQ(t *testing.T) {
 // and /metrics counts the broker messages.
 func TestServeConsumesNATS(t *testing.T) {
 	t.Parallel()
-	natsURL := testdb.Broker(t, "NATS", "TXINBOX_TEST_NATS_URL", "nats://127.0.0.1:4222")
+	natsURL := brokerURL(t, "NATS", "TXINBOX_TEST_NATS_URL", "nats://127.0.0.1:4222")
 	db := migrated(t)
 	nc, err := nats.Connect(natsURL)
 	if err != nil {

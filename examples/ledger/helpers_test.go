@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -45,6 +48,32 @@ func testChildCommand(args []string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childArgsEnv+"="+string(b))
 	return cmd
+}
+
+// brokerURL returns the URL of a message broker for t: the environment variable env if set, else def.
+// If nothing answers at its address, t fails when CI=true (CI must not pass without the brokers it
+// needs) and is skipped otherwise, with a message naming env. It is a copy of the adapters' test helper
+// (adapters/internal/adaptertest.Broker), which this module cannot import.
+func brokerURL(t testing.TB, name, env, def string) string {
+	t.Helper()
+	u := os.Getenv(env)
+	if u == "" {
+		u = def
+	}
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatalf("%s: bad URL %q: %v", env, u, err)
+	}
+	c, err := net.DialTimeout("tcp", pu.Host, 3*time.Second)
+	if err != nil {
+		msg := fmt.Sprintf("%s is not reachable at %s (%v); set %s or start it", name, pu.Host, err, env)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	_ = c.Close()
+	return u
 }
 
 // env is one test's schema with the ledger's tables, its API on an httptest server, and (with
