@@ -35,14 +35,28 @@ type Message[T any] struct {
 }
 
 // SetResult stores v, encoded as JSON, with the message when the handler's transaction commits. A
-// duplicate received later reports it (inbox.Receipt.Result).
+// duplicate received later reports it (inbox.Receipt.Result). A later call replaces the result. On a
+// Message built by hand (a test calling its handler directly), it keeps the result in the Message,
+// where [Message.Result] reads it.
 func (m *Message[T]) SetResult(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("txinbox: result: %w", err)
 	}
+	if m.result == nil {
+		m.result = new([]byte)
+	}
 	*m.result = b
 	return nil
+}
+
+// Result returns the JSON that the last [Message.SetResult] stored, or nil if none did. It lets a test
+// that calls a handler with a Message built by hand see the result the handler set.
+func (m *Message[T]) Result() []byte {
+	if m.result == nil {
+		return nil
+	}
+	return *m.result
 }
 
 // HandlerFunc handles one message. Everything it writes through tx commits together with the message's
