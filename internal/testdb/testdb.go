@@ -1,9 +1,11 @@
 // Package testdb gives each test its own schema on a real PostgreSQL server.
 //
-// The server is chosen once per test binary, in this order:
+// The server is chosen once per test binary ([Find] with [DefaultFinder]), in this order:
 //  1. TXINBOX_TEST_DATABASE_URL, if set (it must answer, or the tests fail);
 //  2. a server on 127.0.0.1:5432 (user postgres, database postgres), if one answers;
-//  3. a PostgreSQL container started with testcontainers-go, if Docker is available;
+//  3. a PostgreSQL container, if Docker is available (DOCKER_HOST is set or a Docker socket exists):
+//     [Container] starts it, by default by running the command txinbox-testpg of the txinboxtest
+//     module (testcontainers-go), so that this module itself does not depend on testcontainers;
 //  4. otherwise every test fails with a message saying how to provide one.
 //
 // Each call to New creates a fresh schema named txinbox_test_<random>, migrates it, and drops it when
@@ -14,8 +16,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -23,18 +23,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
-	"github.com/testcontainers/testcontainers-go/wait"
 
 	"github.com/txinbox/txinbox/inbox"
 )
-
-// EnvURL names the environment variable that selects the test server.
-const EnvURL = "TXINBOX_TEST_DATABASE_URL"
-
-// LocalURL is the server tried when EnvURL is not set.
-const LocalURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 var (
 	once      sync.Once
@@ -42,73 +33,30 @@ var (
 	serverErr error
 )
 
+// server chooses the server once per process.
+func server() (string, error) {
+	once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), findTimeout)
+		defer cancel()
+		serverURL, serverErr = DefaultFinder().Find(ctx)
+	})
+	return serverURL, serverErr
+}
+
 // URL returns the connection string of the chosen server, failing the test if there is none.
 func URL(t testing.TB) string {
 	t.Helper()
-	once.Do(func() { serverURL, serverErr = choose() })
-	if serverErr != nil {
-		t.Fatal(serverErr)
+	u, err := server()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return serverURL
+	return u
 }
 
-func choose() (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if u := os.Getenv(EnvURL); u != "" {
-		if err := ping(ctx, u); err != nil {
-			return "", fmt.Errorf("testdb: %s=%q does not answer: %v", EnvURL, u, err)
-		}
-		return u, nil
-	}
-	local := ping(ctx, LocalURL)
-	if local == nil {
-		return LocalURL, nil
-	}
-	u, err := container(ctx)
-	if err == nil {
-		return u, nil
-	}
-	//nolint:staticcheck // ST1005: a multi-line message read by a person setting up the tests, never wrapped
-	return "", fmt.Errorf("testdb: no PostgreSQL for the tests.\n"+
-		"  - %s is not set;\n  - nothing answers on 127.0.0.1:5432 (%v);\n  - no container could be started (%v).\n"+
-		"Set %s=postgres://user:pass@host:5432/db, start PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth), or install Docker.",
-		EnvURL, local, err, EnvURL)
-}
-
-func ping(ctx context.Context, u string) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, u)
-	if err != nil {
-		return err
-	}
-	defer c.Close(ctx)
-	return c.Ping(ctx)
-}
-
-func container(ctx context.Context) (u string, err error) {
-	defer func() {
-		if r := recover(); r != nil { // testcontainers panics when no Docker is found
-			err = fmt.Errorf("%v", r)
-		}
-	}()
-	provider, err := testcontainers.NewDockerProvider()
-	if err != nil {
-		return "", err
-	}
-	defer provider.Close()
-	if err := provider.Health(ctx); err != nil {
-		return "", err
-	}
-	c, err := tcpostgres.Run(ctx, "postgres:15-alpine",
-		tcpostgres.WithDatabase("txinbox"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
-		testcontainers.WithWaitStrategy(wait.ForLog("database system is ready to accept connections").WithOccurrence(2).WithStartupTimeout(time.Minute)))
-	if err != nil {
-		return "", err
-	}
-	// The container lives as long as the test binary; Ryuk removes it afterwards.
-	return c.ConnectionString(ctx, "sslmode=disable")
+// Migrate applies txinbox's migrations to schema (created if missing). It is the one call of the
+// migration API in the test harnesses (this package and the txinboxtest module).
+func Migrate(ctx context.Context, cfg *pgx.ConnConfig, schema string) error {
+	return inbox.Migrate(ctx, cfg, schema)
 }
 
 // DB is one test's isolated schema.
@@ -159,7 +107,7 @@ func New(t testing.TB) *DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := inbox.Migrate(ctx, cfg.ConnConfig, schema); err != nil {
+	if err := Migrate(ctx, cfg.ConnConfig, schema); err != nil {
 		t.Fatalf("testdb: migrate %s: %v", schema, err)
 	}
 	cfg.MaxConns = 16
@@ -189,19 +137,19 @@ func (d *DB) SQL(query string) string {
 // ForExample is New for testable examples, which have no *testing.T: it returns a pool on a fresh
 // migrated schema and a function that drops it. It panics if no server can be found.
 func ForExample() (pool *pgxpool.Pool, schema string, cleanup func()) {
-	once.Do(func() { serverURL, serverErr = choose() })
-	if serverErr != nil {
-		panic(serverErr)
+	url, err := server()
+	if err != nil {
+		panic(err)
 	}
 	ctx := context.Background()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	schema = "txinbox_example_" + hex.EncodeToString(b)
-	cfg, err := pgxpool.ParseConfig(serverURL)
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		panic(err)
 	}
-	if err := inbox.Migrate(ctx, cfg.ConnConfig, schema); err != nil {
+	if err := Migrate(ctx, cfg.ConnConfig, schema); err != nil {
 		panic(err)
 	}
 	pool, err = pgxpool.NewWithConfig(ctx, cfg)
