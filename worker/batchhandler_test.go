@@ -70,6 +70,7 @@ func TestBatchHandlerIsolatesPoisonByBisection(t *testing.T) {
 		poison []string
 	}{
 		{"one in the middle", []string{"p-100"}},
+		{"the last", []string{"p-199"}}, // every left half succeeds: the right ones are never called whole
 		{"three", []string{"p-3", "p-101", "p-177"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
