@@ -131,9 +131,9 @@ func txFate(status string) string {
 
 // culpritError says which message's handler left the transaction unusable.
 type culpritError struct {
-	f      *finish   // the culprit's failure (nil: only hold)
-	also   []*finish // failures of the other messages of the culprit's batch handler call, recorded with f
-	before []*finish // outcomes of the batch already committed with the transaction, recorded with f
+	f      *finish    // the culprit's failure (nil: only hold)
+	also   []*finish  // failures of the other messages of the culprit's batch handler call, recorded with f
+	before []*finish  // outcomes of the batch already committed with the transaction, recorded with f
 	hold   []*claimed // messages neither recorded nor handed back: the rescuer runs them alone after their lease
 	err    error
 }
