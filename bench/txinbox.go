@@ -28,10 +28,17 @@ type InboxConfig struct {
 	// DisableListen: no LISTEN connection; the pool finds messages by polling only (hot polling
 	// after activity, PollInterval when idle).
 	DisableListen bool
+	// HandlerBatchSize, if positive, registers the handler as a batch handler (worker.HandleBatch)
+	// with this HandlerConfig.BatchSize: one multi-row INSERT per call instead of one INSERT per
+	// message.
+	HandlerBatchSize int
 }
 
 func (c InboxConfig) String() string {
 	s := fmt.Sprintf("Concurrency=%d, BatchSize=%d", c.Concurrency, c.BatchSize)
+	if c.HandlerBatchSize > 0 {
+		s += fmt.Sprintf(", batch handler BatchSize=%d", c.HandlerBatchSize)
+	}
 	if c.PollInterval != 0 {
 		s += fmt.Sprintf(", PollInterval=%s", c.PollInterval)
 	}
@@ -127,13 +134,29 @@ type ledgerPayload struct {
 func (s *inboxSchema) startPool(ctx context.Context, cfg InboxConfig, onHandled func(n int)) (*worker.Pool, error) {
 	insert := "INSERT INTO " + s.T("ledger") + " (event_id, amount) VALUES ($1, $2)"
 	hs := worker.NewHandlers()
-	worker.Handle(hs, benchKind, func(ctx context.Context, tx pgx.Tx, m *worker.Message[ledgerPayload]) error {
-		if onHandled != nil {
-			onHandled(m.Payload.N)
-		}
-		_, err := tx.Exec(ctx, insert, m.Key, m.Payload.Amount)
-		return err
-	})
+	if cfg.HandlerBatchSize > 0 {
+		// The same ledger effect, one statement per call.
+		insertMany := "INSERT INTO " + s.T("ledger") + " (event_id, amount) SELECT * FROM unnest($1::text[], $2::bigint[])"
+		worker.HandleBatch(hs, benchKind, func(ctx context.Context, tx pgx.Tx, msgs []*worker.Message[ledgerPayload]) error {
+			keys, amounts := make([]string, len(msgs)), make([]int64, len(msgs))
+			for i, m := range msgs {
+				if onHandled != nil {
+					onHandled(m.Payload.N)
+				}
+				keys[i], amounts[i] = m.Key, m.Payload.Amount
+			}
+			_, err := tx.Exec(ctx, insertMany, keys, amounts)
+			return err
+		}, worker.HandlerConfig{BatchSize: cfg.HandlerBatchSize})
+	} else {
+		worker.Handle(hs, benchKind, func(ctx context.Context, tx pgx.Tx, m *worker.Message[ledgerPayload]) error {
+			if onHandled != nil {
+				onHandled(m.Payload.N)
+			}
+			_, err := tx.Exec(ctx, insert, m.Key, m.Payload.Amount)
+			return err
+		})
+	}
 	p, err := worker.New(s.Pool, worker.Config{
 		Consumer: benchConsumer, Schema: s.Name, Handlers: hs,
 		Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval,

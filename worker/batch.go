@@ -58,12 +58,14 @@ func (p *Pool) run(ctx context.Context, inf *inflight) {
 	defer cancel()
 	var record []*finish // the culprit's failure, after the outcomes the transaction committed with it
 	var be culpritError
-	if errors.As(err, &be) && ctx.Err() == nil {
-		record = append(append(record, be.before...), be.f)
+	isCulprit := errors.As(err, &be)
+	if isCulprit && ctx.Err() == nil && be.f != nil {
+		record = append(append(append(record, be.before...), be.f), be.also...)
 	}
 	var release []*claimed
 	for _, c := range batch {
-		if !slices.ContainsFunc(record, func(f *finish) bool { return f.c == c }) {
+		held := isCulprit && slices.Contains(be.hold, c) // left claimed: run alone by the rescuer after the lease
+		if !held && !slices.ContainsFunc(record, func(f *finish) bool { return f.c == c }) {
 			release = append(release, c)
 		}
 	}
@@ -129,12 +131,19 @@ func txFate(status string) string {
 
 // culpritError says which message's handler left the transaction unusable.
 type culpritError struct {
-	f      *finish
-	before []*finish // outcomes of the batch already committed with the transaction, recorded with f
+	f      *finish    // the culprit's failure (nil: only hold)
+	also   []*finish  // failures of the other messages of the culprit's batch handler call, recorded with f
+	before []*finish  // outcomes of the batch already committed with the transaction, recorded with f
+	hold   []*claimed // messages neither recorded nor handed back: the rescuer runs them alone after their lease
 	err    error
 }
 
-func (e culpritError) Error() string { return fmt.Sprintf("message %d: %v", e.f.c.ID, e.err) }
+func (e culpritError) Error() string {
+	if e.f == nil {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("message %d: %v", e.f.c.ID, e.err)
+}
 func (e culpritError) Unwrap() error { return e.err }
 
 func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
@@ -181,12 +190,23 @@ func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
 	}
 	sp := &savepoints{tx: tx}
 	done := make([]*finish, 0, len(batch))
-	for _, c := range batch {
+	prevSingle := false // the previous step ran a single handler
+	for _, u := range p.units(batch) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // stopping: roll everything back, hand the batch back
 		}
+		if u.h != nil {
+			prevSingle = false
+			if done, err = p.runBatchUnit(ctx, tx, sp, u, locked[0].Xid, done); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		c := u.cs[0]
 		sp.next()
 		f := p.handle(ctx, &handlerTx{Tx: tx, sp: sp}, c)
+		prevWasSingle := prevSingle
+		prevSingle = true
 		done = append(done, f)
 		if txEnded(tx) {
 			return nil, p.endedByHandler(ctx, locked[0].Xid, done)
@@ -194,7 +214,7 @@ func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
 		if sp.broken != nil {
 			// The savepoint statements failed: the transaction is unusable. If it was left aborted by
 			// the previous message (a failed statement it ignored), that message is the culprit.
-			if len(done) > 1 && isAborted(sp.broken) && done[len(done)-2].outcome == OutcomeCompleted {
+			if len(done) > 1 && prevWasSingle && isAborted(sp.broken) && done[len(done)-2].outcome == OutcomeCompleted {
 				prev := done[len(done)-2]
 				p.fail(prev, prev.c, errors.New("the handler returned nil, but its transaction was left aborted by a failed statement"), ReasonError)
 				return nil, culpritError{f: prev, err: sp.broken}
@@ -232,14 +252,11 @@ func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
 // handle runs one message's handler and decides its outcome. The caller rolls back to the savepoint
 // unless the outcome is completed.
 func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
-	f := &finish{c: c}
 	h := p.cfg.Handlers.byKind[c.Kind]
-	if maxAttempts := p.cfg.maxAttempts(h); c.Attempt > maxAttempts {
-		f.outcome, f.reason, f.uncount = OutcomeDead, ReasonCrashed, true
-		f.cause = fmt.Errorf("gave up after %d attempts: the last one never finished (its worker crashed, hung or lost its connection); previous error: %s", maxAttempts, c.PreviousError)
-		f.err = truncateError(f.cause.Error())
+	if f := p.outOfAttempts(c, h); f != nil {
 		return f
 	}
+	f := &finish{c: c}
 	if h == nil {
 		p.fail(f, c, fmt.Errorf("%w: %q", ErrUnknownKind, c.Kind), ReasonUnknownKind)
 		return f

@@ -38,7 +38,9 @@ func TestMain(m *testing.M) {
 
 // child runs a pool until it is killed. TXINBOX_CHILD_URL/SCHEMA name the database; mode "hang"
 // blocks the handler of key TXINBOX_CHILD_KEY after writing its effect (the parent kills the
-// process mid-batch); mode "crash" kills the process itself from that key's handler.
+// process mid-batch); mode "crash" kills the process itself from that key's handler; mode
+// "batch-hang" runs a batch handler that blocks in the call holding that key, after writing the
+// effects of every message of the call (batchHangHandlers).
 func child(mode string) int {
 	ctx := context.Background()
 	schema := os.Getenv("TXINBOX_CHILD_SCHEMA")
@@ -66,6 +68,9 @@ func child(mode string) int {
 		}
 		return nil
 	}, worker.HandlerConfig{MaxAttempts: 3})
+	if mode == "batch-hang" {
+		hs = batchHangHandlers(schema, target, marker)
+	}
 	p, err := worker.New(pool, worker.Config{Consumer: "ledger", Schema: schema, Handlers: hs,
 		Concurrency: 2, BatchSize: 20, PollInterval: 20 * time.Millisecond, Lease: 2 * time.Second, Timeout: time.Second})
 	if err != nil {

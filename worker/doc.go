@@ -16,6 +16,11 @@
 // per consumer, so a message that kills its process reaches the dead letters after MaxAttempts
 // without charging the messages claimed with it more than once.
 //
+// A batch handler ([HandleBatch]) is handed many messages of its kind in one call, in one savepoint,
+// so that one statement applies them all; when a call fails, the pool calls it again on halves of the
+// set, each in its own savepoint, and charges only the messages that fail alone (see
+// [BatchHandlerFunc]). Single and batch handlers share one batch transaction.
+//
 // Guarantee: a handler's database writes made through the given pgx.Tx are applied once per message
 // (once per key and consumer within the dedup window). Effects outside that transaction (an e-mail, an
 // HTTP call) may happen more than once: pass Message.Key on to them as their own idempotency key.

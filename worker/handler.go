@@ -82,6 +82,12 @@ type HandlerConfig struct {
 	// once (reason "decode") instead of leaving the field zero. Default: false (unknown fields are
 	// ignored, as encoding/json does).
 	DisallowUnknownFields bool
+	// BatchSize is, for a kind registered with [HandleBatch], the most messages handed to one call of
+	// its handler. The pool claims up to the largest BatchSize of its batch kinds (or
+	// [Config.BatchSize], if larger) at once, so that a call can get that many. Default:
+	// [DefaultHandlerBatchSize] (200); at most [MaxHandlerBatchSize]. [Handle] refuses it (a single
+	// handler's messages each take a savepoint: [Config.BatchSize] bounds them).
+	BatchSize int
 }
 
 // Handlers maps message kinds to handlers. Register with Handle before creating the pool; New freezes
@@ -96,8 +102,10 @@ func NewHandlers() *Handlers { return &Handlers{byKind: map[string]*handler{}} }
 
 type handler struct {
 	cfg HandlerConfig
-	// run decodes raw and calls the typed handler.
+	// run decodes raw and calls the typed handler (single handlers, registered with Handle).
 	run func(ctx context.Context, tx pgx.Tx, c *claimed, result *[]byte) error
+	// batch is set instead of run for a batch handler (HandleBatch).
+	batch *batchFuncs
 }
 
 // Handle registers fn for messages of kind, whose payload is decoded into T with encoding/json. A
@@ -105,7 +113,8 @@ type handler struct {
 //
 // Handle checks its arguments at once and panics on a programming error, as net/http's ServeMux does:
 // a nil hs or fn, a kind that no message can have (inbox.ValidateName), a kind registered twice, more
-// than one HandlerConfig, a negative HandlerConfig field, or a registry already given to New.
+// than one HandlerConfig, a negative HandlerConfig field, a HandlerConfig.BatchSize (batch handlers
+// only), or a registry already given to New.
 func Handle[T any](hs *Handlers, kind string, fn HandlerFunc[T], cfg ...HandlerConfig) {
 	bad := func(format string, args ...any) {
 		panic(fmt.Sprintf("txinbox: worker.Handle(%q): ", kind) + fmt.Sprintf(format, args...))
@@ -131,6 +140,9 @@ func Handle[T any](hs *Handlers, kind string, fn HandlerFunc[T], cfg ...HandlerC
 		h.cfg = cfg[0]
 		if h.cfg.MaxAttempts < 0 || h.cfg.Timeout < 0 {
 			bad("HandlerConfig.MaxAttempts and Timeout must not be negative")
+		}
+		if h.cfg.BatchSize != 0 {
+			bad("HandlerConfig.BatchSize applies to batch handlers (worker.HandleBatch) only; Config.BatchSize bounds single handlers")
 		}
 	}
 	strict := h.cfg.DisallowUnknownFields

@@ -101,9 +101,20 @@ func (e *env) receiveSteps(t *testing.T, steps []step, mod func(*inbox.Message))
 
 // 50 ordering keys x 200 messages, received in a shuffled global order, handled by 8 concurrent
 // batches: each key's messages are handled in the order they were received, one at a time, while
-// different keys run in parallel.
+// different keys run in parallel. "mixed": the odd messages of every key are of a kind with a single
+// handler, the even ones of a kind with a batch handler (one claim holds both, and a key's order
+// holds across them).
 func TestPerKeyOrderUnderConcurrency(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []string{"single", "mixed"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			perKeyOrderUnderConcurrency(t, mode == "mixed")
+		})
+	}
+}
+
+func perKeyOrderUnderConcurrency(t *testing.T, mixed bool) {
 	const nkeys, nseq = 50, 200
 	e := newEnv(t)
 	e.handledLog(t)
@@ -118,32 +129,63 @@ func TestPerKeyOrderUnderConcurrency(t *testing.T) {
 	for _, s := range steps {
 		receipt[s.Key] = append(receipt[s.Key], s.Seq)
 	}
-	e.receiveSteps(t, steps, nil)
+	var mod func(*inbox.Message)
+	if mixed {
+		mod = func(m *inbox.Message) {
+			if m.Payload[len(m.Payload)-2]%2 == 0 { // the last digit of seq
+				m.Kind = "step-batch"
+			}
+		}
+	}
+	e.receiveSteps(t, steps, mod)
 
 	var (
 		mu          sync.Mutex
 		inFlight    = map[string]int{}
 		maxDistinct int
 	)
-	hs := worker.NewHandlers()
-	worker.Handle(hs, "step", func(ctx context.Context, tx pgx.Tx, m *worker.Message[step]) error {
+	enter := func(okeys ...string) func() {
 		mu.Lock()
-		inFlight[m.OrderingKey]++
-		if inFlight[m.OrderingKey] > 1 {
-			t.Errorf("key %s: two messages in flight at once", m.OrderingKey)
+		for _, k := range okeys {
+			inFlight[k]++
+			if inFlight[k] > 1 {
+				t.Errorf("key %s: two messages in flight at once", k)
+			}
 		}
 		maxDistinct = max(maxDistinct, len(inFlight))
 		mu.Unlock()
-		defer func() {
+		return func() {
 			mu.Lock()
-			if inFlight[m.OrderingKey]--; inFlight[m.OrderingKey] == 0 {
-				delete(inFlight, m.OrderingKey)
+			for _, k := range okeys {
+				if inFlight[k]--; inFlight[k] == 0 {
+					delete(inFlight, k)
+				}
 			}
 			mu.Unlock()
-		}()
+		}
+	}
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "step", func(ctx context.Context, tx pgx.Tx, m *worker.Message[step]) error {
+		defer enter(m.OrderingKey)()
 		time.Sleep(200 * time.Microsecond) // long enough for batches to overlap
 		return logHandled(ctx, tx, e.Schema, m.Payload)
 	})
+	if mixed {
+		worker.HandleBatch(hs, "step-batch", func(ctx context.Context, tx pgx.Tx, msgs []*worker.Message[step]) error {
+			okeys := make([]string, len(msgs))
+			for i, m := range msgs {
+				okeys[i] = m.OrderingKey
+			}
+			defer enter(okeys...)()
+			time.Sleep(200 * time.Microsecond)
+			for _, m := range msgs {
+				if err := logHandled(ctx, tx, e.Schema, m.Payload); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
 	run(t, e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 8 }))
 	// A shared, loaded server can make this slow: fail only when nothing moves for a minute (with the
 	// snooze safety net off, a message left behind by its key would stall it for good).

@@ -58,10 +58,13 @@ type Config struct {
 	// Concurrency is the number of batches run at once, each in its own transaction on its own
 	// connection (one more connection claims). Default: 4.
 	Concurrency int
-	// BatchSize is the most messages claimed and run in one transaction. Each message runs in a
-	// savepoint of its own, so a failure rolls back only that message, and a batch shares one commit.
-	// Default: 32. At most 64: PostgreSQL tracks 64 subtransactions per transaction before every
-	// session's snapshots slow down.
+	// BatchSize is the most messages of single handlers ([Handle]) run in one transaction. Each runs
+	// in a savepoint of its own, so a failure rolls back only that message, and a batch shares one
+	// commit. Default: 32. At most 64: PostgreSQL tracks 64 subtransactions per transaction before
+	// every session's snapshots slow down. A pool with batch handlers ([HandleBatch]) claims up to
+	// the largest of BatchSize and their HandlerConfig.BatchSize at once: a batch handler's call takes
+	// one savepoint, not one per message. Messages of single handlers beyond BatchSize in such a claim
+	// run in further transactions of at most BatchSize, one after the other.
 	BatchSize int
 	// PollInterval is how often an idle pool looks for work when no notification wakes it (listening
 	// is off or its connection is down, or a message's NotBefore or retry delay has passed). A
@@ -232,6 +235,9 @@ type Pool struct {
 	lockKey int64
 	tracer  trace.Tracer
 	maxTO   time.Duration // longest handler timeout: the batch statement_timeout
+	// claimMax is the most messages claimed at once: Config.BatchSize, or the largest
+	// HandlerConfig.BatchSize of a batch handler if larger.
+	claimMax int
 
 	wake          chan struct{}
 	epoch         time.Time
@@ -279,8 +285,12 @@ func New(db inbox.DB, cfg Config) (*Pool, error) {
 		wake:   make(chan struct{}, cfg.Concurrency+1), epoch: time.Now(),
 		inflight: map[*inflight]struct{}{}, stopDone: make(chan struct{})}
 	p.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
+	p.claimMax = cfg.BatchSize
 	for _, hd := range cfg.Handlers.byKind {
 		p.maxTO = max(p.maxTO, cfg.timeout(hd))
+		if hd.batch != nil {
+			p.claimMax = max(p.claimMax, hd.cfg.BatchSize)
+		}
 	}
 	return p, nil
 }
@@ -591,17 +601,23 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 		if len(batch) > 0 {
 			if !rescuer {
 				p.active()
-				if len(batch) == p.cfg.BatchSize || !p.hotPoller.Load() {
+				if len(batch) == p.claimMax || !p.hotPoller.Load() {
 					// More may be waiting, or nobody watches for new messages while this batch runs.
 					p.wakeOne()
 				}
 			}
-			inf := p.track(batch)
+			parts := p.parts(batch)
+			infs := make([]*inflight, len(parts))
+			for i, part := range parts {
+				infs[i] = p.track(part)
+			}
 			if testHookClaimed != nil {
 				testHookClaimed(p, batch)
 			}
-			p.run(ctx, inf)
-			p.untrack(inf)
+			for _, inf := range infs {
+				p.run(ctx, inf)
+				p.untrack(inf)
+			}
 		}
 		switch {
 		case rescuer:
@@ -678,7 +694,7 @@ var orderingSnooze = 30 * time.Second
 func (p *Pool) claim(ctx context.Context) (batch []*claimed, again bool, err error) {
 	rows, err := store.Queries.ClaimBatch(ctx, p.st.Wrap(p.db), sqlc.ClaimBatchParams{
 		Owner: pgtype.Text{String: p.cfg.Owner, Valid: true}, LeaseSeconds: p.cfg.Lease.Seconds(),
-		Consumer: p.cfg.Consumer, Max: int32(p.cfg.BatchSize), SnoozeSeconds: orderingSnooze.Seconds(),
+		Consumer: p.cfg.Consumer, Max: int32(p.claimMax), SnoozeSeconds: orderingSnooze.Seconds(),
 	})
 	if err != nil {
 		return nil, false, err

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox/bench"
+	"github.com/txinbox/txinbox/worker"
 )
 
 type options struct {
@@ -43,10 +44,20 @@ type options struct {
 	seen    bool
 	redis   string
 
-	inbox     bench.InboxConfig
-	riverTx   bench.RiverConfig
-	riverNoop bench.RiverConfig
-	rawClient int
+	inbox bench.InboxConfig
+	// inboxBatchHandler is the HandlerConfig.BatchSize of the batch-handler drain.
+	inboxBatchHandler int
+	riverTx           bench.RiverConfig
+	riverNoop         bench.RiverConfig
+	rawClient         int
+}
+
+// batchHandlerConfig is the pool configuration of the batch-handler drain: the txinbox drain's, with
+// the handler registered with worker.HandleBatch.
+func (o *options) batchHandlerConfig() bench.InboxConfig {
+	c := o.inbox
+	c.HandlerBatchSize = o.inboxBatchHandler
+	return c
 }
 
 func main() {
@@ -66,6 +77,7 @@ func main() {
 	flag.BoolVar(&o.trace, "trace", false, "run only one txinbox drain with every statement traced, and print where the time goes")
 	flag.IntVar(&o.inbox.Concurrency, "inbox-concurrency", 4, "txinbox worker.Config.Concurrency")
 	flag.IntVar(&o.inbox.BatchSize, "inbox-batch", 64, "txinbox worker.Config.BatchSize")
+	flag.IntVar(&o.inboxBatchHandler, "inbox-batch-handler", worker.DefaultHandlerBatchSize, "txinbox HandlerConfig.BatchSize of the batch-handler drain")
 	flag.IntVar(&o.riverTx.MaxWorkers, "river-tx-workers", 100, "River MaxWorkers, JobCompleteTx workload")
 	riverTxPool := flag.Int("river-tx-pool", 20, "River pgxpool MaxConns, JobCompleteTx workload")
 	flag.IntVar(&o.riverNoop.MaxWorkers, "river-noop-workers", 2000, "River MaxWorkers, no-op workload")
@@ -226,6 +238,11 @@ func (r *report) runMain(ctx context.Context, env *bench.Env, progress func(stri
 				config: o.inbox.String(),
 				run: func(ctx context.Context) (float64, bench.Footprint, error) {
 					return env.InboxDrain(ctx, o.n, 0, o.inbox)
+				}},
+			{name: "txinbox, batch handler", guarantee: "handler's multi-row ledger insert + completion in one transaction (one call, one savepoint, per batch)",
+				config: o.batchHandlerConfig().String(),
+				run: func(ctx context.Context) (float64, bench.Footprint, error) {
+					return env.InboxDrain(ctx, o.n, 0, o.batchHandlerConfig())
 				}},
 			{name: "River, JobCompleteTx", guarantee: "ledger insert + river.JobCompleteTx in one transaction per job",
 				config: o.riverTx.String(),
@@ -391,6 +408,13 @@ func (r *report) runTune(ctx context.Context, env *bench.Env, progress func(stri
 	}
 	for _, c := range []bench.InboxConfig{{Concurrency: 2, BatchSize: 64}, {Concurrency: 4, BatchSize: 32}, {Concurrency: 4, BatchSize: 64}, {Concurrency: 8, BatchSize: 64}} {
 		if err := add("txinbox", c.String(), func() (float64, bench.Footprint, error) { return env.InboxDrain(ctx, n, 0, c) }); err != nil {
+			return err
+		}
+	}
+	for _, size := range []int{100, 200, 500} {
+		c := r.opts.batchHandlerConfig()
+		c.HandlerBatchSize = size
+		if err := add("txinbox, batch handler", c.String(), func() (float64, bench.Footprint, error) { return env.InboxDrain(ctx, n, 0, c) }); err != nil {
 			return err
 		}
 	}

@@ -165,6 +165,14 @@ func (r *report) mainMD(p func(string, ...any)) {
 			p("| %s | %s | %s | %s | **%.0f** | %.2f× | %s | %s |", s.name, s.guarantee, s.config, ratesMD(s.rates), m, ref/m, medianCPU(s.cpu), fpMD(s.fp))
 		}
 		p("")
+		rates := map[string]float64{}
+		for _, s := range r.drain {
+			rates[s.name] = bench.Median(s.rates)
+		}
+		if b, raw, noop := rates["txinbox, batch handler"], rates["raw SQL, 100 per tx"], rates["River, no-op"]; b > 0 && raw > 0 && noop > 0 {
+			p("Batch handler (issue 13 targets: ≥ 60%% of the raw 100-per-transaction loop, ≥ 1.5× River's no-op drain): **%.0f%%** of raw SQL 100 per tx, **%.2f×** River no-op, %.2f× the single-handler drain.\n",
+				100*b/raw, b/noop, b/ref)
+		}
 	}
 	if len(r.ingest) > 0 {
 		p("### 2. Ingest: batches of 1,000 messages, 30%% duplicates of stored keys\n")

@@ -50,9 +50,12 @@ func (f *Faults) failsFirst(eventID string) bool {
 // the retries).
 func (f *Faults) FailsFirst(eventID string) bool { return f != nil && f.failsFirst(eventID) }
 
-// Register registers the OrderPaid handler in hs: it credits the event's account through the
-// worker's transaction (so the entry, the balance and the message's completion commit together) and
-// stores the Applied result with the message. faults may be nil.
+// Register registers the OrderPaid handler in hs, a batch handler: each call credits all its valid
+// events with one statement (ApplyEvents: the entries inserted set-based, each account's balance
+// updated once in the same statement) through the worker's transaction, so that the entries, the
+// balances and the messages' completion commit together, and stores each message's Applied result.
+// Invalid events are named in a worker.BatchErrors (Permanent: dead at once) without writing anything,
+// and the handler is called again with the others. faults may be nil.
 func (l *Ledger) Register(hs *worker.Handlers, faults *Faults, logger *slog.Logger, cfg ...worker.HandlerConfig) {
 	if faults == nil {
 		faults = &Faults{}
@@ -60,38 +63,57 @@ func (l *Ledger) Register(hs *worker.Handlers, faults *Faults, logger *slog.Logg
 	if logger == nil {
 		logger = slog.Default()
 	}
-	worker.Handle(hs, KindOrderPaid, func(ctx context.Context, tx pgx.Tx, m *worker.Message[OrderPaid]) error {
-		ev := m.Payload
-		if m.Key != ev.EventID {
-			return worker.Permanent(fmt.Errorf("message key %q is not the event id %q", m.Key, ev.EventID))
+	worker.HandleBatch(hs, KindOrderPaid, func(ctx context.Context, tx pgx.Tx, msgs []*worker.Message[OrderPaid]) error {
+		invalid := worker.BatchErrors{}
+		credits := make([]Credit, 0, len(msgs))
+		for _, m := range msgs {
+			ev := m.Payload
+			if m.Key != ev.EventID {
+				invalid[m.ID] = worker.Permanent(fmt.Errorf("message key %q is not the event id %q", m.Key, ev.EventID))
+			} else if problems := ev.Validate(); len(problems) > 0 {
+				invalid[m.ID] = worker.Permanent(problems[0])
+			}
+			credits = append(credits, Credit{AccountID: ev.AccountID, AmountCents: ev.AmountCents, Source: SourceEvent,
+				EventID: ev.EventID, OrderID: ev.OrderID, OccurredAt: ev.OccurredAt})
 		}
-		if problems := ev.Validate(); len(problems) > 0 {
-			return worker.Permanent(problems[0])
+		if len(invalid) > 0 {
+			return invalid // called again with the valid ones
 		}
-		a, err := l.Apply(ctx, tx, Credit{AccountID: ev.AccountID, AmountCents: ev.AmountCents, Source: SourceEvent,
-			EventID: ev.EventID, OrderID: ev.OrderID, OccurredAt: ev.OccurredAt})
+		applied, err := l.ApplyEvents(ctx, tx, credits)
 		if err != nil {
 			return err
 		}
-		if a.AlreadyApplied {
-			logger.Warn("ledger: event already has an entry; not credited again", "event_id", ev.EventID, "entry_id", a.EntryID)
-		}
-		switch {
-		case faults.Poison[ev.EventID]:
-			return fmt.Errorf("%w: poison event %s: account %s rejects every credit", ErrInjected, ev.EventID, ev.AccountID)
-		case m.Attempt == 1 && faults.failsFirst(ev.EventID):
-			return fmt.Errorf("%w: transient: ledger downstream timed out (first attempt of %s)", ErrInjected, ev.EventID)
-		}
-		if n := faults.handled.Add(1); faults.HangAfter > 0 && n == faults.HangAfter+1 {
-			var uncommitted int64
-			// Entries of this transaction share its start time (created_at defaults to now()).
-			_ = tx.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{l.schema, "ledger_entries"}.Sanitize()+
-				" WHERE created_at = transaction_timestamp()").Scan(&uncommitted)
-			if faults.OnHang != nil {
-				faults.OnHang(ev.EventID, uncommitted)
+		failed := worker.BatchErrors{}
+		for i, m := range msgs {
+			ev := m.Payload
+			if applied[i].AlreadyApplied {
+				logger.Warn("ledger: event already has an entry; not credited again", "event_id", ev.EventID, "entry_id", applied[i].EntryID)
 			}
-			select {} // hold the batch until the process is killed
+			switch {
+			case faults.Poison[ev.EventID]:
+				failed[m.ID] = fmt.Errorf("%w: poison event %s: account %s rejects every credit", ErrInjected, ev.EventID, ev.AccountID)
+			case m.Attempt == 1 && faults.failsFirst(ev.EventID):
+				failed[m.ID] = fmt.Errorf("%w: transient: ledger downstream timed out (first attempt of %s)", ErrInjected, ev.EventID)
+			}
 		}
-		return m.SetResult(a)
+		if len(failed) > 0 {
+			return failed // the call's entries roll back; called again with the others
+		}
+		for i, m := range msgs {
+			if n := faults.handled.Add(1); faults.HangAfter > 0 && n == faults.HangAfter+1 {
+				var uncommitted int64
+				// Entries of this transaction share its start time (created_at defaults to now()).
+				_ = tx.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{l.schema, "ledger_entries"}.Sanitize()+
+					" WHERE created_at = transaction_timestamp()").Scan(&uncommitted)
+				if faults.OnHang != nil {
+					faults.OnHang(m.Payload.EventID, uncommitted)
+				}
+				select {} // hold the batch until the process is killed
+			}
+			if err := m.SetResult(applied[i]); err != nil {
+				return err
+			}
+		}
+		return nil
 	}, cfg...)
 }

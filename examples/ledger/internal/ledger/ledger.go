@@ -183,8 +183,8 @@ type DB interface {
 
 // Ledger runs the ledger's statements against one schema. It is safe for concurrent use.
 type Ledger struct {
-	schema                            string
-	apply, existing, account, entries string
+	schema                                         string
+	apply, applyEvents, existing, account, entries string
 }
 
 // New returns a Ledger for schema (a plain identifier, see inbox.ValidateSchema).
@@ -197,11 +197,12 @@ func New(schema string) (*Ledger, error) {
 	}
 	q := func(sql string) string { return strings.ReplaceAll(sql, "{schema}", pgx.Identifier{schema}.Sanitize()) }
 	return &Ledger{
-		schema:   schema,
-		apply:    q(sqlApply),
-		existing: q(sqlExisting),
-		account:  q(sqlAccount),
-		entries:  q(sqlEntries),
+		schema:      schema,
+		apply:       q(sqlApply),
+		applyEvents: q(sqlApplyEvents),
+		existing:    q(sqlExisting),
+		account:     q(sqlAccount),
+		entries:     q(sqlEntries),
 	}, nil
 }
 
@@ -224,6 +225,31 @@ WITH entry AS (
     RETURNING balance_cents
 )
 SELECT entry.id, account.balance_cents FROM entry, account`
+
+// sqlApplyEvents is sqlApply for a set of event credits, in one statement: the entries are inserted
+// from the arrays (events whose event_id is stored already insert nothing), the accounts get the sum
+// and number of their new entries in one upsert (in account order, so that concurrent calls lock them
+// in the same order), and each new entry comes back with the balance right after it.
+const sqlApplyEvents = `
+WITH entry AS (
+    INSERT INTO {schema}.ledger_entries (account_id, amount_cents, source, event_id, order_id, occurred_at)
+    SELECT e.account_id, e.amount_cents, 'event', e.event_id, NULLIF(e.order_id, ''), e.occurred_at
+    FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::timestamptz[])
+         WITH ORDINALITY AS e(account_id, amount_cents, event_id, order_id, occurred_at, i)
+    ORDER BY e.i
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING id, account_id, amount_cents, event_id
+), account AS (
+    INSERT INTO {schema}.accounts AS a (account_id, balance_cents, entries)
+    SELECT account_id, sum(amount_cents), count(*) FROM entry GROUP BY account_id ORDER BY account_id
+    ON CONFLICT (account_id) DO UPDATE
+        SET balance_cents = a.balance_cents + EXCLUDED.balance_cents, entries = a.entries + EXCLUDED.entries, updated_at = now()
+    RETURNING account_id, balance_cents
+)
+SELECT entry.event_id, entry.id, entry.account_id, entry.amount_cents,
+       account.balance_cents - coalesce(sum(entry.amount_cents) OVER (PARTITION BY entry.account_id ORDER BY entry.id
+           ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING), 0)::bigint
+FROM entry JOIN account USING (account_id)`
 
 const sqlExisting = `SELECT id, account_id, amount_cents FROM {schema}.ledger_entries WHERE event_id = $1`
 
@@ -275,6 +301,54 @@ func (l *Ledger) Apply(ctx context.Context, db DB, c Credit) (Applied, error) {
 		return Applied{}, fmt.Errorf("ledger: apply: %w", err)
 	}
 	return a, nil
+}
+
+// ApplyEvents credits a set of event credits (Source SourceEvent) with one statement through db, as
+// Apply does for one: it returns their Applied in the order of cs, AlreadyApplied for an event that
+// already had an entry. It checks every credit first and applies none if one is invalid.
+func (l *Ledger) ApplyEvents(ctx context.Context, db DB, cs []Credit) ([]Applied, error) {
+	n := len(cs)
+	accounts, amounts, events, orders, ats := make([]string, n), make([]int64, n), make([]string, n), make([]string, n), make([]time.Time, n)
+	for i, c := range cs {
+		if err := ValidateAccountID(c.AccountID); err != nil {
+			return nil, err
+		}
+		if err := ValidateAmount(c.AmountCents); err != nil {
+			return nil, err
+		}
+		if c.Source != SourceEvent || c.EventID == "" {
+			return nil, &FieldError{Field: "source", Detail: "ApplyEvents applies event credits (with an event_id) only"}
+		}
+		accounts[i], amounts[i], events[i], orders[i], ats[i] = c.AccountID, c.AmountCents, c.EventID, c.OrderID, c.OccurredAt
+		if ats[i].IsZero() {
+			ats[i] = time.Now()
+		}
+	}
+	rows, err := db.Query(ctx, l.applyEvents, accounts, amounts, events, orders, ats)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: apply events: %w", err)
+	}
+	byEvent := make(map[string]Applied, n)
+	var ev string
+	var a Applied
+	if _, err := pgx.ForEachRow(rows, []any{&ev, &a.EntryID, &a.AccountID, &a.AmountCents, &a.BalanceCents}, func() error {
+		byEvent[ev] = a
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("ledger: apply events: %w", err)
+	}
+	out := make([]Applied, n)
+	for i, c := range cs {
+		got, ok := byEvent[c.EventID]
+		if !ok { // already applied: report the entry that holds it
+			got = Applied{AlreadyApplied: true}
+			if err := db.QueryRow(ctx, l.existing, c.EventID).Scan(&got.EntryID, &got.AccountID, &got.AmountCents); err != nil {
+				return nil, fmt.Errorf("ledger: apply events: %w", err)
+			}
+		}
+		out[i] = got
+	}
+	return out, nil
 }
 
 // Account reads an account and its newest entries (at most limit, newest first) in one snapshot.
