@@ -2,7 +2,7 @@ package adapters
 
 import "time"
 
-// Defaults shared by the broker packages' Config types.
+// Defaults of [BatchConfig], shared by the broker packages' Config types.
 const (
 	// DefaultBatchSize is the most records stored (and acknowledged) together.
 	DefaultBatchSize = 100
@@ -15,8 +15,6 @@ const (
 	DefaultMaxRetryDelay = 30 * time.Second
 	// DefaultWriteTimeout bounds storing one batch.
 	DefaultWriteTimeout = 30 * time.Second
-	// DefaultShutdownTimeout bounds how long the batch in hand may still take once Run's context ended.
-	DefaultShutdownTimeout = 10 * time.Second
 	// IdempotencyKeyHeader is the header the default key strategies read after the broker's own
 	// message id.
 	IdempotencyKeyHeader = "x-idempotency-key"

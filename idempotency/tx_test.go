@@ -2,11 +2,9 @@ package idempotency_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -14,125 +12,21 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox/idempotency"
+	"github.com/txinbox/txinbox/internal/txtest"
 )
-
-// txWriter writes the effect named key through one method of the middleware's pgx.Tx (into the
-// effects table, or, for LargeObjects, a large object recorded with lo).
-type txWriter func(ctx context.Context, tx pgx.Tx, schema, key string, lo *largeObjects) error
 
 // txMethods lists every method of pgx.Tx the middleware's transaction covers, each with a writer
 // that uses it. TestManagedTxCoversEveryMethod checks that the list is complete;
 // TestManagedTxEveryMethod checks that each one's writes are rolled back with a response that is not
 // stored and committed exactly once with one that is.
-var txMethods = map[string]txWriter{
-	"Exec": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		_, err := tx.Exec(ctx, insertEffect(schema), key)
-		return err
-	},
-	"Query": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		rows, err := tx.Query(ctx, insertEffect(schema)+" RETURNING key", key)
-		if err != nil {
-			return err
-		}
-		rows.Close()
-		return rows.Err()
-	},
-	"QueryRow": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		var got string
-		return tx.QueryRow(ctx, insertEffect(schema)+" RETURNING key", key).Scan(&got)
-	},
-	"SendBatch": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		b := &pgx.Batch{}
-		b.Queue(insertEffect(schema), key)
-		return tx.SendBatch(ctx, b).Close()
-	},
-	"CopyFrom": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{schema, "effects"}, []string{"key"}, pgx.CopyFromRows([][]any{{key}}))
-		return err
-	},
-	"Prepare": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		name := "txmethods_" + strings.ReplaceAll(key, "/", "_")
-		if _, err := tx.Prepare(ctx, name, insertEffect(schema)); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, name, key)
-		return err
-	},
-	"Conn": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		_, err := tx.Conn().Exec(ctx, insertEffect(schema), key)
-		return err
-	},
-	"Begin": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		nested, err := tx.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := nested.Exec(ctx, insertEffect(schema), key); err != nil {
-			return err
-		}
-		return nested.Commit(ctx)
-	},
-	"LargeObjects": func(ctx context.Context, tx pgx.Tx, _, key string, lo *largeObjects) error {
-		los := tx.LargeObjects()
-		oid, err := los.Create(ctx, 0)
-		if err != nil {
-			return err
-		}
-		lo.add(key, oid)
-		obj, err := los.Open(ctx, oid, pgx.LargeObjectModeWrite)
-		if err != nil {
-			return err
-		}
-		if _, err := obj.Write([]byte(key)); err != nil {
-			return err
-		}
-		return obj.Close()
-	},
-	// Commit and Rollback are refused and change nothing: the write before them stays the request's.
-	"Commit": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		if _, err := tx.Exec(ctx, insertEffect(schema), key); err != nil {
-			return err
-		}
-		if err := tx.Commit(ctx); !errors.Is(err, idempotency.ErrManagedTx) {
-			return fmt.Errorf("Commit returned %v, want ErrManagedTx", err)
-		}
-		return nil
-	},
-	"Rollback": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		if _, err := tx.Exec(ctx, insertEffect(schema), key); err != nil {
-			return err
-		}
-		if err := tx.Rollback(ctx); !errors.Is(err, idempotency.ErrManagedTx) {
-			return fmt.Errorf("Rollback returned %v, want ErrManagedTx", err)
-		}
-		return nil
-	},
-}
+var txMethods = txtest.Methods(txtest.Table{
+	Insert:      insertEffect,
+	CopyColumns: []string{"key"},
+	CopyRow:     func(key string) []any { return []any{key} },
+}, idempotency.ErrManagedTx)
 
 func insertEffect(schema string) string {
 	return "INSERT INTO " + pgx.Identifier{schema, "effects"}.Sanitize() + " (key) VALUES ($1)"
-}
-
-// largeObjects records the large objects handlers created, by effect key.
-type largeObjects struct {
-	mu  sync.Mutex
-	oid map[string]uint32
-}
-
-func (l *largeObjects) add(key string, oid uint32) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.oid == nil {
-		l.oid = map[string]uint32{}
-	}
-	l.oid[key] = oid
-}
-
-func (l *largeObjects) get(key string) (uint32, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	oid, ok := l.oid[key]
-	return oid, ok
 }
 
 // A method pgx adds to pgx.Tx later must not reach the connection past the middleware unnoticed:
@@ -144,7 +38,7 @@ func TestManagedTxCoversEveryMethod(t *testing.T) {
 		if _, ok := txMethods[name]; !ok {
 			t.Errorf("pgx.Tx has method %s, which the middleware's transaction does not cover: implement it on managedTx "+
 				"in idempotency/idempotency.go (keeping what it sends inside the request's transaction, or refusing it), "+
-				"and add a writer for it to txMethods in idempotency/tx_test.go", name)
+				"and add a writer for it to txtest.Methods in internal/txtest/txtest.go", name)
 		}
 	}
 	for name := range txMethods {
@@ -161,12 +55,8 @@ func TestManagedTxCoversEveryMethod(t *testing.T) {
 func TestManagedTxEveryMethod(t *testing.T) {
 	e := newEnv(t, idempotency.Config{})
 	e.exec("CREATE TABLE {schema}.effects (key text PRIMARY KEY)")
-	names := make([]string, 0, len(txMethods))
-	for name := range txMethods {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	lo := &largeObjects{}
+	names := txtest.Names(txMethods)
+	lo := &txtest.LargeObjects{}
 	var mu sync.Mutex
 	var failures []string
 	e.hook = func(w http.ResponseWriter, r *http.Request, tx pgx.Tx) bool {
@@ -234,7 +124,7 @@ func TestManagedTxEveryMethod(t *testing.T) {
 		for _, name := range use {
 			key := req + "/" + name
 			if name == "LargeObjects" {
-				checkLargeObject(t, e, lo, key, kept)
+				lo.Check(t, e.db.Pool, key, kept)
 				continue
 			}
 			n := e.count("SELECT count(*) FROM {schema}.effects WHERE key = $1", key)
@@ -245,30 +135,6 @@ func TestManagedTxEveryMethod(t *testing.T) {
 				t.Errorf("%s: %d effects survive a response that was not stored, want 0", key, n)
 			}
 		}
-	}
-}
-
-// checkLargeObject checks that the large object written for key exists with key as its content when
-// kept, and does not exist otherwise.
-func checkLargeObject(t *testing.T, e *env, lo *largeObjects, key string, kept bool) {
-	t.Helper()
-	oid, ok := lo.get(key)
-	if !ok {
-		t.Errorf("%s: no large object was created", key)
-		return
-	}
-	var content []byte
-	err := e.db.Pool.QueryRow(context.Background(), `SELECT lo_get($1)`, oid).Scan(&content)
-	switch {
-	case kept && err != nil:
-		t.Errorf("%s: large object %d of a stored request: %v", key, oid, err)
-	case kept && string(content) != key:
-		t.Errorf("%s: large object %d holds %q", key, oid, content)
-	case !kept && err == nil:
-		t.Errorf("%s: large object %d of a request that was not stored survives", key, oid)
-	}
-	if kept {
-		_, _ = e.db.Pool.Exec(context.Background(), `SELECT lo_unlink($1)`, oid)
 	}
 }
 

@@ -66,8 +66,8 @@ func (o CleanOptions) withDefaults() (CleanOptions, error) {
 // waits on a row lock (rows locked by receivers or workers are skipped and left for the next pass)
 // and holds no lock between statements, so receiving and processing go on while it runs. It stops
 // between statements when ctx ends, returning the work done so far with ctx's error. Its cost is a
-// read of the whole table (0.6 to 1.3 s per million rows on a loaded 2-core machine, see
-// BenchmarkCleanPass); the Cleaner does this only every FullSweepInterval. Several Clean calls may run at once safely.
+// read of the whole table (BenchmarkCleanPass measures it; bench/RESULTS.md has the figures); the
+// Cleaner does this only every FullSweepInterval. Several Clean calls may run at once safely.
 func (c *Client) Clean(ctx context.Context, o CleanOptions) (CleanResult, error) {
 	o, err := o.withDefaults()
 	if err != nil {

@@ -20,16 +20,15 @@ import (
 // at their next poll.
 //
 // PostgreSQL serialises the commits of all notifying transactions of a cluster: each holds a global
-// lock from the start of its commit until its commit record is flushed to disk. Measured on this
-// project's machine (2 cores, fsync on, pgbench, 16 clients inserting one row per transaction):
-// about 4,000 transactions/s without NOTIFY, 400 to 800 with a NOTIFY in each, that is 1.2 to 2.5ms
-// of lock per notifying commit. So a Client notifies at most once per Config.NotifyInterval for each
-// consumer. The messages received in between are found by the pools' polling, which stays fast
-// (worker.Config.HotPollInterval, 10ms) for a while after any activity, notifications included
-// (worker.Config.HotWindow, 1s): as long as HotWindow exceeds NotifyInterval, no message waits for a
-// full poll interval, and a longer NotifyInterval costs no latency. At the default of 50ms a busy
-// Client sends at most 20 notifications a second per consumer, holding the lock 2 to 5% of the time:
-// twenty such Clients still leave half of it free.
+// lock from the start of its commit until its commit record is flushed to disk, so a NOTIFY in every
+// transaction divides a cluster's commit rate several times over (the measurement is in
+// bench/RESULTS.md, "Figures formerly in the docs"). So a Client notifies at most once per
+// Config.NotifyInterval for each consumer. The messages received in between are found by the pools'
+// polling, which stays fast (worker.Config.HotPollInterval, 10ms) for a while after any activity,
+// notifications included (worker.Config.HotWindow, 1s): as long as HotWindow exceeds NotifyInterval,
+// no message waits for a full poll interval, and a longer NotifyInterval costs no latency. At the default of 50ms a busy
+// Client sends at most 20 notifications a second per consumer, which holds the lock a small share of
+// the time (bench/RESULTS.md).
 //
 // One case is not covered: a message received in a transaction of the caller (ReceiveTx) that is
 // debounced by a notification whose own transaction commits much later waits until that commit or

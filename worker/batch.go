@@ -390,7 +390,7 @@ func (p *Pool) committed(ctx context.Context, done []*finish) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		if err := store.Queries.ReadyNext(rctx, p.st.Wrap(p.db), p.cfg.Consumer, keys); err != nil {
 			p.cfg.Logger.Warn("txinbox: making the next messages of ordering keys ready failed; they run when their snooze ends",
-				"consumer", p.cfg.Consumer, "keys", len(keys), "snooze", orderingSnooze, "err", err)
+				"consumer", p.cfg.Consumer, "keys", len(keys), "snooze", p.snooze(), "err", err)
 		}
 		cancel()
 	}

@@ -102,7 +102,7 @@ func TestConcurrentPoolsExactlyOnce(t *testing.T) {
 // A worker frozen between its claim and its batch transaction, past its lease, finds its claim taken
 // over: the fencing token keeps it from applying anything.
 func TestFencedAfterLeaseTakeover(t *testing.T) {
-	// Not parallel: it installs a package-level test hook.
+	t.Parallel()
 	e := newEnv(t)
 	e.receive(t, "slow")
 	hs := worker.NewHandlers()
@@ -115,12 +115,11 @@ func TestFencedAfterLeaseTakeover(t *testing.T) {
 	frozen := e.pool(t, hs, lease)
 	release := make(chan struct{})
 	var froze atomic.Bool
-	worker.SetClaimHook(func(p *worker.Pool, _ []string) {
-		if p == frozen && froze.CompareAndSwap(false, true) {
+	worker.SetClaimHook(frozen, func(*worker.Pool, []string) {
+		if froze.CompareAndSwap(false, true) {
 			<-release // frozen past the lease, holding a committed claim but no lock
 		}
 	})
-	t.Cleanup(func() { worker.SetClaimHook(nil) })
 	run(t, frozen)
 	waitFor(t, "the first claim", froze.Load)
 

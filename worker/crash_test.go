@@ -30,9 +30,6 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(child(mode))
 	}
-	// No safety net for ordering keys in tests: a blocked message that is not made ready when its
-	// key's previous message finishes never runs, and its test fails.
-	worker.SetOrderingSnooze(time.Hour)
 	os.Exit(m.Run())
 }
 

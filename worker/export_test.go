@@ -2,14 +2,15 @@ package worker
 
 import "time"
 
-// SetClaimHook installs fn to run between a claim's commit and its batch transaction (nil removes it),
-// with the keys of the claimed messages. Tests use it to freeze a worker at the worst moment.
-func SetClaimHook(fn func(p *Pool, keys []string)) {
+// SetClaimHook makes fn run in p between each claim's commit and its batch transaction (nil removes
+// it), with p and the keys of the claimed messages. Call it before p.Start. Tests use it to freeze a
+// worker at the worst moment; it affects p only, so such tests may run in parallel.
+func SetClaimHook(p *Pool, fn func(p *Pool, keys []string)) {
 	if fn == nil {
-		testHookClaimed = nil
+		p.claimHook = nil
 		return
 	}
-	testHookClaimed = func(p *Pool, batch []*claimed) {
+	p.claimHook = func(batch []*claimed) {
 		keys := make([]string, len(batch))
 		for i, c := range batch {
 			keys[i] = c.Key
@@ -24,10 +25,7 @@ func ListenerPID(p *Pool) uint32 { return p.listenPID.Load() }
 // Notifications returns the number of notifications p received for its consumer.
 func Notifications(p *Pool) int64 { return p.notifications.Load() }
 
-// SetOrderingSnooze sets how long blocked messages are snoozed, returning the previous value. Tests
-// set it to hours: a message left snoozed (ReadyNext missed) then never runs and the test fails.
-func SetOrderingSnooze(d time.Duration) time.Duration {
-	old := orderingSnooze
-	orderingSnooze = d
-	return old
-}
+// SetOrderingSnooze sets how long p's claims snooze messages blocked behind their ordering key (0:
+// the default). Call it before p.Start. Tests set it to hours: a message left snoozed (ReadyNext
+// missed) then never runs and the test fails.
+func SetOrderingSnooze(p *Pool, d time.Duration) { p.orderingSnooze = d }

@@ -82,17 +82,14 @@ func newFenceRig(t *testing.T, aHandle func(ctx context.Context, tx pgx.Tx, m *w
 	})
 	r.b = r.e.pool(t, hsB, func(c *worker.Config) { c.Owner, c.DisableListen = "worker-B", true })
 	var aOnce, bOnce sync.Once
-	worker.SetClaimHook(func(p *worker.Pool, _ []string) {
-		switch p {
-		case r.a:
-			if aFrozen != nil {
-				aOnce.Do(func() { close(aFrozen); <-releaseA })
-			}
-		case r.b:
-			bOnce.Do(func() { close(r.bHeld); <-held })
-		}
+	if aFrozen != nil {
+		worker.SetClaimHook(r.a, func(*worker.Pool, []string) {
+			aOnce.Do(func() { close(aFrozen); <-releaseA })
+		})
+	}
+	worker.SetClaimHook(r.b, func(*worker.Pool, []string) {
+		bOnce.Do(func() { close(r.bHeld); <-held })
 	})
-	t.Cleanup(func() { worker.SetClaimHook(nil) })
 	return r
 }
 
@@ -174,7 +171,7 @@ func (r *fenceRig) finishB(t *testing.T) {
 // message: its batch transaction (LockClaims) drops the message, so its handler never runs and it
 // changes nothing; the other worker then completes the message once.
 func TestFencedStaleClaimWhileTakeoverHeld(t *testing.T) {
-	// Not parallel: it installs a package-level test hook.
+	t.Parallel()
 	aFrozen, releaseA := make(chan struct{}), make(chan struct{})
 	var r *fenceRig
 	r = newFenceRig(t, func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
@@ -230,7 +227,7 @@ func terminate(ctx context.Context, tx pgx.Tx) error {
 // another worker claimed the message in between, the failure is not recorded: the other worker's claim
 // is untouched, and it completes the message once.
 func TestFencedCulpritFailureAfterTakeover(t *testing.T) {
-	// Not parallel: it installs a package-level test hook.
+	t.Parallel()
 	paused, resume := make(chan struct{}), make(chan struct{})
 	var r *fenceRig
 	r = newFenceRig(t, func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
@@ -259,7 +256,7 @@ func TestFencedCulpritFailureAfterTakeover(t *testing.T) {
 // with its token. If another worker claimed the message in between, nothing is handed back: the other
 // worker's claim is untouched, and it completes the message once.
 func TestFencedReleaseAfterTakeover(t *testing.T) {
-	// Not parallel: it installs a package-level test hook.
+	t.Parallel()
 	paused, resume := make(chan struct{}), make(chan struct{})
 	var r *fenceRig
 	r = newFenceRig(t, func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {

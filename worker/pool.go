@@ -255,6 +255,10 @@ type Pool struct {
 	inflight map[*inflight]struct{} // claimed batches not yet finished (guarded by mu)
 	stopDone chan struct{}          // closed when the first Stop has finished; stopErr is its result
 	stopErr  error
+
+	// Set by tests only (export_test.go), before Start.
+	claimHook      func(batch []*claimed) // runs between a claim's commit and its batch transaction
+	orderingSnooze time.Duration          // replaces defaultOrderingSnooze when not zero
 }
 
 // inflight is a claimed batch from its claim until its runner is done with it.
@@ -611,8 +615,8 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 			for i, part := range parts {
 				infs[i] = p.track(part)
 			}
-			if testHookClaimed != nil {
-				testHookClaimed(p, batch)
+			if p.claimHook != nil {
+				p.claimHook(batch)
 			}
 			for _, inf := range infs {
 				p.run(ctx, inf)
@@ -665,9 +669,6 @@ func (p *Pool) sleep(ctx context.Context, d time.Duration, rescuer bool) {
 	}
 }
 
-// testHookClaimed, set by tests only, runs between a claim's commit and its batch transaction.
-var testHookClaimed func(p *Pool, batch []*claimed)
-
 // claimed is one claimed message.
 type claimed struct {
 	ID            int64
@@ -684,17 +685,25 @@ type claimed struct {
 	ReceivedAt    time.Time
 }
 
-// orderingSnooze is how long a claim puts off a message blocked behind an older message of its
-// ordering key. The worker finishing the older message makes it ready at once (ReadyNext); the
+// defaultOrderingSnooze is how long a claim puts off a message blocked behind an older message of
+// its ordering key. The worker finishing the older message makes it ready at once (ReadyNext); the
 // snooze only bounds the wait if that worker dies between its commit and ReadyNext.
-var orderingSnooze = 30 * time.Second
+const defaultOrderingSnooze = 30 * time.Second
+
+// snooze returns the pool's ordering snooze: defaultOrderingSnooze unless a test set another.
+func (p *Pool) snooze() time.Duration {
+	if p.orderingSnooze != 0 {
+		return p.orderingSnooze
+	}
+	return defaultOrderingSnooze
+}
 
 // claim claims a batch. again reports that it claimed nothing but snoozed messages blocked behind
 // their ordering key: others may be ready behind them.
 func (p *Pool) claim(ctx context.Context) (batch []*claimed, again bool, err error) {
 	rows, err := store.Queries.ClaimBatch(ctx, p.st.Wrap(p.db), sqlc.ClaimBatchParams{
 		Owner: pgtype.Text{String: p.cfg.Owner, Valid: true}, LeaseSeconds: p.cfg.Lease.Seconds(),
-		Consumer: p.cfg.Consumer, Max: int32(p.claimMax), SnoozeSeconds: orderingSnooze.Seconds(),
+		Consumer: p.cfg.Consumer, Max: int32(p.claimMax), SnoozeSeconds: p.snooze().Seconds(),
 	})
 	if err != nil {
 		return nil, false, err

@@ -5,134 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox/internal/txtest"
 	"github.com/txinbox/txinbox/worker"
 )
-
-// txWriter writes the effect named key through one method of the handler's pgx.Tx (into the effects
-// table, or, for LargeObjects, a large object recorded with lo).
-type txWriter func(ctx context.Context, tx pgx.Tx, schema, key string, lo *largeObjects) error
 
 // txMethods lists every method of pgx.Tx the handler's transaction covers, each with a writer that
 // uses it first, before any other method. TestHandlerTxCoversEveryMethod checks that the list is
 // complete; TestHandlerTxEveryMethod checks that each one's writes are rolled back with a failed
 // message and kept exactly once with a completed one.
-var txMethods = map[string]txWriter{
-	"Exec": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		_, err := tx.Exec(ctx, insertEffect(schema), key)
-		return err
-	},
-	"Query": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		rows, err := tx.Query(ctx, insertEffect(schema)+" RETURNING key", key)
-		if err != nil {
-			return err
-		}
-		rows.Close()
-		return rows.Err()
-	},
-	"QueryRow": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		var got string
-		return tx.QueryRow(ctx, insertEffect(schema)+" RETURNING key", key).Scan(&got)
-	},
-	"SendBatch": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		b := &pgx.Batch{}
-		b.Queue(insertEffect(schema), key)
-		return tx.SendBatch(ctx, b).Close()
-	},
-	"CopyFrom": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{schema, "effects"}, []string{"key", "amount"},
-			pgx.CopyFromRows([][]any{{key, int64(1)}}))
-		return err
-	},
-	"Prepare": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		name := "txmethods_" + strings.ReplaceAll(key, "/", "_")
-		if _, err := tx.Prepare(ctx, name, insertEffect(schema)); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, name, key)
-		return err
-	},
-	"Conn": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		_, err := tx.Conn().Exec(ctx, insertEffect(schema), key)
-		return err
-	},
-	"Begin": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		nested, err := tx.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := nested.Exec(ctx, insertEffect(schema), key); err != nil {
-			return err
-		}
-		return nested.Commit(ctx)
-	},
-	"LargeObjects": func(ctx context.Context, tx pgx.Tx, _, key string, lo *largeObjects) error {
-		los := tx.LargeObjects()
-		oid, err := los.Create(ctx, 0)
-		if err != nil {
-			return err
-		}
-		lo.add(key, oid)
-		obj, err := los.Open(ctx, oid, pgx.LargeObjectModeWrite)
-		if err != nil {
-			return err
-		}
-		if _, err := obj.Write([]byte(key)); err != nil {
-			return err
-		}
-		return obj.Close()
-	},
-	// Commit and Rollback are refused and change nothing: the write before them stays the message's.
-	"Commit": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		if _, err := tx.Exec(ctx, insertEffect(schema), key); err != nil {
-			return err
-		}
-		if err := tx.Commit(ctx); !errors.Is(err, worker.ErrTxManaged) {
-			return fmt.Errorf("Commit returned %v, want ErrTxManaged", err)
-		}
-		return nil
-	},
-	"Rollback": func(ctx context.Context, tx pgx.Tx, schema, key string, _ *largeObjects) error {
-		if _, err := tx.Exec(ctx, insertEffect(schema), key); err != nil {
-			return err
-		}
-		if err := tx.Rollback(ctx); !errors.Is(err, worker.ErrTxManaged) {
-			return fmt.Errorf("Rollback returned %v, want ErrTxManaged", err)
-		}
-		return nil
-	},
-}
+var txMethods = txtest.Methods(txtest.Table{
+	Insert:      insertEffect,
+	CopyColumns: []string{"key", "amount"},
+	CopyRow:     func(key string) []any { return []any{key, int64(1)} },
+}, worker.ErrTxManaged)
 
 func insertEffect(schema string) string {
 	return "INSERT INTO " + pgx.Identifier{schema, "effects"}.Sanitize() + " (key, amount) VALUES ($1, 1)"
-}
-
-// largeObjects records the large objects handlers created, by effect key.
-type largeObjects struct {
-	mu  sync.Mutex
-	oid map[string]uint32
-}
-
-func (l *largeObjects) add(key string, oid uint32) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.oid == nil {
-		l.oid = map[string]uint32{}
-	}
-	l.oid[key] = oid
-}
-
-func (l *largeObjects) get(key string) (uint32, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	oid, ok := l.oid[key]
-	return oid, ok
 }
 
 // A method pgx adds to pgx.Tx later must not reach the connection past the message's savepoint
@@ -144,7 +37,7 @@ func TestHandlerTxCoversEveryMethod(t *testing.T) {
 		if _, ok := txMethods[name]; !ok {
 			t.Errorf("pgx.Tx has method %s, which the handler's transaction does not cover: implement it on handlerTx "+
 				"in worker/tx.go (establishing the message's savepoint before it sends anything, or refusing it), "+
-				"and add a writer for it to txMethods in worker/txmethods_test.go", name)
+				"and add a writer for it to txtest.Methods in internal/txtest/txtest.go", name)
 		}
 		if _, ok := txFailures[name]; !ok && name != "Commit" && name != "Rollback" {
 			t.Errorf("pgx.Tx has method %s, with no case in txFailures (worker/txmethods_test.go): add one that makes "+
@@ -193,11 +86,7 @@ func TestHandlerConnWriteRolledBackWithFailedMessage(t *testing.T) {
 func TestHandlerTxEveryMethod(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	names := make([]string, 0, len(txMethods))
-	for name := range txMethods {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := txtest.Names(txMethods)
 	var msgs []string
 	for _, name := range names {
 		msgs = append(msgs, "ok-"+name, "fail-"+name)
@@ -205,7 +94,7 @@ func TestHandlerTxEveryMethod(t *testing.T) {
 	msgs = append(msgs, "ok-all", "fail-all")
 	e.receive(t, msgs...)
 
-	lo := &largeObjects{}
+	lo := &txtest.LargeObjects{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		outcome, method, _ := strings.Cut(m.Key, "-")
@@ -245,7 +134,7 @@ func TestHandlerTxEveryMethod(t *testing.T) {
 			key := k + "/" + name
 			kept := outcome == "ok"
 			if name == "LargeObjects" {
-				checkLargeObject(t, e, lo, key, kept)
+				lo.Check(t, e.Pool, key, kept)
 				continue
 			}
 			n := e.Count(t, `SELECT count(*) FROM {schema}.effects WHERE key = $1`, key)
@@ -256,30 +145,6 @@ func TestHandlerTxEveryMethod(t *testing.T) {
 				t.Errorf("%s: %d effects survive the failed message, want 0", key, n)
 			}
 		}
-	}
-}
-
-// checkLargeObject checks that the large object written for key exists with key as its content when
-// kept, and does not exist otherwise.
-func checkLargeObject(t *testing.T, e *env, lo *largeObjects, key string, kept bool) {
-	t.Helper()
-	oid, ok := lo.get(key)
-	if !ok {
-		t.Errorf("%s: no large object was created", key)
-		return
-	}
-	var content []byte
-	err := e.Pool.QueryRow(context.Background(), `SELECT lo_get($1)`, oid).Scan(&content)
-	switch {
-	case kept && err != nil:
-		t.Errorf("%s: large object %d of a completed message: %v", key, oid, err)
-	case kept && string(content) != key:
-		t.Errorf("%s: large object %d holds %q", key, oid, content)
-	case !kept && err == nil:
-		t.Errorf("%s: large object %d of a failed message survives", key, oid)
-	}
-	if kept {
-		_, _ = e.Pool.Exec(context.Background(), `SELECT lo_unlink($1)`, oid)
 	}
 }
 

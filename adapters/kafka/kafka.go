@@ -2,7 +2,7 @@
 //
 // Each batch of records is stored in one transaction (adapters.Sink.Store), and its offsets are
 // committed after that transaction committed. If the database cannot be reached, the batch stays in
-// hand and is stored again after a delay, with nothing committed, until it succeeds or Run stops. A
+// hand and is stored again after a delay, with nothing committed, until it succeeds or the consumer stops. A
 // crash before the offset commit makes the group resume from the last committed offsets, and the
 // inbox rejects the records already stored as duplicates.
 //
@@ -17,9 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -29,7 +27,8 @@ import (
 )
 
 // Config configures a Consumer. Options (with a consumer group and topics), Sink.DB and Sink.Consumer
-// are required; every other zero field takes the documented default.
+// are required; every other zero field takes the documented default. New returns an
+// *inbox.ConfigError naming the field that is missing or negative.
 type Config struct {
 	// Options configure the franz-go client: kgo.SeedBrokers, kgo.ConsumerGroup and kgo.ConsumeTopics
 	// are required; TLS, SASL and the like go here too. The consumer adds kgo.DisableAutoCommit and
@@ -41,37 +40,22 @@ type Config struct {
 	// (adapters.FirstOf(adapters.Header(adapters.IdempotencyKeyHeader), adapters.Coordinates())).
 	// Coordinates are stable across redeliveries but do not catch a producer that sends the same
 	// message twice; adapters.RecordKey() uses the record key, when each message has its own.
-	// Sink.Logger default: Logger.
+	// Sink.Logger default: BatchConfig.Logger.
 	Sink adapters.SinkConfig
-	// BatchSize is the most records stored and committed together. Default: adapters.DefaultBatchSize
-	// (100).
-	BatchSize int
-	// BatchWait is how long a batch waits for more records after its first. Default:
-	// adapters.DefaultBatchWait (20ms).
-	BatchWait time.Duration
-	// RetryDelay is the wait before storing again a batch that could not be stored; it doubles after
-	// each failure in a row, up to MaxRetryDelay. Default: adapters.DefaultRetryDelay (1s).
-	RetryDelay time.Duration
-	// MaxRetryDelay caps RetryDelay. Default: adapters.DefaultMaxRetryDelay (30s).
-	MaxRetryDelay time.Duration
-	// WriteTimeout bounds storing one batch, and committing its offsets. Default:
-	// adapters.DefaultWriteTimeout (30s).
-	WriteTimeout time.Duration
-	// ShutdownTimeout bounds how long the batch in hand may still take to be stored and committed
-	// once Run's context ended. Default: adapters.DefaultShutdownTimeout (10s).
-	ShutdownTimeout time.Duration
-	// Logger receives storage, commit and fetch errors. Default: slog.Default().
-	Logger *slog.Logger
+	// BatchConfig holds the batch size, waits, retry delays, write timeout and logger, with their
+	// defaults; its WriteTimeout also bounds committing a batch's offsets.
+	adapters.BatchConfig
 }
 
-// Consumer consumes into the inbox as one member of a consumer group. Make it with New and start it
-// with Run.
+// Consumer consumes into the inbox as one member of a consumer group. Make it with [New], start it
+// with [Consumer.Start] and stop it with [Consumer.Stop].
 type Consumer struct {
 	cfg  Config
 	sink *adapters.Sink
+	loop run.Loop
 
 	// afterStore, if set (by tests), runs after a batch committed and before its offsets are
-	// committed; an error makes Run return it at once, as if the process had crashed.
+	// committed; an error ends the loop at once, as if the process had crashed (Stop returns it).
 	afterStore func(batch, size int) error
 }
 
@@ -80,64 +64,61 @@ func New(cfg Config) (*Consumer, error) {
 	if len(cfg.Options) == 0 {
 		return nil, &inbox.ConfigError{Field: "Options", Reason: "required (seed brokers, consumer group, topics)"}
 	}
-	if cfg.BatchSize < 0 || cfg.BatchWait < 0 || cfg.RetryDelay < 0 || cfg.MaxRetryDelay < 0 ||
-		cfg.WriteTimeout < 0 || cfg.ShutdownTimeout < 0 {
-		return nil, &inbox.ConfigError{Field: "BatchSize", Reason: "sizes and durations must not be negative"}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Sink.Logger == nil {
-		cfg.Sink.Logger = cfg.Logger
-	}
-	if cfg.Sink.Key == nil {
-		cfg.Sink.Key = adapters.FirstOf(adapters.Header(adapters.IdempotencyKeyHeader), adapters.Coordinates())
-	}
-	def := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = adapters.DefaultBatchSize
-	}
-	def(&cfg.BatchWait, adapters.DefaultBatchWait)
-	def(&cfg.RetryDelay, adapters.DefaultRetryDelay)
-	def(&cfg.MaxRetryDelay, adapters.DefaultMaxRetryDelay)
-	def(&cfg.WriteTimeout, adapters.DefaultWriteTimeout)
-	def(&cfg.ShutdownTimeout, adapters.DefaultShutdownTimeout)
-	sink, err := adapters.NewSink(cfg.Sink)
+	sink, err := run.Setup(&cfg.BatchConfig, &cfg.Sink,
+		adapters.FirstOf(adapters.Header(adapters.IdempotencyKeyHeader), adapters.Coordinates()))
 	if err != nil {
 		return nil, err
 	}
-	cfg.Sink = sink.Config()
 	cfg.Options = append(slices.Clip(cfg.Options), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll())
-	return &Consumer{cfg: cfg, sink: sink}, nil
+	return &Consumer{cfg: cfg, sink: sink, loop: run.Loop{Name: "txinbox/kafka"}}, nil
 }
 
 // Stats returns what the consumer did so far. Stats.Acked counts records whose offsets were committed.
 func (c *Consumer) Stats() adapters.Stats { return c.sink.Stats() }
 
-// Run joins the group with a client of its own and consumes until ctx ends, then finishes the batch
-// in hand (stores it and commits its offsets, within ShutdownTimeout), leaves the group and returns
-// nil. A batch that could not be stored when ctx ended is left uncommitted. Broker disconnections are
-// ridden out by the client; Run returns an error only if the client cannot be made.
-func (c *Consumer) Run(ctx context.Context) error {
-	cl, err := kgo.NewClient(c.cfg.Options...)
-	if err != nil {
-		return fmt.Errorf("txinbox/kafka: client: %w", err)
-	}
-	defer cl.CloseAllowingRebalance()
+// Start makes the consumer's own client (an error if its Options are invalid) and returns; in the
+// background the client joins the group and the consumer stores and commits batches until
+// [Consumer.Stop] is called or ctx ends. Broker disconnections are ridden out by the client. A
+// second Start returns an error matching [adapters.ErrAlreadyStarted].
+//
+// When ctx ends, the consumer stops as with Stop on an ended context: the batch in hand is abandoned.
+// To let it finish on SIGTERM, pass a ctx that outlives the signal and call Stop when it comes.
+func (c *Consumer) Start(ctx context.Context) error {
+	return c.loop.Start(ctx, func(context.Context) (run.Body, error) {
+		cl, err := kgo.NewClient(c.cfg.Options...)
+		if err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		return func(ctx, abort context.Context) error {
+			defer cl.CloseAllowingRebalance()
+			return c.consume(ctx, abort, cl)
+		}, nil
+	})
+}
+
+// Stop stops fetching, finishes the batch in hand (stores it and commits its offsets), leaves the
+// group and returns nil. If ctx ends first, it returns at once an error wrapping ctx.Err(), and the
+// batch in hand is abandoned: its offsets are not committed, so the group consumes it again (the
+// inbox drops what was stored). A batch that could not be stored is left uncommitted. Stop returns
+// the same result on every call, and nil before Start.
+func (c *Consumer) Stop(ctx context.Context) error { return c.loop.Stop(ctx) }
+
+// Done returns a channel closed once the consumer stopped: after [Consumer.Stop] or the end of
+// Start's context, or when consuming ended on its own (Stop then returns why).
+func (c *Consumer) Done() <-chan struct{} { return c.loop.Done() }
+
+// consume polls and handles batches until ctx ends.
+func (c *Consumer) consume(ctx, abort context.Context, cl *kgo.Client) error {
 	retry := run.Backoff{Base: c.cfg.RetryDelay, Max: c.cfg.MaxRetryDelay}
 	for n := 1; ; n++ {
 		recs := c.poll(ctx, cl)
 		if len(recs) > 0 {
-			if err := c.handle(ctx, cl, recs, n, &retry); err != nil {
+			if err := c.handle(ctx, abort, cl, recs, n, &retry); err != nil {
 				return err
 			}
 		}
 		cl.AllowRebalance()
-		if ctx.Err() != nil {
+		if run.Stopped(ctx) {
 			return nil
 		}
 	}
@@ -168,13 +149,13 @@ func (c *Consumer) fetch(ctx context.Context, cl *kgo.Client, limit int) []*kgo.
 }
 
 // handle stores recs, trying again while the database is unreachable, then commits their offsets.
-func (c *Consumer) handle(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, n int, retry *run.Backoff) error {
+func (c *Consumer) handle(ctx, abort context.Context, cl *kgo.Client, recs []*kgo.Record, n int, retry *run.Backoff) error {
 	rs := make([]*adapters.Record, len(recs))
 	for i, r := range recs {
 		rs[i] = record(r)
 	}
 	for {
-		wctx, cancel := run.WriteContext(ctx, c.cfg.WriteTimeout, c.cfg.ShutdownTimeout)
+		wctx, cancel := context.WithTimeout(abort, c.cfg.WriteTimeout)
 		_, err := c.sink.Store(wctx, rs)
 		if err == nil {
 			retry.Reset()

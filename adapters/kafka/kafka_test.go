@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -99,7 +98,7 @@ func (f *fixture) config(sink adapters.SinkConfig) Config {
 	return Config{
 		Options: []kgo.Opt{kgo.SeedBrokers(f.seeds...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(f.topic),
 			kgo.FetchMaxWait(100 * time.Millisecond)},
-		Sink: sink, RetryDelay: 20 * time.Millisecond, MaxRetryDelay: 100 * time.Millisecond,
+		Sink: sink, BatchConfig: adapters.BatchConfig{RetryDelay: 20 * time.Millisecond, MaxRetryDelay: 100 * time.Millisecond},
 	}
 }
 
@@ -112,21 +111,15 @@ func newConsumer(t *testing.T, cfg Config) *Consumer {
 	return c
 }
 
-// start runs c until the returned stop is called (or the test ends); stop returns Run's error. done
-// is closed when Run returned.
-func start(t *testing.T, c *Consumer) (stop func() error, done <-chan struct{}) {
+// start starts c, stopped when the test ends; stop stops it and returns Stop's result.
+func start(t *testing.T, c *Consumer) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	finished := make(chan struct{})
-	var err error
-	go func() { err = c.Run(ctx); close(finished) }()
-	var once sync.Once
-	stop = func() error {
-		once.Do(func() { cancel(); <-finished })
-		return err
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
 	}
+	stop = func() error { return c.Stop(context.Background()) }
 	t.Cleanup(func() { _ = stop() })
-	return stop, finished
+	return stop
 }
 
 func event(key string, payload []byte) *kgo.Record {
@@ -165,11 +158,14 @@ func TestDuplicatesAndCrashes(t *testing.T) {
 				}
 				return nil
 			}
-			_, done := start(t, c)
-			<-done
+			stop := start(t, c)
+			<-c.Done()
+			if err := stop(); !errors.Is(err, errCrash) {
+				t.Fatalf("Stop after the crash: %v, want the crash", err)
+			}
 			continue
 		}
-		stop, _ := start(t, c)
+		stop := start(t, c)
 		adaptertest.WaitFor(t, "all unique messages stored", func() bool {
 			return adaptertest.InboxCount(t, db, "ledger") == int64(len(unique))
 		})
@@ -207,7 +203,7 @@ func TestDatabaseDown(t *testing.T) {
 	cfg := f.config(adapters.SinkConfig{DB: sw, Schema: db.Schema, Consumer: "ledger", Key: adapters.RecordKey()})
 	cfg.BatchSize = 50
 	c := newConsumer(t, cfg)
-	stop, _ := start(t, c)
+	stop := start(t, c)
 	adaptertest.WaitFor(t, "failed batches", func() bool { return c.Stats().Failures >= 5 })
 	if st := c.Stats(); st.Acked != 0 || st.Records != 0 {
 		t.Fatalf("database down, yet stats %+v", st)
@@ -250,7 +246,7 @@ func TestUndecodableAndConflict(t *testing.T) {
 	f.produce(t, rec("ok-1", "credit", `{"amount": 1}`), rec("bad-json", "credit", `{"amount": `),
 		rec("no-kind", "", `{"amount": 3}`), rec("", "credit", `{"amount": 4}`), rec("ok-1", "credit", `{"amount": 2}`))
 	c := newConsumer(t, f.config(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}))
-	stop, _ := start(t, c)
+	stop := start(t, c)
 	adaptertest.WaitFor(t, "every offset committed", func() bool { return f.caughtUp(t) })
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -273,8 +269,8 @@ func TestUndecodableAndConflict(t *testing.T) {
 	}
 }
 
-// TestShutdownFinishesBatch ends Run's context while a batch is in hand (after its commit, before its
-// offset commit): Run still commits its offsets and returns nil.
+// TestShutdownFinishesBatch calls Stop while a batch is in hand (after its commit, before its offset
+// commit): Stop waits until its offsets are committed and returns nil.
 func TestShutdownFinishesBatch(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -288,17 +284,20 @@ func TestShutdownFinishesBatch(t *testing.T) {
 	cfg := f.config(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", Key: adapters.RecordKey()})
 	cfg.BatchSize = 5
 	c := newConsumer(t, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var size int
+	stopped := make(chan error, 1)
 	c.afterStore = func(batch, n int) error {
 		if batch == 1 {
 			size = n
-			cancel()
+			go func() { stopped <- c.Stop(context.Background()) }()
+			<-c.loop.Stopping()
 		}
 		return nil
 	}
-	if err := c.Run(ctx); err != nil {
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
 	if st := c.Stats(); st.Acked != int64(size) || st.Batches != 1 {
@@ -310,4 +309,13 @@ func TestShutdownFinishesBatch(t *testing.T) {
 	if n := adaptertest.InboxCount(t, db, "ledger"); n != int64(size) {
 		t.Errorf("inbox holds %d, want %d", n, size)
 	}
+}
+
+// TestNewNamesBadField sets each size and duration of the config negative in turn: New's error names
+// that field.
+func TestNewNamesBadField(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Options: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup(group), kgo.ConsumeTopics("t")},
+		Sink: adapters.SinkConfig{DB: adaptertest.DeadPool(t), Consumer: "ledger"}}
+	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err }, adaptertest.BatchFields...)
 }

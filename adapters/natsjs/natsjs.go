@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,7 +25,8 @@ import (
 const MsgIDHeader = "Nats-Msg-Id"
 
 // Config configures a Consumer. Consumer, Sink.DB and Sink.Consumer are required; every other zero
-// field takes the documented default.
+// field takes the documented default. New returns an *inbox.ConfigError naming the field that is
+// missing or negative.
 type Config struct {
 	// Consumer is the JetStream pull consumer to read, with AckPolicy AckExplicitPolicy (the
 	// default). Its AckWait is how long a message delivered to a consumer that died stays invisible
@@ -37,37 +37,26 @@ type Config struct {
 	// Sink.KindHeader header, else Sink.DefaultKind. Sink.Key default: the Nats-Msg-Id header, else
 	// the x-idempotency-key header (adapters.FirstOf(adapters.MessageID(),
 	// adapters.Header(adapters.IdempotencyKeyHeader))); a message with neither is stored dead.
-	// adapters.Coordinates() keys by stream sequence instead. Sink.Logger default: Logger.
+	// adapters.Coordinates() keys by stream sequence instead. Sink.Logger default:
+	// BatchConfig.Logger.
 	Sink adapters.SinkConfig
-	// BatchSize is the most messages stored together. Default: adapters.DefaultBatchSize (100).
-	BatchSize int
 	// Prefetch is how many messages the client keeps requested ahead (jetstream.PullMaxMessages). It
 	// is raised to BatchSize if lower. Default: 2 × BatchSize.
 	Prefetch int
-	// BatchWait is how long a batch waits for more messages after its first. Default:
-	// adapters.DefaultBatchWait (20ms).
-	BatchWait time.Duration
-	// RetryDelay is the delay of the negative acknowledgement of a batch that could not be stored; it
-	// doubles after each failure in a row, up to MaxRetryDelay. Default: adapters.DefaultRetryDelay (1s).
-	RetryDelay time.Duration
-	// MaxRetryDelay caps RetryDelay. Default: adapters.DefaultMaxRetryDelay (30s).
-	MaxRetryDelay time.Duration
-	// WriteTimeout bounds storing one batch. Default: adapters.DefaultWriteTimeout (30s).
-	WriteTimeout time.Duration
-	// ShutdownTimeout bounds how long the batch in hand may still take to be stored and acknowledged
-	// once Run's context ended. Default: adapters.DefaultShutdownTimeout (10s).
-	ShutdownTimeout time.Duration
-	// Logger receives storage and acknowledgement errors. Default: slog.Default().
-	Logger *slog.Logger
+	// BatchConfig holds the batch size, waits, retry delays, write timeout and logger, with their
+	// defaults.
+	adapters.BatchConfig
 }
 
-// Consumer consumes one JetStream consumer into the inbox. Make it with New and start it with Run.
+// Consumer consumes one JetStream consumer into the inbox. Make it with [New], start it with
+// [Consumer.Start] and stop it with [Consumer.Stop].
 type Consumer struct {
 	cfg  Config
 	sink *adapters.Sink
+	loop run.Loop
 
 	// afterStore, if set (by tests), runs after a batch committed and before it is acknowledged; an
-	// error makes Run return it at once, as if the process had crashed.
+	// error ends the loop at once, as if the process had crashed (Stop returns it).
 	afterStore func(batch, size int) error
 }
 
@@ -76,69 +65,66 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Consumer == nil {
 		return nil, &inbox.ConfigError{Field: "Consumer", Reason: "required"}
 	}
-	if cfg.BatchSize < 0 || cfg.Prefetch < 0 || cfg.BatchWait < 0 || cfg.RetryDelay < 0 || cfg.MaxRetryDelay < 0 ||
-		cfg.WriteTimeout < 0 || cfg.ShutdownTimeout < 0 {
-		return nil, &inbox.ConfigError{Field: "BatchSize", Reason: "sizes and durations must not be negative"}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Sink.Logger == nil {
-		cfg.Sink.Logger = cfg.Logger
-	}
-	if cfg.Sink.Key == nil {
-		cfg.Sink.Key = adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader))
-	}
-	def := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = adapters.DefaultBatchSize
-	}
-	if cfg.Prefetch == 0 {
-		cfg.Prefetch = 2 * cfg.BatchSize
-	}
-	cfg.Prefetch = max(cfg.Prefetch, cfg.BatchSize)
-	def(&cfg.BatchWait, adapters.DefaultBatchWait)
-	def(&cfg.RetryDelay, adapters.DefaultRetryDelay)
-	def(&cfg.MaxRetryDelay, adapters.DefaultMaxRetryDelay)
-	def(&cfg.WriteTimeout, adapters.DefaultWriteTimeout)
-	def(&cfg.ShutdownTimeout, adapters.DefaultShutdownTimeout)
-	sink, err := adapters.NewSink(cfg.Sink)
+	sink, err := run.Setup(&cfg.BatchConfig, &cfg.Sink,
+		adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader)),
+		run.Size{Field: "Prefetch", Value: cfg.Prefetch})
 	if err != nil {
 		return nil, err
 	}
-	cfg.Sink = sink.Config()
-	return &Consumer{cfg: cfg, sink: sink}, nil
+	cfg.Prefetch = run.Prefetch(cfg.Prefetch, cfg.BatchSize)
+	return &Consumer{cfg: cfg, sink: sink, loop: run.Loop{Name: "txinbox/natsjs"}}, nil
 }
 
 // Stats returns what the consumer did so far.
 func (c *Consumer) Stats() adapters.Stats { return c.sink.Stats() }
 
-// Run consumes until ctx ends, then finishes the batch in hand (stores and acknowledges it, within
-// ShutdownTimeout), negatively acknowledges the messages it had prefetched so that JetStream delivers
-// them again at once, and returns nil. Disconnections are ridden out by the NATS client; Run returns an
-// error if consuming becomes impossible (the connection was closed, the consumer deleted).
-func (c *Consumer) Run(ctx context.Context) error {
-	it, err := c.cfg.Consumer.Messages(jetstream.PullMaxMessages(c.cfg.Prefetch))
-	if err != nil {
-		return fmt.Errorf("txinbox/natsjs: consume: %w", err)
-	}
-	defer c.release(it)
+// Start starts pulling from the JetStream consumer (an error if it cannot: the connection is closed,
+// the consumer deleted) and returns; in the background the consumer stores and acknowledges batches
+// until [Consumer.Stop] is called or ctx ends. Disconnections are ridden out by the NATS client; if
+// consuming becomes impossible the consumer stops on its own: [Consumer.Done] is closed and Stop
+// returns why. A second Start returns an error matching [adapters.ErrAlreadyStarted].
+//
+// When ctx ends, the consumer stops as with Stop on an ended context: the batch in hand is abandoned.
+// To let it finish on SIGTERM, pass a ctx that outlives the signal and call Stop when it comes.
+func (c *Consumer) Start(ctx context.Context) error {
+	return c.loop.Start(ctx, func(context.Context) (run.Body, error) {
+		it, err := c.cfg.Consumer.Messages(jetstream.PullMaxMessages(c.cfg.Prefetch))
+		if err != nil {
+			return nil, fmt.Errorf("consume: %w", err)
+		}
+		return func(ctx, abort context.Context) error {
+			defer c.release(it)
+			return c.consume(ctx, abort, it)
+		}, nil
+	})
+}
+
+// Stop stops pulling, finishes the batch in hand (stores and acknowledges it), negatively
+// acknowledges the messages it had prefetched so that JetStream delivers them again at once, and
+// returns nil. If ctx ends first, it returns at once an error wrapping ctx.Err(), and the batch in
+// hand is abandoned: JetStream delivers it again after AckWait (the inbox drops what was stored). If
+// consuming had ended on its own, Stop returns why. Stop returns the same result on every call, and
+// nil before Start.
+func (c *Consumer) Stop(ctx context.Context) error { return c.loop.Stop(ctx) }
+
+// Done returns a channel closed once the consumer stopped: after [Consumer.Stop] or the end of
+// Start's context, or when consuming ended on its own (Stop then returns why).
+func (c *Consumer) Done() <-chan struct{} { return c.loop.Done() }
+
+// consume collects and handles batches until ctx ends or the iterator closes.
+func (c *Consumer) consume(ctx, abort context.Context, it jetstream.MessagesContext) error {
 	retry := run.Backoff{Base: c.cfg.RetryDelay, Max: c.cfg.MaxRetryDelay}
 	for n := 1; ; n++ {
 		batch, err := c.collect(ctx, it)
 		if len(batch) > 0 {
-			if herr := c.handle(ctx, batch, n, &retry); herr != nil {
+			if herr := c.handle(ctx, abort, batch, n, &retry); herr != nil {
 				return herr
 			}
 		}
 		if err != nil {
 			return fmt.Errorf("txinbox/natsjs: consume: %w", err)
 		}
-		if ctx.Err() != nil {
+		if run.Stopped(ctx) {
 			return nil
 		}
 	}
@@ -183,12 +169,12 @@ func (c *Consumer) collect(ctx context.Context, it jetstream.MessagesContext) ([
 
 // handle stores batch and acknowledges each message, or, if it cannot be stored, acknowledges each
 // negatively with the retry delay.
-func (c *Consumer) handle(ctx context.Context, batch []jetstream.Msg, n int, retry *run.Backoff) error {
+func (c *Consumer) handle(ctx, abort context.Context, batch []jetstream.Msg, n int, retry *run.Backoff) error {
 	recs := make([]*adapters.Record, len(batch))
 	for i, m := range batch {
 		recs[i] = record(m)
 	}
-	wctx, cancel := run.WriteContext(ctx, c.cfg.WriteTimeout, c.cfg.ShutdownTimeout)
+	wctx, cancel := context.WithTimeout(abort, c.cfg.WriteTimeout)
 	defer cancel()
 	if _, err := c.sink.Store(wctx, recs); err != nil {
 		d := retry.Next()

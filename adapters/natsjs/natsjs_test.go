@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,21 +113,15 @@ func newConsumer(t *testing.T, cfg Config) *Consumer {
 	return c
 }
 
-// start runs c until the returned stop is called (or the test ends); stop returns Run's error. done
-// is closed when Run returned.
-func start(t *testing.T, c *Consumer) (stop func() error, done <-chan struct{}) {
+// start starts c, stopped when the test ends; stop stops it and returns Stop's result.
+func start(t *testing.T, c *Consumer) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	finished := make(chan struct{})
-	var err error
-	go func() { err = c.Run(ctx); close(finished) }()
-	var once sync.Once
-	stop = func() error {
-		once.Do(func() { cancel(); <-finished })
-		return err
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
 	}
+	stop = func() error { return c.Stop(context.Background()) }
 	t.Cleanup(func() { _ = stop() })
-	return stop, finished
+	return stop
 }
 
 func event(key string, payload []byte) *nats.Msg {
@@ -171,12 +164,12 @@ func TestDuplicatesAndCrashes(t *testing.T) {
 				}
 				return nil
 			}
-			_, done := start(t, c)
-			<-done
+			start(t, c)
+			<-c.Done()
 			t.Logf("round %d done at %v", round, time.Since(t0))
 			continue
 		}
-		stop, _ := start(t, c)
+		stop := start(t, c)
 		adaptertest.WaitFor(t, "all unique messages stored", func() bool {
 			return adaptertest.InboxCount(t, db, "ledger") == int64(len(unique))
 		})
@@ -218,8 +211,8 @@ func TestDatabaseDown(t *testing.T) {
 	f.publish(t, msgs...)
 	sw := adaptertest.NewSwitchDB(adaptertest.DeadPool(t))
 	jc, _ := f.consumer(t)
-	c := newConsumer(t, Config{Consumer: jc, BatchSize: 50, Sink: adapters.SinkConfig{DB: sw, Schema: db.Schema, Consumer: "ledger"}})
-	stop, _ := start(t, c)
+	c := newConsumer(t, Config{Consumer: jc, BatchConfig: adapters.BatchConfig{BatchSize: 50}, Sink: adapters.SinkConfig{DB: sw, Schema: db.Schema, Consumer: "ledger"}})
+	stop := start(t, c)
 	adaptertest.WaitFor(t, "failed batches", func() bool { return c.Stats().Failures >= 5 })
 	if st := c.Stats(); st.Acked != 0 || st.Records != 0 {
 		t.Fatalf("database down, yet stats %+v", st)
@@ -262,7 +255,7 @@ func TestUndecodableAndConflict(t *testing.T) {
 	f.publish(t, withID("ok-1", `{"amount": 1}`), withID("bad-json", `{"amount": `), withID("", `{"no": "key"}`), conflicting)
 	jc, _ := f.consumer(t)
 	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", DefaultKind: "credit"}})
-	stop, _ := start(t, c)
+	stop := start(t, c)
 	adaptertest.WaitFor(t, "every message acknowledged", func() bool { return c.Stats().Acked == 4 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -298,7 +291,7 @@ func TestCoordinatesKey(t *testing.T) {
 	f.publish(t, event("same", []byte(`{}`)), event("same", []byte(`{}`)), event("same", []byte(`{}`)))
 	jc, _ := f.consumer(t)
 	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", Key: adapters.Coordinates()}})
-	stop, _ := start(t, c)
+	stop := start(t, c)
 	adaptertest.WaitFor(t, "every message acknowledged", func() bool { return c.Stats().Acked == 3 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -310,28 +303,35 @@ func TestCoordinatesKey(t *testing.T) {
 	}
 }
 
-func TestRunFailsOnClosedConnection(t *testing.T) {
+// TestStopsOnClosedConnection closes the consumer's connection: the consumer stops on its own (Done
+// is closed), Stop returns why, and a new consumer cannot start on the closed connection.
+func TestStopsOnClosedConnection(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, time.Minute)
 	db := testdb.New(t)
 	jc, nc := f.consumer(t)
 	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
-	_, done := start(t, c)
+	stop := start(t, c)
 	nc.Close()
 	select {
-	case <-done:
+	case <-c.Done():
 	case <-time.After(time.Minute):
-		t.Fatal("Run did not return after its connection closed")
+		t.Fatal("the consumer did not stop after its connection closed")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := c.Run(ctx); err == nil || !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, jetstream.ErrConnectionClosed) && !strings.Contains(err.Error(), "closed") {
-		t.Errorf("Run on a closed connection: %v", err)
+	closed := func(err error) bool {
+		return err != nil && (errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConnectionClosed) || strings.Contains(err.Error(), "closed"))
+	}
+	if err := stop(); !closed(err) {
+		t.Errorf("Stop after the connection closed: %v", err)
+	}
+	c2 := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
+	if err := c2.Start(context.Background()); !closed(err) {
+		t.Errorf("Start on a closed connection: %v", err)
 	}
 }
 
-// TestShutdownFinishesBatch ends Run's context while a batch is in hand (after its commit, before its
-// acks): Run still acknowledges it and returns nil (NAKing what it had prefetched), and the next
+// TestShutdownFinishesBatch calls Stop while a batch is in hand (after its commit, before its acks):
+// Stop waits until it is acknowledged and returns nil (NAKing what it had prefetched), and the next
 // consumer gets the rest.
 func TestShutdownFinishesBatch(t *testing.T) {
 	t.Parallel()
@@ -342,19 +342,22 @@ func TestShutdownFinishesBatch(t *testing.T) {
 		f.publish(t, event(m.Key, m.Payload))
 	}
 	jc, _ := f.consumer(t)
-	c := newConsumer(t, Config{Consumer: jc, BatchSize: 5, Prefetch: 20, BatchWait: time.Second,
+	c := newConsumer(t, Config{Consumer: jc, Prefetch: 20, BatchConfig: adapters.BatchConfig{BatchSize: 5, BatchWait: time.Second},
 		Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var size int
+	stopped := make(chan error, 1)
 	c.afterStore = func(batch, n int) error {
 		if batch == 1 {
 			size = n
-			cancel()
+			go func() { stopped <- c.Stop(context.Background()) }()
+			<-c.loop.Stopping()
 		}
 		return nil
 	}
-	if err := c.Run(ctx); err != nil {
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
 	if st := c.Stats(); st.Acked != int64(size) || st.Batches != 1 {
@@ -369,7 +372,7 @@ func TestShutdownFinishesBatch(t *testing.T) {
 	// The rest is delivered again to the next consumer.
 	jc2, _ := f.consumer(t)
 	c2 := newConsumer(t, Config{Consumer: jc2, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
-	stop, _ := start(t, c2)
+	stop := start(t, c2)
 	adaptertest.WaitFor(t, "every message acknowledged", func() bool {
 		info := f.info(t)
 		return info.NumPending == 0 && info.NumAckPending == 0
@@ -378,4 +381,15 @@ func TestShutdownFinishesBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	adaptertest.CheckUnique(t, db, "ledger", unique)
+}
+
+// TestNewNamesBadField sets each size and duration of the config negative in turn: New's error names
+// that field.
+func TestNewNamesBadField(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, time.Minute)
+	jc, _ := f.consumer(t)
+	cfg := Config{Consumer: jc, Sink: adapters.SinkConfig{DB: adaptertest.DeadPool(t), Consumer: "ledger"}}
+	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err },
+		append([]string{"Prefetch"}, adaptertest.BatchFields...)...)
 }

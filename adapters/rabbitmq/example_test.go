@@ -3,6 +3,10 @@ package rabbitmq_test
 import (
 	"context"
 	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -23,5 +27,17 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Fatal(c.Run(ctx)) // until ctx ends; a worker.Pool for "ledger" applies the messages
+	if err := c.Start(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	// Consume until SIGTERM, then let the batch in hand finish (a worker.Pool for "ledger" applies
+	// the stored messages).
+	sig, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	<-sig.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Stop(stopCtx); err != nil {
+		log.Print(err)
+	}
 }

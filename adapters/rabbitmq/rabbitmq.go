@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -22,7 +21,8 @@ import (
 )
 
 // Config configures a Consumer. URL, Queue, Sink.DB and Sink.Consumer are required; every other zero
-// field takes the documented default.
+// field takes the documented default. New returns an *inbox.ConfigError naming the field that is
+// missing or negative.
 type Config struct {
 	// URL is the broker address, "amqp://user:password@host:5672/vhost".
 	URL string
@@ -40,39 +40,25 @@ type Config struct {
 	// delivery's type property, else the Sink.KindHeader header, else Sink.DefaultKind. Sink.Key
 	// default: the message-id property, else the x-idempotency-key header
 	// (adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader))); a
-	// delivery with neither is stored dead. Sink.Logger default: Logger.
+	// delivery with neither is stored dead. Sink.Logger default: BatchConfig.Logger.
 	Sink adapters.SinkConfig
-	// BatchSize is the most deliveries stored and acknowledged together. Default:
-	// adapters.DefaultBatchSize (100).
-	BatchSize int
 	// Prefetch is the channel's prefetch count (basic.qos): deliveries in flight, unacknowledged. It
 	// is raised to BatchSize if lower. Default: 2 × BatchSize.
 	Prefetch int
-	// BatchWait is how long a batch waits for more deliveries after its first. Default:
-	// adapters.DefaultBatchWait (20ms).
-	BatchWait time.Duration
-	// RetryDelay is how long a batch that could not be stored is held before it is rejected with
-	// requeue; it doubles after each failure in a row, up to MaxRetryDelay. It is also the first delay
-	// before reconnecting. Default: adapters.DefaultRetryDelay (1s).
-	RetryDelay time.Duration
-	// MaxRetryDelay caps RetryDelay and the reconnect delay. Default: adapters.DefaultMaxRetryDelay (30s).
-	MaxRetryDelay time.Duration
-	// WriteTimeout bounds storing one batch. Default: adapters.DefaultWriteTimeout (30s).
-	WriteTimeout time.Duration
-	// ShutdownTimeout bounds how long the batch in hand may still take to be stored and acknowledged
-	// once Run's context ended. Default: adapters.DefaultShutdownTimeout (10s).
-	ShutdownTimeout time.Duration
-	// Logger receives connection and storage errors. Default: slog.Default().
-	Logger *slog.Logger
+	// BatchConfig holds the batch size, waits, retry delays, write timeout and logger, with their
+	// defaults; RetryDelay, doubling up to MaxRetryDelay, is also the delay before reconnecting.
+	adapters.BatchConfig
 }
 
-// Consumer consumes one queue into the inbox. Make it with New and start it with Run.
+// Consumer consumes one queue into the inbox. Make it with [New], start it with [Consumer.Start]
+// and stop it with [Consumer.Stop].
 type Consumer struct {
 	cfg  Config
 	sink *adapters.Sink
+	loop run.Loop
 
 	// afterStore, if set (by tests), runs after a batch committed and before it is acknowledged; an
-	// error makes Run return it at once, as if the process had crashed.
+	// error ends the loop at once, as if the process had crashed (Stop returns it).
 	afterStore func(batch, size int) error
 }
 
@@ -84,42 +70,14 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Queue == "" {
 		return nil, &inbox.ConfigError{Field: "Queue", Reason: "required"}
 	}
-	if cfg.BatchSize < 0 || cfg.Prefetch < 0 || cfg.BatchWait < 0 || cfg.RetryDelay < 0 || cfg.MaxRetryDelay < 0 ||
-		cfg.WriteTimeout < 0 || cfg.ShutdownTimeout < 0 {
-		return nil, &inbox.ConfigError{Field: "BatchSize", Reason: "sizes and durations must not be negative"}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Sink.Logger == nil {
-		cfg.Sink.Logger = cfg.Logger
-	}
-	if cfg.Sink.Key == nil {
-		cfg.Sink.Key = adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader))
-	}
-	def := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = adapters.DefaultBatchSize
-	}
-	if cfg.Prefetch == 0 {
-		cfg.Prefetch = 2 * cfg.BatchSize
-	}
-	cfg.Prefetch = max(cfg.Prefetch, cfg.BatchSize)
-	def(&cfg.BatchWait, adapters.DefaultBatchWait)
-	def(&cfg.RetryDelay, adapters.DefaultRetryDelay)
-	def(&cfg.MaxRetryDelay, adapters.DefaultMaxRetryDelay)
-	def(&cfg.WriteTimeout, adapters.DefaultWriteTimeout)
-	def(&cfg.ShutdownTimeout, adapters.DefaultShutdownTimeout)
-	sink, err := adapters.NewSink(cfg.Sink)
+	sink, err := run.Setup(&cfg.BatchConfig, &cfg.Sink,
+		adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader)),
+		run.Size{Field: "Prefetch", Value: cfg.Prefetch})
 	if err != nil {
 		return nil, err
 	}
-	cfg.Sink = sink.Config()
-	return &Consumer{cfg: cfg, sink: sink}, nil
+	cfg.Prefetch = run.Prefetch(cfg.Prefetch, cfg.BatchSize)
+	return &Consumer{cfg: cfg, sink: sink, loop: run.Loop{Name: "txinbox/rabbitmq"}}, nil
 }
 
 // Stats returns what the consumer did so far.
@@ -133,23 +91,57 @@ type crashError struct{ err error }
 func (e crashError) Error() string { return e.err.Error() }
 func (e crashError) Unwrap() error { return e.err }
 
-// Run consumes until ctx ends, then finishes the batch in hand (stores and acknowledges it, within
-// ShutdownTimeout), closes its connection and returns nil; deliveries prefetched but not yet in a batch
-// go back to the queue. A lost connection is re-established after a delay (RetryDelay, doubling up to
-// MaxRetryDelay), so Run returns nothing else.
-func (c *Consumer) Run(ctx context.Context) error {
+// Start connects, opens a channel, runs Setup and starts consuming the queue, and returns the error
+// of the first of these steps that failed (nothing is then started, and Start may be called again).
+// In the background the consumer stores and acknowledges batches until [Consumer.Stop] is called or
+// ctx ends. A connection lost later is re-established after a delay (RetryDelay, doubling up to
+// MaxRetryDelay), with Setup run again. A second Start returns an error matching
+// [adapters.ErrAlreadyStarted].
+//
+// When ctx ends, the consumer stops as with Stop on an ended context: the batch in hand is abandoned.
+// To let it finish on SIGTERM, pass a ctx that outlives the signal and call Stop when it comes.
+func (c *Consumer) Start(ctx context.Context) error {
+	return c.loop.Start(ctx, func(context.Context) (run.Body, error) {
+		first, err := c.connect()
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx, abort context.Context) error { return c.consume(ctx, abort, first) }, nil
+	})
+}
+
+// Stop stops consuming, finishes the batch in hand (stores and acknowledges it), closes the
+// connection and returns nil; deliveries prefetched but not yet in a batch go back to the queue. If
+// ctx ends first, it returns at once an error wrapping ctx.Err(), and the batch in hand is abandoned:
+// unacknowledged, it goes back to the queue when the connection closes (the inbox drops what was
+// stored). Stop returns the same result on every call, and nil before Start.
+func (c *Consumer) Stop(ctx context.Context) error { return c.loop.Stop(ctx) }
+
+// Done returns a channel closed once the consumer stopped: after [Consumer.Stop] or the end of
+// Start's context (or, in tests only, a simulated crash).
+func (c *Consumer) Done() <-chan struct{} { return c.loop.Done() }
+
+// consume runs sessions, the first over first, reconnecting after a lost connection, until ctx ends.
+func (c *Consumer) consume(ctx, abort context.Context, first *session) error {
 	reconnect := run.Backoff{Base: c.cfg.RetryDelay, Max: c.cfg.MaxRetryDelay}
+	s := first
 	for {
-		consumed, err := c.session(ctx)
+		var err error
+		if s == nil {
+			s, err = c.connect()
+		}
+		if err == nil {
+			reconnect.Reset()
+			err = c.run(ctx, abort, s)
+			_ = s.conn.Close()
+			s = nil
+		}
 		if ctx.Err() != nil {
-			return nil //nolint:nilerr // documented: Run returns nil once ctx ends, whatever ended the session
+			return nil //nolint:nilerr // documented: consuming ends with nil once stopped, whatever ended the session
 		}
 		var crash crashError
 		if errors.As(err, &crash) {
 			return crash.err
-		}
-		if consumed {
-			reconnect.Reset()
 		}
 		d := reconnect.Next()
 		c.cfg.Logger.Warn("txinbox/rabbitmq: connection lost; reconnecting", "queue", c.cfg.Queue, "err", err, "delay", d)
@@ -159,44 +151,58 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// session consumes over one connection until ctx ends or the connection fails. consumed reports
-// whether it got as far as consuming.
-func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
+// session is one connection consuming the queue.
+type session struct {
+	conn       *amqp.Connection
+	ch         *amqp.Channel
+	deliveries <-chan amqp.Delivery
+}
+
+// connect dials, opens a channel, runs Setup and starts consuming.
+func (c *Consumer) connect() (*session, error) {
 	conn, err := amqp.DialConfig(c.cfg.URL, c.cfg.AMQP)
 	if err != nil {
-		return false, fmt.Errorf("dial: %w", err)
+		return nil, fmt.Errorf("dial: %w", err)
 	}
-	defer func() { _ = conn.Close() }()
+	fail := func(step string, err error) (*session, error) {
+		_ = conn.Close()
+		return nil, fmt.Errorf("%s: %w", step, err)
+	}
 	ch, err := conn.Channel()
 	if err != nil {
-		return false, fmt.Errorf("channel: %w", err)
+		return fail("channel", err)
 	}
 	if c.cfg.Setup != nil {
 		if err := c.cfg.Setup(ch); err != nil {
-			return false, fmt.Errorf("setup: %w", err)
+			return fail("setup", err)
 		}
 	}
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
-		return false, fmt.Errorf("qos: %w", err)
+		return fail("qos", err)
 	}
 	deliveries, err := ch.Consume(c.cfg.Queue, c.cfg.ConsumerTag, false, false, false, false, nil)
 	if err != nil {
-		return false, fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
+		return fail("consume "+c.cfg.Queue, err)
 	}
+	return &session{conn: conn, ch: ch, deliveries: deliveries}, nil
+}
+
+// run consumes over s until ctx ends or the connection fails.
+func (c *Consumer) run(ctx, abort context.Context, s *session) error {
 	retry := run.Backoff{Base: c.cfg.RetryDelay, Max: c.cfg.MaxRetryDelay}
 	for n := 1; ; n++ {
-		batch, err := c.collect(ctx, deliveries)
+		batch, err := c.collect(ctx, s.deliveries)
 		if err != nil {
-			return true, err
+			return err
 		}
 		if len(batch) == 0 {
-			return true, nil // ctx ended
+			return nil // ctx ended
 		}
-		if err := c.handle(ctx, ch, batch, n, &retry); err != nil {
-			return true, err
+		if err := c.handle(ctx, abort, s.ch, batch, n, &retry); err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			return true, nil
+		if run.Stopped(ctx) {
+			return nil
 		}
 	}
 }
@@ -234,13 +240,13 @@ func (c *Consumer) collect(ctx context.Context, deliveries <-chan amqp.Delivery)
 
 // handle stores batch and acknowledges it, or, if it cannot be stored, rejects it with requeue after
 // the retry delay.
-func (c *Consumer) handle(ctx context.Context, ch *amqp.Channel, batch []amqp.Delivery, n int, retry *run.Backoff) error {
+func (c *Consumer) handle(ctx, abort context.Context, ch *amqp.Channel, batch []amqp.Delivery, n int, retry *run.Backoff) error {
 	recs := make([]*adapters.Record, len(batch))
 	for i := range batch {
 		recs[i] = record(c.cfg.Queue, &batch[i])
 	}
 	last := batch[len(batch)-1].DeliveryTag
-	wctx, cancel := run.WriteContext(ctx, c.cfg.WriteTimeout, c.cfg.ShutdownTimeout)
+	wctx, cancel := context.WithTimeout(abort, c.cfg.WriteTimeout)
 	defer cancel()
 	if _, err := c.sink.Store(wctx, recs); err != nil {
 		d := retry.Next()

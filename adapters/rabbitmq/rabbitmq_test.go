@@ -86,18 +86,13 @@ func newConsumer(t *testing.T, cfg Config) *Consumer {
 	return c
 }
 
-// start runs c until the returned stop is called (or the test ends); stop returns Run's error.
+// start starts c, stopped when the test ends; stop stops it and returns Stop's result.
 func start(t *testing.T, c *Consumer) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() { cancel(); err = <-done })
-		return err
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
 	}
+	stop = func() error { return c.Stop(context.Background()) }
 	t.Cleanup(func() { _ = stop() })
 	return stop
 }
@@ -121,7 +116,7 @@ func TestDuplicatesAndCrashes(t *testing.T) {
 
 	var mu sync.Mutex
 	var conns []net.Conn
-	cfg := Config{URL: url, Queue: q, BatchSize: 100, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}}
+	cfg := Config{URL: url, Queue: q, BatchConfig: adapters.BatchConfig{BatchSize: 100}, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}}
 	cfg.AMQP.Dial = func(network, addr string) (net.Conn, error) {
 		c, err := amqp.DefaultDial(30*time.Second)(network, addr)
 		if err == nil {
@@ -186,7 +181,7 @@ func TestDatabaseDown(t *testing.T) {
 	}
 	publish(t, ch, q, msgs...)
 	sw := adaptertest.NewSwitchDB(adaptertest.DeadPool(t))
-	c := newConsumer(t, Config{URL: url, Queue: q, BatchSize: 50,
+	c := newConsumer(t, Config{URL: url, Queue: q, BatchConfig: adapters.BatchConfig{BatchSize: 50},
 		Sink: adapters.SinkConfig{DB: sw, Schema: db.Schema, Consumer: "ledger"}})
 	stop := start(t, c)
 	adaptertest.WaitFor(t, "failed batches", func() bool { return c.Stats().Failures >= 5 })
@@ -298,7 +293,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{Queue: "q", Sink: adapters.SinkConfig{Consumer: "c"}},
 		{URL: "amqp://x", Sink: adapters.SinkConfig{Consumer: "c"}},
 		{URL: "amqp://x", Queue: "q", Sink: adapters.SinkConfig{Consumer: "c"}}, // no DB
-		{URL: "amqp://x", Queue: "q", BatchSize: -1},
+		{URL: "amqp://x", Queue: "q", BatchConfig: adapters.BatchConfig{BatchSize: -1}},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
@@ -306,9 +301,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// TestShutdownFinishesBatch ends Run's context while a batch is in hand (after its commit, before its
-// ack): Run still acknowledges it, returns nil, and the deliveries it had prefetched go back to the
-// queue.
+// TestShutdownFinishesBatch calls Stop while a batch is in hand (after its commit, before its ack):
+// Stop waits until it is acknowledged and returns nil, and the deliveries the consumer had prefetched
+// go back to the queue.
 func TestShutdownFinishesBatch(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
@@ -318,19 +313,22 @@ func TestShutdownFinishesBatch(t *testing.T) {
 	for _, m := range unique {
 		publish(t, ch, q, amqp.Publishing{MessageId: m.Key, Type: "credit", Body: m.Payload})
 	}
-	c := newConsumer(t, Config{URL: url, Queue: q, BatchSize: 5, Prefetch: 20, BatchWait: time.Second,
+	c := newConsumer(t, Config{URL: url, Queue: q, Prefetch: 20, BatchConfig: adapters.BatchConfig{BatchSize: 5, BatchWait: time.Second},
 		Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var size int
+	stopped := make(chan error, 1)
 	c.afterStore = func(batch, n int) error {
 		if batch == 1 {
 			size = n
-			cancel()
+			go func() { stopped <- c.Stop(context.Background()) }()
+			<-c.loop.Stopping()
 		}
 		return nil
 	}
-	if err := c.Run(ctx); err != nil {
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
 	if st := c.Stats(); st.Acked != int64(size) || st.Batches != 1 {
@@ -340,4 +338,13 @@ func TestShutdownFinishesBatch(t *testing.T) {
 	if n := adaptertest.InboxCount(t, db, "ledger"); n != int64(size) {
 		t.Errorf("inbox holds %d, want %d", n, size)
 	}
+}
+
+// TestNewNamesBadField sets each size and duration of the config negative in turn: New's error names
+// that field.
+func TestNewNamesBadField(t *testing.T) {
+	t.Parallel()
+	cfg := Config{URL: "amqp://x", Queue: "q", Sink: adapters.SinkConfig{DB: adaptertest.DeadPool(t), Consumer: "ledger"}}
+	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err },
+		append([]string{"Prefetch"}, adaptertest.BatchFields...)...)
 }

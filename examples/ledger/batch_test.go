@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txinbox/txinbox/examples/ledger/internal/demo"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
@@ -47,7 +48,8 @@ func TestBatchHandlerPoisonInBatchOf200(t *testing.T) {
 		t.Fatal(err)
 	}
 	hs := worker.NewHandlers()
-	l.Register(hs, &ledger.Faults{Poison: map[string]bool{poison: true}}, nil, worker.HandlerConfig{MaxAttempts: 3})
+	worker.HandleBatch(hs, ledger.KindOrderPaid, (&demo.Faults{Poison: map[string]bool{poison: true}}).Inject(db.Schema, l.Handler(nil)),
+		worker.HandlerConfig{MaxAttempts: 3})
 	p, err := worker.New(db.Pool, worker.Config{Consumer: ledger.Consumer, Schema: db.Schema, Handlers: hs,
 		Concurrency: 1, PollInterval: 20 * time.Millisecond, Lease: 3 * time.Second, Timeout: time.Second,
 		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})

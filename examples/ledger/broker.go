@@ -88,12 +88,19 @@ func sinkConfig(db inbox.DB, schema string, logger *slog.Logger) adapters.SinkCo
 	}
 }
 
+// consumer is what the adapters' consumers (rabbitmq.Consumer, natsjs.Consumer) have in common.
+type consumer interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+	Done() <-chan struct{}
+	Stats() adapters.Stats
+}
+
 // source is one broker consumer.
 type source struct {
 	broker string // "rabbitmq" or "nats"
 	desc   []any  // for logs
-	run    func(ctx context.Context) error
-	stats  func() adapters.Stats
+	c      consumer
 	close  func()
 }
 
@@ -104,7 +111,7 @@ func (b *brokerFlags) sources(ctx context.Context, db inbox.DB, schema string, l
 	if b.amqpURL != "" {
 		queue, declare := b.amqpQueue, b.amqpDeclare
 		c, err := rabbitmq.New(rabbitmq.Config{
-			URL: b.amqpURL, Queue: queue, ConsumerTag: "", BatchSize: b.batchSize, Logger: logger,
+			URL: b.amqpURL, Queue: queue, ConsumerTag: "", BatchConfig: adapters.BatchConfig{BatchSize: b.batchSize, Logger: logger},
 			Sink: sinkConfig(db, schema, logger),
 			Setup: func(ch *amqp.Channel) error {
 				if !declare {
@@ -118,7 +125,7 @@ func (b *brokerFlags) sources(ctx context.Context, db inbox.DB, schema string, l
 			return nil, fmt.Errorf("rabbitmq: %w", err)
 		}
 		out = append(out, &source{broker: "rabbitmq", desc: []any{"url", redact(b.amqpURL), "queue", queue},
-			run: c.Run, stats: c.Stats, close: func() {}})
+			c: c, close: func() {}})
 	}
 	if b.natsURL != "" {
 		s, err := b.natsSource(ctx, db, schema, logger)
@@ -156,12 +163,12 @@ func (b *brokerFlags) natsSource(ctx context.Context, db inbox.DB, schema string
 	if err != nil {
 		return fail(fmt.Errorf("consumer %s on stream %s: %w", b.natsDurable, b.natsStream, err))
 	}
-	c, err := natsjs.New(natsjs.Config{Consumer: cons, BatchSize: b.batchSize, Logger: logger, Sink: sinkConfig(db, schema, logger)})
+	c, err := natsjs.New(natsjs.Config{Consumer: cons, BatchConfig: adapters.BatchConfig{BatchSize: b.batchSize, Logger: logger}, Sink: sinkConfig(db, schema, logger)})
 	if err != nil {
 		return fail(err)
 	}
 	return &source{broker: "nats", desc: []any{"url", redact(b.natsURL), "stream", b.natsStream, "subject", b.natsSubject, "durable", b.natsDurable},
-		run: c.Run, stats: c.Stats, close: nc.Close}, nil
+		c: c, close: nc.Close}, nil
 }
 
 func closeSources(srcs []*source) {
@@ -178,28 +185,36 @@ func redact(s string) string {
 	return "(invalid URL)"
 }
 
-// consuming runs sources until stop is called. Err receives the first error of a consumer that
-// stopped on its own (NATS: the connection was closed or the consumer deleted).
+// consuming runs sources until stop is called. Err receives the first error of a consumer that could
+// not start or stopped on its own (NATS: the connection was closed or the consumer deleted).
 type consuming struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	errc   chan error
-	srcs   []*source
-	logger *slog.Logger
+	stopping chan struct{}
+	wg       sync.WaitGroup
+	errc     chan error
+	srcs     []*source // all of them
+	started  []*source
+	logger   *slog.Logger
 }
 
 func startConsuming(ctx context.Context, srcs []*source, logger *slog.Logger) *consuming {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c := &consuming{cancel: cancel, errc: make(chan error, len(srcs)), srcs: srcs, logger: logger}
+	c := &consuming{stopping: make(chan struct{}), errc: make(chan error, len(srcs)), srcs: srcs, logger: logger}
 	for _, s := range srcs {
 		logger.Info("ledger: consuming OrderPaid events", append([]any{"broker", s.broker}, s.desc...)...)
+		// Not ctx: the signal that ends ctx must let the batch in hand finish, in stop.
+		if err := s.c.Start(context.WithoutCancel(ctx)); err != nil {
+			c.errc <- fmt.Errorf("%s consumer: %w", s.broker, err)
+			continue
+		}
+		c.started = append(c.started, s)
 		c.wg.Go(func() {
-			err := s.run(ctx)
-			if err == nil && ctx.Err() == nil {
-				err = errors.New("stopped")
-			}
-			if err != nil {
+			select {
+			case <-s.c.Done():
+				err := s.c.Stop(context.Background()) // why it stopped
+				if err == nil {
+					err = errors.New("stopped")
+				}
 				c.errc <- fmt.Errorf("%s consumer: %w", s.broker, err)
+			case <-c.stopping:
 			}
 		})
 	}
@@ -214,13 +229,20 @@ func (c *consuming) Err() <-chan error {
 	return c.errc
 }
 
-// stop ends the consumers (each finishes and acknowledges the batch in hand, within the adapters'
-// ShutdownTimeout) and closes their connections.
+// stop stops the consumers (each finishes and acknowledges the batch in hand, or gives it up after
+// 15s: the broker then delivers it again) and closes their connections.
 func (c *consuming) stop() {
-	c.cancel()
+	close(c.stopping)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for _, s := range c.started {
+		if err := s.c.Stop(ctx); err != nil {
+			c.logger.Warn("ledger: stopping a consumer", "broker", s.broker, "err", err)
+		}
+	}
 	c.wg.Wait()
 	for _, s := range c.srcs {
-		st := s.stats()
+		st := s.c.Stats()
 		c.logger.Info("ledger: stopped consuming", "broker", s.broker, "records", st.Records, "inserted", st.Inserted,
 			"duplicates", st.Duplicates, "conflicts", st.Conflicts, "undecodable", st.Undecodable, "failed_batches", st.Failures)
 	}

@@ -99,7 +99,7 @@ func newEnv(t *testing.T, workers bool) *env {
 			t.Fatal(err)
 		}
 		hs := worker.NewHandlers()
-		l.Register(hs, nil, nil)
+		l.Register(hs, nil)
 		e.pool, err = worker.New(db.Pool, worker.Config{Consumer: ledger.Consumer, Schema: db.Schema, Handlers: hs,
 			Concurrency: 2, PollInterval: 20 * time.Millisecond, Lease: 3 * time.Second, Timeout: time.Second})
 		if err != nil {

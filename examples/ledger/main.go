@@ -178,8 +178,12 @@ func (w *workerFlags) register(fs *flag.FlagSet, workers int) {
 	fs.BoolVar(&w.printOnHang, "print-on-hang", false, "fault injection: print \"HANG <event_id> <uncommitted entries>\" on stdout when hanging")
 }
 
-func (w *workerFlags) faults(stdout io.Writer) *ledger.Faults {
-	f := &ledger.Faults{FailFirstPercent: w.failPercent, HangAfter: w.hangAfter, Poison: map[string]bool{}}
+// faults returns the fault injection the flags ask for (nil for none).
+func (w *workerFlags) faults(stdout io.Writer) *demo.Faults {
+	if w.failPercent <= 0 && w.poison == "" && w.hangAfter <= 0 {
+		return nil
+	}
+	f := &demo.Faults{FailFirstPercent: w.failPercent, HangAfter: w.hangAfter, Poison: map[string]bool{}}
 	for _, id := range strings.Split(w.poison, ",") {
 		if id = strings.TrimSpace(id); id != "" {
 			f.Poison[id] = true
@@ -206,7 +210,8 @@ func (w *workerFlags) pool(db *pgxpool.Pool, schema string, logger *slog.Logger,
 		return nil, err
 	}
 	hs := worker.NewHandlers()
-	l.Register(hs, w.faults(stdout), logger)
+	// The demo's fault injection, if any, wraps the ledger's handler.
+	worker.HandleBatch(hs, ledger.KindOrderPaid, w.faults(stdout).Inject(schema, l.Handler(logger)))
 	return worker.New(db, worker.Config{
 		Consumer: ledger.Consumer, Schema: schema, Handlers: hs,
 		Concurrency: w.workers, BatchSize: w.batchSize, PollInterval: w.poll, Lease: w.lease, Timeout: w.timeout,

@@ -55,7 +55,7 @@ func brokerCollector(srcs []*source) prometheus.Collector {
 		desc: []*prometheus.Desc{brokerRecords, brokerFailures},
 		collect: func(ch chan<- prometheus.Metric) {
 			for _, s := range srcs {
-				st := s.stats()
+				st := s.c.Stats()
 				for outcome, n := range map[string]int64{"inserted": st.Inserted, "duplicate": st.Duplicates,
 					"conflict": st.Conflicts, "undecodable": st.Undecodable} {
 					ch <- prometheus.MustNewConstMetric(brokerRecords, prometheus.CounterValue, float64(n), s.broker, outcome)

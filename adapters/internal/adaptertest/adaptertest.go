@@ -5,11 +5,13 @@ package adaptertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -265,5 +267,31 @@ func Ledger(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
 	}
 	if got := db.Count(t, `SELECT coalesce(sum(n), 0) FROM {schema}.ledger_applied`); got != n {
 		t.Errorf("%d applications in all, want %d (one effect per message)", got, n)
+	}
+}
+
+// BatchFields are the fields of adapters.BatchConfig that must not be negative.
+var BatchFields = []string{"BatchSize", "BatchWait", "RetryDelay", "MaxRetryDelay", "WriteTimeout"}
+
+// NegativeFields checks an adapter's New: cfg must be accepted, and a copy of cfg with any one of
+// fields (its own or promoted from the embedded adapters.BatchConfig) set to -1 must be refused with
+// an *inbox.ConfigError naming that field.
+func NegativeFields[C any](t *testing.T, cfg C, newFn func(C) error, fields ...string) {
+	t.Helper()
+	if err := newFn(cfg); err != nil {
+		t.Fatalf("valid config refused: %v", err)
+	}
+	for _, name := range fields {
+		bad := cfg
+		f := reflect.ValueOf(&bad).Elem().FieldByName(name)
+		if !f.IsValid() || !f.CanInt() {
+			t.Fatalf("config has no integer field %s", name)
+		}
+		f.SetInt(-1)
+		err := newFn(bad)
+		var ce *inbox.ConfigError
+		if !errors.As(err, &ce) || ce.Field != name {
+			t.Errorf("%s = -1: New returned %v, want an *inbox.ConfigError naming %s", name, err, name)
+		}
 	}
 }

@@ -1,4 +1,5 @@
-// Package run holds the helpers shared by the broker loops.
+// Package run holds what the broker consumers share: the checks and defaults of their Config (Setup),
+// their Start/Stop plumbing (Loop), and the helpers of their loops.
 package run
 
 import (
@@ -9,18 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 )
-
-// WriteContext returns the context for storing and acknowledging the batch in hand. It does not end
-// with ctx (the batch in hand is finished after Run's context ended) but at most shutdown after ctx
-// ends, and at most write after it was made.
-func WriteContext(ctx context.Context, write, shutdown time.Duration) (context.Context, context.CancelFunc) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), write)
-	stop := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(shutdown, cancel)
-		context.AfterFunc(wctx, func() { t.Stop() })
-	})
-	return wctx, func() { stop(); cancel() }
-}
 
 // Sleep waits for d or until ctx ends, and reports whether ctx is still alive.
 func Sleep(ctx context.Context, d time.Duration) bool {
@@ -86,3 +75,7 @@ func Text(v any) (string, bool) {
 	}
 	return string(b), true
 }
+
+// Stopped reports whether ctx, a consumer's consuming context, has ended: Stop was called or Start's
+// context ended.
+func Stopped(ctx context.Context) bool { return ctx.Err() != nil }

@@ -2,8 +2,11 @@ package run
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/txinbox/txinbox/adapters"
 )
 
 func TestText(t *testing.T) {
@@ -39,16 +42,115 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
-// TestWriteContext checks that the write context outlives its parent, and ends once the shutdown
-// allowance after the parent's end has passed.
-func TestWriteContext(t *testing.T) {
+// TestLoopStopWaits calls Stop while the body is finishing a batch: Stop returns nil only after the
+// body returned, and the batch's write context (abort) was never ended.
+func TestLoopStopWaits(t *testing.T) {
 	t.Parallel()
-	parent, cancel := context.WithCancel(context.Background())
-	w, done := WriteContext(parent, time.Hour, 10*time.Millisecond)
-	defer done()
-	cancel()
-	if w.Err() != nil {
-		t.Fatal("write context ended with its parent")
+	l := Loop{Name: "test"}
+	inHand, finished := make(chan struct{}), make(chan struct{})
+	var aborted bool
+	if err := l.Start(context.Background(), func(context.Context) (Body, error) {
+		return func(ctx, abort context.Context) error {
+			close(inHand)
+			<-ctx.Done()
+			aborted = abort.Err() != nil
+			close(finished)
+			return nil
+		}, nil
+	}); err != nil {
+		t.Fatal(err)
 	}
-	<-w.Done() // ends after the shutdown allowance
+	<-inHand
+	if err := l.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-finished:
+	default:
+		t.Fatal("Stop returned before the body did")
+	}
+	if aborted {
+		t.Error("the batch was aborted by a Stop without deadline")
+	}
+	<-l.Done()
+	if err := l.Stop(context.Background()); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+// TestLoopStopDeadline gives Stop a context that is already done while the body is blocked on its
+// batch: Stop returns an error wrapping the context's error, and the batch's write context is ended.
+func TestLoopStopDeadline(t *testing.T) {
+	t.Parallel()
+	l := Loop{Name: "test"}
+	release := make(chan struct{})
+	abortSeen := make(chan struct{})
+	if err := l.Start(context.Background(), func(context.Context) (Body, error) {
+		return func(ctx, abort context.Context) error {
+			<-abort.Done()
+			close(abortSeen)
+			<-release
+			return nil
+		}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Stop(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stop: %v, want context.Canceled", err)
+	}
+	<-abortSeen
+	close(release)
+	<-l.Done()
+}
+
+// TestLoopStartContextEnds ends Start's context: both the consuming and the write contexts end, as
+// with Stop on an ended context.
+func TestLoopStartContextEnds(t *testing.T) {
+	t.Parallel()
+	l := Loop{Name: "test"}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := l.Start(ctx, func(context.Context) (Body, error) {
+		return func(ctx, abort context.Context) error {
+			<-ctx.Done()
+			<-abort.Done()
+			return nil
+		}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-l.Done()
+	if err := l.Stop(context.Background()); err != nil {
+		t.Errorf("Stop after Start's context ended: %v", err)
+	}
+}
+
+// TestLoopStartErrors checks that a failed open starts nothing and may be retried, that a second
+// Start is refused with adapters.ErrAlreadyStarted, that Stop before Start returns nil, and that the
+// error a body ends with is what Stop returns.
+func TestLoopStartErrors(t *testing.T) {
+	t.Parallel()
+	l := Loop{Name: "test"}
+	if err := l.Stop(context.Background()); err != nil {
+		t.Errorf("Stop before Start: %v", err)
+	}
+	errOpen, errBody := errors.New("open failed"), errors.New("broker gone")
+	if err := l.Start(context.Background(), func(context.Context) (Body, error) { return nil, errOpen }); !errors.Is(err, errOpen) {
+		t.Fatalf("Start: %v, want %v", err, errOpen)
+	}
+	body := func(context.Context) (Body, error) {
+		return func(context.Context, context.Context) error { return errBody }, nil
+	}
+	if err := l.Start(context.Background(), body); err != nil {
+		t.Fatalf("Start after a failed open: %v", err)
+	}
+	if err := l.Start(context.Background(), body); !errors.Is(err, adapters.ErrAlreadyStarted) {
+		t.Errorf("second Start: %v, want ErrAlreadyStarted", err)
+	}
+	<-l.Done()
+	if err := l.Stop(context.Background()); !errors.Is(err, errBody) {
+		t.Errorf("Stop: %v, want %v", err, errBody)
+	}
 }

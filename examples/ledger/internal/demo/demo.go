@@ -182,13 +182,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.generate()
 
 	// The in-process workers (started once the crash child is dead) and the HTTP API.
-	faults := &ledger.Faults{FailFirstPercent: o.FailPercent, Poison: map[string]bool{r.events[r.poison].ev.EventID: true}}
+	faults := &Faults{FailFirstPercent: o.FailPercent, Poison: map[string]bool{r.events[r.poison].ev.EventID: true}}
 	lg, err := ledger.New(o.Schema)
 	if err != nil {
 		return nil, err
 	}
 	hs := worker.NewHandlers()
-	lg.Register(hs, faults, o.Logger)
+	worker.HandleBatch(hs, ledger.KindOrderPaid, faults.Inject(o.Schema, lg.Handler(o.Logger)))
 	pool, err := worker.New(r.db, worker.Config{
 		Consumer: ledger.Consumer, Schema: o.Schema, Handlers: hs, Concurrency: o.Workers, BatchSize: o.BatchSize,
 		PollInterval: o.Poll, Lease: o.Lease, Timeout: o.HandlerTime, MaxAttempts: o.MaxAttempts,

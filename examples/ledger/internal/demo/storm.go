@@ -304,7 +304,7 @@ func (c *crashInfo) status() string {
 // runs (it starts the in-process workers). If the child never gets there within 30 seconds, onDead
 // runs anyway and the crash is reported as not done. The returned function (idempotent) kills the
 // child if it is still alive and waits for it.
-func (r *run) startCrashChild(ctx context.Context, faults *ledger.Faults, onDead func()) func() {
+func (r *run) startCrashChild(ctx context.Context, faults *Faults, onDead func()) func() {
 	args := []string{"work", "--database-url", r.o.URL, "--schema", r.o.Schema,
 		"--workers", "1", "--batch-size", strconv.Itoa(r.o.BatchSize), "--lease", r.o.Lease.String(),
 		"--timeout", r.o.HandlerTime.String(), "--poll", r.o.Poll.String(), "--max-attempts", strconv.Itoa(r.o.MaxAttempts),

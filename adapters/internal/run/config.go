@@ -1,0 +1,72 @@
+package run
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/inbox"
+)
+
+// Size is a further count of an adapter's Config that must not be negative, named as its field.
+type Size struct {
+	Field string
+	Value int
+}
+
+// Setup is the part of every adapter's New that is the same for all: it checks b and sizes (a
+// *inbox.ConfigError naming the first negative field), fills in b's zero fields with their defaults,
+// sets sink.Logger to b.Logger and sink.Key to key where they are nil, and makes the Sink; *sink then
+// holds the Sink's configuration, defaults included.
+func Setup(b *adapters.BatchConfig, sink *adapters.SinkConfig, key adapters.KeyFunc, sizes ...Size) (*adapters.Sink, error) {
+	ints := append([]Size{{"BatchSize", b.BatchSize}}, sizes...)
+	for _, f := range ints {
+		if f.Value < 0 {
+			return nil, &inbox.ConfigError{Field: f.Field, Reason: "must not be negative"}
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"BatchWait", &b.BatchWait, adapters.DefaultBatchWait},
+		{"RetryDelay", &b.RetryDelay, adapters.DefaultRetryDelay},
+		{"MaxRetryDelay", &b.MaxRetryDelay, adapters.DefaultMaxRetryDelay},
+		{"WriteTimeout", &b.WriteTimeout, adapters.DefaultWriteTimeout},
+	} {
+		if *f.v < 0 {
+			return nil, &inbox.ConfigError{Field: f.name, Reason: "must not be negative"}
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if b.BatchSize == 0 {
+		b.BatchSize = adapters.DefaultBatchSize
+	}
+	if b.Logger == nil {
+		b.Logger = slog.Default()
+	}
+	if sink.Logger == nil {
+		sink.Logger = b.Logger
+	}
+	if sink.Key == nil {
+		sink.Key = key
+	}
+	s, err := adapters.NewSink(*sink)
+	if err != nil {
+		return nil, err
+	}
+	*sink = s.Config()
+	return s, nil
+}
+
+// Prefetch returns the prefetch count for a configured prefetch and batch size: 2 × batchSize when
+// prefetch is 0, and never less than batchSize.
+func Prefetch(prefetch, batchSize int) int {
+	if prefetch == 0 {
+		prefetch = 2 * batchSize
+	}
+	return max(prefetch, batchSize)
+}
