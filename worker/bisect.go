@@ -130,15 +130,8 @@ func (p *Pool) runBatchUnit(ctx context.Context, tx pgx.Tx, sp *savepoints, u un
 		items = append(items, it)
 	}
 	err := b.isolate(ctx, items)
-	if testHookBatchCalls != nil {
-		testHookBatchCalls(len(items), b.calls)
-	}
 	return b.decided, err
 }
-
-// testHookBatchCalls, set by tests only, is told how many handler calls each batch unit of n
-// messages took.
-var testHookBatchCalls func(n, calls int)
 
 // isolate completes pending, or, when a call fails, finds the failing messages: it searches one
 // culprit at a time by halving (calling the left half: if it fails the culprit is in it, else the
