@@ -118,7 +118,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 func (c *Consumer) Stop(ctx context.Context) error { return c.loop.Stop(ctx) }
 
 // Done returns a channel closed once the consumer stopped: after [Consumer.Stop] or the end of
-// Start's context (or, in tests only, a simulated crash).
+// Start's context (a lost connection does not stop it: it reconnects).
 func (c *Consumer) Done() <-chan struct{} { return c.loop.Done() }
 
 // consume runs sessions, the first over first, reconnecting after a lost connection, until ctx ends.
