@@ -11,13 +11,13 @@ import (
 // failed above) in an inline SVG by the overview template. Every number is computed here; the
 // template only places them, escaped.
 type chart struct {
-	Label    string // accessible description
-	W, H     int
-	Bars     []bar
-	Max      int64
-	Empty    bool
-	FromTo   string
-	AxisY    int // y of the baseline
+	Label  string // accessible description
+	W, H   int
+	Bars   []bar
+	Max    int64
+	Empty  bool
+	FromTo string
+	AxisY  int // y of the baseline
 }
 
 type bar struct {

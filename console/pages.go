@@ -42,10 +42,10 @@ type tableRow struct {
 }
 
 type horizon struct {
-	SessionXminAge    int64
-	OldestXact        time.Duration
-	SlotXminAge       int64
-	FrozenXidAge      int64
+	SessionXminAge     int64
+	OldestXact         time.Duration
+	SlotXminAge        int64
+	FrozenXidAge       int64
 	TooOld, SlotTooOld bool
 }
 
