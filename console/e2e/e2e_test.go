@@ -97,7 +97,11 @@ type dialogs struct {
 
 func (d *dialogs) add(m string) { d.mu.Lock(); d.msgs = append(d.msgs, m); d.mu.Unlock() }
 
-func (d *dialogs) list() []string { d.mu.Lock(); defer d.mu.Unlock(); return append([]string(nil), d.msgs...) }
+func (d *dialogs) list() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.msgs...)
+}
 
 type env struct {
 	*testdb.DB
