@@ -143,8 +143,9 @@ func TestOverviewCounts(t *testing.T) {
 	ids := e.receive(t, "billing", "Invoice", "a", "b", "c", "d", "e", "f")
 	e.receive(t, "mail", "Send", "x")
 	ctx := context.Background()
-	// c retrying (failed once), d claimed, e and f dead.
-	if _, err := e.Pool.Exec(ctx, e.SQL(`UPDATE {schema}.inbox SET attempts_failed = 1, attempts_started = 1 WHERE id = $1`), ids[2]); err != nil {
+	// c retrying (claimed once and failed: its token is 1), d claimed, e and f dead.
+	if _, err := e.Pool.Exec(ctx, e.SQL(`WITH q AS (UPDATE {schema}.inbox_queue SET token = 1 WHERE id = $1)
+		UPDATE {schema}.inbox SET attempts_failed = 1, attempts_started = 1, token = 1 WHERE id = $1`), ids[2]); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.Pool.Exec(ctx, e.SQL(`UPDATE {schema}.inbox_queue SET claimed = true WHERE id = $1`), ids[3]); err != nil {

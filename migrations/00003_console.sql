@@ -22,10 +22,12 @@ CREATE TABLE inbox_dead (
     id       bigint      NOT NULL UNIQUE,
     consumer text        NOT NULL,
     kind     text        NOT NULL,
-    died_at  timestamptz NOT NULL
+    died_at  timestamptz NOT NULL,
+    error    text        NOT NULL DEFAULT ''
 );
 
 COMMENT ON TABLE inbox_dead IS 'txinbox: the dead messages of inbox (id), kept by triggers; seq orders them by when they died';
+COMMENT ON COLUMN inbox_dead.error IS 'the last error of the message when it died (a dead message''s error never changes), so that filtering by error text reads this table only';
 
 -- Dead letters of one consumer, newest first.
 CREATE INDEX inbox_dead_consumer ON inbox_dead (consumer, seq);
@@ -39,9 +41,9 @@ BEGIN
         EXECUTE format('DELETE FROM %I.inbox_dead WHERE id = $1', TG_TABLE_SCHEMA) USING OLD.id;
     END IF;
     IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.state = 'dead' THEN
-        EXECUTE format('INSERT INTO %I.inbox_dead (id, consumer, kind, died_at) VALUES ($1, $2, $3, $4) '
+        EXECUTE format('INSERT INTO %I.inbox_dead (id, consumer, kind, died_at, error) VALUES ($1, $2, $3, $4, $5) '
                        'ON CONFLICT (id) DO NOTHING', TG_TABLE_SCHEMA)
-            USING NEW.id, NEW.consumer, NEW.kind, coalesce(NEW.completed_at, now());
+            USING NEW.id, NEW.consumer, NEW.kind, coalesce(NEW.completed_at, now()), coalesce(NEW.last_error, '');
     END IF;
     RETURN NULL;
 END
@@ -56,8 +58,8 @@ CREATE TRIGGER inbox_dead_delete AFTER DELETE ON inbox
     FOR EACH ROW WHEN (OLD.state = 'dead') EXECUTE FUNCTION inbox_dead_sync();
 
 -- The dead letters stored before this version (one scan of inbox, at migration time only).
-INSERT INTO inbox_dead (id, consumer, kind, died_at)
-SELECT id, consumer, kind, coalesce(completed_at, received_at) FROM inbox WHERE state = 'dead' ORDER BY id;
+INSERT INTO inbox_dead (id, consumer, kind, died_at, error)
+SELECT id, consumer, kind, coalesce(completed_at, received_at), coalesce(last_error, '') FROM inbox WHERE state = 'dead' ORDER BY id;
 
 CREATE TABLE inbox_rollup (
     consumer  text        NOT NULL,
@@ -67,6 +69,9 @@ CREATE TABLE inbox_rollup (
     dead      bigint      NOT NULL DEFAULT 0,
     PRIMARY KEY (consumer, minute)
 );
+
+-- The last hour of every consumer (the overview's chart), and the deletion of old rows.
+CREATE INDEX inbox_rollup_minute ON inbox_rollup (minute);
 
 COMMENT ON TABLE inbox_rollup IS 'txinbox: finished attempts per consumer and minute (completed, failed, of which dead), added by worker pools; approximate (a crashed pool loses its last seconds)';
 

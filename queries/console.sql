@@ -1,6 +1,7 @@
 -- The operator console's reads (package console) and the worker pools' rollup writes. None of them
 -- scans the inbox table: they read the queue (as large as the backlog), the dead-letter set
--- (inbox_dead), the per-minute rollup, the statistics views, or one row of inbox by a unique index.
+-- (inbox_dead), the per-minute rollup, or rows of inbox by a unique index (one message, or the 50 of
+-- a page of dead letters).
 -- Plans and times at 10M retained rows: README, "Console".
 
 -- name: ConsoleConsumers :many
@@ -16,16 +17,16 @@ WITH RECURSIVE c AS (
 SELECT c.consumer::text AS consumer FROM c WHERE c.consumer IS NOT NULL LIMIT sqlc.arg(max_rows)::int;
 
 -- name: ConsoleQueueCounts :many
--- Counts the queued messages per consumer: pending (never failed), retrying (failed before, waiting
--- for the next attempt), claimed (held by a worker), and the wait of the oldest due unclaimed message
--- (seconds). Reads the queue and, for each queued message, its inbox row by primary key.
+-- Counts the queued messages per consumer from the queue alone: pending (waiting, never claimed),
+-- retrying (waiting, claimed before: failed, handed back by a stopping pool, or replayed; the queue
+-- row's fencing token is above 0 once a message has been claimed), claimed (held by a worker), and
+-- the wait of the oldest due waiting message (seconds).
 SELECT q.consumer,
-       count(*) FILTER (WHERE NOT q.claimed AND m.attempts_failed = 0)::bigint AS pending,
-       count(*) FILTER (WHERE NOT q.claimed AND m.attempts_failed > 0)::bigint AS retrying,
+       count(*) FILTER (WHERE NOT q.claimed AND q.token = 0)::bigint AS pending,
+       count(*) FILTER (WHERE NOT q.claimed AND q.token > 0)::bigint AS retrying,
        count(*) FILTER (WHERE q.claimed)::bigint AS claimed,
        coalesce(extract(epoch FROM now() - min(q.run_at) FILTER (WHERE NOT q.claimed AND q.run_at <= now())), 0)::float8 AS oldest_due_seconds
 FROM /* TEMPLATE: schema */inbox_queue q
-JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id
 GROUP BY q.consumer
 ORDER BY q.consumer;
 
@@ -49,22 +50,25 @@ SELECT m.id FROM /* TEMPLATE: schema */inbox m WHERE m.consumer = @consumer AND 
 
 -- name: ConsoleListDead :many
 -- Lists dead letters newest first (by seq, the order they died in), before @before_seq when it is not
--- 0 and up to @max_seq when it is not 0, matching the non-empty filters: consumer, kind, a substring of
--- the last error (case-insensitive), and the time it died within since and until. The error filter
--- reads the inbox row of each dead letter (by primary key).
+-- 0, matching the non-empty filters: consumer, kind, a substring of the last error (case-insensitive),
+-- and the time it died within since and until. The filters read the dead-letter set only; the inbox
+-- rows of the page's messages are then read by primary key.
 SELECT d.seq, d.died_at, m.id, m.consumer, m.key, m.kind, m.attempts_failed, (m.raw IS NOT NULL)::boolean AS undecodable,
        left(coalesce(m.last_error, ''), 300)::text AS last_error
-FROM /* TEMPLATE: schema */inbox_dead d
-JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id
-WHERE (@before_seq::bigint = 0 OR d.seq < @before_seq)
-  AND (@max_seq::bigint = 0 OR d.seq <= @max_seq)
+FROM (
+    SELECT d.seq, d.id, d.died_at
+    FROM /* TEMPLATE: schema */inbox_dead d
+    WHERE (@before_seq::bigint = 0 OR d.seq < @before_seq)
   AND (@consumer::text = '' OR d.consumer = @consumer)
   AND (@kind::text = '' OR d.kind = @kind)
-  AND (@error_contains::text = '' OR strpos(lower(coalesce(m.last_error, '')), lower(@error_contains)) > 0)
+  AND (@error_contains::text = '' OR strpos(lower(d.error), lower(@error_contains)) > 0)
   AND (sqlc.narg(since)::timestamptz IS NULL OR d.died_at >= sqlc.narg(since))
   AND (sqlc.narg(until)::timestamptz IS NULL OR d.died_at < sqlc.narg(until))
-ORDER BY d.seq DESC
-LIMIT @max_rows;
+    ORDER BY d.seq DESC
+    LIMIT @max_rows
+) d
+JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id
+ORDER BY d.seq DESC;
 
 -- name: ConsoleMatchDead :one
 -- Counts the dead letters matching the filters of ConsoleListDead (all of them, no paging) and
@@ -72,10 +76,10 @@ LIMIT @max_rows;
 SELECT count(*)::bigint AS matching,
        coalesce((SELECT max(x.seq) FROM /* TEMPLATE: schema */inbox_dead x), 0)::bigint AS max_seq
 FROM /* TEMPLATE: schema */inbox_dead d
-JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id
-WHERE (@consumer::text = '' OR d.consumer = @consumer)
+WHERE true
+  AND (@consumer::text = '' OR d.consumer = @consumer)
   AND (@kind::text = '' OR d.kind = @kind)
-  AND (@error_contains::text = '' OR strpos(lower(coalesce(m.last_error, '')), lower(@error_contains)) > 0)
+  AND (@error_contains::text = '' OR strpos(lower(d.error), lower(@error_contains)) > 0)
   AND (sqlc.narg(since)::timestamptz IS NULL OR d.died_at >= sqlc.narg(since))
   AND (sqlc.narg(until)::timestamptz IS NULL OR d.died_at < sqlc.narg(until));
 
@@ -84,11 +88,10 @@ WHERE (@consumer::text = '' OR d.consumer = @consumer)
 -- order, at most @max_rows.
 SELECT d.id
 FROM /* TEMPLATE: schema */inbox_dead d
-JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id
 WHERE d.seq <= @max_seq
   AND (@consumer::text = '' OR d.consumer = @consumer)
   AND (@kind::text = '' OR d.kind = @kind)
-  AND (@error_contains::text = '' OR strpos(lower(coalesce(m.last_error, '')), lower(@error_contains)) > 0)
+  AND (@error_contains::text = '' OR strpos(lower(d.error), lower(@error_contains)) > 0)
   AND (sqlc.narg(since)::timestamptz IS NULL OR d.died_at >= sqlc.narg(since))
   AND (sqlc.narg(until)::timestamptz IS NULL OR d.died_at < sqlc.narg(until))
 ORDER BY d.id

@@ -25,7 +25,8 @@ SELECT c.consumer::text AS consumer FROM c WHERE c.consumer IS NOT NULL LIMIT $1
 
 // The operator console's reads (package console) and the worker pools' rollup writes. None of them
 // scans the inbox table: they read the queue (as large as the backlog), the dead-letter set
-// (inbox_dead), the per-minute rollup, the statistics views, or one row of inbox by a unique index.
+// (inbox_dead), the per-minute rollup, or rows of inbox by a unique index (one message, or the 50 of
+// a page of dead letters).
 // Plans and times at 10M retained rows: README, "Console".
 // Lists the consumers that have stored messages, in order, at most @max_rows: a loose index scan of
 // the unique key (consumer, key), one index descent per consumer, however many rows each has.
@@ -85,11 +86,10 @@ func (q *Queries) ConsoleDeadCounts(ctx context.Context, db DBTX) ([]ConsoleDead
 const consoleDeadIDs = `-- name: ConsoleDeadIDs :many
 SELECT d.id
 FROM /* TEMPLATE: schema */inbox_dead d
-JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id
 WHERE d.seq <= $1
   AND ($2::text = '' OR d.consumer = $2)
   AND ($3::text = '' OR d.kind = $3)
-  AND ($4::text = '' OR strpos(lower(coalesce(m.last_error, '')), lower($4)) > 0)
+  AND ($4::text = '' OR strpos(lower(d.error), lower($4)) > 0)
   AND ($5::timestamptz IS NULL OR d.died_at >= $5)
   AND ($6::timestamptz IS NULL OR d.died_at < $6)
 ORDER BY d.id
@@ -164,22 +164,24 @@ func (q *Queries) ConsoleDeadSelected(ctx context.Context, db DBTX, ids []int64)
 const consoleListDead = `-- name: ConsoleListDead :many
 SELECT d.seq, d.died_at, m.id, m.consumer, m.key, m.kind, m.attempts_failed, (m.raw IS NOT NULL)::boolean AS undecodable,
        left(coalesce(m.last_error, ''), 300)::text AS last_error
-FROM /* TEMPLATE: schema */inbox_dead d
+FROM (
+    SELECT d.seq, d.id, d.died_at
+    FROM /* TEMPLATE: schema */inbox_dead d
+    WHERE ($1::bigint = 0 OR d.seq < $1)
+  AND ($2::text = '' OR d.consumer = $2)
+  AND ($3::text = '' OR d.kind = $3)
+  AND ($4::text = '' OR strpos(lower(d.error), lower($4)) > 0)
+  AND ($5::timestamptz IS NULL OR d.died_at >= $5)
+  AND ($6::timestamptz IS NULL OR d.died_at < $6)
+    ORDER BY d.seq DESC
+    LIMIT $7
+) d
 JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id
-WHERE ($1::bigint = 0 OR d.seq < $1)
-  AND ($2::bigint = 0 OR d.seq <= $2)
-  AND ($3::text = '' OR d.consumer = $3)
-  AND ($4::text = '' OR d.kind = $4)
-  AND ($5::text = '' OR strpos(lower(coalesce(m.last_error, '')), lower($5)) > 0)
-  AND ($6::timestamptz IS NULL OR d.died_at >= $6)
-  AND ($7::timestamptz IS NULL OR d.died_at < $7)
 ORDER BY d.seq DESC
-LIMIT $8
 `
 
 type ConsoleListDeadParams struct {
 	BeforeSeq     int64
-	MaxSeq        int64
 	Consumer      string
 	Kind          string
 	ErrorContains string
@@ -201,13 +203,12 @@ type ConsoleListDeadRow struct {
 }
 
 // Lists dead letters newest first (by seq, the order they died in), before @before_seq when it is not
-// 0 and up to @max_seq when it is not 0, matching the non-empty filters: consumer, kind, a substring of
-// the last error (case-insensitive), and the time it died within since and until. The error filter
-// reads the inbox row of each dead letter (by primary key).
+// 0, matching the non-empty filters: consumer, kind, a substring of the last error (case-insensitive),
+// and the time it died within since and until. The filters read the dead-letter set only; the inbox
+// rows of the page's messages are then read by primary key.
 func (q *Queries) ConsoleListDead(ctx context.Context, db DBTX, arg ConsoleListDeadParams) ([]ConsoleListDeadRow, error) {
 	rows, err := db.Query(ctx, consoleListDead,
 		arg.BeforeSeq,
-		arg.MaxSeq,
 		arg.Consumer,
 		arg.Kind,
 		arg.ErrorContains,
@@ -247,10 +248,10 @@ const consoleMatchDead = `-- name: ConsoleMatchDead :one
 SELECT count(*)::bigint AS matching,
        coalesce((SELECT max(x.seq) FROM /* TEMPLATE: schema */inbox_dead x), 0)::bigint AS max_seq
 FROM /* TEMPLATE: schema */inbox_dead d
-JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id
-WHERE ($1::text = '' OR d.consumer = $1)
+WHERE true
+  AND ($1::text = '' OR d.consumer = $1)
   AND ($2::text = '' OR d.kind = $2)
-  AND ($3::text = '' OR strpos(lower(coalesce(m.last_error, '')), lower($3)) > 0)
+  AND ($3::text = '' OR strpos(lower(d.error), lower($3)) > 0)
   AND ($4::timestamptz IS NULL OR d.died_at >= $4)
   AND ($5::timestamptz IS NULL OR d.died_at < $5)
 `
@@ -353,12 +354,11 @@ func (q *Queries) ConsolePendingIDs(ctx context.Context, db DBTX, arg ConsolePen
 
 const consoleQueueCounts = `-- name: ConsoleQueueCounts :many
 SELECT q.consumer,
-       count(*) FILTER (WHERE NOT q.claimed AND m.attempts_failed = 0)::bigint AS pending,
-       count(*) FILTER (WHERE NOT q.claimed AND m.attempts_failed > 0)::bigint AS retrying,
+       count(*) FILTER (WHERE NOT q.claimed AND q.token = 0)::bigint AS pending,
+       count(*) FILTER (WHERE NOT q.claimed AND q.token > 0)::bigint AS retrying,
        count(*) FILTER (WHERE q.claimed)::bigint AS claimed,
        coalesce(extract(epoch FROM now() - min(q.run_at) FILTER (WHERE NOT q.claimed AND q.run_at <= now())), 0)::float8 AS oldest_due_seconds
 FROM /* TEMPLATE: schema */inbox_queue q
-JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id
 GROUP BY q.consumer
 ORDER BY q.consumer
 `
@@ -371,9 +371,10 @@ type ConsoleQueueCountsRow struct {
 	OldestDueSeconds float64
 }
 
-// Counts the queued messages per consumer: pending (never failed), retrying (failed before, waiting
-// for the next attempt), claimed (held by a worker), and the wait of the oldest due unclaimed message
-// (seconds). Reads the queue and, for each queued message, its inbox row by primary key.
+// Counts the queued messages per consumer from the queue alone: pending (waiting, never claimed),
+// retrying (waiting, claimed before: failed, handed back by a stopping pool, or replayed; the queue
+// row's fencing token is above 0 once a message has been claimed), claimed (held by a worker), and
+// the wait of the oldest due waiting message (seconds).
 func (q *Queries) ConsoleQueueCounts(ctx context.Context, db DBTX) ([]ConsoleQueueCountsRow, error) {
 	rows, err := db.Query(ctx, consoleQueueCounts)
 	if err != nil {

@@ -72,6 +72,8 @@ type InboxDead struct {
 	Consumer string
 	Kind     string
 	DiedAt   pgtype.Timestamptz
+	// the last error of the message when it died (a dead message's error never changes), so that filtering by error text reads this table only
+	Error string
 }
 
 // txinbox: messages that still need work; claimed here with SKIP LOCKED
