@@ -3,8 +3,9 @@
 //
 // Pages:
 //
-//   - Overview ("/"): per consumer, the messages pending, retrying, claimed and dead, the wait of the
-//     oldest due message, and the finished attempts of the last hour as a chart; the tables' vacuum
+//   - Overview ("/"): per consumer, the messages pending (waiting, never claimed), retrying (waiting,
+//     claimed before: failed, handed back by a stopping pool, or replayed), claimed and dead, the wait
+//     of the oldest due message, and the finished attempts of the last hour as a chart; the tables' vacuum
 //     figures and what holds back the xmin horizon. It reloads itself every [Config.RefreshInterval].
 //   - Message ("/message?id=N" or "?consumer=C&key=K"): every field of one stored message.
 //   - Dead letters ("/dead"): filtered by consumer, kind, error text and time of death, newest first,

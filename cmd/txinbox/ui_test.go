@@ -24,6 +24,17 @@ func TestUIRefusesRemoteWithoutPassword(t *testing.T) {
 	}
 }
 
+func TestUIHelp(t *testing.T) {
+	t.Parallel()
+	r := cli(t, "", "ui", "--help")
+	r.want(t, exitOK, uiPasswordEnv, "")
+	for _, flag := range []string{"-addr", "-read-only", "-user", "-allow-remote-without-password"} {
+		if !strings.Contains(r.stdout, flag) {
+			t.Errorf("ui --help lacks %s:\n%s", flag, r.stdout)
+		}
+	}
+}
+
 // With TXINBOX_UI_PASSWORD set, every page needs basic authentication; SIGINT stops the server
 // cleanly.
 func TestUIBasicAuth(t *testing.T) {
