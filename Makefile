@@ -9,11 +9,12 @@ GOOSE_TAGS := no_clickhouse,no_libsql,no_mssql,no_azuresql,no_mysql,no_sqlite3,n
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 SCHEMA     ?= public
 # Modules other than the root one keep their dependencies apart: broker adapters, the Redis seen-key
-# cache, benchmarks (River), the ledger example (which uses the adapters), the chaos run, and the public
-# test kit txinboxtest (testcontainers), so that the root go.mod names no Docker or broker client.
-SUBMODULES := adapters seenredis bench examples/ledger chaos txinboxtest
+# cache, benchmarks (River), the ledger example (which uses the adapters), the chaos run, the public
+# test kit txinboxtest (testcontainers) and the console's browser tests (chromedp; they need Chromium:
+# Debian's chromium package), so that the root go.mod names no Docker, broker or browser client.
+SUBMODULES := adapters seenredis bench examples/ledger chaos txinboxtest console/e2e
 
-.PHONY: all tools generate check-generated fmt-check vet lint test test-go test-submodules demo migrate bench chaos fuzz mutants clean
+.PHONY: all tools generate check-generated fmt-check vet lint test test-go test-submodules screenshot demo migrate bench chaos fuzz mutants clean
 
 all: test
 
@@ -66,6 +67,11 @@ test-submodules:
 	@if [ -f examples/ledger/go.mod ]; then echo "go test (examples/ledger)"; cd examples/ledger && $(GO) test -race -count=1 -timeout 15m ./...; fi
 	@if [ -f chaos/go.mod ]; then echo "go test (chaos)"; cd chaos && $(GO) test -race -count=1 -timeout 20m ./...; fi
 	@if [ -f txinboxtest/go.mod ]; then echo "go test (txinboxtest)"; cd txinboxtest && $(GO) test -race -count=1 -timeout 10m ./...; fi
+	@if [ -f console/e2e/go.mod ]; then echo "go test (console/e2e: headless Chromium)"; cd console/e2e && $(GO) test -race -count=1 -timeout 15m ./...; fi
+
+## screenshot: the console's overview, taken by its browser test, into docs/console.png.
+screenshot:
+	cd console/e2e && TXINBOX_UPDATE_SCREENSHOT=1 $(GO) test -count=1 -run TestOverviewCounts ./...
 
 ## demo: the ledger example end to end (finds or starts PostgreSQL itself).
 demo:

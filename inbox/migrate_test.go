@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -52,8 +53,8 @@ func TestMigrateUpDownUp(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(tables(t, url, schema), ","); !strings.Contains(got, "inbox,inbox_queue") || !strings.Contains(got, inbox.VersionTable) {
-		t.Fatalf("after up: %s", got)
+	if got := tables(t, url, schema); !slices.Contains(got, "inbox") || !slices.Contains(got, "inbox_queue") || !slices.Contains(got, inbox.VersionTable) {
+		t.Fatalf("after up: %s", strings.Join(got, ","))
 	}
 	if _, err := m.DownTo(ctx, 0); err != nil {
 		t.Fatal(err)
@@ -98,8 +99,8 @@ func TestMigrationsWithGooseCLI(t *testing.T) {
 		return string(out)
 	}
 	gooseRun("up")
-	if got := strings.Join(tables(t, url, schema), ","); !strings.Contains(got, "inbox,inbox_queue") {
-		t.Fatalf("after goose up: %s", got)
+	if got := tables(t, url, schema); !slices.Contains(got, "inbox") || !slices.Contains(got, "inbox_queue") {
+		t.Fatalf("after goose up: %s", strings.Join(got, ","))
 	}
 	gooseRun("down-to", "0")
 	if got := strings.Join(tables(t, url, schema), ","); got != inbox.VersionTable {

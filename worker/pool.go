@@ -246,6 +246,7 @@ type Pool struct {
 	listenPID     atomic.Uint32 // backend pid of the listening connection while it listens, else 0
 	notifications atomic.Int64  // notifications received for this consumer
 	vac           queueVacuum   // the rescuer's vacuum safety net
+	roll          rollup        // finished attempts per minute, for the console (rollup.go)
 
 	mu       sync.Mutex
 	started  bool
@@ -290,6 +291,7 @@ func New(db inbox.DB, cfg Config) (*Pool, error) {
 		inflight: map[*inflight]struct{}{}, stopDone: make(chan struct{})}
 	p.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
 	p.claimMax = cfg.BatchSize
+	p.cfg.Observer = rollupObserver{r: &p.roll, next: cfg.Observer}
 	for _, hd := range cfg.Handlers.byKind {
 		p.maxTO = max(p.maxTO, cfg.timeout(hd))
 		if hd.batch != nil {
@@ -340,6 +342,7 @@ func (p *Pool) Start(ctx context.Context) error {
 		p.wg.Go(func() { p.loop(runCtx, false) })
 	}
 	p.wg.Go(func() { p.loop(runCtx, true) })
+	p.runRollup(runCtx)
 	if !p.cfg.DisableListen {
 		if connect := p.listenConnector(); connect != nil {
 			p.wg.Go(func() { p.listen(runCtx, connect) })
@@ -443,6 +446,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 		}
 	}
 	p.stopErr = p.stop(ctx)
+	p.stopRollup()
 	close(p.stopDone)
 	return p.stopErr
 }

@@ -17,6 +17,7 @@
 //	                         delete pending messages no worker has claimed (--kind; --dry-run)
 //	clean                    delete completed messages past their dedup window (one full pass)
 //	purge --older-than AGE   delete completed (and, with --state, dead) messages older than AGE
+//	ui [--addr HOST:PORT]    serve the operator console (package console); see 'txinbox ui --help'
 //
 // The database comes from --database-url or the DATABASE_URL environment variable; the schema
 // defaults to public. Output is a table by default and JSON with --json (messages and
@@ -135,7 +136,8 @@ func explain(err error, schema string) string {
 	return msg
 }
 
-var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, pendingDiscard, cleanCmd, purgeCmd}
+var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, pendingDiscard, cleanCmd, purgeCmd,
+	uiCmd}
 
 // groups are the commands that take a sub-command.
 var groups = map[string]string{

@@ -65,6 +65,17 @@ type Inbox struct {
 	Result    []byte
 }
 
+// txinbox: the dead messages of inbox (id), kept by triggers; seq orders them by when they died
+type InboxDead struct {
+	Seq      int64
+	ID       int64
+	Consumer string
+	Kind     string
+	DiedAt   pgtype.Timestamptz
+	// the last error of the message when it died (a dead message's error never changes), so that filtering by error text reads this table only
+	Error string
+}
+
 // txinbox: messages that still need work; claimed here with SKIP LOCKED
 type InboxQueue struct {
 	ID          int64
@@ -76,4 +87,13 @@ type InboxQueue struct {
 	// claimed as a suspect (its previous attempt never finished): runs in a transaction of its own
 	Alone bool
 	Token int64
+}
+
+// txinbox: finished attempts per consumer and minute (completed, failed, of which dead), added by worker pools; approximate (a crashed pool loses its last seconds)
+type InboxRollup struct {
+	Consumer  string
+	Minute    pgtype.Timestamptz
+	Completed int64
+	Failed    int64
+	Dead      int64
 }

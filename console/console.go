@@ -1,0 +1,407 @@
+// Package console is txinbox's operator console: a few server-rendered HTML pages, mountable as an
+// [http.Handler] in a service (behind its own authentication) or served by `txinbox ui`.
+//
+// Pages:
+//
+//   - Overview ("/"): per consumer, the messages pending (waiting, never claimed), retrying (waiting,
+//     claimed before: failed, handed back by a stopping pool, or replayed), claimed and dead, the wait
+//     of the oldest due message, and the finished attempts of the last hour as a chart; the tables' vacuum
+//     figures and what holds back the xmin horizon. It reloads itself every [Config.RefreshInterval].
+//   - Message ("/message?id=N" or "?consumer=C&key=K"): every field of one stored message.
+//   - Dead letters ("/dead"): filtered by consumer, kind, error text and time of death, newest first,
+//     with replay and discard of one, of a selection or of everything matching the filter.
+//   - Discard of the pending messages of a retired consumer ("/pending/confirm?consumer=C").
+//
+// Figures: pending, retrying, claimed and dead counts are exact (read from the queue and the
+// dead-letter set, never from the inbox table); the per-minute completed/failed/dead counts come from
+// the rollup the worker pools keep (approximate: a pool that crashes loses its last few seconds of
+// counts); table and horizon figures are PostgreSQL's statistics (estimates).
+//
+// Every change is a POST carrying a CSRF token (an HMAC of a random cookie; requests that a browser
+// marks cross-origin are refused as well) and goes through a confirmation page that states how many
+// messages it will change. A bulk action on "everything matching a filter" is bound to what the
+// confirmation counted: dead letters that died after it, or pending messages received after it, are
+// never included, and if more messages match than were confirmed the action changes nothing and asks
+// for a new confirmation. With [Config.ReadOnly] no change is offered and every POST is refused.
+//
+// Every value shown (keys, kinds, errors, payloads, headers come from outside) is escaped by
+// html/template; the pages load only their own embedded stylesheet and script (a Content Security
+// Policy forbids anything else), so they work without network access.
+package console
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
+)
+
+// Defaults and limits.
+const (
+	// DefaultRefreshInterval is Config.RefreshInterval when it is zero.
+	DefaultRefreshInterval = 10 * time.Second
+	// DefaultQueryTimeout is Config.QueryTimeout when it is zero.
+	DefaultQueryTimeout = 10 * time.Second
+	// DeadPageSize is the number of dead letters per page.
+	DeadPageSize = 50
+	// MaxBulk is the most messages one confirmed action changes; a filter matching more must be
+	// narrowed (or the action repeated).
+	MaxBulk = 100_000
+	// ChartMinutes is the span of the overview's chart.
+	ChartMinutes = 60
+)
+
+// Config configures the console. The zero value is valid.
+type Config struct {
+	// Schema is the PostgreSQL schema holding the txinbox tables. Default: "public".
+	Schema string
+	// ReadOnly hides every action and refuses every POST (403). Default: false.
+	ReadOnly bool
+	// Prefix is the path the handler is mounted under, with [http.StripPrefix], such as "/ops/inbox"
+	// (no trailing slash); links and the CSRF cookie's path start with it. Default: "" (the root).
+	Prefix string
+	// RefreshInterval is how often the overview reloads itself; negative: never. Default:
+	// DefaultRefreshInterval (10s).
+	RefreshInterval time.Duration
+	// QueryTimeout bounds the statements of one page or action (an action's statements each).
+	// Default: DefaultQueryTimeout (10s).
+	QueryTimeout time.Duration
+	// Logger receives the actions taken (Info: what, how many, from which address) and the errors of
+	// pages (Error). Default: slog.Default().
+	Logger *slog.Logger
+}
+
+type configError struct{ field, reason string }
+
+func (c *Config) check() *configError {
+	switch {
+	case c.Prefix != "" && (!strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/")):
+		return &configError{"Prefix", "must start with / and not end with / (or be empty)"}
+	case strings.ContainsAny(c.Prefix, "?#\"'<> "):
+		return &configError{"Prefix", "must be a plain path"}
+	case c.QueryTimeout < 0:
+		return &configError{"QueryTimeout", "must not be negative"}
+	}
+	if c.RefreshInterval == 0 {
+		c.RefreshInterval = DefaultRefreshInterval
+	}
+	if c.QueryTimeout == 0 {
+		c.QueryTimeout = DefaultQueryTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// admin is what changes messages: the inbox.Client administration methods (inbox.go).
+type admin interface {
+	message(ctx context.Context, id int64) (messageView, error)
+	replayDead(ctx context.Context, ids []int64) ([]int64, error)
+	discardDead(ctx context.Context, ids []int64) ([]int64, error)
+	discardPending(ctx context.Context, consumer string, ids []int64) (discarded, claimed []int64, err error)
+}
+
+var errNotFound = errors.New("no such message")
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+type handler struct {
+	cfg   Config
+	raw   sqlc.DBTX // statements without the schema marker
+	db    sqlc.DBTX // statements of queries/console.sql, for cfg.Schema
+	admin admin
+	key   []byte // CSRF HMAC key, random per handler
+	pages map[string]*template.Template
+	mux   *http.ServeMux
+}
+
+func newHandler(db sqlc.DBTX, cfg Config, a admin) (http.Handler, error) {
+	h := &handler{cfg: cfg, raw: db, db: store.New(cfg.Schema).Wrap(db), admin: a, key: make([]byte, 32),
+		pages: map[string]*template.Template{}, mux: http.NewServeMux()}
+	if _, err := rand.Read(h.key); err != nil {
+		return nil, err
+	}
+	for _, p := range []string{"overview", "message", "dead", "confirm", "result", "error"} {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console: template %s: %w", p, err)
+		}
+		h.pages[p] = t
+	}
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, err
+	}
+	h.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	h.mux.HandleFunc("GET /{$}", h.overview)
+	h.mux.HandleFunc("GET /message", h.message)
+	h.mux.HandleFunc("GET /dead", h.deadList)
+	h.mux.HandleFunc("GET /dead/confirm", h.deadConfirm)
+	h.mux.HandleFunc("POST /dead/apply", h.deadApply)
+	h.mux.HandleFunc("GET /pending/confirm", h.pendingConfirm)
+	h.mux.HandleFunc("POST /pending/apply", h.pendingApply)
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.fail(w, r, http.StatusForbidden, "cross-origin request refused")
+	}))
+	return cop.Handler(h), nil
+}
+
+// ServeHTTP sets the security headers and, for a POST, checks read-only mode and the CSRF token
+// before any handler runs.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+		"form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Cache-Control", "no-store")
+	if r.Method == http.MethodPost {
+		if h.cfg.ReadOnly {
+			h.fail(w, r, http.StatusForbidden, "the console is read-only: nothing was changed")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+		if err := r.ParseForm(); err != nil {
+			h.fail(w, r, http.StatusBadRequest, "unreadable form: "+err.Error())
+			return
+		}
+		if !h.csrfOK(r) {
+			h.fail(w, r, http.StatusForbidden, "missing or invalid CSRF token: nothing was changed (reload the page and try again)")
+			return
+		}
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// ---- CSRF: the token is the HMAC of a random cookie, compared in constant time ----
+
+const csrfCookie = "txinbox_console_csrf"
+
+func (h *handler) mac(nonce string) string {
+	m := hmac.New(sha256.New, h.key)
+	_, _ = io.WriteString(m, nonce)
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// csrfToken returns the token of the request's cookie, setting a new cookie when there is none.
+func (h *handler) csrfToken(w http.ResponseWriter, r *http.Request) string {
+	if c, err := r.Cookie(csrfCookie); err == nil && len(c.Value) >= 32 {
+		return h.mac(c.Value)
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	nonce := base64.RawURLEncoding.EncodeToString(b)
+	path := h.cfg.Prefix + "/"
+	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: nonce, Path: path, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	return h.mac(nonce)
+}
+
+func (h *handler) csrfOK(r *http.Request) bool {
+	c, err := r.Cookie(csrfCookie)
+	if err != nil || len(c.Value) < 32 {
+		return false
+	}
+	got := r.PostForm.Get("csrf")
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(h.mac(c.Value))) == 1
+}
+
+// ---- rendering ----
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	P        string // Config.Prefix
+	ReadOnly bool
+	CSRF     string
+	Refresh  int // seconds; 0: no reload
+	Schema   string
+	Now      time.Time
+	Data     any
+}
+
+func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
+	p := page{Title: title, P: h.cfg.Prefix, ReadOnly: h.cfg.ReadOnly, CSRF: h.csrfToken(w, r),
+		Schema: h.cfg.Schema, Now: time.Now().UTC(), Data: data}
+	if name == "overview" && h.cfg.RefreshInterval > 0 {
+		p.Refresh = max(1, int(h.cfg.RefreshInterval/time.Second))
+	}
+	var b strings.Builder
+	if err := h.pages[name].Execute(&b, p); err != nil {
+		h.cfg.Logger.Error("txinbox console: rendering failed", "page", name, "err", err)
+		http.Error(w, "rendering failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, b.String())
+}
+
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	h.render(w, r, status, "error", http.StatusText(status), struct {
+		Status  int
+		Message string
+	}{status, msg})
+}
+
+// dbFail reports a database error.
+func (h *handler) dbFail(w http.ResponseWriter, r *http.Request, what string, err error) {
+	h.cfg.Logger.Error("txinbox console: "+what+" failed", "path", r.URL.Path, "err", err)
+	msg := what + " failed: " + err.Error()
+	if strings.Contains(err.Error(), "SQLSTATE 42P01") {
+		msg += " — are the txinbox tables (version 3 or later) in schema " + strconv.Quote(h.cfg.Schema) + "? Run 'txinbox migrate up'."
+	}
+	h.fail(w, r, http.StatusInternalServerError, msg)
+}
+
+func (h *handler) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), h.cfg.QueryTimeout)
+}
+
+// ---- input ----
+
+// inputError is a bad query or form value: 400, nothing done.
+type inputError struct{ field, reason string }
+
+func (e *inputError) Error() string { return e.field + ": " + e.reason }
+
+func text(field, v string) (string, error) {
+	if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+		return "", &inputError{field, "must be valid UTF-8 without NUL"}
+	}
+	if len(v) > 4096 {
+		return "", &inputError{field, "longer than 4096 bytes"}
+	}
+	return v, nil
+}
+
+func positive(field, v string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, &inputError{field, strconv.Quote(v) + " is not a positive integer"}
+	}
+	return n, nil
+}
+
+func optPositive(field, v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	return positive(field, v)
+}
+
+// parseTime reads a time given as RFC 3339 or as the form's "2006-01-02T15:04" (UTC).
+func parseTime(field, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, &inputError{field, strconv.Quote(v) + " is not a time (2006-01-02T15:04, UTC)"}
+}
+
+func ids(field string, vs []string) ([]int64, error) {
+	out := make([]int64, 0, len(vs))
+	for _, v := range vs {
+		n, err := positive(field, v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	if len(out) > maxAdminIDs {
+		return nil, &inputError{field, fmt.Sprintf("%d ids, more than %d", len(out), maxAdminIDs)}
+	}
+	return out, nil
+}
+
+// ---- helpers for templates ----
+
+var funcs = template.FuncMap{
+	"ts": func(t time.Time) string {
+		if t.IsZero() {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05.000 UTC")
+	},
+	"age": func(d time.Duration) string {
+		if d <= 0 {
+			return "—"
+		}
+		return d.Round(time.Second).String()
+	},
+	"num": func(n int64) string {
+		s := strconv.FormatInt(n, 10)
+		if n < 0 {
+			return s
+		}
+		var b strings.Builder
+		for i, c := range s {
+			if i > 0 && (len(s)-i)%3 == 0 {
+				b.WriteByte(',')
+			}
+			b.WriteRune(c)
+		}
+		return b.String()
+	},
+	"bytes": func(n int64) string {
+		const unit = 1024
+		if n < unit {
+			return fmt.Sprintf("%d B", n)
+		}
+		div, exp := int64(unit), 0
+		for m := n / unit; m >= unit; m /= unit {
+			div *= unit
+			exp++
+		}
+		return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+	},
+	"pct": func(part, whole int64) string {
+		if whole <= 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f%%", 100*float64(part)/float64(whole))
+	},
+}
+
+// prettyJSON indents a JSON document for display, keeping its keys and numbers as stored; "" for
+// none.
+func prettyJSON(b []byte) string {
+	if len(b) == 0 || string(b) == "null" {
+		return ""
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return string(b)
+	}
+	return out.String()
+}

@@ -1,0 +1,640 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
+)
+
+// maxConsumers is the most consumers the overview lists.
+const maxConsumers = 500
+
+// ---- overview ----
+
+type consumerRow struct {
+	Name                            string
+	Pending, Retrying, Claimed      int64
+	Dead                            int64
+	OldestDue                       time.Duration
+	Completed1h, Failed1h, DiedIn1h int64
+	Chart                           chart
+}
+
+type tableRow struct {
+	Name                       string
+	Live, Dead                 int64
+	Updates, HOTUpdates        int64
+	LastAutovacuum, LastVacuum time.Time
+	Autovacuums                int64
+	Bytes                      int64
+}
+
+type horizon struct {
+	SessionXminAge     int64
+	OldestXact         time.Duration
+	SlotXminAge        int64
+	FrozenXidAge       int64
+	TooOld, SlotTooOld bool
+}
+
+type overviewData struct {
+	Consumers    []consumerRow
+	Truncated    bool
+	Tables       []tableRow
+	Horizon      horizon
+	ChartMinutes int
+}
+
+// The statistics views are not in sqlc's catalog: these two statements are plain SQL, with the
+// schema as a parameter.
+const (
+	tableStatsSQL = `SELECT s.relname::text, s.n_live_tup, s.n_dead_tup, s.n_tup_upd, s.n_tup_hot_upd,
+       s.last_autovacuum, s.last_vacuum, s.autovacuum_count, pg_total_relation_size(s.relid)
+FROM pg_stat_user_tables s
+WHERE s.schemaname = $1 AND s.relname IN ('inbox', 'inbox_queue', 'inbox_dead', 'inbox_rollup')
+ORDER BY s.relname`
+	horizonSQL = `SELECT
+  coalesce((SELECT max(age(a.backend_xmin)) FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()), 0)::bigint,
+  coalesce((SELECT extract(epoch FROM now() - min(a.xact_start)) FROM pg_stat_activity a
+            WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()), 0)::float8,
+  coalesce((SELECT max(greatest(age(r.xmin), age(r.catalog_xmin))) FROM pg_replication_slots r), 0)::bigint,
+  (SELECT age(d.datfrozenxid) FROM pg_database d WHERE d.datname = current_database())::bigint`
+)
+
+func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	d, err := h.loadOverview(ctx)
+	if err != nil {
+		h.dbFail(w, r, "reading the overview", err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "overview", "Overview", d)
+}
+
+func (h *handler) loadOverview(ctx context.Context) (overviewData, error) {
+	d := overviewData{ChartMinutes: ChartMinutes}
+	q := store.Queries
+	names, err := q.ConsoleConsumers(ctx, h.db, maxConsumers+1)
+	if err != nil {
+		return d, err
+	}
+	if len(names) > maxConsumers {
+		names, d.Truncated = names[:maxConsumers], true
+	}
+	rows := map[string]*consumerRow{}
+	row := func(name string) *consumerRow {
+		if rows[name] == nil {
+			rows[name] = &consumerRow{Name: name}
+		}
+		return rows[name]
+	}
+	for _, n := range names {
+		row(n)
+	}
+	queue, err := q.ConsoleQueueCounts(ctx, h.db)
+	if err != nil {
+		return d, err
+	}
+	for _, c := range queue {
+		x := row(c.Consumer)
+		x.Pending, x.Retrying, x.Claimed = c.Pending, c.Retrying, c.Claimed
+		x.OldestDue = time.Duration(c.OldestDueSeconds * float64(time.Second))
+	}
+	dead, err := q.ConsoleDeadCounts(ctx, h.db)
+	if err != nil {
+		return d, err
+	}
+	for _, c := range dead {
+		row(c.Consumer).Dead = c.Dead
+	}
+	roll, err := q.ConsoleRollup(ctx, h.db, ChartMinutes)
+	if err != nil {
+		return d, err
+	}
+	now := time.Now()
+	byConsumer := map[string][]sqlc.InboxRollup{}
+	for _, m := range roll {
+		x := row(m.Consumer)
+		x.Completed1h += m.Completed
+		x.Failed1h += m.Failed
+		x.DiedIn1h += m.Dead
+		byConsumer[m.Consumer] = append(byConsumer[m.Consumer], m)
+	}
+	for name, x := range rows {
+		x.Chart = newChart(name, byConsumer[name], now, ChartMinutes)
+		d.Consumers = append(d.Consumers, *x)
+	}
+	slices.SortFunc(d.Consumers, func(a, b consumerRow) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	trows, err := h.raw.Query(ctx, tableStatsSQL, h.cfg.Schema)
+	if err != nil {
+		return d, err
+	}
+	for trows.Next() {
+		var t tableRow
+		var av, v pgtype.Timestamptz
+		if err := trows.Scan(&t.Name, &t.Live, &t.Dead, &t.Updates, &t.HOTUpdates, &av, &v, &t.Autovacuums, &t.Bytes); err != nil {
+			trows.Close()
+			return d, err
+		}
+		t.LastAutovacuum, t.LastVacuum = av.Time, v.Time
+		d.Tables = append(d.Tables, t)
+	}
+	trows.Close()
+	if err := trows.Err(); err != nil {
+		return d, err
+	}
+	var oldest float64
+	hz := &d.Horizon
+	if err := h.raw.QueryRow(ctx, horizonSQL).Scan(&hz.SessionXminAge, &oldest, &hz.SlotXminAge, &hz.FrozenXidAge); err != nil {
+		return d, err
+	}
+	hz.OldestXact = time.Duration(oldest * float64(time.Second))
+	hz.TooOld = hz.OldestXact > 10*time.Minute
+	hz.SlotTooOld = hz.SlotXminAge > 1_000_000
+	return d, nil
+}
+
+// ---- message ----
+
+type header struct{ Name, Value string }
+
+// messageView is one stored message, ready to display.
+type messageView struct {
+	ID                                int64
+	Consumer, Key, Kind, State        string
+	OrderingKey                       string
+	AttemptsStarted, AttemptsFailed   int
+	Owner                             string
+	Token                             int64
+	LastError                         string
+	Fingerprint                       string
+	NextRunAt, LeaseUntil, ReceivedAt time.Time
+	StartedAt, CompletedAt, ExpiresAt time.Time
+	Payload, Result                   string // indented JSON
+	Raw                               string // hex dump of an undecodable message
+	Undecodable                       bool
+	Headers                           []header
+}
+
+type messageData struct {
+	Consumer, Key, ID string // the search
+	Searched          bool
+	NotFound          string
+	M                 *messageView
+}
+
+func (h *handler) message(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	q := r.URL.Query()
+	d := messageData{Consumer: q.Get("consumer"), Key: q.Get("key"), ID: q.Get("id")}
+	var id int64
+	switch {
+	case d.ID != "":
+		n, err := positive("id", d.ID)
+		if err != nil {
+			h.fail(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
+		id = n
+	case d.Consumer != "" || d.Key != "":
+		if _, err := text("consumer", d.Consumer); err != nil {
+			h.fail(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
+		if _, err := text("key", d.Key); err != nil {
+			h.fail(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
+		if d.Consumer == "" || d.Key == "" {
+			h.fail(w, r, http.StatusBadRequest, "give both a consumer and a key, or an id")
+			return
+		}
+		n, err := store.Queries.ConsoleMessageID(ctx, h.db, d.Consumer, d.Key)
+		if errors.Is(err, pgx.ErrNoRows) {
+			d.Searched, d.NotFound = true, fmt.Sprintf("No message of consumer %q has key %q (never received, or deleted: discarded, purged, or cleaned after its dedup window).", d.Consumer, d.Key)
+			h.render(w, r, http.StatusNotFound, "message", "Message", d)
+			return
+		}
+		if err != nil {
+			h.dbFail(w, r, "looking up the key", err)
+			return
+		}
+		id = n
+	default:
+		h.render(w, r, http.StatusOK, "message", "Find a message", d)
+		return
+	}
+	d.Searched = true
+	m, err := h.admin.message(ctx, id)
+	if errors.Is(err, errNotFound) {
+		d.NotFound = fmt.Sprintf("No message has id %d (never stored, or deleted).", id)
+		h.render(w, r, http.StatusNotFound, "message", "Message", d)
+		return
+	}
+	if err != nil {
+		h.dbFail(w, r, "reading the message", err)
+		return
+	}
+	d.M = &m
+	h.render(w, r, http.StatusOK, "message", "Message "+strconv.FormatInt(id, 10), d)
+}
+
+// ---- dead letters ----
+
+// deadFilter is the dead-letter filter of a request, as typed (for the form) and parsed.
+type deadFilter struct {
+	Consumer, Kind, Error, Since, Until string
+	since, until                        time.Time
+}
+
+func parseDeadFilter(v url.Values) (deadFilter, error) {
+	f := deadFilter{Consumer: v.Get("consumer"), Kind: v.Get("kind"), Error: v.Get("error"), Since: v.Get("since"), Until: v.Get("until")}
+	for _, x := range []struct{ name, v string }{{"consumer", f.Consumer}, {"kind", f.Kind}, {"error", f.Error}} {
+		if _, err := text(x.name, x.v); err != nil {
+			return f, err
+		}
+	}
+	var err error
+	if f.since, err = parseTime("since", f.Since); err != nil {
+		return f, err
+	}
+	if f.until, err = parseTime("until", f.Until); err != nil {
+		return f, err
+	}
+	if !f.since.IsZero() && !f.until.IsZero() && !f.until.After(f.since) {
+		return f, &inputError{"until", "must be after since"}
+	}
+	return f, nil
+}
+
+// values returns the filter as query values (empty ones left out).
+func (f deadFilter) values() url.Values {
+	v := url.Values{}
+	for k, x := range map[string]string{"consumer": f.Consumer, "kind": f.Kind, "error": f.Error, "since": f.Since, "until": f.Until} {
+		if x != "" {
+			v.Set(k, x)
+		}
+	}
+	return v
+}
+
+// Query is the filter as a URL query string (already encoded: the templates insert it as is).
+func (f deadFilter) Query() template.URL { return template.URL(f.values().Encode()) } //nolint:gosec // url.Values.Encode output
+
+// Fields lists the filter's non-empty fields, for hidden form inputs and descriptions.
+func (f deadFilter) Fields() []header {
+	var out []header
+	for _, k := range []string{"consumer", "kind", "error", "since", "until"} {
+		if x := f.values().Get(k); x != "" {
+			out = append(out, header{Name: k, Value: x})
+		}
+	}
+	return out
+}
+
+func ts(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()} }
+
+type deadData struct {
+	F          deadFilter
+	Rows       []sqlc.ConsoleListDeadRow
+	Before     int64 // the page's start (0: newest)
+	NextBefore int64 // 0: no older page
+	Matching   int64
+}
+
+func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	f, err := parseDeadFilter(r.URL.Query())
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	before, err := optPositive("before", r.URL.Query().Get("before"))
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	rows, err := store.Queries.ConsoleListDead(ctx, h.db, sqlc.ConsoleListDeadParams{
+		BeforeSeq: before, Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.Error,
+		Since: ts(f.since), Until: ts(f.until), MaxRows: DeadPageSize + 1})
+	if err != nil {
+		h.dbFail(w, r, "listing dead letters", err)
+		return
+	}
+	d := deadData{F: f, Before: before}
+	if len(rows) > DeadPageSize {
+		rows = rows[:DeadPageSize]
+		d.NextBefore = rows[len(rows)-1].Seq
+	}
+	d.Rows = rows
+	m, err := store.Queries.ConsoleMatchDead(ctx, h.db, sqlc.ConsoleMatchDeadParams{
+		Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.Error, Since: ts(f.since), Until: ts(f.until)})
+	if err != nil {
+		h.dbFail(w, r, "counting dead letters", err)
+		return
+	}
+	d.Matching = m.Matching
+	h.render(w, r, http.StatusOK, "dead", "Dead letters", d)
+}
+
+// confirmData describes an action awaiting confirmation.
+type confirmData struct {
+	Action   string // form action path
+	Verb     string // "Replay", "Discard"
+	Op       string // "replay", "discard"
+	Scope    string // "selected", "filter", "pending"
+	Count    int64  // messages the action will change now
+	Snapshot int64  // seq (dead) or id (pending) bound
+	IDs      []int64
+	F        deadFilter
+	Consumer string
+	Asked    int // ids selected
+	TooMany  bool
+	Back     string
+	Changed  string // set when an apply found the set changed
+}
+
+func (h *handler) deadConfirm(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	q := r.URL.Query()
+	d := confirmData{Action: "/dead/apply", Op: q.Get("op"), Scope: q.Get("scope")}
+	if !h.deadConfirmData(ctx, w, r, q, &d) {
+		return
+	}
+	h.render(w, r, http.StatusOK, "confirm", d.Verb+" dead letters?", d)
+}
+
+// deadConfirmData fills d for a dead-letter action from the values v; false when it has written an
+// error page.
+func (h *handler) deadConfirmData(ctx context.Context, w http.ResponseWriter, r *http.Request, v url.Values, d *confirmData) bool {
+	switch d.Op {
+	case "replay":
+		d.Verb = "Replay"
+	case "discard":
+		d.Verb = "Discard"
+	default:
+		h.fail(w, r, http.StatusBadRequest, "op: must be replay or discard")
+		return false
+	}
+	f, err := parseDeadFilter(v)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return false
+	}
+	d.F = f
+	d.Back = "/dead?" + string(f.Query())
+	switch d.Scope {
+	case "selected":
+		sel, err := ids("id", v["id"])
+		if err != nil {
+			h.fail(w, r, http.StatusBadRequest, err.Error())
+			return false
+		}
+		if len(sel) == 0 {
+			h.fail(w, r, http.StatusBadRequest, "no dead letter selected: tick the ones to act on")
+			return false
+		}
+		now, err := store.Queries.ConsoleDeadSelected(ctx, h.db, sel)
+		if err != nil {
+			h.dbFail(w, r, "reading the selection", err)
+			return false
+		}
+		d.IDs, d.Count, d.Asked = now, int64(len(now)), len(sel)
+	case "filter":
+		m, err := store.Queries.ConsoleMatchDead(ctx, h.db, sqlc.ConsoleMatchDeadParams{
+			Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.Error, Since: ts(f.since), Until: ts(f.until)})
+		if err != nil {
+			h.dbFail(w, r, "counting dead letters", err)
+			return false
+		}
+		d.Count, d.Snapshot, d.TooMany = m.Matching, m.MaxSeq, m.Matching > MaxBulk
+	default:
+		h.fail(w, r, http.StatusBadRequest, "scope: must be selected or filter")
+		return false
+	}
+	return true
+}
+
+type resultData struct {
+	Heading string
+	Lines   []string
+	Back    string
+}
+
+func (h *handler) deadApply(w http.ResponseWriter, r *http.Request) {
+	v := r.PostForm
+	d := confirmData{Action: "/dead/apply", Op: v.Get("op"), Scope: v.Get("scope")}
+	f, err := parseDeadFilter(v)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	confirmed, err := strconv.ParseInt(v.Get("count"), 10, 64)
+	if err != nil || confirmed < 0 {
+		h.fail(w, r, http.StatusBadRequest, "count: the confirmed count is missing: confirm the action first")
+		return
+	}
+	act := h.admin.replayDead
+	verb, done := "Replay", "replayed"
+	switch d.Op {
+	case "replay":
+	case "discard":
+		act, verb, done = h.admin.discardDead, "Discard", "discarded"
+	default:
+		h.fail(w, r, http.StatusBadRequest, "op: must be replay or discard")
+		return
+	}
+	var targets []int64
+	switch d.Scope {
+	case "selected":
+		if targets, err = ids("id", v["id"]); err != nil {
+			h.fail(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
+		if int64(len(targets)) != confirmed {
+			h.fail(w, r, http.StatusBadRequest, "count: does not match the ids sent: confirm the action again")
+			return
+		}
+	case "filter":
+		snapshot, err := positive("snapshot", v.Get("snapshot"))
+		if err != nil {
+			h.fail(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
+		ctx, cancel := h.ctx(r)
+		targets, err = store.Queries.ConsoleDeadIDs(ctx, h.db, sqlc.ConsoleDeadIDsParams{
+			MaxSeq: snapshot, Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.Error,
+			Since: ts(f.since), Until: ts(f.until), MaxRows: int32(min(confirmed, MaxBulk) + 1)})
+		cancel()
+		if err != nil {
+			h.dbFail(w, r, "selecting the dead letters", err)
+			return
+		}
+		if int64(len(targets)) > confirmed {
+			// More match than the operator saw: change nothing, show the new count.
+			ctx, cancel := h.ctx(r)
+			defer cancel()
+			d.Verb = verb
+			if !h.deadConfirmData(ctx, w, r, v, &d) {
+				return
+			}
+			d.Changed = fmt.Sprintf("More dead letters match than the %d you confirmed: nothing was changed. Confirm again:", confirmed)
+			h.render(w, r, http.StatusConflict, "confirm", verb+" dead letters?", d)
+			return
+		}
+	default:
+		h.fail(w, r, http.StatusBadRequest, "scope: must be selected or filter")
+		return
+	}
+	var changed []int64
+	for chunk := range slices.Chunk(targets, maxAdminIDs) {
+		ctx, cancel := h.ctx(r)
+		got, err := act(ctx, chunk)
+		cancel()
+		if err != nil {
+			h.logAction(r, done, len(changed), len(targets))
+			if badArgument(err) {
+				h.fail(w, r, http.StatusBadRequest, err.Error())
+				return
+			}
+			h.dbFail(w, r, fmt.Sprintf("%s (after %d %s)", verb, len(changed), done), err)
+			return
+		}
+		changed = append(changed, got...)
+	}
+	h.logAction(r, done, len(changed), len(targets))
+	res := resultData{Heading: fmt.Sprintf("%s %d dead letters", capital(done), len(changed)), Back: "/dead?" + string(f.Query())}
+	res.Lines = append(res.Lines, fmt.Sprintf("Confirmed: %d. %s: %d.", confirmed, capital(done), len(changed)))
+	if n := len(targets) - len(changed); n > 0 {
+		res.Lines = append(res.Lines, fmt.Sprintf("%d were no longer dead (replayed or discarded meanwhile) or, for a replay, stored undecodable (discard those): left alone.", n))
+	}
+	if n := confirmed - int64(len(targets)); d.Scope == "filter" && n > 0 {
+		res.Lines = append(res.Lines, fmt.Sprintf("%d of the confirmed ones had left the dead letters before the action.", n))
+	}
+	h.render(w, r, http.StatusOK, "result", res.Heading, res)
+}
+
+func (h *handler) logAction(r *http.Request, done string, n, of int) {
+	h.cfg.Logger.Info("txinbox console: "+done, "messages", n, "of", of, "path", r.URL.Path, "remote", r.RemoteAddr)
+}
+
+func capital(s string) string {
+	if s == "" {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
+}
+
+// ---- pending messages of a retired consumer ----
+
+func (h *handler) pendingConfirm(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	d := confirmData{Action: "/pending/apply", Verb: "Discard", Op: "discard", Scope: "pending", Back: "/"}
+	if !h.pendingConfirmData(ctx, w, r, r.URL.Query().Get("consumer"), &d) {
+		return
+	}
+	h.render(w, r, http.StatusOK, "confirm", "Discard pending messages?", d)
+}
+
+func (h *handler) pendingConfirmData(ctx context.Context, w http.ResponseWriter, r *http.Request, consumer string, d *confirmData) bool {
+	if _, err := text("consumer", consumer); err != nil || consumer == "" {
+		h.fail(w, r, http.StatusBadRequest, "consumer: required (valid UTF-8 without NUL)")
+		return false
+	}
+	m, err := store.Queries.ConsoleMatchPending(ctx, h.db, consumer)
+	if err != nil {
+		h.dbFail(w, r, "counting pending messages", err)
+		return false
+	}
+	d.Consumer, d.Count, d.Snapshot, d.TooMany = consumer, m.Matching, m.MaxID, m.Matching > MaxBulk
+	return true
+}
+
+func (h *handler) pendingApply(w http.ResponseWriter, r *http.Request) {
+	v := r.PostForm
+	consumer := v.Get("consumer")
+	if _, err := text("consumer", consumer); err != nil || consumer == "" {
+		h.fail(w, r, http.StatusBadRequest, "consumer: required (valid UTF-8 without NUL)")
+		return
+	}
+	confirmed, err := strconv.ParseInt(v.Get("count"), 10, 64)
+	if err != nil || confirmed < 0 {
+		h.fail(w, r, http.StatusBadRequest, "count: the confirmed count is missing: confirm the action first")
+		return
+	}
+	snapshot, err := positive("snapshot", v.Get("snapshot"))
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := h.ctx(r)
+	targets, err := store.Queries.ConsolePendingIDs(ctx, h.db, sqlc.ConsolePendingIDsParams{
+		Consumer: consumer, MaxID: snapshot, MaxRows: int32(min(confirmed, MaxBulk) + 1)})
+	cancel()
+	if err != nil {
+		h.dbFail(w, r, "selecting the pending messages", err)
+		return
+	}
+	if int64(len(targets)) > confirmed {
+		ctx, cancel := h.ctx(r)
+		defer cancel()
+		d := confirmData{Action: "/pending/apply", Verb: "Discard", Op: "discard", Scope: "pending", Back: "/"}
+		if !h.pendingConfirmData(ctx, w, r, consumer, &d) {
+			return
+		}
+		d.Changed = fmt.Sprintf("More pending messages match than the %d you confirmed: nothing was changed. Confirm again:", confirmed)
+		h.render(w, r, http.StatusConflict, "confirm", "Discard pending messages?", d)
+		return
+	}
+	var discarded, claimed int
+	for chunk := range slices.Chunk(targets, maxAdminIDs) {
+		ctx, cancel := h.ctx(r)
+		dis, cl, err := h.admin.discardPending(ctx, consumer, chunk)
+		cancel()
+		if err != nil {
+			h.logAction(r, "discarded pending", discarded, len(targets))
+			if badArgument(err) {
+				h.fail(w, r, http.StatusBadRequest, err.Error())
+				return
+			}
+			h.dbFail(w, r, fmt.Sprintf("discarding (after %d discarded)", discarded), err)
+			return
+		}
+		discarded, claimed = discarded+len(dis), claimed+len(cl)
+	}
+	h.logAction(r, "discarded pending", discarded, len(targets))
+	res := resultData{Heading: fmt.Sprintf("Discarded %d pending messages of %s", discarded, consumer), Back: "/"}
+	res.Lines = append(res.Lines, fmt.Sprintf("Confirmed: %d. Discarded: %d.", confirmed, discarded))
+	if claimed > 0 {
+		res.Lines = append(res.Lines, fmt.Sprintf("%d were claimed by a worker at that moment: left alone.", claimed))
+	}
+	if n := len(targets) - discarded - claimed; n > 0 {
+		res.Lines = append(res.Lines, fmt.Sprintf("%d had completed, died or been discarded meanwhile.", n))
+	}
+	h.render(w, r, http.StatusOK, "result", res.Heading, res)
+}
