@@ -27,7 +27,6 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"github.com/txinbox/txinbox/inbox"
 )
 
 // EnvURL names the environment variable that selects the test server.
@@ -159,7 +158,7 @@ func New(t testing.TB) *DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := inbox.Migrate(ctx, cfg.ConnConfig, schema); err != nil {
+	if err := migrateSchema(ctx, cfg.ConnConfig, schema); err != nil {
 		t.Fatalf("testdb: migrate %s: %v", schema, err)
 	}
 	cfg.MaxConns = 16
@@ -201,7 +200,7 @@ func ForExample() (pool *pgxpool.Pool, schema string, cleanup func()) {
 	if err != nil {
 		panic(err)
 	}
-	if err := inbox.Migrate(ctx, cfg.ConnConfig, schema); err != nil {
+	if err := migrateSchema(ctx, cfg.ConnConfig, schema); err != nil {
 		panic(err)
 	}
 	pool, err = pgxpool.NewWithConfig(ctx, cfg)

@@ -1,4 +1,4 @@
-package inbox_test
+package retention_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package inbox_test
+package admin_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package inbox_test
+package migrate_test
 
 import (
 	"context"
