@@ -551,29 +551,11 @@ func TestManagedTx(t *testing.T) {
 	if r := e.post("/transfers", "alice", key1, `{"amount":1}`); r.status != http.StatusCreated {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	if !errors.Is(commitErr, idempotency.ErrManagedTx) || !errors.Is(rollbackErr, idempotency.ErrManagedTx) {
+	if !errors.Is(commitErr, txinbox.ErrTxManaged) || !errors.Is(rollbackErr, txinbox.ErrTxManaged) {
 		t.Fatalf("commit %v, rollback %v", commitErr, rollbackErr)
 	}
 	if e.count("SELECT count(*) FROM {schema}.transfers") != 1 {
 		t.Fatal("transfer not committed")
-	}
-}
-
-func TestCleanup(t *testing.T) {
-	e := newEnv(t, idempotency.Config{})
-	for i := range 7 {
-		e.post("/transfers", "alice", fmt.Sprintf(`"k%d"`, i), `{"amount":1}`)
-	}
-	e.exec("UPDATE {schema}.idempotency_keys SET expires_at = now() - interval '1 minute' WHERE key <> 'k0' AND key <> 'k1'")
-	n, err := e.mw.Cleanup(context.Background(), 2)
-	if err != nil || n != 5 {
-		t.Fatalf("cleanup: %d %v", n, err)
-	}
-	if left := e.count("SELECT count(*) FROM {schema}.idempotency_keys"); left != 2 {
-		t.Fatalf("%d keys left", left)
-	}
-	if n, err := e.mw.Cleanup(context.Background(), 0); err != nil || n != 0 {
-		t.Fatalf("second cleanup: %d %v", n, err)
 	}
 }
 

@@ -93,7 +93,7 @@ var txMethods = map[string]txWriter{
 		if _, err := tx.Exec(ctx, insertEffect(schema), key); err != nil {
 			return err
 		}
-		if err := tx.Commit(ctx); !errors.Is(err, idempotency.ErrManagedTx) {
+		if err := tx.Commit(ctx); !errors.Is(err, txinbox.ErrTxManaged) {
 			return fmt.Errorf("Commit returned %v, want ErrManagedTx", err)
 		}
 		return nil
@@ -102,7 +102,7 @@ var txMethods = map[string]txWriter{
 		if _, err := tx.Exec(ctx, insertEffect(schema), key); err != nil {
 			return err
 		}
-		if err := tx.Rollback(ctx); !errors.Is(err, idempotency.ErrManagedTx) {
+		if err := tx.Rollback(ctx); !errors.Is(err, txinbox.ErrTxManaged) {
 			return fmt.Errorf("Rollback returned %v, want ErrManagedTx", err)
 		}
 		return nil
