@@ -2,13 +2,14 @@ package admin_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/worker"
@@ -31,11 +32,16 @@ type charge struct {
 
 // A message whose handler gave up (here with worker.Permanent) is dead: kept with its last error,
 // its key still taken. Once the cause is fixed, ReplayDead runs it again on the same row.
-func ExampleClient_ReplayDead() {
+func ExampleAdmin_ReplayDead() {
 	ctx := context.Background()
 	db, schema, cleanup := testdb.ForExample()
 	defer cleanup()
-	client, err := inbox.NewClient(db, inbox.Config{Schema: schema})
+	store := txinbox.Store{DB: db, Schema: schema}
+	client, err := inbox.New(store, inbox.Config{})
+	if err != nil {
+		panic(err)
+	}
+	ops, err := admin.New(store, admin.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -50,7 +56,7 @@ func ExampleClient_ReplayDead() {
 			m.Payload.Account, m.Payload.Cents, m.Attempt, m.PreviousError)
 		return nil
 	})
-	pool, err := worker.New(db, worker.Config{Consumer: "billing", Schema: schema, Handlers: handlers})
+	pool, err := worker.New(store, worker.Config{Consumer: "billing", Handlers: handlers})
 	if err != nil {
 		panic(err)
 	}
@@ -66,7 +72,7 @@ func ExampleClient_ReplayDead() {
 	}
 	var dead []inbox.StoredMessage
 	waitUntil(func() bool {
-		dead, err = client.ListDead(ctx, inbox.DeadFilter{Consumer: "billing"})
+		dead, err = ops.ListDead(ctx, admin.DeadFilter{Consumer: "billing"})
 		return err == nil && len(dead) == 1
 	})
 	d := dead[0]
@@ -77,13 +83,13 @@ func ExampleClient_ReplayDead() {
 	fmt.Println("redelivered:", r.Outcome, r.State)
 
 	accountOpened.Store(true)
-	replayed, err := client.ReplayDead(ctx, d.ID)
+	replayed, err := ops.ReplayDead(ctx, d.ID)
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("replayed:", len(replayed))
 	waitUntil(func() bool {
-		m, err := client.GetMessage(ctx, d.ID)
+		m, err := ops.GetMessage(ctx, d.ID)
 		return err == nil && m.State == inbox.StateCompleted
 	})
 	// Output:
@@ -91,115 +97,4 @@ func ExampleClient_ReplayDead() {
 	// redelivered: duplicate dead
 	// replayed: 1
 	// charged acct-9 500, attempt 1, previous error "permanent: no account acct-9"
-}
-
-// Migrate creates the schema and txinbox's tables in it; calling it again, from any number of
-// processes at start-up, changes nothing. NewMigrator gives finer control (Status, Up, Down).
-func ExampleMigrate() {
-	ctx := context.Background()
-	db, base, cleanup := testdb.ForExample()
-	defer cleanup()
-	schema := base + "_app" // a schema that does not exist yet
-	defer func() { _, _ = db.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE") }()
-	connConfig := db.Config().ConnConfig
-
-	m, err := inbox.NewMigrator(ctx, connConfig, schema, nil)
-	if err != nil {
-		panic(err)
-	}
-	defer m.Close()
-	st, err := m.State(ctx)
-	if err != nil {
-		panic(err)
-	}
-	fmt.Printf("before: %+v\n", st)
-
-	for range 2 { // at every start-up
-		if err := inbox.Migrate(ctx, connConfig, schema); err != nil {
-			panic(err)
-		}
-	}
-	if st, err = m.State(ctx); err != nil {
-		panic(err)
-	}
-	fmt.Printf("after: %+v\n", st)
-	status, err := m.Status(ctx)
-	if err != nil {
-		panic(err)
-	}
-	pending := 0
-	for _, s := range status {
-		if !s.Applied {
-			pending++
-		}
-	}
-	fmt.Println("migrations pending:", pending)
-
-	client, err := inbox.NewClient(db, inbox.Config{Schema: schema})
-	if err != nil {
-		panic(err)
-	}
-	r, err := client.Receive(ctx, inbox.Message{Consumer: "ledger", Key: "evt-1", Kind: "OrderPaid", Payload: []byte(`{}`)})
-	fmt.Println(r.Outcome, err)
-	// Output:
-	// before: {SchemaExists:false Migrated:false}
-	// after: {SchemaExists:true Migrated:true}
-	// migrations pending: 0
-	// inserted <nil>
-}
-
-// A completed message's row is its dedup record, kept for the worker's Retention (7 days by
-// default; a millisecond here). A Cleaner deletes the records whose window has ended: run its Run
-// method in a goroutine of every process that runs workers; RunOnce runs one pass.
-func ExampleClient_NewCleaner() {
-	ctx := context.Background()
-	db, schema, cleanup := testdb.ForExample()
-	defer cleanup()
-	client, err := inbox.NewClient(db, inbox.Config{Schema: schema})
-	if err != nil {
-		panic(err)
-	}
-	handlers := worker.NewHandlers()
-	worker.Handle(handlers, "Ping", func(context.Context, pgx.Tx, *worker.Message[struct{}]) error { return nil })
-	pool, err := worker.New(db, worker.Config{Consumer: "audit", Schema: schema, Handlers: handlers,
-		Retention: time.Millisecond})
-	if err != nil {
-		panic(err)
-	}
-	if err := pool.Start(ctx); err != nil {
-		panic(err)
-	}
-	for _, key := range []string{"p-1", "p-2", "p-3"} {
-		if _, err := client.Receive(ctx, inbox.Message{Consumer: "audit", Key: key, Kind: "Ping", Payload: []byte(`{}`)}); err != nil {
-			panic(err)
-		}
-	}
-	waitUntil(func() bool {
-		s, err := client.Stats(ctx)
-		return err == nil && len(s) == 1 && s[0].Completed == 3 && s[0].Expired == 3
-	})
-	if err := pool.Stop(ctx); err != nil {
-		panic(err)
-	}
-
-	cleaner, err := client.NewCleaner(inbox.CleanerConfig{})
-	if err != nil {
-		panic(err)
-	}
-	res, ran, err := cleaner.RunOnce(ctx)
-	if err != nil {
-		panic(err)
-	}
-	fmt.Printf("ran: %v, deleted: %d, full pass: %v, done: %v\n", ran, res.Deleted, res.Full, res.Done)
-
-	// The window of p-1 has ended: a new delivery of the key is a new message.
-	r, err := client.Receive(ctx, inbox.Message{Consumer: "audit", Key: "p-1", Kind: "Ping", Payload: []byte(`{}`)})
-	fmt.Println("p-1 again:", r.Outcome, err)
-
-	_, err = client.NewCleaner(inbox.CleanerConfig{BatchSize: -1})
-	fmt.Println("bad config:", errors.Is(err, inbox.ErrInvalidConfig))
-	// Output:
-	// ran: true, deleted: 3, full pass: true, done: true
-	// p-1 again: inserted <nil>
-	// bad config: true
 }

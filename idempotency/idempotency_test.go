@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/idempotency"
-	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 
@@ -101,7 +101,7 @@ func TestKeyMissingOrInvalid(t *testing.T) {
 func TestKeyOptionalAndOtherMethodsPassThrough(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	mw, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, KeyOptional: true, Principal: idempotency.HeaderPrincipal("Authorization")})
+	mw, err := idempotency.New(db.Store(), idempotency.Config{KeyOptional: true, Principal: idempotency.HeaderPrincipal("Authorization")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestStoreUnavailable(t *testing.T) {
 	for name, db := range map[string]*pgxpool.Pool{"closed pool": closed, "closed port": noServer} {
 		for _, failOpen := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/failOpen=%v", name, failOpen), func(t *testing.T) {
-				mw, err := idempotency.New(db, idempotency.Config{FailOpen: failOpen, Principal: idempotency.HeaderPrincipal("Authorization")})
+				mw, err := idempotency.New(txinbox.Store{DB: db}, idempotency.Config{FailOpen: failOpen, Principal: idempotency.HeaderPrincipal("Authorization")})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -568,7 +568,7 @@ func TestConfigErrors(t *testing.T) {
 		"negative expiry":  {Principal: p, Expiry: -1},
 		"negative request": {Principal: p, MaxRequestBytes: -1},
 	} {
-		if _, err := idempotency.New(nil, cfg); !errors.Is(err, inbox.ErrInvalidConfig) {
+		if _, err := idempotency.New(txinbox.Store{DB: nil}, cfg); !errors.Is(err, txinbox.ErrInvalidConfig) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

@@ -7,7 +7,7 @@
 //	m, err := metrics.New(metrics.Config{Registerer: reg})
 //	client, err := inbox.New(store, inbox.Config{Observer: m})
 //	pool, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m})
-//	qc, err := metrics.NewQueueCollector(db, metrics.QueueConfig{Consumers: []string{"ledger"}})
+//	qc, err := metrics.NewQueueCollector(txinbox.Store{DB: db}, metrics.QueueConfig{Consumers: []string{"ledger"}})
 //	reg.MustRegister(qc)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //

@@ -15,6 +15,7 @@ import (
 
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/seen"
 	"github.com/txinbox/txinbox/seenredis"
 )
 
@@ -80,34 +81,34 @@ func (s *redisServer) stop() {
 // counter is an inbox Observer counting the seen-key cache results.
 type counter struct {
 	mu      sync.Mutex
-	results map[inbox.SeenResult]int
-	errs    map[inbox.SeenOp]int
+	results map[seen.Result]int
+	errs    map[seen.Op]int
 }
 
 func (o *counter) ReceiveStart(ctx context.Context, _ []inbox.Message) (context.Context, func([]inbox.Receipt, error)) {
 	return ctx, func([]inbox.Receipt, error) {}
 }
 
-func (o *counter) SeenLookup(_ string, r inbox.SeenResult, n int) {
+func (o *counter) SeenLookup(_ string, r seen.Result, n int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.results[r] += n
 }
 
-func (o *counter) SeenError(op inbox.SeenOp, _ error) {
+func (o *counter) SeenError(op seen.Op, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.errs[op]++
 }
 
-func (o *counter) get(r inbox.SeenResult) int {
+func (o *counter) get(r seen.Result) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.results[r]
 }
 
 func newCounter() *counter {
-	return &counter{results: map[inbox.SeenResult]int{}, errs: map[inbox.SeenOp]int{}}
+	return &counter{results: map[seen.Result]int{}, errs: map[seen.Op]int{}}
 }
 
 func newCache(t *testing.T, s *redisServer) *seenredis.Cache {
@@ -166,7 +167,7 @@ func TestRedisStoppedMidRun(t *testing.T) {
 	srv := startRedis(t)
 	db := testdb.New(t)
 	o := newCounter()
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, Observer: o,
+	c, err := inbox.New(db.Store(), inbox.Config{Observer: o,
 		SeenCache: newCache(t, srv), SeenTTL: time.Hour, SeenTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +180,7 @@ func TestRedisStoppedMidRun(t *testing.T) {
 	if hits := receiveAll(t, c, stored, append(wave("b", 10), wave("a", 5)[5:]...)); hits != 0 {
 		t.Fatalf("%d cached duplicates with Redis down", hits)
 	}
-	if fb := o.get(inbox.SeenFallback); fb != 10*4+15 {
+	if fb := o.get(seen.Fallback); fb != 10*4+15 {
 		t.Errorf("%d fallbacks, want %d", fb, 10*4+15)
 	}
 	srv.start()
@@ -211,7 +212,7 @@ func TestRedisSharedAndExpiry(t *testing.T) {
 	db := testdb.New(t)
 	const retention = time.Second
 	newClient := func() *inbox.Client {
-		c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, SeenCache: newCache(t, srv), SeenTTL: retention})
+		c, err := inbox.New(db.Store(), inbox.Config{SeenCache: newCache(t, srv), SeenTTL: retention})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,22 +263,22 @@ func TestRedisNotOurs(t *testing.T) {
 	defer rdb.Close()
 	c := seenredis.New(rdb, seenredis.Config{Prefix: "p:"})
 	ctx := context.Background()
-	k := inbox.SeenKey{Schema: "public", Consumer: "ledger", Key: "x"}
+	k := seen.Key{Schema: "public", Consumer: "ledger", Key: "x"}
 	if err := rdb.Set(ctx, c.Key(k), "garbage", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, found, _, err := c.Get(ctx, []inbox.SeenKey{k})
+	_, found, _, err := c.Get(ctx, []seen.Key{k})
 	if err != nil || found[0] {
 		t.Fatalf("garbage value: found %v, %v", found, err)
 	}
 	if err := rdb.Set(ctx, "p:epoch", "nope", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := c.Get(ctx, []inbox.SeenKey{k}); err == nil {
+	if _, _, _, err := c.Get(ctx, []seen.Key{k}); err == nil {
 		t.Fatal("a bad epoch is not an error")
 	}
 	// Distinct SeenKeys never share a Redis key.
-	if c.Key(inbox.SeenKey{Schema: "a", Consumer: "bc", Key: "d"}) == c.Key(inbox.SeenKey{Schema: "ab", Consumer: "c", Key: "d"}) {
+	if c.Key(seen.Key{Schema: "a", Consumer: "bc", Key: "d"}) == c.Key(seen.Key{Schema: "ab", Consumer: "c", Key: "d"}) {
 		t.Fatal("key collision")
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/worker"
@@ -29,7 +30,7 @@ func ExamplePermanent() {
 	ctx := context.Background()
 	db, schema, cleanup := testdb.ForExample()
 	defer cleanup()
-	client, err := inbox.NewClient(db, inbox.Config{Schema: schema})
+	client, err := inbox.New(txinbox.Store{DB: db, Schema: schema}, inbox.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -42,7 +43,7 @@ func ExamplePermanent() {
 		return nil
 	})
 	events := make(eventLog, 16)
-	pool, err := worker.New(db, worker.Config{Consumer: "payments", Schema: schema, Handlers: handlers,
+	pool, err := worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{Consumer: "payments", Handlers: handlers,
 		MaxAttempts: 5, Observer: events})
 	if err != nil {
 		panic(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -93,7 +94,7 @@ var txMethods = map[string]txWriter{
 		if _, err := tx.Exec(ctx, insertEffect(schema), key); err != nil {
 			return err
 		}
-		if err := tx.Commit(ctx); !errors.Is(err, worker.ErrTxManaged) {
+		if err := tx.Commit(ctx); !errors.Is(err, txinbox.ErrTxManaged) {
 			return fmt.Errorf("Commit returned %v, want ErrTxManaged", err)
 		}
 		return nil
@@ -102,7 +103,7 @@ var txMethods = map[string]txWriter{
 		if _, err := tx.Exec(ctx, insertEffect(schema), key); err != nil {
 			return err
 		}
-		if err := tx.Rollback(ctx); !errors.Is(err, worker.ErrTxManaged) {
+		if err := tx.Rollback(ctx); !errors.Is(err, txinbox.ErrTxManaged) {
 			return fmt.Errorf("Rollback returned %v, want ErrTxManaged", err)
 		}
 		return nil

@@ -23,9 +23,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/run"
-	"github.com/txinbox/txinbox/inbox"
 )
 
 // Config configures a Consumer. Options (with a consumer group and topics), Sink.DB and Sink.Consumer
@@ -78,11 +78,11 @@ type Consumer struct {
 // New checks cfg and returns a Consumer.
 func New(cfg Config) (*Consumer, error) {
 	if len(cfg.Options) == 0 {
-		return nil, &inbox.ConfigError{Field: "Options", Reason: "required (seed brokers, consumer group, topics)"}
+		return nil, &txinbox.ConfigError{Field: "Options", Reason: "required (seed brokers, consumer group, topics)"}
 	}
 	if cfg.BatchSize < 0 || cfg.BatchWait < 0 || cfg.RetryDelay < 0 || cfg.MaxRetryDelay < 0 ||
 		cfg.WriteTimeout < 0 || cfg.ShutdownTimeout < 0 {
-		return nil, &inbox.ConfigError{Field: "BatchSize", Reason: "sizes and durations must not be negative"}
+		return nil, &txinbox.ConfigError{Field: "BatchSize", Reason: "sizes and durations must not be negative"}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

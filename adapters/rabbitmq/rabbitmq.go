@@ -16,9 +16,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/run"
-	"github.com/txinbox/txinbox/inbox"
 )
 
 // Config configures a Consumer. URL, Queue, Sink.DB and Sink.Consumer are required; every other zero
@@ -79,14 +79,14 @@ type Consumer struct {
 // New checks cfg and returns a Consumer.
 func New(cfg Config) (*Consumer, error) {
 	if cfg.URL == "" {
-		return nil, &inbox.ConfigError{Field: "URL", Reason: "required"}
+		return nil, &txinbox.ConfigError{Field: "URL", Reason: "required"}
 	}
 	if cfg.Queue == "" {
-		return nil, &inbox.ConfigError{Field: "Queue", Reason: "required"}
+		return nil, &txinbox.ConfigError{Field: "Queue", Reason: "required"}
 	}
 	if cfg.BatchSize < 0 || cfg.Prefetch < 0 || cfg.BatchWait < 0 || cfg.RetryDelay < 0 || cfg.MaxRetryDelay < 0 ||
 		cfg.WriteTimeout < 0 || cfg.ShutdownTimeout < 0 {
-		return nil, &inbox.ConfigError{Field: "BatchSize", Reason: "sizes and durations must not be negative"}
+		return nil, &txinbox.ConfigError{Field: "BatchSize", Reason: "sizes and durations must not be negative"}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -40,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 )
 
@@ -97,7 +98,7 @@ type command struct {
 }
 
 func run(ctx context.Context, argv []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	a := &app{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv, schema: inbox.DefaultSchema}
+	a := &app{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv, schema: txinbox.DefaultSchema}
 	err := a.dispatch(argv)
 	var help errHelp
 	var ue *usageError
@@ -227,7 +228,7 @@ func (a *app) dispatch(argv []string) error {
 	if err != nil {
 		return err
 	}
-	if err := inbox.ValidateSchema(a.schema); err != nil {
+	if err := txinbox.ValidateSchema(a.schema); err != nil {
 		return usagef(cmd.name, "--schema: %v", err)
 	}
 	return cmd.run(a, fs, pos)
@@ -354,7 +355,7 @@ func (a *app) client(cmd string) (*inbox.Client, *pgxpool.Pool, error) {
 		pool.Close()
 		return nil, nil, fmt.Errorf("cannot connect to the database: %w", err)
 	}
-	c, err := inbox.NewClient(pool, inbox.Config{Schema: a.schema})
+	c, err := inbox.New(txinbox.Store{DB: pool, Schema: a.schema}, inbox.Config{})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

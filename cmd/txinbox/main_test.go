@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
@@ -139,7 +141,7 @@ func TestMigrate(t *testing.T) {
 func seed(t *testing.T) (*testdb.DB, map[string]int64) {
 	t.Helper()
 	db := testdb.New(t)
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +278,7 @@ func TestDeadDiscardOne(t *testing.T) {
 		t.Fatalf("rows changed: %s -> %s", before, after)
 	}
 	// The key of the discarded message is free again.
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: s})
+	c, err := inbox.New(txinbox.Store{DB: db.Pool, Schema: s}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -595,7 +597,7 @@ func TestJSONMatchesGoTypes(t *testing.T) {
 	if _, err := db.Pool.Exec(context.Background(), db.SQL(`UPDATE {schema}.inbox SET next_run_at = now() - interval '1 hour' WHERE id = $1`), ids["p1"]); err != nil {
 		t.Fatal(err)
 	}
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -631,7 +633,7 @@ func TestJSONMatchesGoTypes(t *testing.T) {
 	if age, _ := got[1]["oldest_pending_seconds"].(float64); got[1]["consumer"] != "ledger" || age < 3500 || age > 86400 {
 		t.Fatalf("ledger: oldest_pending_seconds = %v, want about 3600", got[1]["oldest_pending_seconds"])
 	}
-	var back []inbox.ConsumerStats
+	var back []admin.ConsumerStats
 	if err := json.Unmarshal(b, &back); err != nil || back[1].OldestPendingAge != goStats[1].OldestPendingAge {
 		t.Fatalf("round trip: %+v, %v; want %+v", back, err, goStats)
 	}
@@ -662,7 +664,7 @@ func TestPendingDiscard(t *testing.T) {
 	t.Parallel()
 	db, ids := seed(t)
 	s, url := db.Schema, db.URL
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: s})
+	c, err := inbox.New(txinbox.Store{DB: db.Pool, Schema: s}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

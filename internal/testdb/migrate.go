@@ -19,3 +19,6 @@ func migrateSchema(ctx context.Context, connConfig *pgx.ConnConfig, schema strin
 	_, err = m.Up(ctx)
 	return err
 }
+
+// Store returns the txinbox.Store of the test's schema, on its pool.
+func (d *DB) Store() txinbox.Store { return txinbox.Store{DB: d.Pool, Schema: d.Schema} }

@@ -29,7 +29,7 @@ func Name(prefix string) string {
 	return fmt.Sprintf("%s-%d-%08x", prefix, time.Now().UnixNano(), rand.Uint32())
 }
 
-// SwitchDB is an inbox.DB that forwards to the pool set last, so a test can take the database away
+// SwitchDB is an txinbox.DB that forwards to the pool set last, so a test can take the database away
 // (a pool on a closed port) and bring it back.
 type SwitchDB struct{ p atomic.Pointer[pgxpool.Pool] }
 
@@ -43,20 +43,20 @@ func NewSwitchDB(p *pgxpool.Pool) *SwitchDB {
 // Set makes later calls use p.
 func (s *SwitchDB) Set(p *pgxpool.Pool) { s.p.Store(p) }
 
-// Begin implements inbox.DB.
+// Begin implements txinbox.DB.
 func (s *SwitchDB) Begin(ctx context.Context) (pgx.Tx, error) { return s.p.Load().Begin(ctx) }
 
-// Exec implements inbox.DB.
+// Exec implements txinbox.DB.
 func (s *SwitchDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	return s.p.Load().Exec(ctx, sql, args...)
 }
 
-// Query implements inbox.DB.
+// Query implements txinbox.DB.
 func (s *SwitchDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	return s.p.Load().Query(ctx, sql, args...)
 }
 
-// QueryRow implements inbox.DB.
+// QueryRow implements txinbox.DB.
 func (s *SwitchDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return s.p.Load().QueryRow(ctx, sql, args...)
 }
@@ -211,7 +211,7 @@ func Ledger(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
 		_, err := tx.Exec(ctx, count, m.Payload.EventID)
 		return err
 	})
-	p, err := worker.New(db.Pool, worker.Config{Consumer: consumer, Schema: db.Schema, Handlers: hs, PollInterval: 20 * time.Millisecond, BatchSize: worker.MaxBatchSize})
+	p, err := worker.New(db.Store(), worker.Config{Consumer: consumer, Handlers: hs, PollInterval: 20 * time.Millisecond, BatchSize: worker.MaxBatchSize})
 	if err != nil {
 		t.Fatal(err)
 	}
