@@ -12,6 +12,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/migrate"
 	"github.com/txinbox/txinbox/worker"
 )
 

@@ -562,13 +562,23 @@ func TestManagedTx(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	p := idempotency.HeaderPrincipal("Authorization")
-	for name, cfg := range map[string]idempotency.Config{
-		"no principal":     {},
-		"bad schema":       {Principal: p, Schema: "a-b"},
-		"negative expiry":  {Principal: p, Expiry: -1},
-		"negative request": {Principal: p, MaxRequestBytes: -1},
+	pool, err := pgxpool.New(context.Background(), testdb.LocalURL) // connects lazily: never used here
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	good := txinbox.Store{DB: pool}
+	for name, tc := range map[string]struct {
+		store txinbox.Store
+		cfg   idempotency.Config
+	}{
+		"no principal":     {good, idempotency.Config{}},
+		"no DB":            {txinbox.Store{}, idempotency.Config{Principal: p}},
+		"bad schema":       {txinbox.Store{DB: pool, Schema: "a-b"}, idempotency.Config{Principal: p}},
+		"negative expiry":  {good, idempotency.Config{Principal: p, Expiry: -1}},
+		"negative request": {good, idempotency.Config{Principal: p, MaxRequestBytes: -1}},
 	} {
-		if _, err := idempotency.New(txinbox.Store{DB: nil}, cfg); !errors.Is(err, txinbox.ErrInvalidConfig) {
+		if _, err := idempotency.New(tc.store, tc.cfg); !errors.Is(err, txinbox.ErrInvalidConfig) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

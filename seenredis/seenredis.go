@@ -3,7 +3,7 @@
 // others without a database round trip.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-//	client, err := inbox.NewClient(pool, inbox.Config{
+//	client, err := inbox.New(txinbox.Store{DB: pool}, inbox.Config{
 //		SeenCache: seenredis.New(rdb, seenredis.Config{Prefix: "orders:"}),
 //		SeenTTL:   24 * time.Hour, // at most the workers' Retention
 //	})
@@ -48,7 +48,7 @@ type Config struct {
 	Prefix string
 }
 
-// Cache is an seen.Cache on Redis. It is safe for concurrent use.
+// Cache is a seen.Cache on Redis. It is safe for concurrent use.
 type Cache struct {
 	rdb      redis.UniversalClient
 	prefix   string

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/seen"
@@ -205,7 +206,8 @@ func TestRedisStoppedMidRun(t *testing.T) {
 }
 
 // TestRedisSharedAndExpiry: two Clients (two processes) share the cache; a key past its window is
-// Inserted again although Redis had it; DiscardDead through one Client invalidates the other's hits.
+// Inserted again although Redis had it; DiscardDead through an admin.Admin given the same Redis cache
+// invalidates the Clients' hits.
 func TestRedisSharedAndExpiry(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
@@ -239,7 +241,7 @@ func TestRedisSharedAndExpiry(t *testing.T) {
 	if again, err := b.Receive(ctx, msg("k", `1`)); err != nil || again.Outcome != inbox.Inserted {
 		t.Fatalf("after the window: %+v %v, want Inserted", again, err)
 	}
-	// Dead, cached by b, discarded through a: b's cache (the same Redis) forgets it.
+	// Dead, cached by b, discarded through an Admin: b's cache (the same Redis) forgets it.
 	if _, err := db.Pool.Exec(ctx, db.SQL(`WITH q AS (DELETE FROM {schema}.inbox_queue WHERE id = $1)
 		UPDATE {schema}.inbox SET state = 'dead', completed_at = now() WHERE id = $1`), r.ID); err != nil {
 		t.Fatal(err)
@@ -247,7 +249,11 @@ func TestRedisSharedAndExpiry(t *testing.T) {
 	if d, err := b.Receive(ctx, msg("k", `1`)); err != nil || !d.Cached {
 		t.Fatalf("%+v %v, want a cached duplicate", d, err)
 	}
-	if done, err := a.DiscardDead(ctx, r.ID); err != nil || len(done) != 1 {
+	ops, err := admin.New(db.Store(), admin.Config{SeenCache: newCache(t, srv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, err := ops.DiscardDead(ctx, r.ID); err != nil || len(done) != 1 {
 		t.Fatalf("%v %v", done, err)
 	}
 	if again, err := b.Receive(ctx, msg("k", `1`)); err != nil || again.Outcome != inbox.Inserted {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/worker"
@@ -30,7 +31,12 @@ func ExamplePermanent() {
 	ctx := context.Background()
 	db, schema, cleanup := testdb.ForExample()
 	defer cleanup()
-	client, err := inbox.New(txinbox.Store{DB: db, Schema: schema}, inbox.Config{})
+	store := txinbox.Store{DB: db, Schema: schema}
+	client, err := inbox.New(store, inbox.Config{})
+	if err != nil {
+		panic(err)
+	}
+	ops, err := admin.New(store, admin.Config{}) // an operator's view of stored messages
 	if err != nil {
 		panic(err)
 	}
@@ -43,7 +49,7 @@ func ExamplePermanent() {
 		return nil
 	})
 	events := make(eventLog, 16)
-	pool, err := worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{Consumer: "payments", Handlers: handlers,
+	pool, err := worker.New(store, worker.Config{Consumer: "payments", Handlers: handlers,
 		MaxAttempts: 5, Observer: events})
 	if err != nil {
 		panic(err)
@@ -62,7 +68,7 @@ func ExamplePermanent() {
 	fmt.Println("attempt", e.Attempt, "->", e.Outcome, e.Reason, worker.IsPermanent(e.Err))
 	fmt.Println("error:", e.Err)
 
-	m, err := client.GetMessage(ctx, r.ID)
+	m, err := ops.GetMessage(ctx, r.ID)
 	if err != nil {
 		panic(err)
 	}

@@ -408,8 +408,8 @@ type bulkSpec struct {
 	skipAll                      string // why a dead letter listed by --all is skipped
 	// guarded: --all without --consumer needs --yes, and --dry-run previews (with check).
 	guarded bool
-	do      func(c *inbox.Client, a *app, ids []int64) ([]int64, error)
-	check   func(c *inbox.Client, a *app, ids []int64) ([]int64, error) // the ids do would act on now
+	do      func(c *admin.Admin, a *app, ids []int64) ([]int64, error)
+	check   func(c *admin.Admin, a *app, ids []int64) ([]int64, error) // the ids do would act on now
 }
 
 // bulkCommand is a dead replay or dead discard command.
@@ -539,7 +539,7 @@ soon as a worker is free; a redelivery of its key is still a duplicate. Messages
 are skipped (they can only die again: discard them). Exits 1 if a given id was not replayed.`,
 		skipIDs: "not dead, not found, or stored undecodable",
 		skipAll: "stored undecodable, or no longer dead",
-		do:      func(c *inbox.Client, a *app, ids []int64) ([]int64, error) { return c.ReplayDead(a.ctx, ids...) },
+		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.ReplayDead(a.ctx, ids...) },
 	})
 	deadDiscard = bulkCommand(bulkSpec{verb: "discard", past: "discarded", summary: "delete dead letters", details: `
 A discarded message is deleted: its key is free again, so a later delivery of it is accepted as a
@@ -549,13 +549,13 @@ be) discarded.`,
 		skipIDs: "not dead, or not found",
 		skipAll: "no longer dead",
 		guarded: true,
-		do:      func(c *inbox.Client, a *app, ids []int64) ([]int64, error) { return c.DiscardDead(a.ctx, ids...) },
+		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.DiscardDead(a.ctx, ids...) },
 		check:   deadNow,
 	})
 )
 
 // deadNow returns the ids that are dead now, in the order given.
-func deadNow(c *inbox.Client, a *app, ids []int64) ([]int64, error) {
+func deadNow(c *admin.Admin, a *app, ids []int64) ([]int64, error) {
 	var out []int64
 	for _, id := range ids {
 		m, err := c.GetMessage(a.ctx, id)
@@ -589,7 +589,7 @@ rows: those given by id, or every pending message of
 --consumer (and --kind), or the given ids of --consumer. Their keys are free again: a later delivery
 is accepted as a new message. A message a worker has claimed is never deleted: it is reported as
 claimed (wait for it to finish, or stop the workers, and run again). Completed and dead messages
-are never touched (see 'purge' and 'dead discard'). --dry-run prints what would be discarded and
+are never touched (see 'discard-older' and 'dead discard'). --dry-run prints what would be discarded and
 changes nothing. Exits 1 if a given id was not (with --dry-run: would not be) discarded; with
 --consumer alone, claimed messages are reported and the exit status is 0.`,
 	flags: func(fs *flag.FlagSet) {
@@ -705,66 +705,73 @@ func idList(ids []int64) string {
 	return ": " + strings.Join(parts, ", ")
 }
 
-// ---- purge ----
+// ---- discard-older (alias: purge) ----
 
-var purgeFlags struct {
+var discardOlderFlags struct {
 	olderThan string
 	states    string
 }
 
-var purgeCmd = &command{
-	name:    "purge",
+var discardOlderCmd = &command{
+	name:    "discard-older",
 	args:    "--older-than AGE",
-	summary: "delete completed (or dead) messages finished more than AGE ago",
+	summary: "delete completed (or dead) messages finished more than AGE ago (alias: purge)",
 	details: `
 Deletes in batches of 1000 rows, each a short transaction, so receiving and processing go on.
-Completed messages are deleted whatever their dedup window: the key of a purged message is accepted
-again as a new message, so choose an age past the last time a duplicate can arrive. The cleaner
-already deletes completed messages once their dedup window ends; purge is for shortening it once, or
-for dead letters. Pending and processing messages are never purged.`,
+Completed messages are deleted whatever their dedup window: the key of a discarded message is
+accepted again as a new message, so choose an age past the last time a duplicate can arrive. The
+cleaner already deletes completed messages once their dedup window ends; discard-older is for
+shortening it once, or for dead letters. Pending and processing messages are never deleted by it.
+'purge' is an alias kept from earlier versions.`,
 	flags: func(fs *flag.FlagSet) {
-		purgeFlags.olderThan, purgeFlags.states = "", ""
-		fs.StringVar(&purgeFlags.olderThan, "older-than", "", "required: age of the messages to delete, such as 720h or 30d")
-		fs.StringVar(&purgeFlags.states, "state", "completed", "states to purge, comma-separated: completed, dead")
+		discardOlderFlags.olderThan, discardOlderFlags.states = "", ""
+		fs.StringVar(&discardOlderFlags.olderThan, "older-than", "", "required: age of the messages to delete, such as 720h or 30d")
+		fs.StringVar(&discardOlderFlags.states, "state", "completed", "states to discard, comma-separated: completed, dead")
 	},
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
-			return usagef("purge", "unexpected arguments: %s", strings.Join(args, " "))
+			return usagef("discard-older", "unexpected arguments: %s", strings.Join(args, " "))
 		}
-		if purgeFlags.olderThan == "" {
-			return usagef("purge", "purge needs --older-than (for example --older-than 30d)")
+		if discardOlderFlags.olderThan == "" {
+			return usagef("discard-older", "discard-older needs --older-than (for example --older-than 30d)")
 		}
-		age, err := parseAge(purgeFlags.olderThan)
+		age, err := parseAge(discardOlderFlags.olderThan)
 		if err != nil {
-			return usagef("purge", "--older-than: %v", err)
+			return usagef("discard-older", "--older-than: %v", err)
 		}
 		var states []inbox.State
-		for _, s := range strings.Split(purgeFlags.states, ",") {
+		for _, s := range strings.Split(discardOlderFlags.states, ",") {
 			switch st := inbox.State(strings.TrimSpace(s)); st {
 			case inbox.StateCompleted, inbox.StateDead:
 				states = append(states, st)
 			default:
-				return usagef("purge", "--state: %q cannot be purged (use completed, dead, or completed,dead)", s)
+				return usagef("discard-older", "--state: %q cannot be discarded by age (use completed, dead, or completed,dead)", s)
 			}
 		}
-		c, pool, err := a.client("purge")
+		c, pool, err := a.client("discard-older")
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		n, err := c.Purge(a.ctx, age, states...)
+		n, err := c.DiscardOlder(a.ctx, age, states...)
 		if err != nil {
 			if n > 0 {
-				fmt.Fprintf(a.stderr, "purged %d message(s) before the error\n", n)
+				fmt.Fprintf(a.stderr, "discarded %d message(s) before the error\n", n)
 			}
 			return err
 		}
 		if a.json {
-			return a.writeJSON(map[string]any{"purged": n})
+			return a.writeJSON(map[string]any{"discarded": n})
 		}
-		fmt.Fprintf(a.stdout, "purged %d message(s) (%s, finished more than %s ago)\n", n, purgeFlags.states, age)
+		fmt.Fprintf(a.stdout, "discarded %d message(s) (%s, finished more than %s ago)\n", n, discardOlderFlags.states, age)
 		return nil
 	},
+}
+
+// purgeCmd is discard-older under its former name.
+var purgeCmd = &command{
+	name: "purge", args: discardOlderCmd.args, summary: "alias of discard-older",
+	details: discardOlderCmd.details, flags: discardOlderCmd.flags, run: discardOlderCmd.run,
 }
 
 // ---- clean ----
@@ -773,13 +780,13 @@ var cleanFlags struct{ batchSize int }
 
 var cleanCmd = &command{
 	name:    "clean",
-	summary: "delete completed messages past their dedup window (one full pass)",
+	summary: "delete completed messages past their dedup window and expired idempotency keys (one full pass)",
 	details: `
-A completed message is kept as a dedup record until the end of its window (the worker's Retention,
+A completed message is kept as a dedup record until the end of its window (the Store's Retention,
 7 days by default); after it the key is accepted again as a new message whether or not the row was
 deleted. The Cleaner deletes expired rows in running services; this command makes one full pass
 now, in short statements that skip locked rows, so receiving and processing go on. Dead messages are
-never cleaned (see 'dead discard' and 'purge --state dead').`,
+never cleaned (see 'dead discard' and 'discard-older --state dead').`,
 	flags: func(fs *flag.FlagSet) {
 		cleanFlags.batchSize = retention.DefaultCleanBatchSize
 		fs.IntVar(&cleanFlags.batchSize, "batch-size", retention.DefaultCleanBatchSize, fmt.Sprintf("most rows deleted per statement (1 to %d)", retention.MaxCleanBatchSize))
@@ -791,12 +798,16 @@ never cleaned (see 'dead discard' and 'purge --state dead').`,
 		if cleanFlags.batchSize < 1 || cleanFlags.batchSize > retention.MaxCleanBatchSize {
 			return usagef("clean", "--batch-size must be between 1 and %d", retention.MaxCleanBatchSize)
 		}
-		c, pool, err := a.client("clean")
+		_, pool, err := a.client("clean")
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		r, err := c.Clean(a.ctx, retention.CleanOptions{BatchSize: cleanFlags.batchSize})
+		cl, err := retention.New(txinbox.Store{DB: pool, Schema: a.schema}, retention.Config{})
+		if err != nil {
+			return err
+		}
+		r, err := cl.Clean(a.ctx, retention.CleanOptions{BatchSize: cleanFlags.batchSize})
 		if err != nil {
 			if r.Deleted > 0 {
 				fmt.Fprintf(a.stderr, "deleted %d expired message(s) before the error\n", r.Deleted)
@@ -804,9 +815,9 @@ never cleaned (see 'dead discard' and 'purge --state dead').`,
 			return err
 		}
 		if a.json {
-			return a.writeJSON(map[string]any{"deleted": r.Deleted, "statements": r.Batches})
+			return a.writeJSON(map[string]any{"deleted": r.Deleted, "statements": r.Batches, "keys_deleted": r.KeysDeleted})
 		}
-		fmt.Fprintf(a.stdout, "deleted %d expired message(s) in %d statement(s)\n", r.Deleted, r.Batches)
+		fmt.Fprintf(a.stdout, "deleted %d expired message(s) in %d statement(s), %d expired idempotency key(s)\n", r.Deleted, r.Batches, r.KeysDeleted)
 		return nil
 	},
 }

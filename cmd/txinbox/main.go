@@ -16,7 +16,7 @@
 //	pending discard ID...|--consumer C
 //	                         delete pending messages no worker has claimed (--kind; --dry-run)
 //	clean                    delete completed messages past their dedup window (one full pass)
-//	purge --older-than AGE   delete completed (and, with --state, dead) messages older than AGE
+//	discard-older --older-than AGE   delete completed (and, with --state, dead) messages older than AGE (alias: purge)
 //
 // The database comes from --database-url or the DATABASE_URL environment variable; the schema
 // defaults to public. Output is a table by default and JSON with --json (messages and
@@ -41,7 +41,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/admin"
 )
 
 func main() {
@@ -136,7 +136,7 @@ func explain(err error, schema string) string {
 	return msg
 }
 
-var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, pendingDiscard, cleanCmd, purgeCmd}
+var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, pendingDiscard, cleanCmd, discardOlderCmd, purgeCmd}
 
 // groups are the commands that take a sub-command.
 var groups = map[string]string{
@@ -333,8 +333,8 @@ func (a *app) connConfig(cmd string) (*pgx.ConnConfig, error) {
 	return cfg, nil
 }
 
-// client connects and returns an inbox client on the schema; close the pool when done.
-func (a *app) client(cmd string) (*inbox.Client, *pgxpool.Pool, error) {
+// client connects and returns an admin.Admin of the schema; close the pool when done.
+func (a *app) client(cmd string) (*admin.Admin, *pgxpool.Pool, error) {
 	url, err := a.url(cmd)
 	if err != nil {
 		return nil, nil, err
@@ -355,7 +355,7 @@ func (a *app) client(cmd string) (*inbox.Client, *pgxpool.Pool, error) {
 		pool.Close()
 		return nil, nil, fmt.Errorf("cannot connect to the database: %w", err)
 	}
-	c, err := inbox.New(txinbox.Store{DB: pool, Schema: a.schema}, inbox.Config{})
+	c, err := admin.New(txinbox.Store{DB: pool, Schema: a.schema}, admin.Config{})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

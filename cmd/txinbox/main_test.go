@@ -322,20 +322,22 @@ func TestDeadListUntil(t *testing.T) {
 	cli(t, db.URL, "dead", "list", "--schema", db.Schema, "--since", "1h", "--until", "7d").want(t, 1, "", "Until")
 }
 
-func TestPurge(t *testing.T) {
+// TestDiscardOlder (was TestPurge): discard-older, and purge, its alias.
+func TestDiscardOlder(t *testing.T) {
 	t.Parallel()
 	db, ids := seed(t)
-	cli(t, db.URL, "--schema", db.Schema, "purge").want(t, 2, "", "purge needs --older-than")
-	cli(t, db.URL, "--schema", db.Schema, "purge", "--older-than", "soon").want(t, 2, "", "is not a duration")
-	cli(t, db.URL, "--schema", db.Schema, "purge", "--older-than", "1d", "--state", "pending").want(t, 2, "", "cannot be purged")
-	out := decode[map[string]int64](t, cli(t, db.URL, "--schema", db.Schema, "--json", "purge", "--older-than", "30d"))
-	if out["purged"] != 1 {
-		t.Fatalf("purge: %v", out)
+	cli(t, db.URL, "--schema", db.Schema, "discard-older").want(t, 2, "", "discard-older needs --older-than")
+	cli(t, db.URL, "--schema", db.Schema, "purge").want(t, 2, "", "discard-older needs --older-than")
+	cli(t, db.URL, "--schema", db.Schema, "discard-older", "--older-than", "soon").want(t, 2, "", "is not a duration")
+	cli(t, db.URL, "--schema", db.Schema, "discard-older", "--older-than", "1d", "--state", "pending").want(t, 2, "", "cannot be discarded")
+	out := decode[map[string]int64](t, cli(t, db.URL, "--schema", db.Schema, "--json", "discard-older", "--older-than", "30d"))
+	if out["discarded"] != 1 {
+		t.Fatalf("discard-older: %v", out)
 	}
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE id = $1`, ids["c1"]); got != 0 {
-		t.Fatal("old completed message not purged")
+		t.Fatal("old completed message not discarded")
 	}
-	cli(t, db.URL, "--schema", db.Schema, "purge", "--older-than", "0s", "--state", "completed,dead").want(t, 0, "purged 3 message(s)", "")
+	cli(t, db.URL, "--schema", db.Schema, "purge", "--older-than", "0s", "--state", "completed,dead").want(t, 0, "discarded 3 message(s)", "")
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 1 {
 		t.Fatalf("rows left = %d, want the pending one", got)
 	}
@@ -459,17 +461,17 @@ func TestHelp(t *testing.T) {
 		{"--help"}, {"help"}, {"-h"}, {"migrate", "--help"}, {"dead", "--help"}, {"help", "dead", "list"},
 		{"migrate", "up", "--help"}, {"migrate", "down", "--help"}, {"migrate", "status", "--help"}, {"stats", "--help"},
 		{"dead", "list", "--help"}, {"dead", "show", "--help"}, {"dead", "replay", "--help"}, {"dead", "discard", "--help"},
-		{"purge", "--help"}, {"clean", "--help"}, {"pending", "--help"}, {"pending", "discard", "--help"}, {"help", "pending", "discard"},
+		{"purge", "--help"}, {"discard-older", "--help"}, {"clean", "--help"}, {"pending", "--help"}, {"pending", "discard", "--help"}, {"help", "pending", "discard"},
 	} {
 		r := cli(t, "", args...)
 		if r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: txinbox") || r.stderr != "" {
 			t.Errorf("txinbox %v: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
 		}
 	}
-	r := cli(t, "", "purge", "--help")
+	r := cli(t, "", "discard-older", "--help")
 	for _, want := range []string{"-older-than", "-state", "-database-url", "-schema", "-json"} {
 		if !strings.Contains(r.stdout, want) {
-			t.Errorf("purge --help lacks %s:\n%s", want, r.stdout)
+			t.Errorf("discard-older --help lacks %s:\n%s", want, r.stdout)
 		}
 	}
 }
@@ -597,7 +599,7 @@ func TestJSONMatchesGoTypes(t *testing.T) {
 	if _, err := db.Pool.Exec(context.Background(), db.SQL(`UPDATE {schema}.inbox SET next_run_at = now() - interval '1 hour' WHERE id = $1`), ids["p1"]); err != nil {
 		t.Fatal(err)
 	}
-	c, err := inbox.New(db.Store(), inbox.Config{})
+	c, err := admin.New(db.Store(), admin.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/migrate"
 )
 
 //go:embed migrations/*.sql
@@ -28,7 +28,13 @@ const VersionTable = "ledger_db_version"
 // (accounts, ledger_entries). It creates the schema if needed and is safe to run from several
 // processes at once (goose takes a session advisory lock).
 func Migrate(ctx context.Context, connConfig *pgx.ConnConfig, schema string) error {
-	if err := inbox.Migrate(ctx, connConfig, schema); err != nil {
+	m, err := migrate.New(ctx, connConfig, txinbox.Store{Schema: schema}, nil)
+	if err != nil {
+		return fmt.Errorf("ledger: txinbox migrations: %w", err)
+	}
+	_, err = m.Up(ctx)
+	_ = m.Close()
+	if err != nil {
 		return fmt.Errorf("ledger: txinbox migrations: %w", err)
 	}
 	cfg := connConfig.Copy()
