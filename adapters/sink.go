@@ -48,8 +48,8 @@ type SinkConfig struct {
 	// SeenCache, SeenTTL and SeenTimeout are the inbox Client's (inbox.Config): with a SeenCache, a
 	// redelivered record whose key is cached with the same kind and body bytes is counted a duplicate
 	// without a database statement, and the keys of a batch are cached once its transaction has
-	// committed (inbox.Client.Remember). SeenTTL is required with a SeenCache and at most the workers'
-	// Retention. Default: no cache.
+	// committed (inbox.Client.Remember). SeenTTL is required with a SeenCache and at most
+	// txinbox.Store.Retention (default 7 days). Default: no cache.
 	SeenCache   seen.Cache
 	SeenTTL     time.Duration
 	SeenTimeout time.Duration

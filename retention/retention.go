@@ -223,7 +223,7 @@ func (cl *Cleaner) walk(o CleanOptions, from, to int64, quick bool, check func(c
 func (cl *Cleaner) cleanKeys(ctx context.Context, batch int, check func(context.Context) error) (int64, error) {
 	var total int64
 	for {
-		n, err := store.Queries.IdemCleanup(ctx, cl.st.Wrap(cl.store.DB), int32(batch))
+		n, err := store.Queries.IdemCleanExpired(ctx, cl.st.Wrap(cl.store.DB), int32(batch))
 		total += n
 		if err != nil {
 			return total, store.Err(err)
