@@ -306,8 +306,8 @@ func (cl *Cleaner) RunOnce(ctx context.Context) (res CleanResult, ran bool, err 
 }
 
 // Start starts the Cleaner: it runs a pass at once, in a goroutine of its own, and then one every
-// Interval until [Cleaner.Stop]. Failed passes are logged and retried at the next interval. ctx is
-// not used after Start returns. A Cleaner starts once: a second Start returns an error.
+// Interval until [Cleaner.Stop] or until ctx ends. Failed passes are logged and retried at the next
+// interval. A Cleaner starts once: a second Start returns an error.
 func (cl *Cleaner) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -317,7 +317,7 @@ func (cl *Cleaner) Start(ctx context.Context) error {
 	if cl.done != nil {
 		return errors.New("txinbox: the cleaner was already started")
 	}
-	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	runCtx, stop := context.WithCancel(ctx)
 	cl.stop, cl.done = stop, make(chan struct{})
 	go func(done chan struct{}) {
 		defer close(done)
@@ -327,8 +327,8 @@ func (cl *Cleaner) Start(ctx context.Context) error {
 }
 
 // Stop ends the Cleaner's loop (a running pass stops between two statements) and waits until it has
-// ended or ctx ends; then it returns ctx's error. Stopping a Cleaner never started, or already
-// stopped, returns nil.
+// ended or ctx ends; then it returns an error wrapping ctx's. Stopping a Cleaner never started, or
+// already stopped, returns nil.
 func (cl *Cleaner) Stop(ctx context.Context) error {
 	cl.life.Lock()
 	stop, done := cl.stop, cl.done

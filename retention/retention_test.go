@@ -396,21 +396,6 @@ func TestCleanerStartStop(t *testing.T) {
 	}
 }
 
-// TestCleanerStopsWithStartContext: the loop also ends when Start's ctx ends, as worker.Pool's does.
-func TestCleanerStopsWithStartContext(t *testing.T) {
-	t.Parallel()
-	_, db := newClient(t)
-	cl := newCleaner(t, db, retention.Config{Interval: 10 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := cl.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if err := cl.Stop(context.Background()); err != nil { // waits for the loop, which has ended
-		t.Fatalf("Stop: %v", err)
-	}
-}
-
 // TestCleanerDeletesExpiredIdempotencyKeys: a pass (Clean or RunOnce) also deletes the expired keys
 // of package idempotency, BatchSize per statement, and leaves the others. (Was idempotency's
 // TestCleanup, of the removed Middleware.Cleanup.)
