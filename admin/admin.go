@@ -211,7 +211,7 @@ func checkIDs(ids []int64) error {
 // handler sees it as the previous error); its attempts are reset to zero and it runs as soon as a
 // worker is free. Because the row is reused, the replay is not rejected as a duplicate of itself, and
 // later deliveries of the same key are still deduplicated against it. Idle worker pools of the
-// replayed consumers are woken by a notification (unless Config.NotifyInterval is negative). A
+// replayed consumers are woken by a notification (unless Store.NotifyInterval is negative). A
 // message with an ordering key becomes again the head of that key (it was received first), so later
 // messages of the key wait for it.
 //
