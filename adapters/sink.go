@@ -13,7 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/seen"
 )
 
 // DefaultKindHeader is SinkConfig.KindHeader when it is empty.
@@ -22,8 +24,8 @@ const DefaultKindHeader = "x-kind"
 // SinkConfig configures a Sink: where messages are stored and how records become inbox messages.
 type SinkConfig struct {
 	// DB is the database, usually a *pgxpool.Pool. Required.
-	DB inbox.DB
-	// Schema holds the inbox tables. Default: inbox.DefaultSchema ("public").
+	DB txinbox.DB
+	// Schema holds the inbox tables. Default: txinbox.DefaultSchema ("public").
 	Schema string
 	// MaxPayloadBytes is the largest body accepted. Default: inbox.DefaultMaxPayloadBytes (1 MiB).
 	// A larger body is stored dead, its raw bytes truncated to this size.
@@ -46,9 +48,9 @@ type SinkConfig struct {
 	// SeenCache, SeenTTL and SeenTimeout are the inbox Client's (inbox.Config): with a SeenCache, a
 	// redelivered record whose key is cached with the same kind and body bytes is counted a duplicate
 	// without a database statement, and the keys of a batch are cached once its transaction has
-	// committed (inbox.Client.Remember). SeenTTL is required with a SeenCache and at most the workers'
-	// Retention. Default: no cache.
-	SeenCache   inbox.SeenCache
+	// committed (inbox.Client.Remember). SeenTTL is required with a SeenCache and at most
+	// txinbox.Store.Retention (default 7 days). Default: no cache.
+	SeenCache   seen.Cache
 	SeenTTL     time.Duration
 	SeenTimeout time.Duration
 	// Observer is the inbox Client's Observer (inbox.Config.Observer): a *metrics.Metrics counts the
@@ -82,17 +84,17 @@ type Stats struct {
 // NewSink checks cfg and returns a Sink. Key is required here (broker packages set their default).
 func NewSink(cfg SinkConfig) (*Sink, error) {
 	if cfg.DB == nil {
-		return nil, &inbox.ConfigError{Field: "DB", Reason: "required"}
+		return nil, &txinbox.ConfigError{Field: "DB", Reason: "required"}
 	}
-	if err := inbox.ValidateName(cfg.Consumer); err != nil {
-		return nil, &inbox.ConfigError{Field: "Consumer", Reason: err.Error()}
+	if err := txinbox.ValidateName(cfg.Consumer); err != nil {
+		return nil, &txinbox.ConfigError{Field: "Consumer", Reason: err.Error()}
 	}
 	if cfg.Key == nil {
-		return nil, &inbox.ConfigError{Field: "Key", Reason: "required"}
+		return nil, &txinbox.ConfigError{Field: "Key", Reason: "required"}
 	}
 	if cfg.DefaultKind != "" {
-		if err := inbox.ValidateName(cfg.DefaultKind); err != nil {
-			return nil, &inbox.ConfigError{Field: "DefaultKind", Reason: err.Error()}
+		if err := txinbox.ValidateName(cfg.DefaultKind); err != nil {
+			return nil, &txinbox.ConfigError{Field: "DefaultKind", Reason: err.Error()}
 		}
 	}
 	if cfg.KindHeader == "" {
@@ -104,7 +106,7 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	client, err := inbox.NewClient(cfg.DB, inbox.Config{Schema: cfg.Schema, MaxPayloadBytes: cfg.MaxPayloadBytes,
+	client, err := inbox.New(txinbox.Store{DB: cfg.DB, Schema: cfg.Schema}, inbox.Config{MaxPayloadBytes: cfg.MaxPayloadBytes,
 		SeenCache: cfg.SeenCache, SeenTTL: cfg.SeenTTL, SeenTimeout: cfg.SeenTimeout, Observer: cfg.Observer})
 	if err != nil {
 		return nil, err
@@ -327,7 +329,7 @@ func (s *Sink) decode(r *Record) item {
 	it := item{rec: r}
 	key, kerr := s.cfg.Key(r)
 	if kerr == nil {
-		if err := inbox.ValidateKey(key); err != nil {
+		if err := txinbox.ValidateKey(key); err != nil {
 			kerr = fmt.Errorf("invalid key: %w", err)
 		}
 	}
@@ -355,10 +357,10 @@ func (s *Sink) decode(r *Record) item {
 // undecodable builds the dead record of r: an invalid key or kind is replaced (by the content hash of
 // the stored bytes, inbox.ContentKey, and "undecodable"), and raw bytes beyond MaxPayloadBytes are cut off, so that it can always be stored.
 func (s *Sink) undecodable(r *Record, key, kind, reason string) *inbox.Undecodable {
-	if inbox.ValidateKey(key) != nil {
+	if txinbox.ValidateKey(key) != nil {
 		key = ""
 	}
-	if inbox.ValidateName(kind) != nil {
+	if txinbox.ValidateName(kind) != nil {
 		kind = ""
 	}
 	if kind == "" {

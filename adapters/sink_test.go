@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/seen"
 )
 
 func rec(id, kind, body string, headers map[string]string) *adapters.Record {
@@ -100,9 +102,9 @@ func TestNewSinkRejectsBadConfig(t *testing.T) {
 		{DB: db, Consumer: "c", Key: adapters.MessageID(), Schema: "bad-schema"},
 	} {
 		_, err := adapters.NewSink(cfg)
-		var ce *inbox.ConfigError
-		if !errors.As(err, &ce) || !errors.Is(err, inbox.ErrInvalidConfig) {
-			t.Errorf("NewSink(%+v): %v, want a *inbox.ConfigError", cfg, err)
+		var ce *txinbox.ConfigError
+		if !errors.As(err, &ce) || !errors.Is(err, txinbox.ErrInvalidConfig) {
+			t.Errorf("NewSink(%+v): %v, want a *txinbox.ConfigError", cfg, err)
 		}
 	}
 }
@@ -149,23 +151,23 @@ func (o *seenCount) ReceiveStart(ctx context.Context, _ []inbox.Message) (contex
 	return ctx, func([]inbox.Receipt, error) {}
 }
 
-func (o *seenCount) SeenLookup(_ string, r inbox.SeenResult, n int) {
+func (o *seenCount) SeenLookup(_ string, r seen.Result, n int) {
 	switch r {
-	case inbox.SeenHit:
+	case seen.Hit:
 		o.hits.Add(int64(n))
-	case inbox.SeenFallback:
+	case seen.Fallback:
 		o.fallbacks.Add(int64(n))
 	}
 }
 
-func (o *seenCount) SeenError(inbox.SeenOp, error) {}
+func (o *seenCount) SeenError(seen.Op, error) {}
 
 // TestSinkSeenCache: a sink with a seen-key cache caches a batch's keys once it committed, not when
 // its transaction rolled back, and counts the same duplicates and conflicts as without a cache.
 func TestSinkSeenCache(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	cache, err := inbox.NewLRUCache(inbox.LRUCacheConfig{})
+	cache, err := seen.NewLRU(seen.LRUConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 )
 
@@ -156,7 +157,7 @@ func (e *Env) Ingest(ctx context.Context, mode IngestMode, clients, batches, siz
 			var cl *inbox.Client
 			if mode == IngestReceiveMany {
 				var err error
-				if cl, err = inbox.NewClient(conn, inbox.Config{Schema: s.Name}); err != nil {
+				if cl, err = inbox.New(txinbox.Store{DB: conn, Schema: s.Name}, inbox.Config{}); err != nil {
 					errc <- err
 					return
 				}

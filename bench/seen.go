@@ -14,7 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/seen"
 	"github.com/txinbox/txinbox/seenredis"
 )
 
@@ -24,7 +26,7 @@ type SeenCacheKind string
 // The seen-key cache variants.
 const (
 	SeenNone  SeenCacheKind = "none"
-	SeenLRU   SeenCacheKind = "in-process LRU (inbox.NewLRUCache)"
+	SeenLRU   SeenCacheKind = "in-process LRU (seen.NewLRU)"
 	SeenRedis SeenCacheKind = "Redis (seenredis)"
 )
 
@@ -44,10 +46,10 @@ type SeenResult struct {
 	FP         Footprint
 }
 
-// countingDB is an inbox.DB that counts the round trips made through it (one per call: the inbox
+// countingDB is an txinbox.DB that counts the round trips made through it (one per call: the inbox
 // Client sends each statement as one extended-protocol exchange).
 type countingDB struct {
-	db inbox.DB
+	db txinbox.DB
 	n  *atomic.Int64
 }
 
@@ -93,11 +95,11 @@ func (e *Env) SeenIngest(ctx context.Context, cache SeenCacheKind, redisAddr str
 		return res, err
 	}
 	defer s.Drop(ctx)
-	var sc inbox.SeenCache
+	var sc seen.Cache
 	var rdb *redis.Client
 	switch cache {
 	case SeenLRU:
-		if sc, err = inbox.NewLRUCache(inbox.LRUCacheConfig{}); err != nil {
+		if sc, err = seen.NewLRU(seen.LRUConfig{}); err != nil {
 			return res, err
 		}
 	case SeenRedis:
@@ -109,7 +111,7 @@ func (e *Env) SeenIngest(ctx context.Context, cache SeenCacheKind, redisAddr str
 		sc = seenredis.New(rdb, seenredis.Config{Prefix: "txbench:" + s.Name + ":"})
 	}
 	var trips atomic.Int64
-	cl, err := inbox.NewClient(countingDB{s.Pool, &trips}, inbox.Config{Schema: s.Name, SeenCache: sc, SeenTTL: 10 * time.Minute})
+	cl, err := inbox.New(txinbox.Store{DB: countingDB{s.Pool, &trips}, Schema: s.Name}, inbox.Config{SeenCache: sc, SeenTTL: 10 * time.Minute})
 	if err != nil {
 		return res, err
 	}

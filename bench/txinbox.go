@@ -10,7 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/migrate"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -59,11 +61,11 @@ func (e *Env) newInboxSchema(ctx context.Context, system string, conns int32) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := inbox.Migrate(ctx, s.Pool.Config().ConnConfig, s.Name); err != nil {
+	if err := migrate.Up(ctx, txinbox.Store{DB: s.Pool, Schema: s.Name}); err != nil {
 		s.Drop(ctx)
 		return nil, fmt.Errorf("txinbox migrate: %w", err)
 	}
-	c, err := inbox.NewClient(s.Pool, inbox.Config{Schema: s.Name})
+	c, err := inbox.New(txinbox.Store{DB: s.Pool, Schema: s.Name}, inbox.Config{})
 	if err != nil {
 		s.Drop(ctx)
 		return nil, err
@@ -157,12 +159,11 @@ func (s *inboxSchema) startPool(ctx context.Context, cfg InboxConfig, onHandled 
 			return err
 		})
 	}
-	p, err := worker.New(s.Pool, worker.Config{
-		Consumer: benchConsumer, Schema: s.Name, Handlers: hs,
+	p, err := worker.New(txinbox.Store{DB: s.Pool, Schema: s.Name}, worker.Config{
+		Consumer: benchConsumer, Handlers: hs,
 		Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval,
 		DisableListen: cfg.DisableListen,
-		Logger:        s.env.Log.With("pool", s.Name),
-	})
+		Logger:        s.env.Log.With("pool", s.Name)})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/worker"
@@ -28,23 +29,23 @@ func TestWorkerBadSchemaCreatesNothing(t *testing.T) {
 	candidates := testdb.SchemaCandidates(bad)
 	before := testdb.ExistingSchemas(t, db.Pool, candidates)
 	for _, s := range bad {
-		p, err := worker.New(db.Pool, worker.Config{Consumer: "ledger", Schema: s, Handlers: hs})
-		var ce *inbox.ConfigError
-		if !errors.Is(err, inbox.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "Schema" || p != nil {
-			t.Errorf("schema %q: pool %v, err %v (%T), want a *inbox.ConfigError for Schema", s, p, err, err)
+		p, err := worker.New(txinbox.Store{DB: db.Pool, Schema: s}, worker.Config{Consumer: "ledger", Handlers: hs})
+		var ce *txinbox.ConfigError
+		if !errors.Is(err, txinbox.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "Store.Schema" || p != nil {
+			t.Errorf("schema %q: pool %v, err %v (%T), want a *txinbox.ConfigError for Store.Schema", s, p, err, err)
 		}
 	}
 	// Other refused configuration, each with the field named.
 	for name, cfg := range map[string]worker.Config{
-		"Consumer":  {Consumer: "led ger", Schema: db.Schema, Handlers: hs},
-		"Handlers":  {Consumer: "ledger", Schema: db.Schema},
-		"BatchSize": {Consumer: "ledger", Schema: db.Schema, Handlers: hs, BatchSize: 65},
-		"Lease":     {Consumer: "ledger", Schema: db.Schema, Handlers: hs, Lease: time.Second, Timeout: 2 * time.Second},
+		"Consumer":  {Consumer: "led ger", Handlers: hs},
+		"Handlers":  {Consumer: "ledger"},
+		"BatchSize": {Consumer: "ledger", Handlers: hs, BatchSize: 65},
+		"Lease":     {Consumer: "ledger", Handlers: hs, Lease: time.Second, Timeout: 2 * time.Second},
 	} {
-		_, err := worker.New(db.Pool, cfg)
-		var ce *inbox.ConfigError
+		_, err := worker.New(db.Store(), cfg)
+		var ce *txinbox.ConfigError
 		if !errors.As(err, &ce) || ce.Field != name {
-			t.Errorf("%s: err = %v, want a *inbox.ConfigError for %s", name, err, name)
+			t.Errorf("%s: err = %v, want a *txinbox.ConfigError for %s", name, err, name)
 		}
 	}
 	if after := testdb.ExistingSchemas(t, db.Pool, candidates); after != before || !strings.Contains(before, "public") {
@@ -58,7 +59,7 @@ func TestWorkerUnknownKindIsAFailureNotACrash(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestWorkerUnknownKindIsAFailureNotACrash(t *testing.T) {
 	}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[struct{}]) error { return nil })
-	p, err := worker.New(db.Pool, worker.Config{Consumer: "ledger", Schema: db.Schema, Handlers: hs, MaxAttempts: 3,
+	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, MaxAttempts: 3,
 		PollInterval: 10 * time.Millisecond, Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/migrate"
 )
 
 // Config configures a chaos run. Zero fields take the documented defaults (those of the full run).
@@ -119,7 +120,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("chaos: no database URL")
 	}
 	if c.Schema != "" {
-		if err := inbox.ValidateSchema(c.Schema); err != nil {
+		if err := txinbox.ValidateSchema(c.Schema); err != nil {
 			return c, err
 		}
 	}
@@ -387,7 +388,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func (r *runner) appName(role string) string { return "txchaos-" + r.runID + "-" + role }
 
 func (r *runner) setup(ctx context.Context, cc *pgx.ConnConfig) error {
-	if err := inbox.Migrate(ctx, cc, r.cfg.Schema); err != nil {
+	m, err := migrate.New(ctx, cc, txinbox.Store{Schema: r.cfg.Schema}, nil)
+	if err != nil {
+		return fmt.Errorf("chaos: migrate %s: %w", r.cfg.Schema, err)
+	}
+	_, err = m.Up(ctx)
+	_ = m.Close()
+	if err != nil {
 		return fmt.Errorf("chaos: migrate %s: %w", r.cfg.Schema, err)
 	}
 	s := pgx.Identifier{r.cfg.Schema}.Sanitize()

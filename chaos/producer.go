@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 )
 
@@ -73,7 +74,7 @@ func (r *runner) producer(ctx context.Context, p int, share []int, start time.Ti
 		return err
 	}
 	defer db.Close()
-	c, err := inbox.NewClient(db, inbox.Config{Schema: r.cfg.Schema})
+	c, err := inbox.New(txinbox.Store{DB: db, Schema: r.cfg.Schema}, inbox.Config{})
 	if err != nil {
 		return err
 	}

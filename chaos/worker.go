@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -76,12 +77,11 @@ func WorkerMain() int {
 	}
 	defer db.Close()
 
-	p, err := worker.New(db, worker.Config{
-		Consumer: Consumer, Schema: spec.Schema, Handlers: handlers(spec),
+	p, err := worker.New(txinbox.Store{DB: db, Schema: spec.Schema}, worker.Config{
+		Consumer: Consumer, Handlers: handlers(spec),
 		Concurrency: spec.Concurrency, BatchSize: spec.BatchSize, Lease: spec.Lease, Timeout: spec.Timeout,
 		PollInterval: spec.PollInterval, Logger: log, Owner: spec.AppName,
-		Backoff: worker.Exponential{Base: 50 * time.Millisecond, Max: time.Second},
-	})
+		Backoff: worker.Exponential{Base: 50 * time.Millisecond, Max: time.Second}})
 	if err != nil {
 		log.Error("txchaos worker: pool config", "err", err)
 		return 2

@@ -14,9 +14,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/console"
-	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/migrate"
 )
 
 // benchSchema is the scratch schema of BenchmarkConsolePages: kept between runs (seeding 10M rows
@@ -50,7 +51,7 @@ func BenchmarkConsolePages(b *testing.B) {
 	}
 	defer pool.Close()
 	seedBench(b, pool, cfg, rows)
-	h, err := console.New(pool, console.Config{Schema: benchSchema, Logger: slog.New(slog.DiscardHandler)})
+	h, err := console.New(txinbox.Store{DB: pool, Schema: benchSchema}, console.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func seedBench(b *testing.B, pool *pgxpool.Pool, cfg *pgxpool.Config, rows int64
 	if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+s+` CASCADE`); err != nil {
 		b.Fatal(err)
 	}
-	if err := inbox.Migrate(ctx, cfg.ConnConfig, benchSchema); err != nil {
+	if err := migrate.Up(ctx, txinbox.Store{DB: pool, Schema: benchSchema}); err != nil {
 		b.Fatal(err)
 	}
 	// One statement: ids 1..rows over 10 consumers; 0.5% dead, 0.5% pending, the rest completed. Dead rows fill inbox_dead through the trigger, as a worker's update would.

@@ -72,8 +72,6 @@ const (
 
 // Config configures the console. The zero value is valid.
 type Config struct {
-	// Schema is the PostgreSQL schema holding the txinbox tables. Default: "public".
-	Schema string
 	// ReadOnly hides every action and refuses every POST (403). Default: false.
 	ReadOnly bool
 	// Prefix is the path the handler is mounted under, with [http.StripPrefix], such as "/ops/inbox"
@@ -113,8 +111,8 @@ func (c *Config) check() *configError {
 	return nil
 }
 
-// admin is what changes messages: the inbox.Client administration methods (inbox.go).
-type admin interface {
+// actions is what changes messages: the admin.Admin methods (inbox.go).
+type actions interface {
 	message(ctx context.Context, id int64) (messageView, error)
 	replayDead(ctx context.Context, ids []int64) ([]int64, error)
 	discardDead(ctx context.Context, ids []int64) ([]int64, error)
@@ -130,17 +128,18 @@ var templateFS embed.FS
 var staticFS embed.FS
 
 type handler struct {
-	cfg   Config
-	raw   sqlc.DBTX // statements without the schema marker
-	db    sqlc.DBTX // statements of queries/console.sql, for cfg.Schema
-	admin admin
-	key   []byte // CSRF HMAC key, random per handler
-	pages map[string]*template.Template
-	mux   *http.ServeMux
+	cfg    Config
+	schema string    // the Store's schema
+	raw    sqlc.DBTX // statements without the schema marker
+	db     sqlc.DBTX // statements of queries/console.sql, for schema
+	admin  actions
+	key    []byte // CSRF HMAC key, random per handler
+	pages  map[string]*template.Template
+	mux    *http.ServeMux
 }
 
-func newHandler(db sqlc.DBTX, cfg Config, a admin) (http.Handler, error) {
-	h := &handler{cfg: cfg, raw: db, db: store.New(cfg.Schema).Wrap(db), admin: a, key: make([]byte, 32),
+func newHandler(db sqlc.DBTX, schema string, cfg Config, a actions) (http.Handler, error) {
+	h := &handler{cfg: cfg, schema: schema, raw: db, db: store.New(schema).Wrap(db), admin: a, key: make([]byte, 32),
 		pages: map[string]*template.Template{}, mux: http.NewServeMux()}
 	if _, err := rand.Read(h.key); err != nil {
 		return nil, err
@@ -248,7 +247,7 @@ type page struct {
 
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
 	p := page{Title: title, P: h.cfg.Prefix, ReadOnly: h.cfg.ReadOnly, CSRF: h.csrfToken(w, r),
-		Schema: h.cfg.Schema, Now: time.Now().UTC(), Data: data}
+		Schema: h.schema, Now: time.Now().UTC(), Data: data}
 	if name == "overview" && h.cfg.RefreshInterval > 0 {
 		p.Refresh = max(1, int(h.cfg.RefreshInterval/time.Second))
 	}
@@ -275,7 +274,7 @@ func (h *handler) dbFail(w http.ResponseWriter, r *http.Request, what string, er
 	h.cfg.Logger.Error("txinbox console: "+what+" failed", "path", r.URL.Path, "err", err)
 	msg := what + " failed: " + err.Error()
 	if strings.Contains(err.Error(), "SQLSTATE 42P01") {
-		msg += " — are the txinbox tables (version 3 or later) in schema " + strconv.Quote(h.cfg.Schema) + "? Run 'txinbox migrate up'."
+		msg += " — are the txinbox tables (version 3 or later) in schema " + strconv.Quote(h.schema) + "? Run 'txinbox migrate up'."
 	}
 	h.fail(w, r, http.StatusInternalServerError, msg)
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
@@ -30,13 +31,12 @@ type env struct {
 func newEnv(t *testing.T, cfg console.Config) *env {
 	t.Helper()
 	db := testdb.New(t)
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Schema = db.Schema
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	h, err := console.New(db.Pool, cfg)
+	h, err := console.New(db.Store(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,8 +388,11 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("GET %s: %d, want 400\n%s", path, code, body)
 		}
 	}
-	for _, cfg := range []console.Config{{Schema: "bad schema"}, {Prefix: "ops/"}, {QueryTimeout: -time.Second}} {
-		if _, err := console.New(e.Pool, cfg); err == nil {
+	if _, err := console.New(txinbox.Store{DB: e.Pool, Schema: "bad schema"}, console.Config{}); err == nil {
+		t.Error("New accepted a bad schema")
+	}
+	for _, cfg := range []console.Config{{Prefix: "ops/"}, {QueryTimeout: -time.Second}} {
+		if _, err := console.New(e.Store(), cfg); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
 	}
@@ -399,7 +402,7 @@ func TestBadInput(t *testing.T) {
 func TestPrefix(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	h, err := console.New(db.Pool, console.Config{Schema: db.Schema, Prefix: "/ops/inbox"})
+	h, err := console.New(db.Store(), console.Config{Prefix: "/ops/inbox"})
 	if err != nil {
 		t.Fatal(err)
 	}

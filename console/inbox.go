@@ -1,8 +1,7 @@
 package console
 
-// This is the only file of package console that uses package inbox: the mutations go through the
-// inbox.Client administration methods (never a copy of their SQL), and New takes an inbox.DB. When
-// those APIs move, only this file changes.
+// This is the only file of package console that uses package admin: the mutations go through the
+// admin.Admin methods (never a copy of their SQL). When those APIs move, only this file changes.
 
 import (
 	"context"
@@ -11,45 +10,41 @@ import (
 	"net/http"
 	"sort"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 )
 
 // maxAdminIDs is the most ids one administration call accepts.
-const maxAdminIDs = inbox.MaxAdminIDs
+const maxAdminIDs = admin.MaxAdminIDs
 
-// New returns the console for the txinbox tables in cfg.Schema, read through db (usually a
-// *pgxpool.Pool; the console needs a few connections of it at most). It checks cfg (an
-// *inbox.ConfigError says which field is wrong) and does not touch the database: a page whose tables
-// are missing reports it when it is opened.
+// New returns the console for the txinbox tables of store (its DB, usually a *pgxpool.Pool, needs a
+// few connections at most; its Schema says where the tables are). It checks store and cfg (a
+// *[txinbox.ConfigError] says which field is wrong) and does not touch the database: a page whose
+// tables are missing reports it when it is opened.
 //
 // The handler serves every page under its root ("/"): mount it with [http.StripPrefix] and set
 // [Config.Prefix] to the same prefix. It does no authentication: put it behind the service's own.
-func New(db inbox.DB, cfg Config) (http.Handler, error) {
-	if db == nil {
-		return nil, &inbox.ConfigError{Field: "db", Reason: "must not be nil"}
-	}
-	if cfg.Schema == "" {
-		cfg.Schema = inbox.DefaultSchema
-	}
-	if err := inbox.ValidateSchema(cfg.Schema); err != nil {
-		return nil, &inbox.ConfigError{Field: "Schema", Reason: err.Error()}
-	}
-	if err := cfg.check(); err != nil {
-		return nil, &inbox.ConfigError{Field: err.field, Reason: err.reason}
-	}
-	c, err := inbox.NewClient(db, inbox.Config{Schema: cfg.Schema})
+func New(store txinbox.Store, cfg Config) (http.Handler, error) {
+	store, err := store.Resolve()
 	if err != nil {
 		return nil, err
 	}
-	return newHandler(db, cfg, clientAdmin{c: c})
+	if err := cfg.check(); err != nil {
+		return nil, &txinbox.ConfigError{Field: err.field, Reason: err.reason}
+	}
+	a, err := admin.New(store, admin.Config{})
+	if err != nil {
+		return nil, err
+	}
+	return newHandler(store.DB, store.Schema, cfg, clientAdmin{a: a})
 }
 
-// clientAdmin is the admin backend over an inbox.Client.
-type clientAdmin struct{ c *inbox.Client }
+// clientAdmin is the console's actions over an admin.Admin.
+type clientAdmin struct{ a *admin.Admin }
 
 func (a clientAdmin) message(ctx context.Context, id int64) (messageView, error) {
-	m, err := a.c.GetMessage(ctx, id)
-	if errors.Is(err, inbox.ErrNotFound) {
+	m, err := a.a.GetMessage(ctx, id)
+	if errors.Is(err, admin.ErrNotFound) {
 		return messageView{}, errNotFound
 	}
 	if err != nil {
@@ -74,17 +69,17 @@ func (a clientAdmin) message(ctx context.Context, id int64) (messageView, error)
 }
 
 func (a clientAdmin) replayDead(ctx context.Context, ids []int64) ([]int64, error) {
-	return a.c.ReplayDead(ctx, ids...)
+	return a.a.ReplayDead(ctx, ids...)
 }
 
 func (a clientAdmin) discardDead(ctx context.Context, ids []int64) ([]int64, error) {
-	return a.c.DiscardDead(ctx, ids...)
+	return a.a.DiscardDead(ctx, ids...)
 }
 
 func (a clientAdmin) discardPending(ctx context.Context, consumer string, ids []int64) (discarded, claimed []int64, err error) {
-	d, err := a.c.DiscardPending(ctx, inbox.PendingFilter{Consumer: consumer, IDs: ids}, false)
+	d, err := a.a.DiscardPending(ctx, admin.PendingFilter{Consumer: consumer, IDs: ids}, false)
 	return d.Discarded, d.Claimed, err
 }
 
 // badArgument reports whether err is an invalid argument of an administration call.
-func badArgument(err error) bool { return errors.Is(err, inbox.ErrInvalidArgument) }
+func badArgument(err error) bool { return errors.Is(err, txinbox.ErrInvalidArgument) }

@@ -146,7 +146,7 @@ func (h *handler) loadOverview(ctx context.Context) (overviewData, error) {
 		}
 		return 0
 	})
-	trows, err := h.raw.Query(ctx, tableStatsSQL, h.cfg.Schema)
+	trows, err := h.raw.Query(ctx, tableStatsSQL, h.schema)
 	if err != nil {
 		return d, err
 	}

@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/idempotency"
-	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 
@@ -33,11 +33,10 @@ func newDirect(t *testing.T, cfg idempotency.Config) *direct {
 	t.Helper()
 	t.Parallel()
 	d := &direct{t: t, db: testdb.New(t)}
-	cfg.Schema = d.db.Schema
 	if cfg.Principal == nil {
 		cfg.Principal = idempotency.HeaderPrincipal("Authorization")
 	}
-	mw, err := idempotency.New(d.db.Pool, cfg)
+	mw, err := idempotency.New(d.db.Store(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +198,7 @@ func TestSameKeyTwoMethodsRunsTwice(t *testing.T) {
 	}
 }
 
-// Bad schema names are refused by New with a *inbox.ConfigError before anything is created.
+// Bad schema names are refused by New with a *txinbox.ConfigError before anything is created.
 func TestBadSchemaNames(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -211,10 +210,10 @@ func TestBadSchemaNames(t *testing.T) {
 	candidates := testdb.SchemaCandidates(bad)
 	before := testdb.ExistingSchemas(t, db.Pool, candidates)
 	for _, s := range bad {
-		mw, err := idempotency.New(db.Pool, idempotency.Config{Schema: s, Principal: idempotency.HeaderPrincipal("Authorization")})
-		var ce *inbox.ConfigError
-		if !errors.Is(err, inbox.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "Schema" || mw != nil {
-			t.Errorf("schema %q: %v, %v; want a *inbox.ConfigError for Schema", s, mw, err)
+		mw, err := idempotency.New(txinbox.Store{DB: db.Pool, Schema: s}, idempotency.Config{Principal: idempotency.HeaderPrincipal("Authorization")})
+		var ce *txinbox.ConfigError
+		if !errors.Is(err, txinbox.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "Store.Schema" || mw != nil {
+			t.Errorf("schema %q: %v, %v; want a *txinbox.ConfigError for Store.Schema", s, mw, err)
 		}
 	}
 	if after := testdb.ExistingSchemas(t, db.Pool, candidates); after != before || !strings.Contains(before, "public") {

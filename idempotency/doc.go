@@ -4,7 +4,8 @@
 //
 // # Use
 //
-//	mw, err := idempotency.New(pool, idempotency.Config{
+//	store := txinbox.Store{DB: pool} // the same Store as the other components
+//	mw, err := idempotency.New(store, idempotency.Config{
 //		Principal: idempotency.HeaderPrincipal("Authorization"), // or your own user/tenant id
 //	})
 //	mux.Handle("POST /transfers", mw.Handler(http.HandlerFunc(createTransfer)))
@@ -14,8 +15,8 @@
 //		...
 //	}
 //
-// The table is created by migration 00002 (inbox.Migrate, or goose with the files of package
-// migrations). Run Cleanup periodically to delete expired keys.
+// The table is created by migration 00002 (migrate.Up, or goose with the files of package
+// migrations). Run a retention.Cleaner (package retention) to delete expired keys.
 //
 // # The key
 //
@@ -102,8 +103,8 @@
 //
 // A key expires Config.Expiry (default 24 hours) after its request was accepted. Expiry is checked
 // on every read against the database clock: an expired key is treated as absent, so a new request
-// with it runs (whatever its fingerprint), and a retry after expiry is not deduplicated. Cleanup
-// only reclaims space; when it runs never changes behaviour.
+// with it runs (whatever its fingerprint), and a retry after expiry is not deduplicated. The
+// retention Cleaner only reclaims space; when it runs never changes behaviour.
 //
 // # Limits
 //

@@ -14,9 +14,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/idempotency"
-	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/migrate"
 )
 
 // A transfer endpoint: the transfer row and the stored response commit together, and a retry with
@@ -26,8 +27,7 @@ func Example() {
 	pool, schema, cleanup := exampleDB(ctx)
 	defer cleanup()
 
-	mw, err := idempotency.New(pool, idempotency.Config{
-		Schema:    schema,
+	mw, err := idempotency.New(txinbox.Store{DB: pool, Schema: schema}, idempotency.Config{
 		Principal: idempotency.HeaderPrincipal("Authorization"), // keys are scoped by caller
 	})
 	if err != nil {
@@ -104,7 +104,7 @@ func exampleDB(ctx context.Context) (*pgxpool.Pool, string, func()) {
 	if err != nil {
 		panic(err)
 	}
-	if err := inbox.Migrate(ctx, pool.Config().ConnConfig, schema); err != nil {
+	if err := migrate.Up(ctx, txinbox.Store{DB: pool, Schema: schema}); err != nil {
 		panic(err)
 	}
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "transfers"}.Sanitize()+

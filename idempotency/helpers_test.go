@@ -35,11 +35,10 @@ func newEnv(t *testing.T, cfg idempotency.Config) *env {
 	t.Parallel()
 	e := &env{t: t, db: testdb.New(t)}
 	e.exec("CREATE TABLE {schema}.transfers (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, amount integer NOT NULL)")
-	cfg.Schema = e.db.Schema
 	if cfg.Principal == nil {
 		cfg.Principal = idempotency.HeaderPrincipal("Authorization")
 	}
-	mw, err := idempotency.New(e.db.Pool, cfg)
+	mw, err := idempotency.New(e.db.Store(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/store"
 )
@@ -32,7 +32,6 @@ const (
 	DefaultMaxRequestBytes  = 1 << 20
 	DefaultMaxResponseBytes = 1 << 20
 	DefaultStoreTimeout     = 10 * time.Second
-	DefaultCleanupBatch     = 1000
 )
 
 // Limits on what a request is scoped by, so that every accepted scope can be stored (the four
@@ -59,16 +58,8 @@ var DefaultStoredHeaders = []string{
 // ErrNoPrincipal is returned by the function of HeaderPrincipal when the request lacks the header.
 var ErrNoPrincipal = errors.New("idempotency: no credentials in the request")
 
-// ErrManagedTx is returned by Commit and Rollback of the transaction Tx returns: the middleware ends
-// it, committing it exactly when it stores the response.
-var ErrManagedTx = errors.New("idempotency: the transaction is committed or rolled back by the middleware")
-
 // Config configures a Middleware. Only Principal is required.
 type Config struct {
-	// Schema is the PostgreSQL schema holding the idempotency_keys table (migration 00002, applied
-	// by inbox.Migrate). Default: "public".
-	Schema string
-
 	// Principal returns the identity of the caller (a user or tenant id, or a hash of the
 	// credentials): keys are only ever looked up within one principal. An error answers 401
 	// (ProblemUnauthenticated) without running the handler, and so does an empty principal (it would
@@ -98,7 +89,8 @@ type Config struct {
 	Fingerprint func(r *http.Request, body []byte) ([]byte, error)
 
 	// Expiry is how long a key is kept, from the moment its request was accepted. After it the key
-	// is treated as absent (a new request with it runs), whether or not Cleanup has deleted it yet.
+	// is treated as absent (a new request with it runs), whether or not retention's Cleaner has deleted
+	// it yet.
 	// Default: DefaultExpiry (24 hours).
 	Expiry time.Duration
 
@@ -149,14 +141,8 @@ type Config struct {
 }
 
 func (c Config) withDefaults() (Config, error) {
-	if c.Schema == "" {
-		c.Schema = inbox.DefaultSchema
-	}
-	if err := inbox.ValidateSchema(c.Schema); err != nil {
-		return c, err
-	}
 	if c.Principal == nil {
-		return c, &inbox.ConfigError{Field: "Principal", Reason: "is required (keys are scoped by caller; see HeaderPrincipal)"}
+		return c, &txinbox.ConfigError{Field: "Principal", Reason: "is required (keys are scoped by caller; see HeaderPrincipal)"}
 	}
 	if c.Route == nil {
 		c.Route = DefaultRoute
@@ -187,7 +173,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"StoreTimeout", &c.StoreTimeout, DefaultStoreTimeout},
 	} {
 		if *d.v < 0 {
-			return c, &inbox.ConfigError{Field: d.field, Reason: "must not be negative"}
+			return c, &txinbox.ConfigError{Field: d.field, Reason: "must not be negative"}
 		}
 		if *d.v == 0 {
 			*d.v = d.def
@@ -195,13 +181,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.MaxRequestBytes < 0:
-		return c, &inbox.ConfigError{Field: "MaxRequestBytes", Reason: "must not be negative"}
+		return c, &txinbox.ConfigError{Field: "MaxRequestBytes", Reason: "must not be negative"}
 	case c.MaxRequestBytes == 0:
 		c.MaxRequestBytes = DefaultMaxRequestBytes
 	}
 	switch {
 	case c.MaxResponseBytes < 0:
-		return c, &inbox.ConfigError{Field: "MaxResponseBytes", Reason: "must not be negative"}
+		return c, &txinbox.ConfigError{Field: "MaxResponseBytes", Reason: "must not be negative"}
 	case c.MaxResponseBytes == 0:
 		c.MaxResponseBytes = DefaultMaxResponseBytes
 	}
@@ -245,21 +231,30 @@ func HeaderPrincipal(name string) func(*http.Request) (string, error) {
 // Middleware enforces the Idempotency-Key protocol on the handlers it wraps. It is safe for
 // concurrent use.
 type Middleware struct {
-	db      inbox.DB
+	db      txinbox.DB
 	cfg     Config
 	st      *store.Store
 	methods map[string]bool
 	headers []string
 }
 
-// New returns a Middleware storing keys through db (usually a *pgxpool.Pool) in the idempotency_keys
-// table of cfg.Schema. An invalid cfg returns a *inbox.ConfigError (errors.Is inbox.ErrInvalidConfig).
-func New(db inbox.DB, cfg Config) (*Middleware, error) {
-	cfg, err := cfg.withDefaults()
+// statements returns the statement rewriter of schema.
+func statements(schema string) *store.Store { return store.New(schema) }
+
+// New returns a Middleware storing keys through store.DB (usually a *pgxpool.Pool) in the
+// idempotency_keys table of store.Schema (migration 00002, applied by package migrate). An invalid
+// store or cfg returns a *[txinbox.ConfigError] (errors.Is [txinbox.ErrInvalidConfig]). Expired keys
+// are deleted by package retention's Cleaner.
+func New(store txinbox.Store, cfg Config) (*Middleware, error) {
+	store, err := store.Resolve()
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{db: db, cfg: cfg, st: store.New(cfg.Schema), methods: map[string]bool{}}
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m := &Middleware{db: store.DB, cfg: cfg, st: statements(store.Schema), methods: map[string]bool{}}
 	for _, meth := range cfg.Methods {
 		m.methods[meth] = true
 	}
@@ -279,7 +274,7 @@ type txKey struct{}
 // The transaction supports every method of pgx.Tx: Exec, Query, QueryRow, SendBatch, CopyFrom,
 // Prepare, LargeObjects and Conn all run in it; Begin starts a nested transaction (a savepoint)
 // whose Commit and Rollback work as usual. Commit and Rollback of the returned transaction itself
-// return ErrManagedTx and do nothing. The transaction must not be ended any other way: not with a
+// return txinbox.ErrTxManaged and do nothing. The transaction must not be ended any other way: not with a
 // COMMIT or ROLLBACK statement, nor through Conn (Begin, Commit or pgx.BeginFunc on the *pgx.Conn
 // send BEGIN and COMMIT, and that COMMIT commits the request's transaction). If the handler ends it
 // anyway, its writes may be committed already and nothing can undo them: the middleware logs an
@@ -300,11 +295,11 @@ type managedTx struct {
 
 var _ pgx.Tx = managedTx{}
 
-// Commit returns ErrManagedTx and does nothing.
-func (managedTx) Commit(context.Context) error { return ErrManagedTx }
+// Commit returns txinbox.ErrTxManaged and does nothing.
+func (managedTx) Commit(context.Context) error { return txinbox.ErrTxManaged }
 
-// Rollback returns ErrManagedTx and does nothing.
-func (managedTx) Rollback(context.Context) error { return ErrManagedTx }
+// Rollback returns txinbox.ErrTxManaged and does nothing.
+func (managedTx) Rollback(context.Context) error { return txinbox.ErrTxManaged }
 
 // Begin starts a nested transaction (a savepoint) in the request's transaction.
 func (t managedTx) Begin(ctx context.Context) (pgx.Tx, error) { return t.tx.Begin(ctx) }
@@ -670,33 +665,5 @@ func (m *Middleware) run(next http.Handler, w http.ResponseWriter, r *http.Reque
 func (m *Middleware) release(ctx context.Context, c claimed, log *slog.Logger) {
 	if _, err := store.Queries.IdemRelease(ctx, m.st.Wrap(m.db), c.id, c.token); err != nil {
 		log.Warn("idempotency: release key (it is freed when its lease ends)", "error", err, "lease", m.cfg.Lease)
-	}
-}
-
-// Cleanup deletes expired keys, batch rows per statement (DefaultCleanupBatch when batch <= 0),
-// until none is left or ctx ends, and returns how many it deleted. Each batch is a short statement
-// of its own that skips rows locked by running requests. Expiry is checked on every read, so how
-// often Cleanup runs changes only the table's size, never behaviour. Run it periodically (every few
-// minutes) from one or more processes.
-func (m *Middleware) Cleanup(ctx context.Context, batch int) (int64, error) {
-	if batch <= 0 {
-		batch = DefaultCleanupBatch
-	}
-	if batch > 1<<30 {
-		batch = 1 << 30
-	}
-	var total int64
-	for {
-		n, err := store.Queries.IdemCleanup(ctx, m.st.Wrap(m.db), int32(batch))
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("idempotency: cleanup: %w", err)
-		}
-		if n < int64(batch) {
-			return total, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
 	}
 }

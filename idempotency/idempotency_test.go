@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/idempotency"
-	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 
@@ -101,7 +101,7 @@ func TestKeyMissingOrInvalid(t *testing.T) {
 func TestKeyOptionalAndOtherMethodsPassThrough(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	mw, err := idempotency.New(db.Pool, idempotency.Config{Schema: db.Schema, KeyOptional: true, Principal: idempotency.HeaderPrincipal("Authorization")})
+	mw, err := idempotency.New(db.Store(), idempotency.Config{KeyOptional: true, Principal: idempotency.HeaderPrincipal("Authorization")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestStoreUnavailable(t *testing.T) {
 	for name, db := range map[string]*pgxpool.Pool{"closed pool": closed, "closed port": noServer} {
 		for _, failOpen := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/failOpen=%v", name, failOpen), func(t *testing.T) {
-				mw, err := idempotency.New(db, idempotency.Config{FailOpen: failOpen, Principal: idempotency.HeaderPrincipal("Authorization")})
+				mw, err := idempotency.New(txinbox.Store{DB: db}, idempotency.Config{FailOpen: failOpen, Principal: idempotency.HeaderPrincipal("Authorization")})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -551,7 +551,7 @@ func TestManagedTx(t *testing.T) {
 	if r := e.post("/transfers", "alice", key1, `{"amount":1}`); r.status != http.StatusCreated {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	if !errors.Is(commitErr, idempotency.ErrManagedTx) || !errors.Is(rollbackErr, idempotency.ErrManagedTx) {
+	if !errors.Is(commitErr, txinbox.ErrTxManaged) || !errors.Is(rollbackErr, txinbox.ErrTxManaged) {
 		t.Fatalf("commit %v, rollback %v", commitErr, rollbackErr)
 	}
 	if e.count("SELECT count(*) FROM {schema}.transfers") != 1 {
@@ -559,34 +559,26 @@ func TestManagedTx(t *testing.T) {
 	}
 }
 
-func TestCleanup(t *testing.T) {
-	e := newEnv(t, idempotency.Config{})
-	for i := range 7 {
-		e.post("/transfers", "alice", fmt.Sprintf(`"k%d"`, i), `{"amount":1}`)
-	}
-	e.exec("UPDATE {schema}.idempotency_keys SET expires_at = now() - interval '1 minute' WHERE key <> 'k0' AND key <> 'k1'")
-	n, err := e.mw.Cleanup(context.Background(), 2)
-	if err != nil || n != 5 {
-		t.Fatalf("cleanup: %d %v", n, err)
-	}
-	if left := e.count("SELECT count(*) FROM {schema}.idempotency_keys"); left != 2 {
-		t.Fatalf("%d keys left", left)
-	}
-	if n, err := e.mw.Cleanup(context.Background(), 0); err != nil || n != 0 {
-		t.Fatalf("second cleanup: %d %v", n, err)
-	}
-}
-
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	p := idempotency.HeaderPrincipal("Authorization")
-	for name, cfg := range map[string]idempotency.Config{
-		"no principal":     {},
-		"bad schema":       {Principal: p, Schema: "a-b"},
-		"negative expiry":  {Principal: p, Expiry: -1},
-		"negative request": {Principal: p, MaxRequestBytes: -1},
+	pool, err := pgxpool.New(context.Background(), testdb.LocalURL) // connects lazily: never used here
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	good := txinbox.Store{DB: pool}
+	for name, tc := range map[string]struct {
+		store txinbox.Store
+		cfg   idempotency.Config
+	}{
+		"no principal":     {good, idempotency.Config{}},
+		"no DB":            {txinbox.Store{}, idempotency.Config{Principal: p}},
+		"bad schema":       {txinbox.Store{DB: pool, Schema: "a-b"}, idempotency.Config{Principal: p}},
+		"negative expiry":  {good, idempotency.Config{Principal: p, Expiry: -1}},
+		"negative request": {good, idempotency.Config{Principal: p, MaxRequestBytes: -1}},
 	} {
-		if _, err := idempotency.New(nil, cfg); !errors.Is(err, inbox.ErrInvalidConfig) {
+		if _, err := idempotency.New(tc.store, tc.cfg); !errors.Is(err, txinbox.ErrInvalidConfig) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

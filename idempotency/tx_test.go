@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/idempotency"
 	"github.com/txinbox/txinbox/internal/txtest"
 )
@@ -23,7 +24,7 @@ var txMethods = txtest.Methods(txtest.Table{
 	Insert:      insertEffect,
 	CopyColumns: []string{"key"},
 	CopyRow:     func(key string) []any { return []any{key} },
-}, idempotency.ErrManagedTx)
+}, txinbox.ErrTxManaged)
 
 func insertEffect(schema string) string {
 	return "INSERT INTO " + pgx.Identifier{schema, "effects"}.Sanitize() + " (key) VALUES ($1)"

@@ -9,8 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/migrate"
 )
 
 // Bad input: every call gets a typed error, writes nothing, and leaves the stored rows as they were
@@ -26,8 +28,7 @@ type badEnv struct {
 func newBadEnv(t *testing.T, cfg inbox.Config) *badEnv {
 	t.Helper()
 	db := testdb.New(t)
-	cfg.Schema = db.Schema
-	c, err := inbox.NewClient(db.Pool, cfg)
+	c, err := inbox.New(db.Store(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +114,8 @@ func badMessages(maxPayload int) []badMessage {
 	sqlText := `x'); DROP TABLE inbox; --`
 	return []badMessage{
 		{"empty key", "key", key("")},
-		{"over-long key", "key", key(strings.Repeat("k", inbox.MaxKeyBytes+1))},
-		{"over-long multibyte key", "key", key(strings.Repeat("€", inbox.MaxKeyBytes/3+1))},
+		{"over-long key", "key", key(strings.Repeat("k", txinbox.MaxKeyBytes+1))},
+		{"over-long multibyte key", "key", key(strings.Repeat("€", txinbox.MaxKeyBytes/3+1))},
 		{"invalid UTF-8 key", "key", key("a\xffb")},
 		{"truncated UTF-8 key", "key", key("a\xe2\x82")},
 		{"UTF-8 surrogate key", "key", key("\xed\xa0\x80")},
@@ -292,7 +293,7 @@ func TestBadUndecodable(t *testing.T) {
 	}{
 		{"empty consumer", "consumer", ok(func(u *inbox.Undecodable) { u.Consumer = "" })},
 		{"SQL consumer", "consumer", ok(func(u *inbox.Undecodable) { u.Consumer = "a'; DROP TABLE inbox; --" })},
-		{"over-long key", "key", ok(func(u *inbox.Undecodable) { u.Key = strings.Repeat("k", inbox.MaxKeyBytes+1) })},
+		{"over-long key", "key", ok(func(u *inbox.Undecodable) { u.Key = strings.Repeat("k", txinbox.MaxKeyBytes+1) })},
 		{"invalid UTF-8 key", "key", ok(func(u *inbox.Undecodable) { u.Key = "\xff" })},
 		{"NUL key", "key", ok(func(u *inbox.Undecodable) { u.Key = "\x00" })},
 		{"bad kind", "kind", ok(func(u *inbox.Undecodable) { u.Kind = "no spaces allowed" })},
@@ -329,7 +330,7 @@ func TestBadUndecodable(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.c.GetMessage(ctx, r.ID)
+	got, err := getMessage(ctx, e.c, r.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,8 +360,8 @@ var badSchemas = []string{
 
 func wantConfigError(t *testing.T, name string, err error, field string) {
 	t.Helper()
-	var ce *inbox.ConfigError
-	if !errors.Is(err, inbox.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != field {
+	var ce *txinbox.ConfigError
+	if !errors.Is(err, txinbox.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != field {
 		t.Errorf("%s: err = %v (%T), want a *ConfigError for %s", name, err, err, field)
 	}
 }
@@ -377,26 +378,26 @@ func TestBadSchemaNamesCreateNothing(t *testing.T) {
 	before := testdb.ExistingSchemas(t, db.Pool, candidates)
 	for _, s := range badSchemas {
 		name := fmt.Sprintf("schema %q", s)
-		if err := inbox.ValidateSchema(s); err == nil {
+		if err := txinbox.ValidateSchema(s); err == nil {
 			t.Errorf("%s: ValidateSchema accepted it", name)
 		}
-		c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: s})
-		wantConfigError(t, name+" (NewClient)", err, "Schema")
+		c, err := inbox.New(txinbox.Store{DB: db.Pool, Schema: s}, inbox.Config{})
+		wantConfigError(t, name+" (New)", err, "Store.Schema")
 		if c != nil {
-			t.Errorf("%s: NewClient returned a client with its error", name)
+			t.Errorf("%s: New returned a client with its error", name)
 		}
-		m, err := inbox.NewMigrator(ctx, cc, s, nil)
-		wantConfigError(t, name+" (NewMigrator)", err, "Schema")
+		m, err := migrate.New(ctx, cc, txinbox.Store{Schema: s}, nil)
+		wantConfigError(t, name+" (migrate.New)", err, "Store.Schema")
 		if m != nil {
-			t.Errorf("%s: NewMigrator returned a migrator with its error", name)
+			t.Errorf("%s: migrate.New returned a migrator with its error", name)
 			_ = m.Close()
 		}
-		wantConfigError(t, name+" (Migrate)", inbox.Migrate(ctx, cc, s), "Schema")
+		wantConfigError(t, name+" (migrate.Up)", migrate.Up(ctx, txinbox.Store{DB: db.Pool, Schema: s}), "Store.Schema")
 	}
 	if after := testdb.ExistingSchemas(t, db.Pool, candidates); after != before || !strings.Contains(before, "public") {
 		t.Fatalf("schemas among %q: %q before, %q after; want the same, public included", candidates, before, after)
 	}
 	// Other bad configuration.
-	_, err = inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, MaxPayloadBytes: -1})
+	_, err = inbox.New(db.Store(), inbox.Config{MaxPayloadBytes: -1})
 	wantConfigError(t, "negative MaxPayloadBytes", err, "MaxPayloadBytes")
 }

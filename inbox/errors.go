@@ -13,13 +13,6 @@ var ErrInvalidMessage = errors.New("txinbox: invalid message")
 // stored for the consumer with a different kind or payload.
 var ErrKeyConflict = errors.New("txinbox: idempotency key reused with a different payload")
 
-// ErrInvalidConfig is matched (errors.Is) by every *ConfigError.
-var ErrInvalidConfig = errors.New("txinbox: invalid configuration")
-
-// ErrNotMigrated is matched (errors.Is) by the error of a component that found its schema without
-// txinbox's tables (worker.Pool.Start): run Migrate (or "txinbox migrate up") on that schema first.
-var ErrNotMigrated = errors.New("txinbox: the schema has no txinbox tables (run inbox.Migrate first)")
-
 // ValidationError says which message (Index, in a batch) and which field was rejected, and why.
 // Nothing of the call that returned it was written.
 type ValidationError struct {
@@ -49,16 +42,3 @@ func (e *KeyConflictError) Error() string {
 
 // Is reports whether target is ErrKeyConflict.
 func (e *KeyConflictError) Is(target error) bool { return target == ErrKeyConflict }
-
-// ConfigError reports an invalid configuration field.
-type ConfigError struct {
-	Field  string
-	Reason string
-}
-
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("txinbox: invalid configuration: %s: %s", e.Field, e.Reason)
-}
-
-// Is reports whether target is ErrInvalidConfig.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
@@ -21,7 +23,12 @@ func ExampleClient_ReceiveTx() {
 	if _, err := db.Exec(ctx, "CREATE TABLE "+orders+" (id text PRIMARY KEY)"); err != nil {
 		panic(err)
 	}
-	client, err := inbox.NewClient(db, inbox.Config{Schema: schema})
+	store := txinbox.Store{DB: db, Schema: schema}
+	client, err := inbox.New(store, inbox.Config{})
+	if err != nil {
+		panic(err)
+	}
+	ops, err := admin.New(store, admin.Config{}) // reads stored messages
 	if err != nil {
 		panic(err)
 	}
@@ -57,8 +64,8 @@ func ExampleClient_ReceiveTx() {
 	fmt.Println("o-2:", r2.Outcome, r2.State, "(rolled back)")
 
 	// The rollback took the message with the order: nothing is stored, and no worker ever sees it.
-	_, err = client.GetMessage(ctx, r2.ID)
-	fmt.Println("o-2 message stored:", !errors.Is(err, inbox.ErrNotFound))
+	_, err = ops.GetMessage(ctx, r2.ID)
+	fmt.Println("o-2 message stored:", !errors.Is(err, admin.ErrNotFound))
 	var n int
 	if err := db.QueryRow(ctx, "SELECT count(*) FROM "+orders).Scan(&n); err != nil {
 		panic(err)
@@ -83,7 +90,12 @@ func ExampleClient_ReceiveMany() {
 	ctx := context.Background()
 	db, schema, cleanup := testdb.ForExample()
 	defer cleanup()
-	client, err := inbox.NewClient(db, inbox.Config{Schema: schema})
+	store := txinbox.Store{DB: db, Schema: schema}
+	client, err := inbox.New(store, inbox.Config{})
+	if err != nil {
+		panic(err)
+	}
+	ops, err := admin.New(store, admin.Config{}) // reads stored messages
 	if err != nil {
 		panic(err)
 	}
@@ -109,7 +121,7 @@ func ExampleClient_ReceiveMany() {
 
 	var conflict *inbox.KeyConflictError
 	if errors.As(rs[2].Err, &conflict) {
-		m, err := client.GetMessage(ctx, conflict.ID)
+		m, err := ops.GetMessage(ctx, conflict.ID)
 		if err != nil {
 			panic(err)
 		}

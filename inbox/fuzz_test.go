@@ -16,6 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
@@ -37,7 +38,7 @@ type fuzzEnv struct {
 func newFuzzEnv(f *testing.F) *fuzzEnv {
 	f.Helper()
 	db := testdb.New(f)
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func FuzzValidateKey(f *testing.F) {
 	for _, s := range []string{
 		"k", "order-42", "billing:9f1c", "a:b%3Ac", "sha256:" + strings.Repeat("ab", 32), "é", "e\u0301",
 		"\U0001F600", "\u2028", "\u200b", "\ufeff", "\ufffe", "\uffff", " ", "  padded  ", `'; DROP TABLE inbox; --`,
-		`\`, `"`, "%", "_", strings.Repeat("x", inbox.MaxKeyBytes), strings.Repeat("x", inbox.MaxKeyBytes+1),
+		`\`, `"`, "%", "_", strings.Repeat("x", txinbox.MaxKeyBytes), strings.Repeat("x", txinbox.MaxKeyBytes+1),
 		strings.Repeat("€", 170) + "xy", "", "a\x00b", "\xff", "\xed\xa0\x80", "a\tb", "\x7f", "\u0085",
 	} {
 		f.Add(s)
@@ -78,7 +79,7 @@ func FuzzValidateKey(f *testing.F) {
 	e := newFuzzEnv(f)
 	f.Fuzz(func(t *testing.T, key string) {
 		ctx := context.Background()
-		verr := inbox.ValidateKey(key)
+		verr := txinbox.ValidateKey(key)
 		if want := keySpec(key); (verr == nil) != want {
 			t.Fatalf("ValidateKey(%q) = %v, but the documented rule says valid=%v", key, verr, want)
 		}
@@ -95,7 +96,7 @@ func FuzzValidateKey(f *testing.F) {
 		if err != nil || r.Outcome != inbox.Inserted {
 			t.Fatalf("valid key %q: %+v, %v", key, r, err)
 		}
-		got, err := e.c.GetMessage(ctx, r.ID)
+		got, err := getMessage(ctx, e.c, r.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +120,7 @@ func FuzzValidateKey(f *testing.F) {
 
 // keySpec is the documented key rule, written independently of the implementation.
 func keySpec(key string) bool {
-	if key == "" || len(key) > inbox.MaxKeyBytes || !utf8.ValidString(key) {
+	if key == "" || len(key) > txinbox.MaxKeyBytes || !utf8.ValidString(key) {
 		return false
 	}
 	for _, r := range key {
@@ -134,7 +135,7 @@ func keySpec(key string) bool {
 func keyVariants(key string) []string {
 	var out []string
 	for _, v := range []string{strings.ToUpper(key), strings.ToLower(key), key + " ", " " + key, key + "\u200b"} {
-		if v != key && !slices.Contains(out, v) && inbox.ValidateKey(v) == nil {
+		if v != key && !slices.Contains(out, v) && txinbox.ValidateKey(v) == nil {
 			out = append(out, v)
 		}
 	}
@@ -162,7 +163,7 @@ func FuzzPayload(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	e := newFuzzEnv(f)
-	c, err := inbox.NewClient(e.db.Pool, inbox.Config{Schema: e.db.Schema, MaxPayloadBytes: fuzzMaxPayload})
+	c, err := inbox.New(e.db.Store(), inbox.Config{MaxPayloadBytes: fuzzMaxPayload})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func FuzzPayload(f *testing.F) {
 		if r.Outcome != inbox.Inserted {
 			t.Fatalf("receipt %+v", r)
 		}
-		got, err := c.GetMessage(ctx, r.ID)
+		got, err := getMessage(ctx, c, r.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +288,7 @@ func FuzzHeaders(f *testing.F) {
 		if err != nil {
 			t.Fatalf("headers %q accepted but not stored: %v", h, err)
 		}
-		got, err := e.c.GetMessage(ctx, r.ID)
+		got, err := getMessage(ctx, e.c, r.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

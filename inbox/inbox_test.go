@@ -7,9 +7,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
@@ -17,11 +20,52 @@ import (
 func newClient(t *testing.T) (*inbox.Client, *testdb.DB) {
 	t.Helper()
 	db := testdb.New(t)
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c, db
+}
+
+// getMessage reads the stored message id through an admin.Admin of c's store.
+func getMessage(ctx context.Context, c *inbox.Client, id int64) (inbox.StoredMessage, error) {
+	a, err := admin.New(c.Store(), admin.Config{})
+	if err != nil {
+		return inbox.StoredMessage{}, err
+	}
+	return a.GetMessage(ctx, id)
+}
+
+func receiveKeys(t *testing.T, c *inbox.Client, keys ...string) []int64 {
+	t.Helper()
+	msgs := make([]inbox.Message, len(keys))
+	for i, k := range keys {
+		msgs[i] = msg(k, `{"amount":1}`)
+	}
+	rs, err := c.ReceiveMany(context.Background(), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int64, len(rs))
+	for i, r := range rs {
+		if r.Outcome != inbox.Inserted {
+			t.Fatalf("receive %s: %+v", keys[i], r)
+		}
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// complete marks messages completed as a worker would, their dedup window ending expiresIn from now.
+func complete(t *testing.T, db *testdb.DB, expiresIn time.Duration, ids ...int64) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), db.SQL(`WITH q AS (DELETE FROM {schema}.inbox_queue WHERE id = ANY($1))
+		UPDATE {schema}.inbox SET state = 'completed', attempts_started = 1, completed_at = now(),
+			expires_at = now() + make_interval(secs => $2), result = '{"ok":true}'
+		WHERE id = ANY($1)`), ids, expiresIn.Seconds())
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func msg(key, payload string) inbox.Message {
@@ -103,7 +147,7 @@ func TestReceiveManyOneRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	c, err := inbox.NewClient(conn, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(txinbox.Store{DB: conn, Schema: db.Schema}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +202,7 @@ func TestReceiveInvalidWritesNothing(t *testing.T) {
 	if _, err := c.Receive(ctx, msg("keep", `{"x":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	long := strings.Repeat("k", inbox.MaxKeyBytes+1)
+	long := strings.Repeat("k", txinbox.MaxKeyBytes+1)
 	cases := map[string]inbox.Message{
 		"empty key":        msg("", `1`),
 		"long key":         msg(long, `1`),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
@@ -35,7 +36,7 @@ func newLateReceiver(t *testing.T, db *testdb.DB) *lateReceiver {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	c, err := inbox.NewClient(conn, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(txinbox.Store{DB: conn, Schema: db.Schema}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
@@ -29,7 +30,7 @@ func listen(t *testing.T, db *testdb.DB) *listener {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	ch := inbox.NotifyChannel(db.Schema)
+	ch := (txinbox.Store{Schema: db.Schema}).NotifyChannel()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestNotifyOnNewMessagesOnly(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, NotifyInterval: time.Nanosecond})
+	c, err := inbox.New(txinbox.Store{DB: db.Pool, Schema: db.Schema, NotifyInterval: time.Nanosecond}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestNotifyOnNewMessagesOnly(t *testing.T) {
 	check("rolled back")
 
 	// NotifyInterval < 0: never.
-	quiet, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, NotifyInterval: -1})
+	quiet, err := inbox.New(txinbox.Store{DB: db.Pool, Schema: db.Schema, NotifyInterval: -1}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,11 +135,11 @@ func TestNotifyDebounce(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, NotifyInterval: time.Hour})
+	c, err := inbox.New(txinbox.Store{DB: db.Pool, Schema: db.Schema, NotifyInterval: time.Hour}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, NotifyInterval: -1})
+	quiet, err := inbox.New(txinbox.Store{DB: db.Pool, Schema: db.Schema, NotifyInterval: -1}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,12 +168,12 @@ func TestNotifyDebounce(t *testing.T) {
 
 func TestNotifyChannelFitsPostgres(t *testing.T) {
 	t.Parallel()
-	if ch := inbox.NotifyChannel("public"); ch != "txinbox_public" {
+	if ch := (txinbox.Store{Schema: "public"}).NotifyChannel(); ch != "txinbox_public" {
 		t.Fatalf("channel %q", ch)
 	}
 	long := strings.Repeat("s", 63)
-	ch := inbox.NotifyChannel(long)
-	if len(ch) > 63 || ch == inbox.NotifyChannel(long[:62]+"t") {
+	ch := (txinbox.Store{Schema: long}).NotifyChannel()
+	if len(ch) > 63 || ch == (txinbox.Store{Schema: long[:62] + "t"}).NotifyChannel() {
 		t.Fatalf("channel %q (%d bytes)", ch, len(ch))
 	}
 	// PostgreSQL accepts it as is (LISTEN would truncate, pg_notify would reject, a longer name).
@@ -191,7 +192,7 @@ func BenchmarkReceiveNotify(b *testing.B) {
 	}{{"none", -1}, {"every", time.Nanosecond}, {"debounced", 0}} {
 		b.Run(c.name, func(b *testing.B) {
 			db := testdb.New(b)
-			cl, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, NotifyInterval: c.interval})
+			cl, err := inbox.New(txinbox.Store{DB: db.Pool, Schema: db.Schema, NotifyInterval: c.interval}, inbox.Config{})
 			if err != nil {
 				b.Fatal(err)
 			}

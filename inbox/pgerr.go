@@ -2,13 +2,15 @@ package inbox
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txinbox/txinbox/internal/store"
 )
 
 // translateError turns database errors of receiving into txinbox errors where they mean bad input
-// (the Go-side validation should catch these first), and wraps the rest.
+// (the Go-side validation should catch these first), and wraps the rest (store.Err: a missing table
+// matches txinbox.ErrNotMigrated).
 func translateError(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -17,9 +19,7 @@ func translateError(err error) error {
 			// invalid_text_representation, untranslatable_character, character_not_in_repertoire,
 			// invalid_escape_sequence, invalid_xml_content: a value the column type cannot hold.
 			return &ValidationError{Field: "payload", Reason: "rejected by PostgreSQL: " + pgErr.Message}
-		case "42P01":
-			return fmt.Errorf("txinbox: inbox tables not found (run inbox.Migrate for this schema first): %w", err)
 		}
 	}
-	return fmt.Errorf("txinbox: %w", err)
+	return store.Err(err)
 }

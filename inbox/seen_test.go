@@ -11,52 +11,55 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/seen"
 )
 
 // seenCounter is an Observer that counts what the seen-key cache did.
 type seenCounter struct {
 	mu      sync.Mutex
-	results map[inbox.SeenResult]int
-	errors  map[inbox.SeenOp]int
+	results map[seen.Result]int
+	errors  map[seen.Op]int
 }
 
 func newSeenCounter() *seenCounter {
-	return &seenCounter{results: map[inbox.SeenResult]int{}, errors: map[inbox.SeenOp]int{}}
+	return &seenCounter{results: map[seen.Result]int{}, errors: map[seen.Op]int{}}
 }
 
 func (o *seenCounter) ReceiveStart(ctx context.Context, _ []inbox.Message) (context.Context, func([]inbox.Receipt, error)) {
 	return ctx, func([]inbox.Receipt, error) {}
 }
 
-func (o *seenCounter) SeenLookup(_ string, r inbox.SeenResult, n int) {
+func (o *seenCounter) SeenLookup(_ string, r seen.Result, n int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.results[r] += n
 }
 
-func (o *seenCounter) SeenError(op inbox.SeenOp, _ error) {
+func (o *seenCounter) SeenError(op seen.Op, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.errors[op]++
 }
 
-func (o *seenCounter) result(r inbox.SeenResult) int {
+func (o *seenCounter) result(r seen.Result) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.results[r]
 }
 
-func (o *seenCounter) errs(op inbox.SeenOp) int {
+func (o *seenCounter) errs(op seen.Op) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.errors[op]
 }
 
-func newLRU(t *testing.T) *inbox.LRUCache {
+func newLRU(t *testing.T) *seen.LRU {
 	t.Helper()
-	l, err := inbox.NewLRUCache(inbox.LRUCacheConfig{})
+	l, err := seen.NewLRU(seen.LRUConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,10 +67,10 @@ func newLRU(t *testing.T) *inbox.LRUCache {
 }
 
 // seenClient returns a Client of db with cache (nil: none) and a counting observer.
-func seenClient(t *testing.T, db *testdb.DB, cache inbox.SeenCache, ttl time.Duration) (*inbox.Client, *seenCounter) {
+func seenClient(t *testing.T, db *testdb.DB, cache seen.Cache, ttl time.Duration) (*inbox.Client, *seenCounter) {
 	t.Helper()
 	o := newSeenCounter()
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, Observer: o, SeenCache: cache, SeenTTL: ttl})
+	c, err := inbox.New(db.Store(), inbox.Config{Observer: o, SeenCache: cache, SeenTTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +115,7 @@ func TestSeenRedeliveryStorm(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	batches := storm(7)
-	run := func(cache inbox.SeenCache) ([]inbox.Outcome, *seenCounter, *testdb.DB) {
+	run := func(cache seen.Cache) ([]inbox.Outcome, *seenCounter, *testdb.DB) {
 		db := testdb.New(t)
 		c, o := seenClient(t, db, cache, time.Hour)
 		var out []inbox.Outcome
@@ -190,7 +193,7 @@ func TestSeenRedeliveryStorm(t *testing.T) {
 			t.Errorf("%d rows stored, want %d", got, unique)
 		}
 	}
-	if o.result(inbox.SeenHit) == 0 || o.result(inbox.SeenMismatch) == 0 || o.result(inbox.SeenMiss) == 0 {
+	if o.result(seen.Hit) == 0 || o.result(seen.Mismatch) == 0 || o.result(seen.Miss) == 0 {
 		t.Errorf("cache results %v: want hits, misses and mismatches", o.results)
 	}
 }
@@ -291,8 +294,8 @@ func TestSeenExpiry(t *testing.T) {
 	if err != nil || again.Outcome != inbox.Inserted || again.Cached {
 		t.Fatalf("after the window: %+v %v, want Inserted", again, err)
 	}
-	if o.result(inbox.SeenHit) != 1 {
-		t.Errorf("hits %d, want 1", o.result(inbox.SeenHit))
+	if o.result(seen.Hit) != 1 {
+		t.Errorf("hits %d, want 1", o.result(seen.Hit))
 	}
 }
 
@@ -323,8 +326,8 @@ func TestSeenCompletedDuplicateNotCached(t *testing.T) {
 	if again, err := c.Receive(ctx, msg("done", `1`)); err != nil || again.Outcome != inbox.Inserted {
 		t.Fatalf("after the window: %+v %v, want Inserted", again, err)
 	}
-	if o.result(inbox.SeenHit) != 0 {
-		t.Errorf("hits %d, want 0", o.result(inbox.SeenHit))
+	if o.result(seen.Hit) != 0 {
+		t.Errorf("hits %d, want 0", o.result(seen.Hit))
 	}
 }
 
@@ -381,12 +384,17 @@ func TestSeenTxRollbackNotCached(t *testing.T) {
 	}
 }
 
-// TestSeenDeletedKeysAreNew: keys deleted early through the Client (DiscardDead, DiscardPending,
-// Purge) are accepted again at once: the cache is invalidated.
+// TestSeenDeletedKeysAreNew: keys deleted early through an Admin given the Client's cache
+// (DiscardDead, DiscardPending, DiscardOlder) are accepted again at once: the cache is invalidated.
 func TestSeenDeletedKeysAreNew(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	c, o := seenClient(t, db, newLRU(t), time.Hour)
+	cache := newLRU(t)
+	c, o := seenClient(t, db, cache, time.Hour)
+	a, err := admin.New(db.Store(), admin.Config{SeenCache: cache, Observer: o})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	ids := receiveKeys(t, c, "dead", "pending", "purged")
 	for _, k := range []string{"dead", "pending", "purged"} {
@@ -405,26 +413,26 @@ func TestSeenDeletedKeysAreNew(t *testing.T) {
 			t.Fatalf("%s after its deletion: %+v %v, want Inserted", key, r, err)
 		}
 	}
-	if done, err := c.DiscardDead(ctx, ids[0]); err != nil || len(done) != 1 {
+	if done, err := a.DiscardDead(ctx, ids[0]); err != nil || len(done) != 1 {
 		t.Fatalf("%v %v", done, err)
 	}
 	check("dead")
-	if d, err := c.DiscardPending(ctx, inbox.PendingFilter{IDs: ids[1:2]}, false); err != nil || len(d.Discarded) != 1 {
+	if d, err := a.DiscardPending(ctx, admin.PendingFilter{IDs: ids[1:2]}, false); err != nil || len(d.Discarded) != 1 {
 		t.Fatalf("%+v %v", d, err)
 	}
 	check("pending")
-	// Cached again (a duplicate of a pending message), then completed and purged.
+	// Cached again (a duplicate of a pending message), then completed and discarded by age.
 	for i := range 2 {
 		if d, err := c.Receive(ctx, msg("purged", `{"amount":1}`)); err != nil || d.Outcome != inbox.Duplicate || d.Cached != (i == 1) {
 			t.Fatalf("%d: %+v %v", i, d, err)
 		}
 	}
 	complete(t, db, time.Hour, ids[2])
-	if n, err := c.Purge(ctx, 0); err != nil || n != 1 {
-		t.Fatalf("purge: %d %v", n, err)
+	if n, err := a.DiscardOlder(ctx, 0); err != nil || n != 1 {
+		t.Fatalf("discard older: %d %v", n, err)
 	}
 	check("purged")
-	if o.errs(inbox.SeenOpInvalidate) != 0 {
+	if o.errs(seen.OpInvalidate) != 0 {
 		t.Error("invalidate errors")
 	}
 }
@@ -434,12 +442,12 @@ type failingCache struct{ calls atomic.Int64 }
 
 var errCacheDown = errors.New("cache down")
 
-func (f *failingCache) Get(context.Context, []inbox.SeenKey) ([]inbox.SeenEntry, []bool, uint64, error) {
+func (f *failingCache) Get(context.Context, []seen.Key) ([]seen.Entry, []bool, uint64, error) {
 	f.calls.Add(1)
 	return nil, nil, 0, errCacheDown
 }
 
-func (f *failingCache) Put(context.Context, uint64, []inbox.SeenKey, []inbox.SeenEntry, []time.Duration) error {
+func (f *failingCache) Put(context.Context, uint64, []seen.Key, []seen.Entry, []time.Duration) error {
 	f.calls.Add(1)
 	return errCacheDown
 }
@@ -449,7 +457,7 @@ func (f *failingCache) Invalidate(context.Context) error { f.calls.Add(1); retur
 // slowCache answers only when ctx ends (a cache that hangs).
 type slowCache struct{ failingCache }
 
-func (s *slowCache) Get(ctx context.Context, _ []inbox.SeenKey) ([]inbox.SeenEntry, []bool, uint64, error) {
+func (s *slowCache) Get(ctx context.Context, _ []seen.Key) ([]seen.Entry, []bool, uint64, error) {
 	<-ctx.Done()
 	return nil, nil, 0, ctx.Err()
 }
@@ -458,10 +466,10 @@ func (s *slowCache) Get(ctx context.Context, _ []inbox.SeenKey) ([]inbox.SeenEnt
 // answers, and the fallback is counted.
 func TestSeenCacheFailureFallsBack(t *testing.T) {
 	t.Parallel()
-	for _, cache := range []inbox.SeenCache{&failingCache{}, &slowCache{}} {
+	for _, cache := range []seen.Cache{&failingCache{}, &slowCache{}} {
 		db := testdb.New(t)
 		o := newSeenCounter()
-		c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, Observer: o, SeenCache: cache,
+		c, err := inbox.New(db.Store(), inbox.Config{Observer: o, SeenCache: cache,
 			SeenTTL: time.Hour, SeenTimeout: 20 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
@@ -474,11 +482,11 @@ func TestSeenCacheFailureFallsBack(t *testing.T) {
 				t.Fatalf("%T: receive %d: %+v %v", cache, i, r, err)
 			}
 		}
-		if got := o.result(inbox.SeenFallback); got != 3 {
+		if got := o.result(seen.Fallback); got != 3 {
 			t.Errorf("%T: %d fallbacks, want 3", cache, got)
 		}
-		if o.errs(inbox.SeenOpGet) != 3 {
-			t.Errorf("%T: %d get errors, want 3", cache, o.errs(inbox.SeenOpGet))
+		if o.errs(seen.OpGet) != 3 {
+			t.Errorf("%T: %d get errors, want 3", cache, o.errs(seen.OpGet))
 		}
 	}
 }
@@ -491,12 +499,11 @@ func TestSeenConfigErrors(t *testing.T) {
 		{SeenCache: newLRU(t), SeenTTL: -time.Second},
 		{SeenCache: newLRU(t), SeenTTL: time.Second, SeenTimeout: -1},
 	} {
-		cfg.Schema = db.Schema
-		if _, err := inbox.NewClient(db.Pool, cfg); !errors.Is(err, inbox.ErrInvalidConfig) {
+		if _, err := inbox.New(db.Store(), cfg); !errors.Is(err, txinbox.ErrInvalidConfig) {
 			t.Errorf("%+v: %v, want a ConfigError", cfg, err)
 		}
 	}
-	if _, err := inbox.NewLRUCache(inbox.LRUCacheConfig{MaxBytes: -1}); !errors.Is(err, inbox.ErrInvalidConfig) {
+	if _, err := seen.NewLRU(seen.LRUConfig{MaxBytes: -1}); !errors.Is(err, txinbox.ErrInvalidConfig) {
 		t.Errorf("negative MaxBytes: %v", err)
 	}
 }

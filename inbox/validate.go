@@ -4,17 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
-	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/txinbox/txinbox"
 )
 
-// Limits applied to every message. Keys and names are stored as text: they must be valid UTF-8 without
-// control characters (which also excludes NUL, which PostgreSQL text cannot hold).
+// Limits applied to every message (keys: [txinbox.MaxKeyBytes]). Keys and names are stored as text:
+// they must be valid UTF-8 without control characters (which also excludes NUL, which PostgreSQL text
+// cannot hold).
 const (
-	// MaxKeyBytes is the longest idempotency key accepted, in bytes.
-	MaxKeyBytes = 512
 	// MaxOrderingKeyBytes is the longest ordering key accepted, in bytes.
 	MaxOrderingKeyBytes = 512
 	// DefaultMaxPayloadBytes is Config.MaxPayloadBytes when it is zero: 1 MiB.
@@ -24,57 +22,7 @@ const (
 	MaxHeaderNameBytes  = 256
 	MaxHeaderValueBytes = 8192
 	MaxHeadersBytes     = 1 << 20
-	// DefaultSchema is Config.Schema when it is empty.
-	DefaultSchema = "public"
 )
-
-var (
-	nameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
-	schemaRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
-)
-
-// ValidateSchema returns a *ConfigError unless schema is a plain identifier: a letter or underscore,
-// then letters, digits or underscores, at most 63 bytes. (It is quoted with pgx.Identifier anyway;
-// the rule keeps names that need quoting, and would surprise an operator, out.)
-func ValidateSchema(schema string) error {
-	if !schemaRE.MatchString(schema) {
-		return &ConfigError{Field: "Schema", Reason: fmt.Sprintf("%q is not a plain identifier (letters, digits, underscores; at most 63 bytes; not starting with a digit)", schema)}
-	}
-	return nil
-}
-
-// ValidateName checks a consumer or kind name: 1 to 128 bytes of letters, digits and _ . : / -,
-// starting with a letter or digit.
-func ValidateName(name string) error {
-	if name == "" {
-		return fmt.Errorf("must not be empty")
-	}
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("%q must be 1 to 128 letters, digits or _.:/- starting with a letter or digit", truncate(name))
-	}
-	return nil
-}
-
-// ValidateKey checks an idempotency key: 1 to MaxKeyBytes bytes of valid UTF-8 with no control
-// characters.
-func ValidateKey(key string) error { return validateText(key, MaxKeyBytes, false) }
-
-func validateText(s string, maxBytes int, allowEmpty bool) error {
-	switch {
-	case s == "" && !allowEmpty:
-		return fmt.Errorf("must not be empty")
-	case len(s) > maxBytes:
-		return fmt.Errorf("is %d bytes, more than the limit of %d", len(s), maxBytes)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("is not valid UTF-8")
-	}
-	for i, r := range s {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("contains control character %U at byte %d", r, i)
-		}
-	}
-	return nil
-}
 
 // PostgreSQL numeric's limits (numeric.c): at most 131072 digits before the decimal point, at most
 // 16383 after it (the display scale, counted from the literal: 1.0e-3 has scale 4), and an exponent
@@ -235,37 +183,6 @@ func splitNumber(lit []byte) (neg bool, intPart, frac []byte, exp int, err error
 	return neg, intPart, frac, exp, nil
 }
 
-// numericText returns the JSON number lit (valid, and within numeric's range: see
-// numericPrintedLen) as PostgreSQL numeric prints it: no exponent, no leading zeros, no negative zero,
-// and as many digits after the decimal point as lit has, less its exponent (never fewer than zero):
-// 1E2 prints 100, 1.50 prints 1.50, 1.5e1 prints 15, 1e-2 prints 0.01.
-func numericText(lit string) string {
-	neg, intPart, frac, exp, _ := splitNumber([]byte(lit)) // in range: validated
-	digits := string(intPart) + string(frac)
-	point := len(intPart) + exp // position of the decimal point in digits
-	var whole, fraction string
-	switch {
-	case point <= 0:
-		whole, fraction = "0", strings.Repeat("0", -point)+digits
-	case point >= len(digits):
-		whole = digits + strings.Repeat("0", point-len(digits))
-	default:
-		whole, fraction = digits[:point], digits[point:]
-	}
-	whole = strings.TrimLeft(whole, "0")
-	if whole == "" {
-		whole = "0"
-	}
-	out := whole
-	if fraction != "" {
-		out += "." + fraction
-	}
-	if neg && strings.Trim(digits, "0") != "" {
-		out = "-" + out
-	}
-	return out
-}
-
 // numericPrintedLen returns the length of the JSON number lit as PostgreSQL numeric prints it, or an
 // error if numeric cannot hold it. It builds nothing: a short literal such as 1e100000 must cost its
 // length, not what it prints.
@@ -308,10 +225,10 @@ func numericPrintedLen(lit []byte) (int, error) {
 func validateHeaders(h map[string]string) error {
 	total := 0
 	for k, v := range h {
-		if err := validateText(k, MaxHeaderNameBytes, false); err != nil {
+		if err := txinbox.ValidateText(k, MaxHeaderNameBytes, false); err != nil {
 			return fmt.Errorf("name %q %v", truncate(k), err)
 		}
-		if err := validateText(v, MaxHeaderValueBytes, true); err != nil {
+		if err := txinbox.ValidateText(v, MaxHeaderValueBytes, true); err != nil {
 			return fmt.Errorf("%q value %v", truncate(k), err)
 		}
 		total += len(k) + len(v)

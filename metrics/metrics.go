@@ -5,9 +5,9 @@
 //
 //	reg := prometheus.NewRegistry()
 //	m, err := metrics.New(metrics.Config{Registerer: reg})
-//	client, err := inbox.NewClient(db, inbox.Config{Observer: m})
-//	pool, err := worker.New(db, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m})
-//	qc, err := metrics.NewQueueCollector(db, metrics.QueueConfig{Consumers: []string{"ledger"}})
+//	client, err := inbox.New(store, inbox.Config{Observer: m})
+//	pool, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m})
+//	qc, err := metrics.NewQueueCollector(txinbox.Store{DB: db}, metrics.QueueConfig{Consumers: []string{"ledger"}})
 //	reg.MustRegister(qc)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
@@ -54,6 +54,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/seen"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -72,8 +73,8 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// Metrics counts what receiving Clients and worker Pools do. It implements inbox.Observer and
-// worker.Observer and is safe for concurrent use.
+// Metrics counts what receiving Clients and worker Pools do. It implements inbox.Observer,
+// seen.Observer and worker.Observer and is safe for concurrent use.
 type Metrics struct {
 	received      *prometheus.CounterVec
 	receiveErrors prometheus.Counter
@@ -87,9 +88,9 @@ type Metrics struct {
 }
 
 var (
-	_ inbox.Observer     = (*Metrics)(nil)
-	_ inbox.SeenObserver = (*Metrics)(nil)
-	_ worker.Observer    = (*Metrics)(nil)
+	_ inbox.Observer  = (*Metrics)(nil)
+	_ seen.Observer   = (*Metrics)(nil)
+	_ worker.Observer = (*Metrics)(nil)
 )
 
 // New creates the collectors and registers them with cfg.Registerer. It fails if a collector of the
@@ -198,13 +199,13 @@ func countOutcome(rs []inbox.Receipt, o inbox.Outcome) int {
 	return n
 }
 
-// SeenLookup implements inbox.SeenObserver: it counts messages by consumer and seen-key cache result.
-func (m *Metrics) SeenLookup(consumer string, result inbox.SeenResult, messages int) {
+// SeenLookup implements seen.Observer: it counts messages by consumer and seen-key cache result.
+func (m *Metrics) SeenLookup(consumer string, result seen.Result, messages int) {
 	m.seen.WithLabelValues(consumer, string(result)).Add(float64(messages))
 }
 
-// SeenError implements inbox.SeenObserver: it counts cache errors by operation.
-func (m *Metrics) SeenError(op inbox.SeenOp, _ error) {
+// SeenError implements seen.Observer: it counts cache errors by operation.
+func (m *Metrics) SeenError(op seen.Op, _ error) {
 	m.seenErrors.WithLabelValues(string(op)).Inc()
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/metrics"
+	"github.com/txinbox/txinbox/seen"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -81,12 +82,12 @@ func TestMetricsAndSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qc, err := metrics.NewQueueCollector(db.Pool, metrics.QueueConfig{Schema: db.Schema, Consumers: []string{"ledger", "idle"}})
+	qc, err := metrics.NewQueueCollector(db.Store(), metrics.QueueConfig{Consumers: []string{"ledger", "idle"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg.MustRegister(qc)
-	client, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, Observer: m})
+	client, err := inbox.New(db.Store(), inbox.Config{Observer: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestMetricsAndSpans(t *testing.T) {
 		}
 		return nil
 	})
-	p, err := worker.New(db.Pool, worker.Config{Consumer: "ledger", Schema: db.Schema, Handlers: hs, Observer: m,
+	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Observer: m,
 		TracerProvider: tp, PollInterval: 20 * time.Millisecond,
 		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
@@ -221,12 +222,12 @@ func TestQueueOldestAge(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	qc, err := metrics.NewQueueCollector(db.Pool, metrics.QueueConfig{Schema: db.Schema, Consumers: []string{"ledger", "idle"}})
+	qc, err := metrics.NewQueueCollector(db.Store(), metrics.QueueConfig{Consumers: []string{"ledger", "idle"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg.MustRegister(qc)
-	client, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	client, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +278,7 @@ func TestDeadLetterOutOfAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, Observer: m})
+	client, err := inbox.New(db.Store(), inbox.Config{Observer: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func TestDeadLetterOutOfAttempts(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}, worker.HandlerConfig{MaxAttempts: 2, Timeout: 100 * time.Millisecond})
-	p, err := worker.New(db.Pool, worker.Config{Consumer: "ledger", Schema: db.Schema, Handlers: hs, Observer: m,
+	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Observer: m,
 		PollInterval: 20 * time.Millisecond, Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)
@@ -368,11 +369,11 @@ func TestSeenCacheMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lru, err := inbox.NewLRUCache(inbox.LRUCacheConfig{})
+	lru, err := seen.NewLRU(seen.LRUConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, Observer: m, SeenCache: lru, SeenTTL: time.Hour})
+	c, err := inbox.New(db.Store(), inbox.Config{Observer: m, SeenCache: lru, SeenTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +384,7 @@ func TestSeenCacheMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m.SeenError(inbox.SeenOpPut, errors.New("down"))
+	m.SeenError(seen.OpPut, errors.New("down"))
 	text := scrape(t, reg)
 	if v := value(t, text, "txinbox_seen_cache_total", "consumer", "ledger", "result", "hit"); v != 2 {
 		t.Errorf("hits %v, want 2", v)

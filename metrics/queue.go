@@ -6,14 +6,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/store"
 )
 
 // QueueConfig configures a QueueCollector. The zero value is valid.
 type QueueConfig struct {
-	// Schema holds the inbox tables. Default: inbox.DefaultSchema ("public").
-	Schema string
 	// Consumers are always reported, with zeros when they have nothing queued (so that their series
 	// do not vanish when the queue drains). Other consumers are reported while they have messages
 	// queued. Default: none.
@@ -26,30 +24,31 @@ type QueueConfig struct {
 	Timeout time.Duration
 }
 
+// statements returns the statement rewriter of schema.
+func statements(schema string) *store.Store { return store.New(schema) }
+
 // QueueCollector reports the depth of the queue on every scrape, with one query reading the queue
 // table (inbox_queue: unfinished messages only, so its cost grows with the backlog, not with the
 // history). A failed query is reported to the scrape as an error.
 type QueueCollector struct {
-	db       inbox.DB
+	db       txinbox.DB
 	cfg      QueueConfig
 	st       *store.Store
 	messages *prometheus.Desc
 	oldest   *prometheus.Desc
 }
 
-// NewQueueCollector returns a collector of queue metrics for db (a *pgxpool.Pool, say), to register
-// with a prometheus.Registerer. It returns a *inbox.ConfigError if cfg.Schema or a consumer name is
-// invalid.
-func NewQueueCollector(db inbox.DB, cfg QueueConfig) (*QueueCollector, error) {
-	if cfg.Schema == "" {
-		cfg.Schema = inbox.DefaultSchema
-	}
-	if err := inbox.ValidateSchema(cfg.Schema); err != nil {
+// NewQueueCollector returns a collector of the queue metrics of store (whose DB, a *pgxpool.Pool,
+// say, runs the scrapes' queries), to register with a prometheus.Registerer. It returns a
+// *[txinbox.ConfigError] if store or a consumer name is invalid.
+func NewQueueCollector(store txinbox.Store, cfg QueueConfig) (*QueueCollector, error) {
+	store, err := store.Resolve()
+	if err != nil {
 		return nil, err
 	}
 	for _, c := range cfg.Consumers {
-		if err := inbox.ValidateName(c); err != nil {
-			return nil, &inbox.ConfigError{Field: "Consumers", Reason: err.Error()}
+		if err := txinbox.ValidateName(c); err != nil {
+			return nil, &txinbox.ConfigError{Field: "Consumers", Reason: err.Error()}
 		}
 	}
 	if cfg.Namespace == "" {
@@ -59,7 +58,7 @@ func NewQueueCollector(db inbox.DB, cfg QueueConfig) (*QueueCollector, error) {
 		cfg.Timeout = 5 * time.Second
 	}
 	return &QueueCollector{
-		db: db, cfg: cfg, st: store.New(cfg.Schema),
+		db: store.DB, cfg: cfg, st: statements(store.Schema),
 		messages: prometheus.NewDesc(prometheus.BuildFQName(cfg.Namespace, "queue", "messages"),
 			"Unfinished messages, by state: ready (runnable now), waiting (not before a later time: delayed, backing off, or behind their ordering key), claimed (running).",
 			[]string{"consumer", "state"}, cfg.ConstLabels),

@@ -1,6 +1,6 @@
 // Package migrations embeds txinbox's goose SQL migrations.
 //
-// The files are plain goose migrations: inbox.Migrate applies them from Go, and they run unchanged
+// The files are plain goose migrations: migrate.Up applies them from Go, and they run unchanged
 // with the goose CLI:
 //
 //	goose -dir migrations -table txinbox_db_version postgres "$DATABASE_URL&search_path=myschema" up

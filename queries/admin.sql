@@ -40,7 +40,7 @@ SELECT EXISTS (
       AND (m.expires_at IS NULL OR m.expires_at >= now())
 ) AS live;
 
--- name: PurgeFinished :one
+-- name: DiscardOlder :one
 -- Deletes up to @max_rows messages in one of @states (completed or dead only) that finished before
 -- @older_than_seconds ago, among the ids above @after_id and up to @until_id, in id order. Same shape
 -- as CleanExpiredRange.

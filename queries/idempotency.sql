@@ -60,7 +60,7 @@ WHERE id = @id AND token = @token AND state = 'in_flight';
 DELETE FROM /* TEMPLATE: schema */idempotency_keys
 WHERE id = @id AND token = @token AND state = 'in_flight';
 
--- name: IdemCleanup :execrows
+-- name: IdemCleanExpired :execrows
 -- Deletes up to @max_rows expired keys, oldest expiry first. Rows locked by a running request are
 -- skipped; a row renewed in the meantime is re-checked by FOR UPDATE and left alone.
 DELETE FROM /* TEMPLATE: schema */idempotency_keys k

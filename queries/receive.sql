@@ -3,9 +3,12 @@
 
 -- name: ReceiveBatch :many
 -- Inserts the messages that are new and reports, for every input row, whether it was inserted or
--- which stored row holds its key. One statement, so one round trip for the whole batch. The caller
--- removes duplicates within the batch first. A row that is neither inserted nor found was inserted by a
--- transaction that committed after the snapshot of this statement: the caller looks it up again.
+-- which stored row holds its key. One statement, so one round trip for the whole batch. A key that
+-- appears more than once in the batch is stored from its first occurrence (first_ord); every row
+-- reports whether its fingerprint equals that occurrence's (same_as_first) and the stored row's. A
+-- row that is neither inserted nor found was inserted by a transaction that committed after the
+-- snapshot of this statement: the caller looks it up again (LookupKeys, with the fingerprint
+-- returned here).
 WITH input AS (
     -- ROWS FROM zips the arrays in one pass (a subscript of a text array walks it from its start).
     SELECT s.ord, s.consumer, s.key, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers,
@@ -15,19 +18,31 @@ WITH input AS (
                     unnest(@run_ats::timestamptz[]))
          WITH ORDINALITY AS s(consumer, key, kind, payload, headers, ordering_key, run_at, ord)
 ), fingerprinted AS (
+    -- The fingerprint duplicates are compared by (kind and the payload's jsonb text), defined here
+    -- only: LookupKeys and RenewExpired take the fingerprints this statement returns.
+    SELECT input.*, sha256(convert_to(input.kind || E'\n' || input.payload::text, 'UTF8')) AS fingerprint
+    FROM input
+), firsts AS (
+    -- Each row with the first occurrence of its key in the batch, and that occurrence's fingerprint.
+    SELECT f.*,
+           first_value(f.ord) OVER w AS first_ord,
+           first_value(f.fingerprint) OVER w AS first_fingerprint
+    FROM fingerprinted f
+    WINDOW w AS (PARTITION BY f.consumer, f.key ORDER BY f.ord)
+), numbered AS (
     -- Ids are drawn in batch order (the receipt order that per-key ordering follows), but rows are
     -- inserted in key order, so that concurrent batches take their unique-key locks in one order
     -- and cannot deadlock.
-    SELECT input.*, sha256(convert_to(input.kind || E'\n' || input.payload::text, 'UTF8')) AS fingerprint,
-           nextval('/* TEMPLATE: schema */inbox_id_seq') AS id
-    FROM input
-    ORDER BY input.ord
+    SELECT f.*, nextval('/* TEMPLATE: schema */inbox_id_seq') AS id
+    FROM firsts f
+    WHERE f.ord = f.first_ord
+    ORDER BY f.ord
 ), inserted AS (
     INSERT INTO /* TEMPLATE: schema */inbox
         (id, consumer, key, kind, payload, headers, fingerprint, ordering_key, next_run_at)
     OVERRIDING SYSTEM VALUE
     SELECT f.id, f.consumer, f.key, f.kind, f.payload, f.headers, f.fingerprint, f.ordering_key, f.run_at
-    FROM fingerprinted f
+    FROM numbered f
     ORDER BY f.consumer, f.key
     ON CONFLICT (consumer, key) DO NOTHING
     RETURNING id, consumer, key, ordering_key, next_run_at
@@ -42,30 +57,35 @@ WITH input AS (
     WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.consumer = n.consumer)
 )
 SELECT f.ord::bigint AS ord,
-       (i.id IS NOT NULL)::boolean AS inserted,
+       f.first_ord::bigint AS first_ord,
+       (i.id IS NOT NULL AND f.ord = f.first_ord)::boolean AS inserted,
        coalesce(i.id, m.id, 0)::bigint AS id,
        coalesce(m.state, '')::text AS state,
        coalesce(m.fingerprint = f.fingerprint, false)::boolean AS same_fingerprint,
+       (f.fingerprint = f.first_fingerprint)::boolean AS same_as_first,
+       f.fingerprint::bytea AS fingerprint,
        m.result,
        coalesce(m.expires_at < now(), false)::boolean AS expired
-FROM notified, fingerprinted f
+FROM notified, firsts f
 LEFT JOIN inserted i ON i.consumer = f.consumer AND i.key = f.key
 LEFT JOIN /* TEMPLATE: schema */inbox m ON i.id IS NULL AND m.consumer = f.consumer AND m.key = f.key
 ORDER BY f.ord;
 
 -- name: RenewExpired :many
 -- Reuses the rows of expired dedup records as new messages: a key whose window has ended is accepted
--- again even if the cleaner has not deleted its row yet. Only rows still expired are touched.
+-- again even if the cleaner has not deleted its row yet. Only rows still expired are touched. The
+-- fingerprints are those ReceiveBatch returned.
 WITH input AS (
-    SELECT s.id, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers,
+    SELECT s.id, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers, s.fingerprint,
            NULLIF(s.ordering_key, '') AS ordering_key, coalesce(s.run_at, now()) AS run_at
     FROM ROWS FROM (unnest(@ids::bigint[]), unnest(@kinds::text[]), unnest(@payloads::text[]),
-                    unnest(@headers::text[]), unnest(@ordering_keys::text[]), unnest(@run_ats::timestamptz[]))
-         AS s(id, kind, payload, headers, ordering_key, run_at)
+                    unnest(@headers::text[]), unnest(@fingerprints::bytea[]), unnest(@ordering_keys::text[]),
+                    unnest(@run_ats::timestamptz[]))
+         AS s(id, kind, payload, headers, fingerprint, ordering_key, run_at)
 ), renewed AS (
     UPDATE /* TEMPLATE: schema */inbox m
     SET kind = input.kind, payload = input.payload, raw = NULL, headers = input.headers,
-        fingerprint = sha256(convert_to(input.kind || E'\n' || input.payload::text, 'UTF8')),
+        fingerprint = input.fingerprint,
         ordering_key = input.ordering_key, state = 'pending', attempts_started = 0, attempts_failed = 0,
         next_run_at = input.run_at, owner = NULL, lease_until = NULL, last_error = NULL,
         received_at = now(), started_at = NULL, completed_at = NULL, expires_at = NULL, result = NULL
@@ -80,15 +100,15 @@ WITH input AS (
 SELECT r.id FROM renewed r;
 
 -- name: LookupKeys :many
--- Reads the stored rows for keys (consumer, key) pairs.
+-- Reads the stored rows for keys (consumer, key) pairs, comparing them with the fingerprints
+-- ReceiveBatch returned.
 WITH t AS (
-    SELECT s.ord, s.consumer, s.key, s.kind, s.payload::jsonb AS payload
-    FROM ROWS FROM (unnest(@consumers::text[]), unnest(@keys::text[]), unnest(@kinds::text[]),
-                    unnest(@payloads::text[]))
-         WITH ORDINALITY AS s(consumer, key, kind, payload, ord)
+    SELECT s.ord, s.consumer, s.key, s.fingerprint
+    FROM ROWS FROM (unnest(@consumers::text[]), unnest(@keys::text[]), unnest(@fingerprints::bytea[]))
+         WITH ORDINALITY AS s(consumer, key, fingerprint, ord)
 )
 SELECT t.ord::bigint AS ord, m.id, m.state,
-       (m.fingerprint = sha256(convert_to(t.kind || E'\n' || t.payload::text, 'UTF8')))::boolean AS same_fingerprint,
+       (m.fingerprint = t.fingerprint)::boolean AS same_fingerprint,
        m.result, coalesce(m.expires_at < now(), false)::boolean AS expired
 FROM t
 JOIN /* TEMPLATE: schema */inbox m ON m.consumer = t.consumer AND m.key = t.key

@@ -1,9 +1,9 @@
-// Package seenredis is a seen-key cache (inbox.SeenCache) on Redis, shared by every process that uses
+// Package seenredis is a seen-key cache (seen.Cache) on Redis, shared by every process that uses
 // the same Redis and Prefix: a message accepted by one process is answered as a Duplicate by the
 // others without a database round trip.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-//	client, err := inbox.NewClient(pool, inbox.Config{
+//	client, err := inbox.New(txinbox.Store{DB: pool}, inbox.Config{
 //		SeenCache: seenredis.New(rdb, seenredis.Config{Prefix: "orders:"}),
 //		SeenTTL:   24 * time.Hour, // at most the workers' Retention
 //	})
@@ -15,7 +15,7 @@
 // Put each take one round trip (a pipeline of GETs or SETs, so Redis Cluster works too).
 //
 // Redis is not the source of truth: when it is down, slow or answers nonsense, the inbox Client counts
-// the error (inbox.SeenObserver) and asks PostgreSQL instead. Entries are lost when Redis restarts
+// the error (seen.Observer) and asks PostgreSQL instead. Entries are lost when Redis restarts
 // without persistence, which only costs database round trips. Run it without persistence (save "",
 // appendonly no): a restart that restores an older snapshot would restore an older epoch too, and with
 // it entries invalidated since (call Invalidate after such a restore).
@@ -32,7 +32,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/seen"
 )
 
 // DefaultPrefix is Config.Prefix when it is empty.
@@ -48,14 +48,14 @@ type Config struct {
 	Prefix string
 }
 
-// Cache is an inbox.SeenCache on Redis. It is safe for concurrent use.
+// Cache is a seen.Cache on Redis. It is safe for concurrent use.
 type Cache struct {
 	rdb      redis.UniversalClient
 	prefix   string
 	epochKey string
 }
 
-var _ inbox.SeenCache = (*Cache)(nil)
+var _ seen.Cache = (*Cache)(nil)
 
 // New returns a Cache using rdb (a *redis.Client, *redis.ClusterClient or any UniversalClient).
 // Bound its calls with short timeouts in rdb's options too: the inbox Client gives each call at most
@@ -69,12 +69,12 @@ func New(rdb redis.UniversalClient, cfg Config) *Cache {
 
 // Key returns the Redis key of k: Prefix, then the schema, consumer and key, each of the first two
 // preceded by its length (so that no two SeenKeys share a Redis key).
-func (c *Cache) Key(k inbox.SeenKey) string {
+func (c *Cache) Key(k seen.Key) string {
 	return c.prefix + "k:" + strconv.Itoa(len(k.Schema)) + ":" + k.Schema + strconv.Itoa(len(k.Consumer)) + ":" + k.Consumer + k.Key
 }
 
-// Get implements inbox.SeenCache: one pipeline of the epoch and the keys' entries.
-func (c *Cache) Get(ctx context.Context, keys []inbox.SeenKey) ([]inbox.SeenEntry, []bool, uint64, error) {
+// Get implements seen.Cache: one pipeline of the epoch and the keys' entries.
+func (c *Cache) Get(ctx context.Context, keys []seen.Key) ([]seen.Entry, []bool, uint64, error) {
 	pipe := c.rdb.Pipeline()
 	epochCmd := pipe.Get(ctx, c.epochKey)
 	cmds := make([]*redis.StringCmd, len(keys))
@@ -92,7 +92,7 @@ func (c *Cache) Get(ctx context.Context, keys []inbox.SeenKey) ([]inbox.SeenEntr
 	} else if !errors.Is(err, redis.Nil) {
 		return nil, nil, 0, fmt.Errorf("txinbox/seenredis: get epoch: %w", err)
 	}
-	entries := make([]inbox.SeenEntry, len(keys))
+	entries := make([]seen.Entry, len(keys))
 	found := make([]bool, len(keys))
 	for i, cmd := range cmds {
 		b, err := cmd.Bytes()
@@ -115,9 +115,9 @@ func (c *Cache) Get(ctx context.Context, keys []inbox.SeenKey) ([]inbox.SeenEntr
 	return entries, found, epoch, nil
 }
 
-// Put implements inbox.SeenCache: one pipeline of SETs with PX expiries (whole milliseconds, rounded
+// Put implements seen.Cache: one pipeline of SETs with PX expiries (whole milliseconds, rounded
 // down; an entry with less than a millisecond left is not stored).
-func (c *Cache) Put(ctx context.Context, epoch uint64, keys []inbox.SeenKey, entries []inbox.SeenEntry, ttls []time.Duration) error {
+func (c *Cache) Put(ctx context.Context, epoch uint64, keys []seen.Key, entries []seen.Entry, ttls []time.Duration) error {
 	pipe := c.rdb.Pipeline()
 	n := 0
 	for i, k := range keys {
@@ -141,7 +141,7 @@ func (c *Cache) Put(ctx context.Context, epoch uint64, keys []inbox.SeenKey, ent
 	return nil
 }
 
-// Invalidate implements inbox.SeenCache: it increments the epoch, for every process sharing it.
+// Invalidate implements seen.Cache: it increments the epoch, for every process sharing it.
 func (c *Cache) Invalidate(ctx context.Context) error {
 	if err := c.rdb.Incr(ctx, c.epochKey).Err(); err != nil {
 		return fmt.Errorf("txinbox/seenredis: invalidate: %w", err)

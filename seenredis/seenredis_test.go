@@ -13,8 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/seen"
 	"github.com/txinbox/txinbox/seenredis"
 )
 
@@ -80,34 +82,34 @@ func (s *redisServer) stop() {
 // counter is an inbox Observer counting the seen-key cache results.
 type counter struct {
 	mu      sync.Mutex
-	results map[inbox.SeenResult]int
-	errs    map[inbox.SeenOp]int
+	results map[seen.Result]int
+	errs    map[seen.Op]int
 }
 
 func (o *counter) ReceiveStart(ctx context.Context, _ []inbox.Message) (context.Context, func([]inbox.Receipt, error)) {
 	return ctx, func([]inbox.Receipt, error) {}
 }
 
-func (o *counter) SeenLookup(_ string, r inbox.SeenResult, n int) {
+func (o *counter) SeenLookup(_ string, r seen.Result, n int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.results[r] += n
 }
 
-func (o *counter) SeenError(op inbox.SeenOp, _ error) {
+func (o *counter) SeenError(op seen.Op, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.errs[op]++
 }
 
-func (o *counter) get(r inbox.SeenResult) int {
+func (o *counter) get(r seen.Result) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.results[r]
 }
 
 func newCounter() *counter {
-	return &counter{results: map[inbox.SeenResult]int{}, errs: map[inbox.SeenOp]int{}}
+	return &counter{results: map[seen.Result]int{}, errs: map[seen.Op]int{}}
 }
 
 func newCache(t *testing.T, s *redisServer) *seenredis.Cache {
@@ -166,7 +168,7 @@ func TestRedisStoppedMidRun(t *testing.T) {
 	srv := startRedis(t)
 	db := testdb.New(t)
 	o := newCounter()
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, Observer: o,
+	c, err := inbox.New(db.Store(), inbox.Config{Observer: o,
 		SeenCache: newCache(t, srv), SeenTTL: time.Hour, SeenTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +181,7 @@ func TestRedisStoppedMidRun(t *testing.T) {
 	if hits := receiveAll(t, c, stored, append(wave("b", 10), wave("a", 5)[5:]...)); hits != 0 {
 		t.Fatalf("%d cached duplicates with Redis down", hits)
 	}
-	if fb := o.get(inbox.SeenFallback); fb != 10*4+15 {
+	if fb := o.get(seen.Fallback); fb != 10*4+15 {
 		t.Errorf("%d fallbacks, want %d", fb, 10*4+15)
 	}
 	srv.start()
@@ -204,14 +206,15 @@ func TestRedisStoppedMidRun(t *testing.T) {
 }
 
 // TestRedisSharedAndExpiry: two Clients (two processes) share the cache; a key past its window is
-// Inserted again although Redis had it; DiscardDead through one Client invalidates the other's hits.
+// Inserted again although Redis had it; DiscardDead through an admin.Admin given the same Redis cache
+// invalidates the Clients' hits.
 func TestRedisSharedAndExpiry(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	db := testdb.New(t)
 	const retention = time.Second
 	newClient := func() *inbox.Client {
-		c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema, SeenCache: newCache(t, srv), SeenTTL: retention})
+		c, err := inbox.New(db.Store(), inbox.Config{SeenCache: newCache(t, srv), SeenTTL: retention})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +241,7 @@ func TestRedisSharedAndExpiry(t *testing.T) {
 	if again, err := b.Receive(ctx, msg("k", `1`)); err != nil || again.Outcome != inbox.Inserted {
 		t.Fatalf("after the window: %+v %v, want Inserted", again, err)
 	}
-	// Dead, cached by b, discarded through a: b's cache (the same Redis) forgets it.
+	// Dead, cached by b, discarded through an Admin: b's cache (the same Redis) forgets it.
 	if _, err := db.Pool.Exec(ctx, db.SQL(`WITH q AS (DELETE FROM {schema}.inbox_queue WHERE id = $1)
 		UPDATE {schema}.inbox SET state = 'dead', completed_at = now() WHERE id = $1`), r.ID); err != nil {
 		t.Fatal(err)
@@ -246,7 +249,11 @@ func TestRedisSharedAndExpiry(t *testing.T) {
 	if d, err := b.Receive(ctx, msg("k", `1`)); err != nil || !d.Cached {
 		t.Fatalf("%+v %v, want a cached duplicate", d, err)
 	}
-	if done, err := a.DiscardDead(ctx, r.ID); err != nil || len(done) != 1 {
+	ops, err := admin.New(db.Store(), admin.Config{SeenCache: newCache(t, srv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, err := ops.DiscardDead(ctx, r.ID); err != nil || len(done) != 1 {
 		t.Fatalf("%v %v", done, err)
 	}
 	if again, err := b.Receive(ctx, msg("k", `1`)); err != nil || again.Outcome != inbox.Inserted {
@@ -262,22 +269,22 @@ func TestRedisNotOurs(t *testing.T) {
 	defer rdb.Close()
 	c := seenredis.New(rdb, seenredis.Config{Prefix: "p:"})
 	ctx := context.Background()
-	k := inbox.SeenKey{Schema: "public", Consumer: "ledger", Key: "x"}
+	k := seen.Key{Schema: "public", Consumer: "ledger", Key: "x"}
 	if err := rdb.Set(ctx, c.Key(k), "garbage", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, found, _, err := c.Get(ctx, []inbox.SeenKey{k})
+	_, found, _, err := c.Get(ctx, []seen.Key{k})
 	if err != nil || found[0] {
 		t.Fatalf("garbage value: found %v, %v", found, err)
 	}
 	if err := rdb.Set(ctx, "p:epoch", "nope", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := c.Get(ctx, []inbox.SeenKey{k}); err == nil {
+	if _, _, _, err := c.Get(ctx, []seen.Key{k}); err == nil {
 		t.Fatal("a bad epoch is not an error")
 	}
 	// Distinct SeenKeys never share a Redis key.
-	if c.Key(inbox.SeenKey{Schema: "a", Consumer: "bc", Key: "d"}) == c.Key(inbox.SeenKey{Schema: "ab", Consumer: "c", Key: "d"}) {
+	if c.Key(seen.Key{Schema: "a", Consumer: "bc", Key: "d"}) == c.Key(seen.Key{Schema: "ab", Consumer: "c", Key: "d"}) {
 		t.Fatal("key collision")
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/txinboxtest/internal/pgcontainer"
 	"github.com/txinbox/txinbox/worker"
@@ -113,7 +114,7 @@ type Run struct {
 //
 // As in a pool, fn runs in a savepoint of its own: when it returns an error, what it wrote is rolled
 // back; when it returns nil, its writes stay in [Run.Tx]. The transaction fn gets refuses Commit and
-// Rollback with [worker.ErrTxManaged]. fn's ctx ends when t does (no handler timeout applies). A panic
+// Rollback with [txinbox.ErrTxManaged]. fn's ctx ends when t does (no handler timeout applies). A panic
 // in fn is not recovered: it fails the test, as any panic in a test does.
 //
 // msg's payload reaches fn as a pool would give it: RawPayload, or if it is nil, Payload encoded as
@@ -200,8 +201,8 @@ func message[T any](t testing.TB, msg worker.Message[T]) (*worker.Message[T], er
 // are the worker's to call.
 type managedTx struct{ pgx.Tx }
 
-// Commit returns worker.ErrTxManaged and does nothing.
-func (managedTx) Commit(context.Context) error { return worker.ErrTxManaged }
+// Commit returns txinbox.ErrTxManaged and does nothing.
+func (managedTx) Commit(context.Context) error { return txinbox.ErrTxManaged }
 
-// Rollback returns worker.ErrTxManaged and does nothing.
-func (managedTx) Rollback(context.Context) error { return worker.ErrTxManaged }
+// Rollback returns txinbox.ErrTxManaged and does nothing.
+func (managedTx) Rollback(context.Context) error { return txinbox.ErrTxManaged }

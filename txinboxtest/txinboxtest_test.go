@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/txinboxtest"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -148,10 +149,10 @@ func TestRunHandlerMessageAndTx(t *testing.T) {
 	var got *worker.Message[credit]
 	run := txinboxtest.RunHandler(t, db.Pool, func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		got = m
-		if err := tx.Commit(ctx); !errors.Is(err, worker.ErrTxManaged) {
+		if err := tx.Commit(ctx); !errors.Is(err, txinbox.ErrTxManaged) {
 			t.Errorf("Commit = %v, want ErrTxManaged", err)
 		}
-		if err := tx.Rollback(ctx); !errors.Is(err, worker.ErrTxManaged) {
+		if err := tx.Rollback(ctx); !errors.Is(err, txinbox.ErrTxManaged) {
 			t.Errorf("Rollback = %v, want ErrTxManaged", err)
 		}
 		return m.SetResult(map[string]int64{"credited": m.Payload.Cents})

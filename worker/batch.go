@@ -355,7 +355,7 @@ func callHandler(ctx context.Context, h *handler, tx pgx.Tx, c *claimed, result 
 func (p *Pool) finish(ctx context.Context, db sqlc.DBTX, done []*finish) error {
 	n := len(done)
 	arg := sqlc.FinishBatchParams{
-		RetentionSeconds: p.cfg.Retention.Seconds(),
+		RetentionSeconds: p.store.Retention.Seconds(),
 		Ids:              make([]int64, n), Tokens: make([]int64, n), Outcomes: make([]string, n),
 		Errors: make([]string, n), Results: make([]string, n), Delays: make([]float64, n), Uncount: make([]int32, n),
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
 )
 
 // Bounds of HandlerConfig.BatchSize for batch handlers.
@@ -128,7 +128,7 @@ func HandleBatch[T any](hs *Handlers, kind string, fn BatchHandlerFunc[T], cfg .
 	case len(cfg) > 1:
 		bad("at most one HandlerConfig")
 	}
-	if err := inbox.ValidateName(kind); err != nil {
+	if err := txinbox.ValidateName(kind); err != nil {
 		bad("kind %v", err)
 	}
 	if _, dup := hs.byKind[kind]; dup {

@@ -19,23 +19,24 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
 // batchPool is the one place the batch handler tests create pools: on db (nil: the test's pool), with
 // the settings of env.pool.
-func batchPool(t *testing.T, e *env, db inbox.DB, hs *worker.Handlers, mod func(*worker.Config)) *worker.Pool {
+func batchPool(t *testing.T, e *env, db txinbox.DB, hs *worker.Handlers, mod func(*worker.Config)) *worker.Pool {
 	t.Helper()
 	if db == nil {
 		db = e.Pool
 	}
-	cfg := worker.Config{Consumer: "ledger", Schema: e.Schema, Handlers: hs, PollInterval: 20 * time.Millisecond,
+	cfg := worker.Config{Consumer: "ledger", Handlers: hs, PollInterval: 20 * time.Millisecond,
 		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
 	}
-	p, err := worker.New(db, cfg)
+	p, err := worker.New(txinbox.Store{DB: db, Schema: e.Schema}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

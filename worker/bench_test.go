@@ -33,7 +33,7 @@ func BenchmarkDrain(b *testing.B) {
 			worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 				return applyCredit(ctx, tx, db.Schema, m)
 			})
-			p, err := worker.New(db.Pool, worker.Config{Consumer: "ledger", Schema: db.Schema, Handlers: hs,
+			p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs,
 				Concurrency: conc, PollInterval: 5 * time.Millisecond})
 			if err != nil {
 				b.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -45,7 +46,7 @@ func TestConcurrentPoolsExactlyOnce(t *testing.T) {
 			calls.Add(1)
 			return applyCredit(ctx, tx, e.Schema, m)
 		})
-		p, err := worker.New(db, worker.Config{Consumer: "ledger", Schema: e.Schema, Handlers: hs,
+		p, err := worker.New(txinbox.Store{DB: db, Schema: e.Schema}, worker.Config{Consumer: "ledger", Handlers: hs,
 			Concurrency: 8, PollInterval: 10 * time.Millisecond, Owner: fmt.Sprintf("pool-%d", i)})
 		if err != nil {
 			t.Fatal(err)

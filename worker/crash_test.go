@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -68,7 +69,7 @@ func child(mode string) int {
 	if mode == "batch-hang" {
 		hs = batchHangHandlers(schema, target, marker)
 	}
-	p, err := worker.New(pool, worker.Config{Consumer: "ledger", Schema: schema, Handlers: hs,
+	p, err := worker.New(txinbox.Store{DB: pool, Schema: schema}, worker.Config{Consumer: "ledger", Handlers: hs,
 		Concurrency: 2, BatchSize: 20, PollInterval: 20 * time.Millisecond, Lease: 2 * time.Second, Timeout: time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

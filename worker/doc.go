@@ -47,7 +47,7 @@
 // # Wake-ups
 //
 // A pool finds new messages without polling: the receiving statement sends a PostgreSQL notification
-// (debounced per Client and consumer, inbox.Config.NotifyInterval), delivered when the receiving
+// (debounced per Client and consumer, Store.NotifyInterval), delivered when the receiving
 // transaction commits, and the pool listens on a connection of its own (reopened with backoff when
 // lost). After any activity one runner polls every HotPollInterval for HotWindow, which covers the
 // messages whose notification was debounced. Polling at PollInterval stays as the fallback: with

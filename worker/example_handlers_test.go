@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/worker"
@@ -25,7 +26,7 @@ import (
 // this order), runs a pool of handlers until every one of them has completed, and stops it.
 func handleAll(db *pgxpool.Pool, schema string, handlers *worker.Handlers, msgs ...inbox.Message) {
 	ctx := context.Background()
-	client, err := inbox.NewClient(db, inbox.Config{Schema: schema})
+	client, err := inbox.New(txinbox.Store{DB: db, Schema: schema}, inbox.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -36,7 +37,7 @@ func handleAll(db *pgxpool.Pool, schema string, handlers *worker.Handlers, msgs 
 		panic(err)
 	}
 	events := make(eventLog, 16)
-	pool, err := worker.New(db, worker.Config{Consumer: "example", Schema: schema, Handlers: handlers, Observer: events})
+	pool, err := worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{Consumer: "example", Handlers: handlers, Observer: events})
 	if err != nil {
 		panic(err)
 	}

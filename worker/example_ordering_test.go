@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/worker"
@@ -26,7 +27,7 @@ func Example_orderingKey() {
 	ctx := context.Background()
 	db, schema, cleanup := testdb.ForExample()
 	defer cleanup()
-	client, err := inbox.NewClient(db, inbox.Config{Schema: schema})
+	client, err := inbox.New(txinbox.Store{DB: db, Schema: schema}, inbox.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -42,7 +43,7 @@ func Example_orderingKey() {
 		return nil
 	}, worker.HandlerConfig{Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	events := make(eventLog, 16)
-	pool, err := worker.New(db, worker.Config{Consumer: "accounts", Schema: schema, Handlers: handlers,
+	pool, err := worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{Consumer: "accounts", Handlers: handlers,
 		Concurrency: 4, Observer: events})
 	if err != nil {
 		panic(err)

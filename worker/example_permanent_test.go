@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/worker"
@@ -29,7 +31,12 @@ func ExamplePermanent() {
 	ctx := context.Background()
 	db, schema, cleanup := testdb.ForExample()
 	defer cleanup()
-	client, err := inbox.NewClient(db, inbox.Config{Schema: schema})
+	store := txinbox.Store{DB: db, Schema: schema}
+	client, err := inbox.New(store, inbox.Config{})
+	if err != nil {
+		panic(err)
+	}
+	ops, err := admin.New(store, admin.Config{}) // an operator's view of stored messages
 	if err != nil {
 		panic(err)
 	}
@@ -42,7 +49,7 @@ func ExamplePermanent() {
 		return nil
 	})
 	events := make(eventLog, 16)
-	pool, err := worker.New(db, worker.Config{Consumer: "payments", Schema: schema, Handlers: handlers,
+	pool, err := worker.New(store, worker.Config{Consumer: "payments", Handlers: handlers,
 		MaxAttempts: 5, Observer: events})
 	if err != nil {
 		panic(err)
@@ -61,7 +68,7 @@ func ExamplePermanent() {
 	fmt.Println("attempt", e.Attempt, "->", e.Outcome, e.Reason, worker.IsPermanent(e.Err))
 	fmt.Println("error:", e.Err)
 
-	m, err := client.GetMessage(ctx, r.ID)
+	m, err := ops.GetMessage(ctx, r.ID)
 	if err != nil {
 		panic(err)
 	}

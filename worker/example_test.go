@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/worker"
@@ -24,7 +25,7 @@ func Example() {
 	defer cleanup()
 	_, _ = db.Exec(ctx, "CREATE TABLE "+pgx.Identifier{schema, "credits"}.Sanitize()+" (order_id text PRIMARY KEY, cents bigint)")
 
-	client, err := inbox.NewClient(db, inbox.Config{Schema: schema})
+	client, err := inbox.New(txinbox.Store{DB: db, Schema: schema}, inbox.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -48,7 +49,7 @@ func Example() {
 		close(handled)
 		return err
 	})
-	pool, err := worker.New(db, worker.Config{Consumer: "ledger", Schema: schema, Handlers: handlers})
+	pool, err := worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{Consumer: "ledger", Handlers: handlers})
 	if err != nil {
 		panic(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
 )
 
 // Message is a claimed message handed to a handler, with its payload decoded into T.
@@ -63,7 +63,7 @@ func (m *Message[T]) Result() []byte {
 // "completed" mark, or not at all. tx supports every method of pgx.Tx: what the handler sends through
 // Exec, Query, QueryRow, SendBatch, CopyFrom, Prepare, LargeObjects, and through the connection Conn
 // returns, runs in the message's own savepoint; tx.Begin gives a nested savepoint as usual. It must not
-// call tx.Commit or tx.Rollback (they return ErrTxManaged), nor end the transaction any other way (a
+// call tx.Commit or tx.Rollback (they return txinbox.ErrTxManaged), nor end the transaction any other way (a
 // COMMIT or ROLLBACK statement, or Begin, Commit or pgx.BeginFunc on tx.Conn(), which would commit
 // the whole batch). Returning an error rolls its writes back and records a failure; wrap it with
 // Permanent to give up at once. ctx ends at the handler's timeout or when the pool is stopped.
@@ -112,7 +112,7 @@ type handler struct {
 // payload that does not decode into T is a permanent error: the message is dead at once.
 //
 // Handle checks its arguments at once and panics on a programming error, as net/http's ServeMux does:
-// a nil hs or fn, a kind that no message can have (inbox.ValidateName), a kind registered twice, more
+// a nil hs or fn, a kind that no message can have (txinbox.ValidateName), a kind registered twice, more
 // than one HandlerConfig, a negative HandlerConfig field, a HandlerConfig.BatchSize (batch handlers
 // only), or a registry already given to New.
 func Handle[T any](hs *Handlers, kind string, fn HandlerFunc[T], cfg ...HandlerConfig) {
@@ -129,7 +129,7 @@ func Handle[T any](hs *Handlers, kind string, fn HandlerFunc[T], cfg ...HandlerC
 	case len(cfg) > 1:
 		bad("at most one HandlerConfig")
 	}
-	if err := inbox.ValidateName(kind); err != nil {
+	if err := txinbox.ValidateName(kind); err != nil {
 		bad("kind %v", err)
 	}
 	if _, dup := hs.byKind[kind]; dup {
@@ -175,10 +175,6 @@ type decodeError struct{ err error }
 
 func (e decodeError) Error() string { return e.err.Error() }
 func (e decodeError) Unwrap() error { return e.err }
-
-// ErrTxManaged is returned by Commit and Rollback on the transaction given to a handler: the worker
-// commits it with the message's status.
-var ErrTxManaged = errors.New("txinbox: the handler's transaction is committed or rolled back by the worker")
 
 // ErrUnknownKind is matched by the failure recorded for a message whose kind has no handler in this
 // pool. It is retried with backoff (a newer deployment may know the kind) until it is dead.

@@ -24,7 +24,7 @@ func newEnv(t *testing.T) *env { return newBenchEnv(t) }
 func newBenchEnv(t testing.TB) *env {
 	t.Helper()
 	db := testdb.New(t)
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,12 +60,12 @@ func (e *env) receive(t *testing.T, keys ...string) {
 
 func (e *env) pool(t *testing.T, hs *worker.Handlers, mod func(*worker.Config)) *worker.Pool {
 	t.Helper()
-	cfg := worker.Config{Consumer: "ledger", Schema: e.Schema, Handlers: hs, PollInterval: 20 * time.Millisecond,
+	cfg := worker.Config{Consumer: "ledger", Handlers: hs, PollInterval: 20 * time.Millisecond,
 		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
 	}
-	p, err := worker.New(e.Pool, cfg)
+	p, err := worker.New(e.Store(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

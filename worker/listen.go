@@ -10,13 +10,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/txinbox/txinbox/inbox"
 )
 
-// Wake-ups: a pool listens (LISTEN) on inbox.NotifyChannel(schema) on a connection of its own, and a
+// Wake-ups: a pool listens (LISTEN) on Store.NotifyChannel on a connection of its own, and a
 // notification whose payload is its consumer wakes its runners at once. Receiving Clients notify at
-// most once per inbox.Config.NotifyInterval per consumer; the messages in between are found by the
+// most once per Store.NotifyInterval per consumer; the messages in between are found by the
 // fast polling a pool keeps up for HotWindow after any activity. Polling at PollInterval remains the
 // fallback: when listening is disabled, impossible (no connector, a pooler in transaction mode that
 // swallows notifications) or the listening connection is down.
@@ -63,7 +61,7 @@ func (p *Pool) listen(ctx context.Context, connect func(context.Context) (*pgx.C
 		case <-ctx.Done():
 		}
 	}()
-	channel := inbox.NotifyChannel(p.cfg.Schema)
+	channel := p.store.NotifyChannel()
 	backoff := 100 * time.Millisecond
 	unsupported := false // the last check showed that notifications do not come back
 	for ctx.Err() == nil {

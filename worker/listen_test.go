@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -32,7 +33,7 @@ func TestIdlePoolWokenByNotification(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	// Notify on every receive (no debounce), so that every message below has its own notification.
-	client, err := inbox.NewClient(e.Pool, inbox.Config{Schema: e.Schema, NotifyInterval: time.Nanosecond})
+	client, err := inbox.New(txinbox.Store{DB: e.Pool, Schema: e.Schema, NotifyInterval: time.Nanosecond}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestIdlePoolWokenByNotification(t *testing.T) {
 func TestDebouncedNotificationsAndHotPolling(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	client, err := inbox.NewClient(e.Pool, inbox.Config{Schema: e.Schema, NotifyInterval: time.Hour})
+	client, err := inbox.New(txinbox.Store{DB: e.Pool, Schema: e.Schema, NotifyInterval: time.Hour}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

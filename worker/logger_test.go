@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -142,7 +143,7 @@ func TestLogPollingOnly(t *testing.T) {
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
-	p, err := worker.New(notAPool{e.Pool}, worker.Config{Consumer: "ledger", Schema: e.Schema, Handlers: hs,
+	p, err := worker.New(txinbox.Store{DB: notAPool{e.Pool}, Schema: e.Schema}, worker.Config{Consumer: "ledger", Handlers: hs,
 		PollInterval: 20 * time.Millisecond, Logger: logs.logger()})
 	if err != nil {
 		t.Fatal(err)

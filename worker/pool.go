@@ -24,7 +24,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/store"
 )
@@ -36,7 +36,6 @@ const (
 	MaxBatchSize        = 64
 	DefaultPollInterval = time.Second
 	DefaultLease        = time.Minute
-	DefaultRetention    = 7 * 24 * time.Hour
 	DefaultMaxAttempts  = 10
 	DefaultTimeout      = 30 * time.Second
 	DefaultHotPoll      = 10 * time.Millisecond
@@ -50,8 +49,6 @@ const (
 type Config struct {
 	// Consumer is the consumer whose messages this pool handles (inbox.Message.Consumer).
 	Consumer string
-	// Schema holds the inbox tables. Default: inbox.DefaultSchema ("public").
-	Schema string
 	// Handlers maps kinds to handlers. A message of a kind without a handler fails with
 	// ErrUnknownKind and is retried until it is dead.
 	Handlers *Handlers
@@ -72,12 +69,14 @@ type Config struct {
 	PollInterval time.Duration
 	// HotPollInterval is how often one runner of the pool looks for work during HotWindow after any
 	// activity (a claimed message, a notification or Wake), so that messages whose notification was
-	// debounced by the receiving Client (inbox.Config.NotifyInterval) wait about this long, not a full
+	// debounced by the receiving Client (Store.NotifyInterval) wait about this long, not a full
 	// PollInterval. Default: 10ms.
 	HotPollInterval time.Duration
 	// HotWindow is how long the pool keeps polling every HotPollInterval after its last activity. It
-	// must exceed the inbox.Config.NotifyInterval of the Clients receiving for this consumer (50ms by
-	// default) by the commit time of a receiving transaction. Default: 1s. Negative: never poll fast.
+	// must exceed Store.NotifyInterval (the debounce of the Clients receiving for this consumer, 50ms
+	// by default) by the commit time of a receiving transaction: when both are positive, a HotWindow
+	// not above NotifyInterval is a *[txinbox.ConfigError]. Default: DefaultHotWindow (1s), or twice
+	// Store.NotifyInterval if that is longer. Negative: never poll fast.
 	HotWindow time.Duration
 	// DisableListen turns off LISTEN: the pool finds new messages by polling only. Set it when
 	// connections go through a pooler in transaction mode (PgBouncer), where LISTEN cannot work. (A
@@ -93,9 +92,6 @@ type Config struct {
 	// also bounds, on the server side, how long a batch transaction may sit idle (a frozen worker's
 	// session is terminated, its locks released). Must exceed every handler Timeout. Default: 1m.
 	Lease time.Duration
-	// Retention is the dedup window kept after a message completes: a duplicate received within it is
-	// rejected; after it the key is accepted as new. Default: 7 days.
-	Retention time.Duration
 	// MaxAttempts is the number of attempts that may start before a message is dead. Default: 10.
 	MaxAttempts int
 	// Timeout bounds one handler call (its context) and each statement of a batch transaction
@@ -131,21 +127,15 @@ type Config struct {
 	QueueVacuumThreshold int
 }
 
-func (c Config) withDefaults() (Config, error) {
+func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	bad := func(field, reason string) (Config, error) {
-		return c, &inbox.ConfigError{Field: field, Reason: reason}
+		return c, &txinbox.ConfigError{Field: field, Reason: reason}
 	}
-	if err := inbox.ValidateName(c.Consumer); err != nil {
+	if err := txinbox.ValidateName(c.Consumer); err != nil {
 		return bad("Consumer", err.Error())
 	}
 	if c.Handlers == nil || len(c.Handlers.byKind) == 0 {
 		return bad("Handlers", "no handler registered (use worker.Handle)")
-	}
-	if c.Schema == "" {
-		c.Schema = inbox.DefaultSchema
-	}
-	if err := inbox.ValidateSchema(c.Schema); err != nil {
-		return c, err
 	}
 	def := func(v *int, d int) {
 		if *v == 0 {
@@ -163,9 +153,8 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.QueueVacuumThreshold, DefaultQueueVacuumThreshold)
 	defd(&c.PollInterval, DefaultPollInterval)
 	defd(&c.HotPollInterval, DefaultHotPoll)
-	defd(&c.HotWindow, DefaultHotWindow)
+	defd(&c.HotWindow, max(DefaultHotWindow, 2*st.NotifyInterval))
 	defd(&c.Lease, DefaultLease)
-	defd(&c.Retention, DefaultRetention)
 	defd(&c.Timeout, DefaultTimeout)
 	switch {
 	case c.Concurrency < 0:
@@ -174,8 +163,10 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("BatchSize", fmt.Sprintf("must be 1 to %d", MaxBatchSize))
 	case c.MaxAttempts < 0:
 		return bad("MaxAttempts", "must not be negative")
-	case c.PollInterval < 0 || c.Lease < 0 || c.Retention < 0 || c.Timeout < 0 || c.HotPollInterval < 0:
-		return bad("PollInterval/HotPollInterval/Lease/Retention/Timeout", "must not be negative")
+	case c.PollInterval < 0 || c.Lease < 0 || c.Timeout < 0 || c.HotPollInterval < 0:
+		return bad("PollInterval/HotPollInterval/Lease/Timeout", "must not be negative")
+	case c.HotWindow > 0 && st.NotifyInterval > 0 && c.HotWindow <= st.NotifyInterval:
+		return bad("HotWindow", fmt.Sprintf("%v must exceed Store.NotifyInterval (%v): messages whose notification was debounced would wait a full PollInterval", c.HotWindow, st.NotifyInterval))
 	}
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
@@ -196,7 +187,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
 	}
 	for kind, h := range c.Handlers.byKind {
-		if err := inbox.ValidateName(kind); err != nil {
+		if err := txinbox.ValidateName(kind); err != nil {
 			return bad("Handlers", fmt.Sprintf("kind %v", err))
 		}
 		if t := c.timeout(h); t >= c.Lease {
@@ -227,9 +218,15 @@ func (c *Config) backoff(h *handler) Backoff {
 	return c.Backoff
 }
 
+// statements returns the statement rewriter of schema.
+func statements(schema string) *store.Store { return store.New(schema) }
+
+var _ txinbox.Service = (*Pool)(nil)
+
 // Pool claims and handles the messages of one consumer. Create it with New, then Start and Stop it.
 type Pool struct {
-	db      inbox.DB
+	db      txinbox.DB
+	store   txinbox.Store
 	cfg     Config
 	st      *store.Store
 	lockKey int64
@@ -269,23 +266,25 @@ type inflight struct {
 	abandoned atomic.Bool // Stop gave up on it: closed its connection and handed its claims back
 }
 
-// New returns a pool handling cfg.Consumer's messages with db (usually a *pgxpool.Pool, which it
-// uses Concurrency+2 connections of at most).
+// New returns a pool handling cfg.Consumer's messages in store (whose DB, usually a *pgxpool.Pool,
+// it uses Concurrency+2 connections of at most; whose Retention it stamps on each message it
+// completes; whose NotifyInterval its HotWindow must exceed).
 //
-// New checks cfg (a *inbox.ConfigError says which field is wrong) and freezes cfg.Handlers: Handle
-// panics on them afterwards. It does not touch the database; Start does.
-func New(db inbox.DB, cfg Config) (*Pool, error) {
-	if db == nil {
-		return nil, &inbox.ConfigError{Field: "db", Reason: "must not be nil"}
+// New checks store and cfg (a *[txinbox.ConfigError] says which field is wrong) and freezes
+// cfg.Handlers: Handle panics on them afterwards. It does not touch the database; Start does.
+func New(store txinbox.Store, cfg Config) (*Pool, error) {
+	store, err := store.Resolve()
+	if err != nil {
+		return nil, err
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err = cfg.withDefaults(store)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Handlers.frozen.Store(true)
 	h := fnv.New64a()
-	h.Write([]byte("txinbox.rescue\x00" + cfg.Schema + "\x00" + cfg.Consumer))
-	p := &Pool{db: db, cfg: cfg, st: store.New(cfg.Schema), lockKey: int64(h.Sum64() >> 1),
+	h.Write([]byte("txinbox.rescue\x00" + store.Schema + "\x00" + cfg.Consumer))
+	p := &Pool{db: store.DB, store: store, cfg: cfg, st: statements(store.Schema), lockKey: int64(h.Sum64() >> 1),
 		tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/worker"),
 		wake:   make(chan struct{}, cfg.Concurrency+1), epoch: time.Now(),
 		inflight: map[*inflight]struct{}{}, stopDone: make(chan struct{})}
@@ -301,7 +300,7 @@ func New(db inbox.DB, cfg Config) (*Pool, error) {
 	return p, nil
 }
 
-// Start checks that the schema has txinbox's tables (an error matching inbox.ErrNotMigrated if not;
+// Start checks that the schema has txinbox's tables (an error matching txinbox.ErrNotMigrated if not;
 // if the database cannot be asked, it logs a warning and starts anyway, since claims retry), then
 // starts Concurrency batch runners and one rescuer (which runs, one at a time and alone, the
 // messages whose previous attempt never finished), and returns. Each runner holds one connection while
@@ -326,12 +325,12 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.started {
 		return errors.New("txinbox: pool already started")
 	}
-	if err := p.checkSchema(ctx); errors.Is(err, inbox.ErrNotMigrated) {
+	if err := p.checkSchema(ctx); errors.Is(err, txinbox.ErrNotMigrated) {
 		return err
 	} else if err != nil {
 		// The database did not answer (yet): the pool starts, and its claims retry with backoff.
 		p.cfg.Logger.Warn("txinbox: could not check the schema's tables; starting anyway",
-			"consumer", p.cfg.Consumer, "schema", p.cfg.Schema, "err", err)
+			"consumer", p.cfg.Consumer, "schema", p.store.Schema, "err", err)
 	}
 	p.warnPoolSize()
 	p.started = true
@@ -361,11 +360,11 @@ func (p *Pool) Start(ctx context.Context) error {
 	return nil
 }
 
-// checkSchema returns an error matching inbox.ErrNotMigrated unless both tables exist and may be used.
+// checkSchema returns an error matching txinbox.ErrNotMigrated unless both tables exist and may be used.
 func (p *Pool) checkSchema(ctx context.Context) error {
 	row, err := store.Queries.SchemaTables(ctx, p.db, p.st.Table("inbox"), p.st.Table("inbox_queue"))
 	if err != nil {
-		return fmt.Errorf("txinbox: checking the schema %q: %w", p.cfg.Schema, err)
+		return fmt.Errorf("txinbox: checking the schema %q: %w", p.store.Schema, err)
 	}
 	var missing []string
 	if !row.Inbox {
@@ -376,7 +375,7 @@ func (p *Pool) checkSchema(ctx context.Context) error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: schema %q: no table %s, or this role may not read and write it",
-			inbox.ErrNotMigrated, p.cfg.Schema, strings.Join(missing, " or "))
+			txinbox.ErrNotMigrated, p.store.Schema, strings.Join(missing, " or "))
 	}
 	return nil
 }

@@ -139,7 +139,7 @@ func (p *Pool) flushRollup(ctx context.Context) {
 		r.off, r.counts = true, nil
 		r.mu.Unlock()
 		p.cfg.Logger.Warn("txinbox: no inbox_rollup table (schema older than version 3): throughput is not recorded for the console; run the migrations",
-			"consumer", p.cfg.Consumer, "schema", p.cfg.Schema)
+			"consumer", p.cfg.Consumer, "schema", p.store.Schema)
 		return
 	}
 	p.cfg.Logger.Debug("txinbox: adding to the rollup failed; retried with the next add",

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -62,7 +63,7 @@ func sigtermChild(mode string) int {
 		time.Sleep(1500 * time.Millisecond) // ignores ctx; finishes well within the deadline
 		return nil
 	})
-	p, err := worker.New(pool, worker.Config{Consumer: "ledger", Schema: schema, Handlers: hs,
+	p, err := worker.New(txinbox.Store{DB: pool, Schema: schema}, worker.Config{Consumer: "ledger", Handlers: hs,
 		Concurrency: 1, BatchSize: 10, PollInterval: 20 * time.Millisecond})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

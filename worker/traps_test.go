@@ -11,13 +11,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
 // Traps a new user fell into (issue 11): each test here failed before its fix.
 
-// Start on a schema without txinbox's tables fails at once with inbox.ErrNotMigrated, instead of
+// Start on a schema without txinbox's tables fails at once with txinbox.ErrNotMigrated, instead of
 // starting and logging a claim failure many times a second.
 func TestStartFailsOnUnmigratedSchema(t *testing.T) {
 	t.Parallel()
@@ -33,13 +34,13 @@ func TestStartFailsOnUnmigratedSchema(t *testing.T) {
 	})
 	for _, schema := range []string{empty, e.Schema + "_missing"} {
 		logs := &logBuffer{}
-		p, err := worker.New(e.Pool, worker.Config{Consumer: "ledger", Schema: schema, Handlers: hs, Logger: logs.logger()})
+		p, err := worker.New(txinbox.Store{DB: e.Pool, Schema: schema}, worker.Config{Consumer: "ledger", Handlers: hs, Logger: logs.logger()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		err = p.Start(context.Background())
-		if !errors.Is(err, inbox.ErrNotMigrated) || !strings.Contains(err.Error(), schema) {
-			t.Fatalf("Start on schema %q = %v, want inbox.ErrNotMigrated naming the schema", schema, err)
+		if !errors.Is(err, txinbox.ErrNotMigrated) || !strings.Contains(err.Error(), schema) {
+			t.Fatalf("Start on schema %q = %v, want txinbox.ErrNotMigrated naming the schema", schema, err)
 		}
 		if err := p.Stop(context.Background()); err != nil {
 			t.Fatalf("Stop of a pool that did not start = %v", err)
@@ -63,7 +64,7 @@ func TestStartWithUnreachableDatabase(t *testing.T) {
 	logs := &logBuffer{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error { return nil })
-	p, err := worker.New(down, worker.Config{Consumer: "ledger", Handlers: hs, Logger: logs.logger(), DisableListen: true})
+	p, err := worker.New(txinbox.Store{DB: down}, worker.Config{Consumer: "ledger", Handlers: hs, Logger: logs.logger(), DisableListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestStartWarnsOnSmallPgxpool(t *testing.T) {
 	logs := &logBuffer{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error { return nil })
-	p, err := worker.New(small, worker.Config{Consumer: "ledger", Schema: e.Schema, Handlers: hs, Concurrency: 4,
+	p, err := worker.New(txinbox.Store{DB: small, Schema: e.Schema}, worker.Config{Consumer: "ledger", Handlers: hs, Concurrency: 4,
 		Logger: logs.logger(), DisableListen: true})
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +111,7 @@ func TestHandleValidatesAtOnce(t *testing.T) {
 	nop := func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil }
 	frozen := worker.NewHandlers()
 	worker.Handle(frozen, "credit", nop)
-	if _, err := worker.New(newEnv(t).Pool, worker.Config{Consumer: "ledger", Handlers: frozen}); err != nil {
+	if _, err := worker.New(txinbox.Store{DB: newEnv(t).Pool}, worker.Config{Consumer: "ledger", Handlers: frozen}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txinbox/txinbox"
 )
 
 // Each message of a batch runs in a savepoint of its own, so that its failure rolls back only its own
@@ -93,7 +95,7 @@ func (s *savepoints) flush(ctx context.Context) error {
 //   - Exec, Query and QueryRow pipeline the savepoint with their statement;
 //   - Begin, CopyFrom, SendBatch, Prepare, LargeObjects and Conn establish it first, in a round trip
 //     of its own;
-//   - Commit and Rollback are refused with ErrTxManaged (the worker ends the transaction).
+//   - Commit and Rollback are refused with txinbox.ErrTxManaged (the worker ends the transaction).
 //
 // A method pgx adds to pgx.Tx later breaks the build here (see the assertion below) until it is
 // implemented the same way.
@@ -104,11 +106,11 @@ type handlerTx struct {
 
 var _ pgx.Tx = (*handlerTx)(nil)
 
-// Commit returns ErrTxManaged and does nothing.
-func (*handlerTx) Commit(context.Context) error { return ErrTxManaged }
+// Commit returns txinbox.ErrTxManaged and does nothing.
+func (*handlerTx) Commit(context.Context) error { return txinbox.ErrTxManaged }
 
-// Rollback returns ErrTxManaged and does nothing.
-func (*handlerTx) Rollback(context.Context) error { return ErrTxManaged }
+// Rollback returns txinbox.ErrTxManaged and does nothing.
+func (*handlerTx) Rollback(context.Context) error { return txinbox.ErrTxManaged }
 
 // pipelinable reports whether a statement with args can be queued in a pgx.Batch after the savepoint
 // statements: not without arguments (the simple protocol allows several statements in one string) and

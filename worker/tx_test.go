@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -54,10 +55,10 @@ func TestHandlerTransactionBehaviour(t *testing.T) {
 		case "e-no-db":
 			return nil
 		case "f-commit":
-			if err := tx.Commit(ctx); !errors.Is(err, worker.ErrTxManaged) {
+			if err := tx.Commit(ctx); !errors.Is(err, txinbox.ErrTxManaged) {
 				return errors.New("Commit was not refused")
 			}
-			if err := tx.Rollback(ctx); !errors.Is(err, worker.ErrTxManaged) {
+			if err := tx.Rollback(ctx); !errors.Is(err, txinbox.ErrTxManaged) {
 				return errors.New("Rollback was not refused")
 			}
 			return applyCredit(ctx, tx, e.Schema, m)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/txtest"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -22,7 +23,7 @@ var txMethods = txtest.Methods(txtest.Table{
 	Insert:      insertEffect,
 	CopyColumns: []string{"key", "amount"},
 	CopyRow:     func(key string) []any { return []any{key, int64(1)} },
-}, worker.ErrTxManaged)
+}, txinbox.ErrTxManaged)
 
 func insertEffect(schema string) string {
 	return "INSERT INTO " + pgx.Identifier{schema, "effects"}.Sanitize() + " (key, amount) VALUES ($1, 1)"

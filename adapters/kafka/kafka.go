@@ -21,9 +21,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/run"
-	"github.com/txinbox/txinbox/inbox"
 )
 
 // Config configures a Consumer. Options (with a consumer group and topics), Sink.DB and Sink.Consumer
@@ -62,7 +62,7 @@ type Consumer struct {
 // New checks cfg and returns a Consumer.
 func New(cfg Config) (*Consumer, error) {
 	if len(cfg.Options) == 0 {
-		return nil, &inbox.ConfigError{Field: "Options", Reason: "required (seed brokers, consumer group, topics)"}
+		return nil, &txinbox.ConfigError{Field: "Options", Reason: "required (seed brokers, consumer group, topics)"}
 	}
 	sink, err := run.Setup(&cfg.BatchConfig, &cfg.Sink,
 		adapters.FirstOf(adapters.Header(adapters.IdempotencyKeyHeader), adapters.Coordinates()))

@@ -15,9 +15,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/run"
-	"github.com/txinbox/txinbox/inbox"
 )
 
 // MsgIDHeader is the JetStream message id header (publish deduplication); its value is
@@ -63,7 +63,7 @@ type Consumer struct {
 // New checks cfg and returns a Consumer.
 func New(cfg Config) (*Consumer, error) {
 	if cfg.Consumer == nil {
-		return nil, &inbox.ConfigError{Field: "Consumer", Reason: "required"}
+		return nil, &txinbox.ConfigError{Field: "Consumer", Reason: "required"}
 	}
 	sink, err := run.Setup(&cfg.BatchConfig, &cfg.Sink,
 		adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader)),

@@ -15,9 +15,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/run"
-	"github.com/txinbox/txinbox/inbox"
 )
 
 // Config configures a Consumer. URL, Queue, Sink.DB and Sink.Consumer are required; every other zero
@@ -65,10 +65,10 @@ type Consumer struct {
 // New checks cfg and returns a Consumer.
 func New(cfg Config) (*Consumer, error) {
 	if cfg.URL == "" {
-		return nil, &inbox.ConfigError{Field: "URL", Reason: "required"}
+		return nil, &txinbox.ConfigError{Field: "URL", Reason: "required"}
 	}
 	if cfg.Queue == "" {
-		return nil, &inbox.ConfigError{Field: "Queue", Reason: "required"}
+		return nil, &txinbox.ConfigError{Field: "Queue", Reason: "required"}
 	}
 	sink, err := run.Setup(&cfg.BatchConfig, &cfg.Sink,
 		adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader)),

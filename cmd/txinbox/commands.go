@@ -13,17 +13,21 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/migrate"
+	"github.com/txinbox/txinbox/retention"
 )
 
 // ---- migrate ----
 
-func migrateCommand(sub, summary, details string, do func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error)) *command {
+func migrateCommand(sub, summary, details string, do func(m *migrate.Migrator, a *app) ([]migrate.MigrationResult, error)) *command {
 	return &command{
 		name:    "migrate " + sub,
 		summary: summary,
 		details: "Migrations are txinbox's embedded goose migrations; their state is kept in the table\n" +
-			inbox.VersionTable + " of the schema. Two processes migrating at once are serialised by an\n" +
+			migrate.VersionTable + " of the schema. Two processes migrating at once are serialised by an\n" +
 			"advisory lock.\n" + details,
 		run: func(a *app, fs *flag.FlagSet, args []string) error {
 			if len(args) > 0 {
@@ -33,7 +37,7 @@ func migrateCommand(sub, summary, details string, do func(m *inbox.Migrator, a *
 			if err != nil {
 				return err
 			}
-			m, err := inbox.NewMigrator(a.ctx, cc, a.schema, nil)
+			m, err := migrate.New(a.ctx, cc, txinbox.Store{Schema: a.schema}, nil)
 			if err != nil {
 				return err
 			}
@@ -50,16 +54,16 @@ func migrateCommand(sub, summary, details string, do func(m *inbox.Migrator, a *
 var (
 	migrateUp = migrateCommand("up", "apply every pending migration (creates the schema if missing)", `
 The schema is created if it is missing. Exits 0, saying so, when the schema is up to date.`,
-		func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error) { return m.Up(a.ctx) })
+		func(m *migrate.Migrator, a *app) ([]migrate.MigrationResult, error) { return m.Up(a.ctx) })
 	migrateDown = migrateCommand("down", "roll back the most recent migration (drops the txinbox tables at version 1)", `
 When no migration is applied (the schema does not exist, was never migrated, or is rolled back
 already) it writes nothing, prints "nothing to roll back" and exits 0, as 'up' does when the
 schema is up to date.`,
-		func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error) { return m.Down(a.ctx) })
+		func(m *migrate.Migrator, a *app) ([]migrate.MigrationResult, error) { return m.Down(a.ctx) })
 	migrateStatus = migrateCommand("status", "list the migrations and whether each is applied (read-only)", `
 Read-only: it never creates the schema or the version table. For a schema that does not exist or
 was never migrated it says so and lists every migration as pending.`,
-		func(m *inbox.Migrator, a *app) ([]inbox.MigrationResult, error) {
+		func(m *migrate.Migrator, a *app) ([]migrate.MigrationResult, error) {
 			st, err := m.State(a.ctx)
 			if err != nil {
 				return nil, err
@@ -69,7 +73,7 @@ was never migrated it says so and lists every migration as pending.`,
 				case !st.SchemaExists:
 					fmt.Fprintf(a.stdout, "schema %s does not exist: no migration is applied ('txinbox migrate up --schema %s' creates it)\n", a.schema, a.schema)
 				case !st.Migrated:
-					fmt.Fprintf(a.stdout, "schema %s was never migrated (it has no %s table): no migration is applied\n", a.schema, inbox.VersionTable)
+					fmt.Fprintf(a.stdout, "schema %s was never migrated (it has no %s table): no migration is applied\n", a.schema, migrate.VersionTable)
 				}
 			}
 			return m.Status(a.ctx)
@@ -82,7 +86,7 @@ type migrationJSON struct {
 	Applied bool   `json:"applied"`
 }
 
-func (a *app) printMigrations(sub string, rs []inbox.MigrationResult) error {
+func (a *app) printMigrations(sub string, rs []migrate.MigrationResult) error {
 	if a.json {
 		out := make([]migrationJSON, len(rs))
 		for i, r := range rs {
@@ -129,7 +133,7 @@ Columns: PENDING waiting for an attempt; PROCESSING claimed by a worker; COMPLET
 (EXPIRED of them past their dedup window, awaiting the cleaner); DEAD dead letters, kept until
 replayed or discarded; DONE/MIN completed in the last minute; OLDEST DUE how long the oldest due
 pending message has waited. Reads the whole inbox table once. With --json: the JSON of
-inbox.ConsumerStats, the wait as oldest_pending_seconds (seconds, fractional).`,
+admin.ConsumerStats, the wait as oldest_pending_seconds (seconds, fractional).`,
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
 			return usagef("stats", "unexpected arguments: %s", strings.Join(args, " "))
@@ -145,9 +149,9 @@ inbox.ConsumerStats, the wait as oldest_pending_seconds (seconds, fractional).`,
 		}
 		if a.json {
 			if st == nil {
-				st = []inbox.ConsumerStats{}
+				st = []admin.ConsumerStats{}
 			}
-			return a.writeJSON(st) // oldest_pending_seconds: see inbox.ConsumerStats
+			return a.writeJSON(st) // oldest_pending_seconds: see admin.ConsumerStats
 		}
 		if len(st) == 0 {
 			fmt.Fprintf(a.stdout, "no messages in schema %s\n", a.schema)
@@ -183,7 +187,7 @@ func (d *deadFlags) register(fs *flag.FlagSet, paging, all bool) {
 	fs.StringVar(&d.since, "since", "", "only dead letters that died at or after this time (RFC 3339, YYYY-MM-DD, or an age such as 24h or 7d)")
 	fs.StringVar(&d.until, "until", "", "only dead letters that died before this time (same forms as --since)")
 	if paging {
-		fs.IntVar(&d.limit, "limit", inbox.DefaultDeadListLimit, fmt.Sprintf("most dead letters listed (at most %d)", inbox.MaxDeadListLimit))
+		fs.IntVar(&d.limit, "limit", admin.DefaultDeadListLimit, fmt.Sprintf("most dead letters listed (at most %d)", admin.MaxDeadListLimit))
 		fs.Int64Var(&d.after, "after", 0, "list dead letters with an id above this one (the next page)")
 	}
 	if all {
@@ -191,14 +195,14 @@ func (d *deadFlags) register(fs *flag.FlagSet, paging, all bool) {
 	}
 }
 
-func (d *deadFlags) filter(cmd string) (inbox.DeadFilter, error) {
-	f := inbox.DeadFilter{Consumer: d.consumer, Kind: d.kind, ErrorContains: d.errorContains, Limit: d.limit, AfterID: d.after}
+func (d *deadFlags) filter(cmd string) (admin.DeadFilter, error) {
+	f := admin.DeadFilter{Consumer: d.consumer, Kind: d.kind, ErrorContains: d.errorContains, Limit: d.limit, AfterID: d.after}
 	// Checked here, before any connection: a name no message can have is a typo, not an empty result.
 	for _, n := range []struct{ flag, v string }{{"--consumer", d.consumer}, {"--kind", d.kind}} {
 		if n.v == "" {
 			continue
 		}
-		if err := inbox.ValidateName(n.v); err != nil {
+		if err := txinbox.ValidateName(n.v); err != nil {
 			return f, usagef(cmd, "%s: %v", n.flag, err)
 		}
 	}
@@ -212,8 +216,8 @@ func (d *deadFlags) filter(cmd string) (inbox.DeadFilter, error) {
 	if f.Until, err = parseTime(d.until); err != nil {
 		return f, usagef(cmd, "--until: %v", err)
 	}
-	if d.limit < 1 || d.limit > inbox.MaxDeadListLimit {
-		return f, usagef(cmd, "--limit must be between 1 and %d", inbox.MaxDeadListLimit)
+	if d.limit < 1 || d.limit > admin.MaxDeadListLimit {
+		return f, usagef(cmd, "--limit must be between 1 and %d", admin.MaxDeadListLimit)
 	}
 	return f, nil
 }
@@ -391,8 +395,8 @@ func parseIDs(cmd string, args []string) ([]int64, error) {
 			ids = append(ids, id)
 		}
 	}
-	if len(ids) > inbox.MaxAdminIDs {
-		return nil, usagef(cmd, "%d ids: at most %d at once (use --all with filters)", len(ids), inbox.MaxAdminIDs)
+	if len(ids) > admin.MaxAdminIDs {
+		return nil, usagef(cmd, "%d ids: at most %d at once (use --all with filters)", len(ids), admin.MaxAdminIDs)
 	}
 	return ids, nil
 }
@@ -404,8 +408,8 @@ type bulkSpec struct {
 	skipAll                      string // why a dead letter listed by --all is skipped
 	// guarded: --all without --consumer needs --yes, and --dry-run previews (with check).
 	guarded bool
-	do      func(c *inbox.Client, a *app, ids []int64) ([]int64, error)
-	check   func(c *inbox.Client, a *app, ids []int64) ([]int64, error) // the ids do would act on now
+	do      func(c *admin.Admin, a *app, ids []int64) ([]int64, error)
+	check   func(c *admin.Admin, a *app, ids []int64) ([]int64, error) // the ids do would act on now
 }
 
 // bulkCommand is a dead replay or dead discard command.
@@ -419,7 +423,7 @@ func bulkCommand(b bulkSpec) *command {
 		summary: b.summary,
 		details: b.details,
 		flags: func(fs *flag.FlagSet) {
-			d = deadFlags{limit: inbox.MaxDeadListLimit}
+			d = deadFlags{limit: admin.MaxDeadListLimit}
 			d.register(fs, false, true)
 			yes, dryRun = false, false
 			if b.guarded {
@@ -439,7 +443,7 @@ func bulkCommand(b bulkSpec) *command {
 				return usagef(name, "--yes only applies with --all")
 			}
 			var ids []int64
-			var f inbox.DeadFilter
+			var f admin.DeadFilter
 			var err error
 			if d.all {
 				if f, err = d.filter(name); err != nil {
@@ -535,7 +539,7 @@ soon as a worker is free; a redelivery of its key is still a duplicate. Messages
 are skipped (they can only die again: discard them). Exits 1 if a given id was not replayed.`,
 		skipIDs: "not dead, not found, or stored undecodable",
 		skipAll: "stored undecodable, or no longer dead",
-		do:      func(c *inbox.Client, a *app, ids []int64) ([]int64, error) { return c.ReplayDead(a.ctx, ids...) },
+		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.ReplayDead(a.ctx, ids...) },
 	})
 	deadDiscard = bulkCommand(bulkSpec{verb: "discard", past: "discarded", summary: "delete dead letters", details: `
 A discarded message is deleted: its key is free again, so a later delivery of it is accepted as a
@@ -545,17 +549,17 @@ be) discarded.`,
 		skipIDs: "not dead, or not found",
 		skipAll: "no longer dead",
 		guarded: true,
-		do:      func(c *inbox.Client, a *app, ids []int64) ([]int64, error) { return c.DiscardDead(a.ctx, ids...) },
+		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.DiscardDead(a.ctx, ids...) },
 		check:   deadNow,
 	})
 )
 
 // deadNow returns the ids that are dead now, in the order given.
-func deadNow(c *inbox.Client, a *app, ids []int64) ([]int64, error) {
+func deadNow(c *admin.Admin, a *app, ids []int64) ([]int64, error) {
 	var out []int64
 	for _, id := range ids {
 		m, err := c.GetMessage(a.ctx, id)
-		if errors.Is(err, inbox.ErrNotFound) {
+		if errors.Is(err, admin.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -585,7 +589,7 @@ rows: those given by id, or every pending message of
 --consumer (and --kind), or the given ids of --consumer. Their keys are free again: a later delivery
 is accepted as a new message. A message a worker has claimed is never deleted: it is reported as
 claimed (wait for it to finish, or stop the workers, and run again). Completed and dead messages
-are never touched (see 'purge' and 'dead discard'). --dry-run prints what would be discarded and
+are never touched (see 'discard-older' and 'dead discard'). --dry-run prints what would be discarded and
 changes nothing. Exits 1 if a given id was not (with --dry-run: would not be) discarded; with
 --consumer alone, claimed messages are reported and the exit status is 0.`,
 	flags: func(fs *flag.FlagSet) {
@@ -604,7 +608,7 @@ changes nothing. Exits 1 if a given id was not (with --dry-run: would not be) di
 			if n.v == "" {
 				continue
 			}
-			if err := inbox.ValidateName(n.v); err != nil {
+			if err := txinbox.ValidateName(n.v); err != nil {
 				return usagef(name, "%s: %v", n.flag, err)
 			}
 		}
@@ -617,7 +621,7 @@ changes nothing. Exits 1 if a given id was not (with --dry-run: would not be) di
 			return err
 		}
 		defer pool.Close()
-		r, err := c.DiscardPending(a.ctx, inbox.PendingFilter{Consumer: p.consumer, Kind: p.kind, IDs: ids}, p.dryRun)
+		r, err := c.DiscardPending(a.ctx, admin.PendingFilter{Consumer: p.consumer, Kind: p.kind, IDs: ids}, p.dryRun)
 		if err != nil {
 			if len(r.Discarded) > 0 && !p.dryRun {
 				fmt.Fprintf(a.stderr, "discarded %d pending message(s) before the error\n", len(r.Discarded))
@@ -701,66 +705,73 @@ func idList(ids []int64) string {
 	return ": " + strings.Join(parts, ", ")
 }
 
-// ---- purge ----
+// ---- discard-older (alias: purge) ----
 
-var purgeFlags struct {
+var discardOlderFlags struct {
 	olderThan string
 	states    string
 }
 
-var purgeCmd = &command{
-	name:    "purge",
+var discardOlderCmd = &command{
+	name:    "discard-older",
 	args:    "--older-than AGE",
-	summary: "delete completed (or dead) messages finished more than AGE ago",
+	summary: "delete completed (or dead) messages finished more than AGE ago (alias: purge)",
 	details: `
 Deletes in batches of 1000 rows, each a short transaction, so receiving and processing go on.
-Completed messages are deleted whatever their dedup window: the key of a purged message is accepted
-again as a new message, so choose an age past the last time a duplicate can arrive. The cleaner
-already deletes completed messages once their dedup window ends; purge is for shortening it once, or
-for dead letters. Pending and processing messages are never purged.`,
+Completed messages are deleted whatever their dedup window: the key of a discarded message is
+accepted again as a new message, so choose an age past the last time a duplicate can arrive. The
+cleaner already deletes completed messages once their dedup window ends; discard-older is for
+shortening it once, or for dead letters. Pending and processing messages are never deleted by it.
+'purge' is an alias kept from earlier versions.`,
 	flags: func(fs *flag.FlagSet) {
-		purgeFlags.olderThan, purgeFlags.states = "", ""
-		fs.StringVar(&purgeFlags.olderThan, "older-than", "", "required: age of the messages to delete, such as 720h or 30d")
-		fs.StringVar(&purgeFlags.states, "state", "completed", "states to purge, comma-separated: completed, dead")
+		discardOlderFlags.olderThan, discardOlderFlags.states = "", ""
+		fs.StringVar(&discardOlderFlags.olderThan, "older-than", "", "required: age of the messages to delete, such as 720h or 30d")
+		fs.StringVar(&discardOlderFlags.states, "state", "completed", "states to discard, comma-separated: completed, dead")
 	},
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
-			return usagef("purge", "unexpected arguments: %s", strings.Join(args, " "))
+			return usagef("discard-older", "unexpected arguments: %s", strings.Join(args, " "))
 		}
-		if purgeFlags.olderThan == "" {
-			return usagef("purge", "purge needs --older-than (for example --older-than 30d)")
+		if discardOlderFlags.olderThan == "" {
+			return usagef("discard-older", "discard-older needs --older-than (for example --older-than 30d)")
 		}
-		age, err := parseAge(purgeFlags.olderThan)
+		age, err := parseAge(discardOlderFlags.olderThan)
 		if err != nil {
-			return usagef("purge", "--older-than: %v", err)
+			return usagef("discard-older", "--older-than: %v", err)
 		}
 		var states []inbox.State
-		for _, s := range strings.Split(purgeFlags.states, ",") {
+		for _, s := range strings.Split(discardOlderFlags.states, ",") {
 			switch st := inbox.State(strings.TrimSpace(s)); st {
 			case inbox.StateCompleted, inbox.StateDead:
 				states = append(states, st)
 			default:
-				return usagef("purge", "--state: %q cannot be purged (use completed, dead, or completed,dead)", s)
+				return usagef("discard-older", "--state: %q cannot be discarded by age (use completed, dead, or completed,dead)", s)
 			}
 		}
-		c, pool, err := a.client("purge")
+		c, pool, err := a.client("discard-older")
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		n, err := c.Purge(a.ctx, age, states...)
+		n, err := c.DiscardOlder(a.ctx, age, states...)
 		if err != nil {
 			if n > 0 {
-				fmt.Fprintf(a.stderr, "purged %d message(s) before the error\n", n)
+				fmt.Fprintf(a.stderr, "discarded %d message(s) before the error\n", n)
 			}
 			return err
 		}
 		if a.json {
-			return a.writeJSON(map[string]any{"purged": n})
+			return a.writeJSON(map[string]any{"discarded": n})
 		}
-		fmt.Fprintf(a.stdout, "purged %d message(s) (%s, finished more than %s ago)\n", n, purgeFlags.states, age)
+		fmt.Fprintf(a.stdout, "discarded %d message(s) (%s, finished more than %s ago)\n", n, discardOlderFlags.states, age)
 		return nil
 	},
+}
+
+// purgeCmd is discard-older under its former name.
+var purgeCmd = &command{
+	name: "purge", args: discardOlderCmd.args, summary: "alias of discard-older",
+	details: discardOlderCmd.details, flags: discardOlderCmd.flags, run: discardOlderCmd.run,
 }
 
 // ---- clean ----
@@ -769,30 +780,34 @@ var cleanFlags struct{ batchSize int }
 
 var cleanCmd = &command{
 	name:    "clean",
-	summary: "delete completed messages past their dedup window (one full pass)",
+	summary: "delete completed messages past their dedup window and expired idempotency keys (one full pass)",
 	details: `
-A completed message is kept as a dedup record until the end of its window (the worker's Retention,
+A completed message is kept as a dedup record until the end of its window (the Store's Retention,
 7 days by default); after it the key is accepted again as a new message whether or not the row was
 deleted. The Cleaner deletes expired rows in running services; this command makes one full pass
 now, in short statements that skip locked rows, so receiving and processing go on. Dead messages are
-never cleaned (see 'dead discard' and 'purge --state dead').`,
+never cleaned (see 'dead discard' and 'discard-older --state dead').`,
 	flags: func(fs *flag.FlagSet) {
-		cleanFlags.batchSize = inbox.DefaultCleanBatchSize
-		fs.IntVar(&cleanFlags.batchSize, "batch-size", inbox.DefaultCleanBatchSize, fmt.Sprintf("most rows deleted per statement (1 to %d)", inbox.MaxCleanBatchSize))
+		cleanFlags.batchSize = retention.DefaultCleanBatchSize
+		fs.IntVar(&cleanFlags.batchSize, "batch-size", retention.DefaultCleanBatchSize, fmt.Sprintf("most rows deleted per statement (1 to %d)", retention.MaxCleanBatchSize))
 	},
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
 			return usagef("clean", "unexpected arguments: %s", strings.Join(args, " "))
 		}
-		if cleanFlags.batchSize < 1 || cleanFlags.batchSize > inbox.MaxCleanBatchSize {
-			return usagef("clean", "--batch-size must be between 1 and %d", inbox.MaxCleanBatchSize)
+		if cleanFlags.batchSize < 1 || cleanFlags.batchSize > retention.MaxCleanBatchSize {
+			return usagef("clean", "--batch-size must be between 1 and %d", retention.MaxCleanBatchSize)
 		}
-		c, pool, err := a.client("clean")
+		_, pool, err := a.client("clean")
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		r, err := c.Clean(a.ctx, inbox.CleanOptions{BatchSize: cleanFlags.batchSize})
+		cl, err := retention.New(txinbox.Store{DB: pool, Schema: a.schema}, retention.Config{})
+		if err != nil {
+			return err
+		}
+		r, err := cl.Clean(a.ctx, retention.CleanOptions{BatchSize: cleanFlags.batchSize})
 		if err != nil {
 			if r.Deleted > 0 {
 				fmt.Fprintf(a.stderr, "deleted %d expired message(s) before the error\n", r.Deleted)
@@ -800,9 +815,9 @@ never cleaned (see 'dead discard' and 'purge --state dead').`,
 			return err
 		}
 		if a.json {
-			return a.writeJSON(map[string]any{"deleted": r.Deleted, "statements": r.Batches})
+			return a.writeJSON(map[string]any{"deleted": r.Deleted, "statements": r.Batches, "keys_deleted": r.KeysDeleted})
 		}
-		fmt.Fprintf(a.stdout, "deleted %d expired message(s) in %d statement(s)\n", r.Deleted, r.Batches)
+		fmt.Fprintf(a.stdout, "deleted %d expired message(s) in %d statement(s), %d expired idempotency key(s)\n", r.Deleted, r.Batches, r.KeysDeleted)
 		return nil
 	},
 }

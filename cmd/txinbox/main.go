@@ -16,7 +16,7 @@
 //	pending discard ID...|--consumer C
 //	                         delete pending messages no worker has claimed (--kind; --dry-run)
 //	clean                    delete completed messages past their dedup window (one full pass)
-//	purge --older-than AGE   delete completed (and, with --state, dead) messages older than AGE
+//	discard-older --older-than AGE   delete completed (and, with --state, dead) messages older than AGE (alias: purge)
 //	ui [--addr HOST:PORT]    serve the operator console (package console); see 'txinbox ui --help'
 //
 // The database comes from --database-url or the DATABASE_URL environment variable; the schema
@@ -41,7 +41,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 )
 
 func main() {
@@ -98,7 +99,7 @@ type command struct {
 }
 
 func run(ctx context.Context, argv []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	a := &app{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv, schema: inbox.DefaultSchema}
+	a := &app{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv, schema: txinbox.DefaultSchema}
 	err := a.dispatch(argv)
 	var help errHelp
 	var ue *usageError
@@ -136,7 +137,7 @@ func explain(err error, schema string) string {
 	return msg
 }
 
-var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, pendingDiscard, cleanCmd, purgeCmd,
+var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, pendingDiscard, cleanCmd, discardOlderCmd, purgeCmd,
 	uiCmd}
 
 // groups are the commands that take a sub-command.
@@ -229,7 +230,7 @@ func (a *app) dispatch(argv []string) error {
 	if err != nil {
 		return err
 	}
-	if err := inbox.ValidateSchema(a.schema); err != nil {
+	if err := txinbox.ValidateSchema(a.schema); err != nil {
 		return usagef(cmd.name, "--schema: %v", err)
 	}
 	return cmd.run(a, fs, pos)
@@ -334,8 +335,8 @@ func (a *app) connConfig(cmd string) (*pgx.ConnConfig, error) {
 	return cfg, nil
 }
 
-// client connects and returns an inbox client on the schema; close the pool when done.
-func (a *app) client(cmd string) (*inbox.Client, *pgxpool.Pool, error) {
+// client connects and returns an admin.Admin of the schema; close the pool when done.
+func (a *app) client(cmd string) (*admin.Admin, *pgxpool.Pool, error) {
 	url, err := a.url(cmd)
 	if err != nil {
 		return nil, nil, err
@@ -356,7 +357,7 @@ func (a *app) client(cmd string) (*inbox.Client, *pgxpool.Pool, error) {
 		pool.Close()
 		return nil, nil, fmt.Errorf("cannot connect to the database: %w", err)
 	}
-	c, err := inbox.NewClient(pool, inbox.Config{Schema: a.schema})
+	c, err := admin.New(txinbox.Store{DB: pool, Schema: a.schema}, admin.Config{})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/migrations"
@@ -141,7 +143,7 @@ func TestMigrate(t *testing.T) {
 func seed(t *testing.T) (*testdb.DB, map[string]int64) {
 	t.Helper()
 	db := testdb.New(t)
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +280,7 @@ func TestDeadDiscardOne(t *testing.T) {
 		t.Fatalf("rows changed: %s -> %s", before, after)
 	}
 	// The key of the discarded message is free again.
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: s})
+	c, err := inbox.New(txinbox.Store{DB: db.Pool, Schema: s}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,20 +324,22 @@ func TestDeadListUntil(t *testing.T) {
 	cli(t, db.URL, "dead", "list", "--schema", db.Schema, "--since", "1h", "--until", "7d").want(t, 1, "", "Until")
 }
 
-func TestPurge(t *testing.T) {
+// TestDiscardOlder (was TestPurge): discard-older, and purge, its alias.
+func TestDiscardOlder(t *testing.T) {
 	t.Parallel()
 	db, ids := seed(t)
-	cli(t, db.URL, "--schema", db.Schema, "purge").want(t, 2, "", "purge needs --older-than")
-	cli(t, db.URL, "--schema", db.Schema, "purge", "--older-than", "soon").want(t, 2, "", "is not a duration")
-	cli(t, db.URL, "--schema", db.Schema, "purge", "--older-than", "1d", "--state", "pending").want(t, 2, "", "cannot be purged")
-	out := decode[map[string]int64](t, cli(t, db.URL, "--schema", db.Schema, "--json", "purge", "--older-than", "30d"))
-	if out["purged"] != 1 {
-		t.Fatalf("purge: %v", out)
+	cli(t, db.URL, "--schema", db.Schema, "discard-older").want(t, 2, "", "discard-older needs --older-than")
+	cli(t, db.URL, "--schema", db.Schema, "purge").want(t, 2, "", "discard-older needs --older-than")
+	cli(t, db.URL, "--schema", db.Schema, "discard-older", "--older-than", "soon").want(t, 2, "", "is not a duration")
+	cli(t, db.URL, "--schema", db.Schema, "discard-older", "--older-than", "1d", "--state", "pending").want(t, 2, "", "cannot be discarded")
+	out := decode[map[string]int64](t, cli(t, db.URL, "--schema", db.Schema, "--json", "discard-older", "--older-than", "30d"))
+	if out["discarded"] != 1 {
+		t.Fatalf("discard-older: %v", out)
 	}
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE id = $1`, ids["c1"]); got != 0 {
-		t.Fatal("old completed message not purged")
+		t.Fatal("old completed message not discarded")
 	}
-	cli(t, db.URL, "--schema", db.Schema, "purge", "--older-than", "0s", "--state", "completed,dead").want(t, 0, "purged 3 message(s)", "")
+	cli(t, db.URL, "--schema", db.Schema, "purge", "--older-than", "0s", "--state", "completed,dead").want(t, 0, "discarded 3 message(s)", "")
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 1 {
 		t.Fatalf("rows left = %d, want the pending one", got)
 	}
@@ -459,17 +463,17 @@ func TestHelp(t *testing.T) {
 		{"--help"}, {"help"}, {"-h"}, {"migrate", "--help"}, {"dead", "--help"}, {"help", "dead", "list"},
 		{"migrate", "up", "--help"}, {"migrate", "down", "--help"}, {"migrate", "status", "--help"}, {"stats", "--help"},
 		{"dead", "list", "--help"}, {"dead", "show", "--help"}, {"dead", "replay", "--help"}, {"dead", "discard", "--help"},
-		{"purge", "--help"}, {"clean", "--help"}, {"pending", "--help"}, {"pending", "discard", "--help"}, {"help", "pending", "discard"},
+		{"purge", "--help"}, {"discard-older", "--help"}, {"clean", "--help"}, {"pending", "--help"}, {"pending", "discard", "--help"}, {"help", "pending", "discard"},
 	} {
 		r := cli(t, "", args...)
 		if r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: txinbox") || r.stderr != "" {
 			t.Errorf("txinbox %v: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
 		}
 	}
-	r := cli(t, "", "purge", "--help")
+	r := cli(t, "", "discard-older", "--help")
 	for _, want := range []string{"-older-than", "-state", "-database-url", "-schema", "-json"} {
 		if !strings.Contains(r.stdout, want) {
-			t.Errorf("purge --help lacks %s:\n%s", want, r.stdout)
+			t.Errorf("discard-older --help lacks %s:\n%s", want, r.stdout)
 		}
 	}
 }
@@ -601,7 +605,7 @@ func TestJSONMatchesGoTypes(t *testing.T) {
 	if _, err := db.Pool.Exec(context.Background(), db.SQL(`UPDATE {schema}.inbox SET next_run_at = now() - interval '1 hour' WHERE id = $1`), ids["p1"]); err != nil {
 		t.Fatal(err)
 	}
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := admin.New(db.Store(), admin.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +641,7 @@ func TestJSONMatchesGoTypes(t *testing.T) {
 	if age, _ := got[1]["oldest_pending_seconds"].(float64); got[1]["consumer"] != "ledger" || age < 3500 || age > 86400 {
 		t.Fatalf("ledger: oldest_pending_seconds = %v, want about 3600", got[1]["oldest_pending_seconds"])
 	}
-	var back []inbox.ConsumerStats
+	var back []admin.ConsumerStats
 	if err := json.Unmarshal(b, &back); err != nil || back[1].OldestPendingAge != goStats[1].OldestPendingAge {
 		t.Fatalf("round trip: %+v, %v; want %+v", back, err, goStats)
 	}
@@ -668,7 +672,7 @@ func TestPendingDiscard(t *testing.T) {
 	t.Parallel()
 	db, ids := seed(t)
 	s, url := db.Schema, db.URL
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: s})
+	c, err := inbox.New(txinbox.Store{DB: db.Pool, Schema: s}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

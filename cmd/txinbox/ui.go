@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/console"
 )
 
@@ -79,7 +80,7 @@ Behind TLS, terminate it in front of the console: basic authentication sends the
 			return fmt.Errorf("cannot connect to the database: %w", err)
 		}
 		logger := slog.New(slog.NewTextHandler(a.stderr, nil))
-		h, err := console.New(pool, console.Config{Schema: a.schema, ReadOnly: uiFlags.readOnly, Logger: logger})
+		h, err := console.New(txinbox.Store{DB: pool, Schema: a.schema}, console.Config{ReadOnly: uiFlags.readOnly, Logger: logger})
 		if err != nil {
 			return err
 		}

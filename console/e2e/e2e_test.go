@@ -115,14 +115,13 @@ type env struct {
 func newEnv(t *testing.T, cfg console.Config) *env {
 	t.Helper()
 	db := testdb.New(t)
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Schema = db.Schema
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.RefreshInterval = -1 // no reload in the middle of a test
-	h, err := console.New(db.Pool, cfg)
+	h, err := console.New(db.Store(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +163,7 @@ func (e *env) pool(t *testing.T, consumer, errText string) {
 		_, err := tx.Exec(ctx, e.SQL(`INSERT INTO {schema}.effects (key) VALUES ($1)`), m.Key)
 		return err
 	})
-	p, err := worker.New(e.Pool, worker.Config{Consumer: consumer, Schema: e.Schema, Handlers: hs,
+	p, err := worker.New(e.Store(), worker.Config{Consumer: consumer, Handlers: hs,
 		PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

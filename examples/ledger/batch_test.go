@@ -24,7 +24,7 @@ func TestBatchHandlerPoisonInBatchOf200(t *testing.T) {
 	if err := ledger.Migrate(ctx, db.Pool.Config().ConnConfig, db.Schema); err != nil {
 		t.Fatal(err)
 	}
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestBatchHandlerPoisonInBatchOf200(t *testing.T) {
 	hs := worker.NewHandlers()
 	worker.HandleBatch(hs, ledger.KindOrderPaid, (&demo.Faults{Poison: map[string]bool{poison: true}}).Inject(db.Schema, l.Handler(nil)),
 		worker.HandlerConfig{MaxAttempts: 3})
-	p, err := worker.New(db.Pool, worker.Config{Consumer: ledger.Consumer, Schema: db.Schema, Handlers: hs,
+	p, err := worker.New(db.Store(), worker.Config{Consumer: ledger.Consumer, Handlers: hs,
 		Concurrency: 1, PollInterval: 20 * time.Millisecond, Lease: 3 * time.Second, Timeout: time.Second,
 		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {

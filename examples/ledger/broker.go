@@ -15,12 +15,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/natsjs"
 	"github.com/txinbox/txinbox/adapters/rabbitmq"
 	"github.com/txinbox/txinbox/examples/ledger/internal/api"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
-	"github.com/txinbox/txinbox/inbox"
 )
 
 // brokerFlags are the flags of the broker consumers of serve and work: OrderPaid events read from
@@ -78,7 +78,7 @@ func bodyString(field string) adapters.KeyFunc {
 // use the event_id as message id. The ordering key is the account_id, as for POST /v1/events: the
 // events of one account are credited one at a time, in arrival order. A message with no kind (AMQP
 // type property, x-kind header) is an OrderPaid.
-func sinkConfig(db inbox.DB, schema string, logger *slog.Logger) adapters.SinkConfig {
+func sinkConfig(db txinbox.DB, schema string, logger *slog.Logger) adapters.SinkConfig {
 	return adapters.SinkConfig{
 		DB: db, Schema: schema, Consumer: ledger.Consumer, DefaultKind: ledger.KindOrderPaid,
 		MaxPayloadBytes: api.MaxBodyBytes,
@@ -106,7 +106,7 @@ type source struct {
 
 // sources connects what needs connecting and returns the configured consumers (none without broker
 // flags). Call closeSources when done.
-func (b *brokerFlags) sources(ctx context.Context, db inbox.DB, schema string, logger *slog.Logger) ([]*source, error) {
+func (b *brokerFlags) sources(ctx context.Context, db txinbox.DB, schema string, logger *slog.Logger) ([]*source, error) {
 	var out []*source
 	if b.amqpURL != "" {
 		queue, declare := b.amqpQueue, b.amqpDeclare
@@ -138,7 +138,7 @@ func (b *brokerFlags) sources(ctx context.Context, db inbox.DB, schema string, l
 	return out, nil
 }
 
-func (b *brokerFlags) natsSource(ctx context.Context, db inbox.DB, schema string, logger *slog.Logger) (*source, error) {
+func (b *brokerFlags) natsSource(ctx context.Context, db txinbox.DB, schema string, logger *slog.Logger) (*source, error) {
 	nc, err := nats.Connect(b.natsURL, nats.Name("ledger"), nats.MaxReconnects(-1))
 	if err != nil {
 		return nil, fmt.Errorf("nats: connect %s: %w", redact(b.natsURL), err)

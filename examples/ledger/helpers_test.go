@@ -100,7 +100,7 @@ func newEnv(t *testing.T, workers bool) *env {
 		}
 		hs := worker.NewHandlers()
 		l.Register(hs, nil)
-		e.pool, err = worker.New(db.Pool, worker.Config{Consumer: ledger.Consumer, Schema: db.Schema, Handlers: hs,
+		e.pool, err = worker.New(db.Store(), worker.Config{Consumer: ledger.Consumer, Handlers: hs,
 			Concurrency: 2, PollInterval: 20 * time.Millisecond, Lease: 3 * time.Second, Timeout: time.Second})
 		if err != nil {
 			t.Fatal(err)

@@ -9,7 +9,7 @@
 //	                       summary; exit status 1 if any invariant fails
 //
 // Every command takes --database-url (default: $DATABASE_URL) and --schema, and migrates the schema on
-// start (txinbox's tables with inbox.Migrate, then the ledger's own, version table ledger_db_version).
+// start (txinbox's tables with migrate.Up, then the ledger's own, version table ledger_db_version).
 // The schema defaults to "public" for serve and work, and to "ledger_demo" for demo, which drops and
 // recreates it first (--reset) and keeps it afterwards for inspection. demo needs no database URL: it
 // finds or starts a server (see package pgenv: 127.0.0.1:5432, else a throwaway cluster from local
@@ -42,6 +42,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/examples/ledger/internal/api"
 	"github.com/txinbox/txinbox/examples/ledger/internal/demo"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
@@ -212,12 +213,11 @@ func (w *workerFlags) pool(db *pgxpool.Pool, schema string, logger *slog.Logger,
 	hs := worker.NewHandlers()
 	// The demo's fault injection, if any, wraps the ledger's handler.
 	worker.HandleBatch(hs, ledger.KindOrderPaid, w.faults(stdout).Inject(schema, l.Handler(logger)))
-	return worker.New(db, worker.Config{
-		Consumer: ledger.Consumer, Schema: schema, Handlers: hs,
+	return worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{
+		Consumer: ledger.Consumer, Handlers: hs,
 		Concurrency: w.workers, BatchSize: w.batchSize, PollInterval: w.poll, Lease: w.lease, Timeout: w.timeout,
 		MaxAttempts: w.maxAttempts, Owner: w.owner, Logger: logger, Observer: observer,
-		Backoff: worker.Exponential{Base: w.backoffBase, Max: w.backoffLimit},
-	})
+		Backoff: worker.Exponential{Base: w.backoffBase, Max: w.backoffLimit}})
 }
 
 func parse(fs *flag.FlagSet, args []string) error {

@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
-	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/metrics"
 )
 
@@ -23,13 +23,13 @@ type observability struct {
 	metrics *metrics.Metrics
 }
 
-func newObservability(db inbox.DB, schema string, srcs []*source) (*observability, error) {
+func newObservability(db txinbox.DB, schema string, srcs []*source) (*observability, error) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(metrics.Config{Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
-	qc, err := metrics.NewQueueCollector(db, metrics.QueueConfig{Schema: schema, Consumers: []string{ledger.Consumer}})
+	qc, err := metrics.NewQueueCollector(txinbox.Store{DB: db, Schema: schema}, metrics.QueueConfig{Consumers: []string{ledger.Consumer}})
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/migrate"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -45,7 +47,7 @@ func main() {
 
 func run() error {
 	url := cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
-	schema := cmp.Or(os.Getenv("TXINBOX_SCHEMA"), inbox.DefaultSchema)
+	schema := cmp.Or(os.Getenv("TXINBOX_SCHEMA"), txinbox.DefaultSchema)
 
 	// README:begin
 	// The signal ends sigCtx; the worker pool runs on a ctx that outlives it, so that a SIGTERM lets
@@ -64,8 +66,10 @@ func run() error {
 		return err
 	}
 
-	// 1. Migrate once per process start (safe to run concurrently; goose with its own version table).
-	if err := inbox.Migrate(ctx, pool.Config().ConnConfig, schema); err != nil {
+	// 1. One Store says where the tables are (and the dedup window) for every component. Migrate once
+	//    per process start (safe to run concurrently; goose with its own version table).
+	store := txinbox.Store{DB: pool, Schema: schema}
+	if err := migrate.Up(ctx, store); err != nil {
 		return err
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS credits (
@@ -75,7 +79,7 @@ func run() error {
 
 	// 2. Receive: a message is stored once per (consumer, key); a redelivery is a Duplicate. Messages of
 	//    one OrderingKey run one at a time, in the order received.
-	client, err := inbox.NewClient(pool, inbox.Config{Schema: schema})
+	client, err := inbox.New(store, inbox.Config{})
 	if err != nil {
 		return err
 	}
@@ -110,12 +114,12 @@ func run() error {
 	})
 
 	// 4. Run the pool until SIGINT/SIGTERM, then stop it with a deadline (below a Kubernetes grace period).
-	p, err := worker.New(pool, worker.Config{Consumer: "billing", Schema: schema, Handlers: handlers})
+	p, err := worker.New(store, worker.Config{Consumer: "billing", Handlers: handlers})
 	if err != nil {
 		return err
 	}
 	if err := p.Start(ctx); err != nil {
-		return err // inbox.ErrNotMigrated if the schema has no inbox tables
+		return err // txinbox.ErrNotMigrated if the schema has no inbox tables
 	}
 	<-sigCtx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -140,6 +140,60 @@ func (q *Queries) DiscardDead(ctx context.Context, db DBTX, ids []int64) ([]int6
 	return items, nil
 }
 
+const discardOlder = `-- name: DiscardOlder :one
+WITH picked AS (
+    SELECT m.id
+    FROM /* TEMPLATE: schema */inbox m
+    WHERE m.id > $1 AND m.id <= $2 AND m.state = ANY($3::text[]) AND m.state IN ('completed', 'dead')
+      AND m.completed_at < now() - make_interval(secs => $4::float8)
+    ORDER BY m.id
+    LIMIT $5
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM /* TEMPLATE: schema */inbox m
+    USING picked
+    WHERE m.id = picked.id AND m.state IN ('completed', 'dead')
+    RETURNING m.id
+), dequeued AS (
+    DELETE FROM /* TEMPLATE: schema */inbox_queue q
+    USING deleted
+    WHERE q.id = deleted.id
+)
+SELECT (SELECT count(*) FROM picked)::bigint AS picked,
+       (SELECT count(*) FROM deleted)::bigint AS deleted,
+       coalesce((SELECT max(id) FROM picked), 0)::bigint AS last_id
+`
+
+type DiscardOlderParams struct {
+	AfterID          int64
+	UntilID          int64
+	States           []string
+	OlderThanSeconds float64
+	MaxRows          int32
+}
+
+type DiscardOlderRow struct {
+	Picked  int64
+	Deleted int64
+	LastID  int64
+}
+
+// Deletes up to @max_rows messages in one of @states (completed or dead only) that finished before
+// @older_than_seconds ago, among the ids above @after_id and up to @until_id, in id order. Same shape
+// as CleanExpiredRange.
+func (q *Queries) DiscardOlder(ctx context.Context, db DBTX, arg DiscardOlderParams) (DiscardOlderRow, error) {
+	row := db.QueryRow(ctx, discardOlder,
+		arg.AfterID,
+		arg.UntilID,
+		arg.States,
+		arg.OlderThanSeconds,
+		arg.MaxRows,
+	)
+	var i DiscardOlderRow
+	err := row.Scan(&i.Picked, &i.Deleted, &i.LastID)
+	return i, err
+}
+
 const discardPending = `-- name: DiscardPending :many
 WITH matched AS (
     SELECT q.id
@@ -424,60 +478,6 @@ func (q *Queries) PreviewDiscardPending(ctx context.Context, db DBTX, arg Previe
 		return nil, err
 	}
 	return items, nil
-}
-
-const purgeFinished = `-- name: PurgeFinished :one
-WITH picked AS (
-    SELECT m.id
-    FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > $1 AND m.id <= $2 AND m.state = ANY($3::text[]) AND m.state IN ('completed', 'dead')
-      AND m.completed_at < now() - make_interval(secs => $4::float8)
-    ORDER BY m.id
-    LIMIT $5
-    FOR UPDATE SKIP LOCKED
-), deleted AS (
-    DELETE FROM /* TEMPLATE: schema */inbox m
-    USING picked
-    WHERE m.id = picked.id AND m.state IN ('completed', 'dead')
-    RETURNING m.id
-), dequeued AS (
-    DELETE FROM /* TEMPLATE: schema */inbox_queue q
-    USING deleted
-    WHERE q.id = deleted.id
-)
-SELECT (SELECT count(*) FROM picked)::bigint AS picked,
-       (SELECT count(*) FROM deleted)::bigint AS deleted,
-       coalesce((SELECT max(id) FROM picked), 0)::bigint AS last_id
-`
-
-type PurgeFinishedParams struct {
-	AfterID          int64
-	UntilID          int64
-	States           []string
-	OlderThanSeconds float64
-	MaxRows          int32
-}
-
-type PurgeFinishedRow struct {
-	Picked  int64
-	Deleted int64
-	LastID  int64
-}
-
-// Deletes up to @max_rows messages in one of @states (completed or dead only) that finished before
-// @older_than_seconds ago, among the ids above @after_id and up to @until_id, in id order. Same shape
-// as CleanExpiredRange.
-func (q *Queries) PurgeFinished(ctx context.Context, db DBTX, arg PurgeFinishedParams) (PurgeFinishedRow, error) {
-	row := db.QueryRow(ctx, purgeFinished,
-		arg.AfterID,
-		arg.UntilID,
-		arg.States,
-		arg.OlderThanSeconds,
-		arg.MaxRows,
-	)
-	var i PurgeFinishedRow
-	err := row.Scan(&i.Picked, &i.Deleted, &i.LastID)
-	return i, err
 }
 
 const replayDead = `-- name: ReplayDead :many

@@ -54,7 +54,7 @@ func (q *Queries) IdemClaim(ctx context.Context, db DBTX, arg IdemClaimParams) (
 	return i, err
 }
 
-const idemCleanup = `-- name: IdemCleanup :execrows
+const idemCleanExpired = `-- name: IdemCleanExpired :execrows
 DELETE FROM /* TEMPLATE: schema */idempotency_keys k
 USING (
     SELECT c.id
@@ -69,8 +69,8 @@ WHERE k.id = picked.id AND k.expires_at <= now()
 
 // Deletes up to @max_rows expired keys, oldest expiry first. Rows locked by a running request are
 // skipped; a row renewed in the meantime is re-checked by FOR UPDATE and left alone.
-func (q *Queries) IdemCleanup(ctx context.Context, db DBTX, maxRows int32) (int64, error) {
-	result, err := db.Exec(ctx, idemCleanup, maxRows)
+func (q *Queries) IdemCleanExpired(ctx context.Context, db DBTX, maxRows int32) (int64, error) {
+	result, err := db.Exec(ctx, idemCleanExpired, maxRows)
 	if err != nil {
 		return 0, err
 	}

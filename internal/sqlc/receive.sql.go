@@ -46,13 +46,12 @@ func (q *Queries) InsertDead(ctx context.Context, db DBTX, arg InsertDeadParams)
 
 const lookupKeys = `-- name: LookupKeys :many
 WITH t AS (
-    SELECT s.ord, s.consumer, s.key, s.kind, s.payload::jsonb AS payload
-    FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), unnest($3::text[]),
-                    unnest($4::text[]))
-         WITH ORDINALITY AS s(consumer, key, kind, payload, ord)
+    SELECT s.ord, s.consumer, s.key, s.fingerprint
+    FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), unnest($3::bytea[]))
+         WITH ORDINALITY AS s(consumer, key, fingerprint, ord)
 )
 SELECT t.ord::bigint AS ord, m.id, m.state,
-       (m.fingerprint = sha256(convert_to(t.kind || E'\n' || t.payload::text, 'UTF8')))::boolean AS same_fingerprint,
+       (m.fingerprint = t.fingerprint)::boolean AS same_fingerprint,
        m.result, coalesce(m.expires_at < now(), false)::boolean AS expired
 FROM t
 JOIN /* TEMPLATE: schema */inbox m ON m.consumer = t.consumer AND m.key = t.key
@@ -60,10 +59,9 @@ ORDER BY t.ord
 `
 
 type LookupKeysParams struct {
-	Consumers []string
-	Keys      []string
-	Kinds     []string
-	Payloads  []string
+	Consumers    []string
+	Keys         []string
+	Fingerprints [][]byte
 }
 
 type LookupKeysRow struct {
@@ -75,14 +73,10 @@ type LookupKeysRow struct {
 	Expired         bool
 }
 
-// Reads the stored rows for keys (consumer, key) pairs.
+// Reads the stored rows for keys (consumer, key) pairs, comparing them with the fingerprints
+// ReceiveBatch returned.
 func (q *Queries) LookupKeys(ctx context.Context, db DBTX, arg LookupKeysParams) ([]LookupKeysRow, error) {
-	rows, err := db.Query(ctx, lookupKeys,
-		arg.Consumers,
-		arg.Keys,
-		arg.Kinds,
-		arg.Payloads,
-	)
+	rows, err := db.Query(ctx, lookupKeys, arg.Consumers, arg.Keys, arg.Fingerprints)
 	if err != nil {
 		return nil, err
 	}
@@ -119,19 +113,31 @@ WITH input AS (
                     unnest($7::timestamptz[]))
          WITH ORDINALITY AS s(consumer, key, kind, payload, headers, ordering_key, run_at, ord)
 ), fingerprinted AS (
+    -- The fingerprint duplicates are compared by (kind and the payload's jsonb text), defined here
+    -- only: LookupKeys and RenewExpired take the fingerprints this statement returns.
+    SELECT input.ord, input.consumer, input.key, input.kind, input.payload, input.headers, input.ordering_key, input.run_at, sha256(convert_to(input.kind || E'\n' || input.payload::text, 'UTF8')) AS fingerprint
+    FROM input
+), firsts AS (
+    -- Each row with the first occurrence of its key in the batch, and that occurrence's fingerprint.
+    SELECT f.ord, f.consumer, f.key, f.kind, f.payload, f.headers, f.ordering_key, f.run_at, f.fingerprint,
+           first_value(f.ord) OVER w AS first_ord,
+           first_value(f.fingerprint) OVER w AS first_fingerprint
+    FROM fingerprinted f
+    WINDOW w AS (PARTITION BY f.consumer, f.key ORDER BY f.ord)
+), numbered AS (
     -- Ids are drawn in batch order (the receipt order that per-key ordering follows), but rows are
     -- inserted in key order, so that concurrent batches take their unique-key locks in one order
     -- and cannot deadlock.
-    SELECT input.ord, input.consumer, input.key, input.kind, input.payload, input.headers, input.ordering_key, input.run_at, sha256(convert_to(input.kind || E'\n' || input.payload::text, 'UTF8')) AS fingerprint,
-           nextval('/* TEMPLATE: schema */inbox_id_seq') AS id
-    FROM input
-    ORDER BY input.ord
+    SELECT f.ord, f.consumer, f.key, f.kind, f.payload, f.headers, f.ordering_key, f.run_at, f.fingerprint, f.first_ord, f.first_fingerprint, nextval('/* TEMPLATE: schema */inbox_id_seq') AS id
+    FROM firsts f
+    WHERE f.ord = f.first_ord
+    ORDER BY f.ord
 ), inserted AS (
     INSERT INTO /* TEMPLATE: schema */inbox
         (id, consumer, key, kind, payload, headers, fingerprint, ordering_key, next_run_at)
     OVERRIDING SYSTEM VALUE
     SELECT f.id, f.consumer, f.key, f.kind, f.payload, f.headers, f.fingerprint, f.ordering_key, f.run_at
-    FROM fingerprinted f
+    FROM numbered f
     ORDER BY f.consumer, f.key
     ON CONFLICT (consumer, key) DO NOTHING
     RETURNING id, consumer, key, ordering_key, next_run_at
@@ -146,13 +152,16 @@ WITH input AS (
     WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.consumer = n.consumer)
 )
 SELECT f.ord::bigint AS ord,
-       (i.id IS NOT NULL)::boolean AS inserted,
+       f.first_ord::bigint AS first_ord,
+       (i.id IS NOT NULL AND f.ord = f.first_ord)::boolean AS inserted,
        coalesce(i.id, m.id, 0)::bigint AS id,
        coalesce(m.state, '')::text AS state,
        coalesce(m.fingerprint = f.fingerprint, false)::boolean AS same_fingerprint,
+       (f.fingerprint = f.first_fingerprint)::boolean AS same_as_first,
+       f.fingerprint::bytea AS fingerprint,
        m.result,
        coalesce(m.expires_at < now(), false)::boolean AS expired
-FROM notified, fingerprinted f
+FROM notified, firsts f
 LEFT JOIN inserted i ON i.consumer = f.consumer AND i.key = f.key
 LEFT JOIN /* TEMPLATE: schema */inbox m ON i.id IS NULL AND m.consumer = f.consumer AND m.key = f.key
 ORDER BY f.ord
@@ -172,10 +181,13 @@ type ReceiveBatchParams struct {
 
 type ReceiveBatchRow struct {
 	Ord             int64
+	FirstOrd        int64
 	Inserted        bool
 	ID              int64
 	State           string
 	SameFingerprint bool
+	SameAsFirst     bool
+	Fingerprint     []byte
 	Result          []byte
 	Expired         bool
 }
@@ -183,9 +195,12 @@ type ReceiveBatchRow struct {
 // Every table name carries the schema template comment, which internal/store replaces with the
 // configured schema, quoted, at run time.
 // Inserts the messages that are new and reports, for every input row, whether it was inserted or
-// which stored row holds its key. One statement, so one round trip for the whole batch. The caller
-// removes duplicates within the batch first. A row that is neither inserted nor found was inserted by a
-// transaction that committed after the snapshot of this statement: the caller looks it up again.
+// which stored row holds its key. One statement, so one round trip for the whole batch. A key that
+// appears more than once in the batch is stored from its first occurrence (first_ord); every row
+// reports whether its fingerprint equals that occurrence's (same_as_first) and the stored row's. A
+// row that is neither inserted nor found was inserted by a transaction that committed after the
+// snapshot of this statement: the caller looks it up again (LookupKeys, with the fingerprint
+// returned here).
 func (q *Queries) ReceiveBatch(ctx context.Context, db DBTX, arg ReceiveBatchParams) ([]ReceiveBatchRow, error) {
 	rows, err := db.Query(ctx, receiveBatch,
 		arg.Consumers,
@@ -207,10 +222,13 @@ func (q *Queries) ReceiveBatch(ctx context.Context, db DBTX, arg ReceiveBatchPar
 		var i ReceiveBatchRow
 		if err := rows.Scan(
 			&i.Ord,
+			&i.FirstOrd,
 			&i.Inserted,
 			&i.ID,
 			&i.State,
 			&i.SameFingerprint,
+			&i.SameAsFirst,
+			&i.Fingerprint,
 			&i.Result,
 			&i.Expired,
 		); err != nil {
@@ -226,15 +244,16 @@ func (q *Queries) ReceiveBatch(ctx context.Context, db DBTX, arg ReceiveBatchPar
 
 const renewExpired = `-- name: RenewExpired :many
 WITH input AS (
-    SELECT s.id, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers,
+    SELECT s.id, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers, s.fingerprint,
            NULLIF(s.ordering_key, '') AS ordering_key, coalesce(s.run_at, now()) AS run_at
     FROM ROWS FROM (unnest($1::bigint[]), unnest($2::text[]), unnest($3::text[]),
-                    unnest($4::text[]), unnest($5::text[]), unnest($6::timestamptz[]))
-         AS s(id, kind, payload, headers, ordering_key, run_at)
+                    unnest($4::text[]), unnest($5::bytea[]), unnest($6::text[]),
+                    unnest($7::timestamptz[]))
+         AS s(id, kind, payload, headers, fingerprint, ordering_key, run_at)
 ), renewed AS (
     UPDATE /* TEMPLATE: schema */inbox m
     SET kind = input.kind, payload = input.payload, raw = NULL, headers = input.headers,
-        fingerprint = sha256(convert_to(input.kind || E'\n' || input.payload::text, 'UTF8')),
+        fingerprint = input.fingerprint,
         ordering_key = input.ordering_key, state = 'pending', attempts_started = 0, attempts_failed = 0,
         next_run_at = input.run_at, owner = NULL, lease_until = NULL, last_error = NULL,
         received_at = now(), started_at = NULL, completed_at = NULL, expires_at = NULL, result = NULL
@@ -254,18 +273,21 @@ type RenewExpiredParams struct {
 	Kinds        []string
 	Payloads     []string
 	Headers      []string
+	Fingerprints [][]byte
 	OrderingKeys []string
 	RunAts       []pgtype.Timestamptz
 }
 
 // Reuses the rows of expired dedup records as new messages: a key whose window has ended is accepted
-// again even if the cleaner has not deleted its row yet. Only rows still expired are touched.
+// again even if the cleaner has not deleted its row yet. Only rows still expired are touched. The
+// fingerprints are those ReceiveBatch returned.
 func (q *Queries) RenewExpired(ctx context.Context, db DBTX, arg RenewExpiredParams) ([]int64, error) {
 	rows, err := db.Query(ctx, renewExpired,
 		arg.Ids,
 		arg.Kinds,
 		arg.Payloads,
 		arg.Headers,
+		arg.Fingerprints,
 		arg.OrderingKeys,
 		arg.RunAts,
 	)

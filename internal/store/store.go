@@ -8,12 +8,15 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/sqlc"
 )
 
@@ -65,4 +68,14 @@ func (w wrapped) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 
 func (w wrapped) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return w.db.QueryRow(ctx, w.s.SQL(sql), args...)
+}
+
+// Err wraps an error of a statement as txinbox's packages return it: an undefined table (42P01)
+// matches txinbox.ErrNotMigrated, and every error is prefixed with "txinbox: ".
+func Err(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fmt.Errorf("%w: %w", txinbox.ErrNotMigrated, err)
+	}
+	return fmt.Errorf("txinbox: %w", err)
 }

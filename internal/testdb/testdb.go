@@ -24,7 +24,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/migrate"
 )
 
 var (
@@ -56,7 +57,13 @@ func URL(t testing.TB) string {
 // Migrate applies txinbox's migrations to schema (created if missing). It is the one call of the
 // migration API in the test harnesses (this package and the txinboxtest module).
 func Migrate(ctx context.Context, cfg *pgx.ConnConfig, schema string) error {
-	return inbox.Migrate(ctx, cfg, schema)
+	m, err := migrate.New(ctx, cfg, txinbox.Store{Schema: schema}, nil)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	_, err = m.Up(ctx)
+	return err
 }
 
 // DB is one test's isolated schema.

@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -56,7 +56,7 @@ func Name(prefix string) string {
 	return fmt.Sprintf("%s-%d-%08x", prefix, time.Now().UnixNano(), rand.Uint32())
 }
 
-// SwitchDB is an inbox.DB that forwards to the pool set last, so a test can take the database away
+// SwitchDB is an txinbox.DB that forwards to the pool set last, so a test can take the database away
 // (a pool on a closed port) and bring it back.
 type SwitchDB struct{ p atomic.Pointer[pgxpool.Pool] }
 
@@ -70,20 +70,20 @@ func NewSwitchDB(p *pgxpool.Pool) *SwitchDB {
 // Set makes later calls use p.
 func (s *SwitchDB) Set(p *pgxpool.Pool) { s.p.Store(p) }
 
-// Begin implements inbox.DB.
+// Begin implements txinbox.DB.
 func (s *SwitchDB) Begin(ctx context.Context) (pgx.Tx, error) { return s.p.Load().Begin(ctx) }
 
-// Exec implements inbox.DB.
+// Exec implements txinbox.DB.
 func (s *SwitchDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	return s.p.Load().Exec(ctx, sql, args...)
 }
 
-// Query implements inbox.DB.
+// Query implements txinbox.DB.
 func (s *SwitchDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	return s.p.Load().Query(ctx, sql, args...)
 }
 
-// QueryRow implements inbox.DB.
+// QueryRow implements txinbox.DB.
 func (s *SwitchDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return s.p.Load().QueryRow(ctx, sql, args...)
 }
@@ -172,7 +172,7 @@ func CheckUnique(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
 		if _, dup := got[key]; dup {
 			t.Errorf("key %s stored twice", key)
 		}
-		if !noRaw || state == string(inbox.StateDead) {
+		if !noRaw || state == "dead" {
 			t.Errorf("key %s stored as %s (raw kept: %v)", key, state, !noRaw)
 		}
 		got[key] = payload
@@ -238,7 +238,7 @@ func Ledger(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
 		_, err := tx.Exec(ctx, count, m.Payload.EventID)
 		return err
 	})
-	p, err := worker.New(db.Pool, worker.Config{Consumer: consumer, Schema: db.Schema, Handlers: hs, PollInterval: 20 * time.Millisecond, BatchSize: worker.MaxBatchSize})
+	p, err := worker.New(db.Store(), worker.Config{Consumer: consumer, Handlers: hs, PollInterval: 20 * time.Millisecond, BatchSize: worker.MaxBatchSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ var BatchFields = []string{"BatchSize", "BatchWait", "RetryDelay", "MaxRetryDela
 
 // NegativeFields checks an adapter's New: cfg must be accepted, and a copy of cfg with any one of
 // fields (its own or promoted from the embedded adapters.BatchConfig) set to -1 must be refused with
-// an *inbox.ConfigError naming that field.
+// an *txinbox.ConfigError naming that field.
 func NegativeFields[C any](t *testing.T, cfg C, newFn func(C) error, fields ...string) {
 	t.Helper()
 	if err := newFn(cfg); err != nil {
@@ -289,9 +289,9 @@ func NegativeFields[C any](t *testing.T, cfg C, newFn func(C) error, fields ...s
 		}
 		f.SetInt(-1)
 		err := newFn(bad)
-		var ce *inbox.ConfigError
+		var ce *txinbox.ConfigError
 		if !errors.As(err, &ce) || ce.Field != name {
-			t.Errorf("%s = -1: New returned %v, want an *inbox.ConfigError naming %s", name, err, name)
+			t.Errorf("%s = -1: New returned %v, want an *txinbox.ConfigError naming %s", name, err, name)
 		}
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
-	"github.com/txinbox/txinbox/inbox"
 )
 
 // Size is a further count of an adapter's Config that must not be negative, named as its field.
@@ -15,14 +15,14 @@ type Size struct {
 }
 
 // Setup is the part of every adapter's New that is the same for all: it checks b and sizes (a
-// *inbox.ConfigError naming the first negative field), fills in b's zero fields with their defaults,
+// *txinbox.ConfigError naming the first negative field), fills in b's zero fields with their defaults,
 // sets sink.Logger to b.Logger and sink.Key to key where they are nil, and makes the Sink; *sink then
 // holds the Sink's configuration, defaults included.
 func Setup(b *adapters.BatchConfig, sink *adapters.SinkConfig, key adapters.KeyFunc, sizes ...Size) (*adapters.Sink, error) {
 	ints := append([]Size{{"BatchSize", b.BatchSize}}, sizes...)
 	for _, f := range ints {
 		if f.Value < 0 {
-			return nil, &inbox.ConfigError{Field: f.Field, Reason: "must not be negative"}
+			return nil, &txinbox.ConfigError{Field: f.Field, Reason: "must not be negative"}
 		}
 	}
 	for _, f := range []struct {
@@ -36,7 +36,7 @@ func Setup(b *adapters.BatchConfig, sink *adapters.SinkConfig, key adapters.KeyF
 		{"WriteTimeout", &b.WriteTimeout, adapters.DefaultWriteTimeout},
 	} {
 		if *f.v < 0 {
-			return nil, &inbox.ConfigError{Field: f.name, Reason: "must not be negative"}
+			return nil, &txinbox.ConfigError{Field: f.name, Reason: "must not be negative"}
 		}
 		if *f.v == 0 {
 			*f.v = f.def

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/bench"
-	"github.com/txinbox/txinbox/inbox"
 )
 
 type ingestRow struct {
@@ -193,7 +193,7 @@ func (r *report) mainMD(p func(string, ...any)) {
 	}
 	if len(r.latency) > 0 || len(r.idle) > 0 {
 		p("### 3. Latency (txinbox, %s)\n", o.inbox)
-		p("From `Receive` returning (the message committed) to its handler starting. Messages are received one per `Receive` call (one transaction each; and, in one row, 10 per `ReceiveMany` call every 10 ms), default `inbox.Client`: a NOTIFY at most every %s per consumer, on a fixed schedule by %d senders; the first second is a warm-up. With LISTEN/NOTIFY (the default) a notification wakes the pool; \"polling only\" sets `DisableListen`, so the pool polls every HotPollInterval (10 ms) for HotWindow (1 s) after any activity and every PollInterval (1 s) when cold.\n", inbox.DefaultNotifyInterval, bench.LatencySenders)
+		p("From `Receive` returning (the message committed) to its handler starting. Messages are received one per `Receive` call (one transaction each; and, in one row, 10 per `ReceiveMany` call every 10 ms), default `inbox.Client`: a NOTIFY at most every %s per consumer, on a fixed schedule by %d senders; the first second is a warm-up. With LISTEN/NOTIFY (the default) a notification wakes the pool; \"polling only\" sets `DisableListen`, so the pool polls every HotPollInterval (10 ms) for HotWindow (1 s) after any activity and every PollInterval (1 s) when cold.\n", txinbox.DefaultNotifyInterval, bench.LatencySenders)
 		if len(r.latency) > 0 {
 			p("CPU is the CPU time of this process and of the run's server backends (receiving and handling) as a share of the machine's %d cores over the run.\n", r.machine.Cores)
 			p("WAL flushes: the server's WAL syncs per second during the phase, and how many commits each carried (group commit). With one commit per message, the disk's fsync time sets the pace: when it slows down (the machine's storage is shared), flushes get fewer and fuller, every commit waits longer, and the senders fall behind their schedule.\n")

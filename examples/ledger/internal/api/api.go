@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
 	"github.com/txinbox/txinbox/idempotency"
 	"github.com/txinbox/txinbox/inbox"
@@ -33,7 +34,7 @@ import (
 
 // DB is what the API needs from the database: a *pgxpool.Pool.
 type DB interface {
-	inbox.DB
+	txinbox.DB
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 	Ping(ctx context.Context) error
 }
@@ -67,7 +68,7 @@ type Server struct {
 // authentication).
 func New(cfg Config) (*Server, error) {
 	if cfg.Schema == "" {
-		cfg.Schema = inbox.DefaultSchema
+		cfg.Schema = txinbox.DefaultSchema
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -75,7 +76,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Wake == nil {
 		cfg.Wake = func() {}
 	}
-	ic, err := inbox.NewClient(cfg.DB, inbox.Config{Schema: cfg.Schema, MaxPayloadBytes: MaxBodyBytes, Observer: cfg.Observer})
+	ic, err := inbox.New(txinbox.Store{DB: cfg.DB, Schema: cfg.Schema}, inbox.Config{MaxPayloadBytes: MaxBodyBytes, Observer: cfg.Observer})
 	if err != nil {
 		return nil, err
 	}
@@ -84,16 +85,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	authorization := idempotency.HeaderPrincipal("Authorization")
-	idem, err := idempotency.New(cfg.DB, idempotency.Config{
-		Schema: cfg.Schema,
+	idem, err := idempotency.New(txinbox.Store{DB: cfg.DB, Schema: cfg.Schema}, idempotency.Config{
 		Principal: func(r *http.Request) (string, error) {
 			if r.Header.Get("Authorization") == "" {
 				return "anonymous", nil
 			}
 			return authorization(r)
 		},
-		Logger: cfg.Logger,
-	})
+		Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/examples/ledger/internal/api"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
 	"github.com/txinbox/txinbox/worker"
@@ -189,12 +190,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	hs := worker.NewHandlers()
 	worker.HandleBatch(hs, ledger.KindOrderPaid, faults.Inject(o.Schema, lg.Handler(o.Logger)))
-	pool, err := worker.New(r.db, worker.Config{
-		Consumer: ledger.Consumer, Schema: o.Schema, Handlers: hs, Concurrency: o.Workers, BatchSize: o.BatchSize,
+	pool, err := worker.New(txinbox.Store{DB: r.db, Schema: o.Schema}, worker.Config{
+		Consumer: ledger.Consumer, Handlers: hs, Concurrency: o.Workers, BatchSize: o.BatchSize,
 		PollInterval: o.Poll, Lease: o.Lease, Timeout: o.HandlerTime, MaxAttempts: o.MaxAttempts,
 		Backoff: worker.Exponential{Base: 100 * time.Millisecond, Max: time.Second}, Logger: o.Logger,
-		Owner: fmt.Sprintf("demo-in-process:%d", os.Getpid()),
-	})
+		Owner: fmt.Sprintf("demo-in-process:%d", os.Getpid())})
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
 )
 
 // Names used in the inbox.
@@ -146,7 +146,7 @@ func ValidateAmount(cents int64) error {
 // ValidateID returns a *FieldError (naming field) unless id is 1 to MaxIDBytes bytes of UTF-8
 // without control characters.
 func ValidateID(field, id string) error {
-	if err := inbox.ValidateKey(id); err != nil {
+	if err := txinbox.ValidateKey(id); err != nil {
 		return &FieldError{Field: field, Detail: err.Error()}
 	}
 	if len(id) > MaxIDBytes {
@@ -187,12 +187,12 @@ type Ledger struct {
 	apply, applyEvents, existing, account, entries string
 }
 
-// New returns a Ledger for schema (a plain identifier, see inbox.ValidateSchema).
+// New returns a Ledger for schema (a plain identifier, see txinbox.ValidateSchema).
 func New(schema string) (*Ledger, error) {
 	if schema == "" {
-		schema = inbox.DefaultSchema
+		schema = txinbox.DefaultSchema
 	}
-	if err := inbox.ValidateSchema(schema); err != nil {
+	if err := txinbox.ValidateSchema(schema); err != nil {
 		return nil, err
 	}
 	q := func(sql string) string { return strings.ReplaceAll(sql, "{schema}", pgx.Identifier{schema}.Sanitize()) }

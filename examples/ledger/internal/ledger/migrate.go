@@ -13,21 +13,28 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/migrate"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
 // VersionTable is the goose version table of the ledger's own migrations, kept apart from txinbox's
-// (inbox.VersionTable) in the same schema.
+// (migrate.VersionTable) in the same schema.
 const VersionTable = "ledger_db_version"
 
-// Migrate brings schema up to date: txinbox's tables (inbox.Migrate) and then the ledger's own
+// Migrate brings schema up to date: txinbox's tables (migrate.Up) and then the ledger's own
 // (accounts, ledger_entries). It creates the schema if needed and is safe to run from several
 // processes at once (goose takes a session advisory lock).
 func Migrate(ctx context.Context, connConfig *pgx.ConnConfig, schema string) error {
-	if err := inbox.Migrate(ctx, connConfig, schema); err != nil {
+	m, err := migrate.New(ctx, connConfig, txinbox.Store{Schema: schema}, nil)
+	if err != nil {
+		return fmt.Errorf("ledger: txinbox migrations: %w", err)
+	}
+	_, err = m.Up(ctx)
+	_ = m.Close()
+	if err != nil {
 		return fmt.Errorf("ledger: txinbox migrations: %w", err)
 	}
 	cfg := connConfig.Copy()
@@ -64,7 +71,7 @@ func Migrate(ctx context.Context, connConfig *pgx.ConnConfig, schema string) err
 func DropSchema(ctx context.Context, db interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }, schema string) error {
-	if err := inbox.ValidateSchema(schema); err != nil {
+	if err := txinbox.ValidateSchema(schema); err != nil {
 		return err
 	}
 	if _, err := db.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {

@@ -1,4 +1,4 @@
-package inbox
+package seen
 
 import (
 	"context"
@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/txinbox/txinbox"
 )
 
-// Defaults of LRUCacheConfig.
+// Defaults of LRUConfig.
 const (
 	DefaultLRUMaxEntries = 100_000
 	DefaultLRUMaxBytes   = 32 << 20
@@ -18,8 +20,8 @@ const (
 // its deadline and epoch, the list element and the map slot, roughly.
 const lruEntryOverhead = 160
 
-// LRUCacheConfig bounds an LRUCache. The zero value is valid.
-type LRUCacheConfig struct {
+// LRUConfig bounds an LRU. The zero value is valid.
+type LRUConfig struct {
 	// MaxEntries is the most entries kept. Default: DefaultLRUMaxEntries (100,000).
 	MaxEntries int
 	// MaxBytes bounds the memory of the entries: each counts its schema, consumer and key bytes plus
@@ -27,13 +29,13 @@ type LRUCacheConfig struct {
 	MaxBytes int64
 }
 
-// LRUCache is an in-process SeenCache: the least recently used entries are dropped when it holds
+// LRU is an in-process [Cache]: the least recently used entries are dropped when it holds
 // MaxEntries entries or MaxBytes bytes, and each entry expires at its own TTL (measured on this
 // process's monotonic clock). Invalidate empties it. It only knows what its own process received:
-// give every Client of a process the same LRUCache, and see Config.SeenCache for what it cannot see.
-type LRUCache struct {
+// give every Client of a process the same LRU, and see inbox.Config.SeenCache for what it cannot see.
+type LRU struct {
 	mu       sync.Mutex
-	lru      *simplelru.LRU[SeenKey, lruEntry]
+	lru      *simplelru.LRU[Key, lruEntry]
 	bytes    int64
 	maxBytes int64
 	epoch    uint64
@@ -41,18 +43,18 @@ type LRUCache struct {
 }
 
 type lruEntry struct {
-	SeenEntry
+	Entry
 	deadline time.Time
 }
 
-func lruSize(k SeenKey) int64 {
+func lruSize(k Key) int64 {
 	return int64(len(k.Schema)+len(k.Consumer)+len(k.Key)) + lruEntryOverhead
 }
 
-// NewLRUCache returns an empty LRUCache bounded by cfg. Negative bounds return a *ConfigError.
-func NewLRUCache(cfg LRUCacheConfig) (*LRUCache, error) {
+// NewLRU returns an empty LRU bounded by cfg. Negative bounds return a *[txinbox.ConfigError].
+func NewLRU(cfg LRUConfig) (*LRU, error) {
 	if cfg.MaxEntries < 0 || cfg.MaxBytes < 0 {
-		return nil, &ConfigError{Field: "MaxEntries/MaxBytes", Reason: "must not be negative"}
+		return nil, &txinbox.ConfigError{Field: "MaxEntries/MaxBytes", Reason: "must not be negative"}
 	}
 	if cfg.MaxEntries == 0 {
 		cfg.MaxEntries = DefaultLRUMaxEntries
@@ -60,18 +62,18 @@ func NewLRUCache(cfg LRUCacheConfig) (*LRUCache, error) {
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = DefaultLRUMaxBytes
 	}
-	c := &LRUCache{maxBytes: cfg.MaxBytes, now: time.Now}
-	l, err := simplelru.NewLRU(cfg.MaxEntries, func(k SeenKey, _ lruEntry) { c.bytes -= lruSize(k) })
+	c := &LRU{maxBytes: cfg.MaxBytes, now: time.Now}
+	l, err := simplelru.NewLRU(cfg.MaxEntries, func(k Key, _ lruEntry) { c.bytes -= lruSize(k) })
 	if err != nil {
-		return nil, &ConfigError{Field: "MaxEntries", Reason: err.Error()}
+		return nil, &txinbox.ConfigError{Field: "MaxEntries", Reason: err.Error()}
 	}
 	c.lru = l
 	return c, nil
 }
 
-// Get implements SeenCache. It never fails.
-func (c *LRUCache) Get(_ context.Context, keys []SeenKey) ([]SeenEntry, []bool, uint64, error) {
-	entries := make([]SeenEntry, len(keys))
+// Get implements Cache. It never fails.
+func (c *LRU) Get(_ context.Context, keys []Key) ([]Entry, []bool, uint64, error) {
+	entries := make([]Entry, len(keys))
 	found := make([]bool, len(keys))
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -85,13 +87,13 @@ func (c *LRUCache) Get(_ context.Context, keys []SeenKey) ([]SeenEntry, []bool, 
 			c.lru.Remove(k)
 			continue
 		}
-		entries[i], found[i] = e.SeenEntry, true
+		entries[i], found[i] = e.Entry, true
 	}
 	return entries, found, c.epoch, nil
 }
 
-// Put implements SeenCache: entries of an older epoch are dropped. It never fails.
-func (c *LRUCache) Put(_ context.Context, epoch uint64, keys []SeenKey, entries []SeenEntry, ttls []time.Duration) error {
+// Put implements Cache: entries of an older epoch are dropped. It never fails.
+func (c *LRU) Put(_ context.Context, epoch uint64, keys []Key, entries []Entry, ttls []time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if epoch != c.epoch {
@@ -103,7 +105,7 @@ func (c *LRUCache) Put(_ context.Context, epoch uint64, keys []SeenKey, entries 
 			continue
 		}
 		c.lru.Remove(k) // so that bytes counts it once
-		c.lru.Add(k, lruEntry{SeenEntry: entries[i], deadline: now.Add(ttls[i])})
+		c.lru.Add(k, lruEntry{Entry: entries[i], deadline: now.Add(ttls[i])})
 		c.bytes += lruSize(k)
 		for c.bytes > c.maxBytes {
 			c.lru.RemoveOldest()
@@ -112,8 +114,8 @@ func (c *LRUCache) Put(_ context.Context, epoch uint64, keys []SeenKey, entries 
 	return nil
 }
 
-// Invalidate implements SeenCache: it empties the cache and starts a new epoch. It never fails.
-func (c *LRUCache) Invalidate(context.Context) error {
+// Invalidate implements Cache: it empties the cache and starts a new epoch. It never fails.
+func (c *LRU) Invalidate(context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.epoch++
@@ -122,14 +124,14 @@ func (c *LRUCache) Invalidate(context.Context) error {
 }
 
 // Len returns the number of entries held (some may have expired and not been dropped yet).
-func (c *LRUCache) Len() int {
+func (c *LRU) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lru.Len()
 }
 
-// Bytes returns the bytes the entries are counted for (see LRUCacheConfig.MaxBytes).
-func (c *LRUCache) Bytes() int64 {
+// Bytes returns the bytes the entries are counted for (see LRUConfig.MaxBytes).
+func (c *LRU) Bytes() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.bytes

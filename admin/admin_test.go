@@ -1,4 +1,4 @@
-package inbox_test
+package admin_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/store"
@@ -58,20 +60,20 @@ func TestListDeadFilters(t *testing.T) {
 
 	cases := []struct {
 		name string
-		f    inbox.DeadFilter
+		f    admin.DeadFilter
 		want []int64
 	}{
-		{"all", inbox.DeadFilter{}, []int64{ids[0], ids[1], ids[2], audit.ID}},
-		{"consumer", inbox.DeadFilter{Consumer: "ledger"}, []int64{ids[0], ids[1], ids[2]}},
-		{"kind", inbox.DeadFilter{Kind: "Audit"}, []int64{audit.ID}},
-		{"error", inbox.DeadFilter{ErrorContains: "funds"}, []int64{ids[0], ids[1], audit.ID}},
-		{"error is literal", inbox.DeadFilter{ErrorContains: "%"}, []int64{}},
-		{"since", inbox.DeadFilter{Since: day.Add(time.Hour)}, []int64{ids[2], audit.ID}},
-		{"until", inbox.DeadFilter{Until: day.Add(time.Hour)}, []int64{ids[0], ids[1]}},
-		{"window", inbox.DeadFilter{Since: day.Add(time.Hour), Until: day.Add(25 * time.Hour)}, []int64{ids[2]}},
-		{"page 1", inbox.DeadFilter{Limit: 2}, []int64{ids[0], ids[1]}},
-		{"page 2", inbox.DeadFilter{Limit: 2, AfterID: ids[1]}, []int64{ids[2], audit.ID}},
-		{"combined", inbox.DeadFilter{Consumer: "ledger", ErrorContains: "funds", AfterID: ids[0]}, []int64{ids[1]}},
+		{"all", admin.DeadFilter{}, []int64{ids[0], ids[1], ids[2], audit.ID}},
+		{"consumer", admin.DeadFilter{Consumer: "ledger"}, []int64{ids[0], ids[1], ids[2]}},
+		{"kind", admin.DeadFilter{Kind: "Audit"}, []int64{audit.ID}},
+		{"error", admin.DeadFilter{ErrorContains: "funds"}, []int64{ids[0], ids[1], audit.ID}},
+		{"error is literal", admin.DeadFilter{ErrorContains: "%"}, []int64{}},
+		{"since", admin.DeadFilter{Since: day.Add(time.Hour)}, []int64{ids[2], audit.ID}},
+		{"until", admin.DeadFilter{Until: day.Add(time.Hour)}, []int64{ids[0], ids[1]}},
+		{"window", admin.DeadFilter{Since: day.Add(time.Hour), Until: day.Add(25 * time.Hour)}, []int64{ids[2]}},
+		{"page 1", admin.DeadFilter{Limit: 2}, []int64{ids[0], ids[1]}},
+		{"page 2", admin.DeadFilter{Limit: 2, AfterID: ids[1]}, []int64{ids[2], audit.ID}},
+		{"combined", admin.DeadFilter{Consumer: "ledger", ErrorContains: "funds", AfterID: ids[0]}, []int64{ids[1]}},
 	}
 	for _, tc := range cases {
 		got, err := c.ListDead(ctx, tc.f)
@@ -82,16 +84,16 @@ func TestListDeadFilters(t *testing.T) {
 			t.Errorf("%s: ids %v, want %v", tc.name, deadIDs(got), tc.want)
 		}
 	}
-	got, _ := c.ListDead(ctx, inbox.DeadFilter{Kind: "Audit"})
+	got, _ := c.ListDead(ctx, admin.DeadFilter{Kind: "Audit"})
 	if m := got[0]; m.State != inbox.StateDead || m.LastError != "insufficient funds" || !m.CompletedAt.Equal(day.Add(48*time.Hour)) ||
 		m.AttemptsFailed != 3 || m.Consumer != "audit" || m.Key != "a" {
 		t.Errorf("listed message: %+v", m)
 	}
 
-	for _, f := range []inbox.DeadFilter{{Limit: -1}, {Limit: inbox.MaxDeadListLimit + 1}, {AfterID: -1},
+	for _, f := range []admin.DeadFilter{{Limit: -1}, {Limit: admin.MaxDeadListLimit + 1}, {AfterID: -1},
 		{Since: day, Until: day}, {ErrorContains: "a\x00"}, {Kind: "\xff"}} {
-		var ae *inbox.ArgumentError
-		if _, err := c.ListDead(ctx, f); !errors.Is(err, inbox.ErrInvalidArgument) || !errors.As(err, &ae) {
+		var ae *txinbox.ArgumentError
+		if _, err := c.ListDead(ctx, f); !errors.Is(err, txinbox.ErrInvalidArgument) || !errors.As(err, &ae) {
 			t.Errorf("%+v: err = %v, want an *ArgumentError", f, err)
 		}
 	}
@@ -130,8 +132,8 @@ func TestGetMessage(t *testing.T) {
 	}
 
 	_, err = c.GetMessage(ctx, 999999)
-	var nf *inbox.NotFoundError
-	if !errors.Is(err, inbox.ErrNotFound) || !errors.As(err, &nf) || nf.ID != 999999 {
+	var nf *admin.NotFoundError
+	if !errors.Is(err, admin.ErrNotFound) || !errors.As(err, &nf) || nf.ID != 999999 {
 		t.Fatalf("unknown id: err = %v, want a *NotFoundError", err)
 	}
 }
@@ -182,10 +184,10 @@ func TestReplayDead(t *testing.T) {
 	if done, err := c.ReplayDead(ctx); err != nil || done != nil {
 		t.Fatalf("empty replay: %v, %v", done, err)
 	}
-	if _, err := c.ReplayDead(ctx, 0); !errors.Is(err, inbox.ErrInvalidArgument) {
+	if _, err := c.ReplayDead(ctx, 0); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Fatalf("bad id: err = %v", err)
 	}
-	if _, err := c.ReplayDead(ctx, make([]int64, inbox.MaxAdminIDs+1)...); !errors.Is(err, inbox.ErrInvalidArgument) {
+	if _, err := c.ReplayDead(ctx, make([]int64, admin.MaxAdminIDs+1)...); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Fatalf("too many ids: err = %v", err)
 	}
 }
@@ -202,7 +204,7 @@ func TestReplayDeadCompletesOnce(t *testing.T) {
 		m, err := c.GetMessage(ctx, id)
 		return err == nil && m.State == inbox.StateDead
 	})
-	dead, err := c.ListDead(ctx, inbox.DeadFilter{ErrorContains: "ledger closed"})
+	dead, err := c.ListDead(ctx, admin.DeadFilter{ErrorContains: "ledger closed"})
 	if err != nil || len(dead) != 1 || dead[0].ID != id {
 		t.Fatalf("dead letters: %+v, %v", dead, err)
 	}
@@ -242,7 +244,7 @@ func TestReplayDeadWakesWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{inbox.NotifyChannel(db.Schema)}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{(txinbox.Store{Schema: db.Schema}).NotifyChannel()}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 	if done, err := c.ReplayDead(ctx, id); err != nil || len(done) != 1 {
@@ -267,7 +269,7 @@ func TestDiscardDead(t *testing.T) {
 	if err != nil || !slices.Equal(done, []int64{ids[0]}) {
 		t.Fatalf("discard: %v, %v", done, err)
 	}
-	if _, err := c.GetMessage(ctx, ids[0]); !errors.Is(err, inbox.ErrNotFound) {
+	if _, err := c.GetMessage(ctx, ids[0]); !errors.Is(err, admin.ErrNotFound) {
 		t.Fatalf("discarded message still there: %v", err)
 	}
 	if m, err := c.GetMessage(ctx, ids[1]); err != nil || m.State != inbox.StatePending {
@@ -328,7 +330,7 @@ func TestStats(t *testing.T) {
 	}
 }
 
-func TestPurge(t *testing.T) {
+func TestDiscardOlder(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
@@ -343,27 +345,27 @@ func TestPurge(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	n, err := c.Purge(ctx, 24*time.Hour)
+	n, err := c.DiscardOlder(ctx, 24*time.Hour)
 	if err != nil || n != 2500 {
 		t.Fatalf("purge completed: %d, %v; want 2500", n, err)
 	}
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 3 {
 		t.Fatalf("rows left = %d, want fresh, dead-old and pending", got)
 	}
-	if n, err := c.Purge(ctx, 72*time.Hour, inbox.StateDead); err != nil || n != 0 {
+	if n, err := c.DiscardOlder(ctx, 72*time.Hour, inbox.StateDead); err != nil || n != 0 {
 		t.Fatalf("purge dead older than 3 days: %d, %v", n, err)
 	}
-	if n, err := c.Purge(ctx, 24*time.Hour, inbox.StateDead, inbox.StateCompleted); err != nil || n != 1 {
+	if n, err := c.DiscardOlder(ctx, 24*time.Hour, inbox.StateDead, inbox.StateCompleted); err != nil || n != 1 {
 		t.Fatalf("purge dead: %d, %v", n, err)
 	}
 	// Purged keys are accepted again as new messages.
 	if r, err := c.Receive(ctx, msg("old-7", `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
 		t.Fatalf("purged key: %+v, %v", r, err)
 	}
-	if n, err := c.Purge(ctx, 0, inbox.StatePending); !errors.Is(err, inbox.ErrInvalidArgument) || n != 0 {
+	if n, err := c.DiscardOlder(ctx, 0, inbox.StatePending); !errors.Is(err, txinbox.ErrInvalidArgument) || n != 0 {
 		t.Fatalf("purge pending: %d, %v; want ErrInvalidArgument", n, err)
 	}
-	if _, err := c.Purge(ctx, -time.Second); !errors.Is(err, inbox.ErrInvalidArgument) {
+	if _, err := c.DiscardOlder(ctx, -time.Second); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Fatalf("negative age: %v", err)
 	}
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key IN ('fresh', 'pending')`); got != 2 {
@@ -423,7 +425,7 @@ func TestDiscardPending(t *testing.T) {
 
 	// A dry run changes nothing and reports what the discard does.
 	before := db.Count(t, `SELECT count(*) FROM {schema}.inbox`) + 1000*db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`)
-	dry, err := c.DiscardPending(ctx, inbox.PendingFilter{Consumer: "ledger"}, true)
+	dry, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"}, true)
 	if err != nil || !slices.Equal(dry.Discarded, []int64{ids[1], ids[2], ids[3], refund.ID}) || !slices.Equal(dry.Claimed, ids[:1]) {
 		t.Fatalf("dry run: %+v, %v", dry, err)
 	}
@@ -432,7 +434,7 @@ func TestDiscardPending(t *testing.T) {
 	}
 
 	// By id: completed, dead, claimed, unknown and pending ids; only the pending one goes.
-	r, err := c.DiscardPending(ctx, inbox.PendingFilter{IDs: []int64{ids[0], ids[1], ids[4], ids[5], 424242}}, false)
+	r, err := c.DiscardPending(ctx, admin.PendingFilter{IDs: []int64{ids[0], ids[1], ids[4], ids[5], 424242}}, false)
 	if err != nil || !slices.Equal(r.Discarded, ids[1:2]) || !slices.Equal(r.Claimed, ids[:1]) {
 		t.Fatalf("by id: %+v, %v", r, err)
 	}
@@ -443,12 +445,12 @@ func TestDiscardPending(t *testing.T) {
 		t.Fatalf("claimed, completed and dead messages: %d inbox and %d queue rows, want 3 and 1", m, q)
 	}
 	// By consumer and kind.
-	r, err = c.DiscardPending(ctx, inbox.PendingFilter{Consumer: "ledger", Kind: "Refund"}, false)
+	r, err = c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger", Kind: "Refund"}, false)
 	if err != nil || !slices.Equal(r.Discarded, []int64{refund.ID}) || len(r.Claimed) != 0 {
 		t.Fatalf("by consumer and kind: %+v, %v", r, err)
 	}
 	// By consumer: the rest of ledger; audit is left alone.
-	r, err = c.DiscardPending(ctx, inbox.PendingFilter{Consumer: "ledger"}, false)
+	r, err = c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"}, false)
 	if err != nil || !slices.Equal(r.Discarded, ids[2:4]) || !slices.Equal(r.Claimed, ids[:1]) {
 		t.Fatalf("by consumer: %+v, %v", r, err)
 	}
@@ -456,7 +458,7 @@ func TestDiscardPending(t *testing.T) {
 		t.Fatal("message of another consumer discarded")
 	}
 	// Nothing left to discard: empty, not nil.
-	if r, err := c.DiscardPending(ctx, inbox.PendingFilter{Consumer: "ledger", Kind: "Refund"}, false); err != nil ||
+	if r, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger", Kind: "Refund"}, false); err != nil ||
 		r.Discarded == nil || r.Claimed == nil || len(r.Discarded)+len(r.Claimed) != 0 {
 		t.Fatalf("second discard: %+v, %v", r, err)
 	}
@@ -471,14 +473,14 @@ func TestDiscardPendingBadArguments(t *testing.T) {
 	c, db := newClient(t)
 	ctx := context.Background()
 	ids := receiveKeys(t, c, "a")
-	for _, f := range []inbox.PendingFilter{
+	for _, f := range []admin.PendingFilter{
 		{}, {Kind: "OrderPaid"}, {Consumer: "a b"}, {Consumer: "ledger", Kind: "\xff"}, {Consumer: "x\x00"},
-		{IDs: []int64{0}}, {IDs: []int64{-1}}, {Consumer: "ledger", IDs: make([]int64, inbox.MaxAdminIDs+1)},
+		{IDs: []int64{0}}, {IDs: []int64{-1}}, {Consumer: "ledger", IDs: make([]int64, admin.MaxAdminIDs+1)},
 	} {
 		for _, dry := range []bool{false, true} {
-			var ae *inbox.ArgumentError
+			var ae *txinbox.ArgumentError
 			r, err := c.DiscardPending(ctx, f, dry)
-			if !errors.Is(err, inbox.ErrInvalidArgument) || !errors.As(err, &ae) || len(r.Discarded) != 0 {
+			if !errors.Is(err, txinbox.ErrInvalidArgument) || !errors.As(err, &ae) || len(r.Discarded) != 0 {
 				t.Errorf("%+v: %+v, %v; want an *ArgumentError", f, r, err)
 			}
 		}
@@ -503,14 +505,14 @@ func TestDiscardPendingSkipsLockedRow(t *testing.T) {
 	if _, err := tx.Exec(ctx, db.SQL(`SELECT id FROM {schema}.inbox_queue WHERE id = $1 FOR UPDATE`), ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.DiscardPending(ctx, inbox.PendingFilter{Consumer: "ledger"}, false)
+	r, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"}, false)
 	if err != nil || !slices.Equal(r.Discarded, ids[1:]) || !slices.Equal(r.Claimed, ids[:1]) {
 		t.Fatalf("discard beside a locked row: %+v, %v", r, err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err = c.DiscardPending(ctx, inbox.PendingFilter{IDs: ids[:1]}, false)
+	r, err = c.DiscardPending(ctx, admin.PendingFilter{IDs: ids[:1]}, false)
 	if err != nil || !slices.Equal(r.Discarded, ids[:1]) {
 		t.Fatalf("discard once unlocked: %+v, %v", r, err)
 	}
@@ -545,7 +547,7 @@ func TestDiscardPendingRacesClaims(t *testing.T) {
 			}
 		}()
 		<-started // the discard starts while claims go on
-		r, err := c.DiscardPending(ctx, inbox.PendingFilter{Consumer: "ledger"}, false)
+		r, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"}, false)
 		<-done
 		if err != nil || claimErr != nil {
 			t.Fatal(err, claimErr)
@@ -592,7 +594,7 @@ func TestDiscardPendingReadiesNextOfKey(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue SET run_at = now() + interval '1 hour' WHERE id = $1`), ids[1]); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := c.DiscardPending(ctx, inbox.PendingFilter{IDs: ids[:1]}, false); err != nil || !slices.Equal(r.Discarded, ids[:1]) {
+	if r, err := c.DiscardPending(ctx, admin.PendingFilter{IDs: ids[:1]}, false); err != nil || !slices.Equal(r.Discarded, ids[:1]) {
 		t.Fatalf("discard: %+v, %v", r, err)
 	}
 	if got := claim(t, db, "ledger", 10); !slices.Equal(got, ids[1:]) {

@@ -1,8 +1,7 @@
-package inbox
+package admin
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,9 +12,57 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/walk"
+	"github.com/txinbox/txinbox/seen"
 )
+
+// Config configures an Admin. The zero value is valid.
+type Config struct {
+	// SeenCache, if set, is the seen-key cache of the inbox Clients receiving into this Store
+	// (inbox.Config.SeenCache): DiscardDead, DiscardPending and DiscardOlder invalidate it (a new
+	// epoch) once they deleted something, since the deleted keys are new again. Without it, a Client's
+	// cache may answer a deleted key Duplicate for up to its SeenTTL. Default: none.
+	SeenCache seen.Cache
+	// SeenTimeout bounds each invalidation. Default: [seen.DefaultTimeout] (100ms).
+	SeenTimeout time.Duration
+	// Observer, if set, is told about invalidation errors (which never reach the caller). Default:
+	// none.
+	Observer seen.Observer
+}
+
+// Admin runs operator actions on the stored messages of one Store. It is safe for concurrent use.
+type Admin struct {
+	store txinbox.Store
+	cfg   Config
+	st    *store.Store
+}
+
+// New returns an Admin of store. An invalid store or cfg returns a *[txinbox.ConfigError].
+func New(store txinbox.Store, cfg Config) (*Admin, error) {
+	store, err := store.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.SeenTimeout < 0 {
+		return nil, &txinbox.ConfigError{Field: "SeenTimeout", Reason: "must not be negative"}
+	}
+	if cfg.SeenTimeout == 0 {
+		cfg.SeenTimeout = seen.DefaultTimeout
+	}
+	return &Admin{store: store, cfg: cfg, st: storeFor(store)}, nil
+}
+
+func storeFor(st txinbox.Store) *store.Store { return store.New(st.Schema) }
+
+// seenInvalidate starts a new cache epoch after rows were deleted early, so that the cache never
+// answers a deleted key.
+func (a *Admin) seenInvalidate(ctx context.Context) {
+	seen.Invalidate(ctx, a.cfg.SeenCache, a.cfg.SeenTimeout, a.cfg.Observer)
+}
 
 // Limits of the administration calls.
 const (
@@ -31,9 +78,6 @@ const (
 // ErrNotFound is matched (errors.Is) by every *NotFoundError.
 var ErrNotFound = errors.New("txinbox: message not found")
 
-// ErrInvalidArgument is matched (errors.Is) by every *ArgumentError.
-var ErrInvalidArgument = errors.New("txinbox: invalid argument")
-
 // NotFoundError reports a message id that is not stored (never was, or was deleted).
 type NotFoundError struct {
 	ID int64
@@ -46,78 +90,10 @@ func (e *NotFoundError) Error() string {
 // Is reports whether target is ErrNotFound.
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
-// ArgumentError reports an invalid argument of an administration call. Nothing was changed.
-type ArgumentError struct {
-	Name   string // the argument or field, such as "Limit" or "states"
-	Reason string
-}
-
-func (e *ArgumentError) Error() string {
-	return fmt.Sprintf("txinbox: invalid argument: %s: %s", e.Name, e.Reason)
-}
-
-// Is reports whether target is ErrInvalidArgument.
-func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
-
-// StoredMessage is a stored message with every column of its row. Times that are not set are zero
-// (and left out of its JSON form).
-type StoredMessage struct {
-	ID       int64  `json:"id"`
-	Consumer string `json:"consumer"`
-	Key      string `json:"key"`
-	Kind     string `json:"kind"`
-	// Payload is the JSON document as stored (jsonb: key order and spacing normalised); null for a
-	// message stored undecodable.
-	Payload json.RawMessage `json:"payload"`
-	// Raw holds the original bytes of a message that could not be decoded; nil otherwise.
-	Raw     []byte            `json:"raw,omitempty"`
-	Headers map[string]string `json:"headers,omitempty"`
-	// Fingerprint is the SHA-256 of the kind and payload, which duplicates are compared by.
-	Fingerprint Fingerprint `json:"fingerprint"`
-	OrderingKey string      `json:"ordering_key,omitempty"`
-	State       State       `json:"state"`
-	// AttemptsStarted counts the attempts claimed by a worker, AttemptsFailed those that failed; more
-	// started than failed means one is running or never finished.
-	AttemptsStarted int       `json:"attempts_started"`
-	AttemptsFailed  int       `json:"attempts_failed"`
-	NextRunAt       time.Time `json:"next_run_at,omitzero"`
-	Owner           string    `json:"owner,omitempty"`       // the worker holding the claim
-	LeaseUntil      time.Time `json:"lease_until,omitzero"`  // end of the current claim
-	Token           int64     `json:"token"`                 // fencing token, incremented by every claim
-	LastError       string    `json:"last_error,omitempty"`  // error of the latest failed attempt
-	ReceivedAt      time.Time `json:"received_at,omitzero"`  // when it was received (or renewed)
-	StartedAt       time.Time `json:"started_at,omitzero"`   // start of the latest attempt
-	CompletedAt     time.Time `json:"completed_at,omitzero"` // when it completed or died
-	// ExpiresAt is the end of the dedup window of a completed message; after it the key is accepted as
-	// a new message.
-	ExpiresAt time.Time       `json:"expires_at,omitzero"`
-	Result    json.RawMessage `json:"result,omitempty"` // what the handler stored, if anything
-}
-
-// Fingerprint is the SHA-256 digest a message's duplicates are compared by. Its text and JSON form
-// is lowercase hex (64 digits), as txinbox's CLI prints it.
-type Fingerprint []byte
-
-// String returns f in lowercase hex.
-func (f Fingerprint) String() string { return hex.EncodeToString(f) }
-
-// MarshalText returns f in lowercase hex.
-func (f Fingerprint) MarshalText() ([]byte, error) { return hex.AppendEncode(nil, f), nil }
-
-// UnmarshalText reads f from hex (either case).
-func (f *Fingerprint) UnmarshalText(b []byte) error {
-	d, err := hex.AppendDecode(nil, b)
-	if err != nil {
-		return fmt.Errorf("txinbox: fingerprint: %w", err)
-	}
-	*f = d
-	return nil
-}
-
-func storedMessage(r sqlc.Inbox) StoredMessage {
-	m := StoredMessage{
+func storedMessage(r sqlc.Inbox) inbox.StoredMessage {
+	m := inbox.StoredMessage{
 		ID: r.ID, Consumer: r.Consumer, Key: r.Key, Kind: r.Kind, Payload: r.Payload, Raw: r.Raw,
-		Fingerprint: r.Fingerprint, OrderingKey: r.OrderingKey.String, State: State(r.State),
+		Fingerprint: r.Fingerprint, OrderingKey: r.OrderingKey.String, State: inbox.State(r.State),
 		AttemptsStarted: int(r.AttemptsStarted), AttemptsFailed: int(r.AttemptsFailed),
 		NextRunAt: ts(r.NextRunAt), Owner: r.Owner.String, LeaseUntil: ts(r.LeaseUntil), Token: r.Token,
 		LastError: r.LastError.String, ReceivedAt: ts(r.ReceivedAt), StartedAt: ts(r.StartedAt),
@@ -143,13 +119,13 @@ func optTS(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, 
 
 // GetMessage returns the stored message id, in any state. An unknown id returns a *NotFoundError
 // (errors.Is ErrNotFound).
-func (c *Client) GetMessage(ctx context.Context, id int64) (StoredMessage, error) {
-	r, err := store.Queries.GetMessage(ctx, c.st.Wrap(c.db), id)
+func (a *Admin) GetMessage(ctx context.Context, id int64) (inbox.StoredMessage, error) {
+	r, err := store.Queries.GetMessage(ctx, a.st.Wrap(a.store.DB), id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return StoredMessage{}, &NotFoundError{ID: id}
+		return inbox.StoredMessage{}, &NotFoundError{ID: id}
 	}
 	if err != nil {
-		return StoredMessage{}, translateError(err)
+		return inbox.StoredMessage{}, store.Err(err)
 	}
 	return storedMessage(r), nil
 }
@@ -171,15 +147,15 @@ type DeadFilter struct {
 func (f DeadFilter) params() (sqlc.ListDeadParams, error) {
 	switch {
 	case f.Limit < 0 || f.Limit > MaxDeadListLimit:
-		return sqlc.ListDeadParams{}, &ArgumentError{Name: "Limit", Reason: fmt.Sprintf("%d is not between 0 (default %d) and %d", f.Limit, DefaultDeadListLimit, MaxDeadListLimit)}
+		return sqlc.ListDeadParams{}, &txinbox.ArgumentError{Name: "Limit", Reason: fmt.Sprintf("%d is not between 0 (default %d) and %d", f.Limit, DefaultDeadListLimit, MaxDeadListLimit)}
 	case f.AfterID < 0:
-		return sqlc.ListDeadParams{}, &ArgumentError{Name: "AfterID", Reason: "must not be negative"}
+		return sqlc.ListDeadParams{}, &txinbox.ArgumentError{Name: "AfterID", Reason: "must not be negative"}
 	case !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since):
-		return sqlc.ListDeadParams{}, &ArgumentError{Name: "Until", Reason: "must be after Since"}
+		return sqlc.ListDeadParams{}, &txinbox.ArgumentError{Name: "Until", Reason: "must be after Since"}
 	}
 	for name, v := range map[string]string{"Consumer": f.Consumer, "Kind": f.Kind, "ErrorContains": f.ErrorContains} {
 		if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
-			return sqlc.ListDeadParams{}, &ArgumentError{Name: name, Reason: "must be valid UTF-8 without NUL"}
+			return sqlc.ListDeadParams{}, &txinbox.ArgumentError{Name: name, Reason: "must be valid UTF-8 without NUL"}
 		}
 	}
 	if f.Limit == 0 {
@@ -196,22 +172,22 @@ func (f DeadFilter) params() (sqlc.ListDeadParams, error) {
 // A message is dead when its handler gave up on it: it ran out of attempts, returned a permanent
 // error, or could not be decoded at all. Dead messages stay in the inbox table, with their key,
 // payload and last error, until an operator replays them (ReplayDead) or deletes them (DiscardDead,
-// or Purge with StateDead); the retention cleaner never deletes them. While a dead message is kept
+// or DiscardOlder with inbox.StateDead); the retention cleaner never deletes them. While a dead message is kept
 // its key stays taken: a redelivery is reported as a Duplicate in state dead and not run again.
 //
 // When it returns f.Limit messages there may be more: call again with AfterID set to the last id.
 // It walks the primary key (there is no index on state, to keep updates HOT), so a filter that
 // matches little on a large table reads much of the table.
-func (c *Client) ListDead(ctx context.Context, f DeadFilter) ([]StoredMessage, error) {
+func (a *Admin) ListDead(ctx context.Context, f DeadFilter) ([]inbox.StoredMessage, error) {
 	p, err := f.params()
 	if err != nil {
 		return nil, err
 	}
-	rows, err := store.Queries.ListDead(ctx, c.st.Wrap(c.db), p)
+	rows, err := store.Queries.ListDead(ctx, a.st.Wrap(a.store.DB), p)
 	if err != nil {
-		return nil, translateError(err)
+		return nil, store.Err(err)
 	}
-	out := make([]StoredMessage, len(rows))
+	out := make([]inbox.StoredMessage, len(rows))
 	for i, r := range rows {
 		out[i] = storedMessage(r)
 	}
@@ -220,11 +196,11 @@ func (c *Client) ListDead(ctx context.Context, f DeadFilter) ([]StoredMessage, e
 
 func checkIDs(ids []int64) error {
 	if len(ids) > MaxAdminIDs {
-		return &ArgumentError{Name: "ids", Reason: fmt.Sprintf("%d ids, more than the limit of %d per call", len(ids), MaxAdminIDs)}
+		return &txinbox.ArgumentError{Name: "ids", Reason: fmt.Sprintf("%d ids, more than the limit of %d per call", len(ids), MaxAdminIDs)}
 	}
 	for _, id := range ids {
 		if id <= 0 {
-			return &ArgumentError{Name: "ids", Reason: fmt.Sprintf("%d is not a message id", id)}
+			return &txinbox.ArgumentError{Name: "ids", Reason: fmt.Sprintf("%d is not a message id", id)}
 		}
 	}
 	return nil
@@ -235,23 +211,23 @@ func checkIDs(ids []int64) error {
 // handler sees it as the previous error); its attempts are reset to zero and it runs as soon as a
 // worker is free. Because the row is reused, the replay is not rejected as a duplicate of itself, and
 // later deliveries of the same key are still deduplicated against it. Idle worker pools of the
-// replayed consumers are woken by a notification (unless Config.NotifyInterval is negative). A
+// replayed consumers are woken by a notification (unless Store.NotifyInterval is negative). A
 // message with an ordering key becomes again the head of that key (it was received first), so later
 // messages of the key wait for it.
 //
 // Ids that are not dead (any more), not stored, or stored undecodable (Raw set; they can only die
 // again: discard them) are skipped and absent from the result. At most MaxAdminIDs ids per call.
-func (c *Client) ReplayDead(ctx context.Context, ids ...int64) ([]int64, error) {
+func (a *Admin) ReplayDead(ctx context.Context, ids ...int64) ([]int64, error) {
 	if err := checkIDs(ids); err != nil || len(ids) == 0 {
 		return nil, err
 	}
 	channel := ""
-	if c.cfg.NotifyInterval >= 0 {
-		channel = NotifyChannel(c.cfg.Schema)
+	if a.store.NotifyInterval >= 0 {
+		channel = a.store.NotifyChannel()
 	}
-	done, err := store.Queries.ReplayDead(ctx, c.st.Wrap(c.db), ids, channel)
+	done, err := store.Queries.ReplayDead(ctx, a.st.Wrap(a.store.DB), ids, channel)
 	if err != nil {
-		return nil, translateError(err)
+		return nil, store.Err(err)
 	}
 	return done, nil
 }
@@ -260,16 +236,16 @@ func (c *Client) ReplayDead(ctx context.Context, ids ...int64) ([]int64, error) 
 // order. Their keys are free again: a later delivery of one is accepted as a new message. Ids that are
 // not dead (any more) or not stored are skipped and absent from the result. At most MaxAdminIDs ids
 // per call.
-func (c *Client) DiscardDead(ctx context.Context, ids ...int64) ([]int64, error) {
+func (a *Admin) DiscardDead(ctx context.Context, ids ...int64) ([]int64, error) {
 	if err := checkIDs(ids); err != nil || len(ids) == 0 {
 		return nil, err
 	}
-	done, err := store.Queries.DiscardDead(ctx, c.st.Wrap(c.db), ids)
+	done, err := store.Queries.DiscardDead(ctx, a.st.Wrap(a.store.DB), ids)
 	if err != nil {
-		return nil, translateError(err)
+		return nil, store.Err(err)
 	}
 	if len(done) > 0 {
-		c.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
+		a.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
 	}
 	return done, nil
 }
@@ -284,14 +260,14 @@ type PendingFilter struct {
 
 func (f PendingFilter) check() error {
 	if f.Consumer == "" && len(f.IDs) == 0 {
-		return &ArgumentError{Name: "Consumer", Reason: "set Consumer or IDs (a Kind alone would span every consumer)"}
+		return &txinbox.ArgumentError{Name: "Consumer", Reason: "set Consumer or IDs (a Kind alone would span every consumer)"}
 	}
 	for name, v := range map[string]string{"Consumer": f.Consumer, "Kind": f.Kind} {
 		if v == "" {
 			continue
 		}
-		if err := ValidateName(v); err != nil {
-			return &ArgumentError{Name: name, Reason: err.Error()}
+		if err := txinbox.ValidateName(v); err != nil {
+			return &txinbox.ArgumentError{Name: name, Reason: err.Error()}
 		}
 	}
 	return checkIDs(f.IDs)
@@ -309,19 +285,19 @@ type PendingDiscard struct {
 
 // DiscardPending deletes the pending messages matching f that no worker has claimed, with their
 // queue rows, and returns their ids; matching messages a worker holds are left alone and returned in
-// Claimed. Completed and dead messages never match (see DiscardDead and Purge). The key of a
+// Claimed. Completed and dead messages never match (see DiscardDead and DiscardOlder). The key of a
 // discarded message is free again: a later delivery of it is accepted as a new message. When the
 // head of an ordering key is discarded, the next queued message of that key is made ready at once.
 //
 // With dryRun it changes and locks nothing: it returns the matching messages that are pending and
 // unclaimed now (Discarded) and those claimed (Claimed).
 //
-// It walks the queue (pending and claimed messages only) in id order, DefaultPurgeBatchSize
+// It walks the queue (pending and claimed messages only) in id order, DiscardBatchSize
 // messages per statement, each statement its own short transaction; it stops between statements
 // when ctx ends, and the statements done stay done. A queue row is locked (FOR UPDATE SKIP LOCKED)
 // before its message is deleted, so a discard and a claim never both take a message. Bad arguments
 // return an *ArgumentError (errors.Is ErrInvalidArgument) and change nothing.
-func (c *Client) DiscardPending(ctx context.Context, f PendingFilter, dryRun bool) (PendingDiscard, error) {
+func (a *Admin) DiscardPending(ctx context.Context, f PendingFilter, dryRun bool) (PendingDiscard, error) {
 	out := PendingDiscard{Discarded: []int64{}, Claimed: []int64{}}
 	if err := f.check(); err != nil {
 		return out, err
@@ -329,11 +305,11 @@ func (c *Client) DiscardPending(ctx context.Context, f PendingFilter, dryRun boo
 	if !dryRun {
 		defer func() {
 			if len(out.Discarded) > 0 {
-				c.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
+				a.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
 			}
 		}()
 	}
-	db := c.st.Wrap(c.db)
+	db := a.st.Wrap(a.store.DB)
 	ids := f.IDs
 	if ids == nil {
 		ids = []int64{}
@@ -347,9 +323,9 @@ func (c *Client) DiscardPending(ctx context.Context, f PendingFilter, dryRun boo
 		ready := map[string][]string{} // consumer -> ordering keys whose head was deleted
 		if dryRun {
 			rows, err := store.Queries.PreviewDiscardPending(ctx, db, sqlc.PreviewDiscardPendingParams{
-				AfterID: after, Consumer: f.Consumer, Kind: f.Kind, Ids: ids, MaxRows: DefaultPurgeBatchSize})
+				AfterID: after, Consumer: f.Consumer, Kind: f.Kind, Ids: ids, MaxRows: DiscardBatchSize})
 			if err != nil {
-				return out, translateError(err)
+				return out, store.Err(err)
 			}
 			for _, r := range rows {
 				out.add(r.ID, r.Discarded)
@@ -360,9 +336,9 @@ func (c *Client) DiscardPending(ctx context.Context, f PendingFilter, dryRun boo
 			}
 		} else {
 			rows, err := store.Queries.DiscardPending(ctx, db, sqlc.DiscardPendingParams{
-				AfterID: after, Consumer: f.Consumer, Kind: f.Kind, Ids: ids, MaxRows: DefaultPurgeBatchSize})
+				AfterID: after, Consumer: f.Consumer, Kind: f.Kind, Ids: ids, MaxRows: DiscardBatchSize})
 			if err != nil {
-				return out, translateError(err)
+				return out, store.Err(err)
 			}
 			for _, r := range rows {
 				out.add(r.ID, r.Discarded)
@@ -377,10 +353,10 @@ func (c *Client) DiscardPending(ctx context.Context, f PendingFilter, dryRun boo
 		}
 		for consumer, keys := range ready {
 			if err := store.Queries.ReadyNext(ctx, db, consumer, keys); err != nil {
-				return out, translateError(err)
+				return out, store.Err(err)
 			}
 		}
-		if seen < DefaultPurgeBatchSize {
+		if seen < DiscardBatchSize {
 			return out, nil
 		}
 	}
@@ -439,10 +415,10 @@ func (s *ConsumerStats) UnmarshalJSON(b []byte) error {
 // Stats counts the stored messages per consumer and state, in consumer order. It reads the whole
 // inbox table (one sequential scan: there is no index on state, to keep updates HOT), so call it
 // for dashboards and the CLI, not on a hot path.
-func (c *Client) Stats(ctx context.Context) ([]ConsumerStats, error) {
-	rows, err := store.Queries.ConsumerStats(ctx, c.st.Wrap(c.db))
+func (a *Admin) Stats(ctx context.Context) ([]ConsumerStats, error) {
+	rows, err := store.Queries.ConsumerStats(ctx, a.st.Wrap(a.store.DB))
 	if err != nil {
-		return nil, translateError(err)
+		return nil, store.Err(err)
 	}
 	var out []ConsumerStats
 	for _, r := range rows {
@@ -450,63 +426,64 @@ func (c *Client) Stats(ctx context.Context) ([]ConsumerStats, error) {
 			out = append(out, ConsumerStats{Consumer: r.Consumer})
 		}
 		s := &out[len(out)-1]
-		switch State(r.State) {
-		case StatePending:
+		switch inbox.State(r.State) {
+		case inbox.StatePending:
 			s.Pending = r.Messages
 			s.OldestPendingAge = time.Duration(r.OldestDueSeconds * float64(time.Second))
-		case StateProcessing:
+		case inbox.StateProcessing:
 			s.Processing = r.Messages
-		case StateCompleted:
+		case inbox.StateCompleted:
 			s.Completed = r.Messages
 			s.Expired = r.Expired
 			s.CompletedLastMinute = r.LastMinute
-		case StateDead:
+		case inbox.StateDead:
 			s.Dead = r.Messages
 		}
 	}
 	return out, nil
 }
 
-// DefaultPurgeBatchSize is the number of rows Purge deletes per statement.
-const DefaultPurgeBatchSize = 1000
+// DiscardBatchSize is the most rows one statement of DiscardPending and DiscardOlder deletes.
+const DiscardBatchSize = 1000
 
-// Purge deletes the messages in one of states (StateCompleted and StateDead only; StateCompleted when
-// none is given) that completed or died more than olderThan ago, whatever their dedup window, and
-// returns how many it deleted. Like Clean, it walks the primary key in spans of ids, each statement
-// deleting at most DefaultPurgeBatchSize rows in a short transaction of its own, and stops between
-// statements when ctx ends (the statements done stay done). The key of a purged message is accepted
-// again as a new message, so purge completed messages only past the longest time a duplicate can
-// still arrive. Pending and processing messages are never purged.
-func (c *Client) Purge(ctx context.Context, olderThan time.Duration, states ...State) (int64, error) {
+// DiscardOlder deletes the messages in one of states (inbox.StateCompleted and inbox.StateDead only;
+// inbox.StateCompleted when none is given) that completed or died more than olderThan ago, whatever
+// their dedup window, and returns how many it deleted. Like retention's cleaning pass, it walks the
+// primary key in spans of ids, each statement deleting at most DiscardBatchSize rows in a short
+// transaction of its own, and stops between statements when ctx ends (the statements done stay
+// done). The key of a discarded message is accepted again as a new message, so discard completed
+// messages only past the longest time a duplicate can still arrive. Pending and processing messages
+// are never discarded by it (see DiscardPending). Bad arguments return a *[txinbox.ArgumentError].
+func (a *Admin) DiscardOlder(ctx context.Context, olderThan time.Duration, states ...inbox.State) (int64, error) {
 	if olderThan < 0 {
-		return 0, &ArgumentError{Name: "olderThan", Reason: "must not be negative"}
+		return 0, &txinbox.ArgumentError{Name: "olderThan", Reason: "must not be negative"}
 	}
 	if len(states) == 0 {
-		states = []State{StateCompleted}
+		states = []inbox.State{inbox.StateCompleted}
 	}
 	var names []string
 	for _, s := range states {
-		if s != StateCompleted && s != StateDead {
-			return 0, &ArgumentError{Name: "states", Reason: fmt.Sprintf("%q cannot be purged (only %q and %q)", s, StateCompleted, StateDead)}
+		if s != inbox.StateCompleted && s != inbox.StateDead {
+			return 0, &txinbox.ArgumentError{Name: "states", Reason: fmt.Sprintf("%q cannot be discarded by age (only %q and %q)", s, inbox.StateCompleted, inbox.StateDead)}
 		}
 		names = append(names, string(s))
 	}
-	db := c.st.Wrap(c.db)
+	db := a.st.Wrap(a.store.DB)
 	maxID, err := store.Queries.MaxMessageID(ctx, db)
 	if err != nil {
-		return 0, translateError(err)
+		return 0, store.Err(err)
 	}
-	w := &walk{
-		to: maxID, batch: DefaultPurgeBatchSize, span: DefaultPurgeBatchSize * cleanSpanFactor,
-		del: func(ctx context.Context, after, until int64) (picked, deleted, last int64, err error) {
-			r, err := store.Queries.PurgeFinished(ctx, db, sqlc.PurgeFinishedParams{AfterID: after, UntilID: until,
-				States: names, OlderThanSeconds: olderThan.Seconds(), MaxRows: DefaultPurgeBatchSize})
+	w := &walk.Walk{
+		To: maxID, Batch: DiscardBatchSize, Span: DiscardBatchSize * walk.SpanFactor, Err: store.Err,
+		Delete: func(ctx context.Context, after, until int64) (picked, deleted, last int64, err error) {
+			r, err := store.Queries.DiscardOlder(ctx, db, sqlc.DiscardOlderParams{AfterID: after, UntilID: until,
+				States: names, OlderThanSeconds: olderThan.Seconds(), MaxRows: DiscardBatchSize})
 			return r.Picked, r.Deleted, r.LastID, err
 		},
 	}
-	r, err := w.run(ctx)
+	r, err := w.Run(ctx)
 	if r.Deleted > 0 {
-		c.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
+		a.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
 	}
 	return r.Deleted, err
 }

@@ -1,4 +1,4 @@
-package inbox_test
+package migrate_test
 
 import (
 	"context"
@@ -13,8 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/migrate"
 	"github.com/txinbox/txinbox/migrations"
 )
 
@@ -45,7 +46,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	m, err := inbox.NewMigrator(ctx, cfg, schema, nil)
+	m, err := migrate.New(ctx, cfg, txinbox.Store{Schema: schema}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,13 +54,13 @@ func TestMigrateUpDownUp(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := tables(t, url, schema); !slices.Contains(got, "inbox") || !slices.Contains(got, "inbox_queue") || !slices.Contains(got, inbox.VersionTable) {
+	if got := tables(t, url, schema); !slices.Contains(got, "inbox") || !slices.Contains(got, "inbox_queue") || !slices.Contains(got, migrate.VersionTable) {
 		t.Fatalf("after up: %s", strings.Join(got, ","))
 	}
 	if _, err := m.DownTo(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(tables(t, url, schema), ","); got != inbox.VersionTable {
+	if got := strings.Join(tables(t, url, schema), ","); got != migrate.VersionTable {
 		t.Fatalf("after down: %s", got)
 	}
 	if _, err := m.Up(ctx); err != nil {
@@ -91,7 +92,7 @@ func TestMigrationsWithGooseCLI(t *testing.T) {
 	}
 	gooseRun := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(goose, append([]string{"-dir", "../migrations", "-table", inbox.VersionTable, "postgres", dsn}, args...)...)
+		cmd := exec.Command(goose, append([]string{"-dir", "../migrations", "-table", migrate.VersionTable, "postgres", dsn}, args...)...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("goose %v: %v\n%s", args, err, out)
@@ -103,13 +104,13 @@ func TestMigrationsWithGooseCLI(t *testing.T) {
 		t.Fatalf("after goose up: %s", strings.Join(got, ","))
 	}
 	gooseRun("down-to", "0")
-	if got := strings.Join(tables(t, url, schema), ","); got != inbox.VersionTable {
+	if got := strings.Join(tables(t, url, schema), ","); got != migrate.VersionTable {
 		t.Fatalf("after goose down: %s", got)
 	}
 	gooseRun("up")
 	// Migrate from Go sees the CLI's state and has nothing to do.
 	cfg, _ := pgx.ParseConfig(url)
-	m, err := inbox.NewMigrator(context.Background(), cfg, schema, nil)
+	m, err := migrate.New(context.Background(), cfg, txinbox.Store{Schema: schema}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +144,11 @@ const migrateChildEnv = "TXINBOX_MIGRATE_CHILD"
 
 func TestMain(m *testing.M) {
 	if url := os.Getenv(migrateChildEnv); url != "" {
-		cfg, err := pgx.ParseConfig(url)
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, url)
 		if err == nil {
-			err = inbox.Migrate(context.Background(), cfg, os.Getenv("TXINBOX_MIGRATE_SCHEMA"))
+			err = migrate.Up(ctx, txinbox.Store{DB: conn, Schema: os.Getenv("TXINBOX_MIGRATE_SCHEMA")})
+			_ = conn.Close(ctx)
 		}
 		if err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")
@@ -191,7 +194,7 @@ func TestConcurrentMigrateProcesses(t *testing.T) {
 	}
 	defer c.Close(ctx)
 	var applied int
-	if err := c.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, inbox.VersionTable}.Sanitize()+" WHERE version_id > 0").Scan(&applied); err != nil {
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, migrate.VersionTable}.Sanitize()+" WHERE version_id > 0").Scan(&applied); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := fs.Glob(migrations.FS, "*.sql")
@@ -242,9 +245,9 @@ func TestMigratorReadOnlyUntilUp(t *testing.T) {
 	files, _ := fs.Glob(migrations.FS, "*.sql")
 	for _, tc := range []struct {
 		schema string
-		want   inbox.SchemaState
-	}{{missing, inbox.SchemaState{}}, {existing, inbox.SchemaState{SchemaExists: true}}} {
-		m, err := inbox.NewMigrator(ctx, cfg, tc.schema, nil)
+		want   migrate.SchemaState
+	}{{missing, migrate.SchemaState{}}, {existing, migrate.SchemaState{SchemaExists: true}}} {
+		m, err := migrate.New(ctx, cfg, txinbox.Store{Schema: tc.schema}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +279,7 @@ func TestMigratorReadOnlyUntilUp(t *testing.T) {
 	}
 
 	// Up creates the missing schema; after rolling everything back, Down has nothing to do.
-	m, err := inbox.NewMigrator(ctx, cfg, missing, nil)
+	m, err := migrate.New(ctx, cfg, txinbox.Store{Schema: missing}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +287,7 @@ func TestMigratorReadOnlyUntilUp(t *testing.T) {
 	if rs, err := m.Up(ctx); err != nil || len(rs) != len(files) {
 		t.Fatalf("up: %+v, %v", rs, err)
 	}
-	if st, err := m.State(ctx); err != nil || st != (inbox.SchemaState{SchemaExists: true, Migrated: true}) {
+	if st, err := m.State(ctx); err != nil || st != (migrate.SchemaState{SchemaExists: true, Migrated: true}) {
 		t.Fatalf("state after up: %+v, %v", st, err)
 	}
 	for range files {

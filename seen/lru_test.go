@@ -1,4 +1,4 @@
-package inbox
+package seen
 
 import (
 	"context"
@@ -7,16 +7,16 @@ import (
 	"time"
 )
 
-func lruPut(t *testing.T, c *LRUCache, epoch uint64, key string, ttl time.Duration) {
+func lruPut(t *testing.T, c *LRU, epoch uint64, key string, ttl time.Duration) {
 	t.Helper()
-	if err := c.Put(context.Background(), epoch, []SeenKey{{"s", "c", key}}, []SeenEntry{{ID: 1}}, []time.Duration{ttl}); err != nil {
+	if err := c.Put(context.Background(), epoch, []Key{{"s", "c", key}}, []Entry{{ID: 1}}, []time.Duration{ttl}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func lruHas(t *testing.T, c *LRUCache, key string) bool {
+func lruHas(t *testing.T, c *LRU, key string) bool {
 	t.Helper()
-	_, found, _, err := c.Get(context.Background(), []SeenKey{{"s", "c", key}})
+	_, found, _, err := c.Get(context.Background(), []Key{{"s", "c", key}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func lruHas(t *testing.T, c *LRUCache, key string) bool {
 // expire at their own TTL, and an Invalidate drops both the entries and later Puts of the old epoch.
 func TestLRUCacheBounds(t *testing.T) {
 	t.Parallel()
-	c, err := NewLRUCache(LRUCacheConfig{MaxEntries: 3, MaxBytes: 3 * (lruEntryOverhead + 5)})
+	c, err := NewLRU(LRUConfig{MaxEntries: 3, MaxBytes: 3 * (lruEntryOverhead + 5)})
 	if err != nil {
 		t.Fatal(err)
 	}

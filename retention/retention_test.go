@@ -1,4 +1,4 @@
-package inbox_test
+package retention_test
 
 import (
 	"context"
@@ -14,8 +14,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/retention"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -81,7 +83,7 @@ func startWorker(t *testing.T, db *testdb.DB, failing *atomic.Bool) {
 		_, err := tx.Exec(ctx, "INSERT INTO "+table+" AS c (key, runs) VALUES ($1, 1) ON CONFLICT (key) DO UPDATE SET runs = c.runs + 1", m.Key)
 		return err
 	})
-	p, err := worker.New(db.Pool, worker.Config{Consumer: "ledger", Schema: db.Schema, Handlers: hs,
+	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs,
 		PollInterval: 10 * time.Millisecond, Concurrency: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -135,11 +137,11 @@ func TestCleanDeletesInBatchesWhileWorkGoesOn(t *testing.T) {
 		}
 	}()
 
-	r, err := c.Clean(ctx, inbox.CleanOptions{BatchSize: 40, MaxBatches: 2})
+	r, err := cleanerOf(t, c).Clean(ctx, retention.CleanOptions{BatchSize: 40, MaxBatches: 2})
 	if err != nil || r.Deleted != 80 || r.Batches != 2 || r.Done {
 		t.Fatalf("bounded pass: %+v, %v; want 80 deleted in 2 batches, not done", r, err)
 	}
-	r, err = c.Clean(ctx, inbox.CleanOptions{BatchSize: 40})
+	r, err = cleanerOf(t, c).Clean(ctx, retention.CleanOptions{BatchSize: 40})
 	if err != nil || r.Deleted != 170 || !r.Done {
 		t.Fatalf("full pass: %+v, %v; want the 170 other expired rows", r, err)
 	}
@@ -161,7 +163,7 @@ func TestCleanDeletesInBatchesWhileWorkGoesOn(t *testing.T) {
 		t.Fatalf("handled = %d, want 200", got)
 	}
 	// Completed rows within their window are never cleaned.
-	if r, err := c.Clean(ctx, inbox.CleanOptions{}); err != nil || r.Deleted != 0 || !r.Done {
+	if r, err := cleanerOf(t, c).Clean(ctx, retention.CleanOptions{}); err != nil || r.Deleted != 0 || !r.Done {
 		t.Fatalf("clean pass: %+v, %v", r, err)
 	}
 }
@@ -188,7 +190,7 @@ func TestExpiredKeyIsAcceptedAgain(t *testing.T) {
 
 	// Expired and cleaned: a new row.
 	complete(t, db, -time.Second, id)
-	if res, err := c.Clean(ctx, inbox.CleanOptions{}); err != nil || res.Deleted != 1 {
+	if res, err := cleanerOf(t, c).Clean(ctx, retention.CleanOptions{}); err != nil || res.Deleted != 1 {
 		t.Fatalf("clean: %+v, %v", res, err)
 	}
 	r, err = c.Receive(ctx, msg("k", `{"amount":1}`))
@@ -235,15 +237,15 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 	ids := receiveKeys(t, c, keyRange("k", 500)...)
 	complete(t, db, -time.Minute, ids[:400]...)
 
-	c2, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c2, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := c.NewCleaner(inbox.CleanerConfig{BatchSize: 7})
+	a, err := retention.New(c.Store(), retention.Config{BatchSize: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := c2.NewCleaner(inbox.CleanerConfig{BatchSize: 7})
+	b, err := retention.New(c2.Store(), retention.Config{BatchSize: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,10 +255,10 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", inbox.CleanerLockKey(db.Schema)); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", (txinbox.Store{Schema: db.Schema}).CleanerLockKey()); err != nil {
 		t.Fatal(err)
 	}
-	for _, cl := range []*inbox.Cleaner{a, b} {
+	for _, cl := range []*retention.Cleaner{a, b} {
 		if res, ran, err := cl.RunOnce(ctx); err != nil || ran || res.Deleted != 0 {
 			t.Fatalf("pass while locked: %+v ran=%v %v", res, ran, err)
 		}
@@ -265,7 +267,7 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 		t.Fatalf("rows = %d: a pass ran while the lock was held", got)
 	}
 	// The lock of another schema does not matter.
-	if inbox.CleanerLockKey(db.Schema) == inbox.CleanerLockKey(db.Schema+"x") {
+	if (txinbox.Store{Schema: db.Schema}).CleanerLockKey() == (txinbox.Store{Schema: db.Schema + "x"}).CleanerLockKey() {
 		t.Fatal("lock keys of two schemas collide")
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -276,7 +278,7 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 	// is free afterwards.
 	var deleted, passes atomic.Int64
 	var wg sync.WaitGroup
-	for _, cl := range []*inbox.Cleaner{a, b, a, b} {
+	for _, cl := range []*retention.Cleaner{a, b, a, b} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -302,7 +304,7 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 	if deleted.Load() != 400 {
 		t.Fatalf("deleted %d, want 400", deleted.Load())
 	}
-	if got := db.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1`, inbox.CleanerLockKey(db.Schema)); got != 0 {
+	if got := db.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1`, (txinbox.Store{Schema: db.Schema}).CleanerLockKey()); got != 0 {
 		t.Fatalf("cleaner lock still held after its passes")
 	}
 }
@@ -318,11 +320,11 @@ func TestCleanerQuickPasses(t *testing.T) {
 	// 1-5 stay pending (they will complete late), 6-300 are expired, 301-1000 in their window.
 	complete(t, db, -time.Minute, ids[5:300]...)
 	complete(t, db, time.Hour, ids[300:]...)
-	cl, err := c.NewCleaner(inbox.CleanerConfig{BatchSize: 10}) // spans of 100 ids
+	cl, err := retention.New(c.Store(), retention.Config{BatchSize: 10}) // spans of 100 ids
 	if err != nil {
 		t.Fatal(err)
 	}
-	pass := func(name string, want inbox.CleanResult) {
+	pass := func(name string, want retention.CleanResult) {
 		t.Helper()
 		r, ran, err := cl.RunOnce(ctx)
 		if err != nil || !ran || r != want {
@@ -330,19 +332,19 @@ func TestCleanerQuickPasses(t *testing.T) {
 		}
 	}
 	// The first pass walks the whole table: 30 statements delete 295 rows, 7 find the other spans clean.
-	pass("first, full", inbox.CleanResult{Deleted: 295, Batches: 37, Full: true, Done: true})
+	pass("first, full", retention.CleanResult{Deleted: 295, Batches: 37, Full: true, Done: true})
 	// Then a quick pass walks past the cleaned spans and stops at the first records in their window.
-	pass("quick, nothing new", inbox.CleanResult{Batches: 4, Done: true})
+	pass("quick, nothing new", retention.CleanResult{Batches: 4, Done: true})
 	// New expiries are found where the previous pass stopped.
 	complete(t, db, -time.Minute, ids[300:450]...)
-	pass("quick, 150 expired", inbox.CleanResult{Deleted: 150, Batches: 17, Done: true})
+	pass("quick, 150 expired", retention.CleanResult{Deleted: 150, Batches: 17, Done: true})
 	// A straggler that expires behind that point waits for the next full pass.
 	complete(t, db, -time.Minute, ids[:5]...)
-	pass("quick, straggler", inbox.CleanResult{Batches: 1, Done: true})
+	pass("quick, straggler", retention.CleanResult{Batches: 1, Done: true})
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE id <= 5`); got != 5 {
 		t.Fatalf("stragglers deleted by a quick pass: %d left", got)
 	}
-	full, err := c.NewCleaner(inbox.CleanerConfig{BatchSize: 10, MaxBatches: 3})
+	full, err := retention.New(c.Store(), retention.Config{BatchSize: 10, MaxBatches: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,24 +368,64 @@ func TestCleanerQuickPasses(t *testing.T) {
 	}
 }
 
-func TestCleanerRunStopsWithContext(t *testing.T) {
+// TestCleanerStartStop: a started Cleaner cleans every Interval until Stop, which waits for its loop;
+// a second Start is refused and Stop is idempotent. (Was TestCleanerRunStopsWithContext.)
+func TestCleanerStartStop(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ids := receiveKeys(t, c, keyRange("k", 30)...)
 	complete(t, db, -time.Minute, ids...)
-	cl, err := c.NewCleaner(inbox.CleanerConfig{Interval: 10 * time.Millisecond, BatchSize: 10})
+	cl, err := retention.New(c.Store(), retention.Config{Interval: 10 * time.Millisecond, BatchSize: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cl.Run(ctx) }()
+	ctx := context.Background()
+	if err := cl.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Start(ctx); err == nil {
+		t.Error("a second Start succeeded")
+	}
 	waitFor(t, "the cleaner to delete the expired rows", func() bool {
 		return db.Count(t, `SELECT count(*) FROM {schema}.inbox`) == 0
 	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
+	for range 2 {
+		if err := cl.Stop(ctx); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+	}
+}
+
+// TestCleanerDeletesExpiredIdempotencyKeys: a pass (Clean or RunOnce) also deletes the expired keys
+// of package idempotency, BatchSize per statement, and leaves the others. (Was idempotency's
+// TestCleanup, of the removed Middleware.Cleanup.)
+func TestCleanerDeletesExpiredIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	_, db := newClient(t)
+	ctx := context.Background()
+	for i := range 7 {
+		expires := "now() - interval '1 minute'"
+		if i < 2 {
+			expires = "now() + interval '1 hour'"
+		}
+		mustExec(t, db, fmt.Sprintf(`INSERT INTO {schema}.idempotency_keys (principal, method, route, key, fingerprint,
+			state, status, locked_until, expires_at) VALUES ('alice', 'POST', '/transfers', 'k%d', '\x00', 'completed', 201, now(), %s)`, i, expires))
+	}
+	cl := newCleaner(t, db, retention.Config{BatchSize: 2})
+	r, err := cl.Clean(ctx, retention.CleanOptions{BatchSize: 2})
+	if err != nil || r.KeysDeleted != 5 {
+		t.Fatalf("clean: %+v %v", r, err)
+	}
+	if left := db.Count(t, `SELECT count(*) FROM {schema}.idempotency_keys`); left != 2 {
+		t.Fatalf("%d keys left", left)
+	}
+	if r, err := cl.Clean(ctx, retention.CleanOptions{}); err != nil || r.KeysDeleted != 0 {
+		t.Fatalf("second clean: %+v %v", r, err)
+	}
+	mustExec(t, db, `UPDATE {schema}.idempotency_keys SET expires_at = now() - interval '1 minute'`)
+	r, ran, err := cl.RunOnce(ctx)
+	if err != nil || !ran || r.KeysDeleted != 2 {
+		t.Fatalf("RunOnce: %+v %v %v", r, ran, err)
 	}
 }
 
@@ -391,12 +433,12 @@ func TestCleanerConfigErrors(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	for _, cfg := range []inbox.CleanerConfig{{Interval: -1}, {BatchSize: -1}, {BatchSize: inbox.MaxCleanBatchSize + 1}, {MaxBatches: -1}} {
-		if _, err := c.NewCleaner(cfg); !errors.Is(err, inbox.ErrInvalidConfig) {
+	for _, cfg := range []retention.Config{{Interval: -1}, {BatchSize: -1}, {BatchSize: retention.MaxCleanBatchSize + 1}, {MaxBatches: -1}} {
+		if _, err := retention.New(c.Store(), cfg); !errors.Is(err, txinbox.ErrInvalidConfig) {
 			t.Errorf("%+v: err = %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
-	if _, err := c.Clean(ctx, inbox.CleanOptions{BatchSize: -5}); !errors.Is(err, inbox.ErrInvalidArgument) {
+	if _, err := cleanerOf(t, c).Clean(ctx, retention.CleanOptions{BatchSize: -5}); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Errorf("Clean: err = %v, want ErrInvalidArgument", err)
 	}
 	conn, err := pgx.Connect(ctx, db.URL)
@@ -404,13 +446,13 @@ func TestCleanerConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	cc, err := inbox.NewClient(conn, inbox.Config{Schema: db.Schema})
+	cc, err := inbox.New(txinbox.Store{DB: conn, Schema: db.Schema}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ce *inbox.ConfigError
-	if _, err := cc.NewCleaner(inbox.CleanerConfig{}); !errors.As(err, &ce) || ce.Field != "DB" {
-		t.Errorf("cleaner on a single connection: err = %v, want a *ConfigError for DB", err)
+	var ce *txinbox.ConfigError
+	if _, err := retention.New(cc.Store(), retention.Config{}); !errors.As(err, &ce) || ce.Field != "Store.DB" {
+		t.Errorf("cleaner on a single connection: err = %v, want a *ConfigError for Store.DB", err)
 	}
 }
 
@@ -432,15 +474,15 @@ func TestCleanBatchesInterleaveWithWork(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		pass func(c *inbox.Client) (inbox.CleanResult, error)
+		pass func(c *inbox.Client) (retention.CleanResult, error)
 	}{
-		{"Clean", func(c *inbox.Client) (inbox.CleanResult, error) {
-			return c.Clean(context.Background(), inbox.CleanOptions{BatchSize: 40})
+		{"Clean", func(c *inbox.Client) (retention.CleanResult, error) {
+			return cleanerOf(t, c).Clean(context.Background(), retention.CleanOptions{BatchSize: 40})
 		}},
-		{"Cleaner", func(c *inbox.Client) (inbox.CleanResult, error) {
-			cl, err := c.NewCleaner(inbox.CleanerConfig{BatchSize: 40})
+		{"Cleaner", func(c *inbox.Client) (retention.CleanResult, error) {
+			cl, err := retention.New(c.Store(), retention.Config{BatchSize: 40})
 			if err != nil {
-				return inbox.CleanResult{}, err
+				return retention.CleanResult{}, err
 			}
 			r, ran, err := cl.RunOnce(context.Background())
 			if err == nil && !ran {
@@ -486,7 +528,7 @@ func TestCleanBatchesInterleaveWithWork(t *testing.T) {
 			}
 
 			type result struct {
-				r   inbox.CleanResult
+				r   retention.CleanResult
 				err error
 			}
 			done := make(chan result, 1)
@@ -589,12 +631,12 @@ func TestCleanerPassesNeverInterleave(t *testing.T) {
 				AND ((l.classid::bigint << 32) | l.objid::bigint) = %d
 			LEFT JOIN pg_stat_activity a ON a.pid = l.pid;
 			RETURN NULL;
-		END $$`, inbox.CleanerLockKey(db.Schema)),
+		END $$`, (txinbox.Store{Schema: db.Schema}).CleanerLockKey()),
 		`CREATE TRIGGER clean_logged AFTER DELETE ON {schema}.inbox REFERENCING OLD TABLE AS gone
 			FOR EACH STATEMENT EXECUTE FUNCTION {schema}.clean_logged()`)
 
 	const batch, maxBatches = 5, 3
-	var cleaners []*inbox.Cleaner
+	var cleaners []*retention.Cleaner
 	for i := range 3 {
 		cfg, err := pgxpool.ParseConfig(db.URL)
 		if err != nil {
@@ -607,13 +649,13 @@ func TestCleanerPassesNeverInterleave(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(pool.Close)
-		ci, err := inbox.NewClient(pool, inbox.Config{Schema: db.Schema})
+		ci, err := inbox.New(txinbox.Store{DB: pool, Schema: db.Schema}, inbox.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Every pass is full and cut short after 3 statements: many short passes, resumed by whichever
 		// cleaner gets the lock.
-		cl, err := ci.NewCleaner(inbox.CleanerConfig{BatchSize: batch, MaxBatches: maxBatches, FullSweepInterval: time.Nanosecond})
+		cl, err := retention.New(ci.Store(), retention.Config{BatchSize: batch, MaxBatches: maxBatches, FullSweepInterval: time.Nanosecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -746,13 +788,13 @@ func fill(b *testing.B, db *testdb.DB, n int, expired bool) {
 // BenchmarkCleanExpired measures deleting expired rows (default batches of 1000), per row.
 func BenchmarkCleanExpired(b *testing.B) {
 	db := testdb.New(b)
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	fill(b, db, b.N, true)
 	b.ResetTimer()
-	r, err := c.Clean(context.Background(), inbox.CleanOptions{})
+	r, err := cleanerOf(b, c).Clean(context.Background(), retention.CleanOptions{})
 	if err != nil || r.Deleted != int64(b.N) {
 		b.Fatalf("%+v, %v", r, err)
 	}
@@ -764,7 +806,7 @@ func BenchmarkCleanExpired(b *testing.B) {
 // makes every Interval.
 func BenchmarkCleanPass(b *testing.B) {
 	db := testdb.New(b)
-	c, err := inbox.NewClient(db.Pool, inbox.Config{Schema: db.Schema})
+	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -774,13 +816,13 @@ func BenchmarkCleanPass(b *testing.B) {
 	}
 	b.Run("full", func(b *testing.B) {
 		for b.Loop() {
-			if r, err := c.Clean(context.Background(), inbox.CleanOptions{}); err != nil || r.Deleted != 0 {
+			if r, err := cleanerOf(b, c).Clean(context.Background(), retention.CleanOptions{}); err != nil || r.Deleted != 0 {
 				b.Fatalf("%+v, %v", r, err)
 			}
 		}
 	})
 	b.Run("quick", func(b *testing.B) {
-		cl, err := c.NewCleaner(inbox.CleanerConfig{})
+		cl, err := retention.New(c.Store(), retention.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,9 @@
-package inbox
+// Package migrate creates and upgrades txinbox's tables in a schema: it applies the embedded goose
+// migrations of package migrations, keeping their state in [VersionTable] of that schema.
+//
+// [Up] is the one call most programs need, at start-up, with the same [txinbox.Store] as the other
+// components; a [Migrator] ([New]) also rolls back and reports the state.
+package migrate
 
 import (
 	"context"
@@ -14,6 +19,9 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/migrations"
 )
 
@@ -37,16 +45,19 @@ type MigrationResult struct {
 	Applied bool // after the call
 }
 
-// NewMigrator opens a dedicated connection pool from connConfig (usually pool.Config().ConnConfig)
-// with search_path set to schema. It writes nothing: Up creates the schema if it is missing. Close
-// it when done. logger may be nil.
-func NewMigrator(ctx context.Context, connConfig *pgx.ConnConfig, schema string, logger *slog.Logger) (*Migrator, error) {
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	if err := ValidateSchema(schema); err != nil {
+// New returns a Migrator of store's schema. It opens a dedicated connection pool from connConfig
+// (usually pool.Config().ConnConfig) with search_path set to the schema; store.DB is not used and may
+// be nil. It writes nothing: [Migrator.Up] creates the schema if it is missing. Close it when done.
+// logger may be nil. An invalid store.Schema returns a *[txinbox.ConfigError].
+func New(ctx context.Context, connConfig *pgx.ConnConfig, store txinbox.Store, logger *slog.Logger) (*Migrator, error) {
+	store, err := store.ResolveSettings()
+	if err != nil {
 		return nil, err
 	}
+	if connConfig == nil {
+		return nil, &txinbox.ConfigError{Field: "connConfig", Reason: "is required"}
+	}
+	schema := store.Schema
 	cfg := connConfig.Copy()
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
@@ -189,10 +200,21 @@ func results(rs []*goose.MigrationResult, up bool) []MigrationResult {
 	return out
 }
 
-// Migrate creates schema if needed and applies every pending migration to it. It is safe to call
-// from every process at start-up.
-func Migrate(ctx context.Context, connConfig *pgx.ConnConfig, schema string) error {
-	m, err := NewMigrator(ctx, connConfig, schema, nil)
+// Up creates store.Schema if needed and applies every pending migration to it. It is safe to call
+// from every process at start-up. It connects with the configuration of store.DB, which must be a
+// *pgxpool.Pool or a *pgx.Conn (on its own connections: never inside a transaction of the caller);
+// for any other DB it returns a *[txinbox.ConfigError]: use [New] with a *pgx.ConnConfig then.
+func Up(ctx context.Context, store txinbox.Store) error {
+	var cc *pgx.ConnConfig
+	switch db := store.DB.(type) {
+	case *pgxpool.Pool:
+		cc = db.Config().ConnConfig
+	case *pgx.Conn:
+		cc = db.Config()
+	default:
+		return &txinbox.ConfigError{Field: "Store.DB", Reason: fmt.Sprintf("migrate.Up needs a *pgxpool.Pool or a *pgx.Conn to take its connection settings from, not %T: use migrate.New(ctx, connConfig, store, logger) and Migrator.Up", store.DB)}
+	}
+	m, err := New(ctx, cc, store, nil)
 	if err != nil {
 		return err
 	}

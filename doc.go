@@ -1,0 +1,19 @@
+// Package txinbox is the shared base of txinbox's packages: the [Store] that says once where the
+// tables are and how long dedup records live, the errors and name checks every package uses, and the
+// [Service] shape of every background job.
+//
+// txinbox turns at-least-once delivery into exactly-once effects on PostgreSQL. Its packages each do
+// one job:
+//
+//   - package inbox receives messages: an inbox table deduplicates them by (consumer, key);
+//   - package worker applies each stored message once, its handler and the message's status update in
+//     one transaction;
+//   - package idempotency applies each HTTP request once (Idempotency-Key);
+//   - package admin lets an operator inspect, replay and discard stored messages;
+//   - package retention deletes expired dedup records and idempotency keys;
+//   - package migrate creates and upgrades the tables;
+//   - package seen is the optional seen-key cache in front of the inbox table;
+//   - package metrics exports Prometheus metrics.
+//
+// This package imports nothing of txinbox: every other package builds on it.
+package txinbox

@@ -1,0 +1,48 @@
+package txinbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalidConfig is matched (errors.Is) by every *[ConfigError].
+var ErrInvalidConfig = errors.New("txinbox: invalid configuration")
+
+// ErrInvalidArgument is matched (errors.Is) by every *[ArgumentError].
+var ErrInvalidArgument = errors.New("txinbox: invalid argument")
+
+// ErrNotMigrated is matched (errors.Is) by the error of a component that found its schema without
+// txinbox's tables (worker.Pool.Start, a receive or an admin call): run migrate.Up (or
+// "txinbox migrate up") on that schema first.
+var ErrNotMigrated = errors.New("txinbox: the schema has no txinbox tables (run migrate.Up first)")
+
+// ErrTxManaged is returned by Commit and Rollback of a transaction txinbox hands to user code and
+// ends itself: a worker handler's transaction and the idempotency middleware's request transaction.
+var ErrTxManaged = errors.New("txinbox: the transaction is committed or rolled back by txinbox")
+
+// ConfigError reports an invalid configuration field. Nothing was started or written.
+type ConfigError struct {
+	Field  string // such as "Store.Schema" or "HotWindow"
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("txinbox: invalid configuration: %s: %s", e.Field, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidConfig].
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// ArgumentError reports an invalid argument of a call (an admin action, a cleaning pass). Nothing
+// was changed.
+type ArgumentError struct {
+	Name   string // the argument or field, such as "Limit" or "states"
+	Reason string
+}
+
+func (e *ArgumentError) Error() string {
+	return fmt.Sprintf("txinbox: invalid argument: %s: %s", e.Name, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidArgument].
+func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }

@@ -1,0 +1,561 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/seen"
+)
+
+// The receive path. Every receive call goes through these layers, in this order:
+//
+//  1. receive: reports the call to the Config.Observer;
+//  2. validateAll: checks every message (a *ValidationError writes nothing);
+//  3. lookUpSeen: with a Config.SeenCache, answers the keys cached with the same fingerprint;
+//  4. insertOrCompare: one ReceiveBatch statement inserts the new keys and compares the others
+//     (and repeats within the batch) with the stored rows, in the database; lookUpStored and
+//     renewExpired handle the rows committed after its snapshot and the expired ones;
+//  5. notify (notify.go): ReceiveBatch's NOTIFY, debounced per consumer;
+//  6. remember: puts the committed keys into the SeenCache (at once outside a transaction, in
+//     Remember after the caller's commit inside one).
+
+// Receive stores msg unless its key is already stored for its consumer, in one statement of its own.
+// A duplicate is not an error: see [Receipt].Outcome. A key reused with a different kind or payload
+// returns the receipt and a *[KeyConflictError] (errors.Is [ErrKeyConflict]). An invalid message
+// returns a *[ValidationError] (errors.Is [ErrInvalidMessage]) and writes nothing.
+func (c *Client) Receive(ctx context.Context, msg Message) (Receipt, error) {
+	return c.receiveOne(ctx, c.store.DB, msg)
+}
+
+// ReceiveTx is [Client.Receive] inside the caller's transaction: the message is stored, and becomes
+// visible to workers, only if tx commits.
+//
+// Until tx ends, the stored key holds a row lock on the inbox's unique index: a concurrent receive of
+// the same consumer and key (Receive, ReceiveMany or another ReceiveTx, in any process) waits for tx,
+// then reports a Duplicate or a Conflict if tx committed, or stores the message itself if tx rolled
+// back. Keep such transactions short.
+func (c *Client) ReceiveTx(ctx context.Context, tx pgx.Tx, msg Message) (Receipt, error) {
+	return c.receiveOne(ctx, tx, msg)
+}
+
+func (c *Client) receiveOne(ctx context.Context, db sqlc.DBTX, msg Message) (Receipt, error) {
+	rs, err := c.receive(ctx, db, []Message{msg})
+	if err != nil {
+		return Receipt{}, err
+	}
+	return rs[0], rs[0].Err
+}
+
+// ReceiveMany stores a batch of messages in one round trip (one statement) and returns a receipt per
+// message, in order. Conflicts are reported per receipt (Receipt.Err) and do not fail the batch. If
+// any message is invalid, it returns a *[ValidationError] naming the first one and writes nothing. A
+// key that appears twice in the batch is stored once, from its first occurrence; a later one is a
+// Duplicate of it when its kind and payload are the same as jsonb (compared by the database), and a
+// Conflict otherwise.
+func (c *Client) ReceiveMany(ctx context.Context, msgs []Message) ([]Receipt, error) {
+	return c.receive(ctx, c.store.DB, msgs)
+}
+
+// ReceiveManyTx is [Client.ReceiveMany] inside the caller's transaction.
+func (c *Client) ReceiveManyTx(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Receipt, error) {
+	return c.receive(ctx, tx, msgs)
+}
+
+// receive is layer 1: it runs the call, reporting it to the Observer if there is one.
+func (c *Client) receive(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
+	if c.cfg.Observer == nil {
+		return c.validateAndStore(ctx, db, msgs)
+	}
+	ctx, end := c.cfg.Observer.ReceiveStart(ctx, msgs)
+	rs, err := c.validateAndStore(ctx, db, msgs)
+	if err != nil {
+		end(nil, err)
+	} else {
+		end(rs, nil)
+	}
+	return rs, err
+}
+
+// validateAndStore runs layers 2 to 4.
+func (c *Client) validateAndStore(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
+	if err := c.validateAll(msgs); err != nil {
+		return nil, err
+	}
+	if c.cfg.SeenCache != nil && len(msgs) > 0 {
+		return c.lookUpSeen(ctx, db, msgs)
+	}
+	return c.insertOrCompare(ctx, db, msgs, 0)
+}
+
+// validateAll is layer 2: the first invalid message's *ValidationError, or nil.
+func (c *Client) validateAll(msgs []Message) error {
+	for i := range msgs {
+		if err := c.validate(i, &msgs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// seenMark is carried by a Receipt of a receive in a transaction whose key may be cached once that
+// transaction has committed (Client.Remember).
+type seenMark struct {
+	ok    bool
+	epoch uint64
+	start time.Time // taken before the receive statement: the entry's TTL runs from here
+}
+
+// lookUpSeen is layer 3: messages whose key is cached with their exact fingerprint are answered
+// Duplicate (Receipt.Cached); the others go to insertOrCompare, and their keys are then remembered
+// (layer 6).
+func (c *Client) lookUpSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
+	start := time.Now()
+	keys := make([]seen.Key, 0, len(msgs))
+	index := make(map[seen.Key]int, len(msgs)) // key -> its position in keys
+	for i := range msgs {
+		k := c.seenKey(&msgs[i])
+		if _, ok := index[k]; !ok {
+			index[k] = len(keys)
+			keys = append(keys, k)
+		}
+	}
+	gctx, cancel := context.WithTimeout(ctx, c.cfg.SeenTimeout)
+	entries, found, epoch, err := c.cfg.SeenCache.Get(gctx, keys)
+	cancel()
+	cacheUp := err == nil && len(entries) == len(keys) && len(found) == len(keys)
+	if err == nil && !cacheUp {
+		err = errSeenShortAnswer
+	}
+	if err != nil {
+		c.seenError(seen.OpGet, err)
+	}
+
+	// A key is answered from the cache only if every occurrence of it in msgs matches its entry:
+	// otherwise all of them go to the database, which compares repeats within a batch with their
+	// first occurrence, so that receipts are the same with and without a cache.
+	res := make([]seen.Result, len(msgs))
+	keyRes := make([]seen.Result, len(keys))
+	for i := range msgs {
+		m := &msgs[i]
+		j := index[c.seenKey(m)]
+		switch {
+		case !cacheUp:
+			res[i] = seen.Fallback
+		case !found[j]:
+			res[i] = seen.Miss
+		case entries[j].Fingerprint != seen.Fingerprint(m.Kind, m.Payload):
+			res[i] = seen.Mismatch
+		default:
+			res[i] = seen.Hit
+		}
+		if keyRes[j] == "" || keyRes[j] == seen.Hit {
+			keyRes[j] = res[i]
+		}
+	}
+	out := make([]Receipt, len(msgs))
+	var rest []int // indexes of the messages sent to the database
+	for i := range msgs {
+		j := index[c.seenKey(&msgs[i])]
+		if keyRes[j] == seen.Hit {
+			out[i] = Receipt{ID: entries[j].ID, Outcome: Duplicate, Cached: true}
+			continue
+		}
+		if res[i] == seen.Hit {
+			res[i] = seen.Mismatch // a hit sent along with its key's mismatching occurrences
+		}
+		rest = append(rest, i)
+	}
+	c.seenCount(msgs, res)
+	if len(rest) == 0 {
+		return out, nil
+	}
+	sub := make([]Message, len(rest))
+	for k, i := range rest {
+		sub[k] = msgs[i]
+	}
+	rs, err := c.insertOrCompare(ctx, db, sub, 0)
+	if err != nil {
+		return nil, err
+	}
+	_, inTx := db.(pgx.Tx)
+	var put []int // indexes into sub to cache now
+	firsts := make(map[seen.Key]bool, len(rest))
+	for k, i := range rest {
+		r := rs[k]
+		// Only the first occurrence of a key was compared with the stored row; a repeat within the
+		// batch was compared with that first occurrence (and is a Duplicate of a Conflict, say).
+		sk := c.seenKey(&sub[k])
+		first := !firsts[sk]
+		firsts[sk] = true
+		if cacheUp && first && seenEligible(r) {
+			if inTx {
+				r.mark = seenMark{ok: true, epoch: epoch, start: start}
+			} else {
+				put = append(put, k)
+			}
+		}
+		out[i] = r
+	}
+	if len(put) > 0 {
+		c.remember(ctx, epoch, start, sub, rs, put)
+	}
+	return out, nil
+}
+
+func (c *Client) seenKey(m *Message) seen.Key {
+	return seen.Key{Schema: c.store.Schema, Consumer: m.Consumer, Key: m.Key}
+}
+
+// seenEligible reports whether a receipt the database returned may be cached, after the statement
+// that made it committed, for up to SeenTTL from a time taken before that statement.
+//
+// The dedup window of a key ends Retention after its message completes, and completion happens in a
+// worker transaction that starts after the message was claimed, and so after the start of any
+// statement that saw it pending. Inserted messages and Duplicates of pending ones therefore keep
+// their window for at least Retention after that start; so do dead ones, which never expire (their
+// rows may be deleted early: see Config.SeenCache). A Duplicate of a completed message may be near
+// the end of its window, and one of a processing message may be completing in a transaction that
+// started before our statement: neither is cached.
+func seenEligible(r Receipt) bool {
+	switch r.Outcome {
+	case Inserted:
+		return true
+	case Duplicate:
+		return r.State == StatePending || r.State == StateDead
+	}
+	return false
+}
+
+func (c *Client) seenObserver() seen.Observer {
+	o, _ := c.cfg.Observer.(seen.Observer)
+	return o
+}
+
+func (c *Client) seenError(op seen.Op, err error) {
+	if o := c.seenObserver(); o != nil {
+		o.SeenError(op, err)
+	}
+}
+
+func (c *Client) seenCount(msgs []Message, res []seen.Result) {
+	o := c.seenObserver()
+	if o == nil {
+		return
+	}
+	type k struct {
+		consumer string
+		res      seen.Result
+	}
+	counts := map[k]int{}
+	var order []k
+	for i, r := range res {
+		kk := k{msgs[i].Consumer, r}
+		if counts[kk] == 0 {
+			order = append(order, kk)
+		}
+		counts[kk]++
+	}
+	for _, kk := range order {
+		o.SeenLookup(kk.consumer, kk.res, counts[kk])
+	}
+}
+
+type seenError string
+
+func (e seenError) Error() string { return string(e) }
+
+const errSeenShortAnswer = seenError("txinbox: seen-key cache returned fewer entries than keys")
+
+// insertOrCompare is layer 4: it stores msgs, already validated, in one ReceiveBatch statement
+// (which also sends the debounced notification, layer 5) and returns their receipts. Every message
+// is sent, repeats of a key included: the database stores each key's first occurrence and compares
+// every other row with it and with the stored row. depth counts the rounds spent on keys deleted
+// while we looked.
+func (c *Client) insertOrCompare(ctx context.Context, db sqlc.DBTX, msgs []Message, depth int) ([]Receipt, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	n := len(msgs)
+	p := sqlc.ReceiveBatchParams{
+		Consumers: make([]string, n), Keys: make([]string, n), Kinds: make([]string, n),
+		Payloads: make([]string, n), Headers: make([]string, n), OrderingKeys: make([]string, n),
+		RunAts: make([]pgtype.Timestamptz, n),
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		p.Consumers[i], p.Keys[i], p.Kinds[i] = m.Consumer, m.Key, m.Kind
+		p.Payloads[i], p.Headers[i] = string(m.Payload), string(headersJSON(m.Headers))
+		p.OrderingKeys[i], p.RunAts[i] = m.OrderingKey, runAt(m.NotBefore)
+	}
+
+	rows, err := c.receiveBatch(ctx, db, p) // ReceiveBatch, with debounced wake-up notifications
+	if err != nil {
+		return nil, translateError(err)
+	}
+	if len(rows) != n {
+		return nil, fmt.Errorf("txinbox: receiving %d messages returned %d rows", n, len(rows))
+	}
+	out := make([]Receipt, n)
+	fps := make([][]byte, n) // the database's fingerprint of each message
+	var missing []int        // first occurrences whose conflicting row was not visible to the statement
+	var expired []int        // first occurrences whose stored row is past its dedup window
+	for i, r := range rows {
+		fps[i] = r.Fingerprint
+		if int(r.FirstOrd) != i+1 {
+			continue // a repeat: below, once its first occurrence is known
+		}
+		switch {
+		case r.Inserted:
+			out[i] = Receipt{ID: r.ID, Outcome: Inserted, State: StatePending}
+		case r.ID == 0:
+			missing = append(missing, i)
+		case r.Expired:
+			out[i].ID = r.ID
+			expired = append(expired, i)
+		default:
+			out[i] = existing(&msgs[i], r.ID, r.State, r.SameFingerprint, r.Result)
+		}
+	}
+	var vanished []int // first occurrences whose stored row was deleted (cleaned) while we looked
+	if len(missing) > 0 {
+		// Inserted by a transaction that committed after our statement started: read them now.
+		more, gone, err := c.lookUpStored(ctx, db, msgs, fps, missing, out)
+		if err != nil {
+			return nil, err
+		}
+		expired = append(expired, more...)
+		vanished = append(vanished, gone...)
+	}
+	if len(expired) > 0 {
+		gone, err := c.renewExpired(ctx, db, msgs, fps, expired, out)
+		if err != nil {
+			return nil, err
+		}
+		vanished = append(vanished, gone...)
+	}
+	if len(vanished) > 0 {
+		// The cleaner deleted these expired rows between our statements: receive them again (they
+		// are new now). Bounded, since each round needs another concurrent deletion.
+		if depth >= 3 {
+			return nil, fmt.Errorf("txinbox: %d stored keys kept disappearing while receiving; receive again", len(vanished))
+		}
+		again := make([]Message, len(vanished))
+		for k, i := range vanished {
+			again[k] = msgs[i]
+		}
+		rs, err := c.insertOrCompare(ctx, db, again, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range vanished {
+			out[i] = rs[k]
+		}
+	}
+	var recheck []int // repeats to compare with a stored row the statement did not see
+	for i, r := range rows {
+		j := int(r.FirstOrd) - 1
+		if j == i {
+			continue
+		}
+		// A repeat within the batch: the database compared it with its first occurrence, which is
+		// what is stored unless the first occurrence was a Conflict.
+		fr := out[j]
+		switch {
+		case fr.Outcome != Conflict:
+			out[i] = existing(&msgs[i], fr.ID, string(fr.State), r.SameAsFirst, fr.Result)
+		case r.SameAsFirst: // as the first occurrence, so it differs from the stored row too
+			out[i] = existing(&msgs[i], fr.ID, string(fr.State), false, nil)
+		case r.ID == fr.ID && !r.Expired: // the stored row the statement saw: compared with it
+			out[i] = existing(&msgs[i], r.ID, r.State, r.SameFingerprint, r.Result)
+		default: // committed after the statement's snapshot: ask the database (a round trip more)
+			recheck = append(recheck, i)
+		}
+	}
+	if len(recheck) > 0 {
+		expired, vanished, err := c.lookUpStored(ctx, db, msgs, fps, recheck, out)
+		if err != nil {
+			return nil, err
+		}
+		if len(expired)+len(vanished) > 0 {
+			return nil, fmt.Errorf("txinbox: %d stored keys expired or were deleted while receiving; receive again", len(expired)+len(vanished))
+		}
+	}
+	return out, nil
+}
+
+func existing(m *Message, id int64, state string, same bool, result []byte) Receipt {
+	if !same {
+		return Receipt{ID: id, Outcome: Conflict, State: State(state),
+			Err: &KeyConflictError{Consumer: m.Consumer, Key: m.Key, ID: id}}
+	}
+	return Receipt{ID: id, Outcome: Duplicate, State: State(state), Result: result}
+}
+
+// lookUpStored fills in the receipts of the messages at idx from their stored rows, compared with
+// their fingerprints fps (a statement of its own, so with a fresh snapshot under READ COMMITTED),
+// and returns those whose row has expired and those whose row is gone.
+func (c *Client) lookUpStored(ctx context.Context, db sqlc.DBTX, msgs []Message, fps [][]byte, idx []int, out []Receipt) (expired, vanished []int, err error) {
+	p := sqlc.LookupKeysParams{}
+	for _, i := range idx {
+		p.Consumers = append(p.Consumers, msgs[i].Consumer)
+		p.Keys = append(p.Keys, msgs[i].Key)
+		p.Fingerprints = append(p.Fingerprints, fps[i])
+	}
+	rows, err := store.Queries.LookupKeys(ctx, c.st.Wrap(db), p)
+	if err != nil {
+		return nil, nil, translateError(err)
+	}
+	found := make([]bool, len(idx))
+	for _, r := range rows {
+		found[r.Ord-1] = true
+		i := idx[r.Ord-1]
+		if r.Expired {
+			out[i].ID = r.ID
+			expired = append(expired, i)
+			continue
+		}
+		out[i] = existing(&msgs[i], r.ID, r.State, r.SameFingerprint, r.Result)
+	}
+	for k, ok := range found {
+		if !ok { // deleted (cleaned or discarded) between the two statements
+			vanished = append(vanished, idx[k])
+		}
+	}
+	return expired, vanished, nil
+}
+
+// renewExpired reuses the rows of keys whose dedup window has ended (out[i].ID set): the message is
+// accepted as new. A row that another receiver renewed first is reported as that message's
+// duplicate; the indexes of rows deleted meanwhile are returned.
+func (c *Client) renewExpired(ctx context.Context, db sqlc.DBTX, msgs []Message, fps [][]byte, idx []int, out []Receipt) (vanished []int, err error) {
+	p := sqlc.RenewExpiredParams{}
+	for _, i := range idx {
+		m := &msgs[i]
+		p.Ids = append(p.Ids, out[i].ID)
+		p.Kinds = append(p.Kinds, m.Kind)
+		p.Payloads = append(p.Payloads, string(m.Payload))
+		p.Headers = append(p.Headers, string(headersJSON(m.Headers)))
+		p.Fingerprints = append(p.Fingerprints, fps[i])
+		p.OrderingKeys = append(p.OrderingKeys, m.OrderingKey)
+		p.RunAts = append(p.RunAts, runAt(m.NotBefore))
+	}
+	ids, err := store.Queries.RenewExpired(ctx, c.st.Wrap(db), p)
+	if err != nil {
+		return nil, translateError(err)
+	}
+	renewed := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		renewed[id] = true
+	}
+	var lost []int
+	for _, i := range idx {
+		if renewed[out[i].ID] {
+			out[i] = Receipt{ID: out[i].ID, Outcome: Inserted, State: StatePending}
+		} else {
+			lost = append(lost, i)
+		}
+	}
+	if len(lost) > 0 {
+		again, gone, err := c.lookUpStored(ctx, db, msgs, fps, lost, out)
+		if err != nil {
+			return nil, err
+		}
+		if len(again) > 0 {
+			return nil, fmt.Errorf("txinbox: %d expired keys could not be renewed; receive again", len(again))
+		}
+		return gone, nil
+	}
+	return nil, nil
+}
+
+// receiveBatch runs ReceiveBatch with the notifications the debounce grants (layer 5), and gives
+// the turn back to consumers for which nothing was inserted or the statement failed.
+func (c *Client) receiveBatch(ctx context.Context, db sqlc.DBTX, p sqlc.ReceiveBatchParams) ([]sqlc.ReceiveBatchRow, error) {
+	grants := c.notify.grant(p.Consumers)
+	for _, g := range grants {
+		p.NotifyConsumers = append(p.NotifyConsumers, g.consumer)
+	}
+	p.NotifyChannel = c.notify.channel
+	rows, err := store.Queries.ReceiveBatch(ctx, c.st.Wrap(db), p)
+	if len(grants) > 0 {
+		inserted := map[string]bool{}
+		if err == nil {
+			for _, r := range rows {
+				if r.Inserted && r.Ord >= 1 && int(r.Ord) <= len(p.Consumers) {
+					inserted[p.Consumers[r.Ord-1]] = true
+				}
+			}
+		}
+		c.notify.settle(grants, inserted)
+	}
+	return rows, err
+}
+
+// Remember caches the keys of msgs whose receipts rs were returned for them by [Client.ReceiveTx] or
+// [Client.ReceiveManyTx] of this Client, in a transaction that has since committed: call it right
+// after the commit succeeded, never before or after a rollback. It does nothing without a
+// Config.SeenCache. Only receipts the seen-key cache may hold are cached (Inserted, and Duplicates of
+// pending or dead messages), for what remains of Config.SeenTTL since the receive call started;
+// receipts from calls outside a transaction (already cached), answered from the cache, or from
+// another Client are skipped. Cache errors are reported to the Observer ([seen.Observer]) only. msgs
+// and rs must have the same length.
+func (c *Client) Remember(ctx context.Context, msgs []Message, rs []Receipt) {
+	if c.cfg.SeenCache == nil || len(msgs) != len(rs) {
+		return
+	}
+	// Receipts of one call share their mark; calls are cached one mark at a time.
+	var idx []int
+	var mark seenMark
+	flush := func() {
+		if len(idx) > 0 {
+			c.remember(ctx, mark.epoch, mark.start, msgs, rs, idx)
+		}
+		idx = idx[:0]
+	}
+	for i, r := range rs {
+		if !r.mark.ok || !seenEligible(r) {
+			continue
+		}
+		if r.mark != mark {
+			flush()
+			mark = r.mark
+		}
+		idx = append(idx, i)
+	}
+	flush()
+}
+
+// remember is layer 6: it caches the keys of msgs[i] for i in idx, with the ids of rs[i], for what
+// remains of SeenTTL since start. Errors are reported to the seen.Observer only.
+func (c *Client) remember(ctx context.Context, epoch uint64, start time.Time, msgs []Message, rs []Receipt, idx []int) {
+	ttl := c.cfg.SeenTTL - time.Since(start)
+	if ttl <= 0 {
+		return
+	}
+	keys := make([]seen.Key, 0, len(idx))
+	entries := make([]seen.Entry, 0, len(idx))
+	ttls := make([]time.Duration, 0, len(idx))
+	done := make(map[seen.Key]bool, len(idx))
+	for _, i := range idx {
+		m := &msgs[i]
+		k := c.seenKey(m)
+		if done[k] {
+			continue // a repeat within the batch: the first occurrence is the one stored
+		}
+		done[k] = true
+		keys = append(keys, k)
+		entries = append(entries, seen.Entry{ID: rs[i].ID, Fingerprint: seen.Fingerprint(m.Kind, m.Payload)})
+		ttls = append(ttls, ttl)
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SeenTimeout)
+	defer cancel()
+	if err := c.cfg.SeenCache.Put(pctx, epoch, keys, entries, ttls); err != nil {
+		c.seenError(seen.OpPut, err)
+	}
+}

@@ -1,0 +1,87 @@
+package retention_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/retention"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// waitUntil polls cond every 10ms, as an application would poll a dashboard; it panics if cond is
+// still false after a minute (the examples normally wait milliseconds).
+func waitUntil(cond func() bool) {
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			panic("example: condition not reached in a minute")
+		}
+	}
+}
+
+// A completed message's row is its dedup record, kept for the Store's Retention (7 days by default;
+// a millisecond here). A Cleaner deletes the records whose window has ended: Start it in every
+// process that runs workers (and Stop it at shutdown); RunOnce runs one pass.
+func ExampleCleaner() {
+	ctx := context.Background()
+	db, schema, cleanup := testdb.ForExample()
+	defer cleanup()
+	store := txinbox.Store{DB: db, Schema: schema, Retention: time.Millisecond}
+	client, err := inbox.New(store, inbox.Config{})
+	if err != nil {
+		panic(err)
+	}
+	handlers := worker.NewHandlers()
+	worker.Handle(handlers, "Ping", func(context.Context, pgx.Tx, *worker.Message[struct{}]) error { return nil })
+	pool, err := worker.New(store, worker.Config{Consumer: "audit", Handlers: handlers})
+	if err != nil {
+		panic(err)
+	}
+	if err := pool.Start(ctx); err != nil {
+		panic(err)
+	}
+	for _, key := range []string{"p-1", "p-2", "p-3"} {
+		if _, err := client.Receive(ctx, inbox.Message{Consumer: "audit", Key: key, Kind: "Ping", Payload: []byte(`{}`)}); err != nil {
+			panic(err)
+		}
+	}
+	ops, err := admin.New(store, admin.Config{})
+	if err != nil {
+		panic(err)
+	}
+	waitUntil(func() bool {
+		s, err := ops.Stats(ctx)
+		return err == nil && len(s) == 1 && s[0].Completed == 3 && s[0].Expired == 3
+	})
+	if err := pool.Stop(ctx); err != nil {
+		panic(err)
+	}
+
+	cleaner, err := retention.New(store, retention.Config{})
+	if err != nil {
+		panic(err)
+	}
+	res, ran, err := cleaner.RunOnce(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("ran: %v, deleted: %d, full pass: %v, done: %v\n", ran, res.Deleted, res.Full, res.Done)
+
+	// The window of p-1 has ended: a new delivery of the key is a new message.
+	r, err := client.Receive(ctx, inbox.Message{Consumer: "audit", Key: "p-1", Kind: "Ping", Payload: []byte(`{}`)})
+	fmt.Println("p-1 again:", r.Outcome, err)
+
+	_, err = retention.New(store, retention.Config{BatchSize: -1})
+	fmt.Println("bad config:", errors.Is(err, txinbox.ErrInvalidConfig))
+	// Output:
+	// ran: true, deleted: 3, full pass: true, done: true
+	// p-1 again: inserted <nil>
+	// bad config: true
+}

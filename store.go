@@ -1,0 +1,120 @@
+package txinbox
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what txinbox needs from a database handle: run statements and begin transactions.
+// *pgxpool.Pool and *pgx.Conn satisfy it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Defaults of [Store].
+const (
+	// DefaultSchema is Store.Schema when it is empty.
+	DefaultSchema = "public"
+	// DefaultRetention is Store.Retention when it is zero: 7 days.
+	DefaultRetention = 7 * 24 * time.Hour
+	// DefaultNotifyInterval is Store.NotifyInterval when it is zero.
+	DefaultNotifyInterval = 50 * time.Millisecond
+)
+
+// Store says where txinbox's tables are and the settings every component working on them must
+// share. Give the same Store to every constructor (inbox.New, worker.New, idempotency.New, admin.New,
+// retention.New, metrics.NewQueueCollector, migrate.Up): a setting said here is said once.
+//
+// The zero value of each field but DB takes the documented default; [Store.Resolve] fills them in and
+// checks the Store, and every constructor calls it.
+type Store struct {
+	// DB runs the statements: usually a *pgxpool.Pool. Required.
+	DB DB
+	// Schema is the PostgreSQL schema holding the tables (see package migrate). Default
+	// DefaultSchema ("public"); it must pass [ValidateSchema].
+	Schema string
+	// Retention is the dedup window: a completed message's record is kept this long after it
+	// completes, and a redelivery of its key within it is a Duplicate; after it the key is accepted as
+	// a new message. The worker stamps it on each message it completes; package retention deletes the
+	// records past it. Default DefaultRetention (7 days). Must not be negative.
+	Retention time.Duration
+	// NotifyInterval is the least time between two wake-up notifications (NOTIFY on
+	// [Store.NotifyChannel]) a receiving inbox Client sends for one consumer; messages received sooner
+	// are found by the worker pools' fast polling during their HotWindow, which must exceed it (checked
+	// by worker.New). It also decides whether admin's ReplayDead notifies. Default
+	// DefaultNotifyInterval (50ms). Negative: never notify.
+	NotifyInterval time.Duration
+}
+
+// Resolve returns s with its defaults filled in, or a *[ConfigError] naming the field ("Store.DB",
+// "Store.Schema", "Store.Retention") if s is invalid.
+func (s Store) Resolve() (Store, error) {
+	if s.DB == nil {
+		return s, &ConfigError{Field: "Store.DB", Reason: "is required (a *pgxpool.Pool, say)"}
+	}
+	return s.resolveSettings()
+}
+
+// ResolveSettings is [Store.Resolve] without the DB: for the few users of a Store that open
+// connections of their own (migrate.New).
+func (s Store) ResolveSettings() (Store, error) { return s.resolveSettings() }
+
+func (s Store) resolveSettings() (Store, error) {
+	if s.Schema == "" {
+		s.Schema = DefaultSchema
+	}
+	if err := ValidateSchema(s.Schema); err != nil {
+		return s, err
+	}
+	if s.Retention == 0 {
+		s.Retention = DefaultRetention
+	}
+	if s.Retention < 0 {
+		return s, &ConfigError{Field: "Store.Retention", Reason: "must not be negative"}
+	}
+	if s.NotifyInterval == 0 {
+		s.NotifyInterval = DefaultNotifyInterval
+	}
+	return s, nil
+}
+
+// maxChannelBytes is the longest channel name PostgreSQL accepts (NAMEDATALEN - 1).
+const maxChannelBytes = 63
+
+// NotifyChannel returns the channel on which inbox Clients announce new messages of the Store's
+// schema (the payload is the consumer) and worker pools listen: "txinbox_" followed by the schema
+// name, or, when that would exceed the 63 bytes PostgreSQL allows a channel name, "txinbox_" followed
+// by 16 hex digits of a hash of it. An empty Schema means DefaultSchema.
+func (s Store) NotifyChannel() string {
+	schema := s.schema()
+	if c := "txinbox_" + schema; len(c) <= maxChannelBytes {
+		return c
+	}
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("txinbox_%016x", h.Sum64())
+}
+
+// CleanerLockKey returns the key of the PostgreSQL advisory lock a retention.Cleaner of the Store's
+// schema holds for the length of a pass. It shows in pg_locks (locktype advisory, classid and objid
+// its high and low 32 bits). An empty Schema means DefaultSchema.
+func (s Store) CleanerLockKey() int64 {
+	h := fnv.New64a()
+	h.Write([]byte("txinbox.cleaner:" + s.schema()))
+	return int64(h.Sum64() >> 1)
+}
+
+func (s Store) schema() string {
+	if s.Schema == "" {
+		return DefaultSchema
+	}
+	return s.Schema
+}

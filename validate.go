@@ -1,0 +1,71 @@
+package txinbox
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxKeyBytes is the longest idempotency key accepted, in bytes.
+const MaxKeyBytes = 512
+
+var (
+	nameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
+	schemaRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+)
+
+// ValidateSchema returns a *[ConfigError] (Field "Store.Schema") unless schema is a plain identifier:
+// a letter or underscore, then letters, digits or underscores, at most 63 bytes. (It is quoted with
+// pgx.Identifier anyway; the rule keeps names that need quoting, and would surprise an operator,
+// out.)
+func ValidateSchema(schema string) error {
+	if !schemaRE.MatchString(schema) {
+		return &ConfigError{Field: "Store.Schema", Reason: fmt.Sprintf("%q is not a plain identifier (letters, digits, underscores; at most 63 bytes; not starting with a digit)", schema)}
+	}
+	return nil
+}
+
+// ValidateName checks a consumer or kind name: 1 to 128 bytes of letters, digits and _ . : / -,
+// starting with a letter or digit.
+func ValidateName(name string) error {
+	if name == "" {
+		return errors.New("must not be empty")
+	}
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("%q must be 1 to 128 letters, digits or _.:/- starting with a letter or digit", truncate(name))
+	}
+	return nil
+}
+
+// ValidateKey checks an idempotency key: 1 to [MaxKeyBytes] bytes of valid UTF-8 with no control
+// characters.
+func ValidateKey(key string) error { return ValidateText(key, MaxKeyBytes, false) }
+
+// ValidateText checks text stored in a text column (a key, a header, an ordering key): at most
+// maxBytes bytes of valid UTF-8 with no control characters (which also excludes NUL, which
+// PostgreSQL text cannot hold); empty only if allowEmpty.
+func ValidateText(s string, maxBytes int, allowEmpty bool) error {
+	switch {
+	case s == "" && !allowEmpty:
+		return errors.New("must not be empty")
+	case len(s) > maxBytes:
+		return fmt.Errorf("is %d bytes, more than the limit of %d", len(s), maxBytes)
+	case !utf8.ValidString(s):
+		return errors.New("is not valid UTF-8")
+	}
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("contains control character %U at byte %d", r, i)
+		}
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
