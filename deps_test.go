@@ -75,8 +75,8 @@ func checkGraph(t *testing.T, dir, self string) {
 	}
 }
 
-// A program that imports only inbox and worker builds from txinbox's core, pgx, goose and
-// OpenTelemetry: `go list -deps` has no testcontainers, Docker or broker client, and neither have the
+// A program that imports only inbox and worker builds from txinbox's core, pgx and OpenTelemetry
+// (goose comes only with package migrate): `go list -deps` has no testcontainers, Docker or broker client, and neither have the
 // go.mod and go.sum that `go mod tidy` writes for it (the module cache serves the modules).
 func TestUserOfInboxAndWorkerGetsNoDockerOrBroker(t *testing.T) {
 	root, err := filepath.Abs(".")
@@ -100,7 +100,7 @@ func TestUserOfInboxAndWorkerGetsNoDockerOrBroker(t *testing.T) {
 	if bad := heavyIn(deps); len(bad) > 0 {
 		t.Errorf("go list -deps of a program importing inbox and worker has %v", bad)
 	}
-	for _, want := range []string{"github.com/jackc/pgx/v5", "github.com/pressly/goose/v3", "go.opentelemetry.io/otel",
+	for _, want := range []string{"github.com/jackc/pgx/v5", "go.opentelemetry.io/otel",
 		"github.com/txinbox/txinbox/inbox", "github.com/txinbox/txinbox/worker"} {
 		if !slices.Contains(deps, want) {
 			t.Errorf("go list -deps lacks %s: the listing is not what this test expects", want)
