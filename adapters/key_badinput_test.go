@@ -24,7 +24,7 @@ func TestSinkBadKeys(t *testing.T) {
 	for name, fn := range map[string]adapters.KeyFunc{
 		"message id": adapters.MessageID(), "header": adapters.Header("x-idempotency-key"), "record key": adapters.RecordKey(),
 	} {
-		s, err := adapters.NewSink(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", Key: fn})
+		s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", Key: fn})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,10 +23,9 @@ const DefaultKindHeader = "x-kind"
 
 // SinkConfig configures a Sink: where messages are stored and how records become inbox messages.
 type SinkConfig struct {
-	// DB is the database, usually a *pgxpool.Pool. Required.
-	DB txinbox.DB
-	// Schema holds the inbox tables. Default: txinbox.DefaultSchema ("public").
-	Schema string
+	// Store is where the messages go: the database (usually a *pgxpool.Pool, required) and the
+	// schema, the same [txinbox.Store] the service's inbox.Client and worker.Pool take.
+	Store txinbox.Store
 	// MaxPayloadBytes is the largest body accepted. Default: inbox.DefaultMaxPayloadBytes (1 MiB).
 	// A larger body is stored dead, its raw bytes truncated to this size.
 	MaxPayloadBytes int
@@ -83,9 +82,11 @@ type Stats struct {
 
 // NewSink checks cfg and returns a Sink. Key is required here (broker packages set their default).
 func NewSink(cfg SinkConfig) (*Sink, error) {
-	if cfg.DB == nil {
-		return nil, &txinbox.ConfigError{Field: "DB", Reason: "required"}
+	store, err := cfg.Store.Resolve()
+	if err != nil {
+		return nil, err
 	}
+	cfg.Store = store
 	if err := txinbox.ValidateName(cfg.Consumer); err != nil {
 		return nil, &txinbox.ConfigError{Field: "Consumer", Reason: err.Error()}
 	}
@@ -106,7 +107,7 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	client, err := inbox.New(txinbox.Store{DB: cfg.DB, Schema: cfg.Schema}, inbox.Config{MaxPayloadBytes: cfg.MaxPayloadBytes,
+	client, err := inbox.New(cfg.Store, inbox.Config{MaxPayloadBytes: cfg.MaxPayloadBytes,
 		SeenCache: cfg.SeenCache, SeenTTL: cfg.SeenTTL, SeenTimeout: cfg.SeenTimeout, Observer: cfg.Observer})
 	if err != nil {
 		return nil, err
@@ -177,7 +178,7 @@ func (s *Sink) Store(ctx context.Context, recs []*Record) (BatchResult, error) {
 }
 
 func (s *Sink) store(ctx context.Context, items []item) (BatchResult, error) {
-	tx, err := s.cfg.DB.Begin(ctx)
+	tx, err := s.cfg.Store.DB.Begin(ctx)
 	if err != nil {
 		return BatchResult{}, fmt.Errorf("txinbox/adapters: begin: %w", err)
 	}
@@ -192,7 +193,7 @@ func (s *Sink) store(ctx context.Context, items []item) (BatchResult, error) {
 		// PostgreSQL rejected a message that passed validation (a JSON escape jsonb cannot hold, say):
 		// find it by storing each message in a savepoint of its own.
 		_ = tx.Rollback(ctx)
-		if tx, err = s.cfg.DB.Begin(ctx); err != nil {
+		if tx, err = s.cfg.Store.DB.Begin(ctx); err != nil {
 			return BatchResult{}, fmt.Errorf("txinbox/adapters: begin: %w", err)
 		}
 		res, err = s.write(ctx, tx, items, true)

@@ -27,7 +27,7 @@ func rec(id, kind, body string, headers map[string]string) *adapters.Record {
 func TestSinkStore(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	s, err := adapters.NewSink(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", MaxPayloadBytes: 64,
+	s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", MaxPayloadBytes: 64,
 		Key: adapters.MessageID(), OrderingKey: adapters.Header("account")})
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func TestSinkStore(t *testing.T) {
 
 func TestSinkDatabaseDown(t *testing.T) {
 	t.Parallel()
-	s, err := adapters.NewSink(adapters.SinkConfig{DB: adaptertest.DeadPool(t), Consumer: "ledger", Key: adapters.MessageID()})
+	s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: adaptertest.DeadPool(t)}, Consumer: "ledger", Key: adapters.MessageID()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,11 +95,11 @@ func TestNewSinkRejectsBadConfig(t *testing.T) {
 	db := adaptertest.DeadPool(t)
 	for _, cfg := range []adapters.SinkConfig{
 		{Consumer: "c", Key: adapters.MessageID()},
-		{DB: db, Key: adapters.MessageID()},
-		{DB: db, Consumer: "bad consumer", Key: adapters.MessageID()},
-		{DB: db, Consumer: "c"},
-		{DB: db, Consumer: "c", Key: adapters.MessageID(), DefaultKind: "bad kind"},
-		{DB: db, Consumer: "c", Key: adapters.MessageID(), Schema: "bad-schema"},
+		{Store: txinbox.Store{DB: db}, Key: adapters.MessageID()},
+		{Store: txinbox.Store{DB: db}, Consumer: "bad consumer", Key: adapters.MessageID()},
+		{Store: txinbox.Store{DB: db}, Consumer: "c"},
+		{Store: txinbox.Store{DB: db}, Consumer: "c", Key: adapters.MessageID(), DefaultKind: "bad kind"},
+		{Store: txinbox.Store{DB: db, Schema: "bad-schema"}, Consumer: "c", Key: adapters.MessageID()},
 	} {
 		_, err := adapters.NewSink(cfg)
 		var ce *txinbox.ConfigError
@@ -115,7 +115,7 @@ func TestNewSinkRejectsBadConfig(t *testing.T) {
 func TestSinkHeadersOverTotalBound(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	s, err := adapters.NewSink(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", Key: adapters.MessageID()})
+	s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", Key: adapters.MessageID()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestSinkSeenCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := &seenCount{}
-	s, err := adapters.NewSink(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", Key: adapters.MessageID(),
+	s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", Key: adapters.MessageID(),
 		SeenCache: cache, SeenTTL: time.Hour, Observer: o})
 	if err != nil {
 		t.Fatal(err)

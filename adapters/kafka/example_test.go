@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/kafka"
 )
@@ -23,7 +24,7 @@ func Example() {
 	pool, _ := pgxpool.New(ctx, "postgres://app@localhost/app")
 	c, err := kafka.New(kafka.Config{
 		Options: []kgo.Opt{kgo.SeedBrokers("localhost:9092"), kgo.ConsumerGroup("ledger"), kgo.ConsumeTopics("payments")},
-		Sink:    adapters.SinkConfig{DB: pool, Consumer: "ledger", DefaultKind: "PaymentReceived"},
+		Sink:    adapters.SinkConfig{Store: txinbox.Store{DB: pool}, Consumer: "ledger", DefaultKind: "PaymentReceived"},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -26,7 +26,7 @@ import (
 	"github.com/txinbox/txinbox/adapters/internal/run"
 )
 
-// Config configures a Consumer. Options (with a consumer group and topics), Sink.DB and Sink.Consumer
+// Config configures a Consumer. Options (with a consumer group and topics), Sink.Store.DB and Sink.Consumer
 // are required; every other zero field takes the documented default. New returns an
 // *inbox.ConfigError naming the field that is missing or negative.
 type Config struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/internal/testdb"
@@ -146,7 +147,7 @@ func TestDuplicatesAndCrashes(t *testing.T) {
 	}
 	f.produce(t, recs...)
 
-	cfg := f.config(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", Key: adapters.RecordKey()})
+	cfg := f.config(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", Key: adapters.RecordKey()})
 	crashes := 0
 	for round := range 3 {
 		c := newConsumer(t, cfg)
@@ -200,7 +201,7 @@ func TestDatabaseDown(t *testing.T) {
 	}
 	f.produce(t, recs...)
 	sw := adaptertest.NewSwitchDB(adaptertest.DeadPool(t))
-	cfg := f.config(adapters.SinkConfig{DB: sw, Schema: db.Schema, Consumer: "ledger", Key: adapters.RecordKey()})
+	cfg := f.config(adapters.SinkConfig{Store: txinbox.Store{DB: sw, Schema: db.Schema}, Consumer: "ledger", Key: adapters.RecordKey()})
 	cfg.BatchSize = 50
 	c := newConsumer(t, cfg)
 	stop := start(t, c)
@@ -245,7 +246,7 @@ func TestUndecodableAndConflict(t *testing.T) {
 	}
 	f.produce(t, rec("ok-1", "credit", `{"amount": 1}`), rec("bad-json", "credit", `{"amount": `),
 		rec("no-kind", "", `{"amount": 3}`), rec("", "credit", `{"amount": 4}`), rec("ok-1", "credit", `{"amount": 2}`))
-	c := newConsumer(t, f.config(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}))
+	c := newConsumer(t, f.config(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger"}))
 	stop := start(t, c)
 	adaptertest.WaitFor(t, "every offset committed", func() bool { return f.caughtUp(t) })
 	if err := stop(); err != nil {
@@ -281,7 +282,7 @@ func TestShutdownFinishesBatch(t *testing.T) {
 		recs[i] = event(m.Key, m.Payload)
 	}
 	f.produce(t, recs...)
-	cfg := f.config(adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", Key: adapters.RecordKey()})
+	cfg := f.config(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", Key: adapters.RecordKey()})
 	cfg.BatchSize = 5
 	c := newConsumer(t, cfg)
 	var size int
@@ -316,6 +317,6 @@ func TestShutdownFinishesBatch(t *testing.T) {
 func TestNewNamesBadField(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Options: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup(group), kgo.ConsumeTopics("t")},
-		Sink: adapters.SinkConfig{DB: adaptertest.DeadPool(t), Consumer: "ledger"}}
+		Sink: adapters.SinkConfig{Store: txinbox.Store{DB: adaptertest.DeadPool(t)}, Consumer: "ledger"}}
 	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err }, adaptertest.BatchFields...)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/natsjs"
 )
@@ -25,7 +26,7 @@ func Example() {
 	nc, _ := nats.Connect(nats.DefaultURL)
 	js, _ := jetstream.New(nc)
 	cons, _ := js.CreateOrUpdateConsumer(ctx, "PAYMENTS", jetstream.ConsumerConfig{Durable: "ledger", AckPolicy: jetstream.AckExplicitPolicy})
-	c, err := natsjs.New(natsjs.Config{Consumer: cons, Sink: adapters.SinkConfig{DB: pool, Consumer: "ledger"}})
+	c, err := natsjs.New(natsjs.Config{Consumer: cons, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: pool}, Consumer: "ledger"}})
 	if err != nil {
 		log.Fatal(err)
 	}

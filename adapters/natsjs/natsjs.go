@@ -24,7 +24,7 @@ import (
 // adapters.Record.MessageID.
 const MsgIDHeader = "Nats-Msg-Id"
 
-// Config configures a Consumer. Consumer, Sink.DB and Sink.Consumer are required; every other zero
+// Config configures a Consumer. Consumer, Sink.Store.DB and Sink.Consumer are required; every other zero
 // field takes the documented default. New returns an *inbox.ConfigError naming the field that is
 // missing or negative.
 type Config struct {

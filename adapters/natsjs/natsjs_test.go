@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/internal/testdb"
@@ -151,7 +152,7 @@ func TestDuplicatesAndCrashes(t *testing.T) {
 	f.publish(t, msgs...)
 	t.Logf("published in %v", time.Since(t0))
 
-	sink := adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}
+	sink := adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger"}
 	var killed atomic.Int64
 	for round := range 3 {
 		jc, nc := f.consumer(t)
@@ -211,7 +212,7 @@ func TestDatabaseDown(t *testing.T) {
 	f.publish(t, msgs...)
 	sw := adaptertest.NewSwitchDB(adaptertest.DeadPool(t))
 	jc, _ := f.consumer(t)
-	c := newConsumer(t, Config{Consumer: jc, BatchConfig: adapters.BatchConfig{BatchSize: 50}, Sink: adapters.SinkConfig{DB: sw, Schema: db.Schema, Consumer: "ledger"}})
+	c := newConsumer(t, Config{Consumer: jc, BatchConfig: adapters.BatchConfig{BatchSize: 50}, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: sw, Schema: db.Schema}, Consumer: "ledger"}})
 	stop := start(t, c)
 	adaptertest.WaitFor(t, "failed batches", func() bool { return c.Stats().Failures >= 5 })
 	if st := c.Stats(); st.Acked != 0 || st.Records != 0 {
@@ -254,7 +255,7 @@ func TestUndecodableAndConflict(t *testing.T) {
 	conflicting := event("ok-1", []byte(`{"amount": 2}`))
 	f.publish(t, withID("ok-1", `{"amount": 1}`), withID("bad-json", `{"amount": `), withID("", `{"no": "key"}`), conflicting)
 	jc, _ := f.consumer(t)
-	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", DefaultKind: "credit"}})
+	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", DefaultKind: "credit"}})
 	stop := start(t, c)
 	adaptertest.WaitFor(t, "every message acknowledged", func() bool { return c.Stats().Acked == 4 })
 	if err := stop(); err != nil {
@@ -290,7 +291,7 @@ func TestCoordinatesKey(t *testing.T) {
 	db := testdb.New(t)
 	f.publish(t, event("same", []byte(`{}`)), event("same", []byte(`{}`)), event("same", []byte(`{}`)))
 	jc, _ := f.consumer(t)
-	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger", Key: adapters.Coordinates()}})
+	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", Key: adapters.Coordinates()}})
 	stop := start(t, c)
 	adaptertest.WaitFor(t, "every message acknowledged", func() bool { return c.Stats().Acked == 3 })
 	if err := stop(); err != nil {
@@ -310,7 +311,7 @@ func TestStopsOnClosedConnection(t *testing.T) {
 	f := newFixture(t, time.Minute)
 	db := testdb.New(t)
 	jc, nc := f.consumer(t)
-	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
+	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger"}})
 	stop := start(t, c)
 	nc.Close()
 	select {
@@ -324,7 +325,7 @@ func TestStopsOnClosedConnection(t *testing.T) {
 	if err := stop(); !closed(err) {
 		t.Errorf("Stop after the connection closed: %v", err)
 	}
-	c2 := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
+	c2 := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger"}})
 	if err := c2.Start(context.Background()); !closed(err) {
 		t.Errorf("Start on a closed connection: %v", err)
 	}
@@ -343,7 +344,7 @@ func TestShutdownFinishesBatch(t *testing.T) {
 	}
 	jc, _ := f.consumer(t)
 	c := newConsumer(t, Config{Consumer: jc, Prefetch: 20, BatchConfig: adapters.BatchConfig{BatchSize: 5, BatchWait: time.Second},
-		Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
+		Sink: adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger"}})
 	var size int
 	stopped := make(chan error, 1)
 	c.afterStore = func(batch, n int) error {
@@ -371,7 +372,7 @@ func TestShutdownFinishesBatch(t *testing.T) {
 	}
 	// The rest is delivered again to the next consumer.
 	jc2, _ := f.consumer(t)
-	c2 := newConsumer(t, Config{Consumer: jc2, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
+	c2 := newConsumer(t, Config{Consumer: jc2, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger"}})
 	stop := start(t, c2)
 	adaptertest.WaitFor(t, "every message acknowledged", func() bool {
 		info := f.info(t)
@@ -389,7 +390,7 @@ func TestNewNamesBadField(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, time.Minute)
 	jc, _ := f.consumer(t)
-	cfg := Config{Consumer: jc, Sink: adapters.SinkConfig{DB: adaptertest.DeadPool(t), Consumer: "ledger"}}
+	cfg := Config{Consumer: jc, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: adaptertest.DeadPool(t)}, Consumer: "ledger"}}
 	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err },
 		append([]string{"Prefetch"}, adaptertest.BatchFields...)...)
 }

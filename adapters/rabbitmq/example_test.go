@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/rabbitmq"
 )
@@ -22,7 +23,7 @@ func Example() {
 	c, err := rabbitmq.New(rabbitmq.Config{
 		URL:   "amqp://guest:guest@localhost:5672/",
 		Queue: "payments",
-		Sink:  adapters.SinkConfig{DB: pool, Consumer: "ledger"},
+		Sink:  adapters.SinkConfig{Store: txinbox.Store{DB: pool}, Consumer: "ledger"},
 	})
 	if err != nil {
 		log.Fatal(err)

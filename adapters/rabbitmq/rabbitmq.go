@@ -20,7 +20,7 @@ import (
 	"github.com/txinbox/txinbox/adapters/internal/run"
 )
 
-// Config configures a Consumer. URL, Queue, Sink.DB and Sink.Consumer are required; every other zero
+// Config configures a Consumer. URL, Queue, Sink.Store.DB and Sink.Consumer are required; every other zero
 // field takes the documented default. New returns an *inbox.ConfigError naming the field that is
 // missing or negative.
 type Config struct {

@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/internal/testdb"
@@ -116,7 +117,7 @@ func TestDuplicatesAndCrashes(t *testing.T) {
 
 	var mu sync.Mutex
 	var conns []net.Conn
-	cfg := Config{URL: url, Queue: q, BatchConfig: adapters.BatchConfig{BatchSize: 100}, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}}
+	cfg := Config{URL: url, Queue: q, BatchConfig: adapters.BatchConfig{BatchSize: 100}, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger"}}
 	cfg.AMQP.Dial = func(network, addr string) (net.Conn, error) {
 		c, err := amqp.DefaultDial(30*time.Second)(network, addr)
 		if err == nil {
@@ -182,7 +183,7 @@ func TestDatabaseDown(t *testing.T) {
 	publish(t, ch, q, msgs...)
 	sw := adaptertest.NewSwitchDB(adaptertest.DeadPool(t))
 	c := newConsumer(t, Config{URL: url, Queue: q, BatchConfig: adapters.BatchConfig{BatchSize: 50},
-		Sink: adapters.SinkConfig{DB: sw, Schema: db.Schema, Consumer: "ledger"}})
+		Sink: adapters.SinkConfig{Store: txinbox.Store{DB: sw, Schema: db.Schema}, Consumer: "ledger"}})
 	stop := start(t, c)
 	adaptertest.WaitFor(t, "failed batches", func() bool { return c.Stats().Failures >= 5 })
 	if st := c.Stats(); st.Acked != 0 || st.Records != 0 {
@@ -222,7 +223,7 @@ func TestUndecodableAndConflict(t *testing.T) {
 		amqp.Publishing{MessageId: "ok-1", Type: "credit", Body: []byte(`{"amount": 2}`)},
 		amqp.Publishing{Headers: amqp.Table{"x-idempotency-key": "by-header", "x-kind": "credit", "n": int32(7)}, Body: []byte(`{"amount": 4}`)},
 	)
-	c := newConsumer(t, Config{URL: url, Queue: q, Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
+	c := newConsumer(t, Config{URL: url, Queue: q, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger"}})
 	stop := start(t, c)
 	adaptertest.WaitFor(t, "every message acknowledged", func() bool { return c.Stats().Acked == 6 })
 	if err := stop(); err != nil {
@@ -314,7 +315,7 @@ func TestShutdownFinishesBatch(t *testing.T) {
 		publish(t, ch, q, amqp.Publishing{MessageId: m.Key, Type: "credit", Body: m.Payload})
 	}
 	c := newConsumer(t, Config{URL: url, Queue: q, Prefetch: 20, BatchConfig: adapters.BatchConfig{BatchSize: 5, BatchWait: time.Second},
-		Sink: adapters.SinkConfig{DB: db.Pool, Schema: db.Schema, Consumer: "ledger"}})
+		Sink: adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger"}})
 	var size int
 	stopped := make(chan error, 1)
 	c.afterStore = func(batch, n int) error {
@@ -344,7 +345,7 @@ func TestShutdownFinishesBatch(t *testing.T) {
 // that field.
 func TestNewNamesBadField(t *testing.T) {
 	t.Parallel()
-	cfg := Config{URL: "amqp://x", Queue: "q", Sink: adapters.SinkConfig{DB: adaptertest.DeadPool(t), Consumer: "ledger"}}
+	cfg := Config{URL: "amqp://x", Queue: "q", Sink: adapters.SinkConfig{Store: txinbox.Store{DB: adaptertest.DeadPool(t)}, Consumer: "ledger"}}
 	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err },
 		append([]string{"Prefetch"}, adaptertest.BatchFields...)...)
 }

@@ -80,7 +80,7 @@ func bodyString(field string) adapters.KeyFunc {
 // type property, x-kind header) is an OrderPaid.
 func sinkConfig(db txinbox.DB, schema string, logger *slog.Logger) adapters.SinkConfig {
 	return adapters.SinkConfig{
-		DB: db, Schema: schema, Consumer: ledger.Consumer, DefaultKind: ledger.KindOrderPaid,
+		Store: txinbox.Store{DB: db, Schema: schema}, Consumer: ledger.Consumer, DefaultKind: ledger.KindOrderPaid,
 		MaxPayloadBytes: api.MaxBodyBytes,
 		Key:             adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader), bodyString("event_id")),
 		OrderingKey:     bodyString("account_id"),
