@@ -46,7 +46,7 @@ func startCommand(t *testing.T, args ...string) *command {
 	c := &command{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
-		c.code = run(ctx, args, &c.stdout, &c.stderr)
+		c.code = run(ctx, args, &c.stdout, &c.stderr, testChildCommand)
 	}()
 	t.Cleanup(func() { c.stop() })
 	return c

@@ -48,7 +48,7 @@ func TestDemoOnThrowawayCluster(t *testing.T) {
 	requireBinaries(t, pgenv.Binaries)
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"demo", "--pg", "cluster", "--database-url", "",
-		"--events", "60", "--credits", "10", "--producers", "4", "--workers", "2"}, &stdout, &stderr)
+		"--events", "60", "--credits", "10", "--producers", "4", "--workers", "2"}, &stdout, &stderr, testChildCommand)
 	if code != 0 || !strings.Contains(stdout.String(), "ALL INVARIANTS HOLD") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}

@@ -34,11 +34,10 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := run(ctx, args, os.Stdout, os.Stderr)
+		code := run(ctx, args, os.Stdout, os.Stderr, testChildCommand)
 		stop()
 		os.Exit(code)
 	}
-	childCommand = testChildCommand
 	os.Exit(m.Run())
 }
 

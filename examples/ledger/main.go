@@ -52,7 +52,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
 	stop()
 	os.Exit(code)
 }
@@ -72,8 +72,9 @@ header, else the event_id of its body; it must be the event's event_id.
 Run "ledger <command> -h" for the flags of a command.
 `
 
-// run runs one command and returns the exit status.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// run runs one command and returns the exit status. child builds the demo's crash child from its
+// `ledger work` arguments; nil re-executes this binary (tests run their own binary instead).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, child func(args []string) *exec.Cmd) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -85,7 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "work":
 		err = work(ctx, args[1:], stdout, stderr)
 	case "demo":
-		return runDemo(ctx, args[1:], stdout, stderr)
+		return runDemo(ctx, args[1:], stdout, stderr, child)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -376,7 +377,7 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return errors.Join(err, p.Stop(sctx))
 }
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, child func(args []string) *exec.Cmd) int {
 	fs := flag.NewFlagSet("ledger demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c common
@@ -435,7 +436,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	say("database: %s", srv.Description)
 	o.URL, o.Database, o.Schema, o.Logger = srv.URL, srv.Description, c.schema, logger
 	o.Progress = stderr
-	o.ChildCommand = childCommand
+	o.ChildCommand = child
 	if f, ok := stderr.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			o.TTY = true // redraw one progress line with \r
@@ -452,9 +453,6 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
-
-// childCommand, when set (by tests), builds the demo's crash child instead of re-executing this binary.
-var childCommand func(args []string) *exec.Cmd
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
