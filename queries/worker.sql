@@ -49,11 +49,19 @@ WITH durability AS MATERIALIZED (
     WHERE q.id = c.id AND c.head AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2))
     RETURNING q.id, q.token, q.attempts_started
 )
+-- Each inbox row is read by primary key, once per claimed row: OFFSET 0 keeps the subquery from being
+-- flattened into a join, which a generic plan could run as a hash join over a scan of inbox (see
+-- the note above).
 SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, c.token,
        c.attempts_started, m.attempts_failed, m.received_at, m.last_error
 FROM claimed c
-JOIN /* TEMPLATE: schema */inbox m ON m.id = c.id
-WHERE m.id = ANY (ARRAY(SELECT c2.id FROM claimed c2))
+CROSS JOIN LATERAL (
+    SELECT i.id, i.consumer, i.key, i.kind, i.payload, i.headers, i.ordering_key, i.attempts_failed,
+           i.received_at, i.last_error
+    FROM /* TEMPLATE: schema */inbox i
+    WHERE i.id = c.id
+    OFFSET 0
+) m
 UNION ALL
 SELECT 0, '', '', '', 'null'::jsonb, '{}'::jsonb, NULL, 0, 0, 0, now(), NULL
 WHERE NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM snoozed);
@@ -140,27 +148,27 @@ WITH c AS (
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
     USING c
-    WHERE q.id = c.id AND q.token = c.token AND q.claimed AND c.outcome IN ('completed', 'dead')
-      AND q.id = ANY (@ids::bigint[])
-    RETURNING q.id, q.attempts_started - c.uncount AS attempts_started, q.started_at
+    -- `claimed IS TRUE`, as in LockClaims: looked up by primary key, not through the claimed index.
+    WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND c.outcome IN ('completed', 'dead')
+    RETURNING q.id, q.attempts_started, q.started_at
 ), requeued AS (
     UPDATE /* TEMPLATE: schema */inbox_queue q
     SET claimed = false, alone = false, run_at = c.run_at, owner = NULL,
         attempts_started = q.attempts_started - c.uncount
     FROM c
-    WHERE q.id = c.id AND q.token = c.token AND q.claimed AND c.outcome = 'retry'
-      AND q.id = ANY (@ids::bigint[])
+    WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND c.outcome = 'retry'
     RETURNING q.id, q.attempts_started, q.started_at
 ), fenced AS (
     SELECT d.id, d.attempts_started, d.started_at FROM dequeued d
     UNION ALL
     SELECT r.id, r.attempts_started, r.started_at FROM requeued r
 )
--- The only write of the inbox row per attempt: the claim state comes from the queue row.
+-- The only write of the inbox row per attempt: the claim's token, attempts (those of a requeued row
+-- already uncounted) and start come from the queue row.
 UPDATE /* TEMPLATE: schema */inbox m
 SET state = CASE c.outcome WHEN 'retry' THEN 'pending' ELSE c.outcome END,
     token = c.token,
-    attempts_started = f.attempts_started,
+    attempts_started = f.attempts_started - CASE WHEN c.outcome = 'retry' THEN 0 ELSE c.uncount END,
     attempts_failed = m.attempts_failed + CASE WHEN c.outcome = 'completed' OR c.uncount > 0 THEN 0 ELSE 1 END,
     last_error = CASE WHEN c.outcome = 'completed' THEN m.last_error ELSE c.error END,
     result = NULLIF(c.result, '')::jsonb,
@@ -168,8 +176,9 @@ SET state = CASE c.outcome WHEN 'retry' THEN 'pending' ELSE c.outcome END,
     started_at = f.started_at,
     completed_at = CASE WHEN c.outcome = 'retry' THEN NULL ELSE now() END,
     expires_at = CASE WHEN c.outcome = 'completed' THEN now() + make_interval(secs => @retention_seconds::float8) END
-FROM fenced f, c
-WHERE m.id = f.id AND c.id = f.id AND m.id = ANY (@ids::bigint[]);
+FROM c
+JOIN fenced f ON f.id = c.id
+WHERE m.id = c.id;
 
 -- name: ReleaseClaims :execrows
 -- Gives claimed messages back without charging an attempt (a batch that was stopped or lost its
