@@ -127,7 +127,13 @@ func (a *Admin) GetMessage(ctx context.Context, id int64) (inbox.StoredMessage, 
 	if err != nil {
 		return inbox.StoredMessage{}, store.Err(err)
 	}
-	return storedMessage(r), nil
+	return storedMessage(sqlc.Inbox{
+		ID: r.ID, Consumer: r.Consumer, Key: r.Key, Kind: r.Kind, Payload: r.Payload, Raw: r.Raw, Headers: r.Headers,
+		Fingerprint: r.Fingerprint, OrderingKey: r.OrderingKey, State: r.State, AttemptsStarted: r.AttemptsStarted,
+		AttemptsFailed: r.AttemptsFailed, NextRunAt: r.NextRunAt, Owner: pgtype.Text{String: r.Owner, Valid: r.Owner != ""},
+		LeaseUntil: r.LeaseUntil, Token: r.Token, LastError: r.LastError, ReceivedAt: r.ReceivedAt, StartedAt: r.StartedAt,
+		CompletedAt: r.CompletedAt, ExpiresAt: r.ExpiresAt, Result: r.Result,
+	}), nil
 }
 
 // DeadFilter selects dead messages for ListDead. Empty fields do not filter.

@@ -293,7 +293,9 @@ func TestStats(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET next_run_at = now() - interval '1 hour' WHERE id = $1`), ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET state = 'processing' WHERE id = $1`), ids[2]); err != nil {
+	// Claimed as a worker claims (migration 00004): the queue row only.
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue SET claimed = true, token = token + 1,
+		attempts_started = 1, owner = 'w1', run_at = now() + interval '1 minute' WHERE id = $1`), ids[2]); err != nil {
 		t.Fatal(err)
 	}
 	complete(t, db, time.Hour, ids[3], ids[4])
@@ -388,6 +390,34 @@ func claim(t *testing.T, db *testdb.DB, consumer string, limit int) []int64 {
 		t.Fatal(err)
 	}
 	return ids
+}
+
+// A claim writes only the queue row (migration 00004): GetMessage and Stats read the claim from
+// there, so a claimed message is processing, with the claim's owner, token, attempt and lease.
+func TestGetMessageAndStatsOfAClaim(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	ids := receiveKeys(t, c, "claimed", "waiting")
+	if got, err := claimBatch(db, "ledger", 1); err != nil || !slices.Equal(got, ids[:1]) {
+		t.Fatalf("claim: %v, %v", got, err)
+	}
+	m, err := c.GetMessage(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.State != inbox.StateProcessing || m.Owner != "test" || m.Token != 1 || m.AttemptsStarted != 1 ||
+		m.AttemptsFailed != 0 || m.StartedAt.IsZero() || !m.LeaseUntil.After(m.StartedAt) {
+		t.Fatalf("claimed message: %+v", m)
+	}
+	if m, err := c.GetMessage(ctx, ids[1]); err != nil || m.State != inbox.StatePending || m.Owner != "" ||
+		m.Token != 0 || m.AttemptsStarted != 0 || !m.LeaseUntil.IsZero() {
+		t.Fatalf("waiting message: %+v, %v", m, err)
+	}
+	st, err := c.Stats(ctx)
+	if err != nil || len(st) != 1 || st[0].Pending != 1 || st[0].Processing != 1 {
+		t.Fatalf("stats: %+v, %v", st, err)
+	}
 }
 
 func claimBatch(db *testdb.DB, consumer string, limit int) ([]int64, error) {
@@ -568,8 +598,9 @@ func TestDiscardPendingRacesClaims(t *testing.T) {
 		if m, q := pendingRows(t, db, r.Discarded...); m != 0 || q != 0 {
 			t.Fatalf("round %d: discarded messages left %d inbox and %d queue rows", round, m, q)
 		}
+		// A claim writes only the queue row (migration 00004): the inbox row stays pending.
 		if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id)
-			WHERE m.id = ANY($1) AND m.state = 'processing' AND q.claimed`, claimed); n != int64(len(claimed)) {
+			WHERE m.id = ANY($1) AND m.state = 'pending' AND q.claimed`, claimed); n != int64(len(claimed)) {
 			t.Fatalf("round %d: %d of %d claimed messages intact", round, n, len(claimed))
 		}
 		complete(t, db, time.Hour, claimed...)

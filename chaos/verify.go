@@ -62,7 +62,8 @@ func (r *runner) verify(ctx context.Context) error {
 	var total, pending, processing, queued, doubles int64
 	err = r.control.QueryRow(ctx, `SELECT count(*),
 		    count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state = 'dead'),
-		    count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'processing'),
+		    count(*) FILTER (WHERE state IN ('pending', 'processing')),
+		    (SELECT count(*) FROM `+t("inbox_queue")+` WHERE claimed), -- processing: claimed in the queue (00004)
 		    count(*) FILTER (WHERE state = 'completed' AND attempts_started > 1),
 		    coalesce(max(attempts_started) FILTER (WHERE state = 'completed'), 0),
 		    count(*) FILTER (WHERE strpos(coalesce(last_error, ''), $1) > 0),

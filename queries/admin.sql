@@ -83,12 +83,18 @@ ORDER BY id
 LIMIT @max_rows;
 
 -- name: GetMessage :one
--- Reads one stored message by id.
-SELECT id, consumer, key, kind, payload, raw, headers, fingerprint, ordering_key, state,
-       attempts_started, attempts_failed, next_run_at, owner, lease_until, token, last_error,
-       received_at, started_at, completed_at, expires_at, result
-FROM /* TEMPLATE: schema */inbox
-WHERE id = @id;
+-- Reads one stored message by id. A queued message's claim state is read from its queue row (00004):
+-- processing while claimed, with the claim's owner, lease (run_at), token, attempts and start.
+SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.raw, m.headers, m.fingerprint, m.ordering_key,
+       (CASE WHEN q.claimed THEN 'processing' ELSE m.state END)::text AS state,
+       coalesce(q.attempts_started, m.attempts_started)::int AS attempts_started, m.attempts_failed, m.next_run_at,
+       coalesce(CASE WHEN q.id IS NULL THEN m.owner ELSE q.owner END, '')::text AS owner,
+       (CASE WHEN q.claimed THEN q.run_at WHEN q.id IS NULL THEN m.lease_until END)::timestamptz AS lease_until,
+       coalesce(q.token, m.token)::bigint AS token, m.last_error,
+       m.received_at, coalesce(q.started_at, m.started_at)::timestamptz AS started_at, m.completed_at, m.expires_at, m.result
+FROM /* TEMPLATE: schema */inbox m
+LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id
+WHERE m.id = @id;
 
 -- name: ReplayDead :many
 -- Puts dead messages back to pending with their attempts reset, keeping their row (so their key, and
@@ -131,14 +137,21 @@ SELECT d.id FROM deleted d ORDER BY d.id;
 -- name: ConsumerStats :many
 -- Counts messages per consumer and state, with the wait of the oldest due pending message (seconds),
 -- the completions of the last minute and the completed rows past their dedup window. One scan of the
--- inbox table.
-SELECT consumer, state, count(*)::bigint AS messages,
-       coalesce(extract(epoch FROM now() - min(next_run_at) FILTER (WHERE state = 'pending' AND next_run_at <= now())), 0)::float8 AS oldest_due_seconds,
-       count(*) FILTER (WHERE state = 'completed' AND completed_at >= now() - interval '1 minute')::bigint AS last_minute,
-       count(*) FILTER (WHERE state = 'completed' AND expires_at < now())::bigint AS expired
-FROM /* TEMPLATE: schema */inbox
-GROUP BY consumer, state
-ORDER BY consumer, state;
+-- inbox table, joined to the queue (as large as the backlog) for the claimed messages, which are
+-- processing (00004: a claim writes only the queue row).
+WITH s AS (
+    SELECT m.consumer, (CASE WHEN q.claimed THEN 'processing' ELSE m.state END)::text AS state,
+           m.next_run_at, m.completed_at, m.expires_at
+    FROM /* TEMPLATE: schema */inbox m
+    LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.claimed
+)
+SELECT s.consumer, s.state, count(*)::bigint AS messages,
+       coalesce(extract(epoch FROM now() - min(s.next_run_at) FILTER (WHERE s.state = 'pending' AND s.next_run_at <= now())), 0)::float8 AS oldest_due_seconds,
+       count(*) FILTER (WHERE s.state = 'completed' AND s.completed_at >= now() - interval '1 minute')::bigint AS last_minute,
+       count(*) FILTER (WHERE s.state = 'completed' AND s.expires_at < now())::bigint AS expired
+FROM s
+GROUP BY s.consumer, s.state
+ORDER BY s.consumer, s.state;
 
 -- name: DiscardPending :many
 -- Deletes pending messages that no worker has claimed, with their queue rows. It considers the

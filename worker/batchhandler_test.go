@@ -562,7 +562,7 @@ func TestBatchHandlerConcurrentPoolsExactlyOnce(t *testing.T) {
 	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != unique {
 		t.Fatalf("effects = %d, want %d", n, unique)
 	}
-	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state IN ('pending', 'processing')`); n != 0 {
+	if n := e.Count(t, `SELECT count(*) FROM `+msgView+` m WHERE state IN ('pending', 'processing')`); n != 0 {
 		t.Fatalf("%d messages left pending or processing", n)
 	}
 	if handled.Load() != unique {

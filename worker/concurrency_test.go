@@ -92,7 +92,7 @@ func TestConcurrentPoolsExactlyOnce(t *testing.T) {
 	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != unique {
 		t.Fatalf("effects = %d, want %d", n, unique)
 	}
-	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state IN ('pending', 'processing')`); n != 0 {
+	if n := e.Count(t, `SELECT count(*) FROM `+msgView+` m WHERE state IN ('pending', 'processing')`); n != 0 {
 		t.Fatalf("%d messages left pending or processing", n)
 	}
 	if calls.Load() != unique {
@@ -192,7 +192,7 @@ func TestGracefulStopLosesNothing(t *testing.T) {
 	// for the others, and no attempt charged to a message that did not complete.
 	stopState := func(t *testing.T, e *env) {
 		t.Helper()
-		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'processing'`); n != 0 {
+		if n := e.Count(t, `SELECT count(*) FROM `+msgView+` m WHERE state = 'processing'`); n != 0 {
 			t.Fatalf("%d messages left processing after Stop", n)
 		}
 		done := e.count(t, "completed")
@@ -290,7 +290,7 @@ func TestGracefulStopLosesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, "a blocked handler in each batch", func() bool { return blocked.Load() == 2 })
-		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'processing' AND attempts_started = 1`); n != 20 {
+		if n := e.Count(t, `SELECT count(*) FROM `+msgView+` m WHERE state = 'processing' AND attempts_started = 1`); n != 20 {
 			t.Fatalf("%d messages claimed, want two batches of 10", n)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -361,7 +361,7 @@ func TestGracefulStopLosesNothing(t *testing.T) {
 			t.Fatalf("Stop = %v, want a *worker.StopError of 1 batch, 10 messages, wrapping context.DeadlineExceeded", err)
 		}
 		waitFor(t, "no message processing", func() bool {
-			return e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'processing'`) == 0
+			return e.Count(t, `SELECT count(*) FROM `+msgView+` m WHERE state = 'processing'`) == 0
 		})
 		stopState(t, e)
 		if n := e.count(t, "completed"); n != 10 {

@@ -2,10 +2,10 @@
 //
 // A Pool claims a batch of its consumer's ready messages (SELECT ... FOR UPDATE SKIP LOCKED on the
 // small inbox_queue table; the claim commits, counting the attempt and bumping the message's fencing
-// token), then runs the whole batch in one transaction: it locks the claims (dropping any whose token
-// changed, that is, taken over by another worker after the lease ended), runs each handler in a
-// savepoint of its own with the transaction in hand, and records every outcome in one statement before
-// the single commit. A handler's writes and its message's "completed" mark therefore commit or roll
+// token in that narrow queue row only), then runs the whole batch in one transaction: it locks the
+// claims (dropping any whose token changed, that is, taken over by another worker after the lease
+// ended), runs each handler in a savepoint of its own with the transaction in hand, and records every
+// outcome in one statement before the single commit, the only write of each message's inbox row. A handler's writes and its message's "completed" mark therefore commit or roll
 // back together, a failing message rolls back only its own savepoint, and many messages share one
 // commit.
 //

@@ -99,7 +99,8 @@ func (r *fenceRig) snapshot(t *testing.T) string {
 	var s string
 	err := r.e.Pool.QueryRow(context.Background(), r.e.SQL(`SELECT row(m.state, m.owner, m.token,
 		m.attempts_started, m.attempts_failed, m.last_error, m.lease_until, m.next_run_at, m.completed_at,
-		m.expires_at, m.result, q.id, q.claimed, q.alone, q.token, q.run_at)::text
+		m.expires_at, m.result, q.id, q.claimed, q.alone, q.token, q.run_at, q.owner, q.attempts_started,
+		q.started_at)::text
 		FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q USING (id)
 		WHERE m.consumer = 'ledger' AND m.key = 'fenced'`)).Scan(&s)
 	if err != nil {
@@ -108,10 +109,11 @@ func (r *fenceRig) snapshot(t *testing.T) string {
 	return s
 }
 
-// token returns the message's token and owner, and its queue row's token and claimed flag.
+// token returns the message's token and owner (those of its claim, in the queue row, while queued),
+// and its queue row's token and claimed flag.
 func (r *fenceRig) token(t *testing.T) (token int64, owner string, qToken int64, qClaimed bool) {
 	t.Helper()
-	err := r.e.Pool.QueryRow(context.Background(), r.e.SQL(`SELECT m.token, coalesce(m.owner, ''),
+	err := r.e.Pool.QueryRow(context.Background(), r.e.SQL(`SELECT coalesce(q.token, m.token), coalesce(q.owner, m.owner, ''),
 		coalesce(q.token, -1), coalesce(q.claimed, false)
 		FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q USING (id)
 		WHERE m.consumer = 'ledger' AND m.key = 'fenced'`)).Scan(&token, &owner, &qToken, &qClaimed)

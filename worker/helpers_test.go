@@ -101,11 +101,18 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// msgView is the inbox as readers see it (migration 00004): a message whose queue row is claimed is
+// processing, and a queued message's attempts started, token and owner are those of its queue row.
+const msgView = `(SELECT m.id, m.consumer, m.key, (CASE WHEN q.claimed THEN 'processing' ELSE m.state END) AS state,
+	coalesce(q.attempts_started, m.attempts_started) AS attempts_started, m.attempts_failed, m.last_error,
+	coalesce(q.token, m.token) AS token, coalesce(q.owner, m.owner) AS owner
+	FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q ON q.id = m.id)`
+
 func (e *env) state(t *testing.T, key string) (state string, started, failed int, lastErr string) {
 	t.Helper()
 	var le *string
 	err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT state, attempts_started, attempts_failed, last_error
-		FROM {schema}.inbox WHERE consumer = 'ledger' AND key = $1`), key).Scan(&state, &started, &failed, &le)
+		FROM `+msgView+` m WHERE consumer = 'ledger' AND key = $1`), key).Scan(&state, &started, &failed, &le)
 	if err != nil {
 		t.Fatalf("state of %s: %v", key, err)
 	}
@@ -116,7 +123,7 @@ func (e *env) state(t *testing.T, key string) (state string, started, failed int
 }
 
 func (e *env) count(t *testing.T, state string) int64 {
-	return e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = $1`, state)
+	return e.Count(t, `SELECT count(*) FROM `+msgView+` m WHERE state = $1`, state)
 }
 
 func keys(prefix string, n int) []string {

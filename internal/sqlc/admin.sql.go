@@ -57,13 +57,19 @@ func (q *Queries) CleanExpiredRange(ctx context.Context, db DBTX, arg CleanExpir
 }
 
 const consumerStats = `-- name: ConsumerStats :many
-SELECT consumer, state, count(*)::bigint AS messages,
-       coalesce(extract(epoch FROM now() - min(next_run_at) FILTER (WHERE state = 'pending' AND next_run_at <= now())), 0)::float8 AS oldest_due_seconds,
-       count(*) FILTER (WHERE state = 'completed' AND completed_at >= now() - interval '1 minute')::bigint AS last_minute,
-       count(*) FILTER (WHERE state = 'completed' AND expires_at < now())::bigint AS expired
-FROM /* TEMPLATE: schema */inbox
-GROUP BY consumer, state
-ORDER BY consumer, state
+WITH s AS (
+    SELECT m.consumer, (CASE WHEN q.claimed THEN 'processing' ELSE m.state END)::text AS state,
+           m.next_run_at, m.completed_at, m.expires_at
+    FROM /* TEMPLATE: schema */inbox m
+    LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.claimed
+)
+SELECT s.consumer, s.state, count(*)::bigint AS messages,
+       coalesce(extract(epoch FROM now() - min(s.next_run_at) FILTER (WHERE s.state = 'pending' AND s.next_run_at <= now())), 0)::float8 AS oldest_due_seconds,
+       count(*) FILTER (WHERE s.state = 'completed' AND s.completed_at >= now() - interval '1 minute')::bigint AS last_minute,
+       count(*) FILTER (WHERE s.state = 'completed' AND s.expires_at < now())::bigint AS expired
+FROM s
+GROUP BY s.consumer, s.state
+ORDER BY s.consumer, s.state
 `
 
 type ConsumerStatsRow struct {
@@ -77,7 +83,8 @@ type ConsumerStatsRow struct {
 
 // Counts messages per consumer and state, with the wait of the oldest due pending message (seconds),
 // the completions of the last minute and the completed rows past their dedup window. One scan of the
-// inbox table.
+// inbox table, joined to the queue (as large as the backlog) for the claimed messages, which are
+// processing (00004: a claim writes only the queue row).
 func (q *Queries) ConsumerStats(ctx context.Context, db DBTX) ([]ConsumerStatsRow, error) {
 	rows, err := db.Query(ctx, consumerStats)
 	if err != nil {
@@ -282,17 +289,48 @@ func (q *Queries) DiscardPending(ctx context.Context, db DBTX, arg DiscardPendin
 }
 
 const getMessage = `-- name: GetMessage :one
-SELECT id, consumer, key, kind, payload, raw, headers, fingerprint, ordering_key, state,
-       attempts_started, attempts_failed, next_run_at, owner, lease_until, token, last_error,
-       received_at, started_at, completed_at, expires_at, result
-FROM /* TEMPLATE: schema */inbox
-WHERE id = $1
+SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.raw, m.headers, m.fingerprint, m.ordering_key,
+       (CASE WHEN q.claimed THEN 'processing' ELSE m.state END)::text AS state,
+       coalesce(q.attempts_started, m.attempts_started)::int AS attempts_started, m.attempts_failed, m.next_run_at,
+       coalesce(CASE WHEN q.id IS NULL THEN m.owner ELSE q.owner END, '')::text AS owner,
+       (CASE WHEN q.claimed THEN q.run_at WHEN q.id IS NULL THEN m.lease_until END)::timestamptz AS lease_until,
+       coalesce(q.token, m.token)::bigint AS token, m.last_error,
+       m.received_at, coalesce(q.started_at, m.started_at)::timestamptz AS started_at, m.completed_at, m.expires_at, m.result
+FROM /* TEMPLATE: schema */inbox m
+LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id
+WHERE m.id = $1
 `
 
-// Reads one stored message by id.
-func (q *Queries) GetMessage(ctx context.Context, db DBTX, id int64) (Inbox, error) {
+type GetMessageRow struct {
+	ID              int64
+	Consumer        string
+	Key             string
+	Kind            string
+	Payload         []byte
+	Raw             []byte
+	Headers         []byte
+	Fingerprint     []byte
+	OrderingKey     pgtype.Text
+	State           string
+	AttemptsStarted int32
+	AttemptsFailed  int32
+	NextRunAt       pgtype.Timestamptz
+	Owner           string
+	LeaseUntil      pgtype.Timestamptz
+	Token           int64
+	LastError       pgtype.Text
+	ReceivedAt      pgtype.Timestamptz
+	StartedAt       pgtype.Timestamptz
+	CompletedAt     pgtype.Timestamptz
+	ExpiresAt       pgtype.Timestamptz
+	Result          []byte
+}
+
+// Reads one stored message by id. A queued message's claim state is read from its queue row (00004):
+// processing while claimed, with the claim's owner, lease (run_at), token, attempts and start.
+func (q *Queries) GetMessage(ctx context.Context, db DBTX, id int64) (GetMessageRow, error) {
 	row := db.QueryRow(ctx, getMessage, id)
-	var i Inbox
+	var i GetMessageRow
 	err := row.Scan(
 		&i.ID,
 		&i.Consumer,

@@ -48,13 +48,13 @@ type Inbox struct {
 	Fingerprint []byte
 	OrderingKey pgtype.Text
 	State       string
-	// attempts claimed; more than attempts_failed while one is in flight or never finished
+	// attempts claimed, as of the last finish (inbox_queue.attempts_started while queued)
 	AttemptsStarted int32
 	AttemptsFailed  int32
 	NextRunAt       pgtype.Timestamptz
 	Owner           pgtype.Text
 	LeaseUntil      pgtype.Timestamptz
-	// fencing token, incremented by every claim
+	// fencing token of the last finished claim (inbox_queue.token while queued)
 	Token       int64
 	LastError   pgtype.Text
 	ReceivedAt  pgtype.Timestamptz
@@ -86,7 +86,14 @@ type InboxQueue struct {
 	Claimed bool
 	// claimed as a suspect (its previous attempt never finished): runs in a transaction of its own
 	Alone bool
+	// fencing token, incremented by every claim; copied to inbox by every finish
 	Token int64
+	// attempts claimed; authoritative while queued, copied to inbox by every finish
+	AttemptsStarted int32
+	// the worker holding the claim; NULL when unclaimed
+	Owner pgtype.Text
+	// start of the latest attempt, copied to inbox by its finish
+	StartedAt pgtype.Timestamptz
 }
 
 // txinbox: finished attempts per consumer and minute (completed, failed, of which dead), added by worker pools; approximate (a crashed pool loses its last seconds)

@@ -32,24 +32,25 @@ WITH durability AS MATERIALIZED (
       AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id
 ), claimed AS (
-    UPDATE /* TEMPLATE: schema */inbox m
-    SET state = 'processing', owner = $4, token = m.token + 1, attempts_started = m.attempts_started + 1,
-        lease_until = now() + make_interval(secs => $5::float8), started_at = now()
-    FROM candidates c
-    WHERE m.id = c.id AND c.head
-    RETURNING m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, m.token,
-              m.attempts_started, m.attempts_failed, m.received_at, m.last_error
-), queued AS (
-    -- The queue row takes the message token, whatever it held before.
+    -- Only the narrow queue row is written: the token, the attempt and the lease. The inbox row is
+    -- read (by primary key, see the note above) and written once, by the finish.
     UPDATE /* TEMPLATE: schema */inbox_queue q
-    SET claimed = true, alone = false, run_at = now() + make_interval(secs => $5::float8),
-        token = c.token
-    FROM claimed c
-    WHERE q.id = c.id AND q.id = ANY (ARRAY(SELECT c2.id FROM claimed c2))
+    SET claimed = true, alone = false, run_at = now() + make_interval(secs => $4::float8),
+        token = q.token + 1, attempts_started = q.attempts_started + 1, owner = $5, started_at = now()
+    FROM candidates c
+    WHERE q.id = c.id AND c.head AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2))
+    RETURNING q.id, q.token, q.attempts_started
 )
-SELECT c.id, c.consumer, c.key, c.kind, c.payload, c.headers, c.ordering_key, c.token,
-       c.attempts_started, c.attempts_failed, c.received_at, c.last_error
+SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, c.token,
+       c.attempts_started, m.attempts_failed, m.received_at, m.last_error
 FROM claimed c
+CROSS JOIN LATERAL (
+    SELECT i.id, i.consumer, i.key, i.kind, i.payload, i.headers, i.ordering_key, i.attempts_failed,
+           i.received_at, i.last_error
+    FROM /* TEMPLATE: schema */inbox i
+    WHERE i.id = c.id
+    OFFSET 0
+) m
 UNION ALL
 SELECT 0, '', '', '', 'null'::jsonb, '{}'::jsonb, NULL, 0, 0, 0, now(), NULL
 WHERE NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM snoozed)
@@ -59,8 +60,8 @@ type ClaimBatchParams struct {
 	Consumer      string
 	Max           int32
 	SnoozeSeconds float64
-	Owner         pgtype.Text
 	LeaseSeconds  float64
+	Owner         pgtype.Text
 }
 
 type ClaimBatchRow struct {
@@ -87,8 +88,8 @@ type ClaimBatchRow struct {
 // if this scan saw an older message that has just finished, the next claim takes it. If the rows
 // scanned were all snoozed, one placeholder row with id 0 says so (the caller claims again).
 // The claim commits on its own, before any handler runs, so that a process killed by its handler has
-// still been charged the attempt (attempts_started) and holds a fencing token; run_at of the queue
-// row becomes the lease expiry. It commits with synchronous_commit off (set for this transaction
+// still been charged the attempt (attempts_started of the queue row) and holds a fencing token; run_at
+// of the queue row becomes the lease expiry. The claim writes the queue row only (00004). It commits with synchronous_commit off (set for this transaction
 // only): visible to every session at once, and durable once the WAL writer flushes it (within
 // wal_writer_delay) or the batch transaction commits. Only a crash of the database server itself
 // can forget it, and then the attempt is not charged and its token is gone with it, so the batch
@@ -99,13 +100,16 @@ type ClaimBatchRow struct {
 // (ARRAY(...))` makes the updates look the rows up by primary key instead. Array parameters are
 // read with unnest (estimated at their length, or 10 in a generic plan), never generate_subscripts
 // (estimated at 1,000 rows, which made the receive statement scan the whole inbox).
+// Each inbox row is read by primary key, once per claimed row: OFFSET 0 keeps the subquery from being
+// flattened into a join, which a generic plan could run as a hash join over a scan of inbox (see
+// the note above).
 func (q *Queries) ClaimBatch(ctx context.Context, db DBTX, arg ClaimBatchParams) ([]ClaimBatchRow, error) {
 	rows, err := db.Query(ctx, claimBatch,
 		arg.Consumer,
 		arg.Max,
 		arg.SnoozeSeconds,
-		arg.Owner,
 		arg.LeaseSeconds,
+		arg.Owner,
 	)
 	if err != nil {
 		return nil, err
@@ -142,7 +146,7 @@ const claimSuspect = `-- name: ClaimSuspect :many
 WITH picked AS (
     SELECT q.id
     FROM /* TEMPLATE: schema */inbox_queue q
-    WHERE q.consumer = $3 AND q.claimed AND q.run_at <= now()
+    WHERE q.consumer = $1 AND q.claimed AND q.run_at <= now()
       AND NOT EXISTS (
             SELECT 1 FROM /* TEMPLATE: schema */inbox_queue a
             WHERE a.consumer = q.consumer AND a.claimed AND a.alone AND a.run_at > now())
@@ -151,24 +155,22 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 ), queued AS (
     UPDATE /* TEMPLATE: schema */inbox_queue q
-    SET alone = true, run_at = now() + make_interval(secs => $2::float8), token = q.token + 1
+    SET alone = true, run_at = now() + make_interval(secs => $2::float8), token = q.token + 1,
+        attempts_started = q.attempts_started + 1, owner = $3, started_at = now()
     FROM picked
     WHERE q.id = picked.id
-    RETURNING q.id
+    RETURNING q.id, q.token, q.attempts_started
 )
-UPDATE /* TEMPLATE: schema */inbox m
-SET state = 'processing', owner = $1, token = m.token + 1, attempts_started = m.attempts_started + 1,
-    lease_until = now() + make_interval(secs => $2::float8), started_at = now()
+SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, queued.token,
+       queued.attempts_started, m.attempts_failed, m.received_at, m.last_error
 FROM queued
-WHERE m.id = queued.id
-RETURNING m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, m.token,
-          m.attempts_started, m.attempts_failed, m.received_at, m.last_error
+JOIN /* TEMPLATE: schema */inbox m ON m.id = queued.id
 `
 
 type ClaimSuspectParams struct {
-	Owner        pgtype.Text
-	LeaseSeconds float64
 	Consumer     string
+	LeaseSeconds float64
+	Owner        pgtype.Text
 }
 
 type ClaimSuspectRow struct {
@@ -190,7 +192,7 @@ type ClaimSuspectRow struct {
 // such message of the consumer is being run right now. Run inside a transaction holding LockRescue.
 // The message is then run alone, so a message that crashes its worker cannot take others with it.
 func (q *Queries) ClaimSuspect(ctx context.Context, db DBTX, arg ClaimSuspectParams) ([]ClaimSuspectRow, error) {
-	rows, err := db.Query(ctx, claimSuspect, arg.Owner, arg.LeaseSeconds, arg.Consumer)
+	rows, err := db.Query(ctx, claimSuspect, arg.Consumer, arg.LeaseSeconds, arg.Owner)
 	if err != nil {
 		return nil, err
 	}
@@ -231,26 +233,35 @@ WITH c AS (
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
     USING c
-    WHERE q.id = c.id AND q.token = c.token AND c.outcome IN ('completed', 'dead')
+    -- ` + "`" + `claimed IS TRUE` + "`" + `, as in LockClaims: looked up by primary key, not through the claimed index.
+    WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND c.outcome IN ('completed', 'dead')
+    RETURNING q.id, q.attempts_started, q.started_at
 ), requeued AS (
     UPDATE /* TEMPLATE: schema */inbox_queue q
-    SET claimed = false, alone = false, run_at = c.run_at
+    SET claimed = false, alone = false, run_at = c.run_at, owner = NULL,
+        attempts_started = q.attempts_started - c.uncount
     FROM c
-    WHERE q.id = c.id AND q.token = c.token AND c.outcome = 'retry'
+    WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND c.outcome = 'retry'
+    RETURNING q.id, q.attempts_started, q.started_at
+), fenced AS (
+    SELECT d.id, d.attempts_started, d.started_at FROM dequeued d
+    UNION ALL
+    SELECT r.id, r.attempts_started, r.started_at FROM requeued r
 )
 UPDATE /* TEMPLATE: schema */inbox m
 SET state = CASE c.outcome WHEN 'retry' THEN 'pending' ELSE c.outcome END,
-    attempts_started = m.attempts_started - c.uncount,
+    token = c.token,
+    attempts_started = f.attempts_started - CASE WHEN c.outcome = 'retry' THEN 0 ELSE c.uncount END,
     attempts_failed = m.attempts_failed + CASE WHEN c.outcome = 'completed' OR c.uncount > 0 THEN 0 ELSE 1 END,
     last_error = CASE WHEN c.outcome = 'completed' THEN m.last_error ELSE c.error END,
     result = NULLIF(c.result, '')::jsonb,
     next_run_at = CASE WHEN c.outcome = 'retry' THEN c.run_at ELSE m.next_run_at END,
+    started_at = f.started_at,
     completed_at = CASE WHEN c.outcome = 'retry' THEN NULL ELSE now() END,
-    expires_at = CASE WHEN c.outcome = 'completed' THEN now() + make_interval(secs => $1::float8) END,
-    owner = NULL,
-    lease_until = NULL
+    expires_at = CASE WHEN c.outcome = 'completed' THEN now() + make_interval(secs => $1::float8) END
 FROM c
-WHERE m.id = c.id AND m.token = c.token AND m.state = 'processing'
+JOIN fenced f ON f.id = c.id
+WHERE m.id = c.id
 `
 
 type FinishBatchParams struct {
@@ -265,9 +276,13 @@ type FinishBatchParams struct {
 }
 
 // Records the outcome of every message of a batch in one statement: completed and dead leave the
-// queue, retry goes back to it after its delay (seconds, server clock). Rows whose fencing token is no longer ours are left
-// alone (the caller compares the count). @uncount undoes the attempt counted by the claim for
+// queue, retry goes back to it after its delay (seconds, server clock); the inbox row gets the
+// outcome and the claim's token, attempts and start (from the queue row) in one update. Rows whose
+// fencing token is no longer ours, or that are no longer claimed (released), are left alone (the
+// caller compares the count). @uncount undoes the attempt counted by the claim for
 // messages that were never run.
+// The only write of the inbox row per attempt: the claim's token, attempts (those of a requeued row
+// already uncounted) and start come from the queue row.
 func (q *Queries) FinishBatch(ctx context.Context, db DBTX, arg FinishBatchParams) (int64, error) {
 	result, err := db.Exec(ctx, finishBatch,
 		arg.RetentionSeconds,
@@ -447,21 +462,16 @@ const releaseClaims = `-- name: ReleaseClaims :execrows
 WITH c AS (
     SELECT ($1::bigint[])[i] AS id, ($2::bigint[])[i] AS token
     FROM unnest($1::bigint[]) WITH ORDINALITY AS s(v, i)
-), requeued AS (
-    UPDATE /* TEMPLATE: schema */inbox_queue q
-    SET claimed = false, alone = false, run_at = now()
-    FROM c
-    WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND q.id = ANY ($1::bigint[])
 )
-UPDATE /* TEMPLATE: schema */inbox m
-SET state = 'pending', attempts_started = greatest(m.attempts_started - 1, m.attempts_failed),
-    owner = NULL, lease_until = NULL
-FROM c
-WHERE m.id = c.id AND m.token = c.token AND m.state = 'processing'
+UPDATE /* TEMPLATE: schema */inbox_queue q
+SET claimed = false, alone = false, run_at = now(), owner = NULL,
+    attempts_started = greatest(q.attempts_started - 1, m.attempts_failed)
+FROM c, /* TEMPLATE: schema */inbox m
+WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND q.id = ANY ($1::bigint[]) AND m.id = q.id
 `
 
 // Gives claimed messages back without charging an attempt (a batch that was stopped or lost its
-// connection before these ran, or ran and rolled back). Fenced by token.
+// connection before these ran, or ran and rolled back). Fenced by token. Writes the queue rows only.
 func (q *Queries) ReleaseClaims(ctx context.Context, db DBTX, ids []int64, tokens []int64) (int64, error) {
 	result, err := db.Exec(ctx, releaseClaims, ids, tokens)
 	if err != nil {
