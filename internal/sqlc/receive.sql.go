@@ -50,11 +50,13 @@ WITH t AS (
     FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), unnest($3::bytea[]))
          WITH ORDINALITY AS s(consumer, key, fingerprint, ord)
 )
-SELECT t.ord::bigint AS ord, m.id, m.state,
+SELECT t.ord::bigint AS ord, m.id,
+       coalesce(CASE WHEN q.id IS NOT NULL THEN 'processing' END, m.state)::text AS state,
        (m.fingerprint = t.fingerprint)::boolean AS same_fingerprint,
        m.result, coalesce(m.expires_at < now(), false)::boolean AS expired
 FROM t
 JOIN /* TEMPLATE: schema */inbox m ON m.consumer = t.consumer AND m.key = t.key
+LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.claimed IS TRUE
 ORDER BY t.ord
 `
 
@@ -155,7 +157,8 @@ SELECT f.ord::bigint AS ord,
        f.first_ord::bigint AS first_ord,
        (i.id IS NOT NULL AND f.ord = f.first_ord)::boolean AS inserted,
        coalesce(i.id, m.id, 0)::bigint AS id,
-       coalesce(m.state, '')::text AS state,
+       -- A claimed message's inbox row stays pending while its claim lives in the queue row.
+       coalesce(CASE WHEN q.id IS NOT NULL THEN 'processing' END, m.state, '')::text AS state,
        coalesce(m.fingerprint = f.fingerprint, false)::boolean AS same_fingerprint,
        (f.fingerprint = f.first_fingerprint)::boolean AS same_as_first,
        f.fingerprint::bytea AS fingerprint,
@@ -164,6 +167,7 @@ SELECT f.ord::bigint AS ord,
 FROM notified, firsts f
 LEFT JOIN inserted i ON i.consumer = f.consumer AND i.key = f.key
 LEFT JOIN /* TEMPLATE: schema */inbox m ON i.id IS NULL AND m.consumer = f.consumer AND m.key = f.key
+LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.claimed IS TRUE
 ORDER BY f.ord
 `
 
