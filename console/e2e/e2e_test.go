@@ -308,6 +308,8 @@ func TestDeadLettersReplayAndBulkDiscard(t *testing.T) {
 	run(t, ctx, chromedp.Navigate(e.url+"/dead"),
 		chromedp.SetValue(`#filters input[name=error]`, "DECLINED", chromedp.ByQuery),
 		chromedp.Click(`#apply-filter`, chromedp.ByQuery),
+		// The filtered page, not the one the click left: only it renders the filter as an attribute.
+		chromedp.WaitVisible(`#filters input[name=error][value="DECLINED"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#dead`, chromedp.ByQuery))
 	if got := text(t, ctx, "#match-count"); got != "4" {
 		t.Fatalf("matching %q, want 4", got)
