@@ -14,7 +14,7 @@ SCHEMA     ?= public
 # Debian's chromium package), so that the root go.mod names no Docker, broker or browser client.
 SUBMODULES := adapters seenredis bench examples/ledger chaos txinboxtest console/e2e
 
-.PHONY: all tools generate check-generated fmt-check vet lint test test-go test-submodules screenshot demo migrate bench chaos fuzz mutants clean
+.PHONY: all tools generate check-generated fmt-check vet lint test test-go test-submodules screenshot demo wrk-ledger migrate bench chaos fuzz mutants clean
 
 all: test
 
@@ -76,6 +76,10 @@ screenshot:
 ## demo: the ledger example end to end (finds or starts PostgreSQL itself).
 demo:
 	cd examples/ledger && $(GO) run . demo
+
+## wrk-ledger: the ledger's POST /v1/events under wrk, coalescing off vs on (DURATION, ROUNDS, CONNS; not in make test).
+wrk-ledger:
+	examples/ledger/wrk/run.sh
 
 ## migrate: apply txinbox's migrations to DATABASE_URL, schema SCHEMA.
 migrate:

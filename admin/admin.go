@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -316,6 +317,25 @@ func (a *Admin) DiscardPending(ctx context.Context, f PendingFilter, dryRun bool
 		}()
 	}
 	db := a.st.Wrap(a.store.DB)
+	consumers := []string{f.Consumer}
+	if f.Consumer == "" {
+		var err error
+		if consumers, err = store.Consumers(ctx, db); err != nil {
+			return out, store.Err(err)
+		}
+	}
+	for _, consumer := range consumers { // each statement names its consumer (store.Consumers)
+		if err := a.discardPending(ctx, db, consumer, f, dryRun, &out); err != nil {
+			return out, err
+		}
+	}
+	slices.Sort(out.Discarded) // id order, as one walk over every consumer would give
+	slices.Sort(out.Claimed)
+	return out, nil
+}
+
+// discardPending is DiscardPending for the messages of one consumer.
+func (a *Admin) discardPending(ctx context.Context, db sqlc.DBTX, consumer string, f PendingFilter, dryRun bool, out *PendingDiscard) error {
 	ids := f.IDs
 	if ids == nil {
 		ids = []int64{}
@@ -323,15 +343,15 @@ func (a *Admin) DiscardPending(ctx context.Context, f PendingFilter, dryRun bool
 	var after int64
 	for {
 		if err := ctx.Err(); err != nil {
-			return out, err
+			return err
 		}
 		var seen int
-		ready := map[string][]string{} // consumer -> ordering keys whose head was deleted
+		var ready []string // ordering keys whose head was deleted
 		if dryRun {
 			rows, err := store.Queries.PreviewDiscardPending(ctx, db, sqlc.PreviewDiscardPendingParams{
-				AfterID: after, Consumer: f.Consumer, Kind: f.Kind, Ids: ids, MaxRows: DiscardBatchSize})
+				AfterID: after, Consumer: consumer, Kind: f.Kind, Ids: ids, MaxRows: DiscardBatchSize})
 			if err != nil {
-				return out, store.Err(err)
+				return store.Err(err)
 			}
 			for _, r := range rows {
 				out.add(r.ID, r.Discarded)
@@ -342,14 +362,14 @@ func (a *Admin) DiscardPending(ctx context.Context, f PendingFilter, dryRun bool
 			}
 		} else {
 			rows, err := store.Queries.DiscardPending(ctx, db, sqlc.DiscardPendingParams{
-				AfterID: after, Consumer: f.Consumer, Kind: f.Kind, Ids: ids, MaxRows: DiscardBatchSize})
+				AfterID: after, Consumer: consumer, Kind: f.Kind, Ids: ids, MaxRows: DiscardBatchSize})
 			if err != nil {
-				return out, store.Err(err)
+				return store.Err(err)
 			}
 			for _, r := range rows {
 				out.add(r.ID, r.Discarded)
 				if r.Discarded && r.OrderingKey.Valid {
-					ready[r.Consumer] = append(ready[r.Consumer], r.OrderingKey.String)
+					ready = append(ready, r.OrderingKey.String)
 				}
 			}
 			seen = len(rows)
@@ -357,13 +377,13 @@ func (a *Admin) DiscardPending(ctx context.Context, f PendingFilter, dryRun bool
 				after = rows[seen-1].ID
 			}
 		}
-		for consumer, keys := range ready {
-			if err := store.Queries.ReadyNext(ctx, db, consumer, keys); err != nil {
-				return out, store.Err(err)
+		if len(ready) > 0 {
+			if err := store.Queries.ReadyNext(ctx, db, consumer, ready); err != nil {
+				return store.Err(err)
 			}
 		}
 		if seen < DiscardBatchSize {
-			return out, nil
+			return nil
 		}
 	}
 }
@@ -479,17 +499,30 @@ func (a *Admin) DiscardOlder(ctx context.Context, olderThan time.Duration, state
 	if err != nil {
 		return 0, store.Err(err)
 	}
-	w := &walk.Walk{
-		To: maxID, Batch: DiscardBatchSize, Span: DiscardBatchSize * walk.SpanFactor, Err: store.Err,
-		Delete: func(ctx context.Context, after, until int64) (picked, deleted, last int64, err error) {
-			r, err := store.Queries.DiscardOlder(ctx, db, sqlc.DiscardOlderParams{AfterID: after, UntilID: until,
-				States: names, OlderThanSeconds: olderThan.Seconds(), MaxRows: DiscardBatchSize})
-			return r.Picked, r.Deleted, r.LastID, err
-		},
+	consumers, err := store.Consumers(ctx, db)
+	if err != nil {
+		return 0, store.Err(err)
 	}
-	r, err := w.Run(ctx)
-	if r.Deleted > 0 {
-		a.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
+	var deleted int64
+	defer func() {
+		if deleted > 0 {
+			a.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
+		}
+	}()
+	for _, consumer := range consumers { // each statement names its consumer (store.Consumers)
+		w := &walk.Walk{
+			To: maxID, Batch: DiscardBatchSize, Span: DiscardBatchSize * walk.SpanFactor, Err: store.Err,
+			Delete: func(ctx context.Context, after, until int64) (picked, deleted, last int64, err error) {
+				r, err := store.Queries.DiscardOlder(ctx, db, sqlc.DiscardOlderParams{AfterID: after, UntilID: until,
+					Consumer: consumer, States: names, OlderThanSeconds: olderThan.Seconds(), MaxRows: DiscardBatchSize})
+				return r.Picked, r.Deleted, r.LastID, err
+			},
+		}
+		r, err := w.Run(ctx)
+		deleted += r.Deleted
+		if err != nil {
+			return deleted, err
+		}
 	}
-	return r.Deleted, err
+	return deleted, nil
 }

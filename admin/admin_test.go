@@ -169,7 +169,7 @@ func TestReplayDead(t *testing.T) {
 		t.Fatalf("replayed message: %+v", m)
 	}
 	// Queued to run now, with the message's fencing token.
-	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue q JOIN {schema}.inbox m USING (id)
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue q JOIN {schema}.inbox m USING (id, consumer)
 		WHERE id = $1 AND q.token = m.token AND NOT q.claimed AND q.run_at <= now()`, ids[0]); got != 1 {
 		t.Fatal("replayed message not queued")
 	}
@@ -532,7 +532,7 @@ func TestDiscardPendingSkipsLockedRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, db.SQL(`SELECT id FROM {schema}.inbox_queue WHERE id = $1 FOR UPDATE`), ids[0]); err != nil {
+	if _, err := tx.Exec(ctx, db.SQL(`SELECT id FROM {schema}.inbox_queue WHERE id = $1 AND consumer = 'ledger' FOR UPDATE`), ids[0]); err != nil {
 		t.Fatal(err)
 	}
 	r, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"}, false)
@@ -599,7 +599,7 @@ func TestDiscardPendingRacesClaims(t *testing.T) {
 			t.Fatalf("round %d: discarded messages left %d inbox and %d queue rows", round, m, q)
 		}
 		// A claim writes only the queue row (migration 00004): the inbox row stays pending.
-		if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id)
+		if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id, consumer)
 			WHERE m.id = ANY($1) AND m.state = 'pending' AND q.claimed`, claimed); n != int64(len(claimed)) {
 			t.Fatalf("round %d: %d of %d claimed messages intact", round, n, len(claimed))
 		}

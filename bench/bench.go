@@ -36,6 +36,9 @@ type Env struct {
 	Reuse bool // keep schemas (for debugging); default false: every schema is dropped after its run
 	// Tracer, if set, traces the statements of every benchmark pool (see StatementStats).
 	Tracer pgx.QueryTracer
+	// Distribute makes every txinbox schema's tables distributed by consumer (migrate.Distribute):
+	// URL is then a Citus coordinator (txbench --citus-url).
+	Distribute bool
 	// QuietWaited is how long WaitQuiet has waited for other processes so far.
 	QuietWaited time.Duration
 	// NoisyPhases lists the phases (by application_name) that started with the machine busy anyway.

@@ -65,6 +65,12 @@ func (e *Env) newInboxSchema(ctx context.Context, system string, conns int32) (*
 		s.Drop(ctx)
 		return nil, fmt.Errorf("txinbox migrate: %w", err)
 	}
+	if e.Distribute {
+		if err := migrate.Distribute(ctx, txinbox.Store{DB: s.Pool, Schema: s.Name}); err != nil {
+			s.Drop(ctx)
+			return nil, fmt.Errorf("txinbox distribute: %w", err)
+		}
+	}
 	c, err := inbox.New(txinbox.Store{DB: s.Pool, Schema: s.Name}, inbox.Config{})
 	if err != nil {
 		s.Drop(ctx)

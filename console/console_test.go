@@ -30,7 +30,12 @@ type env struct {
 
 func newEnv(t *testing.T, cfg console.Config) *env {
 	t.Helper()
-	db := testdb.New(t)
+	return newEnvOn(t, testdb.New(t), cfg)
+}
+
+// newEnvOn is newEnv on db.
+func newEnvOn(t *testing.T, db *testdb.DB, cfg console.Config) *env {
+	t.Helper()
 	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -170,6 +175,29 @@ func TestOverviewCounts(t *testing.T) {
 	}
 	if !strings.Contains(body, `<svg class="chart"`) || !strings.Contains(body, `id="tables"`) {
 		t.Errorf("no chart or table statistics in the overview")
+	}
+}
+
+// The overview names the session holding back the xmin horizon (its pid and application), read with
+// admin.Health's statements.
+func TestOverviewHorizonHolder(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, testdb.NewInDatabase(t), console.Config{})
+	snap := testdb.HoldSnapshot(t, e.URL)
+	want := fmt.Sprintf("pid %d, client backend, application %s, idle in transaction", snap.PID, snap.ApplicationName)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		code, body := e.get(t, "/")
+		if code != http.StatusOK {
+			t.Fatalf("GET /: %d\n%s", code, body)
+		}
+		if strings.Contains(body, want) && strings.Contains(body, "<code>idempotency_keys</code>") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the overview never named %q:\n%s", want, body)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

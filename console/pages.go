@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/txinbox/txinbox/internal/health"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/store"
 )
@@ -44,6 +45,7 @@ type tableRow struct {
 type horizon struct {
 	SessionXminAge     int64
 	OldestXact         time.Duration
+	Holder             string // the session holding the oldest snapshot: pid, application, state
 	SlotXminAge        int64
 	FrozenXidAge       int64
 	TooOld, SlotTooOld bool
@@ -56,22 +58,6 @@ type overviewData struct {
 	Horizon      horizon
 	ChartMinutes int
 }
-
-// The statistics views are not in sqlc's catalog: these two statements are plain SQL, with the
-// schema as a parameter.
-const (
-	tableStatsSQL = `SELECT s.relname::text, s.n_live_tup, s.n_dead_tup, s.n_tup_upd, s.n_tup_hot_upd,
-       s.last_autovacuum, s.last_vacuum, s.autovacuum_count, pg_total_relation_size(s.relid)
-FROM pg_stat_user_tables s
-WHERE s.schemaname = $1 AND s.relname IN ('inbox', 'inbox_queue', 'inbox_dead', 'inbox_rollup')
-ORDER BY s.relname`
-	horizonSQL = `SELECT
-  coalesce((SELECT max(age(a.backend_xmin)) FROM pg_stat_activity a WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()), 0)::bigint,
-  coalesce((SELECT extract(epoch FROM now() - min(a.xact_start)) FROM pg_stat_activity a
-            WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()), 0)::float8,
-  coalesce((SELECT max(greatest(age(r.xmin), age(r.catalog_xmin))) FROM pg_replication_slots r), 0)::bigint,
-  (SELECT age(d.datfrozenxid) FROM pg_database d WHERE d.datname = current_database())::bigint`
-)
 
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := h.ctx(r)
@@ -146,32 +132,32 @@ func (h *handler) loadOverview(ctx context.Context) (overviewData, error) {
 		}
 		return 0
 	})
-	trows, err := h.raw.Query(ctx, tableStatsSQL, h.schema)
+	tables, err := health.ReadTables(ctx, h.raw, h.schema)
 	if err != nil {
 		return d, err
 	}
-	for trows.Next() {
-		var t tableRow
-		var av, v pgtype.Timestamptz
-		if err := trows.Scan(&t.Name, &t.Live, &t.Dead, &t.Updates, &t.HOTUpdates, &av, &v, &t.Autovacuums, &t.Bytes); err != nil {
-			trows.Close()
-			return d, err
+	for _, t := range tables {
+		d.Tables = append(d.Tables, tableRow{Name: t.Name, Live: t.LiveRows, Dead: t.DeadRows, Updates: t.Updates,
+			HOTUpdates: t.HOTUpdates, LastAutovacuum: t.LastAutovacuum, LastVacuum: t.LastVacuum,
+			Autovacuums: t.Autovacuums, Bytes: t.Bytes})
+	}
+	hz, err := health.ReadHorizon(ctx, h.raw)
+	if err != nil {
+		return d, err
+	}
+	d.Horizon = horizon{SlotXminAge: hz.SlotXminAge, FrozenXidAge: hz.FrozenXidAge}
+	if x := hz.Holder; x != nil {
+		d.Horizon.SessionXminAge, d.Horizon.OldestXact = x.XminAge, x.Age
+		d.Horizon.Holder = fmt.Sprintf("pid %d, %s", x.PID, x.BackendType)
+		if x.ApplicationName != "" {
+			d.Horizon.Holder += ", application " + x.ApplicationName
 		}
-		t.LastAutovacuum, t.LastVacuum = av.Time, v.Time
-		d.Tables = append(d.Tables, t)
+		if x.State != "" {
+			d.Horizon.Holder += ", " + x.State
+		}
 	}
-	trows.Close()
-	if err := trows.Err(); err != nil {
-		return d, err
-	}
-	var oldest float64
-	hz := &d.Horizon
-	if err := h.raw.QueryRow(ctx, horizonSQL).Scan(&hz.SessionXminAge, &oldest, &hz.SlotXminAge, &hz.FrozenXidAge); err != nil {
-		return d, err
-	}
-	hz.OldestXact = time.Duration(oldest * float64(time.Second))
-	hz.TooOld = hz.OldestXact > 10*time.Minute
-	hz.SlotTooOld = hz.SlotXminAge > 1_000_000
+	d.Horizon.TooOld = d.Horizon.OldestXact > 10*time.Minute
+	d.Horizon.SlotTooOld = d.Horizon.SlotXminAge > 1_000_000
 	return d, nil
 }
 

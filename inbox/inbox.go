@@ -65,6 +65,19 @@ type Config struct {
 	// SeenTimeout bounds each SeenCache call; a slower one counts as failed ([seen.Fallback]).
 	// Default: [seen.DefaultTimeout] (100ms).
 	SeenTimeout time.Duration
+	// CoalesceMax is the most concurrent [Client.Receive] calls whose messages share one statement
+	// and one commit (group commit). Default: [DefaultCoalesceMax] (64). 1 turns coalescing off: each
+	// Receive call runs a statement of its own. Negative is a *[txinbox.ConfigError]. Coalescing never
+	// applies to ReceiveTx, ReceiveMany and ReceiveManyTx, nor to a Client whose Store.DB is a pgx.Tx
+	// or a *pgx.Conn (a single connection cannot run the shared statements concurrently). The shared
+	// statements run on Store.DB from goroutines of their own, concurrently with each other.
+	CoalesceMax int
+	// CoalesceWait bounds how long a Receive call waits for a shared statement that is already
+	// running before its own is sent anyway: its group is sent when a running statement finishes, when
+	// it holds CoalesceMax calls, or CoalesceWait after its first call arrived, whichever comes first.
+	// A call on a Client with no shared statement running does not wait. Default:
+	// [DefaultCoalesceWait] (500µs). Negative is a *[txinbox.ConfigError].
+	CoalesceWait time.Duration
 }
 
 func (c Config) withDefaults(st txinbox.Store) (Config, error) {
@@ -85,6 +98,18 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	}
 	if c.SeenTimeout < 0 {
 		return c, &txinbox.ConfigError{Field: "SeenTimeout", Reason: "must not be negative"}
+	}
+	if c.CoalesceMax == 0 {
+		c.CoalesceMax = DefaultCoalesceMax
+	}
+	if c.CoalesceMax < 0 {
+		return c, &txinbox.ConfigError{Field: "CoalesceMax", Reason: "must not be negative (1 turns coalescing off)"}
+	}
+	if c.CoalesceWait == 0 {
+		c.CoalesceWait = DefaultCoalesceWait
+	}
+	if c.CoalesceWait < 0 {
+		return c, &txinbox.ConfigError{Field: "CoalesceWait", Reason: "must not be negative"}
 	}
 	return c, nil
 }
@@ -167,7 +192,8 @@ type Client struct {
 	store  txinbox.Store
 	cfg    Config
 	st     *store.Store
-	notify notifier // debounces wake-up notifications (notify.go)
+	notify notifier   // debounces wake-up notifications (notify.go)
+	co     *coalescer // shares statements between concurrent Receive calls; nil when off (coalesce.go)
 }
 
 // New returns a Client of store (whose DB runs the calls without a Tx suffix, and whose Schema,
@@ -182,7 +208,11 @@ func New(store txinbox.Store, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{store: store, cfg: cfg, st: storeFor(store), notify: notifier{interval: store.NotifyInterval, channel: store.NotifyChannel()}}, nil
+	c := &Client{store: store, cfg: cfg, st: storeFor(store), notify: notifier{interval: store.NotifyInterval, channel: store.NotifyChannel()}}
+	if coalesces(store.DB, cfg.CoalesceMax) {
+		c.co = &coalescer{c: c, max: cfg.CoalesceMax, wait: cfg.CoalesceWait}
+	}
+	return c, nil
 }
 
 // Store returns the Client's store, with its defaults filled in.

@@ -138,7 +138,7 @@ func wantStoredOnce(t *testing.T, db *testdb.DB, key, payload string) {
 	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE consumer = 'ledger' AND key = $1`, key); n != 1 {
 		t.Errorf("%s: %d rows, want 1", key, n)
 	}
-	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue q JOIN {schema}.inbox m USING (id)
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue q JOIN {schema}.inbox m USING (id, consumer)
 		WHERE m.consumer = 'ledger' AND m.key = $1`, key); n != 1 {
 		t.Errorf("%s: %d queue rows, want 1", key, n)
 	}

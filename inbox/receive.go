@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/seen"
@@ -16,7 +17,9 @@ import (
 // The receive path. Every receive call goes through these layers, in this order:
 //
 //  1. receive: reports the call to the Config.Observer;
-//  2. validateAll: checks every message (a *ValidationError writes nothing);
+//  2. validateAll: checks every message (a *ValidationError writes nothing); a Receive call then
+//     joins a shared statement with concurrent ones (coalesce.go), which runs layers 3 to 6 for all
+//     of them;
 //  3. lookUpSeen: with a Config.SeenCache, answers the keys cached with the same fingerprint;
 //  4. insertOrCompare: one ReceiveBatch statement inserts the new keys and compares the others
 //     (and repeats within the batch) with the stored rows, in the database; lookUpStored and
@@ -25,12 +28,44 @@ import (
 //  6. remember: puts the committed keys into the SeenCache (at once outside a transaction, in
 //     Remember after the caller's commit inside one).
 
-// Receive stores msg unless its key is already stored for its consumer, in one statement of its own.
-// A duplicate is not an error: see [Receipt].Outcome. A key reused with a different kind or payload
-// returns the receipt and a *[KeyConflictError] (errors.Is [ErrKeyConflict]). An invalid message
-// returns a *[ValidationError] (errors.Is [ErrInvalidMessage]) and writes nothing.
+// Receive stores msg unless its key is already stored for its consumer, and returns once that is
+// committed. A duplicate is not an error: see [Receipt].Outcome. A key reused with a different kind
+// or payload returns the receipt and a *[KeyConflictError] (errors.Is [ErrKeyConflict]). An invalid
+// message returns a *[ValidationError] (errors.Is [ErrInvalidMessage]) and writes nothing.
+//
+// Concurrent Receive calls of one Client share statements (Config.CoalesceMax, on by default): a
+// call arriving while another shared statement of the Client runs waits for that statement to
+// finish (at most Config.CoalesceWait), then its message is sent with those of the calls that
+// arrived meanwhile, as [Client.ReceiveMany] would send them, which commits them
+// together. A call on an idle Client is sent at once. Each call gets its own receipt, exactly what
+// a call of its own would have returned: a key sent by two calls of one statement is stored from
+// the earlier one, and the later gets a Duplicate or a Conflict of it. An invalid message is
+// rejected before it joins a statement, and a message that PostgreSQL itself refuses is sent again
+// alone, so either only ever fails its own call. Any other error of a shared statement (the
+// database unreachable, say) is returned to every call of it; nothing of that statement was stored.
+//
+// If ctx ends before the call's statement has finished, Receive returns ctx.Err() at once. Then the
+// message is either stored or not, never in part, and the caller cannot tell which: if the
+// statement had not been sent yet, the message is left out of it and not stored; if it had, the
+// statement goes on for the other calls of it and stores the message with theirs (a statement whose
+// every caller has given up is cancelled). Receive it again to learn its receipt. A shared statement
+// waits on a key held by another transaction (an open [Client.ReceiveTx] of that key, say), and with
+// it every call of that statement.
 func (c *Client) Receive(ctx context.Context, msg Message) (Receipt, error) {
-	return c.receiveOne(ctx, c.store.DB, msg)
+	if c.co == nil {
+		return c.receiveOne(ctx, c.store.DB, msg)
+	}
+	msgs := []Message{msg}
+	rs, err := c.observe(ctx, msgs, func(ctx context.Context) ([]Receipt, error) {
+		if err := c.validateAll(msgs); err != nil {
+			return nil, err
+		}
+		return c.co.receive(ctx, msg)
+	})
+	if err != nil {
+		return Receipt{}, err
+	}
+	return rs[0], rs[0].Err
 }
 
 // ReceiveTx is [Client.Receive] inside the caller's transaction: the message is stored, and becomes
@@ -52,8 +87,9 @@ func (c *Client) receiveOne(ctx context.Context, db sqlc.DBTX, msg Message) (Rec
 	return rs[0], rs[0].Err
 }
 
-// ReceiveMany stores a batch of messages in one round trip (one statement) and returns a receipt per
-// message, in order. Conflicts are reported per receipt (Receipt.Err) and do not fail the batch. If
+// ReceiveMany stores a batch of messages in one round trip (one statement; messages of several
+// consumers take one statement per consumer, in one transaction) and returns a receipt per message,
+// in order. Conflicts are reported per receipt (Receipt.Err) and do not fail the batch. If
 // any message is invalid, it returns a *[ValidationError] naming the first one and writes nothing. A
 // key that appears twice in the batch is stored once, from its first occurrence; a later one is a
 // Duplicate of it when its kind and payload are the same as jsonb (compared by the database), and a
@@ -69,11 +105,18 @@ func (c *Client) ReceiveManyTx(ctx context.Context, tx pgx.Tx, msgs []Message) (
 
 // receive is layer 1: it runs the call, reporting it to the Observer if there is one.
 func (c *Client) receive(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
-	if c.cfg.Observer == nil {
+	return c.observe(ctx, msgs, func(ctx context.Context) ([]Receipt, error) {
 		return c.validateAndStore(ctx, db, msgs)
+	})
+}
+
+// observe runs a receive call of msgs, reporting it to the Observer if there is one.
+func (c *Client) observe(ctx context.Context, msgs []Message, run func(ctx context.Context) ([]Receipt, error)) ([]Receipt, error) {
+	if c.cfg.Observer == nil {
+		return run(ctx)
 	}
 	ctx, end := c.cfg.Observer.ReceiveStart(ctx, msgs)
-	rs, err := c.validateAndStore(ctx, db, msgs)
+	rs, err := run(ctx)
 	if err != nil {
 		end(nil, err)
 	} else {
@@ -87,6 +130,12 @@ func (c *Client) validateAndStore(ctx context.Context, db sqlc.DBTX, msgs []Mess
 	if err := c.validateAll(msgs); err != nil {
 		return nil, err
 	}
+	return c.storeValid(ctx, db, msgs)
+}
+
+// storeValid runs layers 3 and 4 on msgs, already validated (for one call, or for the calls of a
+// shared statement: coalesce.go).
+func (c *Client) storeValid(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
 	if c.cfg.SeenCache != nil && len(msgs) > 0 {
 		return c.lookUpSeen(ctx, db, msgs)
 	}
@@ -272,24 +321,77 @@ func (e seenError) Error() string { return string(e) }
 
 const errSeenShortAnswer = seenError("txinbox: seen-key cache returned fewer entries than keys")
 
-// insertOrCompare is layer 4: it stores msgs, already validated, in one ReceiveBatch statement
-// (which also sends the debounced notification, layer 5) and returns their receipts. Every message
-// is sent, repeats of a key included: the database stores each key's first occurrence and compares
-// every other row with it and with the stored row. depth counts the rounds spent on keys deleted
-// while we looked.
+// insertOrCompare is layer 4: it stores msgs, already validated, in one ReceiveBatch statement per
+// consumer (insertOrCompareOne), and returns their receipts in order. Each statement names its
+// consumer in every reference to a table, so that a table distributed by consumer runs it on one
+// shard. Messages of several consumers outside a transaction are stored in one transaction of their
+// own, so that the call stays all or nothing, as one statement was.
 func (c *Client) insertOrCompare(ctx context.Context, db sqlc.DBTX, msgs []Message, depth int) ([]Receipt, error) {
+	groups := map[string][]int{}
+	var order []string
+	for i := range msgs {
+		if _, ok := groups[msgs[i].Consumer]; !ok {
+			order = append(order, msgs[i].Consumer)
+		}
+		groups[msgs[i].Consumer] = append(groups[msgs[i].Consumer], i)
+	}
+	if len(order) <= 1 {
+		return c.insertOrCompareOne(ctx, db, msgs, depth)
+	}
+	out := make([]Receipt, len(msgs))
+	each := func(db sqlc.DBTX) error {
+		for _, consumer := range order {
+			idx := groups[consumer]
+			sub := make([]Message, len(idx))
+			for k, i := range idx {
+				sub[k] = msgs[i]
+			}
+			rs, err := c.insertOrCompareOne(ctx, db, sub, depth)
+			if err != nil {
+				return err
+			}
+			for k, i := range idx {
+				out[i] = rs[k]
+			}
+		}
+		return nil
+	}
+	var err error
+	if b, ok := db.(txinbox.DB); ok && !isTx(db) {
+		err = pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error { return each(tx) })
+	} else {
+		err = each(db)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// isTx reports whether db is a transaction (of the caller's, for ReceiveTx and ReceiveManyTx).
+func isTx(db sqlc.DBTX) bool {
+	_, ok := db.(pgx.Tx)
+	return ok
+}
+
+// insertOrCompareOne stores msgs, all of one consumer, in one ReceiveBatch statement (which also
+// sends the debounced notification, layer 5) and returns their receipts. Every message is sent,
+// repeats of a key included: the database stores each key's first occurrence and compares every
+// other row with it and with the stored row. depth counts the rounds spent on keys deleted while we
+// looked.
+func (c *Client) insertOrCompareOne(ctx context.Context, db sqlc.DBTX, msgs []Message, depth int) ([]Receipt, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
 	n := len(msgs)
 	p := sqlc.ReceiveBatchParams{
-		Consumers: make([]string, n), Keys: make([]string, n), Kinds: make([]string, n),
+		Consumer: msgs[0].Consumer, Keys: make([]string, n), Kinds: make([]string, n),
 		Payloads: make([]string, n), Headers: make([]string, n), OrderingKeys: make([]string, n),
 		RunAts: make([]pgtype.Timestamptz, n),
 	}
 	for i := range msgs {
 		m := &msgs[i]
-		p.Consumers[i], p.Keys[i], p.Kinds[i] = m.Consumer, m.Key, m.Kind
+		p.Keys[i], p.Kinds[i] = m.Key, m.Kind
 		p.Payloads[i], p.Headers[i] = string(m.Payload), string(headersJSON(m.Headers))
 		p.OrderingKeys[i], p.RunAts[i] = m.OrderingKey, runAt(m.NotBefore)
 	}
@@ -403,7 +505,7 @@ func existing(m *Message, id int64, state string, same bool, result []byte) Rece
 func (c *Client) lookUpStored(ctx context.Context, db sqlc.DBTX, msgs []Message, fps [][]byte, idx []int, out []Receipt) (expired, vanished []int, err error) {
 	p := sqlc.LookupKeysParams{}
 	for _, i := range idx {
-		p.Consumers = append(p.Consumers, msgs[i].Consumer)
+		p.Consumer = msgs[i].Consumer // one consumer: see insertOrCompare
 		p.Keys = append(p.Keys, msgs[i].Key)
 		p.Fingerprints = append(p.Fingerprints, fps[i])
 	}
@@ -438,6 +540,7 @@ func (c *Client) renewExpired(ctx context.Context, db sqlc.DBTX, msgs []Message,
 	for _, i := range idx {
 		m := &msgs[i]
 		p.Ids = append(p.Ids, out[i].ID)
+		p.Consumer = m.Consumer // one consumer: see insertOrCompare
 		p.Kinds = append(p.Kinds, m.Kind)
 		p.Payloads = append(p.Payloads, string(m.Payload))
 		p.Headers = append(p.Headers, string(headersJSON(m.Headers)))
@@ -477,7 +580,7 @@ func (c *Client) renewExpired(ctx context.Context, db sqlc.DBTX, msgs []Message,
 // receiveBatch runs ReceiveBatch with the notifications the debounce grants (layer 5), and gives
 // the turn back to consumers for which nothing was inserted or the statement failed.
 func (c *Client) receiveBatch(ctx context.Context, db sqlc.DBTX, p sqlc.ReceiveBatchParams) ([]sqlc.ReceiveBatchRow, error) {
-	grants := c.notify.grant(p.Consumers)
+	grants := c.notify.grant([]string{p.Consumer})
 	for _, g := range grants {
 		p.NotifyConsumers = append(p.NotifyConsumers, g.consumer)
 	}
@@ -487,8 +590,9 @@ func (c *Client) receiveBatch(ctx context.Context, db sqlc.DBTX, p sqlc.ReceiveB
 		inserted := map[string]bool{}
 		if err == nil {
 			for _, r := range rows {
-				if r.Inserted && r.Ord >= 1 && int(r.Ord) <= len(p.Consumers) {
-					inserted[p.Consumers[r.Ord-1]] = true
+				if r.Inserted {
+					inserted[p.Consumer] = true
+					break
 				}
 			}
 		}

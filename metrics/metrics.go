@@ -1,14 +1,16 @@
 // Package metrics exposes txinbox activity as Prometheus metrics and OpenTelemetry spans.
 //
 // One Metrics value observes both sides: give it to inbox.Config.Observer (receiving) and to
-// worker.Config.Observer (handling), and register a QueueCollector for the queue's depth:
+// worker.Config.Observer (handling), and register a QueueCollector for the queue's depth and a
+// HealthCollector for the tables' dead row versions and the xmin horizon:
 //
 //	reg := prometheus.NewRegistry()
 //	m, err := metrics.New(metrics.Config{Registerer: reg})
 //	client, err := inbox.New(store, inbox.Config{Observer: m})
 //	pool, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m})
 //	qc, err := metrics.NewQueueCollector(txinbox.Store{DB: db}, metrics.QueueConfig{Consumers: []string{"ledger"}})
-//	reg.MustRegister(qc)
+//	hc, err := metrics.NewHealthCollector(txinbox.Store{DB: db}, metrics.HealthConfig{})
+//	reg.MustRegister(qc, hc)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // The metrics (with the default namespace "txinbox"):
@@ -32,6 +34,18 @@
 //	                                                         state is ready, waiting or claimed
 //	txinbox_queue_oldest_age_seconds{consumer}               gauge (QueueCollector): age of the oldest
 //	                                                         queued (unfinished) message
+//	txinbox_table_live_rows{table}                           gauge (HealthCollector): estimated live rows
+//	                                                         of each txinbox table
+//	txinbox_table_dead_rows{table}                           gauge (HealthCollector): estimated dead row
+//	                                                         versions not yet reclaimed by vacuum
+//	txinbox_table_last_vacuum_timestamp_seconds{table}       gauge (HealthCollector): last (auto)vacuum,
+//	                                                         Unix time, 0 if never
+//	txinbox_xmin_horizon_age_xids{source}                    gauge (HealthCollector): age in transactions
+//	                                                         of the oldest xmin held; source is backend,
+//	                                                         replication_slot or prepared_xact
+//	txinbox_xmin_horizon_age_seconds{source}                 gauge (HealthCollector): how long the oldest
+//	                                                         holder's transaction has been open; source is
+//	                                                         backend or prepared_xact
 //
 // Outcomes and reasons are the values of worker.Outcome and worker.Reason (reasons: error, panic,
 // timeout, permanent, decode, unknown_kind, crashed).

@@ -18,37 +18,8 @@ import (
 // the first time.
 func TestMigration4MovesClaimsWithData(t *testing.T) {
 	t.Parallel()
-	schema, url := testdb.NewSchema(t)
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	m, err := migrate.New(ctx, cfg, txinbox.Store{Schema: schema}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.DownTo(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
-	c, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	if _, err := c.Exec(ctx, "SET search_path = "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := c.Exec(ctx, sql); err != nil {
-			t.Fatalf("%v\n%s", err, sql)
-		}
-	}
+	m, c, exec := atVersion(t, 3)
 	// Version 3's layout: a claim is state processing in inbox, with its owner, token, attempts and
 	// lease there; the queue row holds the same token and the lease as run_at.
 	exec(`INSERT INTO inbox (id, consumer, key, kind, payload, fingerprint, state, attempts_started, attempts_failed,
@@ -135,4 +106,41 @@ func line(s, prefix string) string {
 		}
 	}
 	return ""
+}
+
+// atVersion migrates a new schema up, then down to version, and returns its Migrator, a connection
+// with search_path set to the schema, and exec, which runs a statement on it or fails t.
+func atVersion(t *testing.T, version int64) (*migrate.Migrator, *pgx.Conn, func(sql string)) {
+	t.Helper()
+	schema, url := testdb.NewSchema(t)
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	m, err := migrate.New(ctx, cfg, txinbox.Store{Schema: schema}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.DownTo(ctx, version); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(ctx) })
+	if _, err := c.Exec(ctx, "SET search_path = "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	return m, c, func(sql string) {
+		t.Helper()
+		if _, err := c.Exec(ctx, sql); err != nil {
+			t.Fatalf("%v\n%s", err, sql)
+		}
+	}
 }

@@ -6,9 +6,17 @@ SELECT pg_try_advisory_xact_lock(@lock_key::bigint) AS locked;
 -- The highest message id stored (0 when none), read from the end of the primary key.
 SELECT coalesce(max(id), 0)::bigint AS max_id FROM /* TEMPLATE: schema */inbox;
 
+-- name: NextConsumer :one
+-- The first consumer after @after (in text order) that has stored messages, or '' when there is
+-- none (a consumer name is never empty): one descent of the unique key (consumer, key). Called in a
+-- loop, it lists the consumers without reading their rows (a recursive CTE would do it in one
+-- statement, but a distributed table does not run one).
+SELECT coalesce(min(m.consumer), '')::text AS consumer FROM /* TEMPLATE: schema */inbox m WHERE m.consumer > @after;
+
 -- name: CleanExpiredRange :one
--- Deletes up to @max_rows completed messages whose dedup window has ended, among the ids above
--- @after_id and up to @until_id, in id order: a range scan of the primary key, so a statement never
+-- Deletes up to @max_rows completed messages of @consumer whose dedup window has ended, among the ids
+-- above @after_id and up to @until_id, in id order (one consumer per statement: it runs on one shard
+-- of a table distributed by consumer): a range scan of the primary key, so a statement never
 -- reads more than that span of ids. No index beyond the primary key is needed: the inbox table keeps
 -- only its primary key and unique key, so that every state change stays a HOT update (see
 -- migrations/00001_inbox.sql). Rows locked by someone else (a receiver renewing an expired key) are
@@ -17,14 +25,15 @@ SELECT coalesce(max(id), 0)::bigint AS max_id FROM /* TEMPLATE: schema */inbox;
 WITH picked AS (
     SELECT m.id
     FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > @after_id AND m.id <= @until_id AND m.state = 'completed' AND m.expires_at < now()
+    WHERE m.id > @after_id AND m.id <= @until_id AND m.consumer = @consumer AND m.state = 'completed'
+      AND m.expires_at < now()
     ORDER BY m.id
     LIMIT @max_rows
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
     USING picked
-    WHERE m.id = picked.id AND m.state = 'completed' AND m.expires_at < now()
+    WHERE m.id = picked.id AND m.consumer = @consumer AND m.state = 'completed' AND m.expires_at < now()
     RETURNING m.id
 )
 SELECT (SELECT count(*) FROM picked)::bigint AS picked,
@@ -32,22 +41,23 @@ SELECT (SELECT count(*) FROM picked)::bigint AS picked,
        coalesce((SELECT max(id) FROM picked), 0)::bigint AS last_id;
 
 -- name: HasLiveCompleted :one
--- Reports whether the ids above @after_id and up to @until_id hold a completed message still within
--- its dedup window (stops at the first one found).
+-- Reports whether the ids above @after_id and up to @until_id hold a completed message of @consumer
+-- still within its dedup window (stops at the first one found).
 SELECT EXISTS (
     SELECT 1 FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > @after_id AND m.id <= @until_id AND m.state = 'completed'
+    WHERE m.id > @after_id AND m.id <= @until_id AND m.consumer = @consumer AND m.state = 'completed'
       AND (m.expires_at IS NULL OR m.expires_at >= now())
 ) AS live;
 
 -- name: DiscardOlder :one
 -- Deletes up to @max_rows messages in one of @states (completed or dead only) that finished before
--- @older_than_seconds ago, among the ids above @after_id and up to @until_id, in id order. Same shape
--- as CleanExpiredRange.
+-- @older_than_seconds ago, among the ids of @consumer above @after_id and up to @until_id, in id
+-- order. Same shape as CleanExpiredRange.
 WITH picked AS (
     SELECT m.id
     FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > @after_id AND m.id <= @until_id AND m.state = ANY(@states::text[]) AND m.state IN ('completed', 'dead')
+    WHERE m.id > @after_id AND m.id <= @until_id AND m.consumer = @consumer
+      AND m.state = ANY(@states::text[]) AND m.state IN ('completed', 'dead')
       AND m.completed_at < now() - make_interval(secs => @older_than_seconds::float8)
     ORDER BY m.id
     LIMIT @max_rows
@@ -55,12 +65,12 @@ WITH picked AS (
 ), deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
     USING picked
-    WHERE m.id = picked.id AND m.state IN ('completed', 'dead')
+    WHERE m.id = picked.id AND m.consumer = @consumer AND m.state IN ('completed', 'dead')
     RETURNING m.id
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
     USING deleted
-    WHERE q.id = deleted.id
+    WHERE q.id = deleted.id AND q.consumer = @consumer
 )
 SELECT (SELECT count(*) FROM picked)::bigint AS picked,
        (SELECT count(*) FROM deleted)::bigint AS deleted,
@@ -93,7 +103,7 @@ SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.raw, m.headers, m.fingerpri
        coalesce(q.token, m.token)::bigint AS token, m.last_error,
        m.received_at, coalesce(q.started_at, m.started_at)::timestamptz AS started_at, m.completed_at, m.expires_at, m.result
 FROM /* TEMPLATE: schema */inbox m
-LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id
+LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = m.consumer
 WHERE m.id = @id;
 
 -- name: ReplayDead :many
@@ -112,7 +122,7 @@ WITH replayed AS (
 ), queued AS (
     INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at, token)
     SELECT r.id, r.consumer, r.ordering_key, now(), r.token FROM replayed r
-    ON CONFLICT (id) DO NOTHING
+    ON CONFLICT (id, consumer) DO NOTHING
 ), notified AS (
     SELECT count(pg_notify(@notify_channel::text, c.consumer)) AS sent
     FROM (SELECT DISTINCT r.consumer FROM replayed r) AS c
@@ -126,11 +136,11 @@ SELECT r.id FROM notified, replayed r ORDER BY r.id;
 WITH deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
     WHERE m.id = ANY(@ids::bigint[]) AND m.state = 'dead'
-    RETURNING m.id
+    RETURNING m.id, m.consumer
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
     USING deleted
-    WHERE q.id = deleted.id
+    WHERE q.id = deleted.id AND q.consumer = deleted.consumer
 )
 SELECT d.id FROM deleted d ORDER BY d.id;
 
@@ -143,7 +153,7 @@ WITH s AS (
     SELECT m.consumer, (CASE WHEN q.claimed THEN 'processing' ELSE m.state END)::text AS state,
            m.next_run_at, m.completed_at, m.expires_at
     FROM /* TEMPLATE: schema */inbox m
-    LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.claimed
+    LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = m.consumer AND q.claimed
 )
 SELECT s.consumer, s.state, count(*)::bigint AS messages,
        coalesce(extract(epoch FROM now() - min(s.next_run_at) FILTER (WHERE s.state = 'pending' AND s.next_run_at <= now())), 0)::float8 AS oldest_due_seconds,
@@ -154,9 +164,9 @@ GROUP BY s.consumer, s.state
 ORDER BY s.consumer, s.state;
 
 -- name: DiscardPending :many
--- Deletes pending messages that no worker has claimed, with their queue rows. It considers the
--- queued messages (one queue row per pending or claimed message; completed and dead rows are never
--- read) with an id above @after_id that match the non-empty filters (@consumer, @kind, @ids), the
+-- Deletes pending messages of @consumer that no worker has claimed, with their queue rows. It
+-- considers the queued messages (one queue row per pending or claimed message; completed and dead
+-- rows are never read) with an id above @after_id that match the non-empty filters (@kind, @ids), the
 -- first @max_rows of them in id order. A queue row is locked FOR UPDATE SKIP LOCKED before its
 -- message is deleted, as claims lock it: a claim that locked it first wins, a claim that comes
 -- later skips it, and a row a claim updated in the meantime is re-checked (claimed) and left alone.
@@ -165,27 +175,29 @@ ORDER BY s.consumer, s.state;
 WITH matched AS (
     SELECT q.id
     FROM /* TEMPLATE: schema */inbox_queue q
-    JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id
+    JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id AND m.consumer = q.consumer
     WHERE q.id > @after_id
-      AND (@consumer::text = '' OR q.consumer = @consumer)
+      AND q.consumer = @consumer
       AND (@kind::text = '' OR m.kind = @kind)
       AND (cardinality(@ids::bigint[]) = 0 OR q.id = ANY(@ids::bigint[]))
     ORDER BY q.id
     LIMIT @max_rows
 ), locked AS (
-    SELECT q.id
+    SELECT q.id, q.consumer
     FROM /* TEMPLATE: schema */inbox_queue q
-    WHERE q.id IN (SELECT matched.id FROM matched) AND NOT q.claimed
+    -- = ANY (ARRAY(...)), not IN (SELECT ...): Citus 13 fails to read the CTE's result in the IN form
+    -- ("invalid input syntax for type bigint: PGCOPY").
+    WHERE q.id = ANY (ARRAY(SELECT matched.id FROM matched)) AND q.consumer = @consumer AND NOT q.claimed
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
     USING locked
-    WHERE m.id = locked.id AND m.state = 'pending'
+    WHERE m.id = locked.id AND m.consumer = locked.consumer AND m.state = 'pending'
     RETURNING m.id, m.consumer, m.ordering_key
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
     USING deleted
-    WHERE q.id = deleted.id
+    WHERE q.id = deleted.id AND q.consumer = deleted.consumer
 )
 SELECT mt.id, (d.id IS NOT NULL)::boolean AS discarded, coalesce(d.consumer, '')::text AS consumer,
        d.ordering_key
@@ -198,9 +210,9 @@ ORDER BY mt.id;
 -- every message it would consider and whether it is pending and unclaimed now.
 SELECT q.id, (NOT q.claimed AND m.state = 'pending')::boolean AS discarded
 FROM /* TEMPLATE: schema */inbox_queue q
-JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id
+JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id AND m.consumer = q.consumer
 WHERE q.id > @after_id
-  AND (@consumer::text = '' OR q.consumer = @consumer)
+  AND q.consumer = @consumer
   AND (@kind::text = '' OR m.kind = @kind)
   AND (cardinality(@ids::bigint[]) = 0 OR q.id = ANY(@ids::bigint[]))
 ORDER BY q.id

@@ -56,7 +56,7 @@ SELECT m.id FROM /* TEMPLATE: schema */inbox m WHERE m.consumer = @consumer AND 
 SELECT d.seq, d.died_at, m.id, m.consumer, m.key, m.kind, m.attempts_failed, (m.raw IS NOT NULL)::boolean AS undecodable,
        left(coalesce(m.last_error, ''), 300)::text AS last_error
 FROM (
-    SELECT d.seq, d.id, d.died_at
+    SELECT d.seq, d.id, d.consumer, d.died_at
     FROM /* TEMPLATE: schema */inbox_dead d
     WHERE (@before_seq::bigint = 0 OR d.seq < @before_seq)
   AND (@consumer::text = '' OR d.consumer = @consumer)
@@ -67,7 +67,7 @@ FROM (
     ORDER BY d.seq DESC
     LIMIT @max_rows
 ) d
-JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id
+JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id AND m.consumer = d.consumer
 ORDER BY d.seq DESC;
 
 -- name: ConsoleMatchDead :one
@@ -118,16 +118,16 @@ ORDER BY q.id
 LIMIT @max_rows;
 
 -- name: RollupAdd :exec
--- Adds per-minute counts of finished attempts to the rollup (one row per consumer and minute), and
--- deletes the rows older than @keep_minutes minutes.
+-- Adds per-minute counts of @consumer's finished attempts to the rollup (one row per consumer and
+-- minute), and deletes its rows older than @keep_minutes minutes.
 WITH added AS (
     INSERT INTO /* TEMPLATE: schema */inbox_rollup AS r (consumer, minute, completed, failed, dead)
-    SELECT a.consumer, a.minute, a.completed, a.failed, a.dead
-    FROM ROWS FROM (unnest(@consumers::text[]), unnest(@minutes::timestamptz[]), unnest(@completed::bigint[]),
-                    unnest(@failed::bigint[]), unnest(@dead::bigint[])) AS a(consumer, minute, completed, failed, dead)
-    ORDER BY a.consumer, a.minute
+    SELECT @consumer::text, a.minute, a.completed, a.failed, a.dead
+    FROM ROWS FROM (unnest(@minutes::timestamptz[]), unnest(@completed::bigint[]),
+                    unnest(@failed::bigint[]), unnest(@dead::bigint[])) AS a(minute, completed, failed, dead)
+    ORDER BY a.minute
     ON CONFLICT (consumer, minute) DO UPDATE
     SET completed = r.completed + excluded.completed, failed = r.failed + excluded.failed, dead = r.dead + excluded.dead
 )
 DELETE FROM /* TEMPLATE: schema */inbox_rollup o
-WHERE o.minute < now() - make_interval(mins => @keep_minutes::int);
+WHERE o.consumer = @consumer AND o.minute < now() - make_interval(mins => @keep_minutes::int);

@@ -2,8 +2,9 @@
 -- configured schema, quoted, at run time.
 
 -- name: ReceiveBatch :many
--- Inserts the messages that are new and reports, for every input row, whether it was inserted or
--- which stored row holds its key. One statement, so one round trip for the whole batch. A key that
+-- Inserts the messages of @consumer that are new and reports, for every input row, whether it was
+-- inserted or which stored row holds its key. One consumer per statement, named in every reference
+-- to a table, so that a table distributed by consumer runs it on one shard (00005). One statement, so one round trip for the whole batch. A key that
 -- appears more than once in the batch is stored from its first occurrence (first_ord); every row
 -- reports whether its fingerprint equals that occurrence's (same_as_first) and the stored row's. A
 -- row that is neither inserted nor found was inserted by a transaction that committed after the
@@ -11,12 +12,12 @@
 -- returned here).
 WITH input AS (
     -- ROWS FROM zips the arrays in one pass (a subscript of a text array walks it from its start).
-    SELECT s.ord, s.consumer, s.key, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers,
+    SELECT s.ord, @consumer::text AS consumer, s.key, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers,
            NULLIF(s.ordering_key, '') AS ordering_key, coalesce(s.run_at, now()) AS run_at
-    FROM ROWS FROM (unnest(@consumers::text[]), unnest(@keys::text[]), unnest(@kinds::text[]),
+    FROM ROWS FROM (unnest(@keys::text[]), unnest(@kinds::text[]),
                     unnest(@payloads::text[]), unnest(@headers::text[]), unnest(@ordering_keys::text[]),
                     unnest(@run_ats::timestamptz[]))
-         WITH ORDINALITY AS s(consumer, key, kind, payload, headers, ordering_key, run_at, ord)
+         WITH ORDINALITY AS s(key, kind, payload, headers, ordering_key, run_at, ord)
 ), fingerprinted AS (
     -- The fingerprint duplicates are compared by (kind and the payload's jsonb text), defined here
     -- only: LookupKeys and RenewExpired take the fingerprints this statement returns.
@@ -68,13 +69,13 @@ SELECT f.ord::bigint AS ord,
        m.result,
        coalesce(m.expires_at < now(), false)::boolean AS expired
 FROM notified, firsts f
-LEFT JOIN inserted i ON i.consumer = f.consumer AND i.key = f.key
-LEFT JOIN /* TEMPLATE: schema */inbox m ON i.id IS NULL AND m.consumer = f.consumer AND m.key = f.key
-LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.claimed IS TRUE
+LEFT JOIN inserted i ON i.key = f.key
+LEFT JOIN /* TEMPLATE: schema */inbox m ON i.id IS NULL AND m.consumer = @consumer AND m.key = f.key
+LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = @consumer AND q.claimed IS TRUE
 ORDER BY f.ord;
 
 -- name: RenewExpired :many
--- Reuses the rows of expired dedup records as new messages: a key whose window has ended is accepted
+-- Reuses the rows of expired dedup records of @consumer as new messages: a key whose window has ended is accepted
 -- again even if the cleaner has not deleted its row yet. Only rows still expired are touched. The
 -- fingerprints are those ReceiveBatch returned.
 WITH input AS (
@@ -92,30 +93,29 @@ WITH input AS (
         next_run_at = input.run_at, owner = NULL, lease_until = NULL, last_error = NULL,
         received_at = now(), started_at = NULL, completed_at = NULL, expires_at = NULL, result = NULL
     FROM input
-    WHERE m.id = input.id AND m.expires_at < now()
+    WHERE m.id = input.id AND m.consumer = @consumer AND m.expires_at < now()
     RETURNING m.id, m.consumer, m.ordering_key, m.next_run_at, m.token
 ), queued AS (
     INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at, token)
     SELECT r.id, r.consumer, r.ordering_key, r.next_run_at, r.token FROM renewed r
-    ON CONFLICT (id) DO NOTHING
+    ON CONFLICT (id, consumer) DO NOTHING
 )
 SELECT r.id FROM renewed r;
 
 -- name: LookupKeys :many
--- Reads the stored rows for keys (consumer, key) pairs, comparing them with the fingerprints
+-- Reads the stored rows of @consumer's keys, comparing them with the fingerprints
 -- ReceiveBatch returned.
 WITH t AS (
-    SELECT s.ord, s.consumer, s.key, s.fingerprint
-    FROM ROWS FROM (unnest(@consumers::text[]), unnest(@keys::text[]), unnest(@fingerprints::bytea[]))
-         WITH ORDINALITY AS s(consumer, key, fingerprint, ord)
+    SELECT s.ord, s.key, s.fingerprint
+    FROM ROWS FROM (unnest(@keys::text[]), unnest(@fingerprints::bytea[])) WITH ORDINALITY AS s(key, fingerprint, ord)
 )
 SELECT t.ord::bigint AS ord, m.id,
        coalesce(CASE WHEN q.id IS NOT NULL THEN 'processing' END, m.state)::text AS state,
        (m.fingerprint = t.fingerprint)::boolean AS same_fingerprint,
        m.result, coalesce(m.expires_at < now(), false)::boolean AS expired
 FROM t
-JOIN /* TEMPLATE: schema */inbox m ON m.consumer = t.consumer AND m.key = t.key
-LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.claimed IS TRUE
+JOIN /* TEMPLATE: schema */inbox m ON m.consumer = @consumer AND m.key = t.key
+LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = @consumer AND q.claimed IS TRUE
 ORDER BY t.ord;
 
 -- name: InsertDead :one

@@ -20,14 +20,17 @@
 -- (ARRAY(...))` makes the updates look the rows up by primary key instead. Array parameters are
 -- read with unnest (estimated at their length, or 10 in a generic plan), never generate_subscripts
 -- (estimated at 1,000 rows, which made the receive statement scan the whole inbox).
-WITH durability AS MATERIALIZED (
-    SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
-), candidates AS (
+-- Routing: every table reference names @consumer (h.consumer too, not q.consumer), so that a table
+-- distributed by consumer runs the whole statement on one shard, FOR UPDATE included; the setting is
+-- made in candidates (once per candidate row), which then runs on that shard's node, where the
+-- claim commits.
+WITH candidates AS (
     SELECT q.id, q.alone,
            (q.ordering_key IS NULL OR NOT EXISTS (
                 SELECT 1 FROM /* TEMPLATE: schema */inbox_queue h
-                WHERE h.consumer = q.consumer AND h.ordering_key = q.ordering_key AND h.id < q.id)) AS head
-    FROM durability, /* TEMPLATE: schema */inbox_queue q
+                WHERE h.consumer = @consumer AND h.ordering_key = q.ordering_key AND h.id < q.id)) AS head,
+           set_config('synchronous_commit', 'off', true) AS synchronous_commit
+    FROM /* TEMPLATE: schema */inbox_queue q
     WHERE q.consumer = @consumer AND NOT q.claimed AND q.run_at <= now()
     ORDER BY q.run_at, q.id
     LIMIT @max
@@ -36,7 +39,7 @@ WITH durability AS MATERIALIZED (
     UPDATE /* TEMPLATE: schema */inbox_queue q
     SET run_at = now() + make_interval(secs => @snooze_seconds::float8)
     FROM candidates c
-    WHERE q.id = c.id AND NOT c.head AND NOT c.alone
+    WHERE q.id = c.id AND q.consumer = @consumer AND NOT c.head AND NOT c.alone
       AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id
 ), claimed AS (
@@ -46,7 +49,7 @@ WITH durability AS MATERIALIZED (
     SET claimed = true, alone = false, run_at = now() + make_interval(secs => @lease_seconds::float8),
         token = q.token + 1, attempts_started = q.attempts_started + 1, owner = @owner, started_at = now()
     FROM candidates c
-    WHERE q.id = c.id AND c.head AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2))
+    WHERE q.id = c.id AND q.consumer = @consumer AND c.head AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2))
     RETURNING q.id, q.token, q.attempts_started
 )
 -- Each inbox row is read by primary key, once per claimed row: OFFSET 0 keeps the subquery from being
@@ -59,7 +62,7 @@ CROSS JOIN LATERAL (
     SELECT i.id, i.consumer, i.key, i.kind, i.payload, i.headers, i.ordering_key, i.attempts_failed,
            i.received_at, i.last_error
     FROM /* TEMPLATE: schema */inbox i
-    WHERE i.id = c.id
+    WHERE i.id = c.id AND i.consumer = @consumer
     OFFSET 0
 ) m
 UNION ALL
@@ -71,11 +74,13 @@ WHERE NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM snoozed);
 -- if it was snoozed behind a message that has just completed or died, and marks it (alone) so that no
 -- claim snoozes it: a claim whose snapshot still showed the finished message, and that locks the row
 -- after this update, sees the mark. Run after the finishing commit, so that it sees every message
--- received before it.
+-- received before it. The new run_at is its not-before time or now, whichever is later, and never
+-- later than it was: a due row keeps its place in claim order. (least/greatest, not CASE: Citus
+-- refuses now() inside a CASE of a modification.)
 UPDATE /* TEMPLATE: schema */inbox_queue q
-SET alone = true, run_at = CASE WHEN q.run_at <= now() THEN q.run_at ELSE greatest(m.next_run_at, now()) END
+SET alone = true, run_at = least(q.run_at, greatest(m.next_run_at, now()))
 FROM unnest(@keys::text[]) AS k(ordering_key), /* TEMPLATE: schema */inbox m
-WHERE q.consumer = @consumer AND q.ordering_key = k.ordering_key AND NOT q.claimed AND m.id = q.id
+WHERE q.consumer = @consumer AND q.ordering_key = k.ordering_key AND NOT q.claimed AND m.id = q.id AND m.consumer = @consumer
   AND q.id = (SELECT min(h.id) FROM /* TEMPLATE: schema */inbox_queue h
               WHERE h.consumer = @consumer AND h.ordering_key = k.ordering_key);
 
@@ -93,7 +98,7 @@ WITH picked AS (
     WHERE q.consumer = @consumer AND q.claimed AND q.run_at <= now()
       AND NOT EXISTS (
             SELECT 1 FROM /* TEMPLATE: schema */inbox_queue a
-            WHERE a.consumer = q.consumer AND a.claimed AND a.alone AND a.run_at > now())
+            WHERE a.consumer = @consumer AND a.claimed AND a.alone AND a.run_at > now())
     ORDER BY q.run_at, q.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -102,13 +107,13 @@ WITH picked AS (
     SET alone = true, run_at = now() + make_interval(secs => @lease_seconds::float8), token = q.token + 1,
         attempts_started = q.attempts_started + 1, owner = @owner, started_at = now()
     FROM picked
-    WHERE q.id = picked.id
+    WHERE q.id = picked.id AND q.consumer = @consumer
     RETURNING q.id, q.token, q.attempts_started
 )
 SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, queued.token,
        queued.attempts_started, m.attempts_failed, m.received_at, m.last_error
 FROM queued
-JOIN /* TEMPLATE: schema */inbox m ON m.id = queued.id;
+JOIN /* TEMPLATE: schema */inbox m ON m.id = queued.id AND m.consumer = @consumer;
 
 -- name: LockClaims :many
 -- Locks the queue rows of a claimed batch inside the batch transaction, keeping only those whose
@@ -116,22 +121,30 @@ JOIN /* TEMPLATE: schema */inbox m ON m.id = queued.id;
 -- the lock is held nobody else can claim them (claims skip locked rows). It also bounds the
 -- transaction on the server side: a statement that runs too long is cancelled, and a session left
 -- idle inside the transaction (a frozen or cut-off worker) is terminated, which releases the locks so
--- that the messages can be taken over when their lease ends. It returns the transaction's id too
--- (assigned by the row locks anyway), so that a batch whose handler ended the transaction itself can
--- learn whether it committed (XactStatus).
+-- that the messages can be taken over when their lease ends. The transaction's id comes from
+-- CurrentXact.
 WITH limits AS (
     SELECT set_config('statement_timeout', @statement_timeout::text, true) AS statement_timeout,
            set_config('idle_in_transaction_session_timeout', @idle_timeout::text, true) AS idle_timeout
 )
-SELECT q.id, pg_current_xact_id()::text AS xid
+SELECT q.id
 FROM limits, /* TEMPLATE: schema */inbox_queue q
 JOIN unnest(@ids::bigint[]) WITH ORDINALITY AS s(id, i)
   ON q.id = s.id AND q.token = (@tokens::bigint[])[s.i]
 -- `claimed IS TRUE` is `claimed`, written so that the planner looks the rows up by primary key (= ANY)
 -- instead of walking the partial index of claimed rows, which grows while vacuum lags.
-WHERE q.claimed IS TRUE AND q.id = ANY (@ids::bigint[])
+WHERE q.consumer = @consumer AND q.claimed IS TRUE AND q.id = ANY (@ids::bigint[])
 ORDER BY q.id
 FOR UPDATE OF q;
+
+-- name: CurrentXact :one
+-- The id of the current transaction (assigned now if it has none), so that a batch whose handler
+-- ended the transaction itself can learn whether it committed (XactStatus). A statement of its own,
+-- run after LockClaims (one round trip per batch): inside a statement on a shard, a distributed
+-- database runs the function on that shard's node, whose transaction ids mean nothing where
+-- XactStatus is asked (a Citus coordinator); a statement without tables runs where the client's
+-- transaction lives.
+SELECT pg_current_xact_id()::text AS xid;
 
 -- name: FinishBatch :execrows
 -- Records the outcome of every message of a batch in one statement: completed and dead leave the
@@ -143,20 +156,21 @@ FOR UPDATE OF q;
 WITH c AS (
     SELECT (@ids::bigint[])[i] AS id, (@tokens::bigint[])[i] AS token, (@outcomes::text[])[i] AS outcome,
            (@errors::text[])[i] AS error, (@results::text[])[i] AS result,
-           now() + make_interval(secs => (@delays::float8[])[i]) AS run_at, (@uncount::int[])[i] AS uncount
+           now() + make_interval(secs => (@delays::float8[])[i]) AS run_at, (@uncount::int[])[i] AS uncount,
+           now() AS finished_at, now() + make_interval(secs => @retention_seconds::float8) AS expires_at
     FROM unnest(@ids::bigint[]) WITH ORDINALITY AS s(v, i)
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
     USING c
     -- `claimed IS TRUE`, as in LockClaims: looked up by primary key, not through the claimed index.
-    WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND c.outcome IN ('completed', 'dead')
+    WHERE q.id = c.id AND q.consumer = @consumer AND q.token = c.token AND q.claimed IS TRUE AND c.outcome IN ('completed', 'dead')
     RETURNING q.id, q.attempts_started, q.started_at
 ), requeued AS (
     UPDATE /* TEMPLATE: schema */inbox_queue q
     SET claimed = false, alone = false, run_at = c.run_at, owner = NULL,
         attempts_started = q.attempts_started - c.uncount
     FROM c
-    WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND c.outcome = 'retry'
+    WHERE q.id = c.id AND q.consumer = @consumer AND q.token = c.token AND q.claimed IS TRUE AND c.outcome = 'retry'
     RETURNING q.id, q.attempts_started, q.started_at
 ), fenced AS (
     SELECT d.id, d.attempts_started, d.started_at FROM dequeued d
@@ -164,9 +178,11 @@ WITH c AS (
     SELECT r.id, r.attempts_started, r.started_at FROM requeued r
 )
 -- The only write of the inbox row per attempt: the claim's token, attempts (those of a requeued row
--- already uncounted) and start come from the queue row.
+-- already uncounted) and start come from the queue row. Times are computed in c, never inside a CASE,
+-- and every CASE is of the searched form: Citus refuses a non-immutable function in a CASE of a
+-- modification and mis-deparses `CASE x WHEN`.
 UPDATE /* TEMPLATE: schema */inbox m
-SET state = CASE c.outcome WHEN 'retry' THEN 'pending' ELSE c.outcome END,
+SET state = CASE WHEN c.outcome = 'retry' THEN 'pending' ELSE c.outcome END,
     token = c.token,
     attempts_started = f.attempts_started - CASE WHEN c.outcome = 'retry' THEN 0 ELSE c.uncount END,
     attempts_failed = m.attempts_failed + CASE WHEN c.outcome = 'completed' OR c.uncount > 0 THEN 0 ELSE 1 END,
@@ -174,11 +190,11 @@ SET state = CASE c.outcome WHEN 'retry' THEN 'pending' ELSE c.outcome END,
     result = NULLIF(c.result, '')::jsonb,
     next_run_at = CASE WHEN c.outcome = 'retry' THEN c.run_at ELSE m.next_run_at END,
     started_at = f.started_at,
-    completed_at = CASE WHEN c.outcome = 'retry' THEN NULL ELSE now() END,
-    expires_at = CASE WHEN c.outcome = 'completed' THEN now() + make_interval(secs => @retention_seconds::float8) END
+    completed_at = CASE WHEN c.outcome = 'retry' THEN NULL ELSE c.finished_at END,
+    expires_at = CASE WHEN c.outcome = 'completed' THEN c.expires_at END
 FROM c
 JOIN fenced f ON f.id = c.id
-WHERE m.id = c.id;
+WHERE m.id = c.id AND m.consumer = @consumer;
 
 -- name: ReleaseClaims :execrows
 -- Gives claimed messages back without charging an attempt (a batch that was stopped or lost its
@@ -191,7 +207,8 @@ UPDATE /* TEMPLATE: schema */inbox_queue q
 SET claimed = false, alone = false, run_at = now(), owner = NULL,
     attempts_started = greatest(q.attempts_started - 1, m.attempts_failed)
 FROM c, /* TEMPLATE: schema */inbox m
-WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND q.id = ANY (@ids::bigint[]) AND m.id = q.id;
+WHERE q.id = c.id AND q.consumer = @consumer AND q.token = c.token AND q.claimed IS TRUE AND q.id = ANY (@ids::bigint[])
+  AND m.id = q.id AND m.consumer = @consumer;
 
 -- name: QueueStats :many
 -- Per consumer with queued messages: how many are ready to run now, waiting for a later time (not
@@ -209,7 +226,7 @@ WITH g AS (
 SELECT g.consumer, g.ready::bigint AS ready, g.waiting::bigint AS waiting, g.claimed::bigint AS claimed,
        coalesce(extract(epoch FROM now() - m.received_at), 0)::float8 AS oldest_age_seconds
 FROM g
-LEFT JOIN /* TEMPLATE: schema */inbox m ON m.id = g.oldest_id
+LEFT JOIN /* TEMPLATE: schema */inbox m ON m.id = g.oldest_id AND m.consumer = g.consumer
 ORDER BY g.consumer;
 
 -- name: QueueDeadRows :one

@@ -129,10 +129,12 @@ type Cleaner struct {
 	stop context.CancelFunc
 	done chan struct{}
 
-	mu       sync.Mutex // held by a running pass
-	cursor   int64      // quick passes start after this id
-	lastFull time.Time  // start of the last full pass that finished; zero: none yet
-	fullNext int64      // a full pass cut short resumes after this id; -1: none in progress
+	mu       sync.Mutex       // held by a running pass
+	cursor   map[string]int64 // per consumer: quick passes start after this id
+	lastFull time.Time        // start of the last full pass that finished; zero: none yet
+	// fullNext holds, while a full pass is in progress (cut short by MaxBatches or ctx), the consumers
+	// it has yet to finish and the id after which each one resumes; nil when none is in progress.
+	fullNext map[string]int64
 }
 
 // New returns a Cleaner of store. store.DB must be a connection pool (a *pgxpool.Pool, say): a
@@ -169,12 +171,13 @@ func New(store txinbox.Store, cfg Config) (*Cleaner, error) {
 		log = slog.Default()
 	}
 	return &Cleaner{store: store, st: statements(store.Schema), cfg: cfg, opt: opt, key: store.CleanerLockKey(),
-		log: log.With("schema", store.Schema), fullNext: -1}, nil
+		log: log.With("schema", store.Schema), cursor: map[string]int64{}}, nil
 }
 
 // Clean deletes every completed message whose dedup window has ended (see Cleaner) in one pass over
 // the whole table, then every expired idempotency key, without the Cleaner's lock. It walks the
-// primary key in id order, in spans of 10*o.BatchSize ids; each statement deletes at most
+// primary key in id order, one consumer after the other (each statement names its consumer, as every
+// statement of txinbox does: SCALING.md), in spans of 10*o.BatchSize ids; each statement deletes at most
 // o.BatchSize rows of one span, in a short transaction of its own. It never waits on a row lock (rows
 // locked by receivers or workers are skipped and left for the next pass) and holds no lock between
 // statements, so receiving and processing go on while it runs. It stops between statements when ctx
@@ -186,35 +189,59 @@ func (cl *Cleaner) Clean(ctx context.Context, o CleanOptions) (CleanResult, erro
 	if err != nil {
 		return CleanResult{}, err
 	}
-	maxID, err := store.Queries.MaxMessageID(ctx, cl.st.Wrap(cl.store.DB))
+	db := cl.st.Wrap(cl.store.DB)
+	maxID, err := store.Queries.MaxMessageID(ctx, db)
 	if err != nil {
 		return CleanResult{}, store.Err(err)
 	}
-	r, err := cl.walk(o, 0, maxID, false, nil).Run(ctx)
-	res := CleanResult{Deleted: r.Deleted, Batches: r.Batches, Full: true, Done: r.Done}
-	if err == nil && r.Done {
-		res.KeysDeleted, err = cl.cleanKeys(ctx, o.BatchSize, nil)
+	consumers, err := store.Consumers(ctx, db)
+	if err != nil {
+		return CleanResult{}, store.Err(err)
 	}
+	res := CleanResult{Full: true, Done: true}
+	for _, consumer := range consumers {
+		if spent(o, res.Batches) {
+			res.Done = false
+			return res, nil
+		}
+		r, err := cl.walk(o, consumer, 0, maxID, false, res.Batches, nil).Run(ctx)
+		res.Deleted, res.Batches = res.Deleted+r.Deleted, res.Batches+r.Batches
+		if err != nil || !r.Done {
+			res.Done = false
+			return res, err
+		}
+	}
+	res.KeysDeleted, err = cl.cleanKeys(ctx, o.BatchSize, nil)
 	return res, err
 }
 
-func (cl *Cleaner) walk(o CleanOptions, from, to int64, quick bool, check func(context.Context) error) *walk.Walk {
+// walk returns the walk of one consumer's ids in (from, to]: every statement names the consumer
+// (store.Consumers). ran is the number of statements the pass has already run, counted against
+// o.MaxBatches (see spent).
+func (cl *Cleaner) walk(o CleanOptions, consumer string, from, to int64, quick bool, ran int, check func(context.Context) error) *walk.Walk {
 	db := cl.st.Wrap(cl.store.DB)
 	w := &walk.Walk{
 		From: from, To: to, Batch: int64(o.BatchSize), Span: int64(o.BatchSize) * walk.SpanFactor,
-		MaxBatches: o.MaxBatches, Check: check, Err: store.Err,
+		Check: check, Err: store.Err,
 		Delete: func(ctx context.Context, after, until int64) (picked, deleted, last int64, err error) {
-			r, err := store.Queries.CleanExpiredRange(ctx, db, sqlc.CleanExpiredRangeParams{AfterID: after, UntilID: until, MaxRows: int32(o.BatchSize)})
+			r, err := store.Queries.CleanExpiredRange(ctx, db, sqlc.CleanExpiredRangeParams{
+				Consumer: consumer, AfterID: after, UntilID: until, MaxRows: int32(o.BatchSize)})
 			return r.Picked, r.Deleted, r.LastID, err
 		},
 	}
+	if o.MaxBatches > 0 {
+		w.MaxBatches = o.MaxBatches - ran // the callers run no walk once nothing is left
+	}
 	if quick {
 		w.Live = func(ctx context.Context, after, until int64) (bool, error) {
-			return store.Queries.HasLiveCompleted(ctx, db, after, until)
+			return store.Queries.HasLiveCompleted(ctx, db, sqlc.HasLiveCompletedParams{Consumer: consumer, AfterID: after, UntilID: until})
 		}
 	}
 	return w
 }
+
+// spent reports whether a pass that has run batches statements may run no more (o.MaxBatches).
+func spent(o CleanOptions, batches int) bool { return o.MaxBatches > 0 && batches >= o.MaxBatches }
 
 // cleanKeys deletes expired idempotency keys, batch rows per statement, until none is left or ctx
 // ends (or check fails between statements), and returns how many it deleted. Each statement skips
@@ -275,27 +302,57 @@ func (cl *Cleaner) RunOnce(ctx context.Context) (res CleanResult, ran bool, err 
 		}
 		return nil
 	}
-	maxID, err := store.Queries.MaxMessageID(ctx, cl.st.Wrap(cl.store.DB))
+	db := cl.st.Wrap(cl.store.DB)
+	maxID, err := store.Queries.MaxMessageID(ctx, db)
+	if err != nil {
+		return res, true, store.Err(err)
+	}
+	consumers, err := store.Consumers(ctx, db)
 	if err != nil {
 		return res, true, store.Err(err)
 	}
 	start := time.Now()
-	full := cl.fullNext >= 0 || cl.lastFull.IsZero() || start.Sub(cl.lastFull) >= cl.cfg.FullSweepInterval
-	from := cl.cursor
-	if full {
-		from = max(cl.fullNext, 0)
+	full := cl.fullNext != nil || cl.lastFull.IsZero() || start.Sub(cl.lastFull) >= cl.cfg.FullSweepInterval
+	if full && cl.fullNext == nil {
+		cl.fullNext = make(map[string]int64, len(consumers))
+		for _, c := range consumers {
+			cl.fullNext[c] = 0
+		}
 	}
-	r, err := cl.walk(cl.opt, from, maxID, !full, check).Run(ctx)
-	res = CleanResult{Deleted: r.Deleted, Batches: r.Batches, Full: full, Done: r.Done}
-	switch {
-	case full && r.Done:
-		cl.fullNext, cl.lastFull = -1, start
-	case full:
-		cl.fullNext = r.Next
-	case r.LiveAt >= 0:
-		cl.cursor = r.LiveAt
-	case r.ExpiredEnd > cl.cursor:
-		cl.cursor = r.ExpiredEnd
+	res = CleanResult{Full: full, Done: true}
+	for _, consumer := range consumers {
+		from := cl.cursor[consumer]
+		if full {
+			next, todo := cl.fullNext[consumer]
+			if !todo {
+				continue // done earlier in this full pass, or new since it began (the next one covers it)
+			}
+			from = next
+		}
+		if spent(cl.opt, res.Batches) {
+			res.Done = false
+			break
+		}
+		var r walk.Result
+		r, err = cl.walk(cl.opt, consumer, from, maxID, !full, res.Batches, check).Run(ctx)
+		res.Deleted, res.Batches = res.Deleted+r.Deleted, res.Batches+r.Batches
+		switch {
+		case full && r.Done:
+			delete(cl.fullNext, consumer)
+		case full:
+			cl.fullNext[consumer] = r.Next
+		case r.LiveAt >= 0:
+			cl.cursor[consumer] = r.LiveAt
+		case r.ExpiredEnd > cl.cursor[consumer]:
+			cl.cursor[consumer] = r.ExpiredEnd
+		}
+		if err != nil || !r.Done {
+			res.Done = false
+			break
+		}
+	}
+	if full && res.Done {
+		cl.fullNext, cl.lastFull = nil, start
 	}
 	if err == nil {
 		if err = check(ctx); err == nil {

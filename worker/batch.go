@@ -84,7 +84,7 @@ func (p *Pool) run(ctx context.Context, inf *inflight) {
 	}
 	if len(release) > 0 {
 		ids, tokens := idsTokens(release)
-		if _, rerr := store.Queries.ReleaseClaims(bctx, p.st.Wrap(p.db), ids, tokens); rerr != nil {
+		if _, rerr := store.Queries.ReleaseClaims(bctx, p.st.Wrap(p.db), sqlc.ReleaseClaimsParams{Consumer: p.cfg.Consumer, Ids: ids, Tokens: tokens}); rerr != nil {
 			p.cfg.Logger.Warn("txinbox: releasing claims failed; they are taken over when the lease ends",
 				"consumer", p.cfg.Consumer, "messages", len(release), "err", rerr)
 		}
@@ -162,17 +162,21 @@ func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
 	db := p.st.Wrap(tx)
 	ids, tokens := idsTokens(batch)
 	locked, err := store.Queries.LockClaims(ctx, db, sqlc.LockClaimsParams{
-		Ids: ids, Tokens: tokens,
+		Consumer: p.cfg.Consumer, Ids: ids, Tokens: tokens,
 		StatementTimeout: strconv.FormatInt(p.maxTO.Milliseconds()+1000, 10),
 		IdleTimeout:      strconv.FormatInt(p.cfg.Lease.Milliseconds(), 10),
 	})
 	if err != nil {
 		return nil, err
 	}
+	xid, err := store.Queries.CurrentXact(ctx, db)
+	if err != nil {
+		return nil, err
+	}
 	if len(locked) != len(batch) {
 		keep := make(map[int64]bool, len(locked))
-		for _, l := range locked {
-			keep[l.ID] = true
+		for _, id := range locked {
+			keep[id] = true
 		}
 		var mine []*claimed
 		for _, c := range batch {
@@ -197,7 +201,7 @@ func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
 		}
 		if u.h != nil {
 			prevSingle = false
-			if done, err = p.runBatchUnit(ctx, tx, sp, u, locked[0].Xid, done); err != nil {
+			if done, err = p.runBatchUnit(ctx, tx, sp, u, xid, done); err != nil {
 				return nil, err
 			}
 			continue
@@ -209,7 +213,7 @@ func (p *Pool) runTx(ctx context.Context, inf *inflight) ([]*finish, error) {
 		prevSingle = true
 		done = append(done, f)
 		if txEnded(tx) {
-			return nil, p.endedByHandler(ctx, locked[0].Xid, done)
+			return nil, p.endedByHandler(ctx, xid, done)
 		}
 		if sp.broken != nil {
 			// The savepoint statements failed: the transaction is unusable. If it was left aborted by
@@ -355,8 +359,8 @@ func callHandler(ctx context.Context, h *handler, tx pgx.Tx, c *claimed, result 
 func (p *Pool) finish(ctx context.Context, db sqlc.DBTX, done []*finish) error {
 	n := len(done)
 	arg := sqlc.FinishBatchParams{
-		RetentionSeconds: p.store.Retention.Seconds(),
-		Ids:              make([]int64, n), Tokens: make([]int64, n), Outcomes: make([]string, n),
+		Consumer: p.cfg.Consumer, RetentionSeconds: p.store.Retention.Seconds(),
+		Ids: make([]int64, n), Tokens: make([]int64, n), Outcomes: make([]string, n),
 		Errors: make([]string, n), Results: make([]string, n), Delays: make([]float64, n), Uncount: make([]int32, n),
 	}
 	for i, f := range done {

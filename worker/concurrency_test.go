@@ -207,11 +207,11 @@ func TestGracefulStopLosesNothing(t *testing.T) {
 			AND (attempts_started <> 0 OR attempts_failed <> 0 OR last_error IS NOT NULL)`); n != 0 {
 			t.Fatalf("%d messages were charged an attempt by the shutdown", n)
 		}
-		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id)
+		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id, consumer)
 			WHERE q.claimed OR m.state <> 'pending' OR q.run_at > now()`); n != 0 {
 			t.Fatalf("%d queue rows still claimed or not ready after Stop", n)
 		}
-		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q USING (id)
+		if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q USING (id, consumer)
 			WHERE m.state = 'pending' AND q.id IS NULL`); n != 0 {
 			t.Fatalf("%d pending messages lost their queue row", n)
 		}

@@ -179,7 +179,7 @@ func TestConnectionCutBetweenEffectAndCommit(t *testing.T) {
 			if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 				return err
 			}
-			if _, err := e.Pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+			if _, err := e.Pool.Exec(ctx, "SELECT pg_terminate_backend($1::int)", pid); err != nil {
 				return err
 			}
 		}

@@ -101,7 +101,7 @@ func (r *fenceRig) snapshot(t *testing.T) string {
 		m.attempts_started, m.attempts_failed, m.last_error, m.lease_until, m.next_run_at, m.completed_at,
 		m.expires_at, m.result, q.id, q.claimed, q.alone, q.token, q.run_at, q.owner, q.attempts_started,
 		q.started_at)::text
-		FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q USING (id)
+		FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q USING (id, consumer)
 		WHERE m.consumer = 'ledger' AND m.key = 'fenced'`)).Scan(&s)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func (r *fenceRig) token(t *testing.T) (token int64, owner string, qToken int64,
 	t.Helper()
 	err := r.e.Pool.QueryRow(context.Background(), r.e.SQL(`SELECT coalesce(q.token, m.token), coalesce(q.owner, m.owner, ''),
 		coalesce(q.token, -1), coalesce(q.claimed, false)
-		FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q USING (id)
+		FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q USING (id, consumer)
 		WHERE m.consumer = 'ledger' AND m.key = 'fenced'`)).Scan(&token, &owner, &qToken, &qClaimed)
 	if err != nil {
 		t.Fatal(err)

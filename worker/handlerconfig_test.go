@@ -180,7 +180,7 @@ func TestHandlerBackoffOverridesPool(t *testing.T) {
 		var runAt, nextRunAt time.Time
 		var claimed bool
 		if err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT q.run_at, q.claimed, m.next_run_at
-			FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id) WHERE m.key = $1`), key).Scan(&runAt, &claimed, &nextRunAt); err != nil {
+			FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id, consumer) WHERE m.key = $1`), key).Scan(&runAt, &claimed, &nextRunAt); err != nil {
 			t.Fatal(err)
 		}
 		if claimed || !runAt.Equal(nextRunAt) {

@@ -21,9 +21,11 @@ type env struct {
 
 func newEnv(t *testing.T) *env { return newBenchEnv(t) }
 
-func newBenchEnv(t testing.TB) *env {
+func newBenchEnv(t testing.TB) *env { return newEnvOn(t, testdb.New(t)) }
+
+// newEnvOn is newEnv on db.
+func newEnvOn(t testing.TB, db *testdb.DB) *env {
 	t.Helper()
-	db := testdb.New(t)
 	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +108,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 const msgView = `(SELECT m.id, m.consumer, m.key, (CASE WHEN q.claimed THEN 'processing' ELSE m.state END) AS state,
 	coalesce(q.attempts_started, m.attempts_started) AS attempts_started, m.attempts_failed, m.last_error,
 	coalesce(q.token, m.token) AS token, coalesce(q.owner, m.owner) AS owner
-	FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q ON q.id = m.id)`
+	FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q ON q.id = m.id AND q.consumer = m.consumer)`
 
 func (e *env) state(t *testing.T, key string) (state string, started, failed int, lastErr string) {
 	t.Helper()

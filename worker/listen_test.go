@@ -92,7 +92,7 @@ func TestListenerReconnectsAfterTermination(t *testing.T) {
 	for round := range 2 {
 		pid := worker.ListenerPID(p)
 		var ok bool
-		if err := e.Pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil || !ok {
+		if err := e.Pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1::int)", int32(pid)).Scan(&ok); err != nil || !ok {
 			t.Fatalf("terminate listener %d: %v %v", pid, ok, err)
 		}
 		waitFor(t, "a new listener", func() bool { n := worker.ListenerPID(p); return n != 0 && n != pid })

@@ -40,7 +40,7 @@ func TestClaimStateInQueueRow(t *testing.T) {
 	}
 	finish := func(r sqlc.ClaimBatchRow) int64 {
 		t.Helper()
-		n, err := store.Queries.FinishBatch(ctx, db, sqlc.FinishBatchParams{RetentionSeconds: 3600,
+		n, err := store.Queries.FinishBatch(ctx, db, sqlc.FinishBatchParams{Consumer: "ledger", RetentionSeconds: 3600,
 			Ids: []int64{r.ID}, Tokens: []int64{r.Token}, Outcomes: []string{"completed"}, Errors: []string{""},
 			Results: []string{""}, Delays: []float64{0}, Uncount: []int32{0}})
 		if err != nil {
@@ -60,7 +60,7 @@ func TestClaimStateInQueueRow(t *testing.T) {
 	if state, started, _, _ := e.state(t, "k"); state != "processing" || started != 1 {
 		t.Fatalf("claimed: %s, %d started", state, started)
 	}
-	if n, err := store.Queries.ReleaseClaims(ctx, db, []int64{first.ID}, []int64{first.Token}); err != nil || n != 1 {
+	if n, err := store.Queries.ReleaseClaims(ctx, db, sqlc.ReleaseClaimsParams{Consumer: "ledger", Ids: []int64{first.ID}, Tokens: []int64{first.Token}}); err != nil || n != 1 {
 		t.Fatalf("release: %d, %v", n, err)
 	}
 	if n := finish(first); n != 0 {

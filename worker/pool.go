@@ -42,6 +42,10 @@ const (
 	DefaultHotWindow    = time.Second
 
 	DefaultQueueVacuumThreshold = 50_000
+
+	DefaultHealthCheckInterval   = time.Minute
+	DefaultHorizonWarnAge        = 5 * time.Minute
+	DefaultDeadRowsWarnThreshold = 1_000_000
 )
 
 // Config configures a Pool. Consumer and Handlers are required; every other zero field takes the
@@ -125,6 +129,26 @@ type Config struct {
 	// holding back cleanup) is logged once, and the check backs off to every 5 minutes. Default:
 	// DefaultQueueVacuumThreshold (50,000). Negative: never vacuum.
 	QueueVacuumThreshold int
+	// HealthCheckInterval is how often the pool reads PostgreSQL's statistics of the txinbox tables
+	// and what holds back the xmin horizon (the figures of admin.Health), and logs a warning at Warn
+	// for each of HorizonWarnAge and DeadRowsWarnThreshold that is exceeded: so at most one record per
+	// condition (and table) per interval, per pool (a process running pools of several consumers logs
+	// for each). A check reads statistics views only. Default: DefaultHealthCheckInterval (1m).
+	// Negative: never check.
+	HealthCheckInterval time.Duration
+	// HorizonWarnAge: when another session's transaction holding the oldest snapshot (the xmin
+	// horizon: vacuum reclaims no row version deleted after it, in any table) has been open longer
+	// than this, or a prepared transaction was prepared longer ago, the check logs a warning naming it
+	// (pid, application_name, role, state, xact_start, query_start, age; gid for a prepared
+	// transaction). A session whose details PostgreSQL hides from the pool's role (not superuser nor
+	// pg_read_all_stats, another role's session) has no known age and is not warned about. Default:
+	// DefaultHorizonWarnAge (5m). Negative: never warn about the horizon.
+	HorizonWarnAge time.Duration
+	// DeadRowsWarnThreshold: when a txinbox table of the schema counts more dead row versions than
+	// this (pg_stat_all_tables.n_dead_tup, an estimate), the check logs a warning naming the table,
+	// its dead and live rows, its last vacuums and the session holding the horizon if any. Default:
+	// DefaultDeadRowsWarnThreshold (1,000,000). Negative: never warn about dead rows.
+	DeadRowsWarnThreshold int
 }
 
 func (c Config) withDefaults(st txinbox.Store) (Config, error) {
@@ -151,11 +175,14 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	def(&c.BatchSize, DefaultBatchSize)
 	def(&c.MaxAttempts, DefaultMaxAttempts)
 	def(&c.QueueVacuumThreshold, DefaultQueueVacuumThreshold)
+	def(&c.DeadRowsWarnThreshold, DefaultDeadRowsWarnThreshold)
 	defd(&c.PollInterval, DefaultPollInterval)
 	defd(&c.HotPollInterval, DefaultHotPoll)
 	defd(&c.HotWindow, max(DefaultHotWindow, 2*st.NotifyInterval))
 	defd(&c.Lease, DefaultLease)
 	defd(&c.Timeout, DefaultTimeout)
+	defd(&c.HealthCheckInterval, DefaultHealthCheckInterval)
+	defd(&c.HorizonWarnAge, DefaultHorizonWarnAge)
 	switch {
 	case c.Concurrency < 0:
 		return bad("Concurrency", "must not be negative")
@@ -243,6 +270,7 @@ type Pool struct {
 	listenPID     atomic.Uint32 // backend pid of the listening connection while it listens, else 0
 	notifications atomic.Int64  // notifications received for this consumer
 	vac           queueVacuum   // the rescuer's vacuum safety net
+	health        healthCheck   // the rescuer's health warning (health.go)
 	roll          rollup        // finished attempts per minute, for the console (rollup.go)
 
 	mu       sync.Mutex
@@ -510,7 +538,7 @@ func (p *Pool) release(ctx context.Context, claims []*claimed) error {
 		defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 		db = conn
 	}
-	_, err := store.Queries.ReleaseClaims(ctx, p.st.Wrap(db), ids, tokens)
+	_, err := store.Queries.ReleaseClaims(ctx, p.st.Wrap(db), sqlc.ReleaseClaimsParams{Consumer: p.cfg.Consumer, Ids: ids, Tokens: tokens})
 	return err
 }
 
@@ -629,6 +657,7 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 		switch {
 		case rescuer:
 			p.vac.maybe(ctx, p)
+			p.health.maybe(ctx, p)
 			p.sleep(ctx, p.cfg.PollInterval, true)
 		case len(batch) > 0 || again:
 			// claim again at once

@@ -118,18 +118,27 @@ func (p *Pool) flushRollup(ctx context.Context) {
 	if len(counts) == 0 {
 		return
 	}
-	var a sqlc.RollupAddParams
+	// One statement per consumer (a pool counts its own), named in it: see RollupAdd.
+	byConsumer := map[string]*sqlc.RollupAddParams{}
 	for k, c := range counts {
-		a.Consumers = append(a.Consumers, k.consumer)
+		a := byConsumer[k.consumer]
+		if a == nil {
+			a = &sqlc.RollupAddParams{Consumer: k.consumer, KeepMinutes: rollupKeepMinutes}
+			byConsumer[k.consumer] = a
+		}
 		a.Minutes = append(a.Minutes, pgtype.Timestamptz{Time: time.Unix(k.minute, 0), Valid: true})
 		a.Completed = append(a.Completed, c.completed)
 		a.Failed = append(a.Failed, c.failed)
 		a.Dead = append(a.Dead, c.dead)
 	}
-	a.KeepMinutes = rollupKeepMinutes
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err := store.Queries.RollupAdd(fctx, p.st.Wrap(p.db), a)
+	var err error
+	for _, a := range byConsumer {
+		if err = store.Queries.RollupAdd(fctx, p.st.Wrap(p.db), *a); err != nil {
+			break
+		}
+	}
 	if err == nil {
 		return
 	}

@@ -56,7 +56,7 @@ func TestRollupCountsFinishedAttempts(t *testing.T) {
 	if completed != 4 || failed != 2 || dead != 1 {
 		t.Fatalf("rollup: completed %d, failed %d, dead %d; want 4, 2, 1", completed, failed, dead)
 	}
-	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox_dead d JOIN {schema}.inbox m ON m.id = d.id WHERE m.key = 'poison' AND d.consumer = 'ledger'`); n != 1 {
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox_dead d JOIN {schema}.inbox m ON m.id = d.id AND m.consumer = d.consumer WHERE m.key = 'poison' AND d.consumer = 'ledger'`); n != 1 {
 		t.Fatalf("dead-letter set: %d rows for the poison message, want 1", n)
 	}
 }

@@ -125,15 +125,37 @@ func (a *app) printMigrations(sub string, rs []migrate.MigrationResult) error {
 
 // ---- stats ----
 
+var statsHealth bool
+
+// statsJSON is the JSON of stats --health: the consumers' counts (the array stats --json prints)
+// and admin.Health's fields.
+type statsJSON struct {
+	Consumers []admin.ConsumerStats `json:"consumers"`
+	admin.Health
+}
+
 var statsCmd = &command{
 	name:    "stats",
-	summary: "count messages per consumer and state",
+	summary: "count messages per consumer and state; dead row versions and the xmin horizon",
 	details: `
 Columns: PENDING waiting for an attempt; PROCESSING claimed by a worker; COMPLETED dedup records kept
 (EXPIRED of them past their dedup window, awaiting the cleaner); DEAD dead letters, kept until
 replayed or discarded; DONE/MIN completed in the last minute; OLDEST DUE how long the oldest due
-pending message has waited. Reads the whole inbox table once. With --json: the JSON of
-admin.ConsumerStats, the wait as oldest_pending_seconds (seconds, fractional).`,
+pending message has waited. Reads the whole inbox table once.
+
+Then the txinbox tables' PostgreSQL statistics (estimates): live rows, dead row versions not yet
+reclaimed by vacuum, last vacuum and autovacuum; and what holds back the xmin horizon, below which
+vacuum reclaims nothing in any table: the other session holding the oldest snapshot (pid, application,
+state, transaction start, age), replication slots and prepared transactions. Without superuser or
+pg_read_all_stats, PostgreSQL hides other roles' sessions' state and times ("hidden").
+
+With --json: the JSON array of admin.ConsumerStats, the wait as oldest_pending_seconds (seconds,
+fractional), as before. With --json --health: an object {"consumers": that array, "tables": [...],
+"horizon": {...}} (admin.Health's JSON; ages in seconds as age_seconds, prepared_age_seconds).`,
+	flags: func(fs *flag.FlagSet) {
+		statsHealth = false
+		fs.BoolVar(&statsHealth, "health", false, `with --json: print an object {"consumers", "tables", "horizon"} instead of the consumers' array`)
+	},
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
 			return usagef("stats", "unexpected arguments: %s", strings.Join(args, " "))
@@ -147,26 +169,79 @@ admin.ConsumerStats, the wait as oldest_pending_seconds (seconds, fractional).`,
 		if err != nil {
 			return err
 		}
-		if a.json {
-			if st == nil {
-				st = []admin.ConsumerStats{}
-			}
+		if st == nil {
+			st = []admin.ConsumerStats{}
+		}
+		if a.json && !statsHealth {
 			return a.writeJSON(st) // oldest_pending_seconds: see admin.ConsumerStats
+		}
+		h, err := c.Health(a.ctx)
+		if err != nil {
+			return err
+		}
+		if a.json {
+			return a.writeJSON(statsJSON{Consumers: st, Health: h})
 		}
 		if len(st) == 0 {
 			fmt.Fprintf(a.stdout, "no messages in schema %s\n", a.schema)
-			return nil
-		}
-		tw := a.table("CONSUMER", "PENDING", "PROCESSING", "COMPLETED", "EXPIRED", "DEAD", "DONE/MIN", "OLDEST DUE")
-		for _, s := range st {
-			age := "-"
-			if s.OldestPendingAge > 0 {
-				age = s.OldestPendingAge.Round(time.Second).String()
+		} else {
+			tw := a.table("CONSUMER", "PENDING", "PROCESSING", "COMPLETED", "EXPIRED", "DEAD", "DONE/MIN", "OLDEST DUE")
+			for _, s := range st {
+				age := "-"
+				if s.OldestPendingAge > 0 {
+					age = s.OldestPendingAge.Round(time.Second).String()
+				}
+				row(tw, s.Consumer, s.Pending, s.Processing, s.Completed, s.Expired, s.Dead, s.CompletedLastMinute, age)
 			}
-			row(tw, s.Consumer, s.Pending, s.Processing, s.Completed, s.Expired, s.Dead, s.CompletedLastMinute, age)
+			if err := tw.Flush(); err != nil {
+				return err
+			}
 		}
-		return tw.Flush()
+		return a.printHealth(h)
 	},
+}
+
+// printHealth writes the tables' statistics and the xmin horizon of stats.
+func (a *app) printHealth(h admin.Health) error {
+	fmt.Fprintln(a.stdout)
+	tw := a.table("TABLE", "LIVE ROWS", "DEAD ROWS", "LAST VACUUM", "LAST AUTOVACUUM")
+	when := func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return time.Since(t).Round(time.Second).String() + " ago"
+	}
+	for _, t := range h.Tables {
+		row(tw, t.Table, t.LiveRows, t.DeadRows, when(t.LastVacuum), when(t.LastAutovacuum))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout)
+	hz := h.Horizon
+	if d := hz.Holder; d == nil {
+		fmt.Fprintln(a.stdout, "xmin horizon: no other session holds a snapshot")
+	} else {
+		fmt.Fprintf(a.stdout, "xmin horizon: held by pid %d (role %s, application %s, %s), xmin age %d transactions",
+			d.PID, dash(d.Role), dash(d.ApplicationName), dash(d.BackendType), d.XminAge)
+		switch {
+		case d.DetailsHidden:
+			fmt.Fprint(a.stdout, "; state and age hidden (grant pg_read_all_stats to see them)")
+		case d.XactStart.IsZero():
+			fmt.Fprintf(a.stdout, ", %s, no transaction", dash(d.State))
+		default:
+			fmt.Fprintf(a.stdout, ", %s, transaction open %s (since %s)", dash(d.State), d.Age.Round(time.Second), d.XactStart.Format(time.RFC3339))
+		}
+		fmt.Fprintln(a.stdout)
+	}
+	if hz.SlotName != "" {
+		fmt.Fprintf(a.stdout, "replication slot %s: xmin age %d transactions\n", hz.SlotName, hz.SlotXminAge)
+	}
+	if hz.PreparedGID != "" {
+		fmt.Fprintf(a.stdout, "prepared transaction %q: xmin age %d transactions, prepared %s ago\n", hz.PreparedGID, hz.PreparedXminAge, hz.PreparedAge.Round(time.Second))
+	}
+	fmt.Fprintf(a.stdout, "database frozen xid age: %d transactions\n", hz.FrozenXidAge)
+	return nil
 }
 
 // ---- dead ----

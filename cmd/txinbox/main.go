@@ -8,7 +8,7 @@
 // Commands:
 //
 //	migrate up|down|status   apply, roll back (one version) or list (read-only) the schema migrations
-//	stats                    messages per consumer and state
+//	stats                    messages per consumer and state; dead row versions, the xmin horizon
 //	dead list                list dead letters (filters: --consumer --kind --error --since --until)
 //	dead show ID             show one stored message with every field
 //	dead replay ID...|--all  put dead letters back to pending (same key, attempts reset)

@@ -142,7 +142,12 @@ func TestMigrate(t *testing.T) {
 // seed receives messages into a migrated schema and gives them states as the worker would.
 func seed(t *testing.T) (*testdb.DB, map[string]int64) {
 	t.Helper()
-	db := testdb.New(t)
+	return seedOn(t, testdb.New(t))
+}
+
+// seedOn is seed on db.
+func seedOn(t *testing.T, db *testdb.DB) (*testdb.DB, map[string]int64) {
+	t.Helper()
 	c, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -195,6 +200,65 @@ func TestStatsJSON(t *testing.T) {
 	r.want(t, 0, "CONSUMER", "")
 	if !strings.Contains(r.stdout, "ledger") || !strings.Contains(r.stdout, "audit") {
 		t.Fatalf("table:\n%s", r.stdout)
+	}
+}
+
+// stats shows the tables' dead row versions and the session holding back the xmin horizon; --json
+// keeps its array, and --json --health wraps it in an object with admin.Health's fields.
+func TestStatsHealth(t *testing.T) {
+	t.Parallel()
+	db, _ := seedOn(t, testdb.NewInDatabase(t)) // the snapshot holds back the horizon of its database only
+	snap := testdb.HoldSnapshot(t, db.URL)
+	if _, err := db.Pool.Exec(context.Background(), db.SQL(`DELETE FROM {schema}.inbox_queue`)); err != nil {
+		t.Fatal(err)
+	}
+	type out struct {
+		Consumers []admin.ConsumerStats `json:"consumers"`
+		admin.Health
+	}
+	// Statistics are reported within a second or so: wait until the held snapshot is the holder and
+	// the delete is counted.
+	var h out
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		h = decode[out](t, cli(t, db.URL, "stats", "--schema", db.Schema, "--json", "--health"))
+		dead := int64(-1)
+		for _, tb := range h.Tables {
+			if tb.Table == "inbox_queue" {
+				dead = tb.DeadRows
+			}
+		}
+		if h.Horizon.Holder != nil && h.Horizon.Holder.PID == snap.PID && dead >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for the held snapshot and a dead queue row: %+v", h)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(h.Consumers) != 2 || h.Consumers[1].Consumer != "ledger" || h.Consumers[1].Dead != 2 || len(h.Tables) != 5 ||
+		h.Horizon.Holder.ApplicationName != snap.ApplicationName || h.Horizon.Holder.State != "idle in transaction" {
+		t.Fatalf("stats --json --health: %+v", h)
+	}
+	raw := decode[map[string]any](t, cli(t, db.URL, "stats", "--schema", db.Schema, "--json", "--health"))
+	for _, k := range []string{"consumers", "tables", "horizon"} {
+		if _, ok := raw[k]; !ok {
+			t.Fatalf("stats --json --health lacks %q: %v", k, raw)
+		}
+	}
+	if _, ok := raw["horizon"].(map[string]any)["holder"].(map[string]any)["age_seconds"].(float64); !ok {
+		t.Fatalf("no horizon.holder.age_seconds: %v", raw["horizon"])
+	}
+	// --json alone is still the consumers' array.
+	if arr := decode[[]map[string]any](t, cli(t, db.URL, "stats", "--schema", db.Schema, "--json")); len(arr) != 2 {
+		t.Fatalf("stats --json: %v", arr)
+	}
+	r := cli(t, db.URL, "stats", "--schema", db.Schema)
+	r.want(t, 0, "DEAD ROWS", "")
+	for _, want := range []string{"inbox_queue", "xmin horizon: held by pid", "idle in transaction", "database frozen xid age"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("stats lacks %q:\n%s", want, r.stdout)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -209,5 +210,65 @@ func TestAccountBalanceCheckedAgainstEntries(t *testing.T) {
 	}
 	if r := e.do(t, "GET", "/v1/accounts/acct-c", ""); r.status != http.StatusInternalServerError {
 		t.Fatalf("account with a tampered balance: %d %s, want 500", r.status, r.body)
+	}
+}
+
+// TestConcurrentEventsCoalesced: 32 clients post events, each sent 1 to 3 times, shuffled; the
+// API's Receive calls share statements (coalescing is on by default). Every event gets exactly one
+// 202 and a 200 for each copy, and every balance is exact once the workers are done.
+func TestConcurrentEventsCoalesced(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	r := rand.New(rand.NewPCG(13, 4))
+	type send struct {
+		id, account string
+		amount      int64
+	}
+	const events = 150
+	var sends []send
+	want := map[string]int64{}
+	for i := range events {
+		s := send{fmt.Sprintf("c-%d", i), fmt.Sprintf("acct-%d", i%7), int64(i + 1)}
+		want[s.account] += int64(i + 1)
+		for range 1 + r.IntN(3) {
+			sends = append(sends, s)
+		}
+	}
+	r.Shuffle(len(sends), func(i, j int) { sends[i], sends[j] = sends[j], sends[i] })
+	statuses := make([]int, len(sends))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := range work {
+				statuses[i] = e.do(t, "POST", "/v1/events", event(sends[i].id, sends[i].account, sends[i].amount)).status
+			}
+		})
+	}
+	for i := range sends {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	accepted := map[string]int{}
+	for i, st := range statuses {
+		switch st {
+		case http.StatusAccepted:
+			accepted[sends[i].id]++
+		case http.StatusOK:
+		default:
+			t.Fatalf("%s: status %d", sends[i].id, st)
+		}
+	}
+	for i := range events {
+		if id := fmt.Sprintf("c-%d", i); accepted[id] != 1 {
+			t.Errorf("%s: %d answers 202, want 1", id, accepted[id])
+		}
+	}
+	waitFor(t, "all events credited", func() bool {
+		return e.Count(t, `SELECT count(*) FROM {schema}.ledger_entries`) == events
+	})
+	if got := e.balances(t); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("balances = %v, want %v", got, want)
 	}
 }

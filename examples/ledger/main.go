@@ -36,6 +36,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -245,6 +246,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	wf.register(fs, 4)
 	bf.register(fs)
 	addr := fs.String("addr", "127.0.0.1:8080", "HOST:PORT to listen on (GET /metrics serves the Prometheus metrics)")
+	coalesceMax := 0
+	if v := os.Getenv("LEDGER_COALESCE_MAX"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			fmt.Fprintf(stderr, "LEDGER_COALESCE_MAX: %v\n", err)
+			return errUsage
+		}
+		coalesceMax = n
+	}
+	fs.IntVar(&coalesceMax, "coalesce-max", coalesceMax, "most concurrent POST /v1/events whose events share one statement and commit (0: txinbox's default, 64; 1: off; default: $LEDGER_COALESCE_MAX)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -278,7 +289,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if p != nil {
 		wake = p.Wake
 	}
-	h, err := api.New(api.Config{DB: db, Schema: c.schema, Wake: wake, Logger: logger, Observer: obs.metrics})
+	h, err := api.New(api.Config{DB: db, Schema: c.schema, Wake: wake, Logger: logger, Observer: obs.metrics, CoalesceMax: coalesceMax})
 	if err != nil {
 		closeSources(srcs)
 		return err
@@ -299,7 +310,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	logger.Info("ledger: serving", "addr", ln.Addr().String(), "schema", c.schema, "workers", wf.workers)
+	logger.Info("ledger: serving", "addr", ln.Addr().String(), "schema", c.schema, "workers", wf.workers, "coalesce_max", coalesceMax)
 	cons := startConsuming(ctx, srcs, logger)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

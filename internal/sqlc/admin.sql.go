@@ -15,14 +15,15 @@ const cleanExpiredRange = `-- name: CleanExpiredRange :one
 WITH picked AS (
     SELECT m.id
     FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > $1 AND m.id <= $2 AND m.state = 'completed' AND m.expires_at < now()
+    WHERE m.id > $1 AND m.id <= $2 AND m.consumer = $3 AND m.state = 'completed'
+      AND m.expires_at < now()
     ORDER BY m.id
-    LIMIT $3
+    LIMIT $4
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
     USING picked
-    WHERE m.id = picked.id AND m.state = 'completed' AND m.expires_at < now()
+    WHERE m.id = picked.id AND m.consumer = $3 AND m.state = 'completed' AND m.expires_at < now()
     RETURNING m.id
 )
 SELECT (SELECT count(*) FROM picked)::bigint AS picked,
@@ -31,9 +32,10 @@ SELECT (SELECT count(*) FROM picked)::bigint AS picked,
 `
 
 type CleanExpiredRangeParams struct {
-	AfterID int64
-	UntilID int64
-	MaxRows int32
+	AfterID  int64
+	UntilID  int64
+	Consumer string
+	MaxRows  int32
 }
 
 type CleanExpiredRangeRow struct {
@@ -42,15 +44,21 @@ type CleanExpiredRangeRow struct {
 	LastID  int64
 }
 
-// Deletes up to @max_rows completed messages whose dedup window has ended, among the ids above
-// @after_id and up to @until_id, in id order: a range scan of the primary key, so a statement never
+// Deletes up to @max_rows completed messages of @consumer whose dedup window has ended, among the ids
+// above @after_id and up to @until_id, in id order (one consumer per statement: it runs on one shard
+// of a table distributed by consumer): a range scan of the primary key, so a statement never
 // reads more than that span of ids. No index beyond the primary key is needed: the inbox table keeps
 // only its primary key and unique key, so that every state change stays a HOT update (see
 // migrations/00001_inbox.sql). Rows locked by someone else (a receiver renewing an expired key) are
 // skipped; a row renewed in the meantime is re-checked by FOR UPDATE and left alone. Reports how many
 // rows were picked and deleted and the highest id picked, where the next batch of the span starts.
 func (q *Queries) CleanExpiredRange(ctx context.Context, db DBTX, arg CleanExpiredRangeParams) (CleanExpiredRangeRow, error) {
-	row := db.QueryRow(ctx, cleanExpiredRange, arg.AfterID, arg.UntilID, arg.MaxRows)
+	row := db.QueryRow(ctx, cleanExpiredRange,
+		arg.AfterID,
+		arg.UntilID,
+		arg.Consumer,
+		arg.MaxRows,
+	)
 	var i CleanExpiredRangeRow
 	err := row.Scan(&i.Picked, &i.Deleted, &i.LastID)
 	return i, err
@@ -61,7 +69,7 @@ WITH s AS (
     SELECT m.consumer, (CASE WHEN q.claimed THEN 'processing' ELSE m.state END)::text AS state,
            m.next_run_at, m.completed_at, m.expires_at
     FROM /* TEMPLATE: schema */inbox m
-    LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.claimed
+    LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = m.consumer AND q.claimed
 )
 SELECT s.consumer, s.state, count(*)::bigint AS messages,
        coalesce(extract(epoch FROM now() - min(s.next_run_at) FILTER (WHERE s.state = 'pending' AND s.next_run_at <= now())), 0)::float8 AS oldest_due_seconds,
@@ -116,11 +124,11 @@ const discardDead = `-- name: DiscardDead :many
 WITH deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
     WHERE m.id = ANY($1::bigint[]) AND m.state = 'dead'
-    RETURNING m.id
+    RETURNING m.id, m.consumer
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
     USING deleted
-    WHERE q.id = deleted.id
+    WHERE q.id = deleted.id AND q.consumer = deleted.consumer
 )
 SELECT d.id FROM deleted d ORDER BY d.id
 `
@@ -151,20 +159,21 @@ const discardOlder = `-- name: DiscardOlder :one
 WITH picked AS (
     SELECT m.id
     FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > $1 AND m.id <= $2 AND m.state = ANY($3::text[]) AND m.state IN ('completed', 'dead')
-      AND m.completed_at < now() - make_interval(secs => $4::float8)
+    WHERE m.id > $1 AND m.id <= $2 AND m.consumer = $3
+      AND m.state = ANY($4::text[]) AND m.state IN ('completed', 'dead')
+      AND m.completed_at < now() - make_interval(secs => $5::float8)
     ORDER BY m.id
-    LIMIT $5
+    LIMIT $6
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
     USING picked
-    WHERE m.id = picked.id AND m.state IN ('completed', 'dead')
+    WHERE m.id = picked.id AND m.consumer = $3 AND m.state IN ('completed', 'dead')
     RETURNING m.id
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
     USING deleted
-    WHERE q.id = deleted.id
+    WHERE q.id = deleted.id AND q.consumer = $3
 )
 SELECT (SELECT count(*) FROM picked)::bigint AS picked,
        (SELECT count(*) FROM deleted)::bigint AS deleted,
@@ -174,6 +183,7 @@ SELECT (SELECT count(*) FROM picked)::bigint AS picked,
 type DiscardOlderParams struct {
 	AfterID          int64
 	UntilID          int64
+	Consumer         string
 	States           []string
 	OlderThanSeconds float64
 	MaxRows          int32
@@ -186,12 +196,13 @@ type DiscardOlderRow struct {
 }
 
 // Deletes up to @max_rows messages in one of @states (completed or dead only) that finished before
-// @older_than_seconds ago, among the ids above @after_id and up to @until_id, in id order. Same shape
-// as CleanExpiredRange.
+// @older_than_seconds ago, among the ids of @consumer above @after_id and up to @until_id, in id
+// order. Same shape as CleanExpiredRange.
 func (q *Queries) DiscardOlder(ctx context.Context, db DBTX, arg DiscardOlderParams) (DiscardOlderRow, error) {
 	row := db.QueryRow(ctx, discardOlder,
 		arg.AfterID,
 		arg.UntilID,
+		arg.Consumer,
 		arg.States,
 		arg.OlderThanSeconds,
 		arg.MaxRows,
@@ -205,27 +216,29 @@ const discardPending = `-- name: DiscardPending :many
 WITH matched AS (
     SELECT q.id
     FROM /* TEMPLATE: schema */inbox_queue q
-    JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id
+    JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id AND m.consumer = q.consumer
     WHERE q.id > $1
-      AND ($2::text = '' OR q.consumer = $2)
+      AND q.consumer = $2
       AND ($3::text = '' OR m.kind = $3)
       AND (cardinality($4::bigint[]) = 0 OR q.id = ANY($4::bigint[]))
     ORDER BY q.id
     LIMIT $5
 ), locked AS (
-    SELECT q.id
+    SELECT q.id, q.consumer
     FROM /* TEMPLATE: schema */inbox_queue q
-    WHERE q.id IN (SELECT matched.id FROM matched) AND NOT q.claimed
+    -- = ANY (ARRAY(...)), not IN (SELECT ...): Citus 13 fails to read the CTE's result in the IN form
+    -- ("invalid input syntax for type bigint: PGCOPY").
+    WHERE q.id = ANY (ARRAY(SELECT matched.id FROM matched)) AND q.consumer = $2 AND NOT q.claimed
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
     USING locked
-    WHERE m.id = locked.id AND m.state = 'pending'
+    WHERE m.id = locked.id AND m.consumer = locked.consumer AND m.state = 'pending'
     RETURNING m.id, m.consumer, m.ordering_key
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
     USING deleted
-    WHERE q.id = deleted.id
+    WHERE q.id = deleted.id AND q.consumer = deleted.consumer
 )
 SELECT mt.id, (d.id IS NOT NULL)::boolean AS discarded, coalesce(d.consumer, '')::text AS consumer,
        d.ordering_key
@@ -249,9 +262,9 @@ type DiscardPendingRow struct {
 	OrderingKey pgtype.Text
 }
 
-// Deletes pending messages that no worker has claimed, with their queue rows. It considers the
-// queued messages (one queue row per pending or claimed message; completed and dead rows are never
-// read) with an id above @after_id that match the non-empty filters (@consumer, @kind, @ids), the
+// Deletes pending messages of @consumer that no worker has claimed, with their queue rows. It
+// considers the queued messages (one queue row per pending or claimed message; completed and dead
+// rows are never read) with an id above @after_id that match the non-empty filters (@kind, @ids), the
 // first @max_rows of them in id order. A queue row is locked FOR UPDATE SKIP LOCKED before its
 // message is deleted, as claims lock it: a claim that locked it first wins, a claim that comes
 // later skips it, and a row a claim updated in the meantime is re-checked (claimed) and left alone.
@@ -297,7 +310,7 @@ SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.raw, m.headers, m.fingerpri
        coalesce(q.token, m.token)::bigint AS token, m.last_error,
        m.received_at, coalesce(q.started_at, m.started_at)::timestamptz AS started_at, m.completed_at, m.expires_at, m.result
 FROM /* TEMPLATE: schema */inbox m
-LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id
+LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = m.consumer
 WHERE m.id = $1
 `
 
@@ -361,15 +374,21 @@ func (q *Queries) GetMessage(ctx context.Context, db DBTX, id int64) (GetMessage
 const hasLiveCompleted = `-- name: HasLiveCompleted :one
 SELECT EXISTS (
     SELECT 1 FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > $1 AND m.id <= $2 AND m.state = 'completed'
+    WHERE m.id > $1 AND m.id <= $2 AND m.consumer = $3 AND m.state = 'completed'
       AND (m.expires_at IS NULL OR m.expires_at >= now())
 ) AS live
 `
 
-// Reports whether the ids above @after_id and up to @until_id hold a completed message still within
-// its dedup window (stops at the first one found).
-func (q *Queries) HasLiveCompleted(ctx context.Context, db DBTX, afterID int64, untilID int64) (bool, error) {
-	row := db.QueryRow(ctx, hasLiveCompleted, afterID, untilID)
+type HasLiveCompletedParams struct {
+	AfterID  int64
+	UntilID  int64
+	Consumer string
+}
+
+// Reports whether the ids above @after_id and up to @until_id hold a completed message of @consumer
+// still within its dedup window (stops at the first one found).
+func (q *Queries) HasLiveCompleted(ctx context.Context, db DBTX, arg HasLiveCompletedParams) (bool, error) {
+	row := db.QueryRow(ctx, hasLiveCompleted, arg.AfterID, arg.UntilID, arg.Consumer)
 	var live bool
 	err := row.Scan(&live)
 	return live, err
@@ -465,12 +484,27 @@ func (q *Queries) MaxMessageID(ctx context.Context, db DBTX) (int64, error) {
 	return max_id, err
 }
 
+const nextConsumer = `-- name: NextConsumer :one
+SELECT coalesce(min(m.consumer), '')::text AS consumer FROM /* TEMPLATE: schema */inbox m WHERE m.consumer > $1
+`
+
+// The first consumer after @after (in text order) that has stored messages, or ” when there is
+// none (a consumer name is never empty): one descent of the unique key (consumer, key). Called in a
+// loop, it lists the consumers without reading their rows (a recursive CTE would do it in one
+// statement, but a distributed table does not run one).
+func (q *Queries) NextConsumer(ctx context.Context, db DBTX, after string) (string, error) {
+	row := db.QueryRow(ctx, nextConsumer, after)
+	var consumer string
+	err := row.Scan(&consumer)
+	return consumer, err
+}
+
 const previewDiscardPending = `-- name: PreviewDiscardPending :many
 SELECT q.id, (NOT q.claimed AND m.state = 'pending')::boolean AS discarded
 FROM /* TEMPLATE: schema */inbox_queue q
-JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id
+JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id AND m.consumer = q.consumer
 WHERE q.id > $1
-  AND ($2::text = '' OR q.consumer = $2)
+  AND q.consumer = $2
   AND ($3::text = '' OR m.kind = $3)
   AND (cardinality($4::bigint[]) = 0 OR q.id = ANY($4::bigint[]))
 ORDER BY q.id
@@ -529,7 +563,7 @@ WITH replayed AS (
 ), queued AS (
     INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at, token)
     SELECT r.id, r.consumer, r.ordering_key, now(), r.token FROM replayed r
-    ON CONFLICT (id) DO NOTHING
+    ON CONFLICT (id, consumer) DO NOTHING
 ), notified AS (
     SELECT count(pg_notify($2::text, c.consumer)) AS sent
     FROM (SELECT DISTINCT r.consumer FROM replayed r) AS c

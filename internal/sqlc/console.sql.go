@@ -165,7 +165,7 @@ const consoleListDead = `-- name: ConsoleListDead :many
 SELECT d.seq, d.died_at, m.id, m.consumer, m.key, m.kind, m.attempts_failed, (m.raw IS NOT NULL)::boolean AS undecodable,
        left(coalesce(m.last_error, ''), 300)::text AS last_error
 FROM (
-    SELECT d.seq, d.id, d.died_at
+    SELECT d.seq, d.id, d.consumer, d.died_at
     FROM /* TEMPLATE: schema */inbox_dead d
     WHERE ($1::bigint = 0 OR d.seq < $1)
   AND ($2::text = '' OR d.consumer = $2)
@@ -176,7 +176,7 @@ FROM (
     ORDER BY d.seq DESC
     LIMIT $7
 ) d
-JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id
+JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id AND m.consumer = d.consumer
 ORDER BY d.seq DESC
 `
 
@@ -438,32 +438,32 @@ func (q *Queries) ConsoleRollup(ctx context.Context, db DBTX, windowMinutes int3
 const rollupAdd = `-- name: RollupAdd :exec
 WITH added AS (
     INSERT INTO /* TEMPLATE: schema */inbox_rollup AS r (consumer, minute, completed, failed, dead)
-    SELECT a.consumer, a.minute, a.completed, a.failed, a.dead
-    FROM ROWS FROM (unnest($2::text[]), unnest($3::timestamptz[]), unnest($4::bigint[]),
-                    unnest($5::bigint[]), unnest($6::bigint[])) AS a(consumer, minute, completed, failed, dead)
-    ORDER BY a.consumer, a.minute
+    SELECT $1::text, a.minute, a.completed, a.failed, a.dead
+    FROM ROWS FROM (unnest($3::timestamptz[]), unnest($4::bigint[]),
+                    unnest($5::bigint[]), unnest($6::bigint[])) AS a(minute, completed, failed, dead)
+    ORDER BY a.minute
     ON CONFLICT (consumer, minute) DO UPDATE
     SET completed = r.completed + excluded.completed, failed = r.failed + excluded.failed, dead = r.dead + excluded.dead
 )
 DELETE FROM /* TEMPLATE: schema */inbox_rollup o
-WHERE o.minute < now() - make_interval(mins => $1::int)
+WHERE o.consumer = $1 AND o.minute < now() - make_interval(mins => $2::int)
 `
 
 type RollupAddParams struct {
+	Consumer    string
 	KeepMinutes int32
-	Consumers   []string
 	Minutes     []pgtype.Timestamptz
 	Completed   []int64
 	Failed      []int64
 	Dead        []int64
 }
 
-// Adds per-minute counts of finished attempts to the rollup (one row per consumer and minute), and
-// deletes the rows older than @keep_minutes minutes.
+// Adds per-minute counts of @consumer's finished attempts to the rollup (one row per consumer and
+// minute), and deletes its rows older than @keep_minutes minutes.
 func (q *Queries) RollupAdd(ctx context.Context, db DBTX, arg RollupAddParams) error {
 	_, err := db.Exec(ctx, rollupAdd,
+		arg.Consumer,
 		arg.KeepMinutes,
-		arg.Consumers,
 		arg.Minutes,
 		arg.Completed,
 		arg.Failed,

@@ -12,14 +12,13 @@ import (
 )
 
 const claimBatch = `-- name: ClaimBatch :many
-WITH durability AS MATERIALIZED (
-    SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
-), candidates AS (
+WITH candidates AS (
     SELECT q.id, q.alone,
            (q.ordering_key IS NULL OR NOT EXISTS (
                 SELECT 1 FROM /* TEMPLATE: schema */inbox_queue h
-                WHERE h.consumer = q.consumer AND h.ordering_key = q.ordering_key AND h.id < q.id)) AS head
-    FROM durability, /* TEMPLATE: schema */inbox_queue q
+                WHERE h.consumer = $1 AND h.ordering_key = q.ordering_key AND h.id < q.id)) AS head,
+           set_config('synchronous_commit', 'off', true) AS synchronous_commit
+    FROM /* TEMPLATE: schema */inbox_queue q
     WHERE q.consumer = $1 AND NOT q.claimed AND q.run_at <= now()
     ORDER BY q.run_at, q.id
     LIMIT $2
@@ -28,7 +27,7 @@ WITH durability AS MATERIALIZED (
     UPDATE /* TEMPLATE: schema */inbox_queue q
     SET run_at = now() + make_interval(secs => $3::float8)
     FROM candidates c
-    WHERE q.id = c.id AND NOT c.head AND NOT c.alone
+    WHERE q.id = c.id AND q.consumer = $1 AND NOT c.head AND NOT c.alone
       AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id
 ), claimed AS (
@@ -38,7 +37,7 @@ WITH durability AS MATERIALIZED (
     SET claimed = true, alone = false, run_at = now() + make_interval(secs => $4::float8),
         token = q.token + 1, attempts_started = q.attempts_started + 1, owner = $5, started_at = now()
     FROM candidates c
-    WHERE q.id = c.id AND c.head AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2))
+    WHERE q.id = c.id AND q.consumer = $1 AND c.head AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2))
     RETURNING q.id, q.token, q.attempts_started
 )
 SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, c.token,
@@ -48,7 +47,7 @@ CROSS JOIN LATERAL (
     SELECT i.id, i.consumer, i.key, i.kind, i.payload, i.headers, i.ordering_key, i.attempts_failed,
            i.received_at, i.last_error
     FROM /* TEMPLATE: schema */inbox i
-    WHERE i.id = c.id
+    WHERE i.id = c.id AND i.consumer = $1
     OFFSET 0
 ) m
 UNION ALL
@@ -100,6 +99,10 @@ type ClaimBatchRow struct {
 // (ARRAY(...))` makes the updates look the rows up by primary key instead. Array parameters are
 // read with unnest (estimated at their length, or 10 in a generic plan), never generate_subscripts
 // (estimated at 1,000 rows, which made the receive statement scan the whole inbox).
+// Routing: every table reference names @consumer (h.consumer too, not q.consumer), so that a table
+// distributed by consumer runs the whole statement on one shard, FOR UPDATE included; the setting is
+// made in candidates (once per candidate row), which then runs on that shard's node, where the
+// claim commits.
 // Each inbox row is read by primary key, once per claimed row: OFFSET 0 keeps the subquery from being
 // flattened into a join, which a generic plan could run as a hash join over a scan of inbox (see
 // the note above).
@@ -149,7 +152,7 @@ WITH picked AS (
     WHERE q.consumer = $1 AND q.claimed AND q.run_at <= now()
       AND NOT EXISTS (
             SELECT 1 FROM /* TEMPLATE: schema */inbox_queue a
-            WHERE a.consumer = q.consumer AND a.claimed AND a.alone AND a.run_at > now())
+            WHERE a.consumer = $1 AND a.claimed AND a.alone AND a.run_at > now())
     ORDER BY q.run_at, q.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -158,13 +161,13 @@ WITH picked AS (
     SET alone = true, run_at = now() + make_interval(secs => $2::float8), token = q.token + 1,
         attempts_started = q.attempts_started + 1, owner = $3, started_at = now()
     FROM picked
-    WHERE q.id = picked.id
+    WHERE q.id = picked.id AND q.consumer = $1
     RETURNING q.id, q.token, q.attempts_started
 )
 SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, queued.token,
        queued.attempts_started, m.attempts_failed, m.received_at, m.last_error
 FROM queued
-JOIN /* TEMPLATE: schema */inbox m ON m.id = queued.id
+JOIN /* TEMPLATE: schema */inbox m ON m.id = queued.id AND m.consumer = $1
 `
 
 type ClaimSuspectParams struct {
@@ -224,24 +227,42 @@ func (q *Queries) ClaimSuspect(ctx context.Context, db DBTX, arg ClaimSuspectPar
 	return items, nil
 }
 
+const currentXact = `-- name: CurrentXact :one
+SELECT pg_current_xact_id()::text AS xid
+`
+
+// The id of the current transaction (assigned now if it has none), so that a batch whose handler
+// ended the transaction itself can learn whether it committed (XactStatus). A statement of its own,
+// run after LockClaims (one round trip per batch): inside a statement on a shard, a distributed
+// database runs the function on that shard's node, whose transaction ids mean nothing where
+// XactStatus is asked (a Citus coordinator); a statement without tables runs where the client's
+// transaction lives.
+func (q *Queries) CurrentXact(ctx context.Context, db DBTX) (string, error) {
+	row := db.QueryRow(ctx, currentXact)
+	var xid string
+	err := row.Scan(&xid)
+	return xid, err
+}
+
 const finishBatch = `-- name: FinishBatch :execrows
 WITH c AS (
     SELECT ($2::bigint[])[i] AS id, ($3::bigint[])[i] AS token, ($4::text[])[i] AS outcome,
            ($5::text[])[i] AS error, ($6::text[])[i] AS result,
-           now() + make_interval(secs => ($7::float8[])[i]) AS run_at, ($8::int[])[i] AS uncount
+           now() + make_interval(secs => ($7::float8[])[i]) AS run_at, ($8::int[])[i] AS uncount,
+           now() AS finished_at, now() + make_interval(secs => $9::float8) AS expires_at
     FROM unnest($2::bigint[]) WITH ORDINALITY AS s(v, i)
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
     USING c
     -- ` + "`" + `claimed IS TRUE` + "`" + `, as in LockClaims: looked up by primary key, not through the claimed index.
-    WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND c.outcome IN ('completed', 'dead')
+    WHERE q.id = c.id AND q.consumer = $1 AND q.token = c.token AND q.claimed IS TRUE AND c.outcome IN ('completed', 'dead')
     RETURNING q.id, q.attempts_started, q.started_at
 ), requeued AS (
     UPDATE /* TEMPLATE: schema */inbox_queue q
     SET claimed = false, alone = false, run_at = c.run_at, owner = NULL,
         attempts_started = q.attempts_started - c.uncount
     FROM c
-    WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND c.outcome = 'retry'
+    WHERE q.id = c.id AND q.consumer = $1 AND q.token = c.token AND q.claimed IS TRUE AND c.outcome = 'retry'
     RETURNING q.id, q.attempts_started, q.started_at
 ), fenced AS (
     SELECT d.id, d.attempts_started, d.started_at FROM dequeued d
@@ -249,7 +270,7 @@ WITH c AS (
     SELECT r.id, r.attempts_started, r.started_at FROM requeued r
 )
 UPDATE /* TEMPLATE: schema */inbox m
-SET state = CASE c.outcome WHEN 'retry' THEN 'pending' ELSE c.outcome END,
+SET state = CASE WHEN c.outcome = 'retry' THEN 'pending' ELSE c.outcome END,
     token = c.token,
     attempts_started = f.attempts_started - CASE WHEN c.outcome = 'retry' THEN 0 ELSE c.uncount END,
     attempts_failed = m.attempts_failed + CASE WHEN c.outcome = 'completed' OR c.uncount > 0 THEN 0 ELSE 1 END,
@@ -257,15 +278,15 @@ SET state = CASE c.outcome WHEN 'retry' THEN 'pending' ELSE c.outcome END,
     result = NULLIF(c.result, '')::jsonb,
     next_run_at = CASE WHEN c.outcome = 'retry' THEN c.run_at ELSE m.next_run_at END,
     started_at = f.started_at,
-    completed_at = CASE WHEN c.outcome = 'retry' THEN NULL ELSE now() END,
-    expires_at = CASE WHEN c.outcome = 'completed' THEN now() + make_interval(secs => $1::float8) END
+    completed_at = CASE WHEN c.outcome = 'retry' THEN NULL ELSE c.finished_at END,
+    expires_at = CASE WHEN c.outcome = 'completed' THEN c.expires_at END
 FROM c
 JOIN fenced f ON f.id = c.id
-WHERE m.id = c.id
+WHERE m.id = c.id AND m.consumer = $1
 `
 
 type FinishBatchParams struct {
-	RetentionSeconds float64
+	Consumer         string
 	Ids              []int64
 	Tokens           []int64
 	Outcomes         []string
@@ -273,6 +294,7 @@ type FinishBatchParams struct {
 	Results          []string
 	Delays           []float64
 	Uncount          []int32
+	RetentionSeconds float64
 }
 
 // Records the outcome of every message of a batch in one statement: completed and dead leave the
@@ -282,10 +304,12 @@ type FinishBatchParams struct {
 // caller compares the count). @uncount undoes the attempt counted by the claim for
 // messages that were never run.
 // The only write of the inbox row per attempt: the claim's token, attempts (those of a requeued row
-// already uncounted) and start come from the queue row.
+// already uncounted) and start come from the queue row. Times are computed in c, never inside a CASE,
+// and every CASE is of the searched form: Citus refuses a non-immutable function in a CASE of a
+// modification and mis-deparses `CASE x WHEN`.
 func (q *Queries) FinishBatch(ctx context.Context, db DBTX, arg FinishBatchParams) (int64, error) {
 	result, err := db.Exec(ctx, finishBatch,
-		arg.RetentionSeconds,
+		arg.Consumer,
 		arg.Ids,
 		arg.Tokens,
 		arg.Outcomes,
@@ -293,6 +317,7 @@ func (q *Queries) FinishBatch(ctx context.Context, db DBTX, arg FinishBatchParam
 		arg.Results,
 		arg.Delays,
 		arg.Uncount,
+		arg.RetentionSeconds,
 	)
 	if err != nil {
 		return 0, err
@@ -302,14 +327,14 @@ func (q *Queries) FinishBatch(ctx context.Context, db DBTX, arg FinishBatchParam
 
 const lockClaims = `-- name: LockClaims :many
 WITH limits AS (
-    SELECT set_config('statement_timeout', $3::text, true) AS statement_timeout,
-           set_config('idle_in_transaction_session_timeout', $4::text, true) AS idle_timeout
+    SELECT set_config('statement_timeout', $4::text, true) AS statement_timeout,
+           set_config('idle_in_transaction_session_timeout', $5::text, true) AS idle_timeout
 )
-SELECT q.id, pg_current_xact_id()::text AS xid
+SELECT q.id
 FROM limits, /* TEMPLATE: schema */inbox_queue q
 JOIN unnest($1::bigint[]) WITH ORDINALITY AS s(id, i)
   ON q.id = s.id AND q.token = ($2::bigint[])[s.i]
-WHERE q.claimed IS TRUE AND q.id = ANY ($1::bigint[])
+WHERE q.consumer = $3 AND q.claimed IS TRUE AND q.id = ANY ($1::bigint[])
 ORDER BY q.id
 FOR UPDATE OF q
 `
@@ -317,13 +342,9 @@ FOR UPDATE OF q
 type LockClaimsParams struct {
 	Ids              []int64
 	Tokens           []int64
+	Consumer         string
 	StatementTimeout string
 	IdleTimeout      string
-}
-
-type LockClaimsRow struct {
-	ID  int64
-	Xid string
 }
 
 // Locks the queue rows of a claimed batch inside the batch transaction, keeping only those whose
@@ -331,15 +352,15 @@ type LockClaimsRow struct {
 // the lock is held nobody else can claim them (claims skip locked rows). It also bounds the
 // transaction on the server side: a statement that runs too long is cancelled, and a session left
 // idle inside the transaction (a frozen or cut-off worker) is terminated, which releases the locks so
-// that the messages can be taken over when their lease ends. It returns the transaction's id too
-// (assigned by the row locks anyway), so that a batch whose handler ended the transaction itself can
-// learn whether it committed (XactStatus).
+// that the messages can be taken over when their lease ends. The transaction's id comes from
+// CurrentXact.
 // `claimed IS TRUE` is `claimed`, written so that the planner looks the rows up by primary key (= ANY)
 // instead of walking the partial index of claimed rows, which grows while vacuum lags.
-func (q *Queries) LockClaims(ctx context.Context, db DBTX, arg LockClaimsParams) ([]LockClaimsRow, error) {
+func (q *Queries) LockClaims(ctx context.Context, db DBTX, arg LockClaimsParams) ([]int64, error) {
 	rows, err := db.Query(ctx, lockClaims,
 		arg.Ids,
 		arg.Tokens,
+		arg.Consumer,
 		arg.StatementTimeout,
 		arg.IdleTimeout,
 	)
@@ -347,13 +368,13 @@ func (q *Queries) LockClaims(ctx context.Context, db DBTX, arg LockClaimsParams)
 		return nil, err
 	}
 	defer rows.Close()
-	var items []LockClaimsRow
+	var items []int64
 	for rows.Next() {
-		var i LockClaimsRow
-		if err := rows.Scan(&i.ID, &i.Xid); err != nil {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -398,7 +419,7 @@ WITH g AS (
 SELECT g.consumer, g.ready::bigint AS ready, g.waiting::bigint AS waiting, g.claimed::bigint AS claimed,
        coalesce(extract(epoch FROM now() - m.received_at), 0)::float8 AS oldest_age_seconds
 FROM g
-LEFT JOIN /* TEMPLATE: schema */inbox m ON m.id = g.oldest_id
+LEFT JOIN /* TEMPLATE: schema */inbox m ON m.id = g.oldest_id AND m.consumer = g.consumer
 ORDER BY g.consumer
 `
 
@@ -441,9 +462,9 @@ func (q *Queries) QueueStats(ctx context.Context, db DBTX) ([]QueueStatsRow, err
 
 const readyNext = `-- name: ReadyNext :exec
 UPDATE /* TEMPLATE: schema */inbox_queue q
-SET alone = true, run_at = CASE WHEN q.run_at <= now() THEN q.run_at ELSE greatest(m.next_run_at, now()) END
+SET alone = true, run_at = least(q.run_at, greatest(m.next_run_at, now()))
 FROM unnest($2::text[]) AS k(ordering_key), /* TEMPLATE: schema */inbox m
-WHERE q.consumer = $1 AND q.ordering_key = k.ordering_key AND NOT q.claimed AND m.id = q.id
+WHERE q.consumer = $1 AND q.ordering_key = k.ordering_key AND NOT q.claimed AND m.id = q.id AND m.consumer = $1
   AND q.id = (SELECT min(h.id) FROM /* TEMPLATE: schema */inbox_queue h
               WHERE h.consumer = $1 AND h.ordering_key = k.ordering_key)
 `
@@ -452,7 +473,9 @@ WHERE q.consumer = $1 AND q.ordering_key = k.ordering_key AND NOT q.claimed AND 
 // if it was snoozed behind a message that has just completed or died, and marks it (alone) so that no
 // claim snoozes it: a claim whose snapshot still showed the finished message, and that locks the row
 // after this update, sees the mark. Run after the finishing commit, so that it sees every message
-// received before it.
+// received before it. The new run_at is its not-before time or now, whichever is later, and never
+// later than it was: a due row keeps its place in claim order. (least/greatest, not CASE: Citus
+// refuses now() inside a CASE of a modification.)
 func (q *Queries) ReadyNext(ctx context.Context, db DBTX, consumer string, keys []string) error {
 	_, err := db.Exec(ctx, readyNext, consumer, keys)
 	return err
@@ -460,20 +483,27 @@ func (q *Queries) ReadyNext(ctx context.Context, db DBTX, consumer string, keys 
 
 const releaseClaims = `-- name: ReleaseClaims :execrows
 WITH c AS (
-    SELECT ($1::bigint[])[i] AS id, ($2::bigint[])[i] AS token
-    FROM unnest($1::bigint[]) WITH ORDINALITY AS s(v, i)
+    SELECT ($2::bigint[])[i] AS id, ($3::bigint[])[i] AS token
+    FROM unnest($2::bigint[]) WITH ORDINALITY AS s(v, i)
 )
 UPDATE /* TEMPLATE: schema */inbox_queue q
 SET claimed = false, alone = false, run_at = now(), owner = NULL,
     attempts_started = greatest(q.attempts_started - 1, m.attempts_failed)
 FROM c, /* TEMPLATE: schema */inbox m
-WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE AND q.id = ANY ($1::bigint[]) AND m.id = q.id
+WHERE q.id = c.id AND q.consumer = $1 AND q.token = c.token AND q.claimed IS TRUE AND q.id = ANY ($2::bigint[])
+  AND m.id = q.id AND m.consumer = $1
 `
+
+type ReleaseClaimsParams struct {
+	Consumer string
+	Ids      []int64
+	Tokens   []int64
+}
 
 // Gives claimed messages back without charging an attempt (a batch that was stopped or lost its
 // connection before these ran, or ran and rolled back). Fenced by token. Writes the queue rows only.
-func (q *Queries) ReleaseClaims(ctx context.Context, db DBTX, ids []int64, tokens []int64) (int64, error) {
-	result, err := db.Exec(ctx, releaseClaims, ids, tokens)
+func (q *Queries) ReleaseClaims(ctx context.Context, db DBTX, arg ReleaseClaimsParams) (int64, error) {
+	result, err := db.Exec(ctx, releaseClaims, arg.Consumer, arg.Ids, arg.Tokens)
 	if err != nil {
 		return 0, err
 	}

@@ -79,3 +79,24 @@ func Err(err error) error {
 	}
 	return fmt.Errorf("txinbox: %w", err)
 }
+
+// Consumers lists, in text order, the consumers that have messages stored in the inbox table of the
+// schema db is wrapped for (Wrap): one NextConsumer statement per consumer, each one descent of the
+// unique key, so the cost does not grow with the rows stored. Statements that lock or delete rows
+// run once per consumer, so that each names its consumer (SCALING.md: a table distributed by
+// consumer runs such a statement on one shard only).
+func Consumers(ctx context.Context, db sqlc.DBTX) ([]string, error) {
+	var out []string
+	after := ""
+	for {
+		next, err := Queries.NextConsumer(ctx, db, after)
+		if err != nil {
+			return out, err
+		}
+		if next == "" {
+			return out, nil
+		}
+		out = append(out, next)
+		after = next
+	}
+}

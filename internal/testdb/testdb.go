@@ -16,6 +16,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -54,16 +55,29 @@ func URL(t testing.TB) string {
 	return u
 }
 
-// Migrate applies txinbox's migrations to schema (created if missing). It is the one call of the
-// migration API in the test harnesses (this package and the txinboxtest module).
+// EnvDistribute is the variable that, set to 1, makes Migrate distribute the migrated tables by
+// consumer (migrate.Distribute): the tests then run on a Citus coordinator given in EnvURL (package
+// internal/citus sets both).
+const EnvDistribute = "TXINBOX_TEST_DISTRIBUTE"
+
+// Migrate applies txinbox's migrations to schema (created if missing), and distributes its tables when
+// EnvDistribute is 1. It is the one call of the migration API in the test harnesses (this package
+// and the txinboxtest module).
 func Migrate(ctx context.Context, cfg *pgx.ConnConfig, schema string) error {
 	m, err := migrate.New(ctx, cfg, txinbox.Store{Schema: schema}, nil)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	_, err = m.Up(ctx)
-	return err
+	if _, err = m.Up(ctx); err != nil || os.Getenv(EnvDistribute) != "1" {
+		return err
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close(ctx) }()
+	return migrate.Distribute(ctx, txinbox.Store{DB: c, Schema: schema})
 }
 
 // DB is one test's isolated schema.
@@ -76,7 +90,11 @@ type DB struct {
 // NewSchema creates an empty schema for t and drops it when t ends.
 func NewSchema(t testing.TB) (schema, url string) {
 	t.Helper()
-	url = URL(t)
+	return newSchemaAt(t, URL(t))
+}
+
+func newSchemaAt(t testing.TB, url string) (schema, _ string) {
+	t.Helper()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	schema = "txinbox_test_" + hex.EncodeToString(b)
@@ -108,7 +126,12 @@ func NewSchema(t testing.TB) (schema, url string) {
 // New creates a migrated schema for t and a pool on it (closed when t ends).
 func New(t testing.TB) *DB {
 	t.Helper()
-	schema, url := NewSchema(t)
+	return newAt(t, URL(t))
+}
+
+func newAt(t testing.TB, url string) *DB {
+	t.Helper()
+	schema, url := newSchemaAt(t, url)
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

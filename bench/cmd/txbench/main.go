@@ -7,11 +7,12 @@
 //	go run ./cmd/txbench --sustain 10m
 //	go run ./cmd/txbench --tune
 //	go run ./cmd/txbench --seen [--redis-addr 127.0.0.1:6379]
+//	go run ./cmd/txbench --coalesce
 //
 // BENCH_QUICK=1 in the environment is the same as --quick. Each system runs in a fresh schema of its
 // own (txbench_*), created and dropped by the run; benchmarks run one at a time. The main run (drain,
 // ingest, latency, growth, footprint), the sustained drain (--sustain), the tuning sweep (--tune) and
-// the seen-key cache comparison (--seen) each replace their own section of the output file and keep
+// the seen-key cache comparison (--seen) and the coalesced receives (--coalesce) each replace their own section of the output file and keep
 // the others.
 package main
 
@@ -31,18 +32,23 @@ import (
 )
 
 type options struct {
-	url     string
-	quick   bool
-	out     string
-	only    map[string]bool
-	runs    int
-	n       int
-	sustain time.Duration
-	tune    bool
-	verbose bool
-	trace   bool
-	seen    bool
-	redis   string
+	url      string
+	citusURL string // --citus-url: only the drains on it and on url (runCitus)
+	quick    bool
+	out      string
+	only     map[string]bool
+	runs     int
+	n        int
+	sustain  time.Duration
+	tune     bool
+	verbose  bool
+	trace    bool
+	seen     bool
+	redis    string
+	// coalesce runs only the coalesced-receive comparison.
+	coalesce bool
+	// coalesceOn is the coalescing of the "on" rows.
+	coalesceOn bench.CoalesceConfig
 
 	inbox bench.InboxConfig
 	// inboxBatchHandler is the HandlerConfig.BatchSize of the batch-handler drain.
@@ -74,6 +80,9 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "log progress to stderr")
 	flag.BoolVar(&o.seen, "seen", false, "run only the seen-key cache comparison (80% redeliveries, 4 clients: no cache, LRU, Redis)")
 	flag.StringVar(&o.redis, "redis-addr", "127.0.0.1:6379", "Redis server of the --seen comparison (its keys get a prefix of their own and expire)")
+	flag.BoolVar(&o.coalesce, "coalesce", false, "run only the coalesced-receive comparison (single-message Receive from 32 goroutines, coalescing off vs on; paced at 1,000/s)")
+	flag.IntVar(&o.coalesceOn.Max, "coalesce-max", 0, "inbox.Config.CoalesceMax of the --coalesce rows with coalescing on (0: the default)")
+	flag.DurationVar(&o.coalesceOn.Wait, "coalesce-wait", 0, "inbox.Config.CoalesceWait of the --coalesce rows with coalescing on (0: the default)")
 	flag.BoolVar(&o.trace, "trace", false, "run only one txinbox drain with every statement traced, and print where the time goes")
 	flag.IntVar(&o.inbox.Concurrency, "inbox-concurrency", 4, "txinbox worker.Config.Concurrency")
 	flag.IntVar(&o.inbox.BatchSize, "inbox-batch", 64, "txinbox worker.Config.BatchSize")
@@ -83,6 +92,7 @@ func main() {
 	flag.IntVar(&o.riverNoop.MaxWorkers, "river-noop-workers", 2000, "River MaxWorkers, no-op workload")
 	riverNoopPool := flag.Int("river-noop-pool", 20, "River pgxpool MaxConns, no-op workload")
 	flag.IntVar(&o.rawClient, "raw-clients", 4, "raw SQL drain clients")
+	flag.StringVar(&o.citusURL, "citus-url", "", "run only the txinbox drains (single and batch handler) on --database-url and on this Citus coordinator (tables distributed by consumer), alternating, and print the table")
 	flag.Parse()
 
 	o.riverTx.PoolConns, o.riverNoop.PoolConns = int32(*riverTxPool), int32(*riverNoopPool)
@@ -166,6 +176,8 @@ func run(ctx context.Context, o options) error {
 	}
 	section := "main"
 	switch {
+	case o.citusURL != "":
+		return runCitus(ctx, o, env, log, progress)
 	case o.trace:
 		st := bench.NewStatementStats()
 		env.Tracer = st
@@ -193,6 +205,11 @@ func run(ctx context.Context, o options) error {
 	case o.seen:
 		section = "seen"
 		if err := r.runSeen(ctx, env, progress); err != nil {
+			return err
+		}
+	case o.coalesce:
+		section = "coalesce"
+		if err := r.runCoalesce(ctx, env, progress); err != nil {
 			return err
 		}
 	default:
@@ -389,6 +406,40 @@ func (r *report) runSeen(ctx context.Context, env *bench.Env, progress func(stri
 	return nil
 }
 
+// runCoalesce compares single-message Receive calls from 32 goroutines with coalescing off and on,
+// interleaving the runs, then the two at a steady 1,000 calls/s.
+func (r *report) runCoalesce(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	perSender, d := 1000, 20*time.Second
+	if r.opts.quick {
+		perSender, d = 200, 6*time.Second
+	}
+	rows := []*coalesceRow{{cfg: bench.CoalesceConfig{Off: true}}, {cfg: r.opts.coalesceOn}}
+	for run := 1; run <= r.opts.runs; run++ {
+		for _, row := range rows {
+			progress("coalesce %d/%d: %s, %d goroutines × %d Receive", run, r.opts.runs, row.cfg, bench.CoalesceSenders, perSender)
+			res, err := env.CoalesceLoop(ctx, row.cfg, perSender)
+			if err != nil {
+				return fmt.Errorf("coalesce %s: %w", row.cfg, err)
+			}
+			progress("  %.0f msg/s, %.2f round trips/msg, p50 %s p99 %s", res.Rate, res.Trips, res.P50, res.P99)
+			row.rates = append(row.rates, res.Rate)
+			row.cpu = append(row.cpu, perMsg(res.FP, res.Calls))
+			row.last = res
+		}
+	}
+	r.coalesce = rows
+	for _, row := range rows {
+		progress("coalesce paced: %s, 1000 calls/s for %s", row.cfg, d)
+		res, err := env.CoalescePaced(ctx, row.cfg, 1000, d)
+		if err != nil {
+			return fmt.Errorf("coalesce paced %s: %w", row.cfg, err)
+		}
+		progress("  achieved %.0f/s, p50 %s p99 %s max %s", res.Rate, res.P50, res.P99, res.Max)
+		r.coalescePaced = append(r.coalescePaced, res)
+	}
+	return nil
+}
+
 func maxFP(a, b bench.Footprint) bench.Footprint {
 	return bench.Footprint{PeakRSSMB: max(a.PeakRSSMB, b.PeakRSSMB), RSSExact: b.RSSExact, MaxConns: max(a.MaxConns, b.MaxConns)}
 }
@@ -441,6 +492,58 @@ func (r *report) runTune(ctx context.Context, env *bench.Env, progress func(stri
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// runCitus drains the same messages with txinbox on the single server of env and on the Citus
+// coordinator o.citusURL (txinbox's tables distributed by consumer; one consumer, so one shard),
+// alternating runs, and prints a markdown table of the medians (SCALING.md).
+func runCitus(ctx context.Context, o options, single *bench.Env, log *slog.Logger, progress func(string, ...any)) error {
+	citus, err := bench.NewEnv(ctx, o.citusURL, o.quick, log)
+	if err != nil {
+		return err
+	}
+	defer citus.Close()
+	citus.Distribute = true
+	if err := citus.DropStale(ctx); err != nil {
+		return err
+	}
+	batch := o.inbox
+	batch.HandlerBatchSize = o.inboxBatchHandler
+	type row struct {
+		name string
+		env  *bench.Env
+		cfg  bench.InboxConfig
+		runs []float64
+		cpu  []float64
+	}
+	rows := []*row{
+		{name: "single PostgreSQL, single handler", env: single, cfg: o.inbox},
+		{name: "Citus (coordinator + 2 workers), single handler", env: citus, cfg: o.inbox},
+		{name: "single PostgreSQL, batch handler", env: single, cfg: batch},
+		{name: "Citus (coordinator + 2 workers), batch handler", env: citus, cfg: batch},
+	}
+	for i := 0; i < o.runs; i++ {
+		for _, r := range rows {
+			progress("%s, run %d: draining %d messages", r.name, i+1, o.n)
+			rate, fp, err := r.env.InboxDrain(ctx, o.n, 0, r.cfg)
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
+			}
+			r.runs = append(r.runs, rate)
+			r.cpu = append(r.cpu, fp.ClientCPU*1e6/float64(o.n))
+		}
+	}
+	fmt.Printf("Drain of %d messages of one consumer, %d run(s) each, alternating (`%s`):\n\n", o.n, o.runs, command())
+	fmt.Println("| Where | Configuration | Runs (msg/s) | Median msg/s | Client CPU µs/msg (median) |")
+	fmt.Println("|---|---|---|---:|---:|")
+	for _, r := range rows {
+		var runs []string
+		for _, x := range r.runs {
+			runs = append(runs, fmt.Sprintf("%.0f", x))
+		}
+		fmt.Printf("| %s | %s | %s | **%.0f** | %.0f |\n", r.name, r.cfg, strings.Join(runs, ", "), bench.Median(r.runs), bench.Median(r.cpu))
 	}
 	return nil
 }

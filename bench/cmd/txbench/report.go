@@ -39,6 +39,13 @@ type seenRow struct {
 	last     bench.SeenResult
 }
 
+type coalesceRow struct {
+	cfg   bench.CoalesceConfig
+	rates []float64
+	cpu   []cpuPerMsg
+	last  bench.CoalesceResult
+}
+
 type tuneRow struct {
 	system, config string
 	rate           float64
@@ -77,6 +84,9 @@ type report struct {
 	sustain *bench.SustainResult
 	tune    []tuneRow
 	seen    []*seenRow
+
+	coalesce      []*coalesceRow
+	coalescePaced []bench.CoalesceResult
 }
 
 func (r *report) markdown(section string) string {
@@ -95,6 +105,8 @@ func (r *report) markdown(section string) string {
 		p("## Tuning sweep (%d messages per drain, one run each)\n", r.opts.n)
 	case "seen":
 		p("## Seen-key cache (%s mode)\n", mode)
+	case "coalesce":
+		p("## Coalesced receives (%s mode)\n", mode)
 	}
 	p("Run %s, took %s. Command:\n", r.started.UTC().Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
 	p("```sh\n%s\n```\n", r.command)
@@ -108,6 +120,8 @@ func (r *report) markdown(section string) string {
 		r.tuneMD(p)
 	case "seen":
 		r.seenMD(p)
+	case "coalesce":
+		r.coalesceMD(p)
 	}
 	return b.String()
 }
@@ -326,6 +340,37 @@ func (r *report) seenMD(p func(string, ...any)) {
 		}
 		p("| %s | **%.0f** | %.2f | %.0f%% | %s | %s | %.0f MiB |", row.kind, bench.Median(row.rates), row.last.RoundTrips,
 			100*float64(row.last.Cached)/float64(row.last.Messages), medianCPU(row.cpu), redisCPU, row.last.FP.PeakRSSMB)
+	}
+	p("")
+}
+
+func (r *report) coalesceMD(p func(string, ...any)) {
+	if len(r.coalesce) == 0 {
+		return
+	}
+	l := r.coalesce[0].last
+	p("Closed loop: %d goroutines of one `inbox.Client`, each calling `Receive` (one new message a call) %d times back to back; the pool has %d connections. Latency: each call's duration. Round trips: database calls per message (counted by a wrapper of the pool). Median of %d run(s), interleaved (off, on, off, on...), so both rows see the same machine.\n",
+		bench.CoalesceSenders, l.Calls/bench.CoalesceSenders, bench.CoalesceSenders+2, len(r.coalesce[0].rates))
+	p("| Coalescing | Runs (msg/s) | msg/s | × off | DB round trips/msg | p50 call | p99 call | CPU µs/msg client + server | WAL flushes / commits (last run) |")
+	p("|---|---|---:|---:|---:|---:|---:|---:|---|")
+	off := bench.Median(r.coalesce[0].rates)
+	for _, row := range r.coalesce {
+		m := bench.Median(row.rates)
+		p("| %s | %s | **%.0f** | %.2f× | %.2f | %s | %s | %s | %d / %d |", row.cfg, ratesMD(row.rates), m, m/off,
+			row.last.Trips, ms(row.last.P50), ms(row.last.P99), medianCPU(row.cpu), row.last.FP.WALFlushes, row.last.FP.Commits)
+	}
+	p("")
+	if len(r.coalescePaced) == 0 {
+		return
+	}
+	pc := r.coalescePaced[0]
+	p("Paced: %d calls/s on a fixed schedule for %.0f s, from %d goroutines; a call's latency runs from its scheduled start to its return (so a late sender counts), the first second not measured.\n",
+		pc.Target, float64(pc.Calls)/float64(pc.Target), bench.CoalesceSenders)
+	p("| Coalescing | Achieved calls/s | Samples | p50 | p99 | max | DB round trips/msg | CPU µs/msg client + server |")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, res := range r.coalescePaced {
+		p("| %s | %.0f | %d | %s | **%s** | %s | %.2f | %s |", res.Config, res.Rate, res.Samples, ms(res.P50), ms(res.P99), ms(res.Max),
+			res.Trips, perMsg(res.FP, res.Calls))
 	}
 	p("")
 }

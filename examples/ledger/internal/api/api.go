@@ -2,7 +2,8 @@
 //
 //	POST /v1/events          an OrderPaid event, stored in the inbox (key = event_id) and credited by a
 //	                         worker: 202 new, 200 duplicate, 422 event_id reused for another event,
-//	                         400 invalid body (problem+json listing every invalid field).
+//	                         400 invalid body (problem+json listing every invalid field). Concurrent
+//	                         requests' events share statements and commits (Config.CoalesceMax).
 //	POST /v1/credits         a synchronous credit, {account_id, amount_cents}, with an Idempotency-Key
 //	                         header (package idempotency): 201 with the new entry; a retry with the same
 //	                         key gets the stored response (Idempotent-Replayed: true).
@@ -53,6 +54,11 @@ type Config struct {
 	// Observer, if set, is told about every receive of POST /v1/events (package metrics implements
 	// it). Default: none.
 	Observer inbox.Observer
+	// CoalesceMax is the inbox.Config.CoalesceMax of POST /v1/events: concurrent requests' events
+	// share one statement and one commit, up to this many (group commit). Default: 0, txinbox's
+	// default ([inbox.DefaultCoalesceMax]); 1 turns coalescing off (a statement and a commit per
+	// request).
+	CoalesceMax int
 }
 
 // Server serves the API. It is an http.Handler.
@@ -76,7 +82,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Wake == nil {
 		cfg.Wake = func() {}
 	}
-	ic, err := inbox.New(txinbox.Store{DB: cfg.DB, Schema: cfg.Schema}, inbox.Config{MaxPayloadBytes: MaxBodyBytes, Observer: cfg.Observer})
+	ic, err := inbox.New(txinbox.Store{DB: cfg.DB, Schema: cfg.Schema}, inbox.Config{MaxPayloadBytes: MaxBodyBytes, Observer: cfg.Observer,
+		CoalesceMax: cfg.CoalesceMax})
 	if err != nil {
 		return nil, err
 	}

@@ -182,14 +182,14 @@ func (r *run) verify(ctx context.Context, rep *Report, before, after totals) err
 	var pending, processing, completed, queued int64
 	var deadKey, deadErr string
 	err = r.db.QueryRow(ctx, r.q(`
-SELECT count(*) FILTER (WHERE state = 'pending' AND id NOT IN (SELECT id FROM {schema}.inbox_queue WHERE claimed)),
+SELECT count(*) FILTER (WHERE state = 'pending' AND id NOT IN (SELECT id FROM {schema}.inbox_queue WHERE claimed AND consumer = $1)),
        (SELECT count(*) FROM {schema}.inbox_queue WHERE claimed AND consumer = $1), -- processing: claimed in the queue
        count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state = 'dead'),
        coalesce(sum(attempts_started), 0), coalesce(sum(attempts_failed), 0),
        coalesce(sum(attempts_started - attempts_failed - CASE WHEN state = 'completed' THEN 1 ELSE 0 END), 0),
        count(*) FILTER (WHERE state = 'completed' AND (result->>'already_applied')::boolean),
        coalesce(min(key) FILTER (WHERE state = 'dead'), ''), coalesce(min(last_error) FILTER (WHERE state = 'dead'), ''),
-       (SELECT count(*) FROM {schema}.inbox_queue)
+       (SELECT count(*) FROM {schema}.inbox_queue WHERE consumer = $1)
 FROM {schema}.inbox WHERE consumer = $1`), ledger.Consumer).Scan(&pending, &processing, &completed, &rep.Dead,
 		&rep.Attempts, &rep.FailedAttempts, &rep.Unfinished, &rep.GuardHits, &deadKey, &deadErr, &queued)
 	if err != nil {

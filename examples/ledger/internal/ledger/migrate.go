@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
@@ -37,6 +38,9 @@ func Migrate(ctx context.Context, connConfig *pgx.ConnConfig, schema string) err
 	if err != nil {
 		return fmt.Errorf("ledger: txinbox migrations: %w", err)
 	}
+	if err := distribute(ctx, connConfig, schema); err != nil {
+		return err
+	}
 	cfg := connConfig.Copy()
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
@@ -62,6 +66,22 @@ func Migrate(ctx context.Context, connConfig *pgx.ConnConfig, schema string) err
 	}
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("ledger: migrations: %w", err)
+	}
+	return nil
+}
+
+// distribute distributes txinbox's tables by consumer when the database is a Citus coordinator
+// (migrate.Distribute; SCALING.md); elsewhere it changes nothing. The ledger's own tables stay
+// tables of the coordinator: a handler's writes to them commit with the inbox's rows on the shards.
+func distribute(ctx context.Context, connConfig *pgx.ConnConfig, schema string) error {
+	c, err := pgx.ConnectConfig(ctx, connConfig)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	defer func() { _ = c.Close(ctx) }()
+	err = migrate.Distribute(ctx, txinbox.Store{DB: c, Schema: schema})
+	if err != nil && !errors.Is(err, migrate.ErrNoCitus) {
+		return fmt.Errorf("ledger: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,5 @@
+//go:build race
+
+package citus
+
+const raceEnabled = true

@@ -1,0 +1,71 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox"
+)
+
+// ErrNoCitus is returned by [Distribute] when the database has no citus extension.
+var ErrNoCitus = errors.New("txinbox: the citus extension is not installed in this database")
+
+// DistributedTables are the tables [Distribute] distributes by consumer, colocated with the first:
+// every table that holds messages or per-consumer records. The others (the version table, the
+// idempotency keys of package idempotency) stay tables of the coordinator.
+var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup"}
+
+// Distribute makes the txinbox tables of store's schema (DistributedTables) distributed tables of a
+// Citus cluster, by the column consumer and colocated, so that every statement txinbox runs goes to
+// the one shard holding its consumer (SCALING.md). Run it once, after [Up], connected to the
+// coordinator; rows already stored are moved to the shards. Tables already distributed are left
+// alone, so it is safe to call at every start. It runs in one transaction on store.DB, which must
+// not be inside a transaction of the caller.
+//
+// The dead-letter set (inbox_dead) is kept by triggers on inbox (migration 00003). Citus accepts
+// them only with citus.enable_unsafe_triggers on: Distribute sets it for its own transaction. The
+// triggers fire on each shard and write the colocated shard of inbox_dead, on the same node. A
+// later migration that creates or drops a trigger (a down migration of 00003, say) needs the same
+// setting: pass options=-c citus.enable_unsafe_triggers=on in the connection string.
+//
+// Without the citus extension it returns an error matching [ErrNoCitus] and changes nothing.
+func Distribute(ctx context.Context, store txinbox.Store) error {
+	store, err := store.Resolve()
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, store.DB, func(tx pgx.Tx) error {
+		var citus bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')").Scan(&citus); err != nil {
+			return fmt.Errorf("txinbox: distribute: %w", err)
+		}
+		if !citus {
+			return ErrNoCitus
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL citus.enable_unsafe_triggers = on"); err != nil {
+			return fmt.Errorf("txinbox: distribute: %w", err)
+		}
+		first := pgx.Identifier{store.Schema, DistributedTables[0]}.Sanitize()
+		for _, table := range DistributedTables {
+			name := pgx.Identifier{store.Schema, table}.Sanitize()
+			var done bool
+			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass($1))", name).Scan(&done); err != nil {
+				return fmt.Errorf("txinbox: distribute %s: %w", name, err)
+			}
+			if done {
+				continue
+			}
+			colocate := first
+			if table == DistributedTables[0] {
+				colocate = "default"
+			}
+			if _, err := tx.Exec(ctx, "SELECT create_distributed_table($1::regclass, 'consumer', colocate_with => $2)", name, colocate); err != nil {
+				return fmt.Errorf("txinbox: distribute %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+}

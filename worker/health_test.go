@@ -1,0 +1,106 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/worker"
+)
+
+const (
+	horizonWarning  = "txinbox: an old transaction holds back vacuum: no dead row version of any table is reclaimed until it ends (pg_terminate_backend(pid) ends it)"
+	deadRowsWarning = "txinbox: a txinbox table has many dead row versions: autovacuum is behind, or an old transaction holds them (see horizon_*)"
+)
+
+// TestHealthWarnings holds a snapshot open in another session (BEGIN ISOLATION LEVEL REPEATABLE READ;
+// SELECT 1), as a forgotten psql session would, and runs a pool with tiny thresholds: it logs at Warn
+// the session holding back the horizon, by pid, application name, state and transaction start, and
+// the queue table whose dead rows the snapshot keeps.
+func TestHealthWarnings(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, testdb.NewInDatabase(t)) // the snapshot holds back the horizon of its database only
+	snap := testdb.HoldSnapshot(t, e.URL)
+	const n = 20
+	e.receive(t, keys("h", n)...)
+	logs := &logBuffer{}
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		return applyCredit(ctx, tx, e.Schema, m)
+	})
+	run(t, e.pool(t, hs, func(c *worker.Config) {
+		c.Logger = logs.logger()
+		c.HealthCheckInterval = 10 * time.Millisecond
+		c.HorizonWarnAge = time.Nanosecond
+		c.DeadRowsWarnThreshold = n // every message leaves two dead queue rows: claimed, deleted
+		c.QueueVacuumThreshold = -1
+	}))
+	waitFor(t, "every message completed", func() bool { return e.count(t, "completed") == n })
+
+	// The test's own connections may hold a snapshot for a moment: wait until a warning names the
+	// held one.
+	pid := fmt.Sprint(snap.PID)
+	var warned map[string]any
+	waitFor(t, "a warning naming the held snapshot", func() bool {
+		for _, r := range logs.find(t, horizonWarning) {
+			if fmt.Sprint(r["pid"]) == pid {
+				warned = r
+				return true
+			}
+		}
+		return false
+	})
+	if warned["level"] != "WARN" || warned["consumer"] != "ledger" || warned["application_name"] != snap.ApplicationName ||
+		warned["state"] != "idle in transaction" || warned["xact_start"] == nil || warned["age"] == nil || warned["threshold"] == nil {
+		t.Fatalf("horizon warning %v", warned)
+	}
+	waitFor(t, "a warning about the queue table's dead rows", func() bool {
+		for _, r := range logs.find(t, deadRowsWarning) {
+			if r["table"] == "inbox_queue" {
+				warned = r
+				return true
+			}
+		}
+		return false
+	})
+	if warned["level"] != "WARN" || warned["schema"] != e.Schema || warned["dead_rows"].(float64) <= n || warned["horizon_pid"] == nil {
+		t.Fatalf("dead rows warning %v", warned)
+	}
+}
+
+// TestHorizonWarningOff: a negative HorizonWarnAge turns the horizon's warning off, while the dead
+// rows' warning, logged by the same checks, shows that they ran with a snapshot held.
+func TestHorizonWarningOff(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, testdb.NewInDatabase(t))
+	testdb.HoldSnapshot(t, e.URL)
+	const n = 10
+	e.receive(t, keys("o", n)...)
+	logs := &logBuffer{}
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		return applyCredit(ctx, tx, e.Schema, m)
+	})
+	run(t, e.pool(t, hs, func(c *worker.Config) {
+		c.Logger = logs.logger()
+		c.HealthCheckInterval = 10 * time.Millisecond
+		c.HorizonWarnAge = -1
+		c.DeadRowsWarnThreshold = n
+		c.QueueVacuumThreshold = -1
+	}))
+	waitFor(t, "a warning about the queue table's dead rows", func() bool {
+		for _, r := range logs.find(t, deadRowsWarning) {
+			if r["table"] == "inbox_queue" && r["horizon_pid"] != nil {
+				return true
+			}
+		}
+		return false
+	})
+	if r := logs.find(t, horizonWarning); len(r) > 0 {
+		t.Fatalf("warned about the horizon with HorizonWarnAge -1: %v", r)
+	}
+}
