@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -284,15 +283,45 @@ func (c *Client) ReceiveUndecodableTx(ctx context.Context, tx pgx.Tx, u Undecoda
 		return Receipt{}, &ValidationError{Field: "raw", Reason: fmt.Sprintf("is %d bytes, more than the limit of %d", len(u.Raw), c.cfg.MaxPayloadBytes)}
 	}
 	reason := strings.ToValidUTF8(u.Reason, "?")
-	id, err := store.Queries.InsertDead(ctx, c.st.Wrap(tx), sqlc.InsertDeadParams{
-		Consumer: u.Consumer, Key: u.Key, Kind: u.Kind, Raw: u.Raw, Headers: headersJSON(u.Headers),
-		LastError: pgtype.Text{String: strings.ReplaceAll(reason, "\x00", ""), Valid: true},
+	var row sqlc.InsertDeadRow
+	err := c.inGeneration(ctx, tx, u.Consumer, func() (bool, error) {
+		var err error
+		row, err = store.Queries.InsertDead(ctx, c.st.Wrap(tx), sqlc.InsertDeadParams{
+			Consumer: u.Consumer, Key: u.Key, Kind: u.Kind, Raw: u.Raw, Headers: headersJSON(u.Headers),
+			LastError: pgtype.Text{String: strings.ReplaceAll(reason, "\x00", ""), Valid: true},
+		})
+		return row.Retry, err
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Receipt{Outcome: Duplicate, State: StateDead}, nil
-	}
 	if err != nil {
 		return Receipt{}, translateError(err)
 	}
-	return Receipt{ID: id, Outcome: Inserted, State: StateDead}, nil
+	if row.ID == 0 {
+		return Receipt{Outcome: Duplicate, State: StateDead}, nil
+	}
+	return Receipt{ID: row.ID, Outcome: Inserted, State: StateDead}, nil
+}
+
+// maxGenerationRounds bounds the runs of a statement that reports retry (see inGeneration): each
+// round after the first needs a rotation committed during the previous one.
+const maxGenerationRounds = 4
+
+// inGeneration runs stmt, a statement that inserts into the slot of consumer's generation (00006),
+// until it reports that it did its work (retry false). A statement reports retry, having written
+// nothing, when consumer has no generation row yet or a rotation committed after the statement's
+// snapshot; then the consumer is registered (RegisterConsumer, a no-op when it has its row) and stmt
+// runs again, with a newer snapshot under READ COMMITTED. Under REPEATABLE READ and SERIALIZABLE a
+// rotation fails the statement with a serialization error instead.
+func (c *Client) inGeneration(ctx context.Context, db sqlc.DBTX, consumer string, stmt func() (retry bool, err error)) error {
+	for round := 0; ; round++ {
+		retry, err := stmt()
+		if err != nil || !retry {
+			return err
+		}
+		if round+1 >= maxGenerationRounds {
+			return fmt.Errorf("txinbox: consumer %q: %d generation rotations while receiving; receive again", consumer, round+1)
+		}
+		if err := store.Queries.RegisterConsumer(ctx, c.st.Wrap(db), consumer); err != nil {
+			return err
+		}
+	}
 }

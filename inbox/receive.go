@@ -396,7 +396,12 @@ func (c *Client) insertOrCompareOne(ctx context.Context, db sqlc.DBTX, msgs []Me
 		p.OrderingKeys[i], p.RunAts[i] = m.OrderingKey, runAt(m.NotBefore)
 	}
 
-	rows, err := c.receiveBatch(ctx, db, p) // ReceiveBatch, with debounced wake-up notifications
+	var rows []sqlc.ReceiveBatchRow
+	err := c.inGeneration(ctx, db, p.Consumer, func() (bool, error) {
+		var err error
+		rows, err = c.receiveBatch(ctx, db, p) // ReceiveBatch, with debounced wake-up notifications
+		return err == nil && len(rows) > 0 && rows[0].Retry, err
+	})
 	if err != nil {
 		return nil, translateError(err)
 	}

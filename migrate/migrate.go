@@ -113,6 +113,16 @@ func (m *Migrator) Up(ctx context.Context) ([]MigrationResult, error) {
 	return results(rs, true), err
 }
 
+// UpTo creates the schema if it is missing and applies the pending migrations up to version
+// (included). It returns the migrations applied, none when the schema was already at or past version.
+func (m *Migrator) UpTo(ctx context.Context, version int64) ([]MigrationResult, error) {
+	if err := createSchema(ctx, m.db, m.schema); err != nil {
+		return nil, err
+	}
+	rs, err := m.provider.UpTo(ctx, version)
+	return results(rs, true), err
+}
+
 // Down rolls back the most recent migration and returns it. When no migration is applied (the
 // schema or its VersionTable does not exist, or every migration is already rolled back) it returns
 // no result and a nil error, and writes nothing.

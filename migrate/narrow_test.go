@@ -46,7 +46,7 @@ func TestMigration4MovesClaimsWithData(t *testing.T) {
 	}
 	v3 := snapshot()
 
-	if _, err := m.Up(ctx); err != nil {
+	if _, err := m.UpTo(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
 	type claim struct {
@@ -90,7 +90,7 @@ func TestMigration4MovesClaimsWithData(t *testing.T) {
 	if got := snapshot(); got != v3 {
 		t.Errorf("down did not restore version 3's rows:\n got %s\nwant %s", got, v3)
 	}
-	if _, err := m.Up(ctx); err != nil {
+	if _, err := m.UpTo(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
 	if got := snapshot(); got != v4 {

@@ -79,9 +79,7 @@ SELECT (SELECT count(*) FROM picked)::bigint AS picked,
 -- name: ListDead :many
 -- Lists dead messages in id order after @after_id, filtered by the non-empty filters: consumer, kind,
 -- a substring of the last error, and the time the message died (completed_at) within since and until.
-SELECT id, consumer, key, kind, payload, raw, headers, fingerprint, ordering_key, state,
-       attempts_started, attempts_failed, next_run_at, owner, lease_until, token, last_error,
-       received_at, started_at, completed_at, expires_at, result
+SELECT *
 FROM /* TEMPLATE: schema */inbox
 WHERE state = 'dead' AND id > @after_id
   AND (@consumer::text = '' OR consumer = @consumer)
@@ -217,3 +215,10 @@ WHERE q.id > @after_id
   AND (cardinality(@ids::bigint[]) = 0 OR q.id = ANY(@ids::bigint[]))
 ORDER BY q.id
 LIMIT @max_rows;
+
+-- name: Rotate :one
+-- Begins a new generation of the inbox if the current one began at least @period ago, or at once
+-- when @period is NULL (inbox_rotate, migration 00006). Run it in a transaction of its own with a
+-- lock_timeout.
+SELECT r.rotated::boolean AS rotated, r.generation::bigint AS generation, r.copied::bigint AS copied
+FROM /* TEMPLATE: schema */inbox_rotate(sqlc.narg(period)::interval) r;

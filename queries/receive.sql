@@ -4,13 +4,28 @@
 -- name: ReceiveBatch :many
 -- Inserts the messages of @consumer that are new and reports, for every input row, whether it was
 -- inserted or which stored row holds its key. One consumer per statement, named in every reference
--- to a table, so that a table distributed by consumer runs it on one shard (00005). One statement, so one round trip for the whole batch. A key that
--- appears more than once in the batch is stored from its first occurrence (first_ord); every row
--- reports whether its fingerprint equals that occurrence's (same_as_first) and the stored row's. A
--- row that is neither inserted nor found was inserted by a transaction that committed after the
--- snapshot of this statement: the caller looks it up again (LookupKeys, with the fingerprint
--- returned here).
-WITH input AS (
+-- to a table, so that a table distributed by consumer runs it on one shard (00005). One statement, so
+-- one round trip for the whole batch. A key that appears more than once in the batch is stored from
+-- its first occurrence (first_ord); every row reports whether its fingerprint equals that
+-- occurrence's (same_as_first) and the stored row's. A row that is neither inserted nor found was
+-- inserted by a transaction that committed after the snapshot of this statement: the caller looks it
+-- up again (LookupKeys, with the fingerprint returned here).
+--
+-- Generations (00006): new rows go into the slot of the consumer's generation, whose unique key
+-- rejects a duplicate within the slot; a key with a live row (not an expired completed one) in
+-- another slot is not inserted. The consumer's generation row is locked FOR KEY SHARE, so a rotation
+-- waits for this transaction, and compared with the statement's snapshot: when they differ (a
+-- rotation committed after the snapshot was taken, READ COMMITTED) or the consumer has no row yet,
+-- nothing is written and every row reports retry: the caller registers the consumer
+-- (RegisterConsumer) and runs the statement again. Under REPEATABLE READ and SERIALIZABLE the lock
+-- itself fails (40001) when a rotation committed after the transaction's snapshot.
+WITH gl AS (
+    SELECT g.gen FROM /* TEMPLATE: schema */inbox_gen g WHERE g.consumer = @consumer FOR KEY SHARE
+), gs AS (
+    SELECT g.gen FROM /* TEMPLATE: schema */inbox_gen g WHERE g.consumer = @consumer
+), cur AS (
+    SELECT (gl.gen % 3)::smallint AS slot FROM gl JOIN gs ON gs.gen = gl.gen
+), input AS (
     -- ROWS FROM zips the arrays in one pass (a subscript of a text array walks it from its start).
     SELECT s.ord, @consumer::text AS consumer, s.key, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers,
            NULLIF(s.ordering_key, '') AS ordering_key, coalesce(s.run_at, now()) AS run_at
@@ -30,22 +45,28 @@ WITH input AS (
            first_value(f.fingerprint) OVER w AS first_fingerprint
     FROM fingerprinted f
     WINDOW w AS (PARTITION BY f.consumer, f.key ORDER BY f.ord)
+), live AS (
+    -- Keys with a live row in another slot, under the statement's snapshot.
+    SELECT DISTINCT m.key
+    FROM firsts f
+    JOIN /* TEMPLATE: schema */inbox m ON m.consumer = @consumer AND m.key = f.key
+    CROSS JOIN cur
+    WHERE f.ord = f.first_ord AND m.slot <> cur.slot AND NOT coalesce(m.state = 'completed' AND m.expires_at < now(), false)
 ), numbered AS (
     -- Ids are drawn in batch order (the receipt order that per-key ordering follows), but rows are
     -- inserted in key order, so that concurrent batches take their unique-key locks in one order
     -- and cannot deadlock.
     SELECT f.*, nextval('/* TEMPLATE: schema */inbox_id_seq') AS id
     FROM firsts f
-    WHERE f.ord = f.first_ord
+    WHERE f.ord = f.first_ord AND EXISTS (SELECT 1 FROM cur) AND NOT EXISTS (SELECT 1 FROM live WHERE live.key = f.key)
     ORDER BY f.ord
 ), inserted AS (
     INSERT INTO /* TEMPLATE: schema */inbox
-        (id, consumer, key, kind, payload, headers, fingerprint, ordering_key, next_run_at)
-    OVERRIDING SYSTEM VALUE
-    SELECT f.id, f.consumer, f.key, f.kind, f.payload, f.headers, f.fingerprint, f.ordering_key, f.run_at
-    FROM numbered f
+        (slot, id, consumer, key, kind, payload, headers, fingerprint, ordering_key, next_run_at)
+    SELECT cur.slot, f.id, f.consumer, f.key, f.kind, f.payload, f.headers, f.fingerprint, f.ordering_key, f.run_at
+    FROM numbered f CROSS JOIN cur
     ORDER BY f.consumer, f.key
-    ON CONFLICT (consumer, key) DO NOTHING
+    ON CONFLICT (consumer, key, slot) DO NOTHING
     RETURNING id, consumer, key, ordering_key, next_run_at
 ), queued AS (
     INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at)
@@ -57,7 +78,8 @@ WITH input AS (
     FROM unnest(@notify_consumers::text[]) AS n(consumer)
     WHERE EXISTS (SELECT 1 FROM inserted i WHERE i.consumer = n.consumer)
 )
-SELECT f.ord::bigint AS ord,
+SELECT NOT EXISTS (SELECT 1 FROM cur) AS retry,
+       f.ord::bigint AS ord,
        f.first_ord::bigint AS first_ord,
        (i.id IS NOT NULL AND f.ord = f.first_ord)::boolean AS inserted,
        coalesce(i.id, m.id, 0)::bigint AS id,
@@ -70,14 +92,23 @@ SELECT f.ord::bigint AS ord,
        coalesce(m.expires_at < now(), false)::boolean AS expired
 FROM notified, firsts f
 LEFT JOIN inserted i ON i.key = f.key
-LEFT JOIN /* TEMPLATE: schema */inbox m ON i.id IS NULL AND m.consumer = @consumer AND m.key = f.key
+-- The stored row of the key: a live one before an expired one, the current slot's first (an expired
+-- row there is what RenewExpired renews).
+LEFT JOIN LATERAL (
+    SELECT m.id, m.state, m.fingerprint, m.result, m.expires_at
+    FROM /* TEMPLATE: schema */inbox m
+    WHERE i.id IS NULL AND m.consumer = @consumer AND m.key = f.key
+    ORDER BY coalesce(m.state = 'completed' AND m.expires_at < now(), false),
+             m.slot = (SELECT cur.slot FROM cur) DESC, m.id DESC
+    LIMIT 1
+) m ON true
 LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = @consumer AND q.claimed IS TRUE
 ORDER BY f.ord;
 
 -- name: RenewExpired :many
 -- Reuses the rows of expired dedup records of @consumer as new messages: a key whose window has ended is accepted
--- again even if the cleaner has not deleted its row yet. Only rows still expired are touched. The
--- fingerprints are those ReceiveBatch returned.
+-- again even if its generation has not been retired yet. Only rows still expired, in the current
+-- slot of the consumer, are touched. The fingerprints are those ReceiveBatch returned.
 WITH input AS (
     SELECT s.id, s.kind, s.payload::jsonb AS payload, s.headers::jsonb AS headers, s.fingerprint,
            NULLIF(s.ordering_key, '') AS ordering_key, coalesce(s.run_at, now()) AS run_at
@@ -94,6 +125,9 @@ WITH input AS (
         received_at = now(), started_at = NULL, completed_at = NULL, expires_at = NULL, result = NULL
     FROM input
     WHERE m.id = input.id AND m.consumer = @consumer AND m.expires_at < now()
+      -- Only the current slot's rows: an expired row of another slot leaves with its slot, and the
+      -- key is inserted anew (the caller receives it again).
+      AND m.slot = (SELECT (g.gen % 3)::smallint FROM /* TEMPLATE: schema */inbox_gen g WHERE g.consumer = @consumer)
     RETURNING m.id, m.consumer, m.ordering_key, m.next_run_at, m.token
 ), queued AS (
     INSERT INTO /* TEMPLATE: schema */inbox_queue (id, consumer, ordering_key, run_at, token)
@@ -103,26 +137,60 @@ WITH input AS (
 SELECT r.id FROM renewed r;
 
 -- name: LookupKeys :many
--- Reads the stored rows of @consumer's keys, comparing them with the fingerprints
--- ReceiveBatch returned.
+-- Reads the stored rows of @consumer's keys, comparing them with the fingerprints ReceiveBatch
+-- returned: per key, a live row before an expired one (a key may have an expired row in an older
+-- slot and a new one in the current slot), the current slot's first, then the newest.
 WITH t AS (
     SELECT s.ord, s.key, s.fingerprint
     FROM ROWS FROM (unnest(@keys::text[]), unnest(@fingerprints::bytea[])) WITH ORDINALITY AS s(key, fingerprint, ord)
+), cur AS (
+    SELECT (g.gen % 3)::smallint AS slot FROM /* TEMPLATE: schema */inbox_gen g WHERE g.consumer = @consumer
 )
 SELECT t.ord::bigint AS ord, m.id,
        coalesce(CASE WHEN q.id IS NOT NULL THEN 'processing' END, m.state)::text AS state,
        (m.fingerprint = t.fingerprint)::boolean AS same_fingerprint,
        m.result, coalesce(m.expires_at < now(), false)::boolean AS expired
 FROM t
-JOIN /* TEMPLATE: schema */inbox m ON m.consumer = @consumer AND m.key = t.key
+JOIN LATERAL (
+    SELECT m.id, m.state, m.fingerprint, m.result, m.expires_at
+    FROM /* TEMPLATE: schema */inbox m
+    WHERE m.consumer = @consumer AND m.key = t.key
+    ORDER BY coalesce(m.state = 'completed' AND m.expires_at < now(), false),
+             m.slot = (SELECT cur.slot FROM cur) DESC, m.id DESC
+    LIMIT 1
+) m ON true
 LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = @consumer AND q.claimed IS TRUE
 ORDER BY t.ord;
 
 -- name: InsertDead :one
--- Stores a message that could not be decoded, already dead, keeping its raw bytes. A duplicate of a
--- stored key is left alone.
-INSERT INTO /* TEMPLATE: schema */inbox
-    (consumer, key, kind, payload, raw, headers, fingerprint, state, last_error, completed_at)
-VALUES (@consumer, @key, @kind, 'null'::jsonb, @raw, @headers::jsonb, sha256(@raw), 'dead', @last_error, now())
-ON CONFLICT (consumer, key) DO NOTHING
-RETURNING id;
+-- Stores a message that could not be decoded, already dead, keeping its raw bytes, in the slot of
+-- @consumer's generation (locked and compared as in ReceiveBatch: retry when the consumer has no
+-- generation row or a rotation committed after the snapshot). A key with a stored row (an expired
+-- one of the current slot included) is left alone: id 0.
+WITH gl AS (
+    SELECT g.gen FROM /* TEMPLATE: schema */inbox_gen g WHERE g.consumer = @consumer FOR KEY SHARE
+), gs AS (
+    SELECT g.gen FROM /* TEMPLATE: schema */inbox_gen g WHERE g.consumer = @consumer
+), cur AS (
+    SELECT (gl.gen % 3)::smallint AS slot FROM gl JOIN gs ON gs.gen = gl.gen
+), inserted AS (
+    INSERT INTO /* TEMPLATE: schema */inbox
+        (slot, consumer, key, kind, payload, raw, headers, fingerprint, state, last_error, completed_at)
+    SELECT cur.slot, @consumer, @key, @kind, 'null'::jsonb, @raw, @headers::jsonb, sha256(@raw), 'dead', @last_error, now()
+    FROM cur
+    WHERE NOT EXISTS (
+        SELECT 1 FROM /* TEMPLATE: schema */inbox m
+        WHERE m.consumer = @consumer AND m.key = @key AND m.slot <> cur.slot
+          AND NOT coalesce(m.state = 'completed' AND m.expires_at < now(), false))
+    ON CONFLICT (consumer, key, slot) DO NOTHING
+    RETURNING id
+)
+SELECT NOT EXISTS (SELECT 1 FROM cur) AS retry, coalesce((SELECT i.id FROM inserted i), 0)::bigint AS id;
+
+-- name: RegisterConsumer :exec
+-- Gives @consumer its generation row, the current generation, if it has none. The FOR KEY SHARE lock
+-- of inbox_ring's row makes a rotation wait for this transaction, so the row it inserts is one the
+-- rotation's update of every consumer's row sees.
+INSERT INTO /* TEMPLATE: schema */inbox_gen (consumer, gen)
+SELECT @consumer, r.gen FROM (SELECT gen FROM /* TEMPLATE: schema */inbox_ring FOR KEY SHARE) r
+ON CONFLICT DO NOTHING;

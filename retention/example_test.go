@@ -27,8 +27,8 @@ func waitUntil(cond func() bool) {
 }
 
 // A completed message's row is its dedup record, kept for the Store's Retention (7 days by default;
-// a millisecond here). A Cleaner deletes the records whose window has ended: Start it in every
-// process that runs workers (and Stop it at shutdown); RunOnce runs one pass.
+// a millisecond here). A Cleaner retires the records whose window has ended, a generation at a time:
+// Start it in every process that runs workers (and Stop it at shutdown); RunOnce runs one pass.
 func ExampleCleaner() {
 	ctx := context.Background()
 	db, schema, cleanup := testdb.ForExample()
@@ -68,11 +68,19 @@ func ExampleCleaner() {
 	if err != nil {
 		panic(err)
 	}
-	res, ran, err := cleaner.RunOnce(ctx)
+	// A Cleaner rotates once per Config.Generation; Rotate does it now. The first rotation begins
+	// generation 1; the second retires generation 0, where the three messages are: past their window,
+	// they are not kept.
+	if _, err := cleaner.Rotate(ctx); err != nil {
+		panic(err)
+	}
+	rot, err := cleaner.Rotate(ctx)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("ran: %v, deleted: %d, full pass: %v, done: %v\n", ran, res.Deleted, res.Full, res.Done)
+	fmt.Printf("rotated: %v, generation: %d, kept: %d\n", rot.Rotated, rot.Generation, rot.Copied)
+	stats, err := ops.Stats(ctx)
+	fmt.Println("stored:", len(stats), err)
 
 	// The window of p-1 has ended: a new delivery of the key is a new message.
 	r, err := client.Receive(ctx, inbox.Message{Consumer: "audit", Key: "p-1", Kind: "Ping", Payload: []byte(`{}`)})
@@ -81,7 +89,8 @@ func ExampleCleaner() {
 	_, err = retention.New(store, retention.Config{BatchSize: -1})
 	fmt.Println("bad config:", errors.Is(err, txinbox.ErrInvalidConfig))
 	// Output:
-	// ran: true, deleted: 3, full pass: true, done: true
+	// rotated: true, generation: 2, kept: 0
+	// stored: 0 <nil>
 	// p-1 again: inserted <nil>
 	// bad config: true
 }

@@ -1,8 +1,10 @@
-// Package retention deletes expired records: completed messages past their dedup window
-// (Store.Retention) and expired idempotency keys. A [Cleaner] (made by [New]) does it periodically as
-// a [txinbox.Service] (Start, Stop), or once ([Cleaner.Clean], [Cleaner.RunOnce]).
+// Package retention keeps the inbox table bounded: completed messages past their dedup window
+// (Store.Retention) leave with their generation, and expired idempotency keys are deleted. A
+// [Cleaner] (made by [New]) rotates generations and deletes expired keys periodically as a
+// [txinbox.Service] (Start, Stop), or once ([Cleaner.RunOnce], [Cleaner.Rotate]); [Cleaner.Clean]
+// deletes expired rows at once, row by row.
 //
-// Clean is txinbox's word for this automatic deletion; an operator deleting chosen messages uses
+// Clean is txinbox's word for this automatic removal; an operator deleting chosen messages uses
 // package admin (Discard).
 package retention
 
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/sqlc"
@@ -32,7 +35,7 @@ const (
 	DefaultCleanBatchSize    = 1000
 	MaxCleanBatchSize        = 100000
 	DefaultCleanInterval     = time.Minute
-	DefaultFullSweepInterval = time.Hour
+	DefaultRotateLockTimeout = 2 * time.Second
 )
 
 // CleanOptions bounds one cleaning pass.
@@ -46,17 +49,32 @@ type CleanOptions struct {
 	MaxBatches int
 }
 
-// CleanResult reports one cleaning pass.
+// CleanResult reports one cleaning pass: a [Cleaner.Clean] (Deleted, Batches, Done, KeysDeleted) or a
+// [Cleaner.RunOnce] (Rotation, KeysDeleted, Done).
 type CleanResult struct {
-	Deleted     int64 // expired inbox rows deleted
-	Batches     int   // delete statements run on the inbox table
+	Deleted     int64 // expired inbox rows deleted (Clean only)
+	Batches     int   // delete statements run on the inbox table (Clean only)
 	KeysDeleted int64 // expired idempotency keys deleted (package idempotency)
-	// Full is true for a pass that walked (or is walking) the whole table, false for a Cleaner's
-	// quick pass that starts where expiries were found last time.
-	Full bool
-	// Done is true when the pass ended normally: false when MaxBatches or ctx cut it short (a
-	// Cleaner's next pass resumes it).
+	// Rotation reports RunOnce's rotation: Rotated is false when the current generation was not
+	// due yet.
+	Rotation Rotation
+	// Done is true when the pass ended normally: false when MaxBatches or ctx cut it short.
 	Done bool
+}
+
+// Rotation reports one rotation of the inbox's generations (see Cleaner).
+type Rotation struct {
+	// Rotated is true when a new generation began; false when the current one was not due yet (or
+	// another rotation began it first).
+	Rotated bool
+	// Generation is the generation current afterwards.
+	Generation int64
+	// Copied is the number of messages of the retired generation kept in the new one: pending,
+	// dead, and completed ones still in their dedup window.
+	Copied int64
+	// Duration is the time the rotation's transaction took: receives and workers of every consumer
+	// wait for it while it holds the retired slot (see Cleaner).
+	Duration time.Duration
 }
 
 func (o CleanOptions) withDefaults() (CleanOptions, error) {
@@ -74,49 +92,61 @@ func (o CleanOptions) withDefaults() (CleanOptions, error) {
 
 // Config configures a Cleaner. The zero value is valid.
 type Config struct {
-	// Interval is the time between the starts of two passes. Default DefaultCleanInterval (1 min).
+	// Interval is the time between the starts of two passes (RunOnce). Default DefaultCleanInterval
+	// (1 min).
 	Interval time.Duration
-	// FullSweepInterval is how often a pass walks the whole table (see Cleaner); the first pass of
-	// a Cleaner always does. Default DefaultFullSweepInterval (1 h).
-	FullSweepInterval time.Duration
-	// BatchSize is the most rows one statement deletes. Default DefaultCleanBatchSize (1000).
+	// Generation is the length of a generation: a pass rotates when the current generation began at
+	// least this long ago; at least 1s. Default Store.Retention (or 1s if that is shorter), which
+	// keeps the copy of each rotation small:
+	// a message completed soon after it arrived has left its window when its generation is retired,
+	// between one and two generations later. A shorter Generation bounds the table tighter (about three
+	// generations of messages are stored) but copies more messages still in their window.
+	Generation time.Duration
+	// RotateLockTimeout bounds the rotation's wait for the retired slot's lock, which waits for every
+	// transaction that has touched the inbox table, while receives and workers of every consumer wait
+	// behind it; a rotation that times out is retried at the next pass. Default
+	// DefaultRotateLockTimeout (2 s).
+	RotateLockTimeout time.Duration
+	// BatchSize is the most rows one statement deletes: idempotency keys in a pass, inbox rows in
+	// Clean. Default DefaultCleanBatchSize (1000).
 	BatchSize int
-	// MaxBatches bounds the statements of one pass; the next pass goes on from there. Default 0: no
-	// limit.
+	// MaxBatches bounds the statements deleting idempotency keys in one pass. Default 0: no limit.
 	MaxBatches int
-	// BatchSize also bounds each statement deleting idempotency keys.
-	// Logger receives a line per pass that deleted something (Info) and per failed pass (Warn).
-	// Default slog.Default().
+	// Logger receives a line per rotation and per pass that deleted something (Info) and per failed
+	// pass (Warn). Default slog.Default().
 	Logger *slog.Logger
 }
 
-// Cleaner deletes expired dedup records and expired idempotency keys periodically.
+// Cleaner rotates the inbox's generations and deletes expired idempotency keys periodically.
 //
 // Retention: a completed message's row is its dedup record. While it is kept, a redelivery of its key
 // is reported as a Duplicate (with the stored result) and not run again. The worker sets the end of
 // that window when the message completes: expires_at = completed_at + Store.Retention (default 7
-// days). After it, the key is accepted again as a new message: Receive reuses the expired
-// row (Outcome Inserted) even if the cleaner has not deleted it yet, and once the row is deleted a new
-// one is inserted. The cleaner only keeps the table from growing, so when it deletes a row does not
-// change what receiving does. Pending and processing messages never expire, and dead messages are
-// kept until an operator replays or discards them (package admin).
+// days). After it, the key is accepted again as a new message, whether or not its row is still
+// stored: when a row leaves never changes what receiving does. Pending and processing messages never
+// expire, and dead messages are kept until an operator replays or discards them (package admin).
 //
-// Cost: the inbox table has no index on expiry (so that every state change stays a HOT update), and
-// finding expired rows means reading the table. Messages expire in roughly the order they were
-// received, which is id order, so a pass normally starts where the previous one found the first
-// records still in their window, deletes what expired since, and stops at the first span of ids
-// holding such records and nothing expired: a few short statements. Rows that expire behind that
-// point (a message that completed long after the ones received with it, or a consumer whose workers
-// used a shorter Retention) are deleted by the full pass made every FullSweepInterval, which reads
-// the whole table in short statements (Clean). Expired idempotency keys are deleted after the inbox
-// rows of every pass, oldest expiry first, BatchSize per statement.
+// Generations (migration 00006): the inbox table is a ring of three partitions, one per generation.
+// New messages go into the current generation's partition. A rotation, once per Config.Generation,
+// begins a new generation in the partition the previous rotation emptied, copies into it the
+// messages of the generation before last that must stay (pending, dead, and completed ones still in
+// their window), and TRUNCATEs that generation's partition: expired messages leave with the file,
+// with no row DELETE, no dead row versions and no vacuum, and a transaction holding back the xmin
+// horizon does not stop it. A duplicate is rejected across partitions exactly as within one (see
+// package inbox). The rotation is one transaction that locks the retired partition ACCESS EXCLUSIVE:
+// it waits for every transaction that has touched the inbox table (Config.RotateLockTimeout), and
+// receives and workers of every consumer wait for it while it copies (about 1 s per 60,000 messages
+// kept: docs/retention-design.md). A receive transaction at REPEATABLE READ or SERIALIZABLE that
+// began before a rotation fails with a serialization error (SQLSTATE 40001) when it receives
+// afterwards; retry it, as any transaction at those levels.
 //
 // Run a Cleaner in every process that runs workers (or in one of them): only one Cleaner per schema
 // runs a pass at any time, across all processes, because a pass holds a transaction-scoped PostgreSQL
-// advisory lock (Store.CleanerLockKey) taken with pg_try_advisory_xact_lock; a Cleaner that finds it taken
-// skips that pass. The lock is held in an otherwise idle transaction on one connection of the pool
-// while the statements run on others, so the pool needs at least two connections; the lock ends with
-// that transaction, or with its connection if the process dies.
+// advisory lock (Store.CleanerLockKey) taken with pg_try_advisory_xact_lock; a Cleaner that finds it
+// taken skips that pass. The lock is held in an otherwise idle transaction on one connection of the
+// pool while the statements run on others, so the pool needs at least two connections; the lock ends
+// with that transaction, or with its connection if the process dies. A rotation is also safe
+// without the lock: of two at once, one rotates and the other reports Rotated false.
 type Cleaner struct {
 	store txinbox.Store
 	st    *store.Store
@@ -129,12 +159,7 @@ type Cleaner struct {
 	stop context.CancelFunc
 	done chan struct{}
 
-	mu       sync.Mutex       // held by a running pass
-	cursor   map[string]int64 // per consumer: quick passes start after this id
-	lastFull time.Time        // start of the last full pass that finished; zero: none yet
-	// fullNext holds, while a full pass is in progress (cut short by MaxBatches or ctx), the consumers
-	// it has yet to finish and the id after which each one resumes; nil when none is in progress.
-	fullNext map[string]int64
+	mu sync.Mutex // held by a running pass
 }
 
 // New returns a Cleaner of store. store.DB must be a connection pool (a *pgxpool.Pool, say): a
@@ -152,11 +177,19 @@ func New(store txinbox.Store, cfg Config) (*Cleaner, error) {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultCleanInterval
 	}
-	if cfg.FullSweepInterval == 0 {
-		cfg.FullSweepInterval = DefaultFullSweepInterval
+	if cfg.Generation == 0 {
+		cfg.Generation = max(store.Retention, time.Second)
 	}
-	if cfg.Interval < 0 || cfg.FullSweepInterval < 0 {
-		return nil, &txinbox.ConfigError{Field: "Interval", Reason: "Interval and FullSweepInterval must not be negative"}
+	if cfg.RotateLockTimeout == 0 {
+		cfg.RotateLockTimeout = DefaultRotateLockTimeout
+	}
+	switch {
+	case cfg.Interval < 0:
+		return nil, &txinbox.ConfigError{Field: "Interval", Reason: "must not be negative"}
+	case cfg.Generation < time.Second:
+		return nil, &txinbox.ConfigError{Field: "Generation", Reason: "must be at least 1s"}
+	case cfg.RotateLockTimeout < time.Millisecond:
+		return nil, &txinbox.ConfigError{Field: "RotateLockTimeout", Reason: "must be at least 1ms"}
 	}
 	opt, err := CleanOptions{BatchSize: cfg.BatchSize, MaxBatches: cfg.MaxBatches}.withDefaults()
 	if err != nil {
@@ -171,11 +204,13 @@ func New(store txinbox.Store, cfg Config) (*Cleaner, error) {
 		log = slog.Default()
 	}
 	return &Cleaner{store: store, st: statements(store.Schema), cfg: cfg, opt: opt, key: store.CleanerLockKey(),
-		log: log.With("schema", store.Schema), cursor: map[string]int64{}}, nil
+		log: log.With("schema", store.Schema)}, nil
 }
 
 // Clean deletes every completed message whose dedup window has ended (see Cleaner) in one pass over
-// the whole table, then every expired idempotency key, without the Cleaner's lock. It walks the
+// the whole table, row by row, then every expired idempotency key, without the Cleaner's lock. A
+// Cleaner never needs it (rotations remove expired messages); it frees their space at once, before
+// their generation is retired, at the cost of dead row versions that vacuum must remove. It walks the
 // primary key in id order, one consumer after the other (each statement names its consumer, as every
 // statement of txinbox does: SCALING.md), in spans of 10*o.BatchSize ids; each statement deletes at most
 // o.BatchSize rows of one span, in a short transaction of its own. It never waits on a row lock (rows
@@ -198,13 +233,13 @@ func (cl *Cleaner) Clean(ctx context.Context, o CleanOptions) (CleanResult, erro
 	if err != nil {
 		return CleanResult{}, store.Err(err)
 	}
-	res := CleanResult{Full: true, Done: true}
+	res := CleanResult{Done: true}
 	for _, consumer := range consumers {
 		if spent(o, res.Batches) {
 			res.Done = false
 			return res, nil
 		}
-		r, err := cl.walk(o, consumer, 0, maxID, false, res.Batches, nil).Run(ctx)
+		r, err := cl.walk(o, consumer, maxID, res.Batches).Run(ctx)
 		res.Deleted, res.Batches = res.Deleted+r.Deleted, res.Batches+r.Batches
 		if err != nil || !r.Done {
 			res.Done = false
@@ -215,14 +250,13 @@ func (cl *Cleaner) Clean(ctx context.Context, o CleanOptions) (CleanResult, erro
 	return res, err
 }
 
-// walk returns the walk of one consumer's ids in (from, to]: every statement names the consumer
+// walk returns the walk of one consumer's ids up to to: every statement names the consumer
 // (store.Consumers). ran is the number of statements the pass has already run, counted against
 // o.MaxBatches (see spent).
-func (cl *Cleaner) walk(o CleanOptions, consumer string, from, to int64, quick bool, ran int, check func(context.Context) error) *walk.Walk {
+func (cl *Cleaner) walk(o CleanOptions, consumer string, to int64, ran int) *walk.Walk {
 	db := cl.st.Wrap(cl.store.DB)
 	w := &walk.Walk{
-		From: from, To: to, Batch: int64(o.BatchSize), Span: int64(o.BatchSize) * walk.SpanFactor,
-		Check: check, Err: store.Err,
+		From: 0, To: to, Batch: int64(o.BatchSize), Span: int64(o.BatchSize) * walk.SpanFactor, Err: store.Err,
 		Delete: func(ctx context.Context, after, until int64) (picked, deleted, last int64, err error) {
 			r, err := store.Queries.CleanExpiredRange(ctx, db, sqlc.CleanExpiredRangeParams{
 				Consumer: consumer, AfterID: after, UntilID: until, MaxRows: int32(o.BatchSize)})
@@ -231,11 +265,6 @@ func (cl *Cleaner) walk(o CleanOptions, consumer string, from, to int64, quick b
 	}
 	if o.MaxBatches > 0 {
 		w.MaxBatches = o.MaxBatches - ran // the callers run no walk once nothing is left
-	}
-	if quick {
-		w.Live = func(ctx context.Context, after, until int64) (bool, error) {
-			return store.Queries.HasLiveCompleted(ctx, db, sqlc.HasLiveCompletedParams{Consumer: consumer, AfterID: after, UntilID: until})
-		}
 	}
 	return w
 }
@@ -269,9 +298,11 @@ func (cl *Cleaner) cleanKeys(ctx context.Context, batch int, check func(context.
 	}
 }
 
-// RunOnce runs one pass, a full one if one is due (see Cleaner), unless another Cleaner of the schema
+// RunOnce runs one pass: a rotation if the current generation began at least Config.Generation ago
+// (see Cleaner), then the deletion of expired idempotency keys, unless another Cleaner of the schema
 // (in any process) or another call of this one is running a pass: then ran is false and nothing is
-// deleted.
+// done. A rotation that fails (its lock wait timed out, say) returns its error; the keys are not
+// deleted in that pass.
 func (cl *Cleaner) RunOnce(ctx context.Context) (res CleanResult, ran bool, err error) {
 	if !cl.mu.TryLock() {
 		return res, false, nil
@@ -302,64 +333,48 @@ func (cl *Cleaner) RunOnce(ctx context.Context) (res CleanResult, ran bool, err 
 		}
 		return nil
 	}
-	db := cl.st.Wrap(cl.store.DB)
-	maxID, err := store.Queries.MaxMessageID(ctx, db)
+	res.Rotation, err = cl.rotate(ctx, &cl.cfg.Generation)
 	if err != nil {
-		return res, true, store.Err(err)
+		return res, true, err
 	}
-	consumers, err := store.Consumers(ctx, db)
-	if err != nil {
-		return res, true, store.Err(err)
+	if err = check(ctx); err == nil {
+		res.KeysDeleted, err = cl.cleanKeys(ctx, cl.opt.BatchSize, check)
 	}
-	start := time.Now()
-	full := cl.fullNext != nil || cl.lastFull.IsZero() || start.Sub(cl.lastFull) >= cl.cfg.FullSweepInterval
-	if full && cl.fullNext == nil {
-		cl.fullNext = make(map[string]int64, len(consumers))
-		for _, c := range consumers {
-			cl.fullNext[c] = 0
-		}
-	}
-	res = CleanResult{Full: full, Done: true}
-	for _, consumer := range consumers {
-		from := cl.cursor[consumer]
-		if full {
-			next, todo := cl.fullNext[consumer]
-			if !todo {
-				continue // done earlier in this full pass, or new since it began (the next one covers it)
-			}
-			from = next
-		}
-		if spent(cl.opt, res.Batches) {
-			res.Done = false
-			break
-		}
-		var r walk.Result
-		r, err = cl.walk(cl.opt, consumer, from, maxID, !full, res.Batches, check).Run(ctx)
-		res.Deleted, res.Batches = res.Deleted+r.Deleted, res.Batches+r.Batches
-		switch {
-		case full && r.Done:
-			delete(cl.fullNext, consumer)
-		case full:
-			cl.fullNext[consumer] = r.Next
-		case r.LiveAt >= 0:
-			cl.cursor[consumer] = r.LiveAt
-		case r.ExpiredEnd > cl.cursor[consumer]:
-			cl.cursor[consumer] = r.ExpiredEnd
-		}
-		if err != nil || !r.Done {
-			res.Done = false
-			break
-		}
-	}
-	if full && res.Done {
-		cl.fullNext, cl.lastFull = nil, start
-	}
-	if err == nil {
-		if err = check(ctx); err == nil {
-			res.KeysDeleted, err = cl.cleanKeys(ctx, cl.opt.BatchSize, check)
-		}
-	}
+	res.Done = err == nil
 	return res, true, err
+}
+
+// Rotate begins a new generation now, whatever the age of the current one (see Cleaner), without the
+// Cleaner's lock. Of two rotations at once, one rotates and the other returns Rotated false.
+func (cl *Cleaner) Rotate(ctx context.Context) (Rotation, error) {
+	return cl.rotate(ctx, nil)
+}
+
+// rotate runs inbox_rotate (migration 00006) in a transaction of its own with Config.RotateLockTimeout:
+// a new generation if the current one began at least *due ago, or at once when due is nil.
+func (cl *Cleaner) rotate(ctx context.Context, due *time.Duration) (Rotation, error) {
+	start := time.Now()
+	var r Rotation
+	err := pgx.BeginFunc(ctx, cl.store.DB, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", cl.cfg.RotateLockTimeout.Milliseconds())); err != nil {
+			return err
+		}
+		var period pgtype.Interval
+		if due != nil {
+			period = pgtype.Interval{Microseconds: due.Microseconds(), Valid: true}
+		}
+		row, err := store.Queries.Rotate(ctx, cl.st.Wrap(tx), period)
+		r = Rotation{Rotated: row.Rotated, Generation: row.Generation, Copied: row.Copied}
+		return err
+	})
+	r.Duration = time.Since(start)
+	if err != nil {
+		return Rotation{}, fmt.Errorf("txinbox: rotating generations: %w", store.Err(err))
+	}
+	if r.Rotated {
+		cl.log.Info("txinbox: rotated generations", "generation", r.Generation, "copied", r.Copied, "duration", r.Duration)
+	}
+	return r, nil
 }
 
 // Start starts the Cleaner: it runs a pass at once, in a goroutine of its own, and then one every
@@ -412,10 +427,10 @@ func (cl *Cleaner) loop(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			cl.log.Warn("txinbox: cleaning failed", "err", err, "deleted", res.Deleted)
-		case ran && (res.Deleted > 0 || res.KeysDeleted > 0):
-			cl.log.Info("txinbox: cleaned expired records", "deleted", res.Deleted, "keys_deleted", res.KeysDeleted,
-				"batches", res.Batches, "full", res.Full, "done", res.Done, "duration", time.Since(start))
+			cl.log.Warn("txinbox: cleaning failed", "err", err)
+		case ran && res.KeysDeleted > 0:
+			cl.log.Info("txinbox: deleted expired idempotency keys", "keys_deleted", res.KeysDeleted,
+				"done", res.Done, "duration", time.Since(start))
 		}
 		select {
 		case <-ctx.Done():

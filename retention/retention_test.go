@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
@@ -260,8 +258,9 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", (txinbox.Store{Schema: db.Schema}).CleanerLockKey()); err != nil {
 		t.Fatal(err)
 	}
+	mustExec(t, db, `UPDATE {schema}.inbox_ring SET rotated_at = now() - interval '8 days'`)
 	for _, cl := range []*retention.Cleaner{a, b} {
-		if res, ran, err := cl.RunOnce(ctx); err != nil || ran || res.Deleted != 0 {
+		if res, ran, err := cl.RunOnce(ctx); err != nil || ran || res.Rotation.Rotated {
 			t.Fatalf("pass while locked: %+v ran=%v %v", res, ran, err)
 		}
 	}
@@ -276,9 +275,10 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Two cleaners started together: the passes that ran delete every expired row once, and the lock
-	// is free afterwards.
-	var deleted, passes atomic.Int64
+	// Two cleaners started together, with a rotation due: exactly one pass rotates, and the lock is
+	// free afterwards.
+	mustExec(t, db, `UPDATE {schema}.inbox_ring SET rotated_at = now() - interval '8 days'`)
+	var rotations, passes atomic.Int64
 	var wg sync.WaitGroup
 	for _, cl := range []*retention.Cleaner{a, b, a, b} {
 		wg.Add(1)
@@ -291,93 +291,42 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 			if ran {
 				passes.Add(1)
 			}
-			deleted.Add(res.Deleted)
+			if res.Rotation.Rotated {
+				rotations.Add(1)
+			}
 		}()
 	}
 	wg.Wait()
 	if passes.Load() == 0 {
 		t.Fatal("no pass ran")
 	}
-	if res, ran, err := a.RunOnce(ctx); err != nil || !ran {
-		t.Fatalf("pass after the others: %+v ran=%v %v (lock not released?)", res, ran, err)
-	} else {
-		deleted.Add(res.Deleted)
+	if res, ran, err := a.RunOnce(ctx); err != nil || !ran || res.Rotation.Rotated {
+		t.Fatalf("pass after the others: %+v ran=%v %v (lock not released, or rotated again?)", res, ran, err)
 	}
-	if deleted.Load() != 400 {
-		t.Fatalf("deleted %d, want 400", deleted.Load())
+	if rotations.Load() != 1 {
+		t.Fatalf("%d rotations, want 1", rotations.Load())
+	}
+	// The next rotation retires the generation of the 500 messages: the 100 pending ones stay.
+	if r, err := a.Rotate(ctx); err != nil || !r.Rotated || r.Generation != 2 || r.Copied != 100 {
+		t.Fatalf("second rotation: %+v %v", r, err)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 100 {
+		t.Fatalf("rows = %d, want the 100 pending", got)
 	}
 	if got := db.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1`, (txinbox.Store{Schema: db.Schema}).CleanerLockKey()); got != 0 {
 		t.Fatalf("cleaner lock still held after its passes")
 	}
 }
 
-func TestCleanerQuickPasses(t *testing.T) {
-	t.Parallel()
-	c, db := newClient(t)
-	ctx := context.Background()
-	ids := receiveKeys(t, c, keyRange("k", 1000)...) // ids 1 to 1000, in order
-	if ids[0] != 1 || ids[999] != 1000 {
-		t.Fatalf("ids %d..%d, want 1..1000", ids[0], ids[999])
-	}
-	// 1-5 stay pending (they will complete late), 6-300 are expired, 301-1000 in their window.
-	complete(t, db, -time.Minute, ids[5:300]...)
-	complete(t, db, time.Hour, ids[300:]...)
-	cl, err := retention.New(c.Store(), retention.Config{BatchSize: 10}) // spans of 100 ids
-	if err != nil {
-		t.Fatal(err)
-	}
-	pass := func(name string, want retention.CleanResult) {
-		t.Helper()
-		r, ran, err := cl.RunOnce(ctx)
-		if err != nil || !ran || r != want {
-			t.Fatalf("%s: %+v ran=%v %v; want %+v", name, r, ran, err, want)
-		}
-	}
-	// The first pass walks the whole table: 30 statements delete 295 rows, 7 find the other spans clean.
-	pass("first, full", retention.CleanResult{Deleted: 295, Batches: 37, Full: true, Done: true})
-	// Then a quick pass walks past the cleaned spans and stops at the first records in their window.
-	pass("quick, nothing new", retention.CleanResult{Batches: 4, Done: true})
-	// New expiries are found where the previous pass stopped.
-	complete(t, db, -time.Minute, ids[300:450]...)
-	pass("quick, 150 expired", retention.CleanResult{Deleted: 150, Batches: 17, Done: true})
-	// A straggler that expires behind that point waits for the next full pass.
-	complete(t, db, -time.Minute, ids[:5]...)
-	pass("quick, straggler", retention.CleanResult{Batches: 1, Done: true})
-	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE id <= 5`); got != 5 {
-		t.Fatalf("stragglers deleted by a quick pass: %d left", got)
-	}
-	full, err := retention.New(c.Store(), retention.Config{BatchSize: 10, MaxBatches: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A full pass cut short by MaxBatches goes on at the next pass.
-	var deleted int64
-	for i := 0; ; i++ {
-		r, ran, err := full.RunOnce(ctx)
-		if err != nil || !ran || !r.Full || r.Batches > 3 {
-			t.Fatalf("full pass %d: %+v ran=%v %v", i, r, ran, err)
-		}
-		deleted += r.Deleted
-		if r.Done {
-			break
-		}
-	}
-	if deleted != 5 {
-		t.Fatalf("full passes deleted %d, want the 5 stragglers", deleted)
-	}
-	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 550 {
-		t.Fatalf("rows left = %d, want 550", got)
-	}
-}
-
-// TestCleanerStartStop: a started Cleaner cleans every Interval until Stop, which waits for its loop;
-// a second Start is refused and Stop is idempotent. (Was TestCleanerRunStopsWithContext.)
+// TestCleanerStartStop: a started Cleaner runs a pass every Interval until Stop, which waits for its
+// loop: rotations every Generation retire the expired rows. A second Start is refused and Stop is
+// idempotent. (Was TestCleanerRunStopsWithContext.)
 func TestCleanerStartStop(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ids := receiveKeys(t, c, keyRange("k", 30)...)
 	complete(t, db, -time.Minute, ids...)
-	cl, err := retention.New(c.Store(), retention.Config{Interval: 10 * time.Millisecond, BatchSize: 10})
+	cl, err := retention.New(c.Store(), retention.Config{Interval: 10 * time.Millisecond, Generation: time.Second, BatchSize: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +337,7 @@ func TestCleanerStartStop(t *testing.T) {
 	if err := cl.Start(ctx); err == nil {
 		t.Error("a second Start succeeded")
 	}
-	waitFor(t, "the cleaner to delete the expired rows", func() bool {
+	waitFor(t, "the cleaner's rotations to retire the expired rows", func() bool {
 		return db.Count(t, `SELECT count(*) FROM {schema}.inbox`) == 0
 	})
 	for range 2 {
@@ -435,7 +384,8 @@ func TestCleanerConfigErrors(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	for _, cfg := range []retention.Config{{Interval: -1}, {BatchSize: -1}, {BatchSize: retention.MaxCleanBatchSize + 1}, {MaxBatches: -1}} {
+	for _, cfg := range []retention.Config{{Interval: -1}, {BatchSize: -1}, {BatchSize: retention.MaxCleanBatchSize + 1}, {MaxBatches: -1},
+		{Generation: time.Millisecond}, {Generation: -time.Hour}, {RotateLockTimeout: -1}} {
 		if _, err := retention.New(c.Store(), cfg); !errors.Is(err, txinbox.ErrInvalidConfig) {
 			t.Errorf("%+v: err = %v, want ErrInvalidConfig", cfg, err)
 		}
@@ -480,17 +430,6 @@ func TestCleanBatchesInterleaveWithWork(t *testing.T) {
 	}{
 		{"Clean", func(c *inbox.Client) (retention.CleanResult, error) {
 			return cleanerOf(t, c).Clean(context.Background(), retention.CleanOptions{BatchSize: 40})
-		}},
-		{"Cleaner", func(c *inbox.Client) (retention.CleanResult, error) {
-			cl, err := retention.New(c.Store(), retention.Config{BatchSize: 40})
-			if err != nil {
-				return retention.CleanResult{}, err
-			}
-			r, ran, err := cl.RunOnce(context.Background())
-			if err == nil && !ran {
-				err = errors.New("the pass did not run")
-			}
-			return r, err
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -606,170 +545,6 @@ func TestCleanBatchesInterleaveWithWork(t *testing.T) {
 	}
 }
 
-// Cleaners never run passes at once: three Cleaners, each on its own connection pool (named by
-// application_name), loop over RunOnce concurrently while expired rows remain. A trigger logs every
-// delete statement with who ran it and who held the cleaner lock at that moment (pg_locks): every
-// statement runs while its own cleaner holds the lock, and the statements of one pass (one lock
-// transaction) are never interleaved with those of another.
-func TestCleanerPassesNeverInterleave(t *testing.T) {
-	t.Parallel()
-	c, db := newClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // only keeps a hang from lasting
-	defer cancel()
-	ids := receiveKeys(t, c, keyRange("k", 1000)...)
-	slices.Sort(ids)
-	complete(t, db, time.Hour, ids...)
-	mustExec(t, db,
-		`CREATE TABLE {schema}.clean_log (n bigserial PRIMARY KEY, at timestamptz NOT NULL, xid bigint NOT NULL,
-			deleter text NOT NULL, holder_pid int, holder_tx text, holder_app text, rows bigint NOT NULL)`,
-		fmt.Sprintf(`CREATE FUNCTION {schema}.clean_logged() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			INSERT INTO {schema}.clean_log (at, xid, deleter, holder_pid, holder_tx, holder_app, rows)
-			SELECT clock_timestamp(), txid_current(), current_setting('application_name'), l.pid,
-			       l.virtualtransaction, a.application_name, (SELECT count(*) FROM gone)
-			FROM (SELECT) AS one
-			LEFT JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-				AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-				AND ((l.classid::bigint << 32) | l.objid::bigint) = %d
-			LEFT JOIN pg_stat_activity a ON a.pid = l.pid;
-			RETURN NULL;
-		END $$`, (txinbox.Store{Schema: db.Schema}).CleanerLockKey()),
-		`CREATE TRIGGER clean_logged AFTER DELETE ON {schema}.inbox REFERENCING OLD TABLE AS gone
-			FOR EACH STATEMENT EXECUTE FUNCTION {schema}.clean_logged()`)
-
-	const batch, maxBatches = 5, 3
-	var cleaners []*retention.Cleaner
-	for i := range 3 {
-		cfg, err := pgxpool.ParseConfig(db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("cleaner-%d", i)
-		cfg.MaxConns = 3
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		ci, err := inbox.New(txinbox.Store{DB: pool, Schema: db.Schema}, inbox.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Every pass is full and cut short after 3 statements: many short passes, resumed by whichever
-		// cleaner gets the lock.
-		cl, err := retention.New(ci.Store(), retention.Config{BatchSize: batch, MaxBatches: maxBatches, FullSweepInterval: time.Nanosecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cleaners = append(cleaners, cl)
-	}
-	expired := func() (int64, error) {
-		var n int64
-		err := db.Pool.QueryRow(ctx, db.SQL(`SELECT count(*) FROM {schema}.inbox WHERE expires_at < now()`)).Scan(&n)
-		return n, err
-	}
-	deleters := func() int64 {
-		return db.Count(t, `SELECT count(DISTINCT deleter) FROM {schema}.clean_log WHERE rows > 0`)
-	}
-	var expiredTotal int64
-	var ran, skipped atomic.Int64
-	// Rounds of 150 expiring rows, until at least two cleaners have deleted some (almost always the
-	// first round does it).
-	for round := 0; round < 6 && (round == 0 || deleters() < 2); round++ {
-		complete(t, db, -time.Minute, ids[round*150:(round+1)*150]...)
-		expiredTotal += 150
-		var wg sync.WaitGroup
-		for _, cl := range cleaners {
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					res, ok, err := cl.RunOnce(ctx)
-					if err != nil {
-						t.Errorf("RunOnce: %v", err)
-						return
-					}
-					if ok {
-						ran.Add(1)
-						if !res.Done {
-							continue
-						}
-					} else {
-						skipped.Add(1)
-					}
-					if n, err := expired(); err != nil {
-						t.Errorf("count: %v", err)
-						return
-					} else if n == 0 {
-						return
-					}
-					if !ok {
-						time.Sleep(time.Millisecond)
-					}
-				}
-				t.Error("cleaners did not finish")
-			})
-		}
-		wg.Wait()
-		if t.Failed() {
-			t.FailNow()
-		}
-	}
-	if n := deleters(); n < 2 {
-		t.Fatalf("only %d cleaner deleted anything: the test shows nothing about concurrent cleaners", n)
-	}
-
-	// Every delete statement ran under the lock, held by its own cleaner.
-	if n := db.Count(t, `SELECT count(*) FROM {schema}.clean_log WHERE holder_pid IS NULL OR holder_app IS DISTINCT FROM deleter`); n != 0 {
-		t.Fatalf("%d delete statements ran while their cleaner did not hold the lock", n)
-	}
-	if n := db.Count(t, `SELECT count(*) FROM (SELECT xid FROM {schema}.clean_log GROUP BY xid HAVING count(*) > 1) d`); n != 0 {
-		t.Fatalf("%d delete statements saw more than one lock holder", n)
-	}
-	if n := db.Count(t, `SELECT count(*) FROM {schema}.clean_log WHERE rows > $1`, batch); n != 0 {
-		t.Fatalf("%d statements deleted more than BatchSize rows", n)
-	}
-	// Passes, in the order of their statements (database clock): once a pass's statements are
-	// followed by another's, it never runs another statement.
-	rows, err := db.Pool.Query(ctx, db.SQL(`SELECT holder_pid || ':' || holder_tx, deleter FROM {schema}.clean_log ORDER BY at, n`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	finished := map[string]bool{}
-	perPass := map[string]int{}
-	var current string
-	for rows.Next() {
-		var pass, deleter string
-		if err := rows.Scan(&pass, &deleter); err != nil {
-			t.Fatal(err)
-		}
-		if pass != current {
-			if finished[pass] {
-				t.Fatalf("pass %s (%s) ran a statement after another pass had started: passes interleaved", pass, deleter)
-			}
-			if current != "" {
-				finished[current] = true
-			}
-			current = pass
-		}
-		perPass[pass]++
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	for pass, n := range perPass {
-		if n > maxBatches {
-			t.Errorf("pass %s ran %d statements, more than MaxBatches (%d)", pass, n, maxBatches)
-		}
-	}
-	if n := db.Count(t, `SELECT sum(rows) FROM {schema}.clean_log`); n != expiredTotal {
-		t.Fatalf("deleted %d rows, want the %d expired", n, expiredTotal)
-	}
-	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); n != 1000-expiredTotal {
-		t.Fatalf("%d rows left, want %d", n, 1000-expiredTotal)
-	}
-	t.Logf("%d passes (%d ran, %d skipped) over %d expired rows, by %d cleaners",
-		len(perPass), ran.Load(), skipped.Load(), expiredTotal, deleters())
-}
-
 // fill inserts n completed messages directly, expired or not (a fast stand-in for received and
 // processed ones).
 func fill(b *testing.B, db *testdb.DB, n int, expired bool) {
@@ -803,9 +578,8 @@ func BenchmarkCleanExpired(b *testing.B) {
 	b.ReportMetric(float64(r.Batches), "batches")
 }
 
-// BenchmarkCleanPass measures a pass that finds nothing to delete over 1M completed rows still in
-// their window: full, as Clean and a Cleaner every FullSweepInterval make, and quick, as a Cleaner
-// makes every Interval.
+// BenchmarkCleanPass measures a Clean that finds nothing to delete over 1M completed rows still in
+// their window.
 func BenchmarkCleanPass(b *testing.B) {
 	db := testdb.New(b)
 	c, err := inbox.New(db.Store(), inbox.Config{})
@@ -820,20 +594,6 @@ func BenchmarkCleanPass(b *testing.B) {
 		for b.Loop() {
 			if r, err := cleanerOf(b, c).Clean(context.Background(), retention.CleanOptions{}); err != nil || r.Deleted != 0 {
 				b.Fatalf("%+v, %v", r, err)
-			}
-		}
-	})
-	b.Run("quick", func(b *testing.B) {
-		cl, err := retention.New(c.Store(), retention.Config{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, _, err := cl.RunOnce(context.Background()); err != nil { // the first pass is full
-			b.Fatal(err)
-		}
-		for b.Loop() {
-			if r, ran, err := cl.RunOnce(context.Background()); err != nil || !ran || r.Full {
-				b.Fatalf("%+v, %v, %v", r, ran, err)
 			}
 		}
 	})

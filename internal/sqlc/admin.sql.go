@@ -395,9 +395,7 @@ func (q *Queries) HasLiveCompleted(ctx context.Context, db DBTX, arg HasLiveComp
 }
 
 const listDead = `-- name: ListDead :many
-SELECT id, consumer, key, kind, payload, raw, headers, fingerprint, ordering_key, state,
-       attempts_started, attempts_failed, next_run_at, owner, lease_until, token, last_error,
-       received_at, started_at, completed_at, expires_at, result
+SELECT id, consumer, key, kind, payload, raw, headers, fingerprint, ordering_key, state, attempts_started, attempts_failed, next_run_at, owner, lease_until, token, last_error, received_at, started_at, completed_at, expires_at, result, slot
 FROM /* TEMPLATE: schema */inbox
 WHERE state = 'dead' AND id > $1
   AND ($2::text = '' OR consumer = $2)
@@ -461,6 +459,7 @@ func (q *Queries) ListDead(ctx context.Context, db DBTX, arg ListDeadParams) ([]
 			&i.CompletedAt,
 			&i.ExpiresAt,
 			&i.Result,
+			&i.Slot,
 		); err != nil {
 			return nil, err
 		}
@@ -595,6 +594,27 @@ func (q *Queries) ReplayDead(ctx context.Context, db DBTX, ids []int64, notifyCh
 		return nil, err
 	}
 	return items, nil
+}
+
+const rotate = `-- name: Rotate :one
+SELECT r.rotated::boolean AS rotated, r.generation::bigint AS generation, r.copied::bigint AS copied
+FROM /* TEMPLATE: schema */inbox_rotate($1::interval) r
+`
+
+type RotateRow struct {
+	Rotated    bool
+	Generation int64
+	Copied     int64
+}
+
+// Begins a new generation of the inbox if the current one began at least @period ago, or at once
+// when @period is NULL (inbox_rotate, migration 00006). Run it in a transaction of its own with a
+// lock_timeout.
+func (q *Queries) Rotate(ctx context.Context, db DBTX, period pgtype.Interval) (RotateRow, error) {
+	row := db.QueryRow(ctx, rotate, period)
+	var i RotateRow
+	err := row.Scan(&i.Rotated, &i.Generation, &i.Copied)
+	return i, err
 }
 
 const tryCleanerLock = `-- name: TryCleanerLock :one

@@ -13,19 +13,22 @@ import (
 
 const tableHealth = `-- name: TableHealth :many
 
-SELECT s.relname::text AS table_name,
-       coalesce(s.n_live_tup, 0)::bigint AS live_rows,
-       coalesce(s.n_dead_tup, 0)::bigint AS dead_rows,
-       coalesce(s.n_tup_upd, 0)::bigint AS updates,
-       coalesce(s.n_tup_hot_upd, 0)::bigint AS hot_updates,
-       s.last_vacuum,
-       s.last_autovacuum,
-       coalesce(s.vacuum_count, 0)::bigint AS vacuums,
-       coalesce(s.autovacuum_count, 0)::bigint AS autovacuums,
-       pg_total_relation_size(s.relid)::bigint AS total_bytes
+SELECT coalesce(p.relname, s.relname)::text AS table_name,
+       coalesce(sum(s.n_live_tup), 0)::bigint AS live_rows,
+       coalesce(sum(s.n_dead_tup), 0)::bigint AS dead_rows,
+       coalesce(sum(s.n_tup_upd), 0)::bigint AS updates,
+       coalesce(sum(s.n_tup_hot_upd), 0)::bigint AS hot_updates,
+       max(s.last_vacuum)::timestamptz AS last_vacuum,
+       max(s.last_autovacuum)::timestamptz AS last_autovacuum,
+       coalesce(sum(s.vacuum_count), 0)::bigint AS vacuums,
+       coalesce(sum(s.autovacuum_count), 0)::bigint AS autovacuums,
+       coalesce(sum(pg_total_relation_size(s.relid)), 0)::bigint AS total_bytes
 FROM pg_catalog.pg_stat_all_tables s
-WHERE s.schemaname = $1::text AND s.relname = ANY($2::text[])
-ORDER BY s.relname
+LEFT JOIN pg_catalog.pg_inherits i ON i.inhrelid = s.relid
+LEFT JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+WHERE s.schemaname = $1::text AND coalesce(p.relname, s.relname) = ANY($2::text[])
+GROUP BY 1
+ORDER BY 1
 `
 
 type TableHealthRow struct {
@@ -49,7 +52,8 @@ type TableHealthRow struct {
 // how sqlc's catalog knows them.
 // The statistics of the tables of schema @schema_name named in @table_names that exist, in name
 // order. The figures are PostgreSQL's cumulative statistics: estimates, reset by pg_stat_reset and
-// lost by a crash; vacuum times are NULL for a table never vacuumed (since the statistics began).
+// lost by a crash; vacuum times are NULL for a table never vacuumed (since the statistics began). A
+// partitioned table (inbox, 00006) reports the sums of its partitions, and their latest vacuums.
 func (q *Queries) TableHealth(ctx context.Context, db DBTX, schemaName string, tableNames []string) ([]TableHealthRow, error) {
 	rows, err := db.Query(ctx, tableHealth, schemaName, tableNames)
 	if err != nil {

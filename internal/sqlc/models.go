@@ -33,8 +33,94 @@ type IdempotencyKey struct {
 	ExpiresAt pgtype.Timestamptz
 }
 
-// txinbox: one row per received message (dedup record, state, result)
+// txinbox: one row per received message (dedup record, state, result), in the slot of its generation
 type Inbox struct {
+	ID int64
+	// subscription/handler group; dedup is per (consumer, key) across all slots
+	Consumer string
+	Key      string
+	Kind     string
+	Payload  []byte
+	// original bytes of a message that could not be decoded (stored dead)
+	Raw     []byte
+	Headers []byte
+	// sha256 of kind and canonical (jsonb) payload
+	Fingerprint []byte
+	OrderingKey pgtype.Text
+	State       string
+	// attempts claimed, as of the last finish (inbox_queue.attempts_started while queued)
+	AttemptsStarted int32
+	AttemptsFailed  int32
+	NextRunAt       pgtype.Timestamptz
+	Owner           pgtype.Text
+	LeaseUntil      pgtype.Timestamptz
+	// fencing token of the last finished claim (inbox_queue.token while queued)
+	Token       int64
+	LastError   pgtype.Text
+	ReceivedAt  pgtype.Timestamptz
+	StartedAt   pgtype.Timestamptz
+	CompletedAt pgtype.Timestamptz
+	// end of the dedup window; after it the key is accepted as new
+	ExpiresAt pgtype.Timestamptz
+	Result    []byte
+	// generation % 3: the partition; a rotation copies survivors of a retired slot into the new one
+	Slot int16
+}
+
+// txinbox: the dead messages of inbox (id), kept by triggers; seq orders them by when they died
+type InboxDead struct {
+	Seq      int64
+	ID       int64
+	Consumer string
+	Kind     string
+	DiedAt   pgtype.Timestamptz
+	// the last error of the message when it died (a dead message's error never changes), so that filtering by error text reads this table only
+	Error string
+}
+
+// txinbox: per consumer, the generation its receives insert into (slot gen % 3)
+type InboxGen struct {
+	Consumer string
+	Gen      int64
+}
+
+// txinbox: messages that still need work; claimed here with SKIP LOCKED
+type InboxQueue struct {
+	ID          int64
+	Consumer    string
+	OrderingKey pgtype.Text
+	// earliest claim time: not-before/backoff when unclaimed, lease expiry when claimed
+	RunAt   pgtype.Timestamptz
+	Claimed bool
+	// claimed as a suspect (its previous attempt never finished): runs in a transaction of its own
+	Alone bool
+	// fencing token, incremented by every claim; copied to inbox by every finish
+	Token int64
+	// attempts claimed; authoritative while queued, copied to inbox by every finish
+	AttemptsStarted int32
+	// the worker holding the claim; NULL when unclaimed
+	Owner pgtype.Text
+	// start of the latest attempt, copied to inbox by its finish
+	StartedAt pgtype.Timestamptz
+}
+
+// txinbox: the current generation of inbox (one row) and when it began
+type InboxRing struct {
+	Gen       int64
+	RotatedAt pgtype.Timestamptz
+}
+
+// txinbox: finished attempts per consumer and minute (completed, failed, of which dead), added by worker pools; approximate (a crashed pool loses its last seconds)
+type InboxRollup struct {
+	Consumer  string
+	Minute    pgtype.Timestamptz
+	Completed int64
+	Failed    int64
+	Dead      int64
+}
+
+// txinbox: one row per received message (dedup record, state, result)
+type InboxS0 struct {
 	ID int64
 	// subscription/handler group; dedup is per (consumer, key)
 	Consumer string
@@ -63,44 +149,71 @@ type Inbox struct {
 	// end of the dedup window; after it the key is accepted as new
 	ExpiresAt pgtype.Timestamptz
 	Result    []byte
+	Slot      int16
 }
 
-// txinbox: the dead messages of inbox (id), kept by triggers; seq orders them by when they died
-type InboxDead struct {
-	Seq      int64
-	ID       int64
+type InboxS1 struct {
+	ID int64
+	// subscription/handler group; dedup is per (consumer, key) across all slots
 	Consumer string
+	Key      string
 	Kind     string
-	DiedAt   pgtype.Timestamptz
-	// the last error of the message when it died (a dead message's error never changes), so that filtering by error text reads this table only
-	Error string
-}
-
-// txinbox: messages that still need work; claimed here with SKIP LOCKED
-type InboxQueue struct {
-	ID          int64
-	Consumer    string
+	Payload  []byte
+	// original bytes of a message that could not be decoded (stored dead)
+	Raw     []byte
+	Headers []byte
+	// sha256 of kind and canonical (jsonb) payload
+	Fingerprint []byte
 	OrderingKey pgtype.Text
-	// earliest claim time: not-before/backoff when unclaimed, lease expiry when claimed
-	RunAt   pgtype.Timestamptz
-	Claimed bool
-	// claimed as a suspect (its previous attempt never finished): runs in a transaction of its own
-	Alone bool
-	// fencing token, incremented by every claim; copied to inbox by every finish
-	Token int64
-	// attempts claimed; authoritative while queued, copied to inbox by every finish
+	State       string
+	// attempts claimed, as of the last finish (inbox_queue.attempts_started while queued)
 	AttemptsStarted int32
-	// the worker holding the claim; NULL when unclaimed
-	Owner pgtype.Text
-	// start of the latest attempt, copied to inbox by its finish
-	StartedAt pgtype.Timestamptz
+	AttemptsFailed  int32
+	NextRunAt       pgtype.Timestamptz
+	Owner           pgtype.Text
+	LeaseUntil      pgtype.Timestamptz
+	// fencing token of the last finished claim (inbox_queue.token while queued)
+	Token       int64
+	LastError   pgtype.Text
+	ReceivedAt  pgtype.Timestamptz
+	StartedAt   pgtype.Timestamptz
+	CompletedAt pgtype.Timestamptz
+	// end of the dedup window; after it the key is accepted as new
+	ExpiresAt pgtype.Timestamptz
+	Result    []byte
+	// generation % 3: the partition; a rotation copies survivors of a retired slot into the new one
+	Slot int16
 }
 
-// txinbox: finished attempts per consumer and minute (completed, failed, of which dead), added by worker pools; approximate (a crashed pool loses its last seconds)
-type InboxRollup struct {
-	Consumer  string
-	Minute    pgtype.Timestamptz
-	Completed int64
-	Failed    int64
-	Dead      int64
+type InboxS2 struct {
+	ID int64
+	// subscription/handler group; dedup is per (consumer, key) across all slots
+	Consumer string
+	Key      string
+	Kind     string
+	Payload  []byte
+	// original bytes of a message that could not be decoded (stored dead)
+	Raw     []byte
+	Headers []byte
+	// sha256 of kind and canonical (jsonb) payload
+	Fingerprint []byte
+	OrderingKey pgtype.Text
+	State       string
+	// attempts claimed, as of the last finish (inbox_queue.attempts_started while queued)
+	AttemptsStarted int32
+	AttemptsFailed  int32
+	NextRunAt       pgtype.Timestamptz
+	Owner           pgtype.Text
+	LeaseUntil      pgtype.Timestamptz
+	// fencing token of the last finished claim (inbox_queue.token while queued)
+	Token       int64
+	LastError   pgtype.Text
+	ReceivedAt  pgtype.Timestamptz
+	StartedAt   pgtype.Timestamptz
+	CompletedAt pgtype.Timestamptz
+	// end of the dedup window; after it the key is accepted as new
+	ExpiresAt pgtype.Timestamptz
+	Result    []byte
+	// generation % 3: the partition; a rotation copies survivors of a retired slot into the new one
+	Slot int16
 }
