@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -193,6 +194,8 @@ type Client struct {
 	st     *store.Store
 	notify notifier   // debounces wake-up notifications (notify.go)
 	co     *coalescer // shares statements between concurrent Receive calls; nil when off (coalesce.go)
+	// registered holds the consumers this Client has registered (RegisterConsumer, see inGeneration).
+	registered sync.Map
 }
 
 // New returns a Client of store (whose DB runs the calls without a Tx suffix, and whose Schema,
@@ -311,7 +314,19 @@ const maxGenerationRounds = 4
 // snapshot; then the consumer is registered (RegisterConsumer, a no-op when it has its row) and stmt
 // runs again, with a newer snapshot under READ COMMITTED. Under REPEATABLE READ and SERIALIZABLE a
 // rotation fails the statement with a serialization error instead.
+//
+// A consumer new to this Client is registered before its first statement, so that the registration's
+// lock of inbox_ring comes before any lock of the inbox table in the transaction, as in a rotation:
+// registering after a statement on inbox could deadlock with a rotation (which then fails, and runs
+// again at the next pass). A registration rolled back with the caller's transaction is made again by
+// the retry.
 func (c *Client) inGeneration(ctx context.Context, db sqlc.DBTX, consumer string, stmt func() (retry bool, err error)) error {
+	if _, ok := c.registered.Load(consumer); !ok {
+		if err := store.Queries.RegisterConsumer(ctx, c.st.Wrap(db), consumer); err != nil {
+			return err
+		}
+		c.registered.Store(consumer, struct{}{})
+	}
 	for round := 0; ; round++ {
 		retry, err := stmt()
 		if err != nil || !retry {

@@ -14,7 +14,8 @@
 --   inbox_gen     one row per consumer: the generation its receives insert into. Locked FOR KEY SHARE
 --                 by every receive; a rotation updates its key.
 --   inbox_ring    one row: the current generation and when it began. A consumer's first receive
---                 copies it into inbox_gen under a FOR KEY SHARE lock of this row.
+--                 copies it into inbox_gen under a FOR KEY SHARE lock of this row, which a rotation
+--                 locks FOR UPDATE.
 --   inbox_rotate  the rotation (one transaction; see the function's comment).
 --
 -- ids come from the sequence inbox_id_seq (PostgreSQL 15 has no identity column on a partitioned
@@ -93,34 +94,46 @@ COMMENT ON TABLE inbox_gen IS 'txinbox: per consumer, the generation its receive
 -- always, when period is NULL): it copies the survivors of generation g-2 (pending, dead, and completed
 -- rows still in their window) into slot (g+1) % 3, which the previous rotation emptied, and TRUNCATEs
 -- slot (g-2) % 3. One transaction; the caller sets lock_timeout. Locks, in this order:
---   1. inbox_ring's row (key update): waits for consumers being registered (they hold FOR KEY SHARE);
---   2. the retired slot, ACCESS EXCLUSIVE: waits for every transaction that touched inbox (each
+--   1. the retired slot, ACCESS EXCLUSIVE: waits for every transaction that has touched inbox (each
 --      statement on inbox locks every partition) and holds new ones back until the commit;
---   3. every inbox_gen row (key update): receives that locked a row have ended (2), and receives
+--   2. inbox_ring's row, FOR UPDATE NOWAIT: a consumer being registered holds it FOR KEY SHARE and
+--      may be waiting for 1; then the rotation gives up at once (busy) instead of deadlocking, and is
+--      run again later. A registration that comes after 2 waits for the commit and copies the new
+--      generation;
+--   3. every inbox_gen row (key update): receives that locked a row have ended (1), and receives
 --      whose snapshot predates this commit see another generation under their lock and run again
 --      (READ COMMITTED) or fail with 40001 (REPEATABLE READ, SERIALIZABLE).
--- Returns whether it rotated, the generation now current, and the rows copied.
+-- Returns whether it rotated (false: not due, busy, or another rotation committed first), the
+-- generation now current, the rows copied, and whether it gave up because of a registration (busy).
 CREATE FUNCTION inbox_rotate(period interval)
-RETURNS TABLE (rotated boolean, generation bigint, copied bigint)
+RETURNS TABLE (rotated boolean, generation bigint, copied bigint, busy boolean)
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     g       bigint;
+    now_g   bigint;
     began   timestamptz;
     retired int;
     n       bigint;
 BEGIN
     SELECT r.gen, r.rotated_at INTO g, began FROM inbox_ring r;
     IF period IS NOT NULL AND now() - began < period THEN
-        RETURN QUERY SELECT false, g, 0::bigint;
+        RETURN QUERY SELECT false, g, 0::bigint, false;
         RETURN;
     END IF;
-    UPDATE inbox_ring SET gen = gen + 1, rotated_at = now() WHERE gen = g RETURNING gen INTO g;
-    IF NOT FOUND THEN -- another rotation committed since the read above
-        RETURN QUERY SELECT false, (SELECT r.gen FROM inbox_ring r), 0::bigint;
-        RETURN;
-    END IF;
-    retired := (g + 1) % 3;
+    retired := (g + 2) % 3;
     EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', 'inbox_s' || retired);
+    BEGIN
+        SELECT r.gen INTO now_g FROM inbox_ring r FOR UPDATE NOWAIT;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN QUERY SELECT false, g, 0::bigint, true;
+        RETURN;
+    END;
+    IF now_g <> g THEN -- another rotation committed since the first read
+        RETURN QUERY SELECT false, now_g, 0::bigint, false;
+        RETURN;
+    END IF;
+    g := g + 1;
+    UPDATE inbox_ring SET gen = g, rotated_at = now();
     UPDATE inbox_gen SET gen = g WHERE gen <> g;
     EXECUTE format($q$
         INSERT INTO inbox (slot, id, consumer, key, kind, payload, raw, headers, fingerprint, ordering_key,
@@ -133,7 +146,7 @@ BEGIN
         WHERE NOT coalesce(state = 'completed' AND expires_at < now(), false)$q$, 'inbox_s' || retired) USING (g % 3)::smallint;
     GET DIAGNOSTICS n = ROW_COUNT;
     EXECUTE format('TRUNCATE %I', 'inbox_s' || retired);
-    RETURN QUERY SELECT true, g, n;
+    RETURN QUERY SELECT true, g, n, false;
 END
 $$;
 -- +goose StatementEnd

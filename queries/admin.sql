@@ -219,6 +219,7 @@ LIMIT @max_rows;
 -- name: Rotate :one
 -- Begins a new generation of the inbox if the current one began at least @period ago, or at once
 -- when @period is NULL (inbox_rotate, migration 00006). Run it in a transaction of its own with a
--- lock_timeout.
-SELECT r.rotated::boolean AS rotated, r.generation::bigint AS generation, r.copied::bigint AS copied
+-- lock_timeout. busy: it gave up because a consumer was being registered; run it again.
+SELECT r.rotated::boolean AS rotated, r.generation::bigint AS generation, r.copied::bigint AS copied,
+       r.busy::boolean AS busy
 FROM /* TEMPLATE: schema */inbox_rotate(sqlc.narg(period)::interval) r;

@@ -345,37 +345,53 @@ func (cl *Cleaner) RunOnce(ctx context.Context) (res CleanResult, ran bool, err 
 }
 
 // Rotate begins a new generation now, whatever the age of the current one (see Cleaner), without the
-// Cleaner's lock. Of two rotations at once, one rotates and the other returns Rotated false.
+// Cleaner's lock. Of two rotations at once, one rotates and the other returns Rotated false. It also
+// returns Rotated false when consumers kept being registered (a consumer's first receive in a
+// process) through five tries; a Cleaner tries again at its next pass.
 func (cl *Cleaner) Rotate(ctx context.Context) (Rotation, error) {
 	return cl.rotate(ctx, nil)
 }
 
 // rotate runs inbox_rotate (migration 00006) in a transaction of its own with Config.RotateLockTimeout:
-// a new generation if the current one began at least *due ago, or at once when due is nil.
+// a new generation if the current one began at least *due ago, or at once when due is nil. A
+// rotation that gave up because a consumer was being registered (busy) runs again, a few times.
 func (cl *Cleaner) rotate(ctx context.Context, due *time.Duration) (Rotation, error) {
 	start := time.Now()
-	var r Rotation
-	err := pgx.BeginFunc(ctx, cl.store.DB, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", cl.cfg.RotateLockTimeout.Milliseconds())); err != nil {
-			return err
-		}
-		var period pgtype.Interval
-		if due != nil {
-			period = pgtype.Interval{Microseconds: due.Microseconds(), Valid: true}
-		}
-		row, err := store.Queries.Rotate(ctx, cl.st.Wrap(tx), period)
-		r = Rotation{Rotated: row.Rotated, Generation: row.Generation, Copied: row.Copied}
-		return err
-	})
-	r.Duration = time.Since(start)
-	if err != nil {
-		return Rotation{}, fmt.Errorf("txinbox: rotating generations: %w", store.Err(err))
+	var period pgtype.Interval
+	if due != nil {
+		period = pgtype.Interval{Microseconds: due.Microseconds(), Valid: true}
 	}
+	var row sqlc.RotateRow
+	for attempt := 0; ; attempt++ {
+		err := pgx.BeginFunc(ctx, cl.store.DB, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", cl.cfg.RotateLockTimeout.Milliseconds())); err != nil {
+				return err
+			}
+			var err error
+			row, err = store.Queries.Rotate(ctx, cl.st.Wrap(tx), period)
+			return err
+		})
+		if err != nil {
+			return Rotation{}, fmt.Errorf("txinbox: rotating generations: %w", store.Err(err))
+		}
+		if !row.Busy || attempt == maxBusyRotations-1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return Rotation{}, ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * 20 * time.Millisecond):
+		}
+	}
+	r := Rotation{Rotated: row.Rotated, Generation: row.Generation, Copied: row.Copied, Duration: time.Since(start)}
 	if r.Rotated {
 		cl.log.Info("txinbox: rotated generations", "generation", r.Generation, "copied", r.Copied, "duration", r.Duration)
 	}
 	return r, nil
 }
+
+// maxBusyRotations bounds the runs of a rotation that finds a consumer being registered.
+const maxBusyRotations = 5
 
 // Start starts the Cleaner: it runs a pass at once, in a goroutine of its own, and then one every
 // Interval until [Cleaner.Stop] or until ctx ends. Failed passes are logged and retried at the next

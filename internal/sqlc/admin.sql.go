@@ -597,7 +597,8 @@ func (q *Queries) ReplayDead(ctx context.Context, db DBTX, ids []int64, notifyCh
 }
 
 const rotate = `-- name: Rotate :one
-SELECT r.rotated::boolean AS rotated, r.generation::bigint AS generation, r.copied::bigint AS copied
+SELECT r.rotated::boolean AS rotated, r.generation::bigint AS generation, r.copied::bigint AS copied,
+       r.busy::boolean AS busy
 FROM /* TEMPLATE: schema */inbox_rotate($1::interval) r
 `
 
@@ -605,15 +606,21 @@ type RotateRow struct {
 	Rotated    bool
 	Generation int64
 	Copied     int64
+	Busy       bool
 }
 
 // Begins a new generation of the inbox if the current one began at least @period ago, or at once
 // when @period is NULL (inbox_rotate, migration 00006). Run it in a transaction of its own with a
-// lock_timeout.
+// lock_timeout. busy: it gave up because a consumer was being registered; run it again.
 func (q *Queries) Rotate(ctx context.Context, db DBTX, period pgtype.Interval) (RotateRow, error) {
 	row := db.QueryRow(ctx, rotate, period)
 	var i RotateRow
-	err := row.Scan(&i.Rotated, &i.Generation, &i.Copied)
+	err := row.Scan(
+		&i.Rotated,
+		&i.Generation,
+		&i.Copied,
+		&i.Busy,
+	)
 	return i, err
 }
 

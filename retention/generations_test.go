@@ -1,0 +1,318 @@
+package retention_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/retention"
+)
+
+// rotate begins a new generation now, failing t on an error.
+func rotate(t *testing.T, cl *retention.Cleaner) retention.Rotation {
+	t.Helper()
+	r, err := cl.Rotate(context.Background())
+	if err != nil || !r.Rotated {
+		t.Fatalf("rotate: %+v %v", r, err)
+	}
+	return r
+}
+
+// receiveOne receives key for consumer ledger with payload and returns its receipt.
+func receiveOne(t *testing.T, c *inbox.Client, key, payload string) inbox.Receipt {
+	t.Helper()
+	r, err := c.Receive(context.Background(), msg(key, payload))
+	var conflict *inbox.KeyConflictError
+	if err != nil && !errors.As(err, &conflict) {
+		t.Fatalf("receive %s: %v", key, err)
+	}
+	return r
+}
+
+// Keys received just before and just after rotations are duplicates in every later generation: the
+// receive looks at the other slots, and the rotation copies unfinished messages forward.
+func TestDedupAcrossRotations(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	cl := newCleaner(t, db, retention.Config{})
+	var keys []string
+	for gen := range 5 {
+		before, after := fmt.Sprintf("before-%d", gen), fmt.Sprintf("after-%d", gen)
+		if r := receiveOne(t, c, before, `{"amount":1}`); r.Outcome != inbox.Inserted {
+			t.Fatalf("%s: %+v", before, r)
+		}
+		rotate(t, cl)
+		if r := receiveOne(t, c, after, `{"amount":1}`); r.Outcome != inbox.Inserted {
+			t.Fatalf("%s: %+v", after, r)
+		}
+		keys = append(keys, before, after)
+		for _, k := range keys {
+			if r := receiveOne(t, c, k, `{"amount":1}`); r.Outcome != inbox.Duplicate {
+				t.Fatalf("generation %d: %s again: %+v, want a Duplicate", gen+1, k, r)
+			}
+			if r := receiveOne(t, c, k, `{"amount":2}`); r.Outcome != inbox.Conflict {
+				t.Fatalf("generation %d: %s with another payload: %+v, want a Conflict", gen+1, k, r)
+			}
+		}
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != int64(len(keys)) {
+		t.Fatalf("%d rows stored, want %d", got, len(keys))
+	}
+}
+
+// Eight goroutines receive one key at once while a rotation runs, for many keys; at READ COMMITTED
+// (Receive) and in REPEATABLE READ transactions (ReceiveTx) whose snapshots may predate the rotation
+// (retried on serialization failures, as the caller must): exactly one Inserted per key, the others
+// Duplicate or Conflict (by payload), and one row per key.
+func TestOneKeyEightReceiversAcrossARotation(t *testing.T) {
+	t.Parallel()
+	for _, level := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead} {
+		t.Run(string(level), func(t *testing.T) {
+			t.Parallel()
+			c, db := newClient(t)
+			cl := newCleaner(t, db, retention.Config{})
+			ctx := context.Background()
+			var serialization atomic.Int64
+			receive := func(m inbox.Message, start <-chan struct{}) (inbox.Receipt, error) {
+				if level == pgx.ReadCommitted {
+					<-start
+					r, err := c.Receive(ctx, m)
+					if errors.Is(err, inbox.ErrKeyConflict) { // a Conflict is a receipt
+						err = nil
+					}
+					return r, err
+				}
+				for {
+					tx, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+					if err != nil {
+						return inbox.Receipt{}, err
+					}
+					if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // the snapshot, before the start
+						return inbox.Receipt{}, err
+					}
+					if start != nil {
+						<-start
+						start = nil
+					}
+					r, err := c.ReceiveTx(ctx, tx, m)
+					if err == nil || errors.Is(err, inbox.ErrKeyConflict) { // a Conflict is a receipt: commit
+						err = tx.Commit(ctx)
+					}
+					_ = tx.Rollback(ctx)
+					var pgErr *pgconn.PgError
+					if errors.As(err, &pgErr) && pgErr.Code == "40001" {
+						serialization.Add(1)
+						continue
+					}
+					return r, err
+				}
+			}
+			const trials = 15
+			for trial := range trials {
+				key := fmt.Sprintf("race-%d", trial)
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				rs := make([]inbox.Receipt, 8)
+				errs := make([]error, 8)
+				for i := range 8 {
+					payload := `{"amount":1}`
+					if i%2 == 1 {
+						payload = `{"amount":2}`
+					}
+					wg.Go(func() { rs[i], errs[i] = receive(msg(key, payload), start) })
+				}
+				var rotErr error
+				wg.Go(func() {
+					<-start
+					_, rotErr = cl.Rotate(ctx)
+				})
+				close(start)
+				wg.Wait()
+				if rotErr != nil {
+					t.Fatalf("trial %d: rotate: %v", trial, rotErr)
+				}
+				inserted := -1
+				for i, r := range rs {
+					if errs[i] != nil {
+						t.Fatalf("trial %d: receiver %d: %v", trial, i, errs[i])
+					}
+					if r.Outcome == inbox.Inserted {
+						if inserted >= 0 {
+							t.Fatalf("trial %d: receivers %d and %d both inserted %s", trial, inserted, i, key)
+						}
+						inserted = i
+					}
+				}
+				if inserted < 0 {
+					t.Fatalf("trial %d: nobody inserted %s: %+v", trial, key, rs)
+				}
+				for i, r := range rs {
+					want := inbox.Duplicate
+					if i%2 != inserted%2 {
+						want = inbox.Conflict
+					}
+					if i != inserted && (r.Outcome != want || r.ID != rs[inserted].ID) {
+						t.Fatalf("trial %d: receiver %d: %+v, want %v of %d", trial, i, r, want, rs[inserted].ID)
+					}
+				}
+				if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = $1`, key); n != 1 {
+					t.Fatalf("trial %d: %d rows of %s", trial, n, key)
+				}
+			}
+			t.Logf("%d trials, %d serialization failures retried", trials, serialization.Load())
+		})
+	}
+}
+
+// A completed key is a Duplicate until its window ends, however many rotations copy it forward, and
+// is accepted again only after it: renewed in place when its row is in the current slot, stored anew
+// when it is in an older one (which leaves with its slot).
+func TestKeyAcceptedAgainOnlyAfterItsWindow(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	cl := newCleaner(t, db, retention.Config{})
+	ids := receiveKeys(t, c, "here", "older")
+	complete(t, db, time.Hour, ids...)
+	for i := range 4 { // generations 1 to 4: copied forward at the 2nd and the 4th
+		r := rotate(t, cl)
+		for _, k := range []string{"here", "older"} {
+			if rc := receiveOne(t, c, k, `{"amount":1}`); rc.Outcome != inbox.Duplicate || rc.State != inbox.StateCompleted {
+				t.Fatalf("rotation %d (copied %d): %s: %+v, want a Duplicate of the completed message", i+1, r.Copied, k, rc)
+			}
+		}
+	}
+	// Both rows were copied into the current slot by the last rotation. Their window ends; the next
+	// rotation leaves them in their slot, the previous one now.
+	mustExec(t, db, `UPDATE {schema}.inbox SET expires_at = now() - interval '1 second'`)
+	rotate(t, cl)
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.inbox_gen g USING (consumer) WHERE m.slot <> g.gen % 3`); got != 2 {
+		t.Fatalf("%d expired rows in an older slot, want 2", got)
+	}
+	for _, k := range []string{"here", "older"} {
+		rc := receiveOne(t, c, k, `{"amount":3}`)
+		if rc.Outcome != inbox.Inserted {
+			t.Fatalf("%s after its window: %+v, want Inserted", k, rc)
+		}
+		if again := receiveOne(t, c, k, `{"amount":3}`); again.Outcome != inbox.Duplicate || again.ID != rc.ID {
+			t.Fatalf("%s received again in its new window: %+v, want a Duplicate of %d", k, again, rc.ID)
+		}
+	}
+	// Renewed in place: a key whose expired row is in the current slot keeps its id.
+	id := receiveKeys(t, c, "renewed")[0]
+	complete(t, db, -time.Second, id)
+	if rc := receiveOne(t, c, "renewed", `{"amount":1}`); rc.Outcome != inbox.Inserted || rc.ID != id {
+		t.Fatalf("renewed: %+v, want Inserted with id %d", rc, id)
+	}
+	// The retired expired rows are gone after two more rotations; the live ones stay.
+	rotate(t, cl)
+	rotate(t, cl)
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 3 {
+		t.Fatalf("%d rows, want the 3 live ones", got)
+	}
+}
+
+// Pending messages and dead letters survive every rotation: the pending ones are processed once
+// afterwards, the dead letters keep their seq and can be replayed (once) or discarded, and Clean and
+// DiscardOlder still delete what they should.
+func TestPendingAndDeadSurviveRotations(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	cl := newCleaner(t, db, retention.Config{})
+	ctx := context.Background()
+	var failing atomic.Bool
+	failing.Store(true)
+	startWorker(t, db, &failing)
+	dead := receiveKeys(t, c, keyRange("dead", 5)...)
+	waitFor(t, "5 dead letters", func() bool { return db.Count(t, `SELECT count(*) FROM {schema}.inbox_dead`) == 5 })
+	failing.Store(false)
+	var pending []inbox.Message
+	for _, k := range keyRange("later", 10) {
+		m := msg(k, `{"amount":1}`)
+		m.NotBefore = time.Now().Add(time.Hour)
+		pending = append(pending, m)
+	}
+	if _, err := c.ReceiveMany(ctx, pending); err != nil {
+		t.Fatal(err)
+	}
+	seqs := func() string {
+		var s string
+		if err := db.Pool.QueryRow(ctx, db.SQL(`SELECT string_agg(row(seq, id)::text, ',' ORDER BY seq) FROM {schema}.inbox_dead`)).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	deadBefore := seqs()
+	for i := range 5 {
+		r := rotate(t, cl)
+		// A message is copied forward every other rotation: it stays in its slot while that is the
+		// current and then the previous generation's.
+		if want := int64(15 * ((i + 1) % 2)); r.Copied != 15-want {
+			t.Fatalf("rotation %d copied %d, want %d", i+1, r.Copied, 15-want)
+		}
+		if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id, consumer) WHERE m.state = 'pending'`); got != 10 {
+			t.Fatalf("rotation %d: %d pending messages with their queue rows, want 10", i+1, got)
+		}
+		if got := seqs(); got != deadBefore {
+			t.Fatalf("rotation %d: dead letters %s, want %s", i+1, got, deadBefore)
+		}
+	}
+	ops, err := admin.New(c.Store(), admin.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ops.ReplayDead(ctx, dead[0]); err != nil || len(got) != 1 {
+		t.Fatalf("replay: %v %v", got, err)
+	}
+	if got, err := ops.DiscardDead(ctx, dead[1]); err != nil || len(got) != 1 {
+		t.Fatalf("discard: %v %v", got, err)
+	}
+	mustExec(t, db, `UPDATE {schema}.inbox_queue SET run_at = now()`)
+	waitFor(t, "the pending and replayed messages to complete", func() bool {
+		return db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'completed'`) == 11
+	})
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.counts WHERE runs <> 1`); got != 0 {
+		t.Fatalf("%d messages ran more than once", got)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.counts`); got != 11 {
+		t.Fatalf("%d messages ran, want 11", got)
+	}
+	// Clean deletes expired rows in every slot; DiscardOlder the old dead letters.
+	mustExec(t, db, `UPDATE {schema}.inbox SET expires_at = now() - interval '1 second' WHERE state = 'completed'`)
+	if r, err := cl.Clean(ctx, retention.CleanOptions{}); err != nil || r.Deleted != 11 {
+		t.Fatalf("clean: %+v %v", r, err)
+	}
+	mustExec(t, db, `UPDATE {schema}.inbox SET completed_at = now() - interval '2 days' WHERE state = 'dead'`)
+	if n, err := ops.DiscardOlder(ctx, 24*time.Hour, inbox.StateDead); err != nil || n != 3 {
+		t.Fatalf("discard older: %d %v", n, err)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`) + db.Count(t, `SELECT count(*) FROM {schema}.inbox_dead`); got != 0 {
+		t.Fatalf("%d rows left", got)
+	}
+}
+
+// A consumer's first receive registers it at the current generation, also when rotations ran
+// before it existed.
+func TestNewConsumerAfterRotations(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	cl := newCleaner(t, db, retention.Config{})
+	for range 4 {
+		rotate(t, cl)
+	}
+	receiveKeys(t, c, "first")
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox_gen g JOIN {schema}.inbox_ring r USING (gen) WHERE g.consumer = 'ledger'`); got != 1 {
+		t.Fatal("the new consumer is not at the ring's generation")
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox m WHERE m.slot = 4 % 3`); got != 1 {
+		t.Fatal("the message is not in generation 4's slot")
+	}
+}
