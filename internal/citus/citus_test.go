@@ -42,14 +42,14 @@ const EnvURL = "TXINBOX_CITUS_URL"
 // they observe one server's internals rather than txinbox's guarantees: the late-commit tests (they
 // wait to see a receive blocked in the coordinator's lock table; on Citus it blocks on a worker), the
 // vacuum and health tests (they read the coordinator's table statistics, which count no shard row,
-// and hold snapshots in databases of their own, which have no citus extension), and two cleaner tests
-// that watch its deletes through statement triggers on inbox (Citus has no statement triggers on a
+// and hold snapshots in databases of their own, which have no citus extension), and the cleaner test
+// that watches its deletes through statement triggers on inbox (Citus has no statement triggers on a
 // distributed table). SCALING.md lists them as not tested.
 var acceptance = []struct{ pkg, run, skip string }{
 	{"./inbox", ".", "LateCommit"},
 	{"./worker", ".", "Vacuum|Health|Horizon"},
 	{"./admin", ".", "Health"},
-	{"./retention", ".", "CleanerPassesNeverInterleave|CleanBatchesInterleaveWithWork"},
+	{"./retention", ".", "CleanBatchesInterleaveWithWork"},
 }
 
 func coordinator(t *testing.T) string {
@@ -176,6 +176,19 @@ func TestStatementsRouteToOneShard(t *testing.T) {
 	if _, err := cl.Clean(ctx, retention.CleanOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Rotations (every consumer's rows, by design: they run on every shard) between receives: the
+	// messages received before are duplicates after them.
+	for range 3 {
+		if r, err := cl.Rotate(ctx); err != nil || !r.Rotated {
+			t.Fatalf("rotate: %+v %v", r, err)
+		}
+		for _, consumer := range []string{"ledger", "mailer"} {
+			r, err := c.Receive(ctx, inbox.Message{Consumer: consumer, Key: "dead", Kind: "k", Payload: json.RawMessage(`{"n":1}`)})
+			if err != nil || r.Outcome != inbox.Duplicate {
+				t.Fatalf("%s: dead letter received again after a rotation: %+v %v", consumer, r, err)
+			}
+		}
+	}
 
 	explain, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -211,7 +224,7 @@ func TestStatementsRouteToOneShard(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"ReceiveBatch", "ClaimBatch", "LockClaims", "FinishBatch", "ReadyNext", "CleanExpiredRange"} {
+	for _, want := range []string{"ReceiveBatch", "RegisterConsumer", "ClaimBatch", "LockClaims", "FinishBatch", "ReadyNext", "CleanExpiredRange", "Rotate"} {
 		if _, ok := rec.snapshot()[want]; !ok {
 			t.Errorf("%s was never run (recorded: %v)", want, names)
 		}
