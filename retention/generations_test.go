@@ -316,3 +316,77 @@ func TestNewConsumerAfterRotations(t *testing.T) {
 		t.Fatal("the message is not in generation 4's slot")
 	}
 }
+
+// A REPEATABLE READ transaction whose snapshot predates a rotation cannot receive afterwards: its
+// snapshot shows the old generation, in which another receiver's key of the new generation is
+// invisible, so the receive fails with a serialization error (40001) and stores nothing, instead of
+// storing a second message. Retried, it is a Duplicate. (The interleaving of the design study's
+// rrdemo, case b.)
+func TestRepeatableReadSnapshotOlderThanARotation(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	cl := newCleaner(t, db, retention.Config{})
+	ctx := context.Background()
+	receiveKeys(t, c, "warm-up") // the consumer is registered
+	tx, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	rotate(t, cl)
+	first := receiveOne(t, c, "x", `{"amount":1}`)
+	if first.Outcome != inbox.Inserted {
+		t.Fatalf("first receive: %+v", first)
+	}
+	r, err := c.ReceiveTx(ctx, tx, msg("x", `{"amount":1}`))
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("receive in the older snapshot: %+v %v, want a serialization failure", r, err)
+	}
+	_ = tx.Rollback(ctx)
+	if again := receiveOne(t, c, "x", `{"amount":1}`); again.Outcome != inbox.Duplicate || again.ID != first.ID {
+		t.Fatalf("retried: %+v, want a Duplicate of %d", again, first.ID)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = 'x'`); n != 1 {
+		t.Fatalf("%d rows of x", n)
+	}
+}
+
+// A REPEATABLE READ transaction whose snapshot predates the rotation that retired the slot of a key's
+// message cannot receive the key afterwards: the retired slot is empty to it (TRUNCATE is not MVCC)
+// and the message's copy in the new slot is newer than its snapshot, so only the generation lock
+// stops it from storing the key again: it fails with a serialization error.
+func TestRepeatableReadSnapshotOlderThanARetirement(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	cl := newCleaner(t, db, retention.Config{})
+	ctx := context.Background()
+	first := receiveOne(t, c, "k", `{"amount":1}`) // generation 0
+	rotate(t, cl)                                  // generation 1: slot 0 is the previous one
+	tx, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	if r := rotate(t, cl); r.Copied != 1 { // generation 2: slot 0 retired, k copied to slot 2
+		t.Fatalf("rotation copied %d, want the pending message", r.Copied)
+	}
+	r, err := c.ReceiveTx(ctx, tx, msg("k", `{"amount":1}`))
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("receive in the older snapshot: %+v %v, want a serialization failure", r, err)
+	}
+	_ = tx.Rollback(ctx)
+	if again := receiveOne(t, c, "k", `{"amount":1}`); again.Outcome != inbox.Duplicate || again.ID != first.ID {
+		t.Fatalf("retried: %+v, want a Duplicate of %d", again, first.ID)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = 'k'`); n != 1 {
+		t.Fatalf("%d rows of k", n)
+	}
+}
