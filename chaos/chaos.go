@@ -32,6 +32,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/migrate"
+	"github.com/txinbox/txinbox/retention"
 )
 
 // Config configures a chaos run. Zero fields take the documented defaults (those of the full run).
@@ -71,6 +72,12 @@ type Config struct {
 	// NoCuts disables the cutter.
 	CutMin, CutMax time.Duration
 	NoCuts         bool
+	// RotateMin and RotateMax bound the random interval between two rotations of the inbox's
+	// generations (retention.Cleaner.Rotate, migration 00006), which copy every unfinished and
+	// completed message of the retired generation forward while receives and workers go on. Default:
+	// 2s and 6s. NoRotations disables the rotator.
+	RotateMin, RotateMax time.Duration
+	NoRotations          bool
 	// Restarts is how many times RestartServer is called, evenly spread over the chaos phase.
 	Restarts int
 	// RestartServer restarts the database server (the restart test uses pg_ctl restart -m fast).
@@ -151,6 +158,8 @@ func (c Config) withDefaults() (Config, error) {
 	defd(&c.KillMax, 2*time.Second)
 	defd(&c.CutMin, 300*time.Millisecond)
 	defd(&c.CutMax, 1500*time.Millisecond)
+	defd(&c.RotateMin, 2*time.Second)
+	defd(&c.RotateMax, 6*time.Second)
 	defd(&c.DrainTimeout, max(3*time.Minute, c.Duration))
 	defd(&c.Lease, 3*time.Second)
 	defd(&c.Timeout, time.Second)
@@ -160,6 +169,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CutMax < c.CutMin {
 		c.CutMax = c.CutMin
+	}
+	if c.RotateMax < c.RotateMin {
+		c.RotateMax = c.RotateMin
 	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
@@ -200,6 +212,8 @@ type Report struct {
 	CutsWorker      int64 // worker connections terminated by the server
 	CutsProducer    int64 // producer connections terminated by the server
 	ServerRestarts  int64 // database server restarts
+	Rotations       int64 // generations begun by the rotator (retention.Cleaner.Rotate)
+	RotationErrors  int64 // rotations that failed (a lock wait timed out, a cut connection), retried later
 	// CompletedAfterRestart counts the messages completed after the last server restart: the
 	// workers reconnected.
 	CompletedAfterRestart int64
@@ -232,6 +246,7 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  messages            %d unique + %d poison, %d deliveries (%d duplicates)\n", r.Messages, r.Poison, r.Deliveries, r.Duplicates)
 	fmt.Fprintf(w, "  receipts            %d inserted, %d duplicate, %d conflict; %d receives re-sent after %d errors\n", r.Inserted, r.DupReceipts, r.Conflicts, r.Resends, r.ReceiveErrors)
 	fmt.Fprintf(w, "  chaos survived      %d SIGKILLs (restarted), %d worker + %d producer connections cut, %d server restarts\n", r.Kills, r.CutsWorker, r.CutsProducer, r.ServerRestarts)
+	fmt.Fprintf(w, "  rotations           %d generations begun (%d attempts failed and were retried)\n", r.Rotations, r.RotationErrors)
 	if r.ServerRestarts > 0 {
 		fmt.Fprintf(w, "  after the restarts  %d messages completed after the last one\n", r.CompletedAfterRestart)
 	}
@@ -274,6 +289,8 @@ type runner struct {
 	cutsW       atomic.Int64
 	cutsP       atomic.Int64
 	restart     atomic.Int64
+	rotations   atomic.Int64
+	rotateErrs  atomic.Int64
 	lastRestart atomic.Int64 // unix nanoseconds when the last server restart finished
 	recv        recvStats
 	log         *slog.Logger
@@ -344,6 +361,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Restarts > 0 {
 		chaosWG.Go(func() { r.restarter(chaosCtx, chaosStart) })
 	}
+	if !cfg.NoRotations {
+		chaosWG.Go(func() { r.rotator(chaosCtx) })
+	}
 	progressCtx, endProgress := context.WithCancel(ctx)
 	defer endProgress()
 	progressDone := make(chan struct{})
@@ -375,6 +395,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	r.rep.Kills, r.rep.UnexpectedExits = r.kills.Load(), r.crashes.Load()
 	r.rep.CutsWorker, r.rep.CutsProducer, r.rep.ServerRestarts = r.cutsW.Load(), r.cutsP.Load(), r.restart.Load()
+	r.rep.Rotations, r.rep.RotationErrors = r.rotations.Load(), r.rotateErrs.Load()
 	r.rep.Inserted, r.rep.DupReceipts, r.rep.Conflicts = r.recv.inserted.Load(), r.recv.duplicate.Load(), r.recv.conflict.Load()
 	r.rep.Resends, r.rep.ReceiveErrors = r.recv.resends.Load(), r.recv.errors.Load()
 	if err := r.verify(ctx); err != nil {
@@ -563,6 +584,28 @@ func sleepRand(ctx context.Context, rng *mrand.Rand, lo, hi time.Duration) bool 
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// rotator begins a new generation of the inbox every RotateMin to RotateMax (retention.Cleaner.Rotate
+// on the control pool, which the cutter spares): with the default 7-day Retention nothing expires, so
+// every rotation copies the whole generation it retires (pending, claimed, completed and dead
+// messages) while producers receive and workers run and are killed.
+func (r *runner) rotator(ctx context.Context) {
+	rng := mrand.New(mrand.NewPCG(r.cfg.Seed, 5))
+	cl, err := retention.New(txinbox.Store{DB: r.control, Schema: r.cfg.Schema}, retention.Config{Logger: r.log})
+	if err != nil {
+		r.rotateErrs.Add(1)
+		return
+	}
+	for sleepRand(ctx, rng, r.cfg.RotateMin, r.cfg.RotateMax) {
+		rot, err := cl.Rotate(ctx)
+		switch {
+		case err != nil:
+			r.rotateErrs.Add(1)
+		case rot.Rotated:
+			r.rotations.Add(1)
+		}
 	}
 }
 

@@ -79,8 +79,9 @@ func TestChaosShort(t *testing.T) {
 	cfg.Progress = logWriter{t}
 	rep, err := chaos.Run(context.Background(), cfg)
 	report(t, rep, err)
-	// The run must actually have been disturbed (kills and cuts happen on a clock, whatever the load).
-	if rep.Kills == 0 || rep.CutsWorker+rep.CutsProducer == 0 {
-		t.Fatalf("no chaos happened: %d kills, %d cuts", rep.Kills, rep.CutsWorker+rep.CutsProducer)
+	// The run must actually have been disturbed (kills, cuts and rotations happen on a clock,
+	// whatever the load).
+	if rep.Kills == 0 || rep.CutsWorker+rep.CutsProducer == 0 || rep.Rotations == 0 {
+		t.Fatalf("no chaos happened: %d kills, %d cuts, %d rotations", rep.Kills, rep.CutsWorker+rep.CutsProducer, rep.Rotations)
 	}
 }

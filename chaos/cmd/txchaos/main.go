@@ -47,6 +47,7 @@ func run() int {
 		logDir    = flag.String("log-dir", "", "directory for the worker logs (default: a new temporary directory)")
 		noKills   = flag.Bool("no-kills", false, "do not kill workers")
 		noCuts    = flag.Bool("no-cuts", false, "do not cut connections")
+		noRotate  = flag.Bool("no-rotations", false, "do not rotate the inbox's generations")
 		quiet     = flag.Bool("quiet", false, "no progress lines")
 	)
 	flag.Usage = func() {
@@ -77,7 +78,7 @@ func run() int {
 	}
 	cfg.Workers, cfg.Producers, cfg.Seed = *workers, *producers, *seed
 	cfg.Schema, cfg.Keep, cfg.LogDir = *schema, *keep, *logDir
-	cfg.NoKills, cfg.NoCuts = *noKills, *noCuts
+	cfg.NoKills, cfg.NoCuts, cfg.NoRotations = *noKills, *noCuts, *noRotate
 	if !*quiet {
 		cfg.Progress = os.Stderr
 	}
