@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -896,6 +897,55 @@ never cleaned (see 'dead discard' and 'discard-older --state dead').`,
 		return nil
 	},
 }
+
+var rotateCmd = &command{
+	name:    "rotate",
+	summary: "begin a new generation of the inbox now, retiring the generation before last",
+	details: `
+The inbox table is a ring of three generations (migration 00006). A running retention.Cleaner begins
+a new one every Generation (the Store's Retention by default); this command does it now: the
+messages of the generation before last that must stay (pending, dead, and completed ones still in
+their window) are copied into the new generation, and the rest leave with a TRUNCATE. Receives and
+workers of every consumer wait while it copies; it waits at most --lock-timeout for transactions
+that have touched the inbox.`,
+	flags: func(fs *flag.FlagSet) {
+		rotateFlags.lockTimeout = retention.DefaultRotateLockTimeout
+		fs.DurationVar(&rotateFlags.lockTimeout, "lock-timeout", retention.DefaultRotateLockTimeout, "longest wait for the retired generation's lock")
+	},
+	run: func(a *app, fs *flag.FlagSet, args []string) error {
+		if len(args) > 0 {
+			return usagef("rotate", "unexpected arguments: %s", strings.Join(args, " "))
+		}
+		if rotateFlags.lockTimeout < time.Millisecond {
+			return usagef("rotate", "--lock-timeout must be at least 1ms")
+		}
+		_, pool, err := a.client("rotate")
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		cl, err := retention.New(txinbox.Store{DB: pool, Schema: a.schema}, retention.Config{RotateLockTimeout: rotateFlags.lockTimeout, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return err
+		}
+		r, err := cl.Rotate(a.ctx)
+		if err != nil {
+			return err
+		}
+		if a.json {
+			return a.writeJSON(map[string]any{"rotated": r.Rotated, "generation": r.Generation, "copied": r.Copied,
+				"duration_seconds": r.Duration.Seconds()})
+		}
+		if !r.Rotated {
+			fmt.Fprintf(a.stdout, "not rotated (another rotation ran, or consumers kept being registered): generation %d\n", r.Generation)
+			return nil
+		}
+		fmt.Fprintf(a.stdout, "generation %d begun: %d message(s) kept from the retired one, in %v\n", r.Generation, r.Copied, r.Duration.Round(time.Millisecond))
+		return nil
+	},
+}
+
+var rotateFlags struct{ lockTimeout time.Duration }
 
 // ---- output ----
 

@@ -16,6 +16,7 @@
 //	pending discard ID...|--consumer C
 //	                         delete pending messages no worker has claimed (--kind; --dry-run)
 //	clean                    delete completed messages past their dedup window (one full pass)
+//	rotate                   begin a new generation of the inbox now (retires the generation before last)
 //	discard-older --older-than AGE   delete completed (and, with --state, dead) messages older than AGE (alias: purge)
 //	ui [--addr HOST:PORT]    serve the operator console (package console); see 'txinbox ui --help'
 //
@@ -137,7 +138,7 @@ func explain(err error, schema string) string {
 	return msg
 }
 
-var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, pendingDiscard, cleanCmd, discardOlderCmd, purgeCmd,
+var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, pendingDiscard, cleanCmd, rotateCmd, discardOlderCmd, purgeCmd,
 	uiCmd}
 
 // groups are the commands that take a sub-command.

@@ -427,6 +427,25 @@ func TestClean(t *testing.T) {
 	cli(t, db.URL, "--schema", db.Schema, "clean", "--batch-size", "0").want(t, 2, "", "--batch-size must be between")
 }
 
+// rotate begins new generations: the second retires the generation of the seeded messages, keeping
+// all but the expired completed one.
+func TestRotate(t *testing.T) {
+	t.Parallel()
+	db, ids := seed(t)
+	if _, err := db.Pool.Exec(context.Background(), db.SQL(`UPDATE {schema}.inbox SET expires_at = now() - interval '1 second' WHERE id = $1`), ids["c1"]); err != nil {
+		t.Fatal(err)
+	}
+	cli(t, db.URL, "--schema", db.Schema, "rotate").want(t, 0, "generation 1 begun: 0 message(s) kept", "")
+	out := decode[map[string]any](t, cli(t, db.URL, "--schema", db.Schema, "rotate", "--json"))
+	if out["rotated"] != true || out["generation"] != float64(2) || out["copied"] != float64(4) {
+		t.Fatalf("rotate --json: %v", out)
+	}
+	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 4 {
+		t.Fatalf("rows left = %d, want 4 (the expired completed one leaves)", got)
+	}
+	cli(t, db.URL, "--schema", db.Schema, "rotate", "--lock-timeout", "0s").want(t, 2, "", "--lock-timeout must be at least 1ms")
+}
+
 // snapshot is whether the public schema exists, the number of schemas whose names are not plain
 // identifiers (none: the bad names tried must never be created; counting all schemas would see other
 // tests' come and go), and a checksum of every row of db's inbox tables.
@@ -471,7 +490,7 @@ func TestUsageErrors(t *testing.T) {
 	for _, schema := range []string{`a"b`, `a.b`, sqlText, `public"; DROP SCHEMA public CASCADE; --`, "a\xffb", db.Schema + ".inbox"} {
 		for _, args := range [][]string{
 			{"migrate", "up"}, {"migrate", "down"}, {"stats"}, {"dead", "list"}, {"dead", "discard", fmt.Sprint(ids["d1"])},
-			{"dead", "replay", "--all"}, {"purge", "--older-than", "0s", "--state", "completed,dead"}, {"clean"},
+			{"dead", "replay", "--all"}, {"purge", "--older-than", "0s", "--state", "completed,dead"}, {"clean"}, {"rotate"},
 			{"migrate", "status"}, {"dead", "discard", "--all", "--yes"}, {"dead", "discard", "--all", "--dry-run"},
 			{"pending", "discard", "--consumer", "ledger"}, {"pending", "discard", "--dry-run", fmt.Sprint(ids["p1"])},
 		} {
