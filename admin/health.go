@@ -18,6 +18,16 @@ type Health struct {
 	Tables []TableHealth `json:"tables"`
 	// Horizon is what holds back the xmin horizon of the whole cluster.
 	Horizon Horizon `json:"horizon"`
+	// Generation is the inbox's current generation (migration 00006): a retention.Cleaner begins a
+	// new one every Config.Generation, so a generation much older than that means no Cleaner runs
+	// (or its rotations fail: see its log). Nil in a schema migrated to an older version.
+	Generation *Generation `json:"generation,omitempty"`
+}
+
+// Generation is the inbox's current generation.
+type Generation struct {
+	Number  int64     `json:"number"`   // generations begun since migration 00006 (0 before the first rotation)
+	BeganAt time.Time `json:"began_at"` // when it began (the migration, or the rotation that began it)
 }
 
 // TableHealth is PostgreSQL's cumulative statistics of one table (pg_stat_all_tables): estimates,
@@ -172,6 +182,13 @@ func (a *Admin) Health(ctx context.Context) (Health, error) {
 		SlotName: hz.SlotName, SlotXminAge: hz.SlotXminAge, PreparedGID: hz.PreparedGID,
 		PreparedXminAge: hz.PreparedXminAge, PreparedAge: hz.PreparedAge, FrozenXidAge: hz.FrozenXidAge,
 	}}
+	gen, err := health.ReadGeneration(ctx, a.store.DB, a.store.Schema)
+	if err != nil {
+		return Health{}, err
+	}
+	if gen != nil {
+		out.Generation = &Generation{Number: gen.Number, BeganAt: gen.BeganAt}
+	}
 	for i, t := range tables {
 		out.Tables[i] = TableHealth{
 			Table: t.Name, LiveRows: t.LiveRows, DeadRows: t.DeadRows, Updates: t.Updates, HOTUpdates: t.HOTUpdates,

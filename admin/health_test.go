@@ -44,6 +44,9 @@ func TestHealth(t *testing.T) {
 	if want := []string{"idempotency_keys", "inbox", "inbox_dead", "inbox_queue", "inbox_rollup"}; !slices.Equal(names, want) {
 		t.Fatalf("tables %v, want %v", names, want)
 	}
+	if g := h.Generation; g == nil || g.Number != 0 || time.Since(g.BeganAt) > time.Hour {
+		t.Fatalf("generation %+v, want 0, begun at the migration", g)
+	}
 
 	// An older snapshot in another database of the cluster holds back that database's cleanup only:
 	// it is never the holder.

@@ -40,14 +40,16 @@ const (
 // claim reads through. Alert on txinbox_xmin_horizon_age_seconds (minutes, not hours) and on
 // txinbox_table_dead_rows of inbox_queue.
 type HealthCollector struct {
-	db         txinbox.DB
-	schema     string
-	cfg        HealthConfig
-	live       *prometheus.Desc
-	dead       *prometheus.Desc
-	lastVacuum *prometheus.Desc
-	ageXids    *prometheus.Desc
-	ageSeconds *prometheus.Desc
+	db              txinbox.DB
+	schema          string
+	cfg             HealthConfig
+	live            *prometheus.Desc
+	dead            *prometheus.Desc
+	lastVacuum      *prometheus.Desc
+	ageXids         *prometheus.Desc
+	ageSeconds      *prometheus.Desc
+	generation      *prometheus.Desc // the current generation (migration 00006)
+	generationBegan *prometheus.Desc
 }
 
 // NewHealthCollector returns a collector of the health metrics of store (whose DB, a *pgxpool.Pool,
@@ -77,6 +79,10 @@ func NewHealthCollector(store txinbox.Store, cfg HealthConfig) (*HealthCollector
 			"When a txinbox table was last vacuumed, by autovacuum or a VACUUM (Unix time; 0: never since the statistics began).", "table"),
 		ageXids: desc("xmin_horizon", "age_xids",
 			"Age in transaction ids of the oldest xmin held, by source: backend (another session's snapshot), replication_slot, prepared_xact; 0 when none.", "source"),
+		generation: desc("", "generation",
+			"The inbox's current generation (migration 00006); a retention.Cleaner begins one every Config.Generation."),
+		generationBegan: desc("generation", "began_timestamp_seconds",
+			"When the inbox's current generation began (Unix time): long ago means no rotation runs."),
 		ageSeconds: desc("xmin_horizon", "age_seconds",
 			"Age in seconds of the oldest transaction holding the xmin horizon, by source: backend (how long the transaction holding the oldest snapshot has been open; absent when the scraping role may not see it: grant it pg_read_all_stats), prepared_xact; 0 when none.", "source"),
 	}, nil
@@ -84,7 +90,7 @@ func NewHealthCollector(store txinbox.Store, cfg HealthConfig) (*HealthCollector
 
 // Describe implements prometheus.Collector.
 func (c *HealthCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.live, c.dead, c.lastVacuum, c.ageXids, c.ageSeconds} {
+	for _, d := range []*prometheus.Desc{c.live, c.dead, c.lastVacuum, c.ageXids, c.ageSeconds, c.generation, c.generationBegan} {
 		ch <- d
 	}
 }
@@ -112,6 +118,13 @@ func (c *HealthCollector) Collect(ch chan<- prometheus.Metric) {
 			v = float64(last.UnixNano()) / 1e9
 		}
 		gauge(c.lastVacuum, v, t.Name)
+	}
+	switch gen, err := health.ReadGeneration(ctx, c.db, c.schema); {
+	case err != nil:
+		ch <- prometheus.NewInvalidMetric(c.generation, err)
+	case gen != nil:
+		gauge(c.generation, float64(gen.Number))
+		gauge(c.generationBegan, float64(gen.BeganAt.UnixNano())/1e9)
 	}
 	hz, err := health.ReadHorizon(ctx, c.db)
 	if err != nil {

@@ -41,6 +41,12 @@ func TestHealthCollector(t *testing.T) {
 			t.Errorf("no txinbox_xmin_horizon_age_xids{source=%q}:\n%s", source, first)
 		}
 	}
+	if v := value(t, first, "txinbox_generation", "service", "test"); v != 0 {
+		t.Errorf("txinbox_generation = %v, want 0 before any rotation:\n%s", v, first)
+	}
+	if v := value(t, first, "txinbox_generation_began_timestamp_seconds", "service", "test"); v < float64(time.Now().Add(-time.Hour).Unix()) {
+		t.Errorf("txinbox_generation_began_timestamp_seconds = %v, want the migration's time", v)
+	}
 
 	testdb.HoldSnapshot(t, db.URL)
 	client, err := inbox.New(db.Store(), inbox.Config{})

@@ -66,3 +66,7 @@ SELECT coalesce((SELECT r.slot_name::text FROM pg_catalog.pg_replication_slots r
        coalesce((SELECT max(age(p.transaction)) FROM pg_catalog.pg_prepared_xacts p WHERE p.database = current_database()), 0)::bigint AS prepared_xmin_age,
        coalesce((SELECT extract(epoch FROM now() - min(p.prepared)) FROM pg_catalog.pg_prepared_xacts p WHERE p.database = current_database()), 0)::float8 AS prepared_age_seconds,
        coalesce((SELECT age(d.datfrozenxid) FROM pg_catalog.pg_database d WHERE d.datname = current_database()), 0)::bigint AS frozen_xid_age;
+
+-- name: CurrentGeneration :one
+-- The current generation of the inbox (migration 00006) and when it began.
+SELECT r.gen, r.rotated_at FROM /* TEMPLATE: schema */inbox_ring r;

@@ -152,7 +152,8 @@ pg_read_all_stats, PostgreSQL hides other roles' sessions' state and times ("hid
 
 With --json: the JSON array of admin.ConsumerStats, the wait as oldest_pending_seconds (seconds,
 fractional), as before. With --json --health: an object {"consumers": that array, "tables": [...],
-"horizon": {...}} (admin.Health's JSON; ages in seconds as age_seconds, prepared_age_seconds).`,
+"horizon": {...}, "generation": {...}} (admin.Health's JSON; ages in seconds as age_seconds,
+prepared_age_seconds).`,
 	flags: func(fs *flag.FlagSet) {
 		statsHealth = false
 		fs.BoolVar(&statsHealth, "health", false, `with --json: print an object {"consumers", "tables", "horizon"} instead of the consumers' array`)
@@ -219,6 +220,9 @@ func (a *app) printHealth(h admin.Health) error {
 		return err
 	}
 	fmt.Fprintln(a.stdout)
+	if g := h.Generation; g != nil {
+		fmt.Fprintf(a.stdout, "generation: %d, begun %s\n", g.Number, when(g.BeganAt))
+	}
 	hz := h.Horizon
 	if d := hz.Holder; d == nil {
 		fmt.Fprintln(a.stdout, "xmin horizon: no other session holds a snapshot")

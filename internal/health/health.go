@@ -5,8 +5,10 @@ package health
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox/internal/sqlc"
@@ -96,6 +98,26 @@ func ReadHorizon(ctx context.Context, db sqlc.DBTX) (Horizon, error) {
 	h.PreparedGID, h.PreparedXminAge, h.PreparedAge = o.PreparedGid, o.PreparedXminAge, seconds(o.PreparedAgeSeconds)
 	h.FrozenXidAge = o.FrozenXidAge
 	return h, nil
+}
+
+// Generation is the inbox's current generation (see admin.Generation).
+type Generation struct {
+	Number  int64
+	BeganAt time.Time
+}
+
+// ReadGeneration returns the current generation of schema's inbox (migration 00006), or nil when the
+// schema has no inbox_ring (it predates 00006).
+func ReadGeneration(ctx context.Context, db sqlc.DBTX, schema string) (*Generation, error) {
+	row, err := store.Queries.CurrentGeneration(ctx, store.New(schema).Wrap(db))
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return nil, nil
+	}
+	if err != nil {
+		return nil, store.Err(err)
+	}
+	return &Generation{Number: row.Gen, BeganAt: ts(row.RotatedAt)}, nil
 }
 
 func ts(t pgtype.Timestamptz) time.Time {

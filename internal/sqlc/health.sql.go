@@ -11,6 +11,18 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const currentGeneration = `-- name: CurrentGeneration :one
+SELECT r.gen, r.rotated_at FROM /* TEMPLATE: schema */inbox_ring r
+`
+
+// The current generation of the inbox (migration 00006) and when it began.
+func (q *Queries) CurrentGeneration(ctx context.Context, db DBTX) (InboxRing, error) {
+	row := db.QueryRow(ctx, currentGeneration)
+	var i InboxRing
+	err := row.Scan(&i.Gen, &i.RotatedAt)
+	return i, err
+}
+
 const tableHealth = `-- name: TableHealth :many
 
 SELECT coalesce(p.relname, s.relname)::text AS table_name,
