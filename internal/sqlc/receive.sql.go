@@ -18,15 +18,19 @@ WITH gl AS (
     SELECT g.gen FROM /* TEMPLATE: schema */inbox_gen g WHERE g.consumer = $1
 ), cur AS (
     SELECT (gl.gen % 3)::smallint AS slot FROM gl JOIN gs ON gs.gen = gl.gen
+), live AS (
+    -- A live row of the key in another slot (no correlated subquery: Citus refuses them here).
+    SELECT m.id
+    FROM /* TEMPLATE: schema */inbox m CROSS JOIN cur
+    WHERE m.consumer = $1 AND m.key = $2 AND m.slot <> cur.slot
+      AND NOT coalesce(m.state = 'completed' AND m.expires_at < now(), false)
+    LIMIT 1
 ), inserted AS (
     INSERT INTO /* TEMPLATE: schema */inbox
         (slot, consumer, key, kind, payload, raw, headers, fingerprint, state, last_error, completed_at)
     SELECT cur.slot, $1, $2, $3, 'null'::jsonb, $4, $5::jsonb, sha256($4), 'dead', $6, now()
-    FROM cur
-    WHERE NOT EXISTS (
-        SELECT 1 FROM /* TEMPLATE: schema */inbox m
-        WHERE m.consumer = $1 AND m.key = $2 AND m.slot <> cur.slot
-          AND NOT coalesce(m.state = 'completed' AND m.expires_at < now(), false))
+    FROM cur LEFT JOIN live ON true
+    WHERE live.id IS NULL
     ON CONFLICT (consumer, key, slot) DO NOTHING
     RETURNING id
 )
