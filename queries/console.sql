@@ -45,8 +45,11 @@ WHERE r.minute > date_trunc('minute', now()) - sqlc.arg(window_minutes)::int * i
 ORDER BY r.consumer, r.minute;
 
 -- name: ConsoleMessageID :one
--- The id of the message stored under (@consumer, @key): the unique key.
-SELECT m.id FROM /* TEMPLATE: schema */inbox m WHERE m.consumer = @consumer AND m.key = @key;
+-- The id of the message stored under (@consumer, @key): the live one when the key also has an expired
+-- row in an older generation (00006), else the newest.
+SELECT m.id FROM /* TEMPLATE: schema */inbox m WHERE m.consumer = @consumer AND m.key = @key
+ORDER BY coalesce(m.state = 'completed' AND m.expires_at < now(), false), m.id DESC
+LIMIT 1;
 
 -- name: ConsoleListDead :many
 -- Lists dead letters newest first (by seq, the order they died in), before @before_seq when it is not

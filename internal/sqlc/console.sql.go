@@ -306,9 +306,12 @@ func (q *Queries) ConsoleMatchPending(ctx context.Context, db DBTX, consumer str
 
 const consoleMessageID = `-- name: ConsoleMessageID :one
 SELECT m.id FROM /* TEMPLATE: schema */inbox m WHERE m.consumer = $1 AND m.key = $2
+ORDER BY coalesce(m.state = 'completed' AND m.expires_at < now(), false), m.id DESC
+LIMIT 1
 `
 
-// The id of the message stored under (@consumer, @key): the unique key.
+// The id of the message stored under (@consumer, @key): the live one when the key also has an expired
+// row in an older generation (00006), else the newest.
 func (q *Queries) ConsoleMessageID(ctx context.Context, db DBTX, consumer string, key string) (int64, error) {
 	row := db.QueryRow(ctx, consoleMessageID, consumer, key)
 	var id int64
