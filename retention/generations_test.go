@@ -390,3 +390,47 @@ func TestRepeatableReadSnapshotOlderThanARetirement(t *testing.T) {
 		t.Fatalf("%d rows of k", n)
 	}
 }
+
+// Consumers registered while rotations run all end at the ring's generation: a registration holds
+// inbox_ring's row FOR KEY SHARE, so a rotation either waits for it (and then moves the new row too)
+// or comes first (and the registration copies the new generation). A consumer left behind would
+// insert into a slot that a later rotation retires under its receives.
+func TestRegistrationsDuringRotations(t *testing.T) {
+	t.Parallel()
+	_, db := newClient(t)
+	cl := newCleaner(t, db, retention.Config{})
+	ctx := context.Background()
+	for round := range 20 {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				c, err := inbox.New(db.Store(), inbox.Config{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				<-start
+				m := msg("k", `{"amount":1}`)
+				m.Consumer = fmt.Sprintf("c-%d-%d", round, i)
+				if _, err := c.Receive(ctx, m); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Go(func() {
+			<-start
+			if _, err := cl.Rotate(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+		close(start)
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox_gen g, {schema}.inbox_ring r WHERE g.gen <> r.gen`); n != 0 {
+			t.Fatalf("round %d: %d consumers left at an older generation", round, n)
+		}
+	}
+}
