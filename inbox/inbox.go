@@ -322,7 +322,7 @@ const maxGenerationRounds = 4
 // the retry.
 func (c *Client) inGeneration(ctx context.Context, db sqlc.DBTX, consumer string, stmt func() (retry bool, err error)) error {
 	if _, ok := c.registered.Load(consumer); !ok {
-		if err := store.Queries.RegisterConsumer(ctx, c.st.Wrap(db), consumer); err != nil {
+		if err := c.register(ctx, db, consumer); err != nil {
 			return err
 		}
 		c.registered.Store(consumer, struct{}{})
@@ -335,8 +335,24 @@ func (c *Client) inGeneration(ctx context.Context, db sqlc.DBTX, consumer string
 		if round+1 >= maxGenerationRounds {
 			return fmt.Errorf("txinbox: consumer %q: %d generation rotations while receiving; receive again", consumer, round+1)
 		}
-		if err := store.Queries.RegisterConsumer(ctx, c.st.Wrap(db), consumer); err != nil {
+		if err := c.register(ctx, db, consumer); err != nil {
 			return err
 		}
 	}
+}
+
+// register gives consumer its generation row if it has none (LockRing, RegisterConsumer), in one
+// transaction: db's, or one of its own.
+func (c *Client) register(ctx context.Context, db sqlc.DBTX, consumer string) error {
+	run := func(db sqlc.DBTX) error {
+		gen, err := store.Queries.LockRing(ctx, c.st.Wrap(db))
+		if err != nil {
+			return err
+		}
+		return store.Queries.RegisterConsumer(ctx, c.st.Wrap(db), consumer, gen)
+	}
+	if b, ok := db.(txinbox.DB); ok && !isTx(db) {
+		return pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error { return run(tx) })
+	}
+	return run(db)
 }

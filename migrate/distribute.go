@@ -15,17 +15,14 @@ var ErrNoCitus = errors.New("txinbox: the citus extension is not installed in th
 
 // DistributedTables are the tables [Distribute] distributes by consumer, colocated with the first:
 // every table that holds messages or per-consumer records (inbox's partitions follow inbox). The
-// others (the version table, the idempotency keys of package idempotency) stay tables of the
-// coordinator, except ReferenceTables.
+// others stay tables of the coordinator: the version table, the idempotency keys of package
+// idempotency, and inbox_ring (migration 00006: the current generation, one row, read by its own
+// statements only; as a reference table its row locks took distributed locks that deadlocked under
+// concurrent registrations).
 var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup", "inbox_gen"}
 
-// ReferenceTables are the tables [Distribute] makes reference tables (a copy on every node), so that
-// a statement of one consumer can read them on its shard's node: inbox_ring, the current generation
-// (migration 00006).
-var ReferenceTables = []string{"inbox_ring"}
-
 // Distribute makes the txinbox tables of store's schema (DistributedTables) distributed tables of a
-// Citus cluster, by the column consumer and colocated, and ReferenceTables reference tables, so that every statement txinbox runs goes to
+// Citus cluster, by the column consumer and colocated, so that every statement txinbox runs goes to
 // the one shard holding its consumer (SCALING.md). Run it once, after [Up], connected to the
 // coordinator; rows already stored are moved to the shards. Tables already distributed are left
 // alone, so it is safe to call at every start. It runs in one transaction on store.DB, which must
@@ -69,19 +66,6 @@ func Distribute(ctx context.Context, store txinbox.Store) error {
 				colocate = "default"
 			}
 			if _, err := tx.Exec(ctx, "SELECT create_distributed_table($1::regclass, 'consumer', colocate_with => $2)", name, colocate); err != nil {
-				return fmt.Errorf("txinbox: distribute %s: %w", name, err)
-			}
-		}
-		for _, table := range ReferenceTables {
-			name := pgx.Identifier{store.Schema, table}.Sanitize()
-			var done bool
-			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass($1))", name).Scan(&done); err != nil {
-				return fmt.Errorf("txinbox: distribute %s: %w", name, err)
-			}
-			if done {
-				continue
-			}
-			if _, err := tx.Exec(ctx, "SELECT create_reference_table($1::regclass)", name); err != nil {
 				return fmt.Errorf("txinbox: distribute %s: %w", name, err)
 			}
 		}

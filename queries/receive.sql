@@ -191,10 +191,16 @@ WITH gl AS (
 )
 SELECT NOT EXISTS (SELECT 1 FROM cur) AS retry, coalesce((SELECT i.id FROM inserted i), 0)::bigint AS id;
 
+-- name: LockRing :one
+-- The current generation, locked FOR KEY SHARE until the end of the transaction: a rotation, which
+-- locks inbox_ring's row FOR UPDATE NOWAIT, gives up while a consumer is being registered, and a
+-- registration waits for a rotation that holds it. A statement of its own: on Citus inbox_ring stays
+-- a table of the coordinator, and a statement mixing it with a distributed table would be planned
+-- through the coordinator.
+SELECT gen FROM /* TEMPLATE: schema */inbox_ring FOR KEY SHARE;
+
 -- name: RegisterConsumer :exec
--- Gives @consumer its generation row, the current generation, if it has none. The FOR KEY SHARE lock
--- of inbox_ring's row makes a rotation wait for this transaction, so the row it inserts is one the
--- rotation's update of every consumer's row sees.
-INSERT INTO /* TEMPLATE: schema */inbox_gen (consumer, gen)
-SELECT @consumer, r.gen FROM (SELECT gen FROM /* TEMPLATE: schema */inbox_ring FOR KEY SHARE) r
+-- Gives @consumer its generation row at @gen, the generation LockRing returned in this transaction,
+-- if it has none: the rotation's update of every consumer's row, which waits for that lock, sees it.
+INSERT INTO /* TEMPLATE: schema */inbox_gen (consumer, gen) VALUES (@consumer, @gen)
 ON CONFLICT DO NOTHING;

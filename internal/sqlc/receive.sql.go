@@ -69,6 +69,22 @@ func (q *Queries) InsertDead(ctx context.Context, db DBTX, arg InsertDeadParams)
 	return i, err
 }
 
+const lockRing = `-- name: LockRing :one
+SELECT gen FROM /* TEMPLATE: schema */inbox_ring FOR KEY SHARE
+`
+
+// The current generation, locked FOR KEY SHARE until the end of the transaction: a rotation, which
+// locks inbox_ring's row FOR UPDATE NOWAIT, gives up while a consumer is being registered, and a
+// registration waits for a rotation that holds it. A statement of its own: on Citus inbox_ring stays
+// a table of the coordinator, and a statement mixing it with a distributed table would be planned
+// through the coordinator.
+func (q *Queries) LockRing(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, lockRing)
+	var gen int64
+	err := row.Scan(&gen)
+	return gen, err
+}
+
 const lookupKeys = `-- name: LookupKeys :many
 WITH t AS (
     SELECT s.ord, s.key, s.fingerprint
@@ -315,16 +331,14 @@ func (q *Queries) ReceiveBatch(ctx context.Context, db DBTX, arg ReceiveBatchPar
 }
 
 const registerConsumer = `-- name: RegisterConsumer :exec
-INSERT INTO /* TEMPLATE: schema */inbox_gen (consumer, gen)
-SELECT $1, r.gen FROM (SELECT gen FROM /* TEMPLATE: schema */inbox_ring FOR KEY SHARE) r
+INSERT INTO /* TEMPLATE: schema */inbox_gen (consumer, gen) VALUES ($1, $2)
 ON CONFLICT DO NOTHING
 `
 
-// Gives @consumer its generation row, the current generation, if it has none. The FOR KEY SHARE lock
-// of inbox_ring's row makes a rotation wait for this transaction, so the row it inserts is one the
-// rotation's update of every consumer's row sees.
-func (q *Queries) RegisterConsumer(ctx context.Context, db DBTX, consumer string) error {
-	_, err := db.Exec(ctx, registerConsumer, consumer)
+// Gives @consumer its generation row at @gen, the generation LockRing returned in this transaction,
+// if it has none: the rotation's update of every consumer's row, which waits for that lock, sees it.
+func (q *Queries) RegisterConsumer(ctx context.Context, db DBTX, consumer string, gen int64) error {
+	_, err := db.Exec(ctx, registerConsumer, consumer, gen)
 	return err
 }
 
