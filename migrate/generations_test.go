@@ -61,7 +61,7 @@ func TestMigration6GenerationsKeepRows(t *testing.T) {
 
 	// Generation 1 retires the empty slot 2; generation 2 retires slot 0, keeping all but the expired
 	// row, in slot 2, with everything they held; the dead letter keeps its seq.
-	for _, want := range []string{"(t,1,0)", "(t,2,4)"} {
+	for _, want := range []string{"(t,1,0,f)", "(t,2,4,f)"} {
 		if got := query(`SELECT r::text FROM inbox_rotate(NULL) r`); got != want {
 			t.Fatalf("rotation: %s, want %s", got, want)
 		}
