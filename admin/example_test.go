@@ -47,12 +47,13 @@ func ExampleAdmin_ReplayDead() {
 	}
 
 	var accountOpened atomic.Bool // the cause of the failure, fixed by an operator below
+	charged := make(chan string, 1) // the handler's report, printed in order below
 	handlers := worker.NewHandlers()
 	worker.Handle(handlers, "Charge", func(ctx context.Context, tx pgx.Tx, m *worker.Message[charge]) error {
 		if !accountOpened.Load() {
 			return worker.Permanent(fmt.Errorf("no account %s", m.Payload.Account)) // no retry can help
 		}
-		fmt.Printf("charged %s %d, attempt %d, previous error %q\n",
+		charged <- fmt.Sprintf("charged %s %d, attempt %d, previous error %q",
 			m.Payload.Account, m.Payload.Cents, m.Attempt, m.PreviousError)
 		return nil
 	})
@@ -88,6 +89,7 @@ func ExampleAdmin_ReplayDead() {
 		panic(err)
 	}
 	fmt.Println("replayed:", len(replayed))
+	fmt.Println(<-charged)
 	waitUntil(func() bool {
 		m, err := ops.GetMessage(ctx, d.ID)
 		return err == nil && m.State == inbox.StateCompleted

@@ -342,9 +342,13 @@ func TestRepeatableReadSnapshotOlderThanARotation(t *testing.T) {
 		t.Fatalf("first receive: %+v", first)
 	}
 	r, err := c.ReceiveTx(ctx, tx, msg("x", `{"amount":1}`))
+	// On one server the snapshot is the transaction's first statement's. On Citus a worker's snapshot
+	// is taken when the transaction first reaches it, after the rotation: the receive then sees the
+	// stored message and reports a Duplicate. Either way nothing is stored twice.
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "40001" {
-		t.Fatalf("receive in the older snapshot: %+v %v, want a serialization failure", r, err)
+	serialization := errors.As(err, &pgErr) && pgErr.Code == "40001"
+	if !serialization && (err != nil || r.Outcome != inbox.Duplicate || r.ID != first.ID) {
+		t.Fatalf("receive in the older snapshot: %+v %v, want a serialization failure (or, on Citus, a Duplicate of %d)", r, err, first.ID)
 	}
 	_ = tx.Rollback(ctx)
 	if again := receiveOne(t, c, "x", `{"amount":1}`); again.Outcome != inbox.Duplicate || again.ID != first.ID {
@@ -378,9 +382,13 @@ func TestRepeatableReadSnapshotOlderThanARetirement(t *testing.T) {
 		t.Fatalf("rotation copied %d, want the pending message", r.Copied)
 	}
 	r, err := c.ReceiveTx(ctx, tx, msg("k", `{"amount":1}`))
+	// On one server the snapshot is the transaction's first statement's. On Citus a worker's snapshot
+	// is taken when the transaction first reaches it, after the rotation: the receive then sees the
+	// stored message and reports a Duplicate. Either way nothing is stored twice.
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "40001" {
-		t.Fatalf("receive in the older snapshot: %+v %v, want a serialization failure", r, err)
+	serialization := errors.As(err, &pgErr) && pgErr.Code == "40001"
+	if !serialization && (err != nil || r.Outcome != inbox.Duplicate || r.ID != first.ID) {
+		t.Fatalf("receive in the older snapshot: %+v %v, want a serialization failure (or, on Citus, a Duplicate of %d)", r, err, first.ID)
 	}
 	_ = tx.Rollback(ctx)
 	if again := receiveOne(t, c, "k", `{"amount":1}`); again.Outcome != inbox.Duplicate || again.ID != first.ID {
