@@ -46,7 +46,7 @@ func ExampleAdmin_ReplayDead() {
 		panic(err)
 	}
 
-	var accountOpened atomic.Bool // the cause of the failure, fixed by an operator below
+	var accountOpened atomic.Bool   // the cause of the failure, fixed by an operator below
 	charged := make(chan string, 1) // the handler's report, printed in order below
 	handlers := worker.NewHandlers()
 	worker.Handle(handlers, "Charge", func(ctx context.Context, tx pgx.Tx, m *worker.Message[charge]) error {
