@@ -46,12 +46,20 @@ WITH gl AS (
     FROM fingerprinted f
     WINDOW w AS (PARTITION BY f.consumer, f.key ORDER BY f.ord)
 ), live AS (
-    -- Keys with a live row in another slot, under the statement's snapshot.
-    SELECT DISTINCT m.key
+    -- Keys with a live row in another slot, under the statement's snapshot: one probe of the unique
+    -- key (consumer, key) per key. A LATERAL with LIMIT, so that no plan can join by consumer alone
+    -- (a generic plan made while the current slot looked empty did, reading every row of the slot
+    -- for every key: bench/RESULTS.md, "Retention by generations").
+    SELECT f.key
     FROM firsts f
-    JOIN /* TEMPLATE: schema */inbox m ON m.consumer = @consumer AND m.key = f.key
     CROSS JOIN cur
-    WHERE f.ord = f.first_ord AND m.slot <> cur.slot AND NOT coalesce(m.state = 'completed' AND m.expires_at < now(), false)
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM /* TEMPLATE: schema */inbox m
+        WHERE m.consumer = @consumer AND m.key = f.key AND m.slot <> cur.slot
+          AND NOT coalesce(m.state = 'completed' AND m.expires_at < now(), false)
+        LIMIT 1
+    ) l
+    WHERE f.ord = f.first_ord
 ), numbered AS (
     -- Ids are drawn in batch order (the receipt order that per-key ordering follows), but rows are
     -- inserted in key order, so that concurrent batches take their unique-key locks in one order
