@@ -26,6 +26,10 @@ RATE=${RATE:-400}
 DURATION=${DURATION:-10m}
 RETENTION=${RETENTION:-1m}
 INTERVAL=${INTERVAL:-10s}
+# Old layout only: FullSweepInterval. Its quick passes leave behind the rows of a span of ids that were
+# still in their window when the cursor moved past it; only a full pass deletes them (library default
+# 1h). 1m matches the 1-minute window; 0 means the library default.
+FULL_SWEEP=${FULL_SWEEP:-1m}
 HOLD_AT=${HOLD_AT:-2m}
 HOLD_FOR=${HOLD_FOR:-5m}
 RUNS=${RUNS:-a b}
@@ -113,8 +117,8 @@ for run in $RUNS; do
 	esac
 	cluster old "$PORT_OLD"
 	cluster new "$PORT_NEW"
-	echo "run $run: $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg), rate $RATE/s each, $DURATION, retention $RETENTION, cleaner interval $INTERVAL ${hold[*]} ${PLAN_CACHE_MODE:+plan_cache_mode=$PLAN_CACHE_MODE}" | tee "$OUT/$run-load.txt"
-	args=(--rate "$RATE" --duration "$DURATION" --retention "$RETENTION" --interval "$INTERVAL" --plan-cache-mode "$PLAN_CACHE_MODE" "${hold[@]}")
+	echo "run $run: $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg), rate $RATE/s each, $DURATION, retention $RETENTION, cleaner interval $INTERVAL, old full sweep $FULL_SWEEP ${hold[*]} ${PLAN_CACHE_MODE:+plan_cache_mode=$PLAN_CACHE_MODE}" | tee "$OUT/$run-load.txt"
+	args=(--rate "$RATE" --duration "$DURATION" --retention "$RETENTION" --interval "$INTERVAL" --full-sweep "$FULL_SWEEP" --plan-cache-mode "$PLAN_CACHE_MODE" "${hold[@]}")
 	nice -n "$NICE" "$BASE/txretain-old" --database-url "postgres://postgres@127.0.0.1:$PORT_OLD/postgres?sslmode=disable" "${args[@]}" \
 		>"$OUT/$run-old.out" 2>"$OUT/$run-old.err" &
 	pid_old=$!

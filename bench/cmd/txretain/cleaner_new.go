@@ -25,7 +25,7 @@ func newCleaner(store txinbox.Store, o options, log *slog.Logger) (*cleaner, err
 }
 
 func cleanerSettings(o options) string {
-	return fmt.Sprintf("retention.Config{Interval: %s, Generation: %s}, other fields default", o.interval, o.retention)
+	return fmt.Sprintf("retention.Config{Interval: %s, Generation: %s}, other fields default (--full-sweep: no such field, ignored)", o.interval, o.retention)
 }
 
 func (cl *cleaner) pass(ctx context.Context) (passStats, error) {

@@ -20,16 +20,21 @@ const layout = "old"
 type cleaner struct{ *retention.Cleaner }
 
 // newCleaner: the old layout's Cleaner deletes expired rows; its first pass is a full one, later
-// passes are quick ones (from where the last found rows still in their window) except one full pass
-// per FullSweepInterval (default 1 h: none more in a 10-minute run; messages complete in id order
-// here, so quick passes find every expired row).
+// passes are quick ones (from a cursor in id order) except one full pass per FullSweepInterval
+// (--full-sweep; default 1 h). A quick pass moves its cursor past a span of ids where it found
+// expired rows, so the rows of that span still in their window when it passed are left for the next
+// full pass.
 func newCleaner(store txinbox.Store, o options, log *slog.Logger) (*cleaner, error) {
-	cl, err := retention.New(store, retention.Config{Interval: o.interval, Logger: log})
+	cl, err := retention.New(store, retention.Config{Interval: o.interval, FullSweepInterval: o.fullSweep, Logger: log})
 	return &cleaner{cl}, err
 }
 
 func cleanerSettings(o options) string {
-	return fmt.Sprintf("retention.Config{Interval: %s}, other fields default (FullSweepInterval 1h, BatchSize 1000)", o.interval)
+	full := "1h (default)"
+	if o.fullSweep != 0 {
+		full = o.fullSweep.String()
+	}
+	return fmt.Sprintf("retention.Config{Interval: %s, FullSweepInterval: %s}, other fields default (BatchSize 1000)", o.interval, full)
 }
 
 func (cl *cleaner) pass(ctx context.Context) (passStats, error) {

@@ -58,6 +58,7 @@ type options struct {
 	holdAt      time.Duration
 	holdFor     time.Duration
 	planCache   string
+	fullSweep   time.Duration
 }
 
 func main() {
@@ -70,6 +71,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 10*time.Minute, "length of the run")
 	flag.DurationVar(&o.retention, "retention", time.Minute, "Store.Retention (the dedup window); new layout: also retention.Config.Generation")
 	flag.DurationVar(&o.interval, "interval", 10*time.Second, "time between two Cleaner passes (RunOnce)")
+	flag.DurationVar(&o.fullSweep, "full-sweep", 0, "old layout only: retention.Config.FullSweepInterval (0: its default, 1h)")
 	flag.DurationVar(&o.sample, "sample", 5*time.Second, "size sampling period within a minute (min and max are reported)")
 	flag.IntVar(&o.concurrency, "concurrency", 4, "worker.Config.Concurrency")
 	flag.IntVar(&o.receivers, "receivers", 2, "goroutines calling ReceiveMany")
@@ -392,8 +394,9 @@ type stats struct {
 	inboxBytes, queueBytes int64 // pg_total_relation_size: inbox and every partition; inbox_queue
 	inboxLive, inboxDead   int64 // n_live_tup, n_dead_tup summed over inbox and its partitions
 	queueDead              int64
-	queueRows              int64 // count(*) of inbox_queue: messages not completed
-	inboxVacuums           int64 // autovacuum_count summed over inbox and its partitions
+	queueRows              int64  // count(*) of inbox_queue: messages not completed
+	parts                  string // MB of each table holding inbox rows (the partitions, or inbox)
+	inboxVacuums           int64  // autovacuum_count summed over inbox and its partitions
 	queueVacuums           int64
 }
 
@@ -409,9 +412,11 @@ func measure(ctx context.Context, conn *pgx.Conn) (stats, error) {
 		       pg_total_relation_size('inbox_queue'),
 		       st.live, st.dead, st.av,
 		       q.n_dead_tup, q.autovacuum_count,
-		       (SELECT count(*) FROM inbox_queue)
+		       (SELECT count(*) FROM inbox_queue),
+		       (SELECT string_agg(c.relname || ':' || round(pg_total_relation_size(c.oid) / 1048576.0, 1), '/' ORDER BY c.relname)
+		        FROM parts JOIN pg_class c ON c.oid = parts.relid WHERE c.relkind = 'r')
 		FROM st, pg_stat_user_tables q WHERE q.relid = 'inbox_queue'::regclass`).
-		Scan(&s.lsn, &s.inboxBytes, &s.queueBytes, &s.inboxLive, &s.inboxDead, &s.inboxVacuums, &s.queueDead, &s.queueVacuums, &s.queueRows)
+		Scan(&s.lsn, &s.inboxBytes, &s.queueBytes, &s.inboxLive, &s.inboxDead, &s.inboxVacuums, &s.queueDead, &s.queueVacuums, &s.queueRows, &s.parts)
 	return s, err
 }
 
@@ -443,11 +448,11 @@ func (r minute) line(label string) string {
 	if r.handled > 0 {
 		walPerMsg = fmt.Sprint(r.wal / r.handled)
 	}
-	return fmt.Sprintf("minute=%d layout=%s inbox_mb=%s inbox_min_mb=%s inbox_max_mb=%s queue_mb=%s wal_mb=%s wal_b_per_msg=%s recv_per_s=%.0f done_per_s=%.0f recv_p50_ms=%s recv_p99_ms=%s recv_max_ms=%s queue_rows=%d inbox_live=%d inbox_dead=%d queue_dead=%d inbox_autovac=%d queue_autovac=%d deleted=%d rotations=%d copied=%d clean_errors=%d held=%t",
+	return fmt.Sprintf("minute=%d layout=%s inbox_mb=%s inbox_min_mb=%s inbox_max_mb=%s queue_mb=%s wal_mb=%s wal_b_per_msg=%s recv_per_s=%.0f done_per_s=%.0f recv_p50_ms=%s recv_p99_ms=%s recv_max_ms=%s queue_rows=%d inbox_live=%d inbox_dead=%d queue_dead=%d inbox_autovac=%d queue_autovac=%d deleted=%d rotations=%d copied=%d clean_errors=%d held=%t parts_mb=%s",
 		r.n, label, mb(r.m.inboxBytes), mb(r.lo), mb(r.hi), mb(r.m.queueBytes), mb(r.wal), walPerMsg,
 		float64(r.received)/60, float64(r.handled)/60, pct(r.lat, 0.5), pct(r.lat, 0.99), pct(r.lat, 1), r.m.queueRows, r.m.inboxLive, r.m.inboxDead, r.m.queueDead,
 		r.m.inboxVacuums, r.m.queueVacuums, r.c.deleted-r.prevC.deleted, r.c.rotations-r.prevC.rotations,
-		r.c.copied-r.prevC.copied, r.c.passErrors-r.prevC.passErrors, r.held)
+		r.c.copied-r.prevC.copied, r.c.passErrors-r.prevC.passErrors, r.held, r.m.parts)
 }
 
 func summary(ctx context.Context, conn *pgx.Conn, o options, m0 stats, rows []minute, c *counters) error {
