@@ -36,6 +36,7 @@ RUNS=${RUNS:-a b}
 NICE=${NICE:-5}
 SHARED_BUFFERS=${SHARED_BUFFERS:-128MB}
 PLAN_CACHE_MODE=${PLAN_CACHE_MODE:-} # empty: the server's default (auto)
+PG_OPTS=${PG_OPTS:-}                 # more server options for both clusters, e.g. "-c auto_explain.log_min_duration=1s ..."
 BASE=$(mktemp -d /tmp/txretain.XXXXXX)
 OUT=${OUT:-$BASE/out}
 mkdir -p "$OUT"
@@ -75,7 +76,7 @@ cluster() {
 	runuser -u postgres -- "$PGBIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir.initdb.log" 2>&1
 	started+=("$dir/data")
 	runuser -u postgres -- nice -n "$NICE" "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start \
-		-o "-p $port -c listen_addresses=127.0.0.1 -k $dir -c shared_buffers=$SHARED_BUFFERS" >/dev/null
+		-o "-p $port -c listen_addresses=127.0.0.1 -k $dir -c shared_buffers=$SHARED_BUFFERS $PG_OPTS" >/dev/null
 }
 
 stop_cluster() {
