@@ -80,8 +80,9 @@ func main() {
 	flag.StringVar(&o.planCache, "plan-cache-mode", "", "plan_cache_mode of the pool's connections (auto, force_custom_plan, force_generic_plan); empty: the server's (auto)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o); err != nil {
+	err := run(ctx, o)
+	stop()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "txretain %s: %v\n", o.label, err)
 		os.Exit(1)
 	}
