@@ -1,0 +1,43 @@
+//go:build oldlayout
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/retention"
+)
+
+// layout names the tree this file builds in: before migration 00006 (commit b2d7f61), whose
+// retention.Config has FullSweepInterval and no Generation. bench/retention.sh copies this
+// directory into a worktree of that commit and builds it with -tags oldlayout.
+const layout = "old"
+
+// cleaner wraps the tree's retention.Cleaner.
+type cleaner struct{ *retention.Cleaner }
+
+// newCleaner: the old layout's Cleaner deletes expired rows; its first pass is a full one, later
+// passes are quick ones (from a cursor in id order) except one full pass per FullSweepInterval
+// (--full-sweep; default 1 h). A quick pass moves its cursor past a span of ids where it found
+// expired rows, so the rows of that span still in their window when it passed are left for the next
+// full pass.
+func newCleaner(store txinbox.Store, o options, log *slog.Logger) (*cleaner, error) {
+	cl, err := retention.New(store, retention.Config{Interval: o.interval, FullSweepInterval: o.fullSweep, Logger: log})
+	return &cleaner{cl}, err
+}
+
+func cleanerSettings(o options) string {
+	full := "1h (default)"
+	if o.fullSweep != 0 {
+		full = o.fullSweep.String()
+	}
+	return fmt.Sprintf("retention.Config{Interval: %s, FullSweepInterval: %s}, other fields default (BatchSize 1000)", o.interval, full)
+}
+
+func (cl *cleaner) pass(ctx context.Context) (passStats, error) {
+	res, _, err := cl.RunOnce(ctx)
+	return passStats{deleted: res.Deleted}, err
+}
