@@ -42,14 +42,16 @@ const EnvURL = "TXINBOX_CITUS_URL"
 // they observe one server's internals rather than txinbox's guarantees: the late-commit tests (they
 // wait to see a receive blocked in the coordinator's lock table; on Citus it blocks on a worker), the
 // vacuum and health tests (they read the coordinator's table statistics, which count no shard row,
-// and hold snapshots in databases of their own, which have no citus extension), and the cleaner test
+// and hold snapshots in databases of their own, which have no citus extension), the cleaner test
 // that watches its deletes through statement triggers on inbox (Citus has no statement triggers on a
-// distributed table). SCALING.md lists them as not tested.
+// distributed table), and the test of the receive's plan under forced generic plans (the coordinator
+// cannot make a distributed plan then: each shard's statement is planned on its worker). SCALING.md
+// lists them as not tested.
 var acceptance = []struct{ pkg, run, skip string }{
 	{"./inbox", ".", "LateCommit"},
 	{"./worker", ".", "Vacuum|Health|Horizon"},
 	{"./admin", ".", "Health"},
-	{"./retention", ".", "CleanBatchesInterleaveWithWork"},
+	{"./retention", ".", "CleanBatchesInterleaveWithWork|ReceivePlanProbesKeysAfterRotation"},
 }
 
 func coordinator(t *testing.T) string {
