@@ -14,6 +14,7 @@ import (
 
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/retention"
 )
 
@@ -326,37 +327,15 @@ func TestRepeatableReadSnapshotOlderThanARotation(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	cl := newCleaner(t, db, retention.Config{})
-	ctx := context.Background()
 	receiveKeys(t, c, "warm-up") // the consumer is registered
-	tx, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // the snapshot
-		t.Fatal(err)
-	}
-	rotate(t, cl)
-	first := receiveOne(t, c, "x", `{"amount":1}`)
-	if first.Outcome != inbox.Inserted {
-		t.Fatalf("first receive: %+v", first)
-	}
-	r, err := c.ReceiveTx(ctx, tx, msg("x", `{"amount":1}`))
-	// On one server the snapshot is the transaction's first statement's. On Citus a worker's snapshot
-	// is taken when the transaction first reaches it, after the rotation: the receive then sees the
-	// stored message and reports a Duplicate. Either way nothing is stored twice.
-	var pgErr *pgconn.PgError
-	serialization := errors.As(err, &pgErr) && pgErr.Code == "40001"
-	if !serialization && (err != nil || r.Outcome != inbox.Duplicate || r.ID != first.ID) {
-		t.Fatalf("receive in the older snapshot: %+v %v, want a serialization failure (or, on Citus, a Duplicate of %d)", r, err, first.ID)
-	}
-	_ = tx.Rollback(ctx)
-	if again := receiveOne(t, c, "x", `{"amount":1}`); again.Outcome != inbox.Duplicate || again.ID != first.ID {
-		t.Fatalf("retried: %+v, want a Duplicate of %d", again, first.ID)
-	}
-	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = 'x'`); n != 1 {
-		t.Fatalf("%d rows of x", n)
-	}
+	receiveInOlderSnapshot(t, c, db, "x", func() inbox.Receipt {
+		rotate(t, cl)
+		first := receiveOne(t, c, "x", `{"amount":1}`)
+		if first.Outcome != inbox.Inserted {
+			t.Fatalf("first receive: %+v", first)
+		}
+		return first
+	})
 }
 
 // A REPEATABLE READ transaction whose snapshot predates the rotation that retired the slot of a key's
@@ -367,9 +346,25 @@ func TestRepeatableReadSnapshotOlderThanARetirement(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	cl := newCleaner(t, db, retention.Config{})
-	ctx := context.Background()
 	first := receiveOne(t, c, "k", `{"amount":1}`) // generation 0
 	rotate(t, cl)                                  // generation 1: slot 0 is the previous one
+	receiveInOlderSnapshot(t, c, db, "k", func() inbox.Receipt {
+		if r := rotate(t, cl); r.Copied != 1 { // generation 2: slot 0 retired, k copied to slot 2
+			t.Fatalf("rotation copied %d, want the pending message", r.Copied)
+		}
+		return first
+	})
+}
+
+// receiveInOlderSnapshot takes the snapshot of a REPEATABLE READ transaction, runs then (which
+// rotates and returns the receipt of key's stored message), and receives key in that transaction: it
+// must fail with a serialization error and store nothing. On one server the snapshot is the
+// transaction's first statement's. On Citus a worker's snapshot is taken when the transaction first
+// reaches it, after then: the receive sees the stored message and reports a Duplicate of it. Either
+// way a retry outside the transaction is a Duplicate, and one row of key is stored.
+func receiveInOlderSnapshot(t *testing.T, c *inbox.Client, db *testdb.DB, key string, then func() inbox.Receipt) {
+	t.Helper()
+	ctx := context.Background()
 	tx, err := db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		t.Fatal(err)
@@ -378,24 +373,19 @@ func TestRepeatableReadSnapshotOlderThanARetirement(t *testing.T) {
 	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // the snapshot
 		t.Fatal(err)
 	}
-	if r := rotate(t, cl); r.Copied != 1 { // generation 2: slot 0 retired, k copied to slot 2
-		t.Fatalf("rotation copied %d, want the pending message", r.Copied)
-	}
-	r, err := c.ReceiveTx(ctx, tx, msg("k", `{"amount":1}`))
-	// On one server the snapshot is the transaction's first statement's. On Citus a worker's snapshot
-	// is taken when the transaction first reaches it, after the rotation: the receive then sees the
-	// stored message and reports a Duplicate. Either way nothing is stored twice.
+	first := then()
+	r, err := c.ReceiveTx(ctx, tx, msg(key, `{"amount":1}`))
 	var pgErr *pgconn.PgError
 	serialization := errors.As(err, &pgErr) && pgErr.Code == "40001"
 	if !serialization && (err != nil || r.Outcome != inbox.Duplicate || r.ID != first.ID) {
 		t.Fatalf("receive in the older snapshot: %+v %v, want a serialization failure (or, on Citus, a Duplicate of %d)", r, err, first.ID)
 	}
 	_ = tx.Rollback(ctx)
-	if again := receiveOne(t, c, "k", `{"amount":1}`); again.Outcome != inbox.Duplicate || again.ID != first.ID {
+	if again := receiveOne(t, c, key, `{"amount":1}`); again.Outcome != inbox.Duplicate || again.ID != first.ID {
 		t.Fatalf("retried: %+v, want a Duplicate of %d", again, first.ID)
 	}
-	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = 'k'`); n != 1 {
-		t.Fatalf("%d rows of k", n)
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = $1`, key); n != 1 {
+		t.Fatalf("%d rows of %s", n, key)
 	}
 }
 
