@@ -40,15 +40,6 @@ SELECT (SELECT count(*) FROM picked)::bigint AS picked,
        (SELECT count(*) FROM deleted)::bigint AS deleted,
        coalesce((SELECT max(id) FROM picked), 0)::bigint AS last_id;
 
--- name: HasLiveCompleted :one
--- Reports whether the ids above @after_id and up to @until_id hold a completed message of @consumer
--- still within its dedup window (stops at the first one found).
-SELECT EXISTS (
-    SELECT 1 FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > @after_id AND m.id <= @until_id AND m.consumer = @consumer AND m.state = 'completed'
-      AND (m.expires_at IS NULL OR m.expires_at >= now())
-) AS live;
-
 -- name: DiscardOlder :one
 -- Deletes up to @max_rows messages in one of @states (completed or dead only) that finished before
 -- @older_than_seconds ago, among the ids of @consumer above @after_id and up to @until_id, in id

@@ -371,29 +371,6 @@ func (q *Queries) GetMessage(ctx context.Context, db DBTX, id int64) (GetMessage
 	return i, err
 }
 
-const hasLiveCompleted = `-- name: HasLiveCompleted :one
-SELECT EXISTS (
-    SELECT 1 FROM /* TEMPLATE: schema */inbox m
-    WHERE m.id > $1 AND m.id <= $2 AND m.consumer = $3 AND m.state = 'completed'
-      AND (m.expires_at IS NULL OR m.expires_at >= now())
-) AS live
-`
-
-type HasLiveCompletedParams struct {
-	AfterID  int64
-	UntilID  int64
-	Consumer string
-}
-
-// Reports whether the ids above @after_id and up to @until_id hold a completed message of @consumer
-// still within its dedup window (stops at the first one found).
-func (q *Queries) HasLiveCompleted(ctx context.Context, db DBTX, arg HasLiveCompletedParams) (bool, error) {
-	row := db.QueryRow(ctx, hasLiveCompleted, arg.AfterID, arg.UntilID, arg.Consumer)
-	var live bool
-	err := row.Scan(&live)
-	return live, err
-}
-
 const listDead = `-- name: ListDead :many
 SELECT id, consumer, key, kind, payload, raw, headers, fingerprint, ordering_key, state, attempts_started, attempts_failed, next_run_at, owner, lease_until, token, last_error, received_at, started_at, completed_at, expires_at, result, slot
 FROM /* TEMPLATE: schema */inbox
