@@ -344,15 +344,11 @@ func (c *Client) inGeneration(ctx context.Context, db sqlc.DBTX, consumer string
 // register gives consumer its generation row if it has none (LockRing, RegisterConsumer), in one
 // transaction: db's, or one of its own.
 func (c *Client) register(ctx context.Context, db sqlc.DBTX, consumer string) error {
-	run := func(db sqlc.DBTX) error {
+	return inTx(ctx, db, func(db sqlc.DBTX) error {
 		gen, err := store.Queries.LockRing(ctx, c.st.Wrap(db))
 		if err != nil {
 			return err
 		}
 		return store.Queries.RegisterConsumer(ctx, c.st.Wrap(db), consumer, gen)
-	}
-	if b, ok := db.(txinbox.DB); ok && !isTx(db) {
-		return pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error { return run(tx) })
-	}
-	return run(db)
+	})
 }

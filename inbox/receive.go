@@ -356,22 +356,22 @@ func (c *Client) insertOrCompare(ctx context.Context, db sqlc.DBTX, msgs []Messa
 		}
 		return nil
 	}
-	var err error
-	if b, ok := db.(txinbox.DB); ok && !isTx(db) {
-		err = pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error { return each(tx) })
-	} else {
-		err = each(db)
-	}
-	if err != nil {
+	if err := inTx(ctx, db, each); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// isTx reports whether db is a transaction (of the caller's, for ReceiveTx and ReceiveManyTx).
-func isTx(db sqlc.DBTX) bool {
-	_, ok := db.(pgx.Tx)
-	return ok
+// inTx runs fn in db if db is a transaction (the caller's, for ReceiveTx and ReceiveManyTx), else in
+// a transaction of its own on db, so that fn's statements are all or nothing either way.
+func inTx(ctx context.Context, db sqlc.DBTX, fn func(sqlc.DBTX) error) error {
+	if _, ok := db.(pgx.Tx); ok {
+		return fn(db)
+	}
+	if b, ok := db.(txinbox.DB); ok {
+		return pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error { return fn(tx) })
+	}
+	return fn(db)
 }
 
 // insertOrCompareOne stores msgs, all of one consumer, in one ReceiveBatch statement (which also
