@@ -107,10 +107,12 @@ type Config struct {
 	// behind it; a rotation that times out is retried at the next pass. Default
 	// DefaultRotateLockTimeout (2 s).
 	RotateLockTimeout time.Duration
-	// BatchSize is the most rows one statement deletes: idempotency keys in a pass, inbox rows in
-	// Clean. Default DefaultCleanBatchSize (1000).
+	// BatchSize is the most idempotency keys one statement of a pass deletes. Default
+	// DefaultCleanBatchSize (1000). Clean takes its own (CleanOptions).
 	BatchSize int
-	// MaxBatches bounds the statements deleting idempotency keys in one pass. Default 0: no limit.
+	// Deprecated: MaxBatches bounded a pass's row deletes, which passes no longer make (they rotate,
+	// migration 00006); it is still checked (not negative) and otherwise ignored. Bound
+	// [Cleaner.Clean] with CleanOptions.MaxBatches.
 	MaxBatches int
 	// Logger receives a line per rotation and per pass that deleted something (Info) and per failed
 	// pass (Warn). Default slog.Default().
