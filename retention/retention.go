@@ -219,8 +219,7 @@ func New(store txinbox.Store, cfg Config) (*Cleaner, error) {
 // locked by receivers or workers are skipped and left for the next pass) and holds no lock between
 // statements, so receiving and processing go on while it runs. It stops between statements when ctx
 // ends, returning the work done so far with ctx's error. Its cost is a read of the whole table (see
-// BenchmarkCleanPass); the Cleaner does this only every FullSweepInterval. Several Clean calls may run
-// at once safely. Bad options return a *[txinbox.ArgumentError].
+// BenchmarkCleanPass); a Cleaner's passes never do it. Several Clean calls may run at once safely. Bad options return a *[txinbox.ArgumentError].
 func (cl *Cleaner) Clean(ctx context.Context, o CleanOptions) (CleanResult, error) {
 	o, err := o.withDefaults()
 	if err != nil {
