@@ -45,28 +45,24 @@ WITH gl AS (
            first_value(f.fingerprint) OVER w AS first_fingerprint
     FROM fingerprinted f
     WINDOW w AS (PARTITION BY f.consumer, f.key ORDER BY f.ord)
-), live AS (
-    -- Keys with a live row in another slot, under the statement's snapshot: one probe of the unique
-    -- key (consumer, key) per key. A LATERAL with LIMIT, so that no plan can join by consumer alone
-    -- (a generic plan made while the current slot looked empty did, reading every row of the slot
-    -- for every key: bench/RESULTS.md, "Retention by generations").
-    SELECT f.key
-    FROM firsts f
-    CROSS JOIN cur
-    CROSS JOIN LATERAL (
-        SELECT 1 FROM /* TEMPLATE: schema */inbox m
-        WHERE m.consumer = @consumer AND m.key = f.key AND m.slot <> cur.slot
-          AND NOT coalesce(m.state = 'completed' AND m.expires_at < now(), false)
-        LIMIT 1
-    ) l
-    WHERE f.ord = f.first_ord
 ), numbered AS (
     -- Ids are drawn in batch order (the receipt order that per-key ordering follows), but rows are
     -- inserted in key order, so that concurrent batches take their unique-key locks in one order
-    -- and cannot deadlock.
+    -- and cannot deadlock. A key with a live row in another slot, under the statement's snapshot,
+    -- is left out: one probe of the unique key (consumer, key) per key, a LATERAL with LIMIT, which
+    -- a plan can run only once per key. Neither a join by consumer alone (a generic plan made while
+    -- the current slot looked empty read every row of the slot for every key: bench/RESULTS.md,
+    -- "Retention by generations") nor an anti join with the keys' list inside (a generic plan that
+    -- estimated one key ran the probes of every key once per key: "ReceiveMany's generic plan").
     SELECT f.*, nextval('/* TEMPLATE: schema */inbox_id_seq') AS id
     FROM firsts f
-    WHERE f.ord = f.first_ord AND EXISTS (SELECT 1 FROM cur) AND NOT EXISTS (SELECT 1 FROM live WHERE live.key = f.key)
+    LEFT JOIN LATERAL (
+        SELECT true AS live FROM /* TEMPLATE: schema */inbox m
+        WHERE m.consumer = @consumer AND m.key = f.key AND m.slot <> (SELECT cur.slot FROM cur)
+          AND NOT coalesce(m.state = 'completed' AND m.expires_at < now(), false)
+        LIMIT 1
+    ) l ON true
+    WHERE f.ord = f.first_ord AND EXISTS (SELECT 1 FROM cur) AND l.live IS NULL
     ORDER BY f.ord
 ), inserted AS (
     INSERT INTO /* TEMPLATE: schema */inbox

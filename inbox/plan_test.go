@@ -1,0 +1,139 @@
+package inbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/inbox"
+)
+
+// lastStatement records the text and arguments of the last statement sent whose text starts with
+// prefix.
+type lastStatement struct {
+	prefix string
+	mu     sync.Mutex
+	sql    string
+	args   []any
+}
+
+func (l *lastStatement) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(d.SQL, l.prefix) {
+		l.mu.Lock()
+		l.sql, l.args = d.SQL, d.Args
+		l.mu.Unlock()
+	}
+	return ctx
+}
+
+func (l *lastStatement) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// The generic plan of ReceiveBatch (the one PostgreSQL uses from a prepared statement's sixth run on)
+// must probe the inbox a bounded number of times per message. One that ran the check for a live row
+// of each key in another slot inside an anti join, once per key for every key of the batch, made a
+// ReceiveMany of 1,000 new messages take over a second from its sixth call on (bench/RESULTS.md,
+// "ReceiveMany's generic plan"). The plan is run with EXPLAIN ANALYZE, in a transaction rolled back,
+// on a connection that forces generic plans, and every scan of an inbox partition must have run at
+// most a few times per message.
+func TestReceiveManyGenericPlanProbesEachKeyOnce(t *testing.T) {
+	t.Parallel()
+	_, db := newClient(t)
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	rec := &lastStatement{prefix: "-- name: ReceiveBatch "}
+	cfg.Tracer = rec
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	c, err := inbox.New(txinbox.Store{DB: conn, Schema: db.Schema}, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	batch := func(first int) []inbox.Message {
+		msgs := make([]inbox.Message, n)
+		for i := range msgs {
+			msgs[i] = msg(fmt.Sprintf("k%05d", first+i), `{"amount":1}`)
+		}
+		return msgs
+	}
+	if _, err := c.ReceiveMany(ctx, batch(0)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// The same statement with the next n keys (new messages: every key is checked for a live row in
+	// another slot, then inserted).
+	args := append([]any(nil), rec.args...)
+	var plan []byte
+	if err := receiveArgsWithKeys(args, batch(n)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+rec.sql, args...).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(plan, &doc); err != nil {
+		t.Fatal(err)
+	}
+	scans := 0
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if rel, _ := v["Relation Name"].(string); strings.HasPrefix(rel, "inbox_s") {
+				scans++
+				if loops, _ := v["Actual Loops"].(float64); loops > 2*n {
+					t.Errorf("%s on %s ran %v times for %d messages", v["Node Type"], rel, loops, n)
+				}
+			}
+			for _, c := range v {
+				walk(c)
+			}
+		case []any:
+			for _, c := range v {
+				walk(c)
+			}
+		}
+	}
+	walk(doc)
+	if scans == 0 {
+		t.Fatalf("no scan of the inbox partitions in the plan:\n%s", plan)
+	}
+	if t.Failed() {
+		t.Logf("plan:\n%s", plan)
+	}
+}
+
+// receiveArgsWithKeys replaces the keys argument of a ReceiveBatch call (the first text array of
+// len(msgs) elements, by position in the statement: @keys is its second parameter) with msgs' keys.
+func receiveArgsWithKeys(args []any, msgs []inbox.Message) error {
+	if len(args) < 2 {
+		return fmt.Errorf("ReceiveBatch had %d arguments", len(args))
+	}
+	keys, ok := args[1].([]string)
+	if !ok || len(keys) != len(msgs) {
+		return fmt.Errorf("ReceiveBatch's second argument is %T, not the %d keys", args[1], len(msgs))
+	}
+	fresh := make([]string, len(msgs))
+	for i, m := range msgs {
+		fresh[i] = m.Key
+	}
+	args[1] = fresh
+	return nil
+}
