@@ -127,15 +127,19 @@ WITH limits AS (
     SELECT set_config('statement_timeout', @statement_timeout::text, true) AS statement_timeout,
            set_config('idle_in_transaction_session_timeout', @idle_timeout::text, true) AS idle_timeout
 )
-SELECT q.id
-FROM limits, /* TEMPLATE: schema */inbox_queue q
-JOIN unnest(@ids::bigint[]) WITH ORDINALITY AS s(id, i)
-  ON q.id = s.id AND q.token = (@tokens::bigint[])[s.i]
--- `claimed IS TRUE` is `claimed`, written so that the planner looks the rows up by primary key (= ANY)
--- instead of walking the partial index of claimed rows, which grows while vacuum lags.
-WHERE q.consumer = @consumer AND q.claimed IS TRUE AND q.id = ANY (@ids::bigint[])
-ORDER BY q.id
-FOR UPDATE OF q;
+SELECT l.id
+FROM limits, ROWS FROM (unnest(@ids::bigint[]), unnest(@tokens::bigint[])) AS s(id, token)
+-- One probe of the primary key per id, in the order of @ids (the caller sorts them, so that rows are
+-- locked in id order): a LATERAL with a locking clause is never flattened into a join, so no plan can
+-- read all n ids again for each of the n rows (a join of the ids with the queue rows did, in a
+-- generic plan: n² rows per batch). `claimed IS TRUE` rather than `claimed`, so that no plan walks
+-- the partial index of claimed rows, which grows while vacuum lags.
+CROSS JOIN LATERAL (
+    SELECT q.id FROM /* TEMPLATE: schema */inbox_queue q
+    WHERE q.id = s.id AND q.consumer = @consumer AND q.token = s.token AND q.claimed IS TRUE
+    FOR UPDATE
+) l
+ORDER BY l.id;
 
 -- name: CurrentXact :one
 -- The id of the current transaction (assigned now if it has none), so that a batch whose handler
@@ -153,62 +157,79 @@ SELECT pg_current_xact_id()::text AS xid;
 -- fencing token is no longer ours, or that are no longer claimed (released), are left alone (the
 -- caller compares the count). @uncount undoes the attempt counted by the claim for
 -- messages that were never run.
+-- Plans: each CTE reads the one before it, driven by the batch's rows, so that every join is one
+-- index probe per message. (A final join of the outcomes with the fenced queue rows, both estimated
+-- at a few rows, ran as a nested loop reading all the outcomes again for every message in a generic
+-- plan: n² rows per batch.)
 WITH c AS (
-    SELECT (@ids::bigint[])[i] AS id, (@tokens::bigint[])[i] AS token, (@outcomes::text[])[i] AS outcome,
-           (@errors::text[])[i] AS error, (@results::text[])[i] AS result,
+    SELECT (@ids::bigint[])[i] AS id, (@keys::text[])[i] AS key, (@tokens::bigint[])[i] AS token,
+           (@outcomes::text[])[i] AS outcome, (@errors::text[])[i] AS error, (@results::text[])[i] AS result,
            now() + make_interval(secs => (@delays::float8[])[i]) AS run_at, (@uncount::int[])[i] AS uncount,
            now() AS finished_at, now() + make_interval(secs => @retention_seconds::float8) AS expires_at
     FROM unnest(@ids::bigint[]) WITH ORDINALITY AS s(v, i)
+), fenced AS (
+    -- The queue rows still claimed with our token, locked (a batch transaction holds them already,
+    -- from LockClaims), with their outcome: one probe of the primary key per message (a LATERAL with
+    -- a locking clause, as in LockClaims). `claimed IS TRUE`, as in LockClaims.
+    SELECT l.id, l.attempts_started, l.started_at, c.key, c.token, c.outcome, c.error, c.result, c.run_at,
+           c.uncount, c.finished_at, c.expires_at
+    FROM c
+    CROSS JOIN LATERAL (
+        SELECT q.id, q.attempts_started, q.started_at FROM /* TEMPLATE: schema */inbox_queue q
+        WHERE q.id = c.id AND q.consumer = @consumer AND q.token = c.token AND q.claimed IS TRUE
+        FOR UPDATE
+    ) l
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
-    USING c
-    -- `claimed IS TRUE`, as in LockClaims: looked up by primary key, not through the claimed index.
-    WHERE q.id = c.id AND q.consumer = @consumer AND q.token = c.token AND q.claimed IS TRUE AND c.outcome IN ('completed', 'dead')
-    RETURNING q.id, q.attempts_started, q.started_at
+    USING fenced f
+    WHERE q.id = f.id AND q.consumer = @consumer AND f.outcome IN ('completed', 'dead')
 ), requeued AS (
     UPDATE /* TEMPLATE: schema */inbox_queue q
-    SET claimed = false, alone = false, run_at = c.run_at, owner = NULL,
-        attempts_started = q.attempts_started - c.uncount
-    FROM c
-    WHERE q.id = c.id AND q.consumer = @consumer AND q.token = c.token AND q.claimed IS TRUE AND c.outcome = 'retry'
-    RETURNING q.id, q.attempts_started, q.started_at
-), fenced AS (
-    SELECT d.id, d.attempts_started, d.started_at FROM dequeued d
-    UNION ALL
-    SELECT r.id, r.attempts_started, r.started_at FROM requeued r
+    SET claimed = false, alone = false, run_at = f.run_at, owner = NULL,
+        attempts_started = q.attempts_started - f.uncount
+    FROM fenced f
+    WHERE q.id = f.id AND q.consumer = @consumer AND f.outcome = 'retry'
 )
--- The only write of the inbox row per attempt: the claim's token, attempts (those of a requeued row
--- already uncounted) and start come from the queue row. Times are computed in c, never inside a CASE,
--- and every CASE is of the searched form: Citus refuses a non-immutable function in a CASE of a
--- modification and mis-deparses `CASE x WHEN`.
+-- The only write of the inbox row per attempt: the claim's token, attempts (less the uncounted one)
+-- and start come from the queue row. The row is found by its id and by its key (@keys, the messages'
+-- keys): with both, any index of inbox is a probe of one row, whatever the statistics say (by id and
+-- consumer alone, a plan made while a partition had no statistics walked the unique key by consumer,
+-- reading every message of the consumer for each message of the batch). Times are computed in c, never inside a CASE, and every CASE is
+-- of the searched form: Citus refuses a non-immutable function in a CASE of a modification and
+-- mis-deparses `CASE x WHEN`.
 UPDATE /* TEMPLATE: schema */inbox m
-SET state = CASE WHEN c.outcome = 'retry' THEN 'pending' ELSE c.outcome END,
-    token = c.token,
-    attempts_started = f.attempts_started - CASE WHEN c.outcome = 'retry' THEN 0 ELSE c.uncount END,
-    attempts_failed = m.attempts_failed + CASE WHEN c.outcome = 'completed' OR c.uncount > 0 THEN 0 ELSE 1 END,
-    last_error = CASE WHEN c.outcome = 'completed' THEN m.last_error ELSE c.error END,
-    result = NULLIF(c.result, '')::jsonb,
-    next_run_at = CASE WHEN c.outcome = 'retry' THEN c.run_at ELSE m.next_run_at END,
+SET state = CASE WHEN f.outcome = 'retry' THEN 'pending' ELSE f.outcome END,
+    token = f.token,
+    attempts_started = f.attempts_started - f.uncount,
+    attempts_failed = m.attempts_failed + CASE WHEN f.outcome = 'completed' OR f.uncount > 0 THEN 0 ELSE 1 END,
+    last_error = CASE WHEN f.outcome = 'completed' THEN m.last_error ELSE f.error END,
+    result = NULLIF(f.result, '')::jsonb,
+    next_run_at = CASE WHEN f.outcome = 'retry' THEN f.run_at ELSE m.next_run_at END,
     started_at = f.started_at,
-    completed_at = CASE WHEN c.outcome = 'retry' THEN NULL ELSE c.finished_at END,
-    expires_at = CASE WHEN c.outcome = 'completed' THEN c.expires_at END
-FROM c
-JOIN fenced f ON f.id = c.id
-WHERE m.id = c.id AND m.consumer = @consumer;
+    completed_at = CASE WHEN f.outcome = 'retry' THEN NULL ELSE f.finished_at END,
+    expires_at = CASE WHEN f.outcome = 'completed' THEN f.expires_at END
+FROM fenced f
+WHERE m.id = f.id AND m.consumer = @consumer AND m.key = f.key;
 
 -- name: ReleaseClaims :execrows
 -- Gives claimed messages back without charging an attempt (a batch that was stopped or lost its
 -- connection before these ran, or ran and rolled back). Fenced by token. Writes the queue rows only.
+-- The rows are found as LockClaims finds them, one probe per id.
 WITH c AS (
-    SELECT (@ids::bigint[])[i] AS id, (@tokens::bigint[])[i] AS token
-    FROM unnest(@ids::bigint[]) WITH ORDINALITY AS s(v, i)
+    SELECT l.id, m.attempts_failed
+    FROM ROWS FROM (unnest(@ids::bigint[]), unnest(@tokens::bigint[])) AS s(id, token)
+    CROSS JOIN LATERAL (
+        SELECT q.id FROM /* TEMPLATE: schema */inbox_queue q
+        WHERE q.id = s.id AND q.token = s.token AND q.consumer = @consumer AND q.claimed IS TRUE
+        FOR UPDATE
+    ) l
+    JOIN /* TEMPLATE: schema */inbox m ON m.id = l.id AND m.consumer = @consumer
 )
 UPDATE /* TEMPLATE: schema */inbox_queue q
 SET claimed = false, alone = false, run_at = now(), owner = NULL,
-    attempts_started = greatest(q.attempts_started - 1, m.attempts_failed)
-FROM c, /* TEMPLATE: schema */inbox m
-WHERE q.id = c.id AND q.consumer = @consumer AND q.token = c.token AND q.claimed IS TRUE AND q.id = ANY (@ids::bigint[])
-  AND m.id = q.id AND m.consumer = @consumer;
+    attempts_started = greatest(q.attempts_started - 1, c.attempts_failed)
+FROM c
+WHERE q.id = c.id AND q.consumer = @consumer;
 
 -- name: QueueStats :many
 -- Per consumer with queued messages: how many are ready to run now, waiting for a later time (not

@@ -360,11 +360,11 @@ func (p *Pool) finish(ctx context.Context, db sqlc.DBTX, done []*finish) error {
 	n := len(done)
 	arg := sqlc.FinishBatchParams{
 		Consumer: p.cfg.Consumer, RetentionSeconds: p.store.Retention.Seconds(),
-		Ids: make([]int64, n), Tokens: make([]int64, n), Outcomes: make([]string, n),
+		Ids: make([]int64, n), Keys: make([]string, n), Tokens: make([]int64, n), Outcomes: make([]string, n),
 		Errors: make([]string, n), Results: make([]string, n), Delays: make([]float64, n), Uncount: make([]int32, n),
 	}
 	for i, f := range done {
-		arg.Ids[i], arg.Tokens[i], arg.Outcomes[i] = f.c.ID, f.c.Token, string(f.outcome)
+		arg.Ids[i], arg.Keys[i], arg.Tokens[i], arg.Outcomes[i] = f.c.ID, f.c.Key, f.c.Token, string(f.outcome)
 		arg.Errors[i], arg.Results[i], arg.Delays[i] = f.err, string(f.result), f.delay.Seconds()
 		if f.uncount {
 			arg.Uncount[i] = 1

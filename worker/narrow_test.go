@@ -41,7 +41,7 @@ func TestClaimStateInQueueRow(t *testing.T) {
 	finish := func(r sqlc.ClaimBatchRow) int64 {
 		t.Helper()
 		n, err := store.Queries.FinishBatch(ctx, db, sqlc.FinishBatchParams{Consumer: "ledger", RetentionSeconds: 3600,
-			Ids: []int64{r.ID}, Tokens: []int64{r.Token}, Outcomes: []string{"completed"}, Errors: []string{""},
+			Ids: []int64{r.ID}, Keys: []string{r.Key}, Tokens: []int64{r.Token}, Outcomes: []string{"completed"}, Errors: []string{""},
 			Results: []string{""}, Delays: []float64{0}, Uncount: []int32{0}})
 		if err != nil {
 			t.Fatal(err)

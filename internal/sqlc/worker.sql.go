@@ -246,48 +246,53 @@ func (q *Queries) CurrentXact(ctx context.Context, db DBTX) (string, error) {
 
 const finishBatch = `-- name: FinishBatch :execrows
 WITH c AS (
-    SELECT ($2::bigint[])[i] AS id, ($3::bigint[])[i] AS token, ($4::text[])[i] AS outcome,
-           ($5::text[])[i] AS error, ($6::text[])[i] AS result,
-           now() + make_interval(secs => ($7::float8[])[i]) AS run_at, ($8::int[])[i] AS uncount,
-           now() AS finished_at, now() + make_interval(secs => $9::float8) AS expires_at
+    SELECT ($2::bigint[])[i] AS id, ($3::text[])[i] AS key, ($4::bigint[])[i] AS token,
+           ($5::text[])[i] AS outcome, ($6::text[])[i] AS error, ($7::text[])[i] AS result,
+           now() + make_interval(secs => ($8::float8[])[i]) AS run_at, ($9::int[])[i] AS uncount,
+           now() AS finished_at, now() + make_interval(secs => $10::float8) AS expires_at
     FROM unnest($2::bigint[]) WITH ORDINALITY AS s(v, i)
+), fenced AS (
+    -- The queue rows still claimed with our token, locked (a batch transaction holds them already,
+    -- from LockClaims), with their outcome: one probe of the primary key per message (a LATERAL with
+    -- a locking clause, as in LockClaims). ` + "`" + `claimed IS TRUE` + "`" + `, as in LockClaims.
+    SELECT l.id, l.attempts_started, l.started_at, c.key, c.token, c.outcome, c.error, c.result, c.run_at,
+           c.uncount, c.finished_at, c.expires_at
+    FROM c
+    CROSS JOIN LATERAL (
+        SELECT q.id, q.attempts_started, q.started_at FROM /* TEMPLATE: schema */inbox_queue q
+        WHERE q.id = c.id AND q.consumer = $1 AND q.token = c.token AND q.claimed IS TRUE
+        FOR UPDATE
+    ) l
 ), dequeued AS (
     DELETE FROM /* TEMPLATE: schema */inbox_queue q
-    USING c
-    -- ` + "`" + `claimed IS TRUE` + "`" + `, as in LockClaims: looked up by primary key, not through the claimed index.
-    WHERE q.id = c.id AND q.consumer = $1 AND q.token = c.token AND q.claimed IS TRUE AND c.outcome IN ('completed', 'dead')
-    RETURNING q.id, q.attempts_started, q.started_at
+    USING fenced f
+    WHERE q.id = f.id AND q.consumer = $1 AND f.outcome IN ('completed', 'dead')
 ), requeued AS (
     UPDATE /* TEMPLATE: schema */inbox_queue q
-    SET claimed = false, alone = false, run_at = c.run_at, owner = NULL,
-        attempts_started = q.attempts_started - c.uncount
-    FROM c
-    WHERE q.id = c.id AND q.consumer = $1 AND q.token = c.token AND q.claimed IS TRUE AND c.outcome = 'retry'
-    RETURNING q.id, q.attempts_started, q.started_at
-), fenced AS (
-    SELECT d.id, d.attempts_started, d.started_at FROM dequeued d
-    UNION ALL
-    SELECT r.id, r.attempts_started, r.started_at FROM requeued r
+    SET claimed = false, alone = false, run_at = f.run_at, owner = NULL,
+        attempts_started = q.attempts_started - f.uncount
+    FROM fenced f
+    WHERE q.id = f.id AND q.consumer = $1 AND f.outcome = 'retry'
 )
 UPDATE /* TEMPLATE: schema */inbox m
-SET state = CASE WHEN c.outcome = 'retry' THEN 'pending' ELSE c.outcome END,
-    token = c.token,
-    attempts_started = f.attempts_started - CASE WHEN c.outcome = 'retry' THEN 0 ELSE c.uncount END,
-    attempts_failed = m.attempts_failed + CASE WHEN c.outcome = 'completed' OR c.uncount > 0 THEN 0 ELSE 1 END,
-    last_error = CASE WHEN c.outcome = 'completed' THEN m.last_error ELSE c.error END,
-    result = NULLIF(c.result, '')::jsonb,
-    next_run_at = CASE WHEN c.outcome = 'retry' THEN c.run_at ELSE m.next_run_at END,
+SET state = CASE WHEN f.outcome = 'retry' THEN 'pending' ELSE f.outcome END,
+    token = f.token,
+    attempts_started = f.attempts_started - f.uncount,
+    attempts_failed = m.attempts_failed + CASE WHEN f.outcome = 'completed' OR f.uncount > 0 THEN 0 ELSE 1 END,
+    last_error = CASE WHEN f.outcome = 'completed' THEN m.last_error ELSE f.error END,
+    result = NULLIF(f.result, '')::jsonb,
+    next_run_at = CASE WHEN f.outcome = 'retry' THEN f.run_at ELSE m.next_run_at END,
     started_at = f.started_at,
-    completed_at = CASE WHEN c.outcome = 'retry' THEN NULL ELSE c.finished_at END,
-    expires_at = CASE WHEN c.outcome = 'completed' THEN c.expires_at END
-FROM c
-JOIN fenced f ON f.id = c.id
-WHERE m.id = c.id AND m.consumer = $1
+    completed_at = CASE WHEN f.outcome = 'retry' THEN NULL ELSE f.finished_at END,
+    expires_at = CASE WHEN f.outcome = 'completed' THEN f.expires_at END
+FROM fenced f
+WHERE m.id = f.id AND m.consumer = $1 AND m.key = f.key
 `
 
 type FinishBatchParams struct {
 	Consumer         string
 	Ids              []int64
+	Keys             []string
 	Tokens           []int64
 	Outcomes         []string
 	Errors           []string
@@ -303,14 +308,22 @@ type FinishBatchParams struct {
 // fencing token is no longer ours, or that are no longer claimed (released), are left alone (the
 // caller compares the count). @uncount undoes the attempt counted by the claim for
 // messages that were never run.
-// The only write of the inbox row per attempt: the claim's token, attempts (those of a requeued row
-// already uncounted) and start come from the queue row. Times are computed in c, never inside a CASE,
-// and every CASE is of the searched form: Citus refuses a non-immutable function in a CASE of a
-// modification and mis-deparses `CASE x WHEN`.
+// Plans: each CTE reads the one before it, driven by the batch's rows, so that every join is one
+// index probe per message. (A final join of the outcomes with the fenced queue rows, both estimated
+// at a few rows, ran as a nested loop reading all the outcomes again for every message in a generic
+// plan: n² rows per batch.)
+// The only write of the inbox row per attempt: the claim's token, attempts (less the uncounted one)
+// and start come from the queue row. The row is found by its id and by its key (@keys, the messages'
+// keys): with both, any index of inbox is a probe of one row, whatever the statistics say (by id and
+// consumer alone, a plan made while a partition had no statistics walked the unique key by consumer,
+// reading every message of the consumer for each message of the batch). Times are computed in c, never inside a CASE, and every CASE is
+// of the searched form: Citus refuses a non-immutable function in a CASE of a modification and
+// mis-deparses `CASE x WHEN`.
 func (q *Queries) FinishBatch(ctx context.Context, db DBTX, arg FinishBatchParams) (int64, error) {
 	result, err := db.Exec(ctx, finishBatch,
 		arg.Consumer,
 		arg.Ids,
+		arg.Keys,
 		arg.Tokens,
 		arg.Outcomes,
 		arg.Errors,
@@ -330,13 +343,14 @@ WITH limits AS (
     SELECT set_config('statement_timeout', $4::text, true) AS statement_timeout,
            set_config('idle_in_transaction_session_timeout', $5::text, true) AS idle_timeout
 )
-SELECT q.id
-FROM limits, /* TEMPLATE: schema */inbox_queue q
-JOIN unnest($1::bigint[]) WITH ORDINALITY AS s(id, i)
-  ON q.id = s.id AND q.token = ($2::bigint[])[s.i]
-WHERE q.consumer = $3 AND q.claimed IS TRUE AND q.id = ANY ($1::bigint[])
-ORDER BY q.id
-FOR UPDATE OF q
+SELECT l.id
+FROM limits, ROWS FROM (unnest($1::bigint[]), unnest($2::bigint[])) AS s(id, token)
+CROSS JOIN LATERAL (
+    SELECT q.id FROM /* TEMPLATE: schema */inbox_queue q
+    WHERE q.id = s.id AND q.consumer = $3 AND q.token = s.token AND q.claimed IS TRUE
+    FOR UPDATE
+) l
+ORDER BY l.id
 `
 
 type LockClaimsParams struct {
@@ -354,8 +368,11 @@ type LockClaimsParams struct {
 // idle inside the transaction (a frozen or cut-off worker) is terminated, which releases the locks so
 // that the messages can be taken over when their lease ends. The transaction's id comes from
 // CurrentXact.
-// `claimed IS TRUE` is `claimed`, written so that the planner looks the rows up by primary key (= ANY)
-// instead of walking the partial index of claimed rows, which grows while vacuum lags.
+// One probe of the primary key per id, in the order of @ids (the caller sorts them, so that rows are
+// locked in id order): a LATERAL with a locking clause is never flattened into a join, so no plan can
+// read all n ids again for each of the n rows (a join of the ids with the queue rows did, in a
+// generic plan: n² rows per batch). `claimed IS TRUE` rather than `claimed`, so that no plan walks
+// the partial index of claimed rows, which grows while vacuum lags.
 func (q *Queries) LockClaims(ctx context.Context, db DBTX, arg LockClaimsParams) ([]int64, error) {
 	rows, err := db.Query(ctx, lockClaims,
 		arg.Ids,
@@ -483,15 +500,20 @@ func (q *Queries) ReadyNext(ctx context.Context, db DBTX, consumer string, keys 
 
 const releaseClaims = `-- name: ReleaseClaims :execrows
 WITH c AS (
-    SELECT ($2::bigint[])[i] AS id, ($3::bigint[])[i] AS token
-    FROM unnest($2::bigint[]) WITH ORDINALITY AS s(v, i)
+    SELECT l.id, m.attempts_failed
+    FROM ROWS FROM (unnest($2::bigint[]), unnest($3::bigint[])) AS s(id, token)
+    CROSS JOIN LATERAL (
+        SELECT q.id FROM /* TEMPLATE: schema */inbox_queue q
+        WHERE q.id = s.id AND q.token = s.token AND q.consumer = $1 AND q.claimed IS TRUE
+        FOR UPDATE
+    ) l
+    JOIN /* TEMPLATE: schema */inbox m ON m.id = l.id AND m.consumer = $1
 )
 UPDATE /* TEMPLATE: schema */inbox_queue q
 SET claimed = false, alone = false, run_at = now(), owner = NULL,
-    attempts_started = greatest(q.attempts_started - 1, m.attempts_failed)
-FROM c, /* TEMPLATE: schema */inbox m
-WHERE q.id = c.id AND q.consumer = $1 AND q.token = c.token AND q.claimed IS TRUE AND q.id = ANY ($2::bigint[])
-  AND m.id = q.id AND m.consumer = $1
+    attempts_started = greatest(q.attempts_started - 1, c.attempts_failed)
+FROM c
+WHERE q.id = c.id AND q.consumer = $1
 `
 
 type ReleaseClaimsParams struct {
@@ -502,6 +524,7 @@ type ReleaseClaimsParams struct {
 
 // Gives claimed messages back without charging an attempt (a batch that was stopped or lost its
 // connection before these ran, or ran and rolled back). Fenced by token. Writes the queue rows only.
+// The rows are found as LockClaims finds them, one probe per id.
 func (q *Queries) ReleaseClaims(ctx context.Context, db DBTX, arg ReleaseClaimsParams) (int64, error) {
 	result, err := db.Exec(ctx, releaseClaims, arg.Consumer, arg.Ids, arg.Tokens)
 	if err != nil {

@@ -1,0 +1,105 @@
+// Package plantest reads the generic plans of txinbox's statements in tests.
+//
+// PostgreSQL runs a prepared statement with a generic plan (made without the parameters' values)
+// from its sixth run on when it costs no more than the custom plans before it, and always under
+// plan_cache_mode = force_generic_plan. EXPLAIN of a statement with parameters plans it with their
+// values (a custom plan), so a generic plan is read with EXPLAIN EXECUTE of a prepared statement.
+package plantest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ExplainGeneric runs sql with args on conn as PostgreSQL runs a prepared statement with a generic
+// plan, under EXPLAIN (ANALYZE, FORMAT JSON), in a transaction it rolls back, and returns the plan.
+func ExplainGeneric(t testing.TB, conn *pgx.Conn, sql string, args []any) []byte {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "PREPARE txinbox_plantest AS "+sql); err != nil {
+		t.Fatalf("prepare %s: %v", firstLine(sql), err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, "DEALLOCATE txinbox_plantest") }()
+	ps := make([]string, len(args))
+	for i := range args {
+		ps[i] = fmt.Sprintf("$%d", i+1)
+	}
+	var plan []byte
+	// EXPLAIN EXECUTE takes no parameters of its own: pgx writes the values into the text (simple
+	// protocol, quoted by pgx).
+	args = append([]any{pgx.QueryExecModeSimpleProtocol}, args...)
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE txinbox_plantest("+strings.Join(ps, ", ")+")", args...).Scan(&plan); err != nil {
+		t.Fatalf("explain %s: %v", firstLine(sql), err)
+	}
+	return plan
+}
+
+func firstLine(sql string) string { return strings.SplitN(sql, "\n", 2)[0] }
+
+// Node is one node of a plan, with the fields the checks read.
+type Node struct {
+	Type, Relation, IndexCond string
+	Loops, Rows, Removed      float64
+	Raw                       map[string]any
+}
+
+// Nodes returns every node of plan (EXPLAIN (ANALYZE, FORMAT JSON) output).
+func Nodes(t testing.TB, plan []byte) []Node {
+	t.Helper()
+	var doc any
+	if err := json.Unmarshal(plan, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var out []Node
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if typ, ok := v["Node Type"].(string); ok {
+				num := func(k string) float64 { f, _ := v[k].(float64); return f }
+				rel, _ := v["Relation Name"].(string)
+				cond, _ := v["Index Cond"].(string)
+				out = append(out, Node{Type: typ, Relation: rel, IndexCond: cond, Loops: num("Actual Loops"),
+					Rows: num("Actual Rows"), Removed: num("Rows Removed by Filter") + num("Rows Removed by Join Filter"), Raw: v})
+			}
+			for _, c := range v {
+				walk(c)
+			}
+		case []any:
+			for _, c := range v {
+				walk(c)
+			}
+		}
+	}
+	walk(doc)
+	return out
+}
+
+// CheckLinear fails t if a node of plan ran more than max times, or handled more than max rows in
+// all its loops (rows returned and rows removed by its filters), and then logs the plan.
+func CheckLinear(t testing.TB, name string, plan []byte, max int) {
+	t.Helper()
+	bad := false
+	for _, n := range Nodes(t, plan) {
+		if handled := n.Loops * (n.Rows + n.Removed); n.Loops > float64(max) || handled > float64(max) {
+			t.Errorf("%s: %s %s ran %v times and handled %v rows (at most %d expected)", name, n.Type, n.Relation, n.Loops, handled, max)
+			bad = true
+		}
+	}
+	if bad {
+		t.Logf("%s plan:\n%s", name, plan)
+	}
+}

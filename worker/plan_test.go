@@ -1,0 +1,118 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/plantest"
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/testdb"
+)
+
+var errRecorded = errors.New("recorded, not run")
+
+// recorder is a sqlc.DBTX that records a statement instead of running it.
+type recorder struct {
+	sql  string
+	args []any
+}
+
+func (r *recorder) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	r.sql, r.args = sql, args
+	return pgconn.CommandTag{}, errRecorded
+}
+
+func (r *recorder) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	r.sql, r.args = sql, args
+	return nil, errRecorded
+}
+
+func (r *recorder) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	r.sql, r.args = sql, args
+	return recordedRow{}
+}
+
+type recordedRow struct{}
+
+func (recordedRow) Scan(...any) error { return errRecorded }
+
+// The generic plans of the worker's statements (PostgreSQL's plan of a prepared statement from its
+// sixth run on, made without the parameters' values) must do work proportional to the batch, not to
+// its square. LockClaims once joined its ids and tokens (unnest) to the queue rows inside a nested
+// loop, reading all n of them again for each of the n rows: 40,000 rows and 20 µs of server CPU per
+// message for a batch handler's batch of 200 (bench/RESULTS.md, "Generic plans"). Each statement is
+// run with EXPLAIN ANALYZE of its generic plan on a batch of n claimed messages, in a transaction
+// rolled back, and no node may handle more than a few rows per message.
+func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
+	t.Parallel()
+	const n = 200
+	db := testdb.New(t)
+	ctx := context.Background()
+	c, err := inbox.New(db.Store(), inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A queue much longer than a batch, as when a backlog drains.
+	for b := range 10 {
+		msgs := make([]inbox.Message, 1000)
+		for i := range msgs {
+			msgs[i] = inbox.Message{Consumer: "plans", Key: fmt.Sprintf("k%05d", b*1000+i), Kind: "k", Payload: []byte(`{"amount":1}`)}
+		}
+		if _, err := c.ReceiveMany(ctx, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Statistics as autovacuum keeps them. (Before a partition's first ANALYZE, a plan of the claim
+	// may still read the inbox rows through the unique key by consumer alone: bench/RESULTS.md,
+	// "Still open".)
+	for _, table := range []string{"inbox", "inbox_queue"} {
+		if _, err := db.Pool.Exec(ctx, "ANALYZE "+pgx.Identifier{db.Schema, table}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := store.New(db.Schema)
+	claim := sqlc.ClaimBatchParams{Consumer: "plans", Max: n, SnoozeSeconds: 1, LeaseSeconds: 60, Owner: pgtype.Text{String: "test", Valid: true}}
+	rows, err := store.Queries.ClaimBatch(ctx, st.Wrap(db.Pool), claim)
+	if err != nil || len(rows) != n {
+		t.Fatalf("claim: %d rows, %v", len(rows), err)
+	}
+	ids, keys, tokens := make([]int64, n), make([]string, n), make([]int64, n)
+	outcomes, texts, delays, uncount := make([]string, n), make([]string, n), make([]float64, n), make([]int32, n)
+	for i, r := range rows {
+		ids[i], keys[i], tokens[i], outcomes[i] = r.ID, r.Key, r.Token, "completed"
+	}
+
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	statements := map[string]func(db sqlc.DBTX){
+		"ClaimBatch": func(db sqlc.DBTX) { _, _ = store.Queries.ClaimBatch(ctx, db, claim) },
+		"LockClaims": func(db sqlc.DBTX) {
+			_, _ = store.Queries.LockClaims(ctx, db, sqlc.LockClaimsParams{Consumer: "plans", Ids: ids, Tokens: tokens,
+				StatementTimeout: "60000", IdleTimeout: "60000"})
+		},
+		"FinishBatch": func(db sqlc.DBTX) {
+			_, _ = store.Queries.FinishBatch(ctx, db, sqlc.FinishBatchParams{Consumer: "plans", Ids: ids, Keys: keys, Tokens: tokens,
+				Outcomes: outcomes, Errors: texts, Results: texts, Delays: delays, Uncount: uncount, RetentionSeconds: 60})
+		},
+		"ReleaseClaims": func(db sqlc.DBTX) {
+			_, _ = store.Queries.ReleaseClaims(ctx, db, sqlc.ReleaseClaimsParams{Consumer: "plans", Ids: ids, Tokens: tokens})
+		},
+	}
+	for name, run := range statements {
+		rec := &recorder{}
+		run(rec)
+		plantest.CheckLinear(t, name, plantest.ExplainGeneric(t, conn, st.SQL(rec.sql), rec.args), 3*n)
+	}
+}
