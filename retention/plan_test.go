@@ -2,7 +2,6 @@ package retention_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/plantest"
 	"github.com/txinbox/txinbox/retention"
 )
 
@@ -36,7 +36,7 @@ func (l *lastReceive) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 // truncated by a rotation, never analyzed) must still find each key by the unique key (consumer, key):
 // one that joined the batch's keys by consumer alone read every row of the partition for every key,
 // and receives slowed as the partition filled (bench/RESULTS.md, "Retention by generations"). The
-// plan is read with EXPLAIN on a connection that forces generic plans.
+// generic plan is read with plantest.ExplainGeneric.
 func TestReceivePlanProbesKeysAfterRotation(t *testing.T) {
 	t.Parallel()
 	_, db := newClient(t)
@@ -48,7 +48,6 @@ func TestReceivePlanProbesKeysAfterRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	rec := &lastReceive{}
 	cfg.Tracer = rec
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -67,40 +66,19 @@ func TestReceivePlanProbesKeysAfterRotation(t *testing.T) {
 	if _, err := c.ReceiveMany(ctx, msgs); err != nil {
 		t.Fatal(err)
 	}
-	var plan []byte
-	if err := conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+rec.sql, rec.args...).Scan(&plan); err != nil {
-		t.Fatal(err)
-	}
-	var nodes []map[string]any
-	var walk func(v any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			if rel, _ := v["Relation Name"].(string); strings.HasPrefix(rel, "inbox_s") {
-				nodes = append(nodes, v)
-			}
-			for _, c := range v {
-				walk(c)
-			}
-		case []any:
-			for _, c := range v {
-				walk(c)
-			}
+	plan := plantest.ExplainGeneric(t, conn, rec.sql, rec.args)
+	scans := 0
+	for _, n := range plantest.Nodes(t, plan) {
+		if !strings.HasPrefix(n.Relation, "inbox_s") {
+			continue
 		}
-	}
-	var doc any
-	if err := json.Unmarshal(plan, &doc); err != nil {
-		t.Fatal(err)
-	}
-	walk(doc)
-	if len(nodes) == 0 {
-		t.Fatalf("no scan of the inbox partitions in the plan:\n%s", plan)
-	}
-	for _, n := range nodes {
-		cond, _ := n["Index Cond"].(string)
-		if !strings.Contains(cond, "key =") {
-			t.Errorf("%s on %s with index condition %q: not a probe of (consumer, key)\n%s", n["Node Type"], n["Relation Name"], cond, plan)
+		scans++
+		if !strings.Contains(n.IndexCond, "key =") {
+			t.Errorf("%s on %s with index condition %q: not a probe of (consumer, key)\n%s", n.Type, n.Relation, n.IndexCond, plan)
 			return
 		}
+	}
+	if scans == 0 {
+		t.Fatalf("no scan of the inbox partitions in the plan:\n%s", plan)
 	}
 }
