@@ -85,7 +85,7 @@ type HandlerConfig struct {
 	// BatchSize is, for a kind registered with [HandleBatch], the most messages handed to one call of
 	// its handler. The pool claims up to the largest BatchSize of its batch kinds (or
 	// [Config.BatchSize], if larger) at once, so that a call can get that many. Default:
-	// [DefaultHandlerBatchSize] (200); at most [MaxHandlerBatchSize]. [Handle] refuses it (a single
+	// [DefaultHandlerBatchSize] (500); at most [MaxHandlerBatchSize]. [Handle] refuses it (a single
 	// handler's messages each take a savepoint: [Config.BatchSize] bounds them).
 	BatchSize int
 }
