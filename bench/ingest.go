@@ -240,7 +240,9 @@ func copyRows(ctx context.Context, db copier, table pgx.Identifier, rows []inges
 	return err
 }
 
-// copyStaging copies rows into the session's temp table and moves the new ones into table.
+// copyStaging copies rows into the session's temp table and moves the new ones into table. The rows
+// take slot 0, the current generation's slot of a new schema (migration 00006: the unique key is
+// (consumer, key, slot)).
 func copyStaging(ctx context.Context, conn *pgx.Conn, table pgx.Identifier, rows []ingestRow) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -248,7 +250,7 @@ func copyStaging(ctx context.Context, conn *pgx.Conn, table pgx.Identifier, rows
 			return err
 		}
 		tag, err := tx.Exec(ctx, "INSERT INTO "+table.Sanitize()+" (consumer, key, kind, payload, headers, fingerprint) "+
-			"SELECT consumer, key, kind, payload, headers, fingerprint FROM staging ON CONFLICT (consumer, key) DO NOTHING")
+			"SELECT consumer, key, kind, payload, headers, fingerprint FROM staging ON CONFLICT (consumer, key, slot) DO NOTHING")
 		n = int(tag.RowsAffected())
 		return err
 	})
