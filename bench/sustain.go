@@ -94,10 +94,14 @@ func (e *Env) Sustain(ctx context.Context, d time.Duration, cfg InboxConfig) (Su
 		iv.Rate = float64(iv.Handled) / res.Interval.Seconds()
 		lastH, lastR = h, r
 		var qb, mb int64
-		_ = e.Admin.QueryRow(ctx, `SELECT q.n_dead_tup, q.autovacuum_count, m.n_dead_tup,
-				pg_total_relation_size(q.relid), pg_total_relation_size(m.relid)
-			FROM pg_stat_user_tables q, pg_stat_user_tables m
-			WHERE q.schemaname = $1 AND q.relname = 'inbox_queue' AND m.schemaname = $1 AND m.relname = 'inbox'`, s.Name).
+		// inbox is partitioned (migration 00006): its figures are the sums over its partitions.
+		_ = e.Admin.QueryRow(ctx, `SELECT q.n_dead_tup, q.autovacuum_count,
+				(SELECT coalesce(sum(m.n_dead_tup), 0) FROM pg_stat_user_tables m
+				 WHERE m.relid IN (SELECT relid FROM pg_partition_tree($2::regclass)))::bigint,
+				pg_total_relation_size(q.relid),
+				(SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree($2::regclass))::bigint
+			FROM pg_stat_user_tables q
+			WHERE q.schemaname = $1 AND q.relname = 'inbox_queue'`, s.Name, s.T("inbox")).
 			Scan(&iv.QueueDead, &iv.Autovacuums, &iv.InboxDead, &qb, &mb)
 		iv.QueueMB, iv.InboxMB = float64(qb)/(1<<20), float64(mb)/(1<<20)
 		e.Log.Info("sustain", "t", iv.End.Round(time.Second), "rate", int(iv.Rate), "backlog", iv.Backlog,

@@ -279,7 +279,7 @@ func (e *Env) InboxGrowth(ctx context.Context, n int, levels []int, cfg InboxCon
 			have = want
 		}
 		var size int64
-		if err := e.Admin.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass)`, s.T("inbox")).Scan(&size); err != nil {
+		if err := e.Admin.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::bigint FROM pg_partition_tree($1::regclass)`, s.T("inbox")).Scan(&size); err != nil {
 			return out, err
 		}
 		e.Log.Info("growth drain", "retained", have+first-1)
