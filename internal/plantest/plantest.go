@@ -88,14 +88,14 @@ func Nodes(t testing.TB, plan []byte) []Node {
 	return out
 }
 
-// CheckLinear fails t if a node of plan ran more than max times, or handled more than max rows in
-// all its loops (rows returned and rows removed by its filters), and then logs the plan.
-func CheckLinear(t testing.TB, name string, plan []byte, max int) {
+// CheckLinear fails t if a node of plan ran more than limit times, or handled more than limit rows
+// in all its loops (rows returned and rows removed by its filters), and then logs the plan.
+func CheckLinear(t testing.TB, name string, plan []byte, limit int) {
 	t.Helper()
 	bad := false
 	for _, n := range Nodes(t, plan) {
-		if handled := n.Loops * (n.Rows + n.Removed); n.Loops > float64(max) || handled > float64(max) {
-			t.Errorf("%s: %s %s ran %v times and handled %v rows (at most %d expected)", name, n.Type, n.Relation, n.Loops, handled, max)
+		if handled := n.Loops * (n.Rows + n.Removed); n.Loops > float64(limit) || handled > float64(limit) {
+			t.Errorf("%s: %s %s ran %v times and handled %v rows (at most %d expected)", name, n.Type, n.Relation, n.Loops, handled, limit)
 			bad = true
 		}
 	}
