@@ -266,3 +266,15 @@ SELECT coalesce(has_table_privilege(to_regclass(@inbox_table::text), 'SELECT, IN
 -- The status of a transaction by its id (as LockClaims returns it): committed, aborted or in progress;
 -- empty if too old to be known.
 SELECT coalesce(pg_xact_status(CAST(sqlc.arg(xid) AS text)::xid8)::text, '')::text AS status;
+
+-- name: StaleTables :many
+-- The tables among @tables (schema-qualified, quoted names) that PostgreSQL's statistics describe at
+-- less than a quarter of their size: more than 4 times the pages the statistics counted (relpages,
+-- set by ANALYZE and VACUUM), and at least 128 pages (1 MiB) more. A prepared statement's generic
+-- plan is made from the statistics of that moment and kept until they change: made while a table
+-- held a few hundred rows, it reads the whole table for each message once the table has grown. Read
+-- by the pool's statistics safety net, which analyzes these tables.
+SELECT t.name::text AS name
+FROM unnest(@tables::text[]) AS t(name)
+JOIN pg_catalog.pg_class c ON c.oid = to_regclass(t.name)
+WHERE pg_relation_size(c.oid) / current_setting('block_size')::bigint > 4 * greatest(c.relpages, 0)::bigint + 128;

@@ -127,7 +127,11 @@ type Config struct {
 	// the queue takes milliseconds while its backlog is small. It needs the table's owner (as do the
 	// migrations); a VACUUM that leaves more dead rows than this (not the owner, or an old transaction
 	// holding back cleanup) is logged once, and the check backs off to every 5 minutes. Default:
-	// DefaultQueueVacuumThreshold (50,000). Negative: never vacuum.
+	// DefaultQueueVacuumThreshold (50,000). Negative: never vacuum, and no statistics safety net.
+	//
+	// The statistics safety net, every 5 seconds too: a table the worker's statements read (inbox_queue
+	// and the inbox partitions) that has grown to more than 4 times the pages its statistics counted
+	// (and by at least 1 MiB) is analyzed, so that plans made while it was small are made again.
 	QueueVacuumThreshold int
 	// HealthCheckInterval is how often the pool reads PostgreSQL's statistics of the txinbox tables
 	// and what holds back the xmin horizon (the figures of admin.Health), and logs a warning at Warn
@@ -657,6 +661,7 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 		switch {
 		case rescuer:
 			p.vac.maybe(ctx, p)
+			p.vac.maybeAnalyze(ctx, p)
 			p.health.maybe(ctx, p)
 			p.sleep(ctx, p.cfg.PollInterval, true)
 		case len(batch) > 0 || again:

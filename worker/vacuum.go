@@ -13,10 +13,59 @@ const (
 	queueVacuumBackoff = 5 * time.Minute
 )
 
-// queueVacuum is the state of the safety net; only the rescuer goroutine uses it.
+// queueVacuum is the state of the safety nets; only the rescuer goroutine uses it.
 type queueVacuum struct {
 	next   time.Time // next check
 	warned bool      // a vacuum that did not help was logged
+
+	nextAnalyze   time.Time // next check of the statistics
+	analyzeWarned bool      // an ANALYZE that did not help was logged
+}
+
+// analyzed are the tables whose statistics the safety net keeps up with their size: the queue and
+// the inbox partitions (migration 00006), which the worker's statements read.
+var analyzed = []string{"inbox_queue", "inbox_s0", "inbox_s1", "inbox_s2"}
+
+// maybeAnalyze runs ANALYZE on each table of analyzed that has grown to more than four times the size
+// its statistics describe (StaleTables), if its check is due. Autovacuum analyzes a table after 10%
+// of it changed, but it may be off or lag, and a generic plan of the worker's statements made while a
+// table was small keeps reading the whole table per message until the statistics change (every
+// connection plans again after an ANALYZE: bench/RESULTS.md, "generic plans frozen"). Errors are
+// logged, never returned.
+func (v *queueVacuum) maybeAnalyze(ctx context.Context, p *Pool) {
+	if p.cfg.QueueVacuumThreshold < 0 || time.Now().Before(v.nextAnalyze) {
+		return
+	}
+	v.nextAnalyze = time.Now().Add(queueVacuumEvery)
+	tables := make([]string, len(analyzed))
+	for i, t := range analyzed {
+		tables[i] = p.st.Table(t)
+	}
+	stale, err := store.Queries.StaleTables(ctx, p.db, tables)
+	if err != nil || len(stale) == 0 {
+		return
+	}
+	for _, table := range stale {
+		// ANALYZE takes no parameters; the name is one of tables, quoted by pgx.Identifier (store.Table).
+		if _, err := p.db.Exec(ctx, "ANALYZE (SKIP_LOCKED) "+table); err != nil {
+			if ctx.Err() == nil {
+				p.cfg.Logger.Warn("txinbox: analyze of a grown table failed; retrying later",
+					"consumer", p.cfg.Consumer, "table", table, "err", err)
+			}
+			v.nextAnalyze = time.Now().Add(queueVacuumBackoff)
+			return
+		}
+	}
+	p.cfg.Logger.Debug("txinbox: analyzed tables that outgrew their statistics", "consumer", p.cfg.Consumer, "tables", stale)
+	if still, err := store.Queries.StaleTables(ctx, p.db, stale); err == nil && len(still) > 0 {
+		// Not the owner (ANALYZE only warns): don't check often.
+		v.nextAnalyze = time.Now().Add(queueVacuumBackoff)
+		if !v.analyzeWarned {
+			v.analyzeWarned = true
+			p.cfg.Logger.Warn("txinbox: ANALYZE left tables' statistics stale; is this role their owner? checking every 5m",
+				"consumer", p.cfg.Consumer, "tables", still)
+		}
+	}
 }
 
 // maybe vacuums the queue table if its check is due and PostgreSQL counts more dead rows in it than

@@ -552,6 +552,39 @@ func (q *Queries) SchemaTables(ctx context.Context, db DBTX, inboxTable string, 
 	return i, err
 }
 
+const staleTables = `-- name: StaleTables :many
+SELECT t.name::text AS name
+FROM unnest($1::text[]) AS t(name)
+JOIN pg_catalog.pg_class c ON c.oid = to_regclass(t.name)
+WHERE pg_relation_size(c.oid) / current_setting('block_size')::bigint > 4 * greatest(c.relpages, 0)::bigint + 128
+`
+
+// The tables among @tables (schema-qualified, quoted names) that PostgreSQL's statistics describe at
+// less than a quarter of their size: more than 4 times the pages the statistics counted (relpages,
+// set by ANALYZE and VACUUM), and at least 128 pages (1 MiB) more. A prepared statement's generic
+// plan is made from the statistics of that moment and kept until they change: made while a table
+// held a few hundred rows, it reads the whole table for each message once the table has grown. Read
+// by the pool's statistics safety net, which analyzes these tables.
+func (q *Queries) StaleTables(ctx context.Context, db DBTX, tables []string) ([]string, error) {
+	rows, err := db.Query(ctx, staleTables, tables)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const xactStatus = `-- name: XactStatus :one
 SELECT coalesce(pg_xact_status(CAST($1 AS text)::xid8)::text, '')::text AS status
 `
