@@ -4,35 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/plantest"
 )
-
-// lastStatement records the text and arguments of the last statement sent whose text starts with
-// prefix.
-type lastStatement struct {
-	prefix string
-	mu     sync.Mutex
-	sql    string
-	args   []any
-}
-
-func (l *lastStatement) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.HasPrefix(d.SQL, l.prefix) {
-		l.mu.Lock()
-		l.sql, l.args = d.SQL, d.Args
-		l.mu.Unlock()
-	}
-	return ctx
-}
-
-func (l *lastStatement) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // The generic plan of ReceiveBatch (the one PostgreSQL uses from a prepared statement's sixth run on)
 // must probe the inbox a bounded number of times per message. One that ran the check for a live row
@@ -44,17 +21,7 @@ func TestReceiveManyGenericPlanProbesEachKeyOnce(t *testing.T) {
 	t.Parallel()
 	_, db := newClient(t)
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &lastStatement{prefix: "-- name: ReceiveBatch "}
-	cfg.Tracer = rec
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn, rec := plantest.Connect(t, db.URL, "-- name: ReceiveBatch ")
 	c, err := inbox.New(txinbox.Store{DB: conn, Schema: db.Schema}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -72,11 +39,11 @@ func TestReceiveManyGenericPlanProbesEachKeyOnce(t *testing.T) {
 	}
 	// The same statement with the next n keys (new messages: every key is checked for a live row in
 	// another slot, then inserted).
-	args := append([]any(nil), rec.args...)
+	sql, args := rec.Last()
 	if err := receiveArgsWithKeys(args, batch(n)); err != nil {
 		t.Fatal(err)
 	}
-	plan := plantest.ExplainGeneric(t, conn, rec.sql, args)
+	plan := plantest.ExplainGeneric(t, conn, sql, args)
 	scans := 0
 	for _, node := range plantest.Nodes(t, plan) {
 		if strings.HasPrefix(node.Relation, "inbox_s") {

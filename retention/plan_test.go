@@ -3,34 +3,13 @@ package retention_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/plantest"
 	"github.com/txinbox/txinbox/retention"
 )
-
-// lastReceive records the text and arguments of the last ReceiveBatch statement sent on a connection.
-type lastReceive struct {
-	mu   sync.Mutex
-	sql  string
-	args []any
-}
-
-func (l *lastReceive) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.HasPrefix(d.SQL, "-- name: ReceiveBatch ") {
-		l.mu.Lock()
-		l.sql, l.args = d.SQL, d.Args
-		l.mu.Unlock()
-	}
-	return ctx
-}
-
-func (l *lastReceive) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // A generic plan of ReceiveBatch made while the current generation's partition looks empty (just
 // truncated by a rotation, never analyzed) must still find each key by the unique key (consumer, key):
@@ -44,17 +23,7 @@ func TestReceivePlanProbesKeysAfterRotation(t *testing.T) {
 	ctx := context.Background()
 	rotate(t, cl)
 	rotate(t, cl) // the current slot was truncated and has no statistics
-	cfg, err := pgx.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &lastReceive{}
-	cfg.Tracer = rec
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn, rec := plantest.Connect(t, db.URL, "-- name: ReceiveBatch ")
 	c, err := inbox.New(txinbox.Store{DB: conn, Schema: db.Schema}, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +35,8 @@ func TestReceivePlanProbesKeysAfterRotation(t *testing.T) {
 	if _, err := c.ReceiveMany(ctx, msgs); err != nil {
 		t.Fatal(err)
 	}
-	plan := plantest.ExplainGeneric(t, conn, rec.sql, rec.args)
+	sql, args := rec.Last()
+	plan := plantest.ExplainGeneric(t, conn, sql, args)
 	scans := 0
 	for _, n := range plantest.Nodes(t, plan) {
 		if !strings.HasPrefix(n.Relation, "inbox_s") {

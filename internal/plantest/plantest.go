@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -48,6 +49,54 @@ func ExplainGeneric(t testing.TB, conn *pgx.Conn, sql string, args []any) []byte
 }
 
 func firstLine(sql string) string { return strings.SplitN(sql, "\n", 2)[0] }
+
+// LastStatement is a pgx.QueryTracer that records the text and arguments of the last statement sent
+// whose text starts with Prefix (a sqlc statement's "-- name: X " line), for ExplainGeneric.
+type LastStatement struct {
+	Prefix string
+
+	mu   sync.Mutex
+	sql  string
+	args []any
+}
+
+// TraceQueryStart implements pgx.QueryTracer.
+func (l *LastStatement) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(d.SQL, l.Prefix) {
+		l.mu.Lock()
+		l.sql, l.args = d.SQL, d.Args
+		l.mu.Unlock()
+	}
+	return ctx
+}
+
+// TraceQueryEnd implements pgx.QueryTracer.
+func (l *LastStatement) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Connect opens a connection to url, closed when t ends, that records the last statement whose text
+// starts with prefix.
+func Connect(t testing.TB, url, prefix string) (*pgx.Conn, *LastStatement) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &LastStatement{Prefix: prefix}
+	cfg.Tracer = rec
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn, rec
+}
+
+// Last returns the text and a copy of the arguments of the last statement recorded.
+func (l *LastStatement) Last() (sql string, args []any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sql, append([]any(nil), l.args...)
+}
 
 // Node is one node of a plan, with the fields the checks read.
 type Node struct {
