@@ -26,14 +26,18 @@ func ExplainGeneric(t testing.TB, conn *pgx.Conn, sql string, args []any) []byte
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx)
+	// A prepared statement outlives the transaction: it is deallocated after the rollback, so that it
+	// goes even when a statement failed and left the transaction aborted.
+	defer func() {
+		_ = tx.Rollback(ctx)
+		_, _ = conn.Exec(ctx, "DEALLOCATE txinbox_plantest")
+	}()
 	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, "PREPARE txinbox_plantest AS "+sql); err != nil {
 		t.Fatalf("prepare %s: %v", firstLine(sql), err)
 	}
-	defer func() { _, _ = conn.Exec(ctx, "DEALLOCATE txinbox_plantest") }()
 	ps := make([]string, len(args))
 	for i := range args {
 		ps[i] = fmt.Sprintf("$%d", i+1)
