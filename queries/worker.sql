@@ -194,9 +194,9 @@ WITH c AS (
 -- and start come from the queue row. The row is found by its id and by its key (@keys, the messages'
 -- keys): with both, any index of inbox is a probe of one row, whatever the statistics say (by id and
 -- consumer alone, a plan made while a partition had no statistics walked the unique key by consumer,
--- reading every message of the consumer for each message of the batch). Times are computed in c, never inside a CASE, and every CASE is
--- of the searched form: Citus refuses a non-immutable function in a CASE of a modification and
--- mis-deparses `CASE x WHEN`.
+-- reading every message of the consumer for each message of the batch). Times are computed in c,
+-- never inside a CASE, and every CASE is of the searched form: Citus refuses a non-immutable function
+-- in a CASE of a modification and mis-deparses `CASE x WHEN`.
 UPDATE /* TEMPLATE: schema */inbox m
 SET state = CASE WHEN f.outcome = 'retry' THEN 'pending' ELSE f.outcome END,
     token = f.token,
