@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/plantest"
@@ -72,4 +74,62 @@ func receiveArgsWithKeys(args []any, msgs []inbox.Message) error {
 	}
 	args[1] = fresh
 	return nil
+}
+
+// A receive of new messages must not read the queue. The generic plan of ReceiveBatch, made while the
+// queue was small and none of its rows claimed (so the statistics say a claimed row is never found),
+// read every queue row of the consumer once per statement, for as long as the plan lived (until the
+// next ANALYZE): bench/RESULTS.md, "The queue lookup of a receive". The plan is made at that point
+// (plantest.Freeze) and run after the queue has grown. Only a key that has a stored row may probe
+// the queue, one primary-key probe each.
+func TestReceiveManyGenericPlanReadsNoQueueForNewMessages(t *testing.T) {
+	t.Parallel()
+	grow, db := newClient(t)
+	ctx := context.Background()
+	conn, rec := plantest.Connect(t, db.URL, "-- name: ReceiveBatch ")
+	c, err := inbox.New(txinbox.Store{DB: conn, Schema: db.Schema}, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	batch := func(first, n int) []inbox.Message {
+		msgs := make([]inbox.Message, n)
+		for i := range msgs {
+			msgs[i] = msg(fmt.Sprintf("k%05d", first+i), `{"amount":1}`)
+		}
+		return msgs
+	}
+	tables := []string{"inbox_queue", "inbox_s0", "inbox_s1", "inbox_s2"}
+	for _, table := range tables {
+		// Where autovacuum runs, keep it off, so that the statistics stay those of the small queue.
+		if _, err := db.Pool.Exec(ctx, "ALTER TABLE "+pgx.Identifier{db.Schema, table}.Sanitize()+" SET (autovacuum_enabled = false)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.ReceiveMany(ctx, batch(0, n)); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range tables {
+		if _, err := db.Pool.Exec(ctx, "VACUUM (ANALYZE) "+pgx.Identifier{db.Schema, table}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sql, args := rec.Last()
+	frozen := plantest.Freeze(t, conn, sql, args)
+	defer frozen.Close()
+	for i := range 3 {
+		if _, err := grow.ReceiveMany(ctx, batch(1000+i*1000, 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := receiveArgsWithKeys(args, batch(5000, n)); err != nil {
+		t.Fatal(err)
+	}
+	plan := frozen.Explain(args)
+	for _, node := range plantest.Nodes(t, plan) {
+		if node.Relation == "inbox_queue" && node.Type != "ModifyTable" && node.Loops > 0 {
+			t.Errorf("the queue was read for new messages: %s, %v loops, %v rows, %v removed", node.Type, node.Loops, node.Rows, node.Removed)
+		}
+	}
+	plantest.CheckLinear(t, "ReceiveBatch", plan, 3*n)
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -19,37 +20,87 @@ import (
 
 // ExplainGeneric runs sql with args on conn as PostgreSQL runs a prepared statement with a generic
 // plan, under EXPLAIN (ANALYZE, FORMAT JSON), in a transaction it rolls back, and returns the plan.
+// The plan is made now, for the tables as they are.
 func ExplainGeneric(t testing.TB, conn *pgx.Conn, sql string, args []any) []byte {
 	t.Helper()
+	f := Freeze(t, conn, sql, args)
+	defer f.Close()
+	return f.Explain(args)
+}
+
+// Frozen is a statement prepared on a connection whose generic plan is made once, as PostgreSQL
+// keeps it for a prepared statement until a table it reads is analyzed or altered, however much the
+// tables grow meanwhile.
+type Frozen struct {
+	t    testing.TB
+	conn *pgx.Conn
+	name string
+	sql  string
+	n    int // parameters
+}
+
+var frozen atomic.Int64 // names the prepared statements
+
+// Freeze prepares sql on conn and makes its generic plan now, for the tables as they are (EXPLAIN
+// EXECUTE with args, which plans without running). The connection runs every prepared statement with
+// its generic plan (plan_cache_mode = force_generic_plan) until Close; keep it for the plans' reads.
+func Freeze(t testing.TB, conn *pgx.Conn, sql string, args []any) *Frozen {
+	t.Helper()
+	f := &Frozen{t: t, conn: conn, name: fmt.Sprintf("txinbox_plantest_%d", frozen.Add(1)), sql: sql, n: len(args)}
 	ctx := context.Background()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
-	// A prepared statement outlives the transaction: it is deallocated after the rollback, so that it
-	// goes even when a statement failed and left the transaction aborted.
-	defer func() {
-		_ = tx.Rollback(ctx)
-		_, _ = conn.Exec(ctx, "DEALLOCATE txinbox_plantest")
-	}()
-	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "PREPARE txinbox_plantest AS "+sql); err != nil {
+	if _, err := conn.Exec(ctx, "PREPARE "+f.name+" AS "+sql); err != nil {
+		f.Close()
 		t.Fatalf("prepare %s: %v", firstLine(sql), err)
 	}
-	ps := make([]string, len(args))
-	for i := range args {
+	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+f.call(), append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...)
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
+	}
+	if err != nil {
+		f.Close()
+		t.Fatalf("plan %s: %v", firstLine(sql), err)
+	}
+	return f
+}
+
+// call is "name($1, ..., $n)".
+func (f *Frozen) call() string {
+	ps := make([]string, f.n)
+	for i := range ps {
 		ps[i] = fmt.Sprintf("$%d", i+1)
 	}
+	return f.name + "(" + strings.Join(ps, ", ") + ")"
+}
+
+// Explain runs the frozen plan with args under EXPLAIN (ANALYZE, FORMAT JSON), in a transaction it
+// rolls back, and returns the plan.
+func (f *Frozen) Explain(args []any) []byte {
+	f.t.Helper()
+	ctx := context.Background()
+	tx, err := f.conn.Begin(ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
 	var plan []byte
 	// EXPLAIN EXECUTE takes no parameters of its own: pgx writes the values into the text (simple
 	// protocol, quoted by pgx).
 	args = append([]any{pgx.QueryExecModeSimpleProtocol}, args...)
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE txinbox_plantest("+strings.Join(ps, ", ")+")", args...).Scan(&plan); err != nil {
-		t.Fatalf("explain %s: %v", firstLine(sql), err)
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE "+f.call(), args...).Scan(&plan); err != nil {
+		f.t.Fatalf("explain %s: %v", firstLine(f.sql), err)
 	}
 	return plan
+}
+
+// Close deallocates the statement and gives the connection its default plan_cache_mode again.
+func (f *Frozen) Close() {
+	ctx := context.Background()
+	_, _ = f.conn.Exec(ctx, "DEALLOCATE "+f.name)
+	_, _ = f.conn.Exec(ctx, "RESET plan_cache_mode")
 }
 
 func firstLine(sql string) string { return strings.SplitN(sql, "\n", 2)[0] }

@@ -93,7 +93,7 @@ WITH t AS (
     SELECT (g.gen % 3)::smallint AS slot FROM /* TEMPLATE: schema */inbox_gen g WHERE g.consumer = $1
 )
 SELECT t.ord::bigint AS ord, m.id,
-       coalesce(CASE WHEN q.id IS NOT NULL THEN 'processing' END, m.state)::text AS state,
+       coalesce(CASE WHEN q.claimed THEN 'processing' END, m.state)::text AS state,
        (m.fingerprint = t.fingerprint)::boolean AS same_fingerprint,
        m.result, coalesce(m.expires_at < now(), false)::boolean AS expired
 FROM t
@@ -105,7 +105,11 @@ JOIN LATERAL (
              m.slot = (SELECT cur.slot FROM cur) DESC, m.id DESC
     LIMIT 1
 ) m ON true
-LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = $1 AND q.claimed IS TRUE
+LEFT JOIN LATERAL (
+    SELECT true AS claimed FROM /* TEMPLATE: schema */inbox_queue q
+    WHERE q.id = m.id AND q.consumer = $1 AND q.claimed IS TRUE
+    LIMIT 1
+) q ON true
 ORDER BY t.ord
 `
 
@@ -127,6 +131,7 @@ type LookupKeysRow struct {
 // Reads the stored rows of @consumer's keys, comparing them with the fingerprints ReceiveBatch
 // returned: per key, a live row before an expired one (a key may have an expired row in an older
 // slot and a new one in the current slot), the current slot's first, then the newest.
+// One probe of the queue's primary key per row, as in ReceiveBatch.
 func (q *Queries) LookupKeys(ctx context.Context, db DBTX, arg LookupKeysParams) ([]LookupKeysRow, error) {
 	rows, err := db.Query(ctx, lookupKeys, arg.Consumer, arg.Keys, arg.Fingerprints)
 	if err != nil {
@@ -225,7 +230,7 @@ SELECT NOT EXISTS (SELECT 1 FROM cur) AS retry,
        (i.id IS NOT NULL AND f.ord = f.first_ord)::boolean AS inserted,
        coalesce(i.id, m.id, 0)::bigint AS id,
        -- A claimed message's inbox row stays pending while its claim lives in the queue row.
-       coalesce(CASE WHEN q.id IS NOT NULL THEN 'processing' END, m.state, '')::text AS state,
+       coalesce(CASE WHEN q.claimed THEN 'processing' END, m.state, '')::text AS state,
        coalesce(m.fingerprint = f.fingerprint, false)::boolean AS same_fingerprint,
        (f.fingerprint = f.first_fingerprint)::boolean AS same_as_first,
        f.fingerprint::bytea AS fingerprint,
@@ -241,7 +246,11 @@ LEFT JOIN LATERAL (
              m.slot = (SELECT cur.slot FROM cur) DESC, m.id DESC
     LIMIT 1
 ) m ON true
-LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = $1 AND q.claimed IS TRUE
+LEFT JOIN LATERAL (
+    SELECT true AS claimed FROM /* TEMPLATE: schema */inbox_queue q
+    WHERE m.id IS NOT NULL AND q.id = m.id AND q.consumer = $1 AND q.claimed IS TRUE
+    LIMIT 1
+) q ON true
 ORDER BY f.ord
 `
 
@@ -292,6 +301,12 @@ type ReceiveBatchRow struct {
 // itself fails (40001) when a rotation committed after the transaction's snapshot.
 // The stored row of the key: a live one before an expired one, the current slot's first (an expired
 // row there is what RenewExpired renews).
+// Whether the stored row is claimed: for a key that has a stored row only (`m.id IS NOT NULL` is a
+// one-time filter of the probe, so a new message never reads the queue), one probe of the queue's
+// primary key per row, a LATERAL with LIMIT, never a join. A join let a generic plan made while the
+// queue was small and no row of it claimed read every queue row of the consumer once per statement;
+// a LATERAL without the filter, made then, scanned the whole queue once per statement (bench/
+// RESULTS.md, "The queue lookup of a receive").
 func (q *Queries) ReceiveBatch(ctx context.Context, db DBTX, arg ReceiveBatchParams) ([]ReceiveBatchRow, error) {
 	rows, err := db.Query(ctx, receiveBatch,
 		arg.Consumer,
