@@ -11,6 +11,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/plantest"
+	"github.com/txinbox/txinbox/internal/testdb"
 )
 
 // The generic plan of ReceiveBatch (the one PostgreSQL uses from a prepared statement's sixth run on)
@@ -23,19 +24,9 @@ func TestReceiveManyGenericPlanProbesEachKeyOnce(t *testing.T) {
 	t.Parallel()
 	_, db := newClient(t)
 	ctx := context.Background()
-	conn, rec := plantest.Connect(t, db.URL, "-- name: ReceiveBatch ")
-	c, err := inbox.New(txinbox.Store{DB: conn, Schema: db.Schema}, inbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, rec, c := recordingClient(t, db)
 	const n = 200
-	batch := func(first int) []inbox.Message {
-		msgs := make([]inbox.Message, n)
-		for i := range msgs {
-			msgs[i] = msg(fmt.Sprintf("k%05d", first+i), `{"amount":1}`)
-		}
-		return msgs
-	}
+	batch := func(first int) []inbox.Message { return keyedMessages(first, n) }
 	if _, err := c.ReceiveMany(ctx, batch(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -86,19 +77,9 @@ func TestReceiveManyGenericPlanReadsNoQueueForNewMessages(t *testing.T) {
 	t.Parallel()
 	grow, db := newClient(t)
 	ctx := context.Background()
-	conn, rec := plantest.Connect(t, db.URL, "-- name: ReceiveBatch ")
-	c, err := inbox.New(txinbox.Store{DB: conn, Schema: db.Schema}, inbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, rec, c := recordingClient(t, db)
 	const n = 20
-	batch := func(first, n int) []inbox.Message {
-		msgs := make([]inbox.Message, n)
-		for i := range msgs {
-			msgs[i] = msg(fmt.Sprintf("k%05d", first+i), `{"amount":1}`)
-		}
-		return msgs
-	}
+	batch := keyedMessages
 	tables := []string{"inbox_queue", "inbox_s0", "inbox_s1", "inbox_s2"}
 	for _, table := range tables {
 		// Where autovacuum runs, keep it off, so that the statistics stay those of the small queue.
@@ -132,4 +113,25 @@ func TestReceiveManyGenericPlanReadsNoQueueForNewMessages(t *testing.T) {
 		}
 	}
 	plantest.CheckLinear(t, "ReceiveBatch", plan, 3*n)
+}
+
+// recordingClient returns a connection to db's server that records the last ReceiveBatch statement,
+// and a Client of db's schema on it.
+func recordingClient(t *testing.T, db *testdb.DB) (*pgx.Conn, *plantest.LastStatement, *inbox.Client) {
+	t.Helper()
+	conn, rec := plantest.Connect(t, db.URL, "-- name: ReceiveBatch ")
+	c, err := inbox.New(txinbox.Store{DB: conn, Schema: db.Schema}, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, rec, c
+}
+
+// keyedMessages returns n messages with keys k<first> to k<first+n-1> (five digits).
+func keyedMessages(first, n int) []inbox.Message {
+	msgs := make([]inbox.Message, n)
+	for i := range msgs {
+		msgs[i] = msg(fmt.Sprintf("k%05d", first+i), `{"amount":1}`)
+	}
+	return msgs
 }
