@@ -162,11 +162,16 @@ SELECT pg_current_xact_id()::text AS xid;
 -- at a few rows, ran as a nested loop reading all the outcomes again for every message in a generic
 -- plan: n² rows per batch.)
 WITH c AS (
-    SELECT (@ids::bigint[])[i] AS id, (@keys::text[])[i] AS key, (@tokens::bigint[])[i] AS token,
-           (@outcomes::text[])[i] AS outcome, (@errors::text[])[i] AS error, (@results::text[])[i] AS result,
-           now() + make_interval(secs => (@delays::float8[])[i]) AS run_at, (@uncount::int[])[i] AS uncount,
+    -- The arrays are read side by side, each once from start to end (ROWS FROM): a subscript of a
+    -- text array walks it from its first element, so reading element i of each by subscript cost
+    -- n²/2 element steps per array and batch (5 µs per message at a batch of 500).
+    SELECT s.id, s.key, s.token, s.outcome, s.error, s.result,
+           now() + make_interval(secs => s.delay) AS run_at, s.uncount,
            now() AS finished_at, now() + make_interval(secs => @retention_seconds::float8) AS expires_at
-    FROM unnest(@ids::bigint[]) WITH ORDINALITY AS s(v, i)
+    FROM ROWS FROM (unnest(@ids::bigint[]), unnest(@keys::text[]), unnest(@tokens::bigint[]),
+                    unnest(@outcomes::text[]), unnest(@errors::text[]), unnest(@results::text[]),
+                    unnest(@delays::float8[]), unnest(@uncount::int[]))
+         AS s(id, key, token, outcome, error, result, delay, uncount)
 ), fenced AS (
     -- The queue rows still claimed with our token, locked (a batch transaction holds them already,
     -- from LockClaims), with their outcome: one probe of the primary key per message (a LATERAL with

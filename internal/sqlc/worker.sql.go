@@ -246,11 +246,16 @@ func (q *Queries) CurrentXact(ctx context.Context, db DBTX) (string, error) {
 
 const finishBatch = `-- name: FinishBatch :execrows
 WITH c AS (
-    SELECT ($2::bigint[])[i] AS id, ($3::text[])[i] AS key, ($4::bigint[])[i] AS token,
-           ($5::text[])[i] AS outcome, ($6::text[])[i] AS error, ($7::text[])[i] AS result,
-           now() + make_interval(secs => ($8::float8[])[i]) AS run_at, ($9::int[])[i] AS uncount,
-           now() AS finished_at, now() + make_interval(secs => $10::float8) AS expires_at
-    FROM unnest($2::bigint[]) WITH ORDINALITY AS s(v, i)
+    -- The arrays are read side by side, each once from start to end (ROWS FROM): a subscript of a
+    -- text array walks it from its first element, so reading element i of each by subscript cost
+    -- n²/2 element steps per array and batch (5 µs per message at a batch of 500).
+    SELECT s.id, s.key, s.token, s.outcome, s.error, s.result,
+           now() + make_interval(secs => s.delay) AS run_at, s.uncount,
+           now() AS finished_at, now() + make_interval(secs => $2::float8) AS expires_at
+    FROM ROWS FROM (unnest($3::bigint[]), unnest($4::text[]), unnest($5::bigint[]),
+                    unnest($6::text[]), unnest($7::text[]), unnest($8::text[]),
+                    unnest($9::float8[]), unnest($10::int[]))
+         AS s(id, key, token, outcome, error, result, delay, uncount)
 ), fenced AS (
     -- The queue rows still claimed with our token, locked (a batch transaction holds them already,
     -- from LockClaims), with their outcome: one probe of the primary key per message (a LATERAL with
@@ -291,6 +296,7 @@ WHERE m.id = f.id AND m.consumer = $1 AND m.key = f.key
 
 type FinishBatchParams struct {
 	Consumer         string
+	RetentionSeconds float64
 	Ids              []int64
 	Keys             []string
 	Tokens           []int64
@@ -299,7 +305,6 @@ type FinishBatchParams struct {
 	Results          []string
 	Delays           []float64
 	Uncount          []int32
-	RetentionSeconds float64
 }
 
 // Records the outcome of every message of a batch in one statement: completed and dead leave the
@@ -322,6 +327,7 @@ type FinishBatchParams struct {
 func (q *Queries) FinishBatch(ctx context.Context, db DBTX, arg FinishBatchParams) (int64, error) {
 	result, err := db.Exec(ctx, finishBatch,
 		arg.Consumer,
+		arg.RetentionSeconds,
 		arg.Ids,
 		arg.Keys,
 		arg.Tokens,
@@ -330,7 +336,6 @@ func (q *Queries) FinishBatch(ctx context.Context, db DBTX, arg FinishBatchParam
 		arg.Results,
 		arg.Delays,
 		arg.Uncount,
-		arg.RetentionSeconds,
 	)
 	if err != nil {
 		return 0, err
