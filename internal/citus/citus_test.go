@@ -41,15 +41,16 @@ const EnvURL = "TXINBOX_CITUS_URL"
 // testdb.EnvDistribute set so that every test schema is distributed by consumer. Left out, because
 // they observe one server's internals rather than txinbox's guarantees: the late-commit tests (they
 // wait to see a receive blocked in the coordinator's lock table; on Citus it blocks on a worker), the
-// vacuum and health tests (they read the coordinator's table statistics, which count no shard row,
-// and hold snapshots in databases of their own, which have no citus extension), the cleaner test
-// that watches its deletes through statement triggers on inbox (Citus has no statement triggers on a
-// distributed table), and the test of the receive's plan under forced generic plans (the coordinator
-// cannot make a distributed plan then: each shard's statement is planned on its worker). SCALING.md
-// lists them as not tested.
+// vacuum, analyze, HOT-update and health tests (they read the coordinator's table statistics, which
+// count no shard row, and hold snapshots in databases of their own, which have no citus extension),
+// the cleaner test that watches its deletes through statement triggers on inbox (Citus has no
+// statement triggers on a distributed table), and the tests of statements' plans under forced generic plans (inbox's
+// GenericPlan tests, worker's GenericPlansAreLinear, retention's ReceivePlanProbesKeysAfterRotation:
+// the coordinator refuses to make a distributed plan then, "could not create distributed plan"; each
+// shard's statement is planned on its worker). SCALING.md lists them as not tested.
 var acceptance = []struct{ pkg, run, skip string }{
-	{"./inbox", ".", "LateCommit"},
-	{"./worker", ".", "Vacuum|Health|Horizon"},
+	{"./inbox", ".", "LateCommit|GenericPlan"},
+	{"./worker", ".", "Vacuum|Analyzes|HOT|Health|Horizon|GenericPlans"},
 	{"./admin", ".", "Health"},
 	{"./retention", ".", "CleanBatchesInterleaveWithWork|ReceivePlanProbesKeysAfterRotation"},
 }
