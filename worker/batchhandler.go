@@ -17,8 +17,9 @@ import (
 const (
 	// DefaultHandlerBatchSize is the default HandlerConfig.BatchSize of a batch handler. A failing
 	// call costs about log2 of it in bisection calls; a bigger batch spreads each transaction's fixed
-	// cost (claim, lock, commit) over more messages. Measured drains of 100,000 messages ran 46k
-	// msg/s at 200, 53-55k at 500 and 56-57k at 1000 (bench/RESULTS.md, "Batch size").
+	// cost (claim, lock, commit) over more messages, and holds more payloads in memory at once.
+	// Measured drains of 100,000 messages ran 46k msg/s at 200, 53-55k at 500 and 56-57k at 1000 on
+	// one machine, 53-58k at 500 and 65-67k at 1000 on another (bench/RESULTS.md).
 	DefaultHandlerBatchSize = 500
 	// MaxHandlerBatchSize is the largest HandlerConfig.BatchSize of a batch handler.
 	MaxHandlerBatchSize = 1000
