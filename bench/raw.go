@@ -64,49 +64,76 @@ func (e *Env) RawDrain(ctx context.Context, n int, cfg RawConfig) (float64, Foot
 		defer c.Release()
 		conns = append(conns, c.Conn())
 	}
-	mon := e.StartMonitor(ctx, s.App)
+	return s.timeBatches(ctx, n, len(conns), func(i int) func() (int, error) {
+		c := conns[i]
+		var b claimedBatch
+		return func() (int, error) {
+			err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+				rows, err := tx.Query(ctx, claim, cfg.PerTx)
+				if err != nil {
+					return err
+				}
+				if err := b.scan(rows); err != nil || len(b.ids) == 0 {
+					return err
+				}
+				if _, err := tx.Exec(ctx, insert, b.keys, b.amounts); err != nil {
+					return err
+				}
+				_, err = tx.Exec(ctx, update, b.ids)
+				return err
+			})
+			return len(b.ids), err
+		}
+	})
+}
+
+// claimedBatch is the claimed messages of one batch transaction of a raw or prototype drain.
+type claimedBatch struct {
+	ids     []int64
+	keys    []string
+	amounts []int64
+}
+
+// scan replaces b's messages with rows (id, key, payload), decoding each payload's amount.
+func (b *claimedBatch) scan(rows pgx.Rows) error {
+	b.ids, b.keys, b.amounts = b.ids[:0], b.keys[:0], b.amounts[:0]
+	var (
+		id  int64
+		key string
+		raw []byte
+		p   rawPayload
+	)
+	_, err := pgx.ForEachRow(rows, []any{&id, &key, &raw}, func() error {
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return err
+		}
+		b.ids, b.keys, b.amounts = append(b.ids, id), append(b.keys, key), append(b.amounts, p.Amount)
+		return nil
+	})
+	return err
+}
+
+// timeBatches starts the monitor and the clock, runs workers goroutines, each calling the batch
+// function newBatch(i) returns until it reports 0 messages or an error, and returns the rate of n
+// messages and the footprint once every worker is done and the ledger holds n rows.
+func (s *Schema) timeBatches(ctx context.Context, n, workers int, newBatch func(i int) func() (int, error)) (float64, Footprint, error) {
+	batches := make([]func() (int, error), workers)
+	for i := range batches {
+		batches[i] = newBatch(i)
+	}
+	mon := s.env.StartMonitor(ctx, s.App)
 	start := time.Now()
 	var wg sync.WaitGroup
-	errs := make(chan error, cfg.Clients)
-	for _, c := range conns {
+	errs := make(chan error, workers)
+	for _, batch := range batches {
 		wg.Go(func() {
-			ids := make([]int64, 0, cfg.PerTx)
-			keys := make([]string, 0, cfg.PerTx)
-			amounts := make([]int64, 0, cfg.PerTx)
 			for {
-				ids, keys, amounts = ids[:0], keys[:0], amounts[:0]
-				err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-					rows, err := tx.Query(ctx, claim, cfg.PerTx)
-					if err != nil {
-						return err
-					}
-					var (
-						id  int64
-						key string
-						raw []byte
-						p   rawPayload
-					)
-					_, err = pgx.ForEachRow(rows, []any{&id, &key, &raw}, func() error {
-						if err := json.Unmarshal(raw, &p); err != nil {
-							return err
-						}
-						ids, keys, amounts = append(ids, id), append(keys, key), append(amounts, p.Amount)
-						return nil
-					})
-					if err != nil || len(ids) == 0 {
-						return err
-					}
-					if _, err := tx.Exec(ctx, insert, keys, amounts); err != nil {
-						return err
-					}
-					_, err = tx.Exec(ctx, update, ids)
-					return err
-				})
+				got, err := batch()
 				if err != nil {
 					errs <- err
 					return
 				}
-				if len(ids) == 0 {
+				if got == 0 {
 					return
 				}
 			}
