@@ -126,7 +126,8 @@ type Config struct {
 	// large tables for minutes, and then every claim reads through dead rows and slows down. Vacuuming
 	// the queue takes milliseconds while its backlog is small. It needs the table's owner (as do the
 	// migrations); a VACUUM that leaves more dead rows than this (not the owner, or an old transaction
-	// holding back cleanup) is logged once, and the check backs off to every 5 minutes. Default:
+	// holding back cleanup) is logged once, and the next check waits 10 seconds, doubling after each
+	// such vacuum up to 5 minutes (back to every 5 seconds after a vacuum that helped). Default:
 	// DefaultQueueVacuumThreshold (50,000). Negative: never vacuum, and no statistics safety net.
 	//
 	// The statistics safety net, every 5 seconds too: a table the worker's statements read (inbox_queue

@@ -7,7 +7,9 @@ import (
 	"github.com/txinbox/txinbox/internal/store"
 )
 
-// Intervals of the queue vacuum safety net (Config.QueueVacuumThreshold).
+// Intervals of the queue vacuum safety net (Config.QueueVacuumThreshold). After a vacuum that left
+// more dead rows than the threshold, the wait before the next check doubles from 2×queueVacuumEvery
+// up to queueVacuumBackoff, and is back to queueVacuumEvery after a vacuum that helped.
 const (
 	queueVacuumEvery   = 5 * time.Second
 	queueVacuumBackoff = 5 * time.Minute
@@ -15,8 +17,9 @@ const (
 
 // queueVacuum is the state of the safety nets; only the rescuer goroutine uses it.
 type queueVacuum struct {
-	next   time.Time // next check
-	warned bool      // a vacuum that did not help was logged
+	next      time.Time // next check
+	fruitless int       // vacuums in a row that left more dead rows than the threshold
+	warned    bool      // a vacuum that did not help was logged
 
 	nextAnalyze   time.Time // next check of the statistics
 	analyzeWarned bool      // an ANALYZE that did not help was logged
@@ -94,13 +97,19 @@ func (v *queueVacuum) maybe(ctx context.Context, p *Pool) {
 	after, err := store.Queries.QueueDeadRows(ctx, p.db, table)
 	p.cfg.Logger.Debug("txinbox: vacuumed the queue table", "consumer", p.cfg.Consumer, "table", table,
 		"dead_before", dead, "dead_after", after, "took", time.Since(start))
-	if err == nil && after > int64(p.cfg.QueueVacuumThreshold) {
-		// Not the owner (VACUUM only warns), or an old snapshot keeps the rows: don't rescan often.
-		v.next = time.Now().Add(queueVacuumBackoff)
-		if !v.warned {
-			v.warned = true
-			p.cfg.Logger.Warn("txinbox: vacuum left the queue table's dead rows; is this role its owner, or is a long transaction open? checking every 5m",
-				"consumer", p.cfg.Consumer, "table", table, "dead_before", dead, "dead_after", after)
-		}
+	if err != nil || after <= int64(p.cfg.QueueVacuumThreshold) {
+		v.fruitless = 0
+		return
+	}
+	// Not the owner (VACUUM only warns), or a snapshot older than the rows keeps them: don't rescan
+	// every 5s, but soon enough that a snapshot held for seconds (a report, a slow transaction) does
+	// not leave the queue bloating for minutes after it ends.
+	v.fruitless++
+	wait := Exponential{Base: 2 * queueVacuumEvery, Max: queueVacuumBackoff, Jitter: -1}.Delay(v.fruitless)
+	v.next = time.Now().Add(wait)
+	if !v.warned {
+		v.warned = true
+		p.cfg.Logger.Warn("txinbox: vacuum left the queue table's dead rows; is this role its owner, or is a long transaction open? checking again less and less often, up to every 5m",
+			"consumer", p.cfg.Consumer, "table", table, "dead_before", dead, "dead_after", after, "retry_in", wait)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,16 +63,22 @@ func withDatabase(t testing.TB, u, name string) string {
 }
 
 // Snapshot is a transaction held open with a snapshot on a connection of its own, as an operator's
-// forgotten session would: it holds back the xmin horizon until the test ends.
+// forgotten session would: it holds back the xmin horizon until End or the end of the test.
 type Snapshot struct {
 	PID             int32  // the backend pid of its connection
 	ApplicationName string // its application_name, unique to it
+
+	end func()
 }
+
+// End rolls the transaction back and closes its connection, releasing the horizon it held. It may
+// be called more than once; the test's cleanup calls it too.
+func (s Snapshot) End() { s.end() }
 
 // HoldSnapshot opens a connection to url (a database of its own: see NewInDatabase) with a unique
 // application_name, begins a REPEATABLE READ
 // transaction and takes its snapshot (SELECT 1), and leaves it open until t ends (then rolls it back
-// and closes the connection).
+// and closes the connection) or End is called.
 func HoldSnapshot(t testing.TB, url string) Snapshot {
 	t.Helper()
 	ctx := context.Background()
@@ -87,12 +94,13 @@ func HoldSnapshot(t testing.TB, url string) Snapshot {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	s.end = sync.OnceFunc(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, _ = c.Exec(ctx, "ROLLBACK")
 		_ = c.Close(ctx)
 	})
+	t.Cleanup(s.end)
 	s.PID = int32(c.PgConn().PID())
 	if _, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
 		t.Fatal(err)
