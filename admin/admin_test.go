@@ -16,6 +16,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/internal/testdb"
@@ -46,7 +47,7 @@ func TestListDeadFilters(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	ids := receiveKeys(t, c, "a", "b", "c", "d", "e")
+	ids := ledgertest.Receive(t, c, "a", "b", "c", "d", "e")
 	audit, err := c.Receive(ctx, inbox.Message{Consumer: "audit", Key: "a", Kind: "Audit", Payload: []byte(`{}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +56,7 @@ func TestListDeadFilters(t *testing.T) {
 	kill(t, db, "insufficient funds", day, ids[0], ids[1])
 	kill(t, db, "timeout: deadline exceeded", day.Add(24*time.Hour), ids[2])
 	kill(t, db, "insufficient funds", day.Add(48*time.Hour), audit.ID)
-	complete(t, db, time.Hour, ids[3]) // not dead
+	ledgertest.Complete(t, db, time.Hour, ids[3]) // not dead
 	// ids[4] stays pending
 
 	cases := []struct {
@@ -108,7 +109,7 @@ func TestGetMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	complete(t, db, time.Hour, r.ID)
+	ledgertest.Complete(t, db, time.Hour, r.ID)
 	m, err := c.GetMessage(ctx, r.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func TestReplayDead(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	ids := receiveKeys(t, c, "dead", "pending")
+	ids := ledgertest.Receive(t, c, "dead", "pending")
 	kill(t, db, "boom", time.Now(), ids[0])
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
@@ -174,7 +175,7 @@ func TestReplayDead(t *testing.T) {
 		t.Fatal("replayed message not queued")
 	}
 	// Still deduplicated: the key is the same row.
-	if r, err := c.Receive(ctx, msg("dead", `{"amount":1}`)); err != nil || r.Outcome != inbox.Duplicate || r.ID != ids[0] {
+	if r, err := c.Receive(ctx, ledgertest.Message("dead", `{"amount":1}`)); err != nil || r.Outcome != inbox.Duplicate || r.ID != ids[0] {
 		t.Fatalf("redelivery of a replayed key: %+v, %v", r, err)
 	}
 	// A second replay finds nothing dead.
@@ -198,9 +199,9 @@ func TestReplayDeadCompletesOnce(t *testing.T) {
 	ctx := context.Background()
 	var failing atomic.Bool
 	failing.Store(true)
-	startWorker(t, db, &failing)
-	id := receiveKeys(t, c, "k")[0]
-	waitFor(t, "the message to die", func() bool {
+	ledgertest.StartWorker(t, db, &failing)
+	id := ledgertest.Receive(t, c, "k")[0]
+	ledgertest.WaitFor(t, "the message to die", func() bool {
 		m, err := c.GetMessage(ctx, id)
 		return err == nil && m.State == inbox.StateDead
 	})
@@ -213,7 +214,7 @@ func TestReplayDeadCompletesOnce(t *testing.T) {
 	if done, err := c.ReplayDead(ctx, id); err != nil || len(done) != 1 {
 		t.Fatalf("replay: %v, %v", done, err)
 	}
-	waitFor(t, "the replayed message to complete", func() bool {
+	ledgertest.WaitFor(t, "the replayed message to complete", func() bool {
 		m, err := c.GetMessage(ctx, id)
 		return err == nil && m.State == inbox.StateCompleted
 	})
@@ -224,7 +225,7 @@ func TestReplayDeadCompletesOnce(t *testing.T) {
 	if m.AttemptsStarted != 1 || m.ExpiresAt.IsZero() {
 		t.Errorf("completed replay: %+v", m)
 	}
-	if r, err := c.Receive(ctx, msg("k", `{"amount":1}`)); err != nil || r.Outcome != inbox.Duplicate || r.State != inbox.StateCompleted {
+	if r, err := c.Receive(ctx, ledgertest.Message("k", `{"amount":1}`)); err != nil || r.Outcome != inbox.Duplicate || r.State != inbox.StateCompleted {
 		t.Fatalf("redelivery after the replay: %+v, %v", r, err)
 	}
 	if got := db.Count(t, `SELECT coalesce(sum(runs), 0) FROM {schema}.counts`); got != 1 {
@@ -237,7 +238,7 @@ func TestReplayDeadWakesWorkers(t *testing.T) {
 	c, db := newClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	id := receiveKeys(t, c, "k")[0]
+	id := ledgertest.Receive(t, c, "k")[0]
 	kill(t, db, "boom", time.Now(), id)
 	conn, err := db.Pool.Acquire(ctx)
 	if err != nil {
@@ -263,7 +264,7 @@ func TestDiscardDead(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	ids := receiveKeys(t, c, "a", "b")
+	ids := ledgertest.Receive(t, c, "a", "b")
 	kill(t, db, "boom", time.Now(), ids[0])
 	done, err := c.DiscardDead(ctx, ids[0], ids[1])
 	if err != nil || !slices.Equal(done, []int64{ids[0]}) {
@@ -276,7 +277,7 @@ func TestDiscardDead(t *testing.T) {
 		t.Fatalf("pending message touched: %+v, %v", m, err)
 	}
 	// The key is free again.
-	if r, err := c.Receive(ctx, msg("a", `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
+	if r, err := c.Receive(ctx, ledgertest.Message("a", `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
 		t.Fatalf("discarded key: %+v, %v", r, err)
 	}
 }
@@ -288,7 +289,7 @@ func TestStats(t *testing.T) {
 	if s, err := c.Stats(ctx); err != nil || len(s) != 0 {
 		t.Fatalf("empty stats: %+v, %v", s, err)
 	}
-	ids := receiveKeys(t, c, keyRange("k", 10)...)
+	ids := ledgertest.Receive(t, c, ledgertest.Keys("k", 10)...)
 	// k-0..1 pending (k-0 due for an hour), k-2 processing, k-3..5 completed (k-5 expired), k-6..7 dead.
 	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET next_run_at = now() - interval '1 hour' WHERE id = $1`), ids[0]); err != nil {
 		t.Fatal(err)
@@ -298,8 +299,8 @@ func TestStats(t *testing.T) {
 		attempts_started = 1, owner = 'w1', run_at = now() + interval '1 minute' WHERE id = $1`), ids[2]); err != nil {
 		t.Fatal(err)
 	}
-	complete(t, db, time.Hour, ids[3], ids[4])
-	complete(t, db, -time.Hour, ids[5])
+	ledgertest.Complete(t, db, time.Hour, ids[3], ids[4])
+	ledgertest.Complete(t, db, -time.Hour, ids[5])
 	kill(t, db, "boom", time.Now(), ids[6], ids[7])
 	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET completed_at = now() - interval '1 hour' WHERE id = $1`), ids[4]); err != nil {
 		t.Fatal(err)
@@ -336,11 +337,11 @@ func TestDiscardOlder(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	keys := keyRange("old", 2500) // more than two batches
-	old := receiveKeys(t, c, keys...)
-	complete(t, db, 7*24*time.Hour, old...)
-	fresh := receiveKeys(t, c, "fresh", "dead-old", "pending")
-	complete(t, db, 7*24*time.Hour, fresh[0])
+	keys := ledgertest.Keys("old", 2500) // more than two batches
+	old := ledgertest.Receive(t, c, keys...)
+	ledgertest.Complete(t, db, 7*24*time.Hour, old...)
+	fresh := ledgertest.Receive(t, c, "fresh", "dead-old", "pending")
+	ledgertest.Complete(t, db, 7*24*time.Hour, fresh[0])
 	kill(t, db, "boom", time.Now().Add(-48*time.Hour), fresh[1])
 	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET completed_at = now() - interval '2 days'
 		WHERE key LIKE 'old-%'`)); err != nil {
@@ -361,7 +362,7 @@ func TestDiscardOlder(t *testing.T) {
 		t.Fatalf("purge dead: %d, %v", n, err)
 	}
 	// Purged keys are accepted again as new messages.
-	if r, err := c.Receive(ctx, msg("old-7", `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
+	if r, err := c.Receive(ctx, ledgertest.Message("old-7", `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
 		t.Fatalf("purged key: %+v, %v", r, err)
 	}
 	if n, err := c.DiscardOlder(ctx, 0, inbox.StatePending); !errors.Is(err, txinbox.ErrInvalidArgument) || n != 0 {
@@ -398,7 +399,7 @@ func TestGetMessageAndStatsOfAClaim(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	ids := receiveKeys(t, c, "claimed", "waiting")
+	ids := ledgertest.Receive(t, c, "claimed", "waiting")
 	if got, err := claimBatch(db, "ledger", 1); err != nil || !slices.Equal(got, ids[:1]) {
 		t.Fatalf("claim: %v, %v", got, err)
 	}
@@ -436,7 +437,7 @@ func TestDiscardPending(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	ids := receiveKeys(t, c, "a", "b", "c", "d", "e", "f")
+	ids := ledgertest.Receive(t, c, "a", "b", "c", "d", "e", "f")
 	refund, err := c.Receive(ctx, inbox.Message{Consumer: "ledger", Key: "r", Kind: "Refund", Payload: []byte(`{}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -446,7 +447,7 @@ func TestDiscardPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	complete(t, db, time.Hour, ids[4])
+	ledgertest.Complete(t, db, time.Hour, ids[4])
 	kill(t, db, "boom", time.Now(), ids[5])
 	claimed := claim(t, db, "ledger", 1) // ids[0], the oldest
 	if !slices.Equal(claimed, ids[:1]) {
@@ -493,7 +494,7 @@ func TestDiscardPending(t *testing.T) {
 		t.Fatalf("second discard: %+v, %v", r, err)
 	}
 	// The keys are free again.
-	if rc, err := c.Receive(ctx, msg("b", `{"amount":1}`)); err != nil || rc.Outcome != inbox.Inserted {
+	if rc, err := c.Receive(ctx, ledgertest.Message("b", `{"amount":1}`)); err != nil || rc.Outcome != inbox.Inserted {
 		t.Fatalf("discarded key: %+v, %v", rc, err)
 	}
 }
@@ -502,7 +503,7 @@ func TestDiscardPendingBadArguments(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	ids := receiveKeys(t, c, "a")
+	ids := ledgertest.Receive(t, c, "a")
 	for _, f := range []admin.PendingFilter{
 		{}, {Kind: "OrderPaid"}, {Consumer: "a b"}, {Consumer: "ledger", Kind: "\xff"}, {Consumer: "x\x00"},
 		{IDs: []int64{0}}, {IDs: []int64{-1}}, {Consumer: "ledger", IDs: make([]int64, admin.MaxAdminIDs+1)},
@@ -526,7 +527,7 @@ func TestDiscardPendingSkipsLockedRow(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	ids := receiveKeys(t, c, "a", "b")
+	ids := ledgertest.Receive(t, c, "a", "b")
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -558,7 +559,7 @@ func TestDiscardPendingRacesClaims(t *testing.T) {
 	c, db := newClient(t)
 	ctx := context.Background()
 	for round := range 5 {
-		ids := receiveKeys(t, c, keyRange(fmt.Sprintf("r%d", round), 300)...)
+		ids := ledgertest.Receive(t, c, ledgertest.Keys(fmt.Sprintf("r%d", round), 300)...)
 		var claimed []int64
 		var claimErr error
 		started, done := make(chan struct{}), make(chan struct{})
@@ -603,7 +604,7 @@ func TestDiscardPendingRacesClaims(t *testing.T) {
 			WHERE m.id = ANY($1) AND m.state = 'pending' AND q.claimed`, claimed); n != int64(len(claimed)) {
 			t.Fatalf("round %d: %d of %d claimed messages intact", round, n, len(claimed))
 		}
-		complete(t, db, time.Hour, claimed...)
+		ledgertest.Complete(t, db, time.Hour, claimed...)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 
@@ -57,7 +58,7 @@ func TestHealth(t *testing.T) {
 	for i := range n {
 		ks = append(ks, fmt.Sprintf("h-%d", i))
 	}
-	ids := receiveKeys(t, c, ks...)
+	ids := ledgertest.Receive(t, c, ks...)
 	if _, err := db.Pool.Exec(ctx, db.SQL(`DELETE FROM {schema}.inbox_queue WHERE id = ANY($1)`), ids); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestHealth(t *testing.T) {
 	}
 	// Statistics are reported within a second or so, and the test's own pool connections may hold a
 	// snapshot for a moment: wait until the held snapshot is the holder and the deletes are counted.
-	waitFor(t, "the held snapshot named as the holder, and the deleted queue rows counted dead", func() bool {
+	ledgertest.WaitFor(t, "the held snapshot named as the holder, and the deleted queue rows counted dead", func() bool {
 		h, err = c.Health(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 
@@ -205,21 +206,21 @@ func TestCoalesceSharesOneStatement(t *testing.T) {
 	c, g, db := gatedClient(t, inbox.Config{CoalesceWait: time.Hour})
 	ctx := context.Background()
 	release := g.hold(0)
-	first := goReceive(ctx, c, msg("first", `{"n": 0}`))
+	first := goReceive(ctx, c, ledgertest.Message("first", `{"n": 0}`))
 	entered(t, g, 0)
 
 	var queued []inbox.Message
 	for i := range 6 {
-		queued = append(queued, msg(fmt.Sprintf("k%d", i), fmt.Sprintf(`{"n": %d}`, i)))
+		queued = append(queued, ledgertest.Message(fmt.Sprintf("k%d", i), fmt.Sprintf(`{"n": %d}`, i)))
 	}
-	queued = append(queued, msg("same", `{"a": 1, "b": 2}`), msg("same", `{"b":2,"a":1}`), // one jsonb
-		msg("clash", `{"v": 1}`), msg("clash", `{"v": 2}`))
+	queued = append(queued, ledgertest.Message("same", `{"a": 1, "b": 2}`), ledgertest.Message("same", `{"b":2,"a":1}`), // one jsonb
+		ledgertest.Message("clash", `{"v": 1}`), ledgertest.Message("clash", `{"v": 2}`))
 	var chans []<-chan result
 	for i, m := range queued {
 		chans = append(chans, goReceive(ctx, c, m))
 		waitQueued(t, c, i+1) // one at a time: the group's order is the order of arrival
 	}
-	bad := msg("", `{}`)
+	bad := ledgertest.Message("", `{}`)
 	if r := get(t, goReceive(ctx, c, bad)); !errors.Is(r.err, inbox.ErrInvalidMessage) {
 		t.Fatalf("invalid message: %+v, want a ValidationError", r)
 	}
@@ -265,11 +266,11 @@ func TestCoalesceMaxSendsAFullGroup(t *testing.T) {
 	ctx := context.Background()
 	release := g.hold(0)
 	defer release()
-	first := goReceive(ctx, c, msg("first", `{}`))
+	first := goReceive(ctx, c, ledgertest.Message("first", `{}`))
 	entered(t, g, 0)
 	var chans []<-chan result
 	for i := range 3 {
-		chans = append(chans, goReceive(ctx, c, msg(fmt.Sprintf("k%d", i), `{}`)))
+		chans = append(chans, goReceive(ctx, c, ledgertest.Message(fmt.Sprintf("k%d", i), `{}`)))
 	}
 	for i, ch := range chans {
 		if r := get(t, ch); r.err != nil || r.rc.Outcome != inbox.Inserted {
@@ -292,9 +293,9 @@ func TestCoalesceOff(t *testing.T) {
 	ctx := context.Background()
 	release := g.hold(0)
 	defer release()
-	first := goReceive(ctx, c, msg("first", `{}`))
+	first := goReceive(ctx, c, ledgertest.Message("first", `{}`))
 	entered(t, g, 0)
-	if r := get(t, goReceive(ctx, c, msg("second", `{}`))); r.err != nil || r.rc.Outcome != inbox.Inserted {
+	if r := get(t, goReceive(ctx, c, ledgertest.Message("second", `{}`))); r.err != nil || r.rc.Outcome != inbox.Inserted {
 		t.Fatalf("second: %+v", r)
 	}
 	release()
@@ -318,18 +319,18 @@ func TestCoalesceCallerGivesUp(t *testing.T) {
 	// Statement 0: one call, held.
 	aloneCtx, cancelAlone := context.WithCancel(bg)
 	defer cancelAlone()
-	alone := goReceive(aloneCtx, c, msg("alone", `{}`))
+	alone := goReceive(aloneCtx, c, ledgertest.Message("alone", `{}`))
 	entered(t, g, 0)
 
 	// Queued behind it: "shared-1", "shared-2" and "left-out"; the last gives up before being sent.
 	sharedCtx, cancelShared := context.WithCancel(bg)
 	defer cancelShared()
-	shared1 := goReceive(sharedCtx, c, msg("shared-1", `{}`))
+	shared1 := goReceive(sharedCtx, c, ledgertest.Message("shared-1", `{}`))
 	waitQueued(t, c, 1)
-	shared2 := goReceive(bg, c, msg("shared-2", `{}`))
+	shared2 := goReceive(bg, c, ledgertest.Message("shared-2", `{}`))
 	waitQueued(t, c, 2)
 	leftCtx, cancelLeft := context.WithCancel(bg)
-	left := goReceive(leftCtx, c, msg("left-out", `{}`))
+	left := goReceive(leftCtx, c, ledgertest.Message("left-out", `{}`))
 	waitQueued(t, c, 3)
 	cancelLeft()
 	if r := get(t, left); !errors.Is(r.err, context.Canceled) {
@@ -388,11 +389,11 @@ func TestCoalesceStatementErrors(t *testing.T) {
 	run := func(keys ...string) []result {
 		held := len(g.statements())
 		release := g.hold(held)
-		first := goReceive(ctx, c, msg("first-"+keys[0], `{}`))
+		first := goReceive(ctx, c, ledgertest.Message("first-"+keys[0], `{}`))
 		entered(t, g, held)
 		var chans []<-chan result
 		for i, k := range keys {
-			chans = append(chans, goReceive(ctx, c, msg(k, `{}`)))
+			chans = append(chans, goReceive(ctx, c, ledgertest.Message(k, `{}`)))
 			waitQueued(t, c, i+1)
 		}
 		release()
@@ -444,11 +445,11 @@ func (s stormSend) message() inbox.Message {
 	n := strings.TrimPrefix(s.key, "k")
 	switch s.variant {
 	case 1:
-		return msg(s.key, fmt.Sprintf(`{ "amount" : %s, "n" : 1 }`, n))
+		return ledgertest.Message(s.key, fmt.Sprintf(`{ "amount" : %s, "n" : 1 }`, n))
 	case 2:
-		return msg(s.key, fmt.Sprintf(`{"n": 1, "amount": %s, "altered": true}`, n))
+		return ledgertest.Message(s.key, fmt.Sprintf(`{"n": 1, "amount": %s, "altered": true}`, n))
 	}
-	return msg(s.key, fmt.Sprintf(`{"n": 1, "amount": %s}`, n))
+	return ledgertest.Message(s.key, fmt.Sprintf(`{"n": 1, "amount": %s}`, n))
 }
 
 // countingObserver counts the calls it is told about and checks each ends once.

@@ -7,13 +7,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 
@@ -36,59 +36,23 @@ func getMessage(ctx context.Context, c *inbox.Client, id int64) (inbox.StoredMes
 	return a.GetMessage(ctx, id)
 }
 
-func receiveKeys(t *testing.T, c *inbox.Client, keys ...string) []int64 {
-	t.Helper()
-	msgs := make([]inbox.Message, len(keys))
-	for i, k := range keys {
-		msgs[i] = msg(k, `{"amount":1}`)
-	}
-	rs, err := c.ReceiveMany(context.Background(), msgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := make([]int64, len(rs))
-	for i, r := range rs {
-		if r.Outcome != inbox.Inserted {
-			t.Fatalf("receive %s: %+v", keys[i], r)
-		}
-		ids[i] = r.ID
-	}
-	return ids
-}
-
-// complete marks messages completed as a worker would, their dedup window ending expiresIn from now.
-func complete(t *testing.T, db *testdb.DB, expiresIn time.Duration, ids ...int64) {
-	t.Helper()
-	_, err := db.Pool.Exec(context.Background(), db.SQL(`WITH q AS (DELETE FROM {schema}.inbox_queue WHERE id = ANY($1))
-		UPDATE {schema}.inbox SET state = 'completed', attempts_started = 1, completed_at = now(),
-			expires_at = now() + make_interval(secs => $2), result = '{"ok":true}'
-		WHERE id = ANY($1)`), ids, expiresIn.Seconds())
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func msg(key, payload string) inbox.Message {
-	return inbox.Message{Consumer: "ledger", Key: key, Kind: "OrderPaid", Payload: []byte(payload)}
-}
-
 func TestReceiveDuplicateAndConflict(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
 
-	r, err := c.Receive(ctx, msg("k1", `{"a": 1, "b": 2}`))
+	r, err := c.Receive(ctx, ledgertest.Message("k1", `{"a": 1, "b": 2}`))
 	if err != nil || r.Outcome != inbox.Inserted || r.ID == 0 {
 		t.Fatalf("first receive: %+v, %v", r, err)
 	}
 	// Same document, other key order and spacing: a duplicate (fingerprints are over jsonb).
 	for range 4 {
-		d, err := c.Receive(ctx, msg("k1", `{"b":2,"a":1}`))
+		d, err := c.Receive(ctx, ledgertest.Message("k1", `{"b":2,"a":1}`))
 		if err != nil || d.Outcome != inbox.Duplicate || d.ID != r.ID || d.State != inbox.StatePending {
 			t.Fatalf("duplicate: %+v, %v", d, err)
 		}
 	}
-	x, err := c.Receive(ctx, msg("k1", `{"a": 2}`))
+	x, err := c.Receive(ctx, ledgertest.Message("k1", `{"a": 2}`))
 	var kc *inbox.KeyConflictError
 	if !errors.Is(err, inbox.ErrKeyConflict) || !errors.As(err, &kc) || x.Outcome != inbox.Conflict || kc.ID != r.ID {
 		t.Fatalf("conflict: %+v, %v", x, err)
@@ -100,7 +64,7 @@ func TestReceiveDuplicateAndConflict(t *testing.T) {
 		t.Fatalf("queue rows = %d, want 1", got)
 	}
 	// Another consumer gets its own copy.
-	m := msg("k1", `{"a": 1, "b": 2}`)
+	m := ledgertest.Message("k1", `{"a": 1, "b": 2}`)
 	m.Consumer = "audit"
 	if r2, err := c.Receive(ctx, m); err != nil || r2.Outcome != inbox.Inserted {
 		t.Fatalf("fan-out receive: %+v, %v", r2, err)
@@ -152,7 +116,7 @@ func TestReceiveManyOneRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The first statement on the connection is also prepared (a round trip of its own, once).
-	if _, err := c.Receive(ctx, msg("old", `1`)); err != nil {
+	if _, err := c.Receive(ctx, ledgertest.Message("old", `1`)); err != nil {
 		t.Fatal(err)
 	}
 	// roundTrip runs f and fails t unless it sent exactly one statement and prepared nothing.
@@ -169,7 +133,7 @@ func TestReceiveManyOneRoundTrip(t *testing.T) {
 	var rs []inbox.Receipt
 	roundTrip("ReceiveMany", func() (err error) {
 		rs, err = c.ReceiveMany(ctx, []inbox.Message{
-			msg("a", `1`), msg("old", `1`), msg("b", `2`), msg("a", `1`), msg("b", `3`), msg("old", `2`),
+			ledgertest.Message("a", `1`), ledgertest.Message("old", `1`), ledgertest.Message("b", `2`), ledgertest.Message("a", `1`), ledgertest.Message("b", `3`), ledgertest.Message("old", `2`),
 		})
 		return err
 	})
@@ -189,7 +153,7 @@ func TestReceiveManyOneRoundTrip(t *testing.T) {
 	for _, n := range []int{1, 2, 17, 100} {
 		batch := make([]inbox.Message, n)
 		for i := range batch {
-			batch[i] = msg(fmt.Sprintf("n%d-%d", n, i), fmt.Sprint(i))
+			batch[i] = ledgertest.Message(fmt.Sprintf("n%d-%d", n, i), fmt.Sprint(i))
 		}
 		roundTrip(fmt.Sprintf("ReceiveMany of %d", n), func() error { _, err := c.ReceiveMany(ctx, batch); return err })
 	}
@@ -199,33 +163,33 @@ func TestReceiveInvalidWritesNothing(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	if _, err := c.Receive(ctx, msg("keep", `{"x":1}`)); err != nil {
+	if _, err := c.Receive(ctx, ledgertest.Message("keep", `{"x":1}`)); err != nil {
 		t.Fatal(err)
 	}
 	long := strings.Repeat("k", txinbox.MaxKeyBytes+1)
 	cases := map[string]inbox.Message{
-		"empty key":        msg("", `1`),
-		"long key":         msg(long, `1`),
-		"nul key":          msg("a\x00b", `1`),
-		"bad utf8 key":     msg("a\xffb", `1`),
+		"empty key":        ledgertest.Message("", `1`),
+		"long key":         ledgertest.Message(long, `1`),
+		"nul key":          ledgertest.Message("a\x00b", `1`),
+		"bad utf8 key":     ledgertest.Message("a\xffb", `1`),
 		"bad consumer":     {Consumer: "led ger", Key: "k", Kind: "K", Payload: []byte(`1`)},
 		"empty kind":       {Consumer: "ledger", Key: "k", Kind: "", Payload: []byte(`1`)},
-		"invalid json":     msg("k", `{"x":`),
-		"empty payload":    msg("k", ``),
-		"nul in json":      msg("k", `{"x":"a\u0000b"}`),
-		"huge payload":     msg("k", `"`+strings.Repeat("x", inbox.DefaultMaxPayloadBytes)+`"`),
+		"invalid json":     ledgertest.Message("k", `{"x":`),
+		"empty payload":    ledgertest.Message("k", ``),
+		"nul in json":      ledgertest.Message("k", `{"x":"a\u0000b"}`),
+		"huge payload":     ledgertest.Message("k", `"`+strings.Repeat("x", inbox.DefaultMaxPayloadBytes)+`"`),
 		"bad header":       {Consumer: "ledger", Key: "k", Kind: "K", Payload: []byte(`1`), Headers: map[string]string{"a\x00": "b"}},
 		"bad ordering key": {Consumer: "ledger", Key: "k", Kind: "K", Payload: []byte(`1`), OrderingKey: "a\nb"},
 	}
 	for name, m := range cases {
-		_, err := c.ReceiveMany(ctx, []inbox.Message{msg("fine", `1`), m})
+		_, err := c.ReceiveMany(ctx, []inbox.Message{ledgertest.Message("fine", `1`), m})
 		var ve *inbox.ValidationError
 		if !errors.Is(err, inbox.ErrInvalidMessage) || !errors.As(err, &ve) || ve.Index != 1 {
 			t.Errorf("%s: err = %v, want a *ValidationError for index 1", name, err)
 		}
 	}
 	// An escaped backslash followed by u0000 is ordinary text and accepted.
-	if _, err := c.Receive(ctx, msg("escaped", `{"x":"\\u0000"}`)); err != nil {
+	if _, err := c.Receive(ctx, ledgertest.Message("escaped", `{"x":"\\u0000"}`)); err != nil {
 		t.Errorf("escaped backslash: %v", err)
 	}
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key IN ('keep', 'escaped')`); got != 2 {

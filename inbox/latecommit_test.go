@@ -11,6 +11,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 
@@ -158,14 +159,14 @@ func TestReceiveLateCommitDuplicateAndConflict(t *testing.T) {
 		}
 	}
 
-	held, rs, err := lateCommit(t, db, c, lr, []inbox.Message{msg("dup", `{"a": 1, "b": 2}`)}, single(msg("dup", `{"b":2,"a":1}`)))
+	held, rs, err := lateCommit(t, db, c, lr, []inbox.Message{ledgertest.Message("dup", `{"a": 1, "b": 2}`)}, single(ledgertest.Message("dup", `{"b":2,"a":1}`)))
 	if err != nil {
 		t.Fatalf("duplicate: %v", err)
 	}
 	wantDuplicate(t, "duplicate", rs[0], held[0].ID)
 	wantStoredOnce(t, db, "dup", `{"a": 1, "b": 2}`)
 
-	held, rs, err = lateCommit(t, db, c, lr, []inbox.Message{msg("conflict", `{"a": 1}`)}, single(msg("conflict", `{"a": 2}`)))
+	held, rs, err = lateCommit(t, db, c, lr, []inbox.Message{ledgertest.Message("conflict", `{"a": 1}`)}, single(ledgertest.Message("conflict", `{"a": 2}`)))
 	wantConflict(t, "conflict", rs[0], err, "conflict", held[0].ID)
 	wantStoredOnce(t, db, "conflict", `{"a": 1}`)
 }
@@ -178,8 +179,8 @@ func TestReceiveManyLateCommit(t *testing.T) {
 	lr := newLateReceiver(t, db)
 	for n, dupFirst := range []bool{true, false} {
 		dupKey, conflictKey, freshKey := fmt.Sprintf("dup-%d", n), fmt.Sprintf("conflict-%d", n), fmt.Sprintf("fresh-%d", n)
-		held := []inbox.Message{msg(dupKey, `{"n": 1}`), msg(conflictKey, `{"n": 2}`)}
-		late := []inbox.Message{msg(dupKey, `{"n":1}`), msg(freshKey, `{"n": 3}`), msg(conflictKey, `{"n": 4}`)}
+		held := []inbox.Message{ledgertest.Message(dupKey, `{"n": 1}`), ledgertest.Message(conflictKey, `{"n": 2}`)}
+		late := []inbox.Message{ledgertest.Message(dupKey, `{"n":1}`), ledgertest.Message(freshKey, `{"n": 3}`), ledgertest.Message(conflictKey, `{"n": 4}`)}
 		dup, fresh, conflict := 0, 1, 2
 		if !dupFirst {
 			late[0], late[2] = late[2], late[0]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 
@@ -75,19 +76,19 @@ func TestNotifyOnNewMessagesOnly(t *testing.T) {
 		}
 	}
 
-	if _, err := c.Receive(ctx, msg("k1", `{}`)); err != nil {
+	if _, err := c.Receive(ctx, ledgertest.Message("k1", `{}`)); err != nil {
 		t.Fatal(err)
 	}
 	check("new message", "ledger")
-	if _, err := c.Receive(ctx, msg("k1", `{}`)); err != nil {
+	if _, err := c.Receive(ctx, ledgertest.Message("k1", `{}`)); err != nil {
 		t.Fatal(err)
 	}
 	check("duplicate")
 
 	// Two consumers in one batch: one notification each (the new one only).
-	other := msg("k2", `{}`)
+	other := ledgertest.Message("k2", `{}`)
 	other.Consumer = "billing"
-	if _, err := c.ReceiveMany(ctx, []inbox.Message{msg("k2", `{}`), other, msg("k1", `{}`), msg("k3", `{}`)}); err != nil {
+	if _, err := c.ReceiveMany(ctx, []inbox.Message{ledgertest.Message("k2", `{}`), other, ledgertest.Message("k1", `{}`), ledgertest.Message("k3", `{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if got := l.received(t); len(got) != 2 || !(got[0] == "ledger" && got[1] == "billing" || got[0] == "billing" && got[1] == "ledger") {
@@ -99,7 +100,7 @@ func TestNotifyOnNewMessagesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ReceiveTx(ctx, tx, msg("k4", `{}`)); err != nil {
+	if _, err := c.ReceiveTx(ctx, tx, ledgertest.Message("k4", `{}`)); err != nil {
 		t.Fatal(err)
 	}
 	check("before commit")
@@ -111,7 +112,7 @@ func TestNotifyOnNewMessagesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ReceiveTx(ctx, tx, msg("k5", `{}`)); err != nil {
+	if _, err := c.ReceiveTx(ctx, tx, ledgertest.Message("k5", `{}`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -124,7 +125,7 @@ func TestNotifyOnNewMessagesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := quiet.Receive(ctx, msg("k6", `{}`)); err != nil {
+	if _, err := quiet.Receive(ctx, ledgertest.Message("k6", `{}`)); err != nil {
 		t.Fatal(err)
 	}
 	check("notifications disabled")
@@ -144,19 +145,19 @@ func TestNotifyDebounce(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := listen(t, db)
-	if _, err := quiet.Receive(ctx, msg("old", `{}`)); err != nil {
+	if _, err := quiet.Receive(ctx, ledgertest.Message("old", `{}`)); err != nil {
 		t.Fatal(err)
 	}
 	receive := func(key string) {
 		t.Helper()
-		if _, err := c.Receive(ctx, msg(key, `{}`)); err != nil {
+		if _, err := c.Receive(ctx, ledgertest.Message(key, `{}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	receive("old") // a duplicate: nothing notified, turn kept
 	receive("a")   // notifies
 	receive("b")   // within the hour: debounced
-	other := msg("c", `{}`)
+	other := ledgertest.Message("c", `{}`)
 	other.Consumer = "billing"
 	if _, err := c.Receive(ctx, other); err != nil { // another consumer has its own turn
 		t.Fatal(err)
@@ -201,7 +202,7 @@ func BenchmarkReceiveNotify(b *testing.B) {
 			start := time.Now()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if _, err := cl.Receive(context.Background(), msg(fmt.Sprint("k", n.Add(1)), `{"amount":1}`)); err != nil {
+					if _, err := cl.Receive(context.Background(), ledgertest.Message(fmt.Sprint("k", n.Add(1)), `{"amount":1}`)); err != nil {
 						b.Error(err)
 						return
 					}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
 	"github.com/txinbox/txinbox/internal/plantest"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
@@ -131,7 +132,7 @@ func recordingClient(t *testing.T, db *testdb.DB) (*pgx.Conn, *plantest.LastStat
 func keyedMessages(first, n int) []inbox.Message {
 	msgs := make([]inbox.Message, n)
 	for i := range msgs {
-		msgs[i] = msg(fmt.Sprintf("k%05d", first+i), `{"amount":1}`)
+		msgs[i] = ledgertest.Message(fmt.Sprintf("k%05d", first+i), `{"amount":1}`)
 	}
 	return msgs
 }

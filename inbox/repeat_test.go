@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
 )
 
 // A key repeated within one ReceiveMany batch whose first copy conflicts with the stored row is
@@ -16,13 +17,13 @@ func TestReceiveManyRepeatOfConflict(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	stored := msg("k", `{"amount": 1}`)
+	stored := ledgertest.Message("k", `{"amount": 1}`)
 	first, err := c.Receive(ctx, stored)
 	if err != nil || first.Outcome != inbox.Inserted {
 		t.Fatalf("first receive = %+v, %v", first, err)
 	}
-	altered := msg("k", `{"amount": 2}`)
-	rs, err := c.ReceiveMany(ctx, []inbox.Message{altered, altered, msg("k", `{ "amount" : 1 }`)})
+	altered := ledgertest.Message("k", `{"amount": 2}`)
+	rs, err := c.ReceiveMany(ctx, []inbox.Message{altered, altered, ledgertest.Message("k", `{ "amount" : 1 }`)})
 	if err != nil {
 		t.Fatal(err)
 	}

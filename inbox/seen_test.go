@@ -14,6 +14,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/seen"
 )
@@ -90,17 +91,17 @@ func storm(seed uint64) [][]inbox.Message {
 		for range n {
 			switch p := r.IntN(10); {
 			case next == 0 || p < 2:
-				b = append(b, msg(fmt.Sprintf("k%d", next), fmt.Sprintf(`{"n":%d}`, next)))
+				b = append(b, ledgertest.Message(fmt.Sprintf("k%d", next), fmt.Sprintf(`{"n":%d}`, next)))
 				next++
 			case p < 7:
 				k := r.IntN(next)
-				b = append(b, msg(fmt.Sprintf("k%d", k), fmt.Sprintf(`{"n":%d}`, k)))
+				b = append(b, ledgertest.Message(fmt.Sprintf("k%d", k), fmt.Sprintf(`{"n":%d}`, k)))
 			case p < 8:
 				k := r.IntN(next)
-				b = append(b, msg(fmt.Sprintf("k%d", k), fmt.Sprintf(`{ "n" : %d }`, k)))
+				b = append(b, ledgertest.Message(fmt.Sprintf("k%d", k), fmt.Sprintf(`{ "n" : %d }`, k)))
 			default:
 				k := r.IntN(next)
-				b = append(b, msg(fmt.Sprintf("k%d", k), fmt.Sprintf(`{"n":%d,"altered":true}`, k)))
+				b = append(b, ledgertest.Message(fmt.Sprintf("k%d", k), fmt.Sprintf(`{"n":%d,"altered":true}`, k)))
 			}
 		}
 		batches = append(batches, b)
@@ -281,16 +282,16 @@ func TestSeenExpiry(t *testing.T) {
 	const retention = time.Second
 	c, o := seenClient(t, db, newLRU(t), retention)
 	ctx := context.Background()
-	r, err := c.Receive(ctx, msg("exp", `{"a":1}`))
+	r, err := c.Receive(ctx, ledgertest.Message("exp", `{"a":1}`))
 	if err != nil || r.Outcome != inbox.Inserted {
 		t.Fatalf("%+v %v", r, err)
 	}
-	if d, err := c.Receive(ctx, msg("exp", `{"a":1}`)); err != nil || !d.Cached || d.ID != r.ID {
+	if d, err := c.Receive(ctx, ledgertest.Message("exp", `{"a":1}`)); err != nil || !d.Cached || d.ID != r.ID {
 		t.Fatalf("redelivery within the window: %+v %v, want a cached duplicate", d, err)
 	}
-	complete(t, db, retention, r.ID) // as the worker does: expires_at = now() + Retention
+	ledgertest.Complete(t, db, retention, r.ID) // as the worker does: expires_at = now() + Retention
 	waitExpired(t, db, r.ID)
-	again, err := c.Receive(ctx, msg("exp", `{"a":1}`))
+	again, err := c.Receive(ctx, ledgertest.Message("exp", `{"a":1}`))
 	if err != nil || again.Outcome != inbox.Inserted || again.Cached {
 		t.Fatalf("after the window: %+v %v, want Inserted", again, err)
 	}
@@ -313,17 +314,17 @@ func TestSeenCompletedDuplicateNotCached(t *testing.T) {
 	db := testdb.New(t)
 	plain, _ := seenClient(t, db, nil, 0)
 	ctx := context.Background()
-	r, err := plain.Receive(ctx, msg("done", `1`))
+	r, err := plain.Receive(ctx, ledgertest.Message("done", `1`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	complete(t, db, time.Second, r.ID)
+	ledgertest.Complete(t, db, time.Second, r.ID)
 	c, o := seenClient(t, db, newLRU(t), time.Hour)
-	if d, err := c.Receive(ctx, msg("done", `1`)); err != nil || d.Outcome != inbox.Duplicate || d.Cached || d.State != inbox.StateCompleted {
+	if d, err := c.Receive(ctx, ledgertest.Message("done", `1`)); err != nil || d.Outcome != inbox.Duplicate || d.Cached || d.State != inbox.StateCompleted {
 		t.Fatalf("duplicate of a completed message: %+v %v", d, err)
 	}
 	waitExpired(t, db, r.ID)
-	if again, err := c.Receive(ctx, msg("done", `1`)); err != nil || again.Outcome != inbox.Inserted {
+	if again, err := c.Receive(ctx, ledgertest.Message("done", `1`)); err != nil || again.Outcome != inbox.Inserted {
 		t.Fatalf("after the window: %+v %v, want Inserted", again, err)
 	}
 	if o.result(seen.Hit) != 0 {
@@ -339,13 +340,13 @@ func TestSeenTxRollbackNotCached(t *testing.T) {
 	cache := newLRU(t)
 	c, _ := seenClient(t, db, cache, time.Hour)
 	ctx := context.Background()
-	batch := []inbox.Message{msg("t1", `1`), msg("t1", `1`), msg("t2", `2`)}
+	batch := []inbox.Message{ledgertest.Message("t1", `1`), ledgertest.Message("t1", `1`), ledgertest.Message("t2", `2`)}
 
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ReceiveTx(ctx, tx, msg("t1", `1`)); err != nil {
+	if _, err := c.ReceiveTx(ctx, tx, ledgertest.Message("t1", `1`)); err != nil {
 		t.Fatal(err)
 	}
 	rs, err := c.ReceiveManyTx(ctx, tx, batch) // t1: Duplicates of this transaction's own row
@@ -396,9 +397,9 @@ func TestSeenDeletedKeysAreNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	ids := receiveKeys(t, c, "dead", "pending", "purged")
+	ids := ledgertest.Receive(t, c, "dead", "pending", "purged")
 	for _, k := range []string{"dead", "pending", "purged"} {
-		if d, err := c.Receive(ctx, msg(k, `{"amount":1}`)); err != nil || !d.Cached {
+		if d, err := c.Receive(ctx, ledgertest.Message(k, `{"amount":1}`)); err != nil || !d.Cached {
 			t.Fatalf("%s: %+v %v, want a cached duplicate", k, d, err)
 		}
 	}
@@ -408,7 +409,7 @@ func TestSeenDeletedKeysAreNew(t *testing.T) {
 	}
 	check := func(key string) {
 		t.Helper()
-		r, err := c.Receive(ctx, msg(key, `{"amount":1}`))
+		r, err := c.Receive(ctx, ledgertest.Message(key, `{"amount":1}`))
 		if err != nil || r.Outcome != inbox.Inserted {
 			t.Fatalf("%s after its deletion: %+v %v, want Inserted", key, r, err)
 		}
@@ -423,11 +424,11 @@ func TestSeenDeletedKeysAreNew(t *testing.T) {
 	check("pending")
 	// Cached again (a duplicate of a pending message), then completed and discarded by age.
 	for i := range 2 {
-		if d, err := c.Receive(ctx, msg("purged", `{"amount":1}`)); err != nil || d.Outcome != inbox.Duplicate || d.Cached != (i == 1) {
+		if d, err := c.Receive(ctx, ledgertest.Message("purged", `{"amount":1}`)); err != nil || d.Outcome != inbox.Duplicate || d.Cached != (i == 1) {
 			t.Fatalf("%d: %+v %v", i, d, err)
 		}
 	}
-	complete(t, db, time.Hour, ids[2])
+	ledgertest.Complete(t, db, time.Hour, ids[2])
 	if n, err := a.DiscardOlder(ctx, 0); err != nil || n != 1 {
 		t.Fatalf("discard older: %d %v", n, err)
 	}
@@ -476,7 +477,7 @@ func TestSeenCacheFailureFallsBack(t *testing.T) {
 		}
 		ctx := context.Background()
 		want := []inbox.Outcome{inbox.Inserted, inbox.Duplicate, inbox.Conflict}
-		for i, m := range []inbox.Message{msg("f", `1`), msg("f", `1`), msg("f", `2`)} {
+		for i, m := range []inbox.Message{ledgertest.Message("f", `1`), ledgertest.Message("f", `1`), ledgertest.Message("f", `2`)} {
 			r, err := c.Receive(ctx, m)
 			if r.Outcome != want[i] || (err != nil) != (want[i] == inbox.Conflict) {
 				t.Fatalf("%T: receive %d: %+v %v", cache, i, r, err)
@@ -515,12 +516,12 @@ func TestSeenInvalidMessageWithCachedKey(t *testing.T) {
 	db := testdb.New(t)
 	c, _ := seenClient(t, db, newLRU(t), time.Hour)
 	ctx := context.Background()
-	if _, err := c.Receive(ctx, msg("v", `1`)); err != nil {
+	if _, err := c.Receive(ctx, ledgertest.Message("v", `1`)); err != nil {
 		t.Fatal(err)
 	}
-	bad := msg("v", `1`)
+	bad := ledgertest.Message("v", `1`)
 	bad.Headers = map[string]string{"x": "\x01"}
-	_, err := c.ReceiveMany(ctx, []inbox.Message{msg("new", `1`), bad})
+	_, err := c.ReceiveMany(ctx, []inbox.Message{ledgertest.Message("new", `1`), bad})
 	var ve *inbox.ValidationError
 	if !errors.As(err, &ve) || ve.Index != 1 || ve.Field != "headers" {
 		t.Fatalf("%v, want a ValidationError for message 1's headers", err)
@@ -538,10 +539,10 @@ func TestSeenRepeatOfConflictNotCached(t *testing.T) {
 	db := testdb.New(t)
 	c, _ := seenClient(t, db, newLRU(t), time.Hour)
 	ctx := context.Background()
-	if _, err := c.Receive(ctx, msg("k", `{"n":1}`)); err != nil {
+	if _, err := c.Receive(ctx, ledgertest.Message("k", `{"n":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	altered := msg("k", `{"n":2}`)
+	altered := ledgertest.Message("k", `{"n":2}`)
 	// Missed by the cache together (a mismatch), so both go to the database.
 	rs, err := c.ReceiveMany(ctx, []inbox.Message{altered, altered})
 	if err != nil || rs[0].Outcome != inbox.Conflict {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/retention"
 )
@@ -31,7 +32,7 @@ func rotate(t *testing.T, cl *retention.Cleaner) retention.Rotation {
 // receiveOne receives key for consumer ledger with payload and returns its receipt.
 func receiveOne(t *testing.T, c *inbox.Client, key, payload string) inbox.Receipt {
 	t.Helper()
-	r, err := c.Receive(context.Background(), msg(key, payload))
+	r, err := c.Receive(context.Background(), ledgertest.Message(key, payload))
 	var conflict *inbox.KeyConflictError
 	if err != nil && !errors.As(err, &conflict) {
 		t.Fatalf("receive %s: %v", key, err)
@@ -129,7 +130,7 @@ func TestOneKeyEightReceiversAcrossARotation(t *testing.T) {
 					if i%2 == 1 {
 						payload = `{"amount":2}`
 					}
-					wg.Go(func() { rs[i], errs[i] = receive(msg(key, payload), start) })
+					wg.Go(func() { rs[i], errs[i] = receive(ledgertest.Message(key, payload), start) })
 				}
 				var rotErr error
 				wg.Go(func() {
@@ -181,8 +182,8 @@ func TestKeyAcceptedAgainOnlyAfterItsWindow(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	cl := newCleaner(t, db, retention.Config{})
-	ids := receiveKeys(t, c, "here", "older")
-	complete(t, db, time.Hour, ids...)
+	ids := ledgertest.Receive(t, c, "here", "older")
+	ledgertest.Complete(t, db, time.Hour, ids...)
 	for i := range 4 { // generations 1 to 4: copied forward at the 2nd and the 4th
 		r := rotate(t, cl)
 		for _, k := range []string{"here", "older"} {
@@ -208,8 +209,8 @@ func TestKeyAcceptedAgainOnlyAfterItsWindow(t *testing.T) {
 		}
 	}
 	// Renewed in place: a key whose expired row is in the current slot keeps its id.
-	id := receiveKeys(t, c, "renewed")[0]
-	complete(t, db, -time.Second, id)
+	id := ledgertest.Receive(t, c, "renewed")[0]
+	ledgertest.Complete(t, db, -time.Second, id)
 	if rc := receiveOne(t, c, "renewed", `{"amount":1}`); rc.Outcome != inbox.Inserted || rc.ID != id {
 		t.Fatalf("renewed: %+v, want Inserted with id %d", rc, id)
 	}
@@ -231,13 +232,13 @@ func TestPendingAndDeadSurviveRotations(t *testing.T) {
 	ctx := context.Background()
 	var failing atomic.Bool
 	failing.Store(true)
-	startWorker(t, db, &failing)
-	dead := receiveKeys(t, c, keyRange("dead", 5)...)
-	waitFor(t, "5 dead letters", func() bool { return db.Count(t, `SELECT count(*) FROM {schema}.inbox_dead`) == 5 })
+	ledgertest.StartWorker(t, db, &failing)
+	dead := ledgertest.Receive(t, c, ledgertest.Keys("dead", 5)...)
+	ledgertest.WaitFor(t, "5 dead letters", func() bool { return db.Count(t, `SELECT count(*) FROM {schema}.inbox_dead`) == 5 })
 	failing.Store(false)
 	var pending []inbox.Message
-	for _, k := range keyRange("later", 10) {
-		m := msg(k, `{"amount":1}`)
+	for _, k := range ledgertest.Keys("later", 10) {
+		m := ledgertest.Message(k, `{"amount":1}`)
 		m.NotBefore = time.Now().Add(time.Hour)
 		pending = append(pending, m)
 	}
@@ -277,7 +278,7 @@ func TestPendingAndDeadSurviveRotations(t *testing.T) {
 		t.Fatalf("discard: %v %v", got, err)
 	}
 	mustExec(t, db, `UPDATE {schema}.inbox_queue SET run_at = now()`)
-	waitFor(t, "the pending and replayed messages to complete", func() bool {
+	ledgertest.WaitFor(t, "the pending and replayed messages to complete", func() bool {
 		return db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'completed'`) == 11
 	})
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.counts WHERE runs <> 1`); got != 0 {
@@ -309,7 +310,7 @@ func TestNewConsumerAfterRotations(t *testing.T) {
 	for range 4 {
 		rotate(t, cl)
 	}
-	receiveKeys(t, c, "first")
+	ledgertest.Receive(t, c, "first")
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox_gen g JOIN {schema}.inbox_ring r USING (gen) WHERE g.consumer = 'ledger'`); got != 1 {
 		t.Fatal("the new consumer is not at the ring's generation")
 	}
@@ -327,7 +328,7 @@ func TestRepeatableReadSnapshotOlderThanARotation(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	cl := newCleaner(t, db, retention.Config{})
-	receiveKeys(t, c, "warm-up") // the consumer is registered
+	ledgertest.Receive(t, c, "warm-up") // the consumer is registered
 	receiveInOlderSnapshot(t, c, db, "x", func() inbox.Receipt {
 		rotate(t, cl)
 		first := receiveOne(t, c, "x", `{"amount":1}`)
@@ -374,7 +375,7 @@ func receiveInOlderSnapshot(t *testing.T, c *inbox.Client, db *testdb.DB, key st
 		t.Fatal(err)
 	}
 	first := then()
-	r, err := c.ReceiveTx(ctx, tx, msg(key, `{"amount":1}`))
+	r, err := c.ReceiveTx(ctx, tx, ledgertest.Message(key, `{"amount":1}`))
 	var pgErr *pgconn.PgError
 	serialization := errors.As(err, &pgErr) && pgErr.Code == "40001"
 	if !serialization && (err != nil || r.Outcome != inbox.Duplicate || r.ID != first.ID) {
@@ -409,7 +410,7 @@ func TestRegistrationsDuringRotations(t *testing.T) {
 					return
 				}
 				<-start
-				m := msg("k", `{"amount":1}`)
+				m := ledgertest.Message("k", `{"amount":1}`)
 				m.Consumer = fmt.Sprintf("c-%d-%d", round, i)
 				if _, err := c.Receive(ctx, m); err != nil {
 					t.Error(err)

@@ -28,10 +28,6 @@ func newCleaner(t testing.TB, db *testdb.DB, cfg retention.Config) *retention.Cl
 	return cl
 }
 
-func msg(key, payload string) inbox.Message {
-	return inbox.Message{Consumer: "ledger", Key: key, Kind: "OrderPaid", Payload: []byte(payload)}
-}
-
 // cleanerOf returns a Cleaner of c's store, for a one-shot Clean.
 func cleanerOf(t testing.TB, c *inbox.Client) *retention.Cleaner {
 	t.Helper()

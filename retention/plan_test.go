@@ -7,6 +7,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
 	"github.com/txinbox/txinbox/internal/plantest"
 	"github.com/txinbox/txinbox/retention"
 )
@@ -29,8 +30,8 @@ func TestReceivePlanProbesKeysAfterRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	var msgs []inbox.Message
-	for _, k := range keyRange("k", 20) {
-		msgs = append(msgs, msg(k, `{"amount":1}`))
+	for _, k := range ledgertest.Keys("k", 20) {
+		msgs = append(msgs, ledgertest.Message(k, `{"amount":1}`))
 	}
 	if _, err := c.ReceiveMany(ctx, msgs); err != nil {
 		t.Fatal(err)

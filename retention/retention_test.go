@@ -14,108 +14,19 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/retention"
-	"github.com/txinbox/txinbox/worker"
 )
-
-// receiveKeys stores one message per key for consumer ledger and returns their ids.
-func receiveKeys(t *testing.T, c *inbox.Client, keys ...string) []int64 {
-	t.Helper()
-	msgs := make([]inbox.Message, len(keys))
-	for i, k := range keys {
-		msgs[i] = msg(k, `{"amount":1}`)
-	}
-	rs, err := c.ReceiveMany(context.Background(), msgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := make([]int64, len(rs))
-	for i, r := range rs {
-		if r.Outcome != inbox.Inserted {
-			t.Fatalf("receive %s: %+v", keys[i], r)
-		}
-		ids[i] = r.ID
-	}
-	return ids
-}
-
-// complete marks messages completed as the worker would (queue row deleted, expires_at set), with a
-// dedup window ending expiresIn from now (negative: already expired).
-func complete(t *testing.T, db *testdb.DB, expiresIn time.Duration, ids ...int64) {
-	t.Helper()
-	_, err := db.Pool.Exec(context.Background(), db.SQL(`WITH q AS (DELETE FROM {schema}.inbox_queue WHERE id = ANY($1))
-		UPDATE {schema}.inbox SET state = 'completed', attempts_started = 1, completed_at = now(),
-			expires_at = now() + make_interval(secs => $2), result = '{"ok":true}'
-		WHERE id = ANY($1)`), ids, expiresIn.Seconds())
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func keyRange(prefix string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("%s-%d", prefix, i)
-	}
-	return out
-}
-
-type credit struct {
-	Amount int64 `json:"amount"`
-}
-
-// startWorker runs a worker pool for consumer ledger whose handler counts its runs per key in
-// counts (committed with the message) and fails permanently while failing is true.
-func startWorker(t *testing.T, db *testdb.DB, failing *atomic.Bool) {
-	t.Helper()
-	if _, err := db.Pool.Exec(context.Background(), db.SQL(`CREATE TABLE IF NOT EXISTS {schema}.counts (key text PRIMARY KEY, runs int NOT NULL)`)); err != nil {
-		t.Fatal(err)
-	}
-	table := pgx.Identifier{db.Schema, "counts"}.Sanitize()
-	hs := worker.NewHandlers()
-	worker.Handle(hs, "OrderPaid", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
-		if failing != nil && failing.Load() {
-			return worker.Permanent(errors.New("ledger closed"))
-		}
-		_, err := tx.Exec(ctx, "INSERT INTO "+table+" AS c (key, runs) VALUES ($1, 1) ON CONFLICT (key) DO UPDATE SET runs = c.runs + 1", m.Key)
-		return err
-	})
-	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs,
-		PollInterval: 10 * time.Millisecond, Concurrency: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = p.Stop(ctx)
-	})
-}
-
-// waitFor polls cond until it holds; the deadline only keeps a broken test from hanging.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func TestCleanDeletesInBatchesWhileWorkGoesOn(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	old := receiveKeys(t, c, keyRange("old", 300)...)
-	complete(t, db, -time.Hour, old[:250]...)
-	complete(t, db, time.Hour, old[250:]...)
-	startWorker(t, db, nil)
+	old := ledgertest.Receive(t, c, ledgertest.Keys("old", 300)...)
+	ledgertest.Complete(t, db, -time.Hour, old[:250]...)
+	ledgertest.Complete(t, db, time.Hour, old[250:]...)
+	ledgertest.StartWorker(t, db, nil)
 
 	// Receiving and processing go on while the cleaner runs.
 	var wg sync.WaitGroup
@@ -126,7 +37,7 @@ func TestCleanDeletesInBatchesWhileWorkGoesOn(t *testing.T) {
 		for i := range 20 {
 			ms := make([]inbox.Message, 10)
 			for j := range ms {
-				ms[j] = msg(fmt.Sprintf("new-%d-%d", i, j), `{"amount":2}`)
+				ms[j] = ledgertest.Message(fmt.Sprintf("new-%d-%d", i, j), `{"amount":2}`)
 			}
 			if _, err := c.ReceiveMany(ctx, ms); err != nil {
 				errs <- err
@@ -151,7 +62,7 @@ func TestCleanDeletesInBatchesWhileWorkGoesOn(t *testing.T) {
 	if err := <-errs; err != nil {
 		t.Fatalf("receiving during cleaning: %v", err)
 	}
-	waitFor(t, "the new messages to complete", func() bool {
+	ledgertest.WaitFor(t, "the new messages to complete", func() bool {
 		return db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key LIKE 'new-%' AND state = 'completed'`) == 200
 	})
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key LIKE 'old-%'`); got != 50 {
@@ -170,15 +81,15 @@ func TestExpiredKeyIsAcceptedAgain(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	id := receiveKeys(t, c, "k")[0]
-	complete(t, db, time.Hour, id)
-	if r, err := c.Receive(ctx, msg("k", `{"amount":1}`)); err != nil || r.Outcome != inbox.Duplicate || r.State != inbox.StateCompleted {
+	id := ledgertest.Receive(t, c, "k")[0]
+	ledgertest.Complete(t, db, time.Hour, id)
+	if r, err := c.Receive(ctx, ledgertest.Message("k", `{"amount":1}`)); err != nil || r.Outcome != inbox.Duplicate || r.State != inbox.StateCompleted {
 		t.Fatalf("within the window: %+v, %v; want a duplicate", r, err)
 	}
 
 	// Expired but not cleaned yet: the row is reused, even for another payload.
-	complete(t, db, -time.Second, id)
-	r, err := c.Receive(ctx, msg("k", `{"amount":5}`))
+	ledgertest.Complete(t, db, -time.Second, id)
+	r, err := c.Receive(ctx, ledgertest.Message("k", `{"amount":5}`))
 	if err != nil || r.Outcome != inbox.Inserted || r.ID != id || r.State != inbox.StatePending {
 		t.Fatalf("expired key: %+v, %v; want it inserted again in row %d", r, err, id)
 	}
@@ -187,11 +98,11 @@ func TestExpiredKeyIsAcceptedAgain(t *testing.T) {
 	}
 
 	// Expired and cleaned: a new row.
-	complete(t, db, -time.Second, id)
+	ledgertest.Complete(t, db, -time.Second, id)
 	if res, err := cleanerOf(t, c).Clean(ctx, retention.CleanOptions{}); err != nil || res.Deleted != 1 {
 		t.Fatalf("clean: %+v, %v", res, err)
 	}
-	r, err = c.Receive(ctx, msg("k", `{"amount":1}`))
+	r, err = c.Receive(ctx, ledgertest.Message("k", `{"amount":1}`))
 	if err != nil || r.Outcome != inbox.Inserted || r.ID == id {
 		t.Fatalf("cleaned key: %+v, %v; want a new message", r, err)
 	}
@@ -201,21 +112,21 @@ func TestExpiredKeyIsProcessedAgain(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	startWorker(t, db, nil)
+	ledgertest.StartWorker(t, db, nil)
 	runs := func() int64 { return db.Count(t, `SELECT coalesce(sum(runs), 0) FROM {schema}.counts WHERE key = 'k'`) }
-	receiveKeys(t, c, "k")
-	waitFor(t, "the first run", func() bool { return runs() == 1 })
-	waitFor(t, "completion", func() bool {
+	ledgertest.Receive(t, c, "k")
+	ledgertest.WaitFor(t, "the first run", func() bool { return runs() == 1 })
+	ledgertest.WaitFor(t, "completion", func() bool {
 		return db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = 'k' AND state = 'completed'`) == 1
 	})
-	if r, err := c.Receive(ctx, msg("k", `{"amount":1}`)); err != nil || r.Outcome != inbox.Duplicate {
+	if r, err := c.Receive(ctx, ledgertest.Message("k", `{"amount":1}`)); err != nil || r.Outcome != inbox.Duplicate {
 		t.Fatalf("duplicate within the window: %+v, %v", r, err)
 	}
 	// End the window (as if Retention had passed).
 	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET expires_at = now() - interval '1 second' WHERE key = 'k'`)); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := c.Receive(ctx, msg("k", `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
+	if r, err := c.Receive(ctx, ledgertest.Message("k", `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
 		t.Fatalf("after the window: %+v, %v", r, err)
 	}
 	// Workers fence claims by comparing the queue row's token with the message's: a renewed message
@@ -227,15 +138,15 @@ func TestExpiredKeyIsProcessedAgain(t *testing.T) {
 		t.Fatal("RenewExpired queued the renewed message with token 0 instead of the message's token: " +
 			"workers will skip it forever (fix in queries/receive.sql)")
 	}
-	waitFor(t, "the second run", func() bool { return runs() == 2 })
+	ledgertest.WaitFor(t, "the second run", func() bool { return runs() == 2 })
 }
 
 func TestCleanerRunsOneAtATime(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
-	ids := receiveKeys(t, c, keyRange("k", 500)...)
-	complete(t, db, -time.Minute, ids[:400]...)
+	ids := ledgertest.Receive(t, c, ledgertest.Keys("k", 500)...)
+	ledgertest.Complete(t, db, -time.Minute, ids[:400]...)
 
 	c2, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
@@ -324,8 +235,8 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 func TestCleanerStartStop(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
-	ids := receiveKeys(t, c, keyRange("k", 30)...)
-	complete(t, db, -time.Minute, ids...)
+	ids := ledgertest.Receive(t, c, ledgertest.Keys("k", 30)...)
+	ledgertest.Complete(t, db, -time.Minute, ids...)
 	cl, err := retention.New(c.Store(), retention.Config{Interval: 10 * time.Millisecond, Generation: time.Second, BatchSize: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +248,7 @@ func TestCleanerStartStop(t *testing.T) {
 	if err := cl.Start(ctx); err == nil {
 		t.Error("a second Start succeeded")
 	}
-	waitFor(t, "the cleaner's rotations to retire the expired rows", func() bool {
+	ledgertest.WaitFor(t, "the cleaner's rotations to retire the expired rows", func() bool {
 		return db.Count(t, `SELECT count(*) FROM {schema}.inbox`) == 0
 	})
 	for range 2 {
@@ -436,10 +347,10 @@ func TestCleanBatchesInterleaveWithWork(t *testing.T) {
 			t.Parallel()
 			c, db := newClient(t)
 			ctx := context.Background()
-			old := receiveKeys(t, c, keyRange("old", 300)...)
-			complete(t, db, -time.Hour, old[:250]...)
-			complete(t, db, time.Hour, old[250:]...)
-			startWorker(t, db, nil)
+			old := ledgertest.Receive(t, c, ledgertest.Keys("old", 300)...)
+			ledgertest.Complete(t, db, -time.Hour, old[:250]...)
+			ledgertest.Complete(t, db, time.Hour, old[250:]...)
+			ledgertest.StartWorker(t, db, nil)
 
 			gate := rand.Int32N(1<<30) + 1 // first key of the gate locks (two-int4 form), second: step
 			mustExec(t, db, `CREATE SEQUENCE {schema}.clean_step`,
@@ -481,7 +392,7 @@ func TestCleanBatchesInterleaveWithWork(t *testing.T) {
 			step := 1
 			for ; step <= maxSteps; step++ {
 				// Wait until delete statement `step` waits at the gate, or the pass ends.
-				waitFor(t, fmt.Sprintf("delete statement %d at the gate, or the end of the pass", step), func() bool {
+				ledgertest.WaitFor(t, fmt.Sprintf("delete statement %d at the gate, or the end of the pass", step), func() bool {
 					select {
 					case r := <-done:
 						res = &r
@@ -496,13 +407,13 @@ func TestCleanBatchesInterleaveWithWork(t *testing.T) {
 				}
 				// Statements 1 to step-1 are done, statement step has not run: receive and process.
 				key := fmt.Sprintf("between-%d", step)
-				if r, err := c.Receive(ctx, msg(key, `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
+				if r, err := c.Receive(ctx, ledgertest.Message(key, `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
 					t.Fatalf("receive %s mid-pass: %+v, %v", key, r, err)
 				}
 				if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key = $1`, key); n != 1 {
 					t.Fatalf("%s not stored", key)
 				}
-				waitFor(t, key+" processed mid-pass", func() bool {
+				ledgertest.WaitFor(t, key+" processed mid-pass", func() bool {
 					return db.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.counts c USING (key)
 						WHERE m.key = $1 AND m.state = 'completed' AND c.runs = 1`, key) == 1
 				})
