@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -55,38 +54,8 @@ func TestConcurrentPoolsExactlyOnce(t *testing.T) {
 	}
 
 	// 8 producers deliver in batches of 100.
-	var wg sync.WaitGroup
-	var inserted atomic.Int64
-	chunks := make(chan []string)
-	for range 8 {
-		wg.Go(func() {
-			for chunk := range chunks {
-				msgs := make([]inbox.Message, len(chunk))
-				for i, k := range chunk {
-					msgs[i] = inbox.Message{Consumer: "ledger", Key: k, Kind: "credit", Payload: []byte(`{"amount":1}`)}
-				}
-				rs, err := e.client.ReceiveMany(context.Background(), msgs)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				for _, r := range rs {
-					if r.Outcome == inbox.Inserted {
-						inserted.Add(1)
-					} else if r.Err != nil {
-						t.Error(r.Err)
-					}
-				}
-			}
-		})
-	}
-	for i := 0; i < len(deliveries); i += 100 {
-		chunks <- deliveries[i:min(i+100, len(deliveries))]
-	}
-	close(chunks)
-	wg.Wait()
-	if inserted.Load() != unique {
-		t.Fatalf("inserted %d, want %d", inserted.Load(), unique)
+	if inserted := e.deliver(t, deliveries, 100); inserted != unique {
+		t.Fatalf("inserted %d, want %d", inserted, unique)
 	}
 	waitFor(t, "drain", func() bool { return e.count(t, "completed") == unique })
 	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != unique {

@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,4 +136,41 @@ func keys(prefix string, n int) []string {
 		out[i] = fmt.Sprintf("%s-%d", prefix, i)
 	}
 	return out
+}
+
+// deliver receives deliveries (keys of credit messages of consumer ledger, duplicates allowed) from 8
+// concurrent producers, chunk keys per ReceiveMany, and returns how many were inserted.
+func (e *env) deliver(t *testing.T, deliveries []string, chunk int) int64 {
+	t.Helper()
+	var wg sync.WaitGroup
+	var inserted atomic.Int64
+	chunks := make(chan []string)
+	for range 8 {
+		wg.Go(func() {
+			for keys := range chunks {
+				msgs := make([]inbox.Message, len(keys))
+				for i, k := range keys {
+					msgs[i] = inbox.Message{Consumer: "ledger", Key: k, Kind: "credit", Payload: []byte(`{"amount":1}`)}
+				}
+				rs, err := e.client.ReceiveMany(context.Background(), msgs)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, r := range rs {
+					if r.Outcome == inbox.Inserted {
+						inserted.Add(1)
+					} else if r.Err != nil {
+						t.Error(r.Err)
+					}
+				}
+			}
+		})
+	}
+	for i := 0; i < len(deliveries); i += chunk {
+		chunks <- deliveries[i:min(i+chunk, len(deliveries))]
+	}
+	close(chunks)
+	wg.Wait()
+	return inserted.Load()
 }
