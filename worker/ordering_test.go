@@ -75,6 +75,7 @@ func (e *env) waitProgress(t *testing.T, what string, count func() int64, want i
 			last, moved = n, time.Now()
 		}
 		if time.Since(moved) > time.Minute {
+			e.Report(t)
 			t.Fatalf("%s: stuck at %d of %d", what, n, want)
 		}
 		time.Sleep(20 * time.Millisecond)
