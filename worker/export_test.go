@@ -29,3 +29,6 @@ func Notifications(p *Pool) int64 { return p.notifications.Load() }
 // the default). Call it before p.Start. Tests set it to hours: a message left snoozed (ReadyNext
 // missed) then never runs and the test fails.
 func SetOrderingSnooze(p *Pool, d time.Duration) { p.orderingSnooze = d }
+
+// ClaimTimeoutOf returns p's Config.ClaimTimeout after defaults.
+func ClaimTimeoutOf(p *Pool) time.Duration { return p.cfg.ClaimTimeout }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
@@ -38,6 +39,7 @@ const (
 	DefaultLease        = time.Minute
 	DefaultMaxAttempts  = 10
 	DefaultTimeout      = 30 * time.Second
+	DefaultClaimTimeout = 10 * time.Second
 	DefaultHotPoll      = 10 * time.Millisecond
 	DefaultHotWindow    = time.Second
 
@@ -101,6 +103,14 @@ type Config struct {
 	// Timeout bounds one handler call (its context) and each statement of a batch transaction
 	// (statement_timeout). Default: 30s.
 	Timeout time.Duration
+	// ClaimTimeout bounds each claim statement on the server (statement_timeout for that statement
+	// only, sent in the same round trip). A claim locks the rows it picks as it finds them and holds
+	// them, and its snapshot, until it ends: a claim slowed down for long (a starved server, a queue
+	// full of dead rows) keeps up to its batch of ready messages from every other worker. Cancelled at
+	// the bound, it releases them, and the runner logs the failure and claims again. Default:
+	// DefaultClaimTimeout (10s), or half the Lease if that is less. Must be less than the Lease (a
+	// claim's lease runs from the start of its statement). Negative: no bound.
+	ClaimTimeout time.Duration
 	// Backoff sets the delay before a retry. Default: DefaultBackoff.
 	Backoff Backoff
 	// Logger receives the pool's logs. Default: slog.Default().
@@ -186,6 +196,7 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	defd(&c.HotWindow, max(DefaultHotWindow, 2*st.NotifyInterval))
 	defd(&c.Lease, DefaultLease)
 	defd(&c.Timeout, DefaultTimeout)
+	defd(&c.ClaimTimeout, min(DefaultClaimTimeout, c.Lease/2))
 	defd(&c.HealthCheckInterval, DefaultHealthCheckInterval)
 	defd(&c.HorizonWarnAge, DefaultHorizonWarnAge)
 	switch {
@@ -197,6 +208,8 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 		return bad("MaxAttempts", "must not be negative")
 	case c.PollInterval < 0 || c.Lease < 0 || c.Timeout < 0 || c.HotPollInterval < 0:
 		return bad("PollInterval/HotPollInterval/Lease/Timeout", "must not be negative")
+	case c.ClaimTimeout >= c.Lease:
+		return bad("ClaimTimeout", fmt.Sprintf("%v must be less than the Lease (%v): a claim's lease runs from the start of its statement", c.ClaimTimeout, c.Lease))
 	case c.HotWindow > 0 && st.NotifyInterval > 0 && c.HotWindow <= st.NotifyInterval:
 		return bad("HotWindow", fmt.Sprintf("%v must exceed Store.NotifyInterval (%v): messages whose notification was debounced would wait a full PollInterval", c.HotWindow, st.NotifyInterval))
 	}
@@ -739,10 +752,17 @@ func (p *Pool) snooze() time.Duration {
 // claim claims a batch. again reports that it claimed nothing but snoozed messages blocked behind
 // their ordering key: others may be ready behind them.
 func (p *Pool) claim(ctx context.Context) (batch []*claimed, again bool, err error) {
-	rows, err := store.Queries.ClaimBatch(ctx, p.st.Wrap(p.db), sqlc.ClaimBatchParams{
+	var db sqlc.DBTX = p.db
+	if p.cfg.ClaimTimeout > 0 {
+		db = newBounded(p.db, p.cfg.ClaimTimeout)
+	}
+	rows, err := store.Queries.ClaimBatch(ctx, p.st.Wrap(db), sqlc.ClaimBatchParams{
 		Owner: pgtype.Text{String: p.cfg.Owner, Valid: true}, LeaseSeconds: p.cfg.Lease.Seconds(),
 		Consumer: p.cfg.Consumer, Max: int32(p.claimMax), SnoozeSeconds: p.snooze().Seconds(),
 	})
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "57014" && p.cfg.ClaimTimeout > 0 && ctx.Err() == nil {
+		return nil, false, fmt.Errorf("claim cancelled on the server at ClaimTimeout (%v); its rows are free for other workers: %w", p.cfg.ClaimTimeout, err)
+	}
 	if err != nil {
 		return nil, false, err
 	}

@@ -1,0 +1,96 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// A claim that stalls on the server after it has locked the rows it picked (here a trigger sleeps in
+// the claims of the pool whose Owner is "stuck") is cancelled there at ClaimTimeout: its rows go
+// back to the other workers, which handle every message once. Without the bound, the stalled claim
+// kept its batch locked for as long as it ran, and every other claim skipped those rows: in CI a
+// claim starved for over a minute left 1,500 ready messages untouched (TestBatchHandlerConcurrentPools
+// ExactlyOnce, "drain: stuck").
+func TestStalledClaimReleasesItsRowsAtClaimTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if _, err := e.Pool.Exec(context.Background(), e.SQL(`
+		CREATE FUNCTION {schema}.stall() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.owner = 'stuck' AND NEW.claimed AND NOT OLD.claimed THEN
+				PERFORM pg_sleep(600);
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER stall BEFORE UPDATE ON {schema}.inbox_queue FOR EACH ROW EXECUTE FUNCTION {schema}.stall()`)); err != nil {
+		t.Fatal(err)
+	}
+	e.receive(t, keys("m", 20)...)
+
+	logs := &logBuffer{}
+	stuck := worker.NewHandlers()
+	worker.Handle(stuck, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error {
+		t.Error("the stuck pool's claim completed")
+		return nil
+	})
+	run(t, e.pool(t, stuck, func(c *worker.Config) {
+		c.Owner, c.Concurrency, c.ClaimTimeout, c.Logger, c.DisableListen = "stuck", 1, 300*time.Millisecond, logs.logger(), true
+	}))
+	// The stuck pool's claim has locked its batch (every message) and sleeps in the trigger.
+	waitFor(t, "the stuck pool's claim to stall", func() bool {
+		return e.Count(t, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event = 'PgSleep' AND query LIKE '%ClaimBatch%' AND query LIKE '%' || $1 || '%'`, e.Schema) > 0
+	})
+
+	good := worker.NewHandlers()
+	worker.Handle(good, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		return applyCredit(ctx, tx, e.Schema, m)
+	})
+	run(t, e.pool(t, good, func(c *worker.Config) { c.Owner = "good"; c.DisableListen = true }))
+	waitFor(t, "every message completed by the other pool", func() bool { return e.count(t, "completed") == 20 })
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != 20 {
+		t.Fatalf("effects = %d, want 20", n)
+	}
+	var cancelled bool
+	for _, r := range logs.find(t, "txinbox: claim failed") {
+		if err, _ := r["err"].(string); strings.Contains(err, "57014") {
+			cancelled = true
+		}
+	}
+	if !cancelled {
+		t.Fatal(`the stuck pool logged no "claim failed" cancelled by statement_timeout (SQLSTATE 57014)`)
+	}
+}
+
+// ClaimTimeout defaults to 10s or half the Lease, and must be less than the Lease.
+func TestClaimTimeoutDefaultAndCheck(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	newPool := func(cfg worker.Config) (*worker.Pool, error) {
+		cfg.Consumer, cfg.Handlers, cfg.Timeout = "ledger", worker.NewHandlers(), time.Second
+		worker.Handle(cfg.Handlers, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil })
+		return worker.New(e.Store(), cfg)
+	}
+	_, err := newPool(worker.Config{Lease: time.Minute, ClaimTimeout: time.Minute})
+	var ce *txinbox.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "ClaimTimeout" {
+		t.Fatalf("ClaimTimeout = Lease: err = %v, want a *txinbox.ConfigError on ClaimTimeout", err)
+	}
+	for _, tc := range []struct{ lease, want time.Duration }{{0, worker.DefaultClaimTimeout}, {4 * time.Second, 2 * time.Second}} {
+		p, err := newPool(worker.Config{Lease: tc.lease})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := worker.ClaimTimeoutOf(p); got != tc.want {
+			t.Errorf("Lease %v: ClaimTimeout = %v, want %v", tc.lease, got, tc.want)
+		}
+	}
+}
