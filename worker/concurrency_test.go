@@ -260,6 +260,7 @@ func TestGracefulStopLosesNothing(t *testing.T) {
 		}
 		waitFor(t, "a blocked handler in each batch", func() bool { return blocked.Load() == 2 })
 		if n := e.Count(t, `SELECT count(*) FROM `+msgView+` m WHERE state = 'processing' AND attempts_started = 1`); n != 20 {
+			e.Report(t)
 			t.Fatalf("%d messages claimed, want two batches of 10", n)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
