@@ -38,6 +38,18 @@ func (b *logBuffer) logger() *slog.Logger {
 // find returns the records whose message is msg, failing the test on a line that is not JSON.
 func (b *logBuffer) find(t *testing.T, msg string) []map[string]any {
 	t.Helper()
+	var out []map[string]any
+	for _, r := range b.records(t) {
+		if r["msg"] == msg {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// records returns every record, failing the test on a line that is not JSON.
+func (b *logBuffer) records(t *testing.T) []map[string]any {
+	t.Helper()
 	b.mu.Lock()
 	text := b.buf.String()
 	b.mu.Unlock()
@@ -50,9 +62,7 @@ func (b *logBuffer) find(t *testing.T, msg string) []map[string]any {
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("log line is not JSON: %q: %v", line, err)
 		}
-		if r["msg"] == msg {
-			out = append(out, r)
-		}
+		out = append(out, r)
 	}
 	return out
 }

@@ -136,13 +136,17 @@ type Config struct {
 	// large tables for minutes, and then every claim reads through dead rows and slows down. Vacuuming
 	// the queue takes milliseconds while its backlog is small. It needs the table's owner (as do the
 	// migrations); a VACUUM that leaves more dead rows than this (not the owner, or an old transaction
-	// holding back cleanup) is logged once, and the next check waits 10 seconds, doubling after each
-	// such vacuum up to 5 minutes (back to every 5 seconds after a vacuum that helped). Default:
+	// holding back cleanup, or another pool vacuuming it at that moment) makes the next check wait 10
+	// seconds, doubling after each such vacuum up to 5 minutes (back to every 5 seconds after a vacuum
+	// that helped); a warning is logged once it happened twice in a row. Default:
 	// DefaultQueueVacuumThreshold (50,000). Negative: never vacuum, and no statistics safety net.
 	//
 	// The statistics safety net, every 5 seconds too: a table the worker's statements read (inbox_queue
 	// and the inbox partitions) that has grown to more than 4 times the pages its statistics counted
-	// (and by at least 1 MiB) is analyzed, so that plans made while it was small are made again.
+	// (and by at least 1 MiB) is analyzed, so that plans made while it was small are made again. An
+	// ANALYZE that leaves a table stale (another session was analyzing it, or this role is not its
+	// owner) makes the next check wait 10 seconds, doubling up to 5 minutes; a warning is logged once
+	// it happened twice in a row.
 	QueueVacuumThreshold int
 	// HealthCheckInterval is how often the pool reads PostgreSQL's statistics of the txinbox tables
 	// and what holds back the xmin horizon (the figures of admin.Health), and logs a warning at Warn

@@ -19,10 +19,11 @@ const (
 type queueVacuum struct {
 	next      time.Time // next check
 	fruitless int       // vacuums in a row that left more dead rows than the threshold
-	warned    bool      // a vacuum that did not help was logged
+	warned    bool      // vacuums that did not help were logged
 
-	nextAnalyze   time.Time // next check of the statistics
-	analyzeWarned bool      // an ANALYZE that did not help was logged
+	nextAnalyze      time.Time // next check of the statistics
+	analyzeFruitless int       // ANALYZEs in a row that left a table stale
+	analyzeWarned    bool      // ANALYZEs that did not help were logged
 }
 
 // analyzed are the tables whose statistics the safety net keeps up with their size: the queue and
@@ -60,14 +61,22 @@ func (v *queueVacuum) maybeAnalyze(ctx context.Context, p *Pool) {
 		}
 	}
 	p.cfg.Logger.Debug("txinbox: analyzed tables that outgrew their statistics", "consumer", p.cfg.Consumer, "tables", stale)
-	if still, err := store.Queries.StaleTables(ctx, p.db, stale); err == nil && len(still) > 0 {
-		// Not the owner (ANALYZE only warns): don't check often.
-		v.nextAnalyze = time.Now().Add(queueVacuumBackoff)
-		if !v.analyzeWarned {
-			v.analyzeWarned = true
-			p.cfg.Logger.Warn("txinbox: ANALYZE left tables' statistics stale; is this role their owner? checking every 5m",
-				"consumer", p.cfg.Consumer, "tables", still)
-		}
+	still, err := store.Queries.StaleTables(ctx, p.db, stale)
+	if err != nil || len(still) == 0 {
+		v.analyzeFruitless = 0
+		return
+	}
+	// ANALYZE (SKIP_LOCKED) skipped a table that another session was analyzing (the other pools of
+	// the consumer check at the same moment), or this role is not the owner (ANALYZE only warns).
+	// The first passes by the next check; the second lasts: check less and less often, and warn only
+	// when it happened twice in a row.
+	v.analyzeFruitless++
+	wait := Exponential{Base: 2 * queueVacuumEvery, Max: queueVacuumBackoff, Jitter: -1}.Delay(v.analyzeFruitless)
+	v.nextAnalyze = time.Now().Add(wait)
+	if v.analyzeFruitless >= 2 && !v.analyzeWarned {
+		v.analyzeWarned = true
+		p.cfg.Logger.Warn("txinbox: ANALYZE left tables' statistics stale twice in a row; is this role their owner? checking again less and less often, up to every 5m",
+			"consumer", p.cfg.Consumer, "tables", still, "retry_in", wait)
 	}
 }
 
@@ -101,13 +110,16 @@ func (v *queueVacuum) maybe(ctx context.Context, p *Pool) {
 		v.fruitless = 0
 		return
 	}
-	// Not the owner (VACUUM only warns), or a snapshot older than the rows keeps them: don't rescan
-	// every 5s, but soon enough that a snapshot held for seconds (a report, a slow transaction) does
-	// not leave the queue bloating for minutes after it ends.
+	// Not the owner (VACUUM only warns), a snapshot older than the rows keeps them, or another session
+	// was vacuuming the table (SKIP_LOCKED): don't rescan every 5s, but soon enough that a snapshot
+	// held for seconds (a report, a slow transaction) does not leave the queue bloating for minutes
+	// after it ends.
 	v.fruitless++
 	wait := Exponential{Base: 2 * queueVacuumEvery, Max: queueVacuumBackoff, Jitter: -1}.Delay(v.fruitless)
 	v.next = time.Now().Add(wait)
-	if !v.warned {
+	// Twice in a row: once is also a VACUUM that SKIP_LOCKED skipped while another session (another
+	// pool of the consumer) vacuumed the table.
+	if v.fruitless >= 2 && !v.warned {
 		v.warned = true
 		p.cfg.Logger.Warn("txinbox: vacuum left the queue table's dead rows; is this role its owner, or is a long transaction open? checking again less and less often, up to every 5m",
 			"consumer", p.cfg.Consumer, "table", table, "dead_before", dead, "dead_after", after, "retry_in", wait)

@@ -54,6 +54,43 @@ func TestPoolVacuumsAgainSoonAfterASnapshotEnds(t *testing.T) {
 	})
 }
 
+// A vacuum of the safety net that another session's VACUUM makes skip the queue table (SKIP_LOCKED:
+// the other pools of a consumer check at the same moment) logs no warning; the next check, seconds
+// later, vacuums. Before, each such pool warned "is this role its owner, or is a long transaction
+// open?" (three warnings in every run of the four-pool tests).
+func TestPoolVacuumsAgainAfterAnotherSessionsVacuum(t *testing.T) {
+	t.Parallel()
+	e := newEnvOn(t, testdb.NewInDatabase(t))
+	v := churnedQueue(t, e)
+	ctx := context.Background()
+	// Another session's VACUUM holds the lock VACUUM takes (SHARE UPDATE EXCLUSIVE).
+	other, err := e.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(ctx) }()
+	if _, err := other.Exec(ctx, "LOCK TABLE "+v.queue+" IN SHARE UPDATE EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	before := v.vacuums()
+	logs := &logBuffer{}
+	v.drain(600, func(c *worker.Config) { c.Logger = logs.logger() })
+	waitFor(t, "the pool's vacuum while the other session holds the table", func() bool {
+		return len(logs.find(t, "txinbox: vacuumed the queue table")) > 0
+	})
+	if err := other.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a vacuum of the queue table, leaving at most 100 dead rows", func() bool {
+		return v.vacuums() > before && v.dead() <= 100
+	})
+	for _, r := range logs.records(t) {
+		if r["level"] == "WARN" {
+			t.Errorf("warning logged: %v", r["msg"])
+		}
+	}
+}
+
 // queueChurn is a pool with a queue vacuum threshold of 100 whose queue table has autovacuum off.
 type queueChurn struct {
 	t     *testing.T
@@ -80,13 +117,19 @@ func (v queueChurn) dead() int64 {
 	return v.e.Count(v.t, `SELECT pg_stat_get_dead_tuples(to_regclass($1))`, v.queue)
 }
 
-// drain receives n messages and runs a pool (QueueVacuumThreshold 100) until they are completed.
-func (v queueChurn) drain(n int64) {
+// drain receives n messages and runs a pool (QueueVacuumThreshold 100, then mod) until they are
+// completed.
+func (v queueChurn) drain(n int64, mod ...func(*worker.Config)) {
 	v.e.receive(v.t, keys("v", int(n))...)
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, v.e.Schema, m)
 	})
-	run(v.t, v.e.pool(v.t, hs, func(c *worker.Config) { c.QueueVacuumThreshold = 100 }))
+	run(v.t, v.e.pool(v.t, hs, func(c *worker.Config) {
+		c.QueueVacuumThreshold = 100
+		for _, m := range mod {
+			m(c)
+		}
+	}))
 	waitFor(v.t, "every message completed", func() bool { return v.e.count(v.t, "completed") == n })
 }
