@@ -22,10 +22,35 @@ import (
 func TestStalledClaimReleasesItsRowsAtClaimTimeout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.receive(t, keys("m", 20)...)
+	e.stalledAndGoodPools(t, "ClaimBatch", 20)
+}
+
+// The rescuer's claim of a message whose lease ended is bounded as well: stalled, it held the
+// consumer's rescue lock (one rescue claim at a time, across processes), and no other pool's rescuer
+// could take over any message of a crashed worker.
+func TestStalledRescueClaimReleasesTheRescueLockAtClaimTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.receive(t, keys("m", 3)...)
+	// A crashed worker's claims: claimed, their lease over.
+	if _, err := e.Pool.Exec(context.Background(), e.SQL(`UPDATE {schema}.inbox_queue
+		SET claimed = true, owner = 'crashed', token = token + 1, attempts_started = 1, run_at = now() - interval '1 second'`)); err != nil {
+		t.Fatal(err)
+	}
+	e.stalledAndGoodPools(t, "ClaimSuspect", 3)
+}
+
+// stalledAndGoodPools makes the claims of a pool whose Owner is "stuck" sleep (a trigger, once they
+// have locked their rows), starts that pool with a ClaimTimeout of 300ms, waits until its claim
+// statement (query names it) sleeps, starts a second pool, and checks that the second completes all n
+// messages, once each, and that the stuck pool logged its claims cancelled by the server.
+func (e *env) stalledAndGoodPools(t *testing.T, query string, n int64) {
+	t.Helper()
 	if _, err := e.Pool.Exec(context.Background(), e.SQL(`
 		CREATE FUNCTION {schema}.stall() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF NEW.owner = 'stuck' AND NEW.claimed AND NOT OLD.claimed THEN
+			IF NEW.owner = 'stuck' AND OLD.owner IS DISTINCT FROM 'stuck' THEN
 				PERFORM pg_sleep(600);
 			END IF;
 			RETURN NEW;
@@ -33,8 +58,6 @@ func TestStalledClaimReleasesItsRowsAtClaimTimeout(t *testing.T) {
 		CREATE TRIGGER stall BEFORE UPDATE ON {schema}.inbox_queue FOR EACH ROW EXECUTE FUNCTION {schema}.stall()`)); err != nil {
 		t.Fatal(err)
 	}
-	e.receive(t, keys("m", 20)...)
-
 	logs := &logBuffer{}
 	stuck := worker.NewHandlers()
 	worker.Handle(stuck, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error {
@@ -44,10 +67,9 @@ func TestStalledClaimReleasesItsRowsAtClaimTimeout(t *testing.T) {
 	run(t, e.pool(t, stuck, func(c *worker.Config) {
 		c.Owner, c.Concurrency, c.ClaimTimeout, c.Logger, c.DisableListen = "stuck", 1, 300*time.Millisecond, logs.logger(), true
 	}))
-	// The stuck pool's claim has locked its batch (every message) and sleeps in the trigger.
 	waitFor(t, "the stuck pool's claim to stall", func() bool {
 		return e.Count(t, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event = 'PgSleep' AND query LIKE '%ClaimBatch%' AND query LIKE '%' || $1 || '%'`, e.Schema) > 0
+			WHERE wait_event = 'PgSleep' AND query LIKE '%' || $1 || '%' AND query LIKE '%' || $2 || '%'`, query, e.Schema) > 0
 	})
 
 	good := worker.NewHandlers()
@@ -55,9 +77,9 @@ func TestStalledClaimReleasesItsRowsAtClaimTimeout(t *testing.T) {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
 	run(t, e.pool(t, good, func(c *worker.Config) { c.Owner = "good"; c.DisableListen = true }))
-	waitFor(t, "every message completed by the other pool", func() bool { return e.count(t, "completed") == 20 })
-	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != 20 {
-		t.Fatalf("effects = %d, want 20", n)
+	waitFor(t, "every message completed by the other pool", func() bool { return e.count(t, "completed") == n })
+	if got := e.Count(t, `SELECT count(*) FROM {schema}.effects`); got != n {
+		t.Fatalf("effects = %d, want %d", got, n)
 	}
 	var cancelled bool
 	for _, r := range logs.find(t, "txinbox: claim failed") {

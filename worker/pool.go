@@ -107,7 +107,9 @@ type Config struct {
 	// only, sent in the same round trip). A claim locks the rows it picks as it finds them and holds
 	// them, and its snapshot, until it ends: a claim slowed down for long (a starved server, a queue
 	// full of dead rows) keeps up to its batch of ready messages from every other worker. Cancelled at
-	// the bound, it releases them, and the runner logs the failure and claims again. Default:
+	// the bound, it releases them, and the runner logs the failure and claims again. The rescuer's
+	// claim of a message whose lease ended is bounded too, with its wait for the consumer's rescue lock
+	// (one rescue claim at a time across processes). Default:
 	// DefaultClaimTimeout (10s), or half the Lease if that is less. Must be less than the Lease (a
 	// claim's lease runs from the start of its statement). Negative: no bound.
 	ClaimTimeout time.Duration
@@ -764,11 +766,8 @@ func (p *Pool) claim(ctx context.Context) (batch []*claimed, again bool, err err
 		Owner: pgtype.Text{String: p.cfg.Owner, Valid: true}, LeaseSeconds: p.cfg.Lease.Seconds(),
 		Consumer: p.cfg.Consumer, Max: int32(p.claimMax), SnoozeSeconds: p.snooze().Seconds(),
 	})
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "57014" && p.cfg.ClaimTimeout > 0 && ctx.Err() == nil {
-		return nil, false, fmt.Errorf("claim cancelled on the server at ClaimTimeout (%v); its rows are free for other workers: %w", p.cfg.ClaimTimeout, err)
-	}
 	if err != nil {
-		return nil, false, err
+		return nil, false, p.claimErr(ctx, err)
 	}
 	if len(rows) == 1 && rows[0].ID == 0 {
 		return nil, true, nil
@@ -789,16 +788,20 @@ func (p *Pool) claimSuspect(ctx context.Context) ([]*claimed, error) {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	db := p.st.Wrap(tx)
-	if err := store.Queries.LockRescue(ctx, db, p.lockKey); err != nil {
-		return nil, err
+	db, lock := p.st.Wrap(tx), p.st.Wrap(tx)
+	if p.cfg.ClaimTimeout > 0 {
+		// The bound is local to the transaction: it covers the wait for the lock and the claim.
+		lock = p.st.Wrap(newBounded(tx, p.cfg.ClaimTimeout))
+	}
+	if err := store.Queries.LockRescue(ctx, lock, p.lockKey); err != nil {
+		return nil, p.claimErr(ctx, err)
 	}
 	rows, err := store.Queries.ClaimSuspect(ctx, db, sqlc.ClaimSuspectParams{
 		Owner: pgtype.Text{String: p.cfg.Owner, Valid: true}, LeaseSeconds: p.cfg.Lease.Seconds(),
 		Consumer: p.cfg.Consumer,
 	})
 	if err != nil {
-		return nil, err
+		return nil, p.claimErr(ctx, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
@@ -808,6 +811,14 @@ func (p *Pool) claimSuspect(ctx context.Context) ([]*claimed, error) {
 		out[i] = fromRow(r)
 	}
 	return out, nil
+}
+
+// claimErr says so when err is the server cancelling a claim at ClaimTimeout.
+func (p *Pool) claimErr(ctx context.Context, err error) error {
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "57014" && p.cfg.ClaimTimeout > 0 && ctx.Err() == nil {
+		return fmt.Errorf("claim cancelled on the server at ClaimTimeout (%v); the rows it locked are free for other workers: %w", p.cfg.ClaimTimeout, err)
+	}
+	return err
 }
 
 func fromRow(r sqlc.ClaimSuspectRow) *claimed {
