@@ -93,7 +93,7 @@ func (b bounded) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 
 func (b bounded) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	rows, err := b.Query(ctx, sql, args...)
-	return boundedRow{rows: rows, err: err}
+	return &row{rows: rows, err: err}
 }
 
 // boundedRows ends the pipeline (or the transaction) when the rows are closed; Err reports what
@@ -126,27 +126,4 @@ func (r *boundedRows) Next() bool {
 	}
 	r.Close()
 	return false
-}
-
-type boundedRow struct {
-	rows pgx.Rows
-	err  error
-}
-
-func (r boundedRow) Scan(dest ...any) error {
-	if r.err != nil {
-		return r.err
-	}
-	defer r.rows.Close()
-	if !r.rows.Next() {
-		if err := r.rows.Err(); err != nil {
-			return err
-		}
-		return pgx.ErrNoRows
-	}
-	if err := r.rows.Scan(dest...); err != nil {
-		return err
-	}
-	r.rows.Close()
-	return r.rows.Err()
 }

@@ -340,7 +340,7 @@ func (b *noteBatch) Close() error {
 	return err
 }
 
-// row is pgx.Row over handlerTx.Query.
+// row is pgx.Row over the rows of a Query (handlerTx.Query, bounded.Query).
 type row struct {
 	rows pgx.Rows
 	err  error
