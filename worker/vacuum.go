@@ -7,9 +7,10 @@ import (
 	"github.com/txinbox/txinbox/internal/store"
 )
 
-// Intervals of the queue vacuum safety net (Config.QueueVacuumThreshold). After a vacuum that left
-// more dead rows than the threshold, the wait before the next check doubles from 2×queueVacuumEvery
-// up to queueVacuumBackoff, and is back to queueVacuumEvery after a vacuum that helped.
+// Intervals of the safety nets (Config.QueueVacuumThreshold). After a run that did not help (a vacuum
+// that left more dead rows than the threshold, an ANALYZE that left a table stale), the wait before
+// the next check doubles from 2×queueVacuumEvery up to queueVacuumBackoff, and is back to
+// queueVacuumEvery after a run that helped (netSchedule).
 const (
 	queueVacuumEvery   = 5 * time.Second
 	queueVacuumBackoff = 5 * time.Minute
@@ -17,13 +18,41 @@ const (
 
 // queueVacuum is the state of the safety nets; only the rescuer goroutine uses it.
 type queueVacuum struct {
-	next      time.Time // next check
-	fruitless int       // vacuums in a row that left more dead rows than the threshold
-	warned    bool      // vacuums that did not help were logged
+	vacuum, analyze netSchedule
+}
 
-	nextAnalyze      time.Time // next check of the statistics
-	analyzeFruitless int       // ANALYZEs in a row that left a table stale
-	analyzeWarned    bool      // ANALYZEs that did not help were logged
+// netSchedule is when a safety net checks next, and how it backs off after runs that did not help.
+type netSchedule struct {
+	next      time.Time // next check
+	fruitless int       // runs in a row that did not help
+	warned    bool      // runs that did not help were logged
+}
+
+// due reports whether a check is due, and if so schedules the next one queueVacuumEvery later.
+func (s *netSchedule) due() bool {
+	if time.Now().Before(s.next) {
+		return false
+	}
+	s.next = time.Now().Add(queueVacuumEvery)
+	return true
+}
+
+// failed puts the next check queueVacuumBackoff away (the run failed with an error).
+func (s *netSchedule) failed() { s.next = time.Now().Add(queueVacuumBackoff) }
+
+// helped brings the checks back to every queueVacuumEvery.
+func (s *netSchedule) helped() { s.fruitless = 0 }
+
+// didNotHelp puts the next check 2×queueVacuumEvery away, doubling with each such run in a row up to
+// queueVacuumBackoff, and reports whether to warn now: once, at the second such run in a row (a
+// single one is also a run that SKIP_LOCKED skipped while another pool of the consumer ran it).
+func (s *netSchedule) didNotHelp() (wait time.Duration, warn bool) {
+	s.fruitless++
+	wait = Exponential{Base: 2 * queueVacuumEvery, Max: queueVacuumBackoff, Jitter: -1}.Delay(s.fruitless)
+	s.next = time.Now().Add(wait)
+	warn = s.fruitless >= 2 && !s.warned
+	s.warned = s.warned || warn
+	return wait, warn
 }
 
 // analyzed are the tables whose statistics the safety net keeps up with their size: the queue and
@@ -37,10 +66,9 @@ var analyzed = []string{"inbox_queue", "inbox_s0", "inbox_s1", "inbox_s2"}
 // connection plans again after an ANALYZE: bench/RESULTS.md, "generic plans frozen"). Errors are
 // logged, never returned.
 func (v *queueVacuum) maybeAnalyze(ctx context.Context, p *Pool) {
-	if p.cfg.QueueVacuumThreshold < 0 || time.Now().Before(v.nextAnalyze) {
+	if p.cfg.QueueVacuumThreshold < 0 || !v.analyze.due() {
 		return
 	}
-	v.nextAnalyze = time.Now().Add(queueVacuumEvery)
 	tables := make([]string, len(analyzed))
 	for i, t := range analyzed {
 		tables[i] = p.st.Table(t)
@@ -56,25 +84,20 @@ func (v *queueVacuum) maybeAnalyze(ctx context.Context, p *Pool) {
 				p.cfg.Logger.Warn("txinbox: analyze of a grown table failed; retrying later",
 					"consumer", p.cfg.Consumer, "table", table, "err", err)
 			}
-			v.nextAnalyze = time.Now().Add(queueVacuumBackoff)
+			v.analyze.failed()
 			return
 		}
 	}
 	p.cfg.Logger.Debug("txinbox: analyzed tables that outgrew their statistics", "consumer", p.cfg.Consumer, "tables", stale)
 	still, err := store.Queries.StaleTables(ctx, p.db, stale)
 	if err != nil || len(still) == 0 {
-		v.analyzeFruitless = 0
+		v.analyze.helped()
 		return
 	}
 	// ANALYZE (SKIP_LOCKED) skipped a table that another session was analyzing (the other pools of
 	// the consumer check at the same moment), or this role is not the owner (ANALYZE only warns).
-	// The first passes by the next check; the second lasts: check less and less often, and warn only
-	// when it happened twice in a row.
-	v.analyzeFruitless++
-	wait := Exponential{Base: 2 * queueVacuumEvery, Max: queueVacuumBackoff, Jitter: -1}.Delay(v.analyzeFruitless)
-	v.nextAnalyze = time.Now().Add(wait)
-	if v.analyzeFruitless >= 2 && !v.analyzeWarned {
-		v.analyzeWarned = true
+	// The first passes by the next check; the second lasts: check less and less often.
+	if wait, warn := v.analyze.didNotHelp(); warn {
 		p.cfg.Logger.Warn("txinbox: ANALYZE left tables' statistics stale twice in a row; is this role their owner? checking again less and less often, up to every 5m",
 			"consumer", p.cfg.Consumer, "tables", still, "retry_in", wait)
 	}
@@ -83,10 +106,9 @@ func (v *queueVacuum) maybeAnalyze(ctx context.Context, p *Pool) {
 // maybe vacuums the queue table if its check is due and PostgreSQL counts more dead rows in it than
 // the threshold. Errors are logged, never returned: the safety net must not stop the rescuer.
 func (v *queueVacuum) maybe(ctx context.Context, p *Pool) {
-	if p.cfg.QueueVacuumThreshold < 0 || time.Now().Before(v.next) {
+	if p.cfg.QueueVacuumThreshold < 0 || !v.vacuum.due() {
 		return
 	}
-	v.next = time.Now().Add(queueVacuumEvery)
 	table := p.st.Table("inbox_queue")
 	dead, err := store.Queries.QueueDeadRows(ctx, p.db, table)
 	if err != nil || dead <= int64(p.cfg.QueueVacuumThreshold) {
@@ -100,27 +122,21 @@ func (v *queueVacuum) maybe(ctx context.Context, p *Pool) {
 			p.cfg.Logger.Warn("txinbox: vacuum of the queue table failed; retrying later",
 				"consumer", p.cfg.Consumer, "table", table, "err", err)
 		}
-		v.next = time.Now().Add(queueVacuumBackoff)
+		v.vacuum.failed()
 		return
 	}
 	after, err := store.Queries.QueueDeadRows(ctx, p.db, table)
 	p.cfg.Logger.Debug("txinbox: vacuumed the queue table", "consumer", p.cfg.Consumer, "table", table,
 		"dead_before", dead, "dead_after", after, "took", time.Since(start))
 	if err != nil || after <= int64(p.cfg.QueueVacuumThreshold) {
-		v.fruitless = 0
+		v.vacuum.helped()
 		return
 	}
 	// Not the owner (VACUUM only warns), a snapshot older than the rows keeps them, or another session
 	// was vacuuming the table (SKIP_LOCKED): don't rescan every 5s, but soon enough that a snapshot
 	// held for seconds (a report, a slow transaction) does not leave the queue bloating for minutes
 	// after it ends.
-	v.fruitless++
-	wait := Exponential{Base: 2 * queueVacuumEvery, Max: queueVacuumBackoff, Jitter: -1}.Delay(v.fruitless)
-	v.next = time.Now().Add(wait)
-	// Twice in a row: once is also a VACUUM that SKIP_LOCKED skipped while another session (another
-	// pool of the consumer) vacuumed the table.
-	if v.fruitless >= 2 && !v.warned {
-		v.warned = true
+	if wait, warn := v.vacuum.didNotHelp(); warn {
 		p.cfg.Logger.Warn("txinbox: vacuum left the queue table's dead rows; is this role its owner, or is a long transaction open? checking again less and less often, up to every 5m",
 			"consumer", p.cfg.Consumer, "table", table, "dead_before", dead, "dead_after", after, "retry_in", wait)
 	}
