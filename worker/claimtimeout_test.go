@@ -23,8 +23,20 @@ func TestStalledClaimReleasesItsRowsAtClaimTimeout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.receive(t, keys("m", 20)...)
-	e.stalledAndGoodPools(t, "ClaimBatch", 20)
+	e.stalledAndGoodPools(t, e.Pool, "ClaimBatch", 20)
 }
+
+// On a DB that cannot pipeline (no SendBatch; here a wrapper hides it), the bound and the claim run in
+// a transaction of their own, and a stalled claim is cancelled the same way.
+func TestStalledClaimOnADBWithoutSendBatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.receive(t, keys("m", 20)...)
+	e.stalledAndGoodPools(t, noSendBatch{e.Pool}, "ClaimBatch", 20)
+}
+
+// noSendBatch is a txinbox.DB without SendBatch.
+type noSendBatch struct{ txinbox.DB }
 
 // The rescuer's claim of a message whose lease ended is bounded as well: stalled, it held the
 // consumer's rescue lock (one rescue claim at a time, across processes), and no other pool's rescuer
@@ -38,14 +50,14 @@ func TestStalledRescueClaimReleasesTheRescueLockAtClaimTimeout(t *testing.T) {
 		SET claimed = true, owner = 'crashed', token = token + 1, attempts_started = 1, run_at = now() - interval '1 second'`)); err != nil {
 		t.Fatal(err)
 	}
-	e.stalledAndGoodPools(t, "ClaimSuspect", 3)
+	e.stalledAndGoodPools(t, e.Pool, "ClaimSuspect", 3)
 }
 
 // stalledAndGoodPools makes the claims of a pool whose Owner is "stuck" sleep (a trigger, once they
-// have locked their rows), starts that pool with a ClaimTimeout of 300ms, waits until its claim
+// have locked their rows), starts that pool on db with a ClaimTimeout of 300ms, waits until its claim
 // statement (query names it) sleeps, starts a second pool, and checks that the second completes all n
 // messages, once each, and that the stuck pool logged its claims cancelled by the server.
-func (e *env) stalledAndGoodPools(t *testing.T, query string, n int64) {
+func (e *env) stalledAndGoodPools(t *testing.T, db txinbox.DB, query string, n int64) {
 	t.Helper()
 	if _, err := e.Pool.Exec(context.Background(), e.SQL(`
 		CREATE FUNCTION {schema}.stall() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -64,7 +76,7 @@ func (e *env) stalledAndGoodPools(t *testing.T, query string, n int64) {
 		t.Error("the stuck pool's claim completed")
 		return nil
 	})
-	run(t, e.pool(t, stuck, func(c *worker.Config) {
+	run(t, batchPool(t, e, db, stuck, func(c *worker.Config) {
 		c.Owner, c.Concurrency, c.ClaimTimeout, c.Logger, c.DisableListen = "stuck", 1, 300*time.Millisecond, logs.logger(), true
 	}))
 	waitFor(t, "the stuck pool's claim to stall", func() bool {
