@@ -42,12 +42,18 @@ WITH candidates AS (
     WHERE q.id = c.id AND q.consumer = @consumer AND NOT c.head AND NOT c.alone
       AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id
+), grp AS (
+    -- The claim's group: its size and lowest id (ClaimSuspects halves the group of a claim that never
+    -- finished, and counts such claims by their lead). Read by uncorrelated subqueries, computed once
+    -- per statement (a join with it made a generic plan read the candidates once per candidate).
+    SELECT count(*)::int AS size, min(c.id) AS lead FROM candidates c WHERE c.head
 ), claimed AS (
-    -- Only the narrow queue row is written: the token, the attempt and the lease. The inbox row is
-    -- read (by primary key, see the note above) and written once, by the finish.
+    -- Only the narrow queue row is written: the token, the attempt, the lease and the group. The inbox
+    -- row is read (by primary key, see the note above) and written once, by the finish.
     UPDATE /* TEMPLATE: schema */inbox_queue q
     SET claimed = true, alone = false, run_at = now() + make_interval(secs => @lease_seconds::float8),
-        token = q.token + 1, attempts_started = q.attempts_started + 1, owner = @owner, started_at = now()
+        token = q.token + 1, attempts_started = q.attempts_started + 1, owner = @owner, started_at = now(),
+        group_size = (SELECT g.size FROM grp g), group_lead = q.id = (SELECT g.lead FROM grp g)
     FROM candidates c
     WHERE q.id = c.id AND q.consumer = @consumer AND c.head AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2))
     RETURNING q.id, q.token, q.attempts_started
@@ -85,35 +91,97 @@ WHERE q.consumer = @consumer AND q.ordering_key = k.ordering_key AND NOT q.claim
               WHERE h.consumer = @consumer AND h.ordering_key = k.ordering_key);
 
 -- name: LockRescue :exec
--- Serialises rescue claims of one consumer across processes (transaction-scoped advisory lock).
+-- Serialises takeovers (ClaimSuspects) of one consumer across processes (transaction-scoped advisory
+-- lock), so that two of them never both see no message running alone and each start one.
 SELECT pg_advisory_xact_lock(@lock_key::bigint);
 
--- name: ClaimSuspect :many
--- Claims one message whose previous attempt never finished (the lease of its claim ended), unless another
--- such message of the consumer is being run right now. Run inside a transaction holding LockRescue.
--- The message is then run alone, so a message that crashes its worker cannot take others with it.
-WITH picked AS (
-    SELECT q.id
+-- name: ClaimSuspects :many
+-- Takes over a group of suspects: messages of @consumer still claimed after their lease ended, whose
+-- claim never finished (its worker died, hung or lost its connection), so that one of them may be what
+-- killed it. Run inside a transaction holding LockRescue.
+--
+-- Isolation by halving: a suspect runs in a group of at most half the group its unfinished claim ran
+-- (group_size, rounded up; @max when unknown, 0). The group is the longest run of the oldest suspects
+-- (by lease end, then id: the rows of one claim side by side) in which no member's limit is exceeded,
+-- and at most @max. If the group does not finish either, each of its messages is taken over next in
+-- groups of half its size, down to one message alone. A group of one is alone (alone = true): at most
+-- one such message of the consumer runs at a time, across processes; the others wait, while groups
+-- of more than one go on.
+--
+-- Attempts: like a claim, a takeover counts an attempt (attempts_started), except after a claim of
+-- more than one message that never finished, when the message had already lost one such claim
+-- (group_crashes): a message is charged for the crashes of groups it shared with others only once,
+-- and for every crash while it ran alone. So only a message that keeps ending its worker while it
+-- runs alone is dead after MaxAttempts (the worker decides, from the returned attempts).
+-- group_lead marks one row per claim (its lowest id): the rows taken over that had it count the
+-- unfinished claims found (crashed_claims of the caller).
+WITH due AS (
+    SELECT q.id, q.run_at, q.group_lead, q.owner,
+           CASE WHEN q.group_size = 0 THEN @max::int ELSE (q.group_size + 1) / 2 END AS size_limit
     FROM /* TEMPLATE: schema */inbox_queue q
     WHERE q.consumer = @consumer AND q.claimed AND q.run_at <= now()
-      AND NOT EXISTS (
+      AND (q.group_size NOT IN (1, 2) OR NOT EXISTS (
             SELECT 1 FROM /* TEMPLATE: schema */inbox_queue a
-            WHERE a.consumer = @consumer AND a.claimed AND a.alone AND a.run_at > now())
+            WHERE a.consumer = @consumer AND a.claimed AND a.alone AND a.run_at > now()))
     ORDER BY q.run_at, q.id
-    LIMIT 1
+    LIMIT @max
     FOR UPDATE SKIP LOCKED
-), queued AS (
+), ranked AS (
+    SELECT d.id, d.group_lead, d.owner, row_number() OVER w AS n, min(d.size_limit) OVER w AS size_limit
+    FROM due d
+    WINDOW w AS (ORDER BY d.run_at, d.id ROWS UNBOUNDED PRECEDING)
+), grp AS (
+    -- The group's size and lowest id, read by uncorrelated subqueries: computed once per statement.
+    SELECT count(*)::int AS size, min(r.id) AS lead FROM ranked r WHERE r.n <= r.size_limit
+), picked AS (
+    SELECT r.id, r.group_lead, r.owner
+    FROM ranked r
+    WHERE r.n <= r.size_limit
+      AND ((SELECT g.size FROM grp g) > 1 OR NOT EXISTS (
+            SELECT 1 FROM /* TEMPLATE: schema */inbox_queue a
+            WHERE a.consumer = @consumer AND a.claimed AND a.alone AND a.run_at > now()))
+), taken AS (
     UPDATE /* TEMPLATE: schema */inbox_queue q
-    SET alone = true, run_at = now() + make_interval(secs => @lease_seconds::float8), token = q.token + 1,
-        attempts_started = q.attempts_started + 1, owner = @owner, started_at = now()
-    FROM picked
-    WHERE q.id = picked.id AND q.consumer = @consumer
-    RETURNING q.id, q.token, q.attempts_started
+    SET alone = (SELECT g.size FROM grp g) = 1, run_at = now() + make_interval(secs => @lease_seconds::float8),
+        token = q.token + 1,
+        attempts_started = q.attempts_started + CASE WHEN q.group_size <> 1 AND q.group_crashes > 0 THEN 0 ELSE 1 END,
+        group_crashes = q.group_crashes + CASE WHEN q.group_size <> 1 THEN 1 ELSE 0 END,
+        group_size = (SELECT g.size FROM grp g), group_lead = q.id = (SELECT g.lead FROM grp g),
+        owner = @owner, started_at = now()
+    FROM picked p
+    WHERE q.id = p.id AND q.consumer = @consumer
+    RETURNING q.id, q.token, q.attempts_started, q.group_crashes, p.group_lead AS unfinished_claim, p.owner AS previous_owner
 )
-SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, queued.token,
-       queued.attempts_started, m.attempts_failed, m.received_at, m.last_error
-FROM queued
-JOIN /* TEMPLATE: schema */inbox m ON m.id = queued.id AND m.consumer = @consumer;
+-- Each inbox row is read by primary key (OFFSET 0, as in ClaimBatch).
+SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, t.token,
+       t.attempts_started, m.attempts_failed, m.received_at, m.last_error,
+       t.unfinished_claim, coalesce(t.previous_owner, '')::text AS previous_owner, t.group_crashes
+FROM taken t
+CROSS JOIN LATERAL (
+    SELECT i.id, i.consumer, i.key, i.kind, i.payload, i.headers, i.ordering_key, i.attempts_failed,
+           i.received_at, i.last_error
+    FROM /* TEMPLATE: schema */inbox i
+    WHERE i.id = t.id AND i.consumer = @consumer
+    OFFSET 0
+) m
+ORDER BY m.id;
+
+-- name: NextLeaseEnd :one
+-- Seconds until the earliest running lease of @consumer's claims held by another owner than @owner
+-- ends, or -1 if none runs: the rescuer sleeps no longer, so that it takes over the messages of a
+-- worker that died as soon as their lease ends. (Its own pool's claims end with its runners.)
+SELECT coalesce(extract(epoch FROM min(q.run_at) - now()), -1)::float8 AS seconds
+FROM /* TEMPLATE: schema */inbox_queue q
+WHERE q.consumer = @consumer AND q.claimed AND q.run_at > now() AND q.owner IS DISTINCT FROM @owner::text;
+
+-- name: IsolateClaims :execrows
+-- Marks claimed messages to be taken over alone (group_size 1) after their lease: the messages of a
+-- batch handler call that left the batch transaction unusable, which cannot be told apart. Fenced by
+-- token, like ReleaseClaims.
+UPDATE /* TEMPLATE: schema */inbox_queue q
+SET group_size = 1
+FROM ROWS FROM (unnest(@ids::bigint[]), unnest(@tokens::bigint[])) AS s(id, token)
+WHERE q.id = s.id AND q.token = s.token AND q.consumer = @consumer AND q.claimed IS TRUE;
 
 -- name: LockClaims :many
 -- Locks the queue rows of a claimed batch inside the batch transaction, keeping only those whose

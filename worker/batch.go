@@ -64,7 +64,7 @@ func (p *Pool) run(ctx context.Context, inf *inflight) {
 	}
 	var release []*claimed
 	for _, c := range batch {
-		held := isCulprit && slices.Contains(be.hold, c) // left claimed: run alone by the rescuer after the lease
+		held := isCulprit && slices.Contains(be.hold, c) // left claimed: taken over alone after the lease
 		if !held && !slices.ContainsFunc(record, func(f *finish) bool { return f.c == c }) {
 			release = append(release, c)
 		}
@@ -80,6 +80,15 @@ func (p *Pool) run(ctx context.Context, inf *inflight) {
 			}
 		} else {
 			p.committed(bctx, record)
+		}
+	}
+	if isCulprit && len(be.hold) > 0 {
+		// Held: taken over after their lease, each alone (ClaimSuspects). If this fails they are
+		// taken over in groups, halved until the culprit is alone.
+		ids, tokens := idsTokens(be.hold)
+		if _, ierr := store.Queries.IsolateClaims(bctx, p.st.Wrap(p.db), sqlc.IsolateClaimsParams{Consumer: p.cfg.Consumer, Ids: ids, Tokens: tokens}); ierr != nil {
+			p.cfg.Logger.Warn("txinbox: marking held claims to run alone failed; they are taken over in groups when the lease ends",
+				"consumer", p.cfg.Consumer, "messages", len(be.hold), "err", ierr)
 		}
 	}
 	if len(release) > 0 {

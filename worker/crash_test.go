@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 		if strings.HasPrefix(mode, "sigterm-") {
 			os.Exit(sigtermChild(mode))
 		}
+		if strings.HasPrefix(mode, "takeover-") {
+			os.Exit(takeoverChild(mode))
+		}
 		os.Exit(child(mode))
 	}
 	os.Exit(m.Run())

@@ -68,3 +68,31 @@ type HandleEvent struct {
 	// ReceivedAt is when the message was received (stored).
 	ReceivedAt time.Time
 }
+
+// TakeoverObserver is an optional interface of an [Observer]: a pool whose Observer implements it
+// also tells it about every takeover (package metrics implements it).
+type TakeoverObserver interface {
+	// TakenOver is called once per takeover, after its claim committed and before its group runs.
+	TakenOver(TakeoverEvent)
+}
+
+// TakeoverEvent describes a takeover: the rescuer of a pool claimed a group of messages whose claim
+// never finished (the worker holding them died, hung or lost its connection before their lease
+// ended), to run them again. See [Pool] for how groups are made and halved.
+type TakeoverEvent struct {
+	Consumer string
+	// Messages is the size of the group taken over.
+	Messages int
+	// Alone reports a group of one message: it runs alone, and a crash while it runs counts as one of
+	// its attempts.
+	Alone bool
+	// UnfinishedClaims is the number of claims this group was taken from that it is the first to
+	// find unfinished: a process that died holding four claims makes the takeovers of its messages
+	// count four in all, whatever the groups.
+	UnfinishedClaims int
+	// GroupCrashes is the most claims of more than one message that any message of the group had
+	// lost (1 after one crash; more while the isolation halves the groups).
+	GroupCrashes int
+	// PreviousOwners are the owners (Config.Owner) of the claims taken over, without repeats.
+	PreviousOwners []string
+}

@@ -90,6 +90,11 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 		ids[i], keys[i], tokens[i], outcomes[i] = r.ID, r.Key, r.Token, "completed"
 	}
 
+	// The claims' lease is over, as after a crash: ClaimSuspects finds all n.
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue SET run_at = now() - interval '1 second' WHERE claimed`)); err != nil {
+		t.Fatal(err)
+	}
+
 	conn, err := pgx.Connect(ctx, db.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +113,13 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 		},
 		"ReleaseClaims": func(db sqlc.DBTX) {
 			_, _ = store.Queries.ReleaseClaims(ctx, db, sqlc.ReleaseClaimsParams{Consumer: "plans", Ids: ids, Tokens: tokens})
+		},
+		"ClaimSuspects": func(db sqlc.DBTX) {
+			_, _ = store.Queries.ClaimSuspects(ctx, db, sqlc.ClaimSuspectsParams{Consumer: "plans", Max: n, LeaseSeconds: 60,
+				Owner: pgtype.Text{String: "test", Valid: true}})
+		},
+		"IsolateClaims": func(db sqlc.DBTX) {
+			_, _ = store.Queries.IsolateClaims(ctx, db, sqlc.IsolateClaimsParams{Consumer: "plans", Ids: ids, Tokens: tokens})
 		},
 	}
 	for name, run := range statements {

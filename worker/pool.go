@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -631,9 +632,11 @@ func (p *Pool) stopped() bool {
 	}
 }
 
-// loop claims and runs batches (or, for the rescuer, suspects one at a time) until Stop. A runner
-// claims again as soon as it has run a batch; when it finds nothing it sleeps: HotPollInterval if the
-// pool is hot and no other runner is polling fast, else PollInterval, until woken.
+// loop claims and runs batches (or, for the rescuer, groups of suspects) until Stop. A runner claims
+// again as soon as it has run a batch; when it finds nothing it sleeps: HotPollInterval if the pool is
+// hot and no other runner is polling fast, else PollInterval, until woken. The rescuer takes over
+// group after group while suspects are due, then sleeps until the next lease ends (at most
+// PollInterval).
 func (p *Pool) loop(ctx context.Context, rescuer bool) {
 	firstErrDelay := min(p.cfg.PollInterval, time.Second)
 	errDelay := firstErrDelay
@@ -644,7 +647,7 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 			err   error
 		)
 		if rescuer {
-			batch, err = p.claimSuspect(ctx)
+			batch, err = p.takeOver(ctx)
 		} else {
 			batch, again, err = p.claim(ctx)
 		}
@@ -683,7 +686,11 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 			p.vac.maybe(ctx, p)
 			p.vac.maybeAnalyze(ctx, p)
 			p.health.maybe(ctx, p)
-			p.sleep(ctx, p.cfg.PollInterval, true)
+			if len(batch) == 0 {
+				// Nothing due: wait for the next lease to end, at most PollInterval. While
+				// suspects remain, take the next group over at once.
+				p.sleep(ctx, p.untilNextLease(ctx), true)
+			}
 		case len(batch) > 0 || again:
 			// claim again at once
 		case p.hot() && p.hotPoller.CompareAndSwap(false, true):
@@ -774,15 +781,14 @@ func (p *Pool) claim(ctx context.Context) (batch []*claimed, again bool, err err
 	}
 	batch = make([]*claimed, len(rows))
 	for i, r := range rows {
-		batch[i] = fromRow(sqlc.ClaimSuspectRow(r))
+		batch[i] = fromRow(r)
 	}
 	return batch, false, nil
 }
 
-// claimSuspect claims one message whose last attempt never finished, unless one is being run already
-// (by any process): suspects run strictly one at a time, each alone in its transaction, so a message
-// that crashes its process cannot charge innocent messages an attempt more than once.
-func (p *Pool) claimSuspect(ctx context.Context) ([]*claimed, error) {
+// takeOver claims a group of suspects (ClaimSuspects: messages whose claim's lease ended without a
+// finish), logs it and tells the Observer. The group is run like a claimed batch.
+func (p *Pool) takeOver(ctx context.Context) ([]*claimed, error) {
 	tx, err := p.db.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -796,9 +802,9 @@ func (p *Pool) claimSuspect(ctx context.Context) ([]*claimed, error) {
 	if err := store.Queries.LockRescue(ctx, lock, p.lockKey); err != nil {
 		return nil, p.claimErr(ctx, err)
 	}
-	rows, err := store.Queries.ClaimSuspect(ctx, db, sqlc.ClaimSuspectParams{
+	rows, err := store.Queries.ClaimSuspects(ctx, db, sqlc.ClaimSuspectsParams{
 		Owner: pgtype.Text{String: p.cfg.Owner, Valid: true}, LeaseSeconds: p.cfg.Lease.Seconds(),
-		Consumer: p.cfg.Consumer,
+		Consumer: p.cfg.Consumer, Max: int32(p.claimMax),
 	})
 	if err != nil {
 		return nil, p.claimErr(ctx, err)
@@ -806,12 +812,48 @@ func (p *Pool) claimSuspect(ctx context.Context) ([]*claimed, error) {
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
 	out := make([]*claimed, len(rows))
+	e := TakeoverEvent{Consumer: p.cfg.Consumer, Messages: len(rows), Alone: len(rows) == 1}
 	for i, r := range rows {
-		out[i] = fromRow(r)
+		out[i] = fromRow(sqlc.ClaimBatchRow{
+			ID: r.ID, Consumer: r.Consumer, Key: r.Key, Kind: r.Kind, Payload: r.Payload, Headers: r.Headers,
+			OrderingKey: r.OrderingKey, Token: r.Token, AttemptsStarted: r.AttemptsStarted,
+			AttemptsFailed: r.AttemptsFailed, ReceivedAt: r.ReceivedAt, LastError: r.LastError,
+		})
+		if r.UnfinishedClaim {
+			e.UnfinishedClaims++
+		}
+		e.GroupCrashes = max(e.GroupCrashes, int(r.GroupCrashes))
+		if !slices.Contains(e.PreviousOwners, r.PreviousOwner) {
+			e.PreviousOwners = append(e.PreviousOwners, r.PreviousOwner)
+		}
+	}
+	p.cfg.Logger.Warn("txinbox: taking over messages whose claim never finished (its worker died, hung or lost its connection)",
+		"consumer", e.Consumer, "messages", e.Messages, "alone", e.Alone, "unfinished_claims", e.UnfinishedClaims,
+		"group_crashes", e.GroupCrashes, "previous_owners", e.PreviousOwners)
+	if o, ok := p.cfg.Observer.(TakeoverObserver); ok {
+		o.TakenOver(e)
 	}
 	return out, nil
 }
+
+// untilNextLease returns how long the rescuer may sleep: until the earliest running lease of the
+// consumer's claims held by other owners ends (and a little more, for the clocks), at most
+// PollInterval. The pool's own claims end with its runners; if one hangs past its lease, the rescuer
+// finds it at its PollInterval.
+func (p *Pool) untilNextLease(ctx context.Context) time.Duration {
+	secs, err := store.Queries.NextLeaseEnd(ctx, p.st.Wrap(p.db), p.cfg.Consumer, p.cfg.Owner)
+	if err != nil || secs < 0 {
+		return p.cfg.PollInterval
+	}
+	return min(p.cfg.PollInterval, time.Duration(secs*float64(time.Second))+leaseSlack)
+}
+
+// leaseSlack is how long after a lease's end the rescuer looks for it: the server's clock decides.
+const leaseSlack = 10 * time.Millisecond
 
 // claimErr says so when err is the server cancelling a claim at ClaimTimeout.
 func (p *Pool) claimErr(ctx context.Context, err error) error {
@@ -821,7 +863,7 @@ func (p *Pool) claimErr(ctx context.Context, err error) error {
 	return err
 }
 
-func fromRow(r sqlc.ClaimSuspectRow) *claimed {
+func fromRow(r sqlc.ClaimBatchRow) *claimed {
 	c := &claimed{
 		ID: r.ID, Consumer: r.Consumer, Key: r.Key, Kind: r.Kind, Payload: r.Payload,
 		OrderingKey: r.OrderingKey.String, Token: r.Token, Attempt: int(r.AttemptsStarted),

@@ -54,6 +54,13 @@ func (o rollupObserver) Handled(e HandleEvent) {
 	}
 }
 
+// TakenOver passes the event on to the pool's Observer if it is a TakeoverObserver.
+func (o rollupObserver) TakenOver(e TakeoverEvent) {
+	if t, ok := o.next.(TakeoverObserver); ok {
+		t.TakenOver(e)
+	}
+}
+
 func (r *rollup) add(consumer string, outcome Outcome, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

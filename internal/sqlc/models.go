@@ -102,6 +102,12 @@ type InboxQueue struct {
 	Owner pgtype.Text
 	// start of the latest attempt, copied to inbox by its finish
 	StartedAt pgtype.Timestamptz
+	// messages the current claim runs together; a takeover halves it (0: unknown)
+	GroupSize int32
+	// unfinished claims of more than one message that held this one; only the first counts as an attempt
+	GroupCrashes int32
+	// lowest id of its claim: one per claim, for counting unfinished claims
+	GroupLead bool
 }
 
 // txinbox: the current generation of inbox (one row) and when it began

@@ -30,12 +30,18 @@ WITH candidates AS (
     WHERE q.id = c.id AND q.consumer = $1 AND NOT c.head AND NOT c.alone
       AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id
+), grp AS (
+    -- The claim's group: its size and lowest id (ClaimSuspects halves the group of a claim that never
+    -- finished, and counts such claims by their lead). Read by uncorrelated subqueries, computed once
+    -- per statement (a join with it made a generic plan read the candidates once per candidate).
+    SELECT count(*)::int AS size, min(c.id) AS lead FROM candidates c WHERE c.head
 ), claimed AS (
-    -- Only the narrow queue row is written: the token, the attempt and the lease. The inbox row is
-    -- read (by primary key, see the note above) and written once, by the finish.
+    -- Only the narrow queue row is written: the token, the attempt, the lease and the group. The inbox
+    -- row is read (by primary key, see the note above) and written once, by the finish.
     UPDATE /* TEMPLATE: schema */inbox_queue q
     SET claimed = true, alone = false, run_at = now() + make_interval(secs => $4::float8),
-        token = q.token + 1, attempts_started = q.attempts_started + 1, owner = $5, started_at = now()
+        token = q.token + 1, attempts_started = q.attempts_started + 1, owner = $5, started_at = now(),
+        group_size = (SELECT g.size FROM grp g), group_lead = q.id = (SELECT g.lead FROM grp g)
     FROM candidates c
     WHERE q.id = c.id AND q.consumer = $1 AND c.head AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2))
     RETURNING q.id, q.token, q.attempts_started
@@ -145,38 +151,66 @@ func (q *Queries) ClaimBatch(ctx context.Context, db DBTX, arg ClaimBatchParams)
 	return items, nil
 }
 
-const claimSuspect = `-- name: ClaimSuspect :many
-WITH picked AS (
-    SELECT q.id
+const claimSuspects = `-- name: ClaimSuspects :many
+WITH due AS (
+    SELECT q.id, q.run_at, q.group_lead, q.owner,
+           CASE WHEN q.group_size = 0 THEN $2::int ELSE (q.group_size + 1) / 2 END AS size_limit
     FROM /* TEMPLATE: schema */inbox_queue q
     WHERE q.consumer = $1 AND q.claimed AND q.run_at <= now()
-      AND NOT EXISTS (
+      AND (q.group_size NOT IN (1, 2) OR NOT EXISTS (
             SELECT 1 FROM /* TEMPLATE: schema */inbox_queue a
-            WHERE a.consumer = $1 AND a.claimed AND a.alone AND a.run_at > now())
+            WHERE a.consumer = $1 AND a.claimed AND a.alone AND a.run_at > now()))
     ORDER BY q.run_at, q.id
-    LIMIT 1
+    LIMIT $2
     FOR UPDATE SKIP LOCKED
-), queued AS (
+), ranked AS (
+    SELECT d.id, d.group_lead, d.owner, row_number() OVER w AS n, min(d.size_limit) OVER w AS size_limit
+    FROM due d
+    WINDOW w AS (ORDER BY d.run_at, d.id ROWS UNBOUNDED PRECEDING)
+), grp AS (
+    -- The group's size and lowest id, read by uncorrelated subqueries: computed once per statement.
+    SELECT count(*)::int AS size, min(r.id) AS lead FROM ranked r WHERE r.n <= r.size_limit
+), picked AS (
+    SELECT r.id, r.group_lead, r.owner
+    FROM ranked r
+    WHERE r.n <= r.size_limit
+      AND ((SELECT g.size FROM grp g) > 1 OR NOT EXISTS (
+            SELECT 1 FROM /* TEMPLATE: schema */inbox_queue a
+            WHERE a.consumer = $1 AND a.claimed AND a.alone AND a.run_at > now()))
+), taken AS (
     UPDATE /* TEMPLATE: schema */inbox_queue q
-    SET alone = true, run_at = now() + make_interval(secs => $2::float8), token = q.token + 1,
-        attempts_started = q.attempts_started + 1, owner = $3, started_at = now()
-    FROM picked
-    WHERE q.id = picked.id AND q.consumer = $1
-    RETURNING q.id, q.token, q.attempts_started
+    SET alone = (SELECT g.size FROM grp g) = 1, run_at = now() + make_interval(secs => $3::float8),
+        token = q.token + 1,
+        attempts_started = q.attempts_started + CASE WHEN q.group_size <> 1 AND q.group_crashes > 0 THEN 0 ELSE 1 END,
+        group_crashes = q.group_crashes + CASE WHEN q.group_size <> 1 THEN 1 ELSE 0 END,
+        group_size = (SELECT g.size FROM grp g), group_lead = q.id = (SELECT g.lead FROM grp g),
+        owner = $4, started_at = now()
+    FROM picked p
+    WHERE q.id = p.id AND q.consumer = $1
+    RETURNING q.id, q.token, q.attempts_started, q.group_crashes, p.group_lead AS unfinished_claim, p.owner AS previous_owner
 )
-SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, queued.token,
-       queued.attempts_started, m.attempts_failed, m.received_at, m.last_error
-FROM queued
-JOIN /* TEMPLATE: schema */inbox m ON m.id = queued.id AND m.consumer = $1
+SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, t.token,
+       t.attempts_started, m.attempts_failed, m.received_at, m.last_error,
+       t.unfinished_claim, coalesce(t.previous_owner, '')::text AS previous_owner, t.group_crashes
+FROM taken t
+CROSS JOIN LATERAL (
+    SELECT i.id, i.consumer, i.key, i.kind, i.payload, i.headers, i.ordering_key, i.attempts_failed,
+           i.received_at, i.last_error
+    FROM /* TEMPLATE: schema */inbox i
+    WHERE i.id = t.id AND i.consumer = $1
+    OFFSET 0
+) m
+ORDER BY m.id
 `
 
-type ClaimSuspectParams struct {
+type ClaimSuspectsParams struct {
 	Consumer     string
+	Max          int32
 	LeaseSeconds float64
 	Owner        pgtype.Text
 }
 
-type ClaimSuspectRow struct {
+type ClaimSuspectsRow struct {
 	ID              int64
 	Consumer        string
 	Key             string
@@ -189,20 +223,45 @@ type ClaimSuspectRow struct {
 	AttemptsFailed  int32
 	ReceivedAt      pgtype.Timestamptz
 	LastError       pgtype.Text
+	UnfinishedClaim bool
+	PreviousOwner   string
+	GroupCrashes    int32
 }
 
-// Claims one message whose previous attempt never finished (the lease of its claim ended), unless another
-// such message of the consumer is being run right now. Run inside a transaction holding LockRescue.
-// The message is then run alone, so a message that crashes its worker cannot take others with it.
-func (q *Queries) ClaimSuspect(ctx context.Context, db DBTX, arg ClaimSuspectParams) ([]ClaimSuspectRow, error) {
-	rows, err := db.Query(ctx, claimSuspect, arg.Consumer, arg.LeaseSeconds, arg.Owner)
+// Takes over a group of suspects: messages of @consumer still claimed after their lease ended, whose
+// claim never finished (its worker died, hung or lost its connection), so that one of them may be what
+// killed it. Run inside a transaction holding LockRescue.
+//
+// Isolation by halving: a suspect runs in a group of at most half the group its unfinished claim ran
+// (group_size, rounded up; @max when unknown, 0). The group is the longest run of the oldest suspects
+// (by lease end, then id: the rows of one claim side by side) in which no member's limit is exceeded,
+// and at most @max. If the group does not finish either, each of its messages is taken over next in
+// groups of half its size, down to one message alone. A group of one is alone (alone = true): at most
+// one such message of the consumer runs at a time, across processes; the others wait, while groups
+// of more than one go on.
+//
+// Attempts: like a claim, a takeover counts an attempt (attempts_started), except after a claim of
+// more than one message that never finished, when the message had already lost one such claim
+// (group_crashes): a message is charged for the crashes of groups it shared with others only once,
+// and for every crash while it ran alone. So only a message that keeps ending its worker while it
+// runs alone is dead after MaxAttempts (the worker decides, from the returned attempts).
+// group_lead marks one row per claim (its lowest id): the rows taken over that had it count the
+// unfinished claims found (crashed_claims of the caller).
+// Each inbox row is read by primary key (OFFSET 0, as in ClaimBatch).
+func (q *Queries) ClaimSuspects(ctx context.Context, db DBTX, arg ClaimSuspectsParams) ([]ClaimSuspectsRow, error) {
+	rows, err := db.Query(ctx, claimSuspects,
+		arg.Consumer,
+		arg.Max,
+		arg.LeaseSeconds,
+		arg.Owner,
+	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []ClaimSuspectRow
+	var items []ClaimSuspectsRow
 	for rows.Next() {
-		var i ClaimSuspectRow
+		var i ClaimSuspectsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Consumer,
@@ -216,6 +275,9 @@ func (q *Queries) ClaimSuspect(ctx context.Context, db DBTX, arg ClaimSuspectPar
 			&i.AttemptsFailed,
 			&i.ReceivedAt,
 			&i.LastError,
+			&i.UnfinishedClaim,
+			&i.PreviousOwner,
+			&i.GroupCrashes,
 		); err != nil {
 			return nil, err
 		}
@@ -343,6 +405,30 @@ func (q *Queries) FinishBatch(ctx context.Context, db DBTX, arg FinishBatchParam
 	return result.RowsAffected(), nil
 }
 
+const isolateClaims = `-- name: IsolateClaims :execrows
+UPDATE /* TEMPLATE: schema */inbox_queue q
+SET group_size = 1
+FROM ROWS FROM (unnest($2::bigint[]), unnest($3::bigint[])) AS s(id, token)
+WHERE q.id = s.id AND q.token = s.token AND q.consumer = $1 AND q.claimed IS TRUE
+`
+
+type IsolateClaimsParams struct {
+	Consumer string
+	Ids      []int64
+	Tokens   []int64
+}
+
+// Marks claimed messages to be taken over alone (group_size 1) after their lease: the messages of a
+// batch handler call that left the batch transaction unusable, which cannot be told apart. Fenced by
+// token, like ReleaseClaims.
+func (q *Queries) IsolateClaims(ctx context.Context, db DBTX, arg IsolateClaimsParams) (int64, error) {
+	result, err := db.Exec(ctx, isolateClaims, arg.Consumer, arg.Ids, arg.Tokens)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const lockClaims = `-- name: LockClaims :many
 WITH limits AS (
     SELECT set_config('statement_timeout', $4::text, true) AS statement_timeout,
@@ -408,10 +494,27 @@ const lockRescue = `-- name: LockRescue :exec
 SELECT pg_advisory_xact_lock($1::bigint)
 `
 
-// Serialises rescue claims of one consumer across processes (transaction-scoped advisory lock).
+// Serialises takeovers (ClaimSuspects) of one consumer across processes (transaction-scoped advisory
+// lock), so that two of them never both see no message running alone and each start one.
 func (q *Queries) LockRescue(ctx context.Context, db DBTX, lockKey int64) error {
 	_, err := db.Exec(ctx, lockRescue, lockKey)
 	return err
+}
+
+const nextLeaseEnd = `-- name: NextLeaseEnd :one
+SELECT coalesce(extract(epoch FROM min(q.run_at) - now()), -1)::float8 AS seconds
+FROM /* TEMPLATE: schema */inbox_queue q
+WHERE q.consumer = $1 AND q.claimed AND q.run_at > now() AND q.owner IS DISTINCT FROM $2::text
+`
+
+// Seconds until the earliest running lease of @consumer's claims held by another owner than @owner
+// ends, or -1 if none runs: the rescuer sleeps no longer, so that it takes over the messages of a
+// worker that died as soon as their lease ends. (Its own pool's claims end with its runners.)
+func (q *Queries) NextLeaseEnd(ctx context.Context, db DBTX, consumer string, owner string) (float64, error) {
+	row := db.QueryRow(ctx, nextLeaseEnd, consumer, owner)
+	var seconds float64
+	err := row.Scan(&seconds)
+	return seconds, err
 }
 
 const queueDeadRows = `-- name: QueueDeadRows :one

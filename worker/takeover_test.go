@@ -1,0 +1,228 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// Takeover: the messages of a claim that never finished (its process was killed) are taken over in
+// groups, halved after each crash of a group, down to one message alone. The child processes are this
+// test binary, re-executed (TestMain), and killed with SIGKILL.
+
+const (
+	takeoverLease       = 2 * time.Second
+	takeoverMaxAttempts = 3
+)
+
+// takeoverChild runs a pool of a batch handler at the defaults (Concurrency 4, HandlerConfig.BatchSize
+// 500) until the queue is empty, then exits 0. Mode "takeover-hold": every call writes its effects,
+// then blocks (the parent kills the process holding its claims). Mode "takeover-poison": a call that
+// holds the key TXINBOX_CHILD_KEY kills its own process (SIGKILL) after writing its effects.
+func takeoverChild(mode string) int {
+	ctx := context.Background()
+	schema := os.Getenv("TXINBOX_CHILD_SCHEMA")
+	pcfg, err := pgxpool.ParseConfig(os.Getenv("TXINBOX_CHILD_URL"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	pcfg.MaxConns = worker.DefaultConcurrency + 2
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	poison := os.Getenv("TXINBOX_CHILD_KEY")
+	hs := worker.NewHandlers()
+	worker.HandleBatch(hs, "credit", func(ctx context.Context, tx pgx.Tx, msgs []*worker.Message[credit]) error {
+		if err := applyCredits(ctx, tx, schema, msgs); err != nil {
+			return err
+		}
+		switch {
+		case mode == "takeover-hold":
+			select {} // the parent kills us here, effects written but not committed
+		case hasKey(msgs, poison):
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+		return nil
+	}, worker.HandlerConfig{MaxAttempts: takeoverMaxAttempts})
+	p, err := worker.New(txinbox.Store{DB: pool, Schema: schema}, worker.Config{Consumer: "ledger", Handlers: hs,
+		PollInterval: 20 * time.Millisecond, Lease: takeoverLease, Timeout: time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	if err := p.Start(ctx); err != nil {
+		return 3
+	}
+	for {
+		time.Sleep(50 * time.Millisecond)
+		var n int64
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "inbox_queue"}.Sanitize()).Scan(&n); err == nil && n == 0 {
+			_ = p.Stop(ctx)
+			return 0
+		}
+	}
+}
+
+// takeovers is an Observer that keeps the pool's takeover events.
+type takeovers struct {
+	mu     sync.Mutex
+	events []worker.TakeoverEvent
+}
+
+func (o *takeovers) Handled(worker.HandleEvent) {}
+
+func (o *takeovers) TakenOver(e worker.TakeoverEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events = append(o.events, e)
+}
+
+// sum returns the number of takeovers, and the messages and unfinished claims they found.
+func (o *takeovers) sum() (rounds, messages, claims int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, e := range o.events {
+		messages += e.Messages
+		claims += e.UnfinishedClaims
+	}
+	return len(o.events), messages, claims
+}
+
+// A process holding 2,000 claims (four calls of 500 of a batch handler, the defaults) is killed. A new
+// pool takes them over in groups as soon as their lease ends, without waiting between groups (its
+// PollInterval is an hour): every message is applied once, in far fewer takeovers than messages.
+func TestKilledProcessClaimsAreTakenOverInGroups(t *testing.T) {
+	t.Parallel()
+	const n = 2000
+	e := newEnv(t)
+	e.receive(t, keys("k", n)...)
+	cmd := startChild(t, e, "takeover-hold", "", "")
+	waitFor(t, "the child to hold every message", func() bool {
+		return e.Count(t, `SELECT count(*) FROM {schema}.inbox_queue WHERE claimed`) == n
+	})
+	if err := cmd.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	obs := &takeovers{}
+	hs := worker.NewHandlers()
+	worker.HandleBatch(hs, "credit", func(ctx context.Context, tx pgx.Tx, msgs []*worker.Message[credit]) error {
+		return applyCredits(ctx, tx, e.Schema, msgs)
+	})
+	run(t, batchPool(t, e, nil, hs, func(c *worker.Config) {
+		c.Lease, c.Timeout, c.PollInterval, c.DisableListen, c.Observer = takeoverLease, time.Second, time.Hour, true, obs
+	}))
+	waitFor(t, "every message completed", func() bool { return e.count(t, "completed") == n })
+	if got := e.Count(t, `SELECT count(DISTINCT key) FROM {schema}.effects`); got != n {
+		t.Fatalf("effects of %d messages, want %d", got, n)
+	}
+	rounds, messages, claims := obs.sum()
+	t.Logf("%d messages taken over in %d takeovers, from %d unfinished claims", messages, rounds, claims)
+	if messages != n || claims != worker.DefaultConcurrency {
+		t.Errorf("takeovers found %d messages of %d unfinished claims, want %d of %d", messages, claims, n, worker.DefaultConcurrency)
+	}
+	if rounds > n/100 {
+		t.Errorf("%d takeovers for %d messages, want at most %d", rounds, n, n/100)
+	}
+	if got := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE attempts_started <> 2 OR attempts_failed <> 0`); got != 0 {
+		t.Errorf("%d messages were charged other than the killed attempt and the takeover's", got)
+	}
+}
+
+// One message of 500, all claimed by one call of a batch handler, kills its process whenever it runs.
+// The process is restarted after each crash. The takeovers halve the group holding it until it runs
+// alone, where its crashes count: it is dead after at most about log2(500)+MaxAttempts crashes, and the
+// 499 others are each applied once and never dead, whatever crashes they shared with it.
+func TestProcessKillingPoisonIsIsolatedByHalving(t *testing.T) {
+	t.Parallel()
+	const n = 500
+	e := newEnv(t)
+	e.receive(t, keys("p", n)...)
+	const poison = "p-137"
+	bound := int(math.Ceil(math.Log2(n))) + takeoverMaxAttempts
+	crashes := 0
+	for {
+		cmd := startChild(t, e, "takeover-poison", poison, "")
+		if err := cmd.Wait(); err == nil {
+			break // the queue is empty
+		}
+		crashes++
+		if crashes > 2*bound {
+			t.Fatalf("still crashing after %d restarts", crashes)
+		}
+	}
+	t.Logf("the poison killed its process %d times (bound %d)", crashes, bound)
+	if crashes > bound {
+		t.Errorf("%d crashes, want at most log2(%d)+MaxAttempts = %d", crashes, n, bound)
+	}
+	if s, started, _, lastErr := e.state(t, poison); s != "dead" || started != takeoverMaxAttempts || !strings.Contains(lastErr, "never finished") {
+		t.Errorf("%s: state=%s started=%d err=%q, want dead after %d attempts that never finished", poison, s, started, lastErr, takeoverMaxAttempts)
+	}
+	if got := e.count(t, "completed"); got != n-1 {
+		t.Errorf("completed = %d, want %d", got, n-1)
+	}
+	if got := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'dead' AND key <> $1`, poison); got != 0 {
+		t.Errorf("%d innocent messages are dead", got)
+	}
+	if got := e.Count(t, `SELECT count(*) FROM {schema}.effects`); got != n-1 {
+		t.Errorf("effects = %d, want %d", got, n-1)
+	}
+	if got := e.Count(t, `SELECT count(*) FROM {schema}.effects WHERE key = $1`, poison); got != 0 {
+		t.Errorf("the poison's effects were applied %d times", got)
+	}
+}
+
+// Messages taken over alone (their group halved down to one) run one at a time across processes: two
+// pools of different owners take over six such messages of a killed worker, and never run two at once.
+func TestMessagesTakenOverAloneRunOneAtATimeAcrossOwners(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.receive(t, keys("s", 6)...)
+	// A killed worker's claims, each of them already isolated (group_size 1), their lease over.
+	if _, err := e.Pool.Exec(context.Background(), e.SQL(`UPDATE {schema}.inbox_queue
+		SET claimed = true, owner = 'killed', token = token + 1, attempts_started = 1, group_size = 1,
+		    run_at = now() - interval '1 second'`)); err != nil {
+		t.Fatal(err)
+	}
+	var running, most atomic.Int64
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		now := running.Add(1)
+		defer running.Add(-1)
+		for {
+			if old := most.Load(); now <= old || most.CompareAndSwap(old, now) {
+				break
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+		return applyCredit(ctx, tx, e.Schema, m)
+	})
+	for _, owner := range []string{"process-A", "process-B"} {
+		run(t, e.pool(t, hs, func(c *worker.Config) { c.Owner, c.DisableListen = owner, true }))
+	}
+	waitFor(t, "every message completed", func() bool { return e.count(t, "completed") == 6 })
+	if got := most.Load(); got != 1 {
+		t.Errorf("%d messages taken over alone ran at once, want 1", got)
+	}
+	if got := e.Count(t, `SELECT count(*) FROM {schema}.effects`); got != 6 {
+		t.Errorf("effects = %d, want 6", got)
+	}
+}
