@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
@@ -206,5 +208,63 @@ func TestSinkSeenCache(t *testing.T) {
 	}
 	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); n != 2 {
 		t.Errorf("%d rows, want 2", n)
+	}
+}
+
+// TestSinkCommitFails makes the COMMIT of the Sink's transaction fail (a deferred constraint trigger
+// raises at commit, after every statement succeeded): Store must return the commit's error, so that
+// the adapter does not acknowledge the batch; nothing is stored, counted as stored or cached; and
+// once commits succeed again, the same batch is stored as new messages.
+func TestSinkCommitFails(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	allow := adaptertest.RefuseCommits(t, db)
+	cache, err := seen.NewLRU(seen.LRUConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := adapters.NewSink(adapters.SinkConfig{Store: db.Store(), Consumer: "ledger", Key: adapters.MessageID(),
+		SeenCache: cache, SeenTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	batch := func() []*adapters.Record {
+		return []*adapters.Record{rec("a", "credit", `{"n": 1}`, nil), rec("b", "credit", `{"n": 2}`, nil), rec("c", "credit", `{"n": `, nil)}
+	}
+	res, err := s.Store(ctx, batch())
+	if err == nil {
+		t.Fatalf("Store returned %+v and no error, though its commit failed: the adapter would acknowledge a lost batch", res)
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Message, adaptertest.RefusedCommit) || !strings.Contains(err.Error(), "txinbox/adapters: commit: ") {
+		t.Fatalf("Store: %v, want the commit's error (%s)", err, adaptertest.RefusedCommit)
+	}
+	if res != (adapters.BatchResult{}) {
+		t.Errorf("result %+v of a failed store, want none", res)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); n != 0 {
+		t.Errorf("%d rows stored by a batch whose commit failed", n)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`); n != 0 {
+		t.Errorf("%d queue rows left by a batch whose commit failed", n)
+	}
+	if cache.Len() != 0 {
+		t.Errorf("%d keys cached by a batch whose commit failed", cache.Len())
+	}
+	if st := s.Stats(); st != (adapters.Stats{Failures: 1}) {
+		t.Errorf("stats %+v, want one failure and nothing else", st)
+	}
+
+	allow()
+	res, err = s.Store(ctx, batch())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (adapters.BatchResult{Inserted: 2, Undecodable: 1}); res != want {
+		t.Errorf("after commits succeed again: %+v, want %+v (nothing of the failed batch was kept)", res, want)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); n != 3 {
+		t.Errorf("%d rows, want 3", n)
 	}
 }

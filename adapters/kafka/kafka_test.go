@@ -320,3 +320,51 @@ func TestNewNamesBadField(t *testing.T) {
 		Sink: adapters.SinkConfig{Store: txinbox.Store{DB: adaptertest.DeadPool(t)}, Consumer: "ledger"}}
 	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err }, adaptertest.BatchFields...)
 }
+
+// uncommitted returns the number of records of the topic above the group's committed offsets.
+func (f *fixture) uncommitted(t *testing.T) int {
+	t.Helper()
+	ctx := context.Background()
+	ends, err := f.adm.ListEndOffsets(ctx, f.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, err := f.adm.FetchOffsets(ctx, group)
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+		t.Fatal(err)
+	}
+	n := int64(0)
+	ends.Each(func(e kadm.ListedOffset) {
+		from := int64(0)
+		if c, ok := committed.Lookup(e.Topic, e.Partition); ok && c.At > 0 {
+			from = c.At
+		}
+		n += e.Offset - from
+	})
+	return int(n)
+}
+
+// TestCommitFailure runs the adapters' shared check (adaptertest.CommitFailure): while the inbox
+// commit fails, the batch is kept and stored again, its offsets never committed; once it succeeds,
+// each record is stored once and its offset committed. Kafka here is the in-process kfake cluster.
+func TestCommitFailure(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	db := testdb.New(t)
+	adaptertest.CommitFailure(t, db, adaptertest.Harness{
+		Publish: func(msgs []adaptertest.Msg) {
+			recs := make([]*kgo.Record, len(msgs))
+			for i, m := range msgs {
+				recs[i] = event(m.Key, m.Payload)
+				recs[i].Headers = append(recs[i].Headers, kgo.RecordHeader{Key: adapters.IdempotencyKeyHeader, Value: []byte(m.Key)})
+			}
+			f.produce(t, recs...)
+		},
+		Start: func(sink adapters.SinkConfig) adaptertest.Consumer {
+			c := newConsumer(t, f.config(sink))
+			start(t, c)
+			return c
+		},
+		Unacked: func() int { return f.uncommitted(t) },
+	})
+}

@@ -394,3 +394,39 @@ func TestNewNamesBadField(t *testing.T) {
 	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err },
 		append([]string{"Prefetch"}, adaptertest.BatchFields...)...)
 }
+
+// TestCommitFailure runs the adapters' shared check (adaptertest.CommitFailure): while the inbox
+// commit fails, the messages are negatively acknowledged, never acknowledged; once it succeeds, each
+// is stored once and acknowledged.
+func TestCommitFailure(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, time.Minute)
+	db := testdb.New(t)
+	adaptertest.CommitFailure(t, db, adaptertest.Harness{
+		Publish: func(msgs []adaptertest.Msg) {
+			ms := make([]*nats.Msg, len(msgs))
+			for i, m := range msgs {
+				ms[i] = event(m.Key, m.Payload)
+			}
+			f.publish(t, ms...)
+		},
+		Start: func(sink adapters.SinkConfig) adaptertest.Consumer {
+			jc, _ := f.consumer(t)
+			c := newConsumer(t, Config{Consumer: jc, Sink: sink})
+			start(t, c)
+			return c
+		},
+		Unacked: func() int {
+			// The stream holds only the published messages; every one up to the ack floor is acknowledged.
+			s, err := f.js.Stream(context.Background(), f.stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			si, err := s.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int(si.State.LastSeq - f.info(t).AckFloor.Stream)
+		},
+	})
+}

@@ -349,3 +349,28 @@ func TestNewNamesBadField(t *testing.T) {
 	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err },
 		append([]string{"Prefetch"}, adaptertest.BatchFields...)...)
 }
+
+// TestCommitFailure runs the adapters' shared check (adaptertest.CommitFailure): while the inbox
+// commit fails, the batch is requeued, never acknowledged; once it succeeds, each message is stored
+// once and acknowledged.
+func TestCommitFailure(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	db := testdb.New(t)
+	q, ch := queue(t, url)
+	adaptertest.CommitFailure(t, db, adaptertest.Harness{
+		Publish: func(msgs []adaptertest.Msg) {
+			ps := make([]amqp.Publishing, len(msgs))
+			for i, m := range msgs {
+				ps[i] = amqp.Publishing{MessageId: m.Key, Type: "credit", Body: m.Payload}
+			}
+			publish(t, ch, q, ps...)
+		},
+		Start: func(sink adapters.SinkConfig) adaptertest.Consumer {
+			c := newConsumer(t, Config{URL: url, Queue: q, Sink: sink})
+			start(t, c)
+			return c
+		},
+		Unacked: func() int { return ready(t, ch, q) },
+	})
+}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -460,9 +461,10 @@ func goTest(dir string, g guard, race bool, timeout time.Duration, failfast bool
 	if failfast {
 		args = append(args, "-failfast")
 	}
-	args = append(args, g.Pkg)
+	mod, pkg := splitModule(dir, g.Pkg)
+	args = append(args, pkg)
 	cmd := exec.Command("go", args...)
-	cmd.Dir = dir
+	cmd.Dir = filepath.Join(dir, mod)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -523,6 +525,28 @@ func goTest(dir string, g guard, race bool, timeout time.Duration, failfast bool
 		r.err = fmt.Errorf("go test %s: %v\n%s", strings.Join(args[1:], " "), waitErr, lastLines(r.output, 20))
 	}
 	return r
+}
+
+// splitModule finds the module of pkg, a "./" package path of a test: line (it may end in "/..."),
+// in the copy dir. It returns the module's directory, relative to dir, and pkg relative to it: the
+// nearest directory at or above pkg with a go.mod of its own (a nested module, such as adapters), or
+// "." and pkg as given when there is none (the repository's root module).
+func splitModule(dir, pkg string) (mod, rel string) {
+	p, tail := strings.TrimPrefix(pkg, "./"), ""
+	if p == "..." || strings.HasSuffix(p, "/...") {
+		p, tail = strings.TrimSuffix(strings.TrimSuffix(p, "..."), "/"), "/..."
+	}
+	p = path.Clean("./" + p)
+	for d := p; d != "."; d = path.Dir(d) {
+		if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(d), "go.mod")); err == nil {
+			rel = "."
+			if p != d {
+				rel = "./" + strings.TrimPrefix(p, d+"/")
+			}
+			return filepath.FromSlash(d), rel + tail
+		}
+	}
+	return ".", pkg
 }
 
 func firstLine(s string) string {

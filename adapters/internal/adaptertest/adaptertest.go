@@ -1,6 +1,7 @@
 // Package adaptertest holds what the broker adapters' tests share: broker discovery (failing in CI,
 // skipping elsewhere), a database handle that can be switched between a dead and a live pool, the
-// message plan of the duplicate/redelivery scenario, and the ledger check run through a worker.Pool.
+// message plan of the duplicate/redelivery scenario, the ledger check run through a worker.Pool, and
+// the check every adapter runs while the inbox commit fails (CommitFailure, RefuseCommits).
 package adaptertest
 
 import (

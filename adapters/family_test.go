@@ -1,0 +1,130 @@
+package adapters_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const (
+	sinkImport        = "github.com/txinbox/txinbox/adapters"
+	adaptertestImport = "github.com/txinbox/txinbox/adapters/internal/adaptertest"
+)
+
+// TestEveryAdapterChecksCommitFailure keeps the guarantee "an adapter acknowledges only what is
+// stored" tested for every broker adapter, present and future: it walks this module and fails for
+// each adapter package (a package outside internal/ whose code imports this package, the Sink's)
+// without a Test function that calls adaptertest.CommitFailure, the shared check that runs the
+// adapter against its broker while the inbox commit fails.
+func TestEveryAdapterChecksCommitFailure(t *testing.T) {
+	t.Parallel()
+	var found []string
+	err := filepath.WalkDir(".", func(dir string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if name := d.Name(); dir != "." && (name == "internal" || name == "testdata" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+			return filepath.SkipDir
+		}
+		if dir == "." || !isAdapter(t, dir) {
+			return nil
+		}
+		found = append(found, filepath.ToSlash(dir))
+		if !checksCommitFailure(t, dir) {
+			t.Errorf("adapter package %s has no Test function calling adaptertest.CommitFailure: "+
+				"nothing checks that it acknowledges only what the inbox committed", filepath.ToSlash(dir))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) == 0 {
+		t.Fatal("no adapter package found: the walk is broken")
+	}
+	slices.Sort(found)
+	t.Logf("adapters: %s", strings.Join(found, ", "))
+}
+
+// isAdapter reports whether the code (not the tests) of the package in dir imports the Sink's package.
+func isAdapter(t *testing.T, dir string) bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if importName(af, sinkImport) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// checksCommitFailure reports whether a test file in dir has a Test function that calls
+// adaptertest.CommitFailure.
+func checksCommitFailure(t *testing.T, dir string) bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkg := importName(af, adaptertestImport)
+		if pkg == "" {
+			continue
+		}
+		for _, decl := range af.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || fn.Body == nil || !strings.HasPrefix(fn.Name.Name, "Test") {
+				continue
+			}
+			calls := false
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				if c, ok := n.(*ast.CallExpr); ok {
+					if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "CommitFailure" {
+						if id, ok := sel.X.(*ast.Ident); ok && id.Name == pkg {
+							calls = true
+						}
+					}
+				}
+				return !calls
+			})
+			if calls {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// importName returns the name under which f imports path ("" if it does not).
+func importName(f *ast.File, path string) string {
+	for _, imp := range f.Imports {
+		if p, err := strconv.Unquote(imp.Path.Value); err != nil || p != path {
+			continue
+		}
+		if imp.Name != nil {
+			return imp.Name.Name
+		}
+		return path[strings.LastIndex(path, "/")+1:]
+	}
+	return ""
+}
