@@ -46,7 +46,7 @@ var postCases = map[string]func(t *testing.T, e *env) (confirm string){
 	},
 }
 
-// dump returns every row of every table of the schema, as text, in a stable order.
+// dump returns every row of every table of the schema, a line each ("table: row"), in a stable order.
 func (e *env) dump(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
@@ -60,12 +60,17 @@ func (e *env) dump(t *testing.T) string {
 	}
 	var b strings.Builder
 	for _, tb := range tables {
-		var s string
-		q := `SELECT coalesce(string_agg(x::text, E'\n' ORDER BY x::text), '') FROM ` + pgx.Identifier{e.Schema, tb}.Sanitize() + ` x`
-		if err := e.Pool.QueryRow(ctx, q).Scan(&s); err != nil {
+		rows, err := e.Pool.Query(ctx, `SELECT x::text FROM `+pgx.Identifier{e.Schema, tb}.Sanitize()+` x ORDER BY 1`)
+		if err != nil {
 			t.Fatal(err)
 		}
-		b.WriteString("-- " + tb + "\n" + s + "\n")
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines {
+			b.WriteString(tb + ": " + l + "\n")
+		}
 	}
 	return b.String()
 }
@@ -129,7 +134,7 @@ func TestEveryStateChangingRouteRequiresTheCSRFToken(t *testing.T) {
 					t.Errorf("%s %s, %s: %d, want 403 and the error page\n%s", method, path, r.name, code, body)
 				}
 				if after := e.dump(t); after != before {
-					t.Fatalf("%s %s, %s: the database changed:\nbefore:\n%s\nafter:\n%s", method, path, r.name, before, after)
+					t.Fatalf("%s %s, %s: the database changed:\n%s", method, path, r.name, lineDiff(before, after))
 				}
 			}
 			// The same form, with its token, same-site: the route does change these rows.
@@ -142,6 +147,31 @@ func TestEveryStateChangingRouteRequiresTheCSRFToken(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lineDiff lists the lines of before missing from after (-) and the lines of after new to it (+).
+func lineDiff(before, after string) string {
+	count := map[string]int{}
+	for _, l := range strings.Split(before, "\n") {
+		count[l]++
+	}
+	for _, l := range strings.Split(after, "\n") {
+		count[l]--
+	}
+	var b strings.Builder
+	for _, l := range strings.Split(before, "\n") {
+		if count[l] > 0 {
+			b.WriteString("- " + l + "\n")
+			count[l]--
+		}
+	}
+	for _, l := range strings.Split(after, "\n") {
+		if count[l] < 0 {
+			b.WriteString("+ " + l + "\n")
+			count[l]++
+		}
+	}
+	return b.String()
 }
 
 // otherSession returns e seen from another browser: a client without e's cookie.
