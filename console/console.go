@@ -135,7 +135,29 @@ type handler struct {
 	admin  actions
 	key    []byte // CSRF HMAC key, random per handler
 	pages  map[string]*template.Template
+	static http.Handler // the embedded files under /static/
 	mux    *http.ServeMux
+}
+
+// route is one entry of the console's router: a [http.ServeMux] pattern, which always names its
+// method, and the handler method that serves it.
+type route struct {
+	pattern string
+	serve   func(h *handler, w http.ResponseWriter, r *http.Request)
+}
+
+// routes is every route of the console, and the only place one is registered: newHandler builds its
+// ServeMux from this list, and the tests read it to find every route that changes something (every
+// method but GET and HEAD), each of which ServeHTTP guards with the CSRF check.
+var routes = []route{
+	{"GET /static/", func(h *handler, w http.ResponseWriter, r *http.Request) { h.static.ServeHTTP(w, r) }},
+	{"GET /{$}", (*handler).overview},
+	{"GET /message", (*handler).message},
+	{"GET /dead", (*handler).deadList},
+	{"GET /dead/confirm", (*handler).deadConfirm},
+	{"POST /dead/apply", (*handler).deadApply},
+	{"GET /pending/confirm", (*handler).pendingConfirm},
+	{"POST /pending/apply", (*handler).pendingApply},
 }
 
 func newHandler(db sqlc.DBTX, schema string, cfg Config, a actions) (http.Handler, error) {
@@ -155,14 +177,10 @@ func newHandler(db sqlc.DBTX, schema string, cfg Config, a actions) (http.Handle
 	if err != nil {
 		return nil, err
 	}
-	h.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	h.mux.HandleFunc("GET /{$}", h.overview)
-	h.mux.HandleFunc("GET /message", h.message)
-	h.mux.HandleFunc("GET /dead", h.deadList)
-	h.mux.HandleFunc("GET /dead/confirm", h.deadConfirm)
-	h.mux.HandleFunc("POST /dead/apply", h.deadApply)
-	h.mux.HandleFunc("GET /pending/confirm", h.pendingConfirm)
-	h.mux.HandleFunc("POST /pending/apply", h.pendingApply)
+	h.static = http.StripPrefix("/static/", http.FileServerFS(static))
+	for _, rt := range routes {
+		h.mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) { rt.serve(h, w, r) })
+	}
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusForbidden, "cross-origin request refused")
@@ -170,8 +188,8 @@ func newHandler(db sqlc.DBTX, schema string, cfg Config, a actions) (http.Handle
 	return cop.Handler(h), nil
 }
 
-// ServeHTTP sets the security headers and, for a POST, checks read-only mode and the CSRF token
-// before any handler runs.
+// ServeHTTP sets the security headers and, for every method but GET and HEAD (a POST: the only
+// other method a route takes), checks read-only mode and the CSRF token before any handler runs.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
@@ -180,7 +198,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("Cache-Control", "no-store")
-	if r.Method == http.MethodPost {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		if h.cfg.ReadOnly {
 			h.fail(w, r, http.StatusForbidden, "the console is read-only: nothing was changed")
 			return
