@@ -46,10 +46,10 @@ vet:
 	@for m in $(SUBMODULES); do [ -f $$m/go.mod ] || continue; echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
 
 ## lint: golangci-lint (.golangci.yml at the root) on the root module, every module in SUBMODULES and
-## tools/mutants.
+## tools/mutants (a run waits for another one on this machine to end).
 lint: $(BIN)/golangci-lint
-	$(BIN)/golangci-lint run --config '$(CURDIR)/.golangci.yml' ./...
-	@for m in $(SUBMODULES) tools/mutants; do [ -f $$m/go.mod ] || continue; echo "golangci-lint ($$m)"; (cd $$m && $(BIN)/golangci-lint run --config '$(CURDIR)/.golangci.yml' ./...) || exit 1; done
+	$(BIN)/golangci-lint run --allow-serial-runners --config '$(CURDIR)/.golangci.yml' ./...
+	@for m in $(SUBMODULES) tools/mutants; do [ -f $$m/go.mod ] || continue; echo "golangci-lint ($$m)"; (cd $$m && $(BIN)/golangci-lint run --allow-serial-runners --config '$(CURDIR)/.golangci.yml' ./...) || exit 1; done
 
 ## test: the whole suite (README's test command): vet, gofmt, golangci-lint, generated code, go test -race
 ## of every module.
@@ -68,6 +68,7 @@ test-submodules:
 	@if [ -f chaos/go.mod ]; then echo "go test (chaos)"; cd chaos && $(GO) test -race -count=1 -timeout 20m ./...; fi
 	@if [ -f txinboxtest/go.mod ]; then echo "go test (txinboxtest)"; cd txinboxtest && $(GO) test -race -count=1 -timeout 10m ./...; fi
 	@if [ -f console/e2e/go.mod ]; then echo "go test (console/e2e: headless Chromium)"; cd console/e2e && $(GO) test -race -count=1 -timeout 15m ./...; fi
+	@echo "go test (tools/mutants: the mutant list parses)"; cd tools/mutants && $(GO) test -count=1 ./...
 
 ## screenshot: the console's overview, taken by its browser test, into docs/console.png.
 screenshot:

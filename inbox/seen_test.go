@@ -531,9 +531,9 @@ func TestSeenInvalidMessageWithCachedKey(t *testing.T) {
 	}
 }
 
-// TestSeenRepeatOfConflictNotCached: within a batch, a repeat is compared with its first occurrence,
-// so the repeat of a conflicting message is reported a Duplicate (of that message, not of the stored
-// one). Its payload must not be cached as the key's: a later copy is a Conflict, as without a cache.
+// TestSeenRepeatOfConflictNotCached: within a batch, the repeat of a conflicting message is a
+// Conflict too (as TestReceiveManyRepeatOfConflict shows without a cache). Its payload must not be
+// cached as the key's: a later copy is a Conflict, as without a cache.
 func TestSeenRepeatOfConflictNotCached(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
