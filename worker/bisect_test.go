@@ -1,0 +1,235 @@
+package worker_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// bisectSizes are the numbers of messages handed to one batch handler call in the bisection tests:
+// a single message, the smallest halvings (2 and 3, whose halves are uneven), an odd size, a power of
+// two and the default HandlerConfig.BatchSize.
+var bisectSizes = []int{1, 2, 3, 7, 64, 500}
+
+// errTransient is the failure of a whole call, due to none of its messages.
+var errTransient = errors.New("transient failure of the call")
+
+// bisectCall is one call of a batch handler: the keys it was given, and whether it failed.
+type bisectCall struct {
+	keys   []string
+	failed bool
+}
+
+// bisectRun is one consumer of the bisection tests: n credit messages received before its pool
+// starts (so one claim and one handler call take them all), and the calls its handler got.
+type bisectRun struct {
+	e        *env
+	consumer string
+	keys     []string
+	mu       sync.Mutex
+	calls    []bisectCall
+	multi    int // calls of more than one message so far
+}
+
+// newBisectRun receives n messages of a consumer of its own (keys <consumer>-<i>) in e.
+func newBisectRun(t *testing.T, e *env, consumer string, n int) *bisectRun {
+	t.Helper()
+	r := &bisectRun{e: e, consumer: consumer, keys: keys(consumer, n)}
+	msgs := make([]inbox.Message, n)
+	for i, k := range r.keys {
+		msgs[i] = inbox.Message{Consumer: consumer, Key: k, Kind: "credit", Payload: []byte(`{"amount": 1}`)}
+	}
+	if _, err := e.client.ReceiveMany(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// start runs a pool of one runner for r's consumer whose batch handler (BatchSize n, MaxAttempts
+// maxAttempts) writes the effects of its messages, then returns fail(msgs, multi), multi being the
+// number of earlier calls of more than one message. The lease is short: a message the bisection
+// leaves undecided is run again by another claim soon, and is seen as an attempt started twice.
+func (r *bisectRun) start(t *testing.T, maxAttempts int, fail func(msgs []*worker.Message[credit], multi int) error) {
+	t.Helper()
+	hs := worker.NewHandlers()
+	worker.HandleBatch(hs, "credit", func(ctx context.Context, tx pgx.Tx, msgs []*worker.Message[credit]) error {
+		r.mu.Lock()
+		multi := r.multi
+		if len(msgs) > 1 {
+			r.multi++
+		}
+		r.mu.Unlock()
+		err := applyCredits(ctx, tx, r.e.Schema, msgs) // written first: a failed call's writes roll back
+		if err == nil {
+			err = fail(msgs, multi)
+		}
+		c := bisectCall{failed: err != nil}
+		for _, m := range msgs {
+			c.keys = append(c.keys, m.Key)
+		}
+		r.mu.Lock()
+		r.calls = append(r.calls, c)
+		r.mu.Unlock()
+		if !slices.IsSortedFunc(msgs, func(a, b *worker.Message[credit]) int { return cmp.Compare(a.ID, b.ID) }) ||
+			len(slices.CompactFunc(slices.Clone(msgs), func(a, b *worker.Message[credit]) bool { return a.ID == b.ID })) != len(msgs) {
+			t.Errorf("a call got %v: not in claim order (by id), or a message twice", c.keys)
+		}
+		return err
+	}, worker.HandlerConfig{BatchSize: len(r.keys), MaxAttempts: maxAttempts})
+	run(t, batchPool(t, r.e, nil, hs, func(c *worker.Config) {
+		c.Consumer = r.consumer
+		c.Concurrency = 1
+		c.Lease = 5 * time.Second
+		c.Timeout = 2 * time.Second
+	}))
+}
+
+// check waits until every message of r is completed or dead, then checks that each message of
+// poison is dead after one attempt, charged once with its own error ("poison <key>"), and every other
+// message completed in its first attempt, never charged, its effect applied exactly once.
+func (r *bisectRun) check(t *testing.T, poison ...string) {
+	t.Helper()
+	e := r.e
+	waitFor(t, "all settled", func() bool {
+		return e.Count(t, `SELECT count(*) FROM `+msgView+` m WHERE consumer = $1 AND state IN ('completed', 'dead')`, r.consumer) == int64(len(r.keys))
+	})
+	rows, err := e.Pool.Query(context.Background(), e.SQL(`SELECT key, state, attempts_started, attempts_failed, coalesce(last_error, '')
+		FROM `+msgView+` m WHERE consumer = $1 ORDER BY id`), r.consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		key, state      string
+		started, failed int
+		lastErr         string
+	}
+	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (m row, err error) {
+		return m, row.Scan(&m.key, &m.state, &m.started, &m.failed, &m.lastErr)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	first := r.calls[0]
+	r.mu.Unlock()
+	if len(first.keys) != len(r.keys) || first.failed != (len(r.keys) > 1) {
+		t.Fatalf("first call: %d messages (failed: %v), want all %d (failed if more than one)", len(first.keys), first.failed, len(r.keys))
+	}
+	bad := 0
+	for _, m := range got {
+		ok := m.state == "completed" && m.started == 1 && m.failed == 0 && m.lastErr == ""
+		if slices.Contains(poison, m.key) {
+			ok = m.state == "dead" && m.started == 1 && m.failed == 1 && strings.Contains(m.lastErr, "poison "+m.key)
+		}
+		if !ok {
+			if bad++; bad <= 5 {
+				t.Errorf("%s: %s, %d started, %d failed, error %q", m.key, m.state, m.started, m.failed, m.lastErr)
+			}
+		}
+	}
+	if bad > 0 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		t.Fatalf("%d of %d messages wrongly decided (poison %v); handler calls: %v", bad, len(r.keys), poison, r.calls)
+	}
+	want := len(r.keys) - len(poison)
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects WHERE key = ANY($1)`, r.keys); n != int64(want) {
+		t.Fatalf("effects = %d, want %d", n, want)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects WHERE key = ANY($1)`, poison); n != 0 {
+		t.Fatalf("%d poison effects kept", n)
+	}
+}
+
+// A batch handler whose calls of several messages fail for a reason that is none of the messages'
+// (the whole first call; the first call and then its first half; every call of more than one
+// message), while each message alone succeeds: the bisection charges no one. Every message completes
+// in its first attempt, exactly once, with no failure counted and no error kept; none is dead. The
+// sizes make every branch of the search run: a left half that succeeds (the culprit then inferred in
+// the right half and called alone), a left half that fails (the right half left for the next round),
+// rounds after rounds, uneven halves.
+func TestBatchHandlerTransientFailureChargesNoOne(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	runs := 0
+	for _, tc := range []struct {
+		name string
+		fail func(msgs []*worker.Message[credit], multi int) error
+	}{
+		{"the whole call", func(msgs []*worker.Message[credit], multi int) error {
+			if len(msgs) > 1 && multi == 0 {
+				return errTransient
+			}
+			return nil
+		}},
+		{"the whole call and its first half", func(msgs []*worker.Message[credit], multi int) error {
+			if len(msgs) > 1 && multi < 2 {
+				return errTransient
+			}
+			return nil
+		}},
+		{"every call of several messages", func(msgs []*worker.Message[credit], multi int) error {
+			if len(msgs) > 1 {
+				return errTransient
+			}
+			return nil
+		}},
+	} {
+		for _, n := range bisectSizes {
+			t.Run(fmt.Sprintf("%s/%d", tc.name, n), func(t *testing.T) {
+				runs++
+				r := newBisectRun(t, e, fmt.Sprintf("t%d", runs), n)
+				r.start(t, 3, tc.fail)
+				r.check(t)
+			})
+		}
+	}
+}
+
+// One poison message among n (first, in the middle, last), failing every call it is in with its own
+// error (an ordinary error, or a BatchErrors naming it), plus one transient failure of the whole first
+// call: only the poison is charged, with its own error (MaxAttempts 1: dead at once); every other
+// message completes in its first attempt, exactly once, never charged.
+func TestBatchHandlerTransientFailureChargesOnlyThePoison(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	runs := 0
+	for _, named := range []bool{false, true} {
+		for _, n := range bisectSizes[1:] {
+			for _, pos := range slices.Compact([]int{0, n / 2, n - 1}) {
+				t.Run(fmt.Sprintf("named=%v/%d/at %d", named, n, pos), func(t *testing.T) {
+					runs++
+					r := newBisectRun(t, e, fmt.Sprintf("p%d", runs), n)
+					poison := r.keys[pos]
+					r.start(t, 1, func(msgs []*worker.Message[credit], multi int) error {
+						if len(msgs) > 1 && multi == 0 {
+							return errTransient
+						}
+						for _, m := range msgs {
+							if m.Key != poison {
+								continue
+							}
+							if named {
+								return worker.BatchErrors{m.ID: fmt.Errorf("poison %s", m.Key)}
+							}
+							return fmt.Errorf("poison %s", m.Key)
+						}
+						return nil
+					})
+					r.check(t, poison)
+				})
+			}
+		}
+	}
+}
