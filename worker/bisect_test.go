@@ -17,7 +17,7 @@ import (
 )
 
 // bisectSizes are the numbers of messages handed to one batch handler call in the bisection tests:
-// a single message, the smallest halvings (2 and 3, whose halves are uneven), an odd size, a power of
+// a single message, the smallest sets to halve (2, and 3 unevenly), an odd size, a power of
 // two and the default HandlerConfig.BatchSize.
 var bisectSizes = []int{1, 2, 3, 7, 64, 500}
 
