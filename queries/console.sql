@@ -21,12 +21,16 @@ SELECT c.consumer::text AS consumer FROM c WHERE c.consumer IS NOT NULL LIMIT sq
 -- retrying (waiting, claimed before: failed, handed back by a stopping pool, or replayed; the queue
 -- row's fencing token is above 0 once a message has been claimed), claimed (held by a worker), and
 -- the wait of the oldest due waiting message (seconds).
+WITH listed AS (
+    SELECT b.consumer, u.id FROM /* TEMPLATE: schema */inbox_batch b, unnest(b.ids) AS u(id)
+)
 SELECT q.consumer,
-       count(*) FILTER (WHERE NOT q.claimed AND q.token = 0)::bigint AS pending,
-       count(*) FILTER (WHERE NOT q.claimed AND q.token > 0)::bigint AS retrying,
-       count(*) FILTER (WHERE q.claimed)::bigint AS claimed,
-       coalesce(extract(epoch FROM now() - min(q.run_at) FILTER (WHERE NOT q.claimed AND q.run_at <= now())), 0)::float8 AS oldest_due_seconds
+       count(*) FILTER (WHERE l.id IS NULL AND q.token = 0)::bigint AS pending,
+       count(*) FILTER (WHERE l.id IS NULL AND q.token > 0)::bigint AS retrying,
+       count(l.id)::bigint AS claimed,
+       coalesce(extract(epoch FROM now() - min(q.run_at) FILTER (WHERE l.id IS NULL AND q.run_at <= now())), 0)::float8 AS oldest_due_seconds
 FROM /* TEMPLATE: schema */inbox_queue q
+LEFT JOIN listed l ON l.id = q.id AND l.consumer = q.consumer
 GROUP BY q.consumer
 ORDER BY q.consumer;
 
@@ -109,14 +113,16 @@ SELECT d.id FROM /* TEMPLATE: schema */inbox_dead d WHERE d.id = ANY(@ids::bigin
 -- the highest id among them: the snapshot a discard is confirmed for. Reads the ready index.
 SELECT count(*)::bigint AS matching, coalesce(max(q.id), 0)::bigint AS max_id
 FROM /* TEMPLATE: schema */inbox_queue q
-WHERE q.consumer = @consumer AND NOT q.claimed;
+WHERE q.consumer = @consumer
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = @consumer AND q.id = ANY (b.ids));
 
 -- name: ConsolePendingIDs :many
 -- The ids of @consumer's queued messages that no worker holds, up to @max_id, in id order, at most
 -- @max_rows.
 SELECT q.id
 FROM /* TEMPLATE: schema */inbox_queue q
-WHERE q.consumer = @consumer AND NOT q.claimed AND q.id <= @max_id
+WHERE q.consumer = @consumer AND q.id <= @max_id
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = @consumer AND q.id = ANY (b.ids))
 ORDER BY q.id
 LIMIT @max_rows;
 

@@ -54,6 +54,13 @@ func (o rollupObserver) Handled(e HandleEvent) {
 	}
 }
 
+// Charged passes the event on to the pool's Observer if it is a TakeoverObserver.
+func (o rollupObserver) Charged(e ChargeEvent) {
+	if t, ok := o.next.(TakeoverObserver); ok {
+		t.Charged(e)
+	}
+}
+
 // TakenOver passes the event on to the pool's Observer if it is a TakeoverObserver.
 func (o rollupObserver) TakenOver(e TakeoverEvent) {
 	if t, ok := o.next.(TakeoverObserver); ok {

@@ -287,7 +287,8 @@ func (q *Queries) ConsoleMatchDead(ctx context.Context, db DBTX, arg ConsoleMatc
 const consoleMatchPending = `-- name: ConsoleMatchPending :one
 SELECT count(*)::bigint AS matching, coalesce(max(q.id), 0)::bigint AS max_id
 FROM /* TEMPLATE: schema */inbox_queue q
-WHERE q.consumer = $1 AND NOT q.claimed
+WHERE q.consumer = $1
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = $1 AND q.id = ANY (b.ids))
 `
 
 type ConsoleMatchPendingRow struct {
@@ -322,7 +323,8 @@ func (q *Queries) ConsoleMessageID(ctx context.Context, db DBTX, consumer string
 const consolePendingIDs = `-- name: ConsolePendingIDs :many
 SELECT q.id
 FROM /* TEMPLATE: schema */inbox_queue q
-WHERE q.consumer = $1 AND NOT q.claimed AND q.id <= $2
+WHERE q.consumer = $1 AND q.id <= $2
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = $1 AND q.id = ANY (b.ids))
 ORDER BY q.id
 LIMIT $3
 `
@@ -356,12 +358,16 @@ func (q *Queries) ConsolePendingIDs(ctx context.Context, db DBTX, arg ConsolePen
 }
 
 const consoleQueueCounts = `-- name: ConsoleQueueCounts :many
+WITH listed AS (
+    SELECT b.consumer, u.id FROM /* TEMPLATE: schema */inbox_batch b, unnest(b.ids) AS u(id)
+)
 SELECT q.consumer,
-       count(*) FILTER (WHERE NOT q.claimed AND q.token = 0)::bigint AS pending,
-       count(*) FILTER (WHERE NOT q.claimed AND q.token > 0)::bigint AS retrying,
-       count(*) FILTER (WHERE q.claimed)::bigint AS claimed,
-       coalesce(extract(epoch FROM now() - min(q.run_at) FILTER (WHERE NOT q.claimed AND q.run_at <= now())), 0)::float8 AS oldest_due_seconds
+       count(*) FILTER (WHERE l.id IS NULL AND q.token = 0)::bigint AS pending,
+       count(*) FILTER (WHERE l.id IS NULL AND q.token > 0)::bigint AS retrying,
+       count(l.id)::bigint AS claimed,
+       coalesce(extract(epoch FROM now() - min(q.run_at) FILTER (WHERE l.id IS NULL AND q.run_at <= now())), 0)::float8 AS oldest_due_seconds
 FROM /* TEMPLATE: schema */inbox_queue q
+LEFT JOIN listed l ON l.id = q.id AND l.consumer = q.consumer
 GROUP BY q.consumer
 ORDER BY q.consumer
 `
