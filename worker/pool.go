@@ -283,8 +283,8 @@ type Pool struct {
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
 	snoozeKey int64
-	tracer  trace.Tracer
-	maxTO   time.Duration // longest handler timeout: the batch statement_timeout
+	tracer    trace.Tracer
+	maxTO     time.Duration // longest handler timeout: the batch statement_timeout
 	// claimMax is the most messages claimed at once: Config.BatchSize, or the largest
 	// HandlerConfig.BatchSize of a batch handler if larger.
 	claimMax int
