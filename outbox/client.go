@@ -84,16 +84,14 @@ func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]str
 		EventIds: make([]string, n), Topics: make([]string, n), Keys: make([]string, n), Payloads: make([]string, n),
 		Headers: make([]string, n), NotBefores: make([]pgtype.Timestamptz, n), NotifyChannel: c.notify.channel,
 	}
-	total := 0
+	if total := callBytes(msgs); total > MaxCallBytes {
+		return nil, &txinbox.ArgumentError{Name: "msgs", Reason: fmt.Sprintf("payloads and headers of %d bytes together, more than the limit of %d", total, MaxCallBytes)}
+	}
 	now := time.Now()
 	for i := range msgs {
 		m := &msgs[i]
-		size, err := validate(i, m, c.cfg.MaxPayloadBytes)
-		if err != nil {
+		if err := validate(i, m, c.cfg.MaxPayloadBytes); err != nil {
 			return nil, err
-		}
-		if total += size; total > MaxCallBytes {
-			return nil, &txinbox.ArgumentError{Name: "msgs", Reason: fmt.Sprintf("payloads and headers of more than %d bytes together (at message %d)", MaxCallBytes, i)}
 		}
 		p.EventIds[i], p.Topics[i], p.Keys[i], p.Payloads[i] = newEventID(now), m.Topic, m.Key, string(m.Payload)
 		p.Headers[i] = headersJSON(m.Headers)
@@ -114,6 +112,18 @@ func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]str
 		return nil, fmt.Errorf("txinbox: publishing %d events wrote %d", n, written)
 	}
 	return p.EventIds, nil
+}
+
+// callBytes returns the bytes of the payloads and headers of msgs.
+func callBytes(msgs []Message) int {
+	total := 0
+	for i := range msgs {
+		total += len(msgs[i].Payload)
+		for k, v := range msgs[i].Headers {
+			total += len(k) + len(v)
+		}
+	}
+	return total
 }
 
 // headersJSON encodes validated headers as a JSON object ({} when there are none).

@@ -77,10 +77,10 @@ func (e *ValidationError) Error() string {
 // Is reports whether target is [ErrInvalidEvent].
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalidEvent }
 
-// validate checks m (the i-th message of a call) and returns the bytes its payload and headers take.
-func validate(i int, m *Message, maxPayload int) (int, error) {
-	bad := func(field string, err error) (int, error) {
-		return 0, &ValidationError{Index: i, Field: field, Reason: err.Error()}
+// validate checks m, the i-th message of a call.
+func validate(i int, m *Message, maxPayload int) error {
+	bad := func(field string, err error) error {
+		return &ValidationError{Index: i, Field: field, Reason: err.Error()}
 	}
 	if err := txinbox.ValidateText(m.Topic, MaxTopicBytes, false); err != nil {
 		return bad("topic", err)
@@ -91,14 +91,13 @@ func validate(i int, m *Message, maxPayload int) (int, error) {
 	if err := validatePayload(m.Payload, maxPayload); err != nil {
 		return bad("payload", err)
 	}
-	hb, err := validateHeaders(m.Headers)
-	if err != nil {
+	if err := validateHeaders(m.Headers); err != nil {
 		return bad("headers", err)
 	}
 	if !m.NotBefore.IsZero() && (m.NotBefore.Year() < 1 || m.NotBefore.Year() > 9999) {
 		return bad("not_before", fmt.Errorf("year %d is not between 1 and 9999", m.NotBefore.Year()))
 	}
-	return len(m.Payload) + hb, nil
+	return nil
 }
 
 func validatePayload(p []byte, maxBytes int) error {
@@ -115,25 +114,24 @@ func validatePayload(p []byte, maxBytes int) error {
 	return nil
 }
 
-// validateHeaders checks h and returns the bytes of its names and values.
-func validateHeaders(h map[string]string) (int, error) {
+func validateHeaders(h map[string]string) error {
 	if len(h) > MaxHeaders {
-		return 0, fmt.Errorf("%d headers, more than the limit of %d", len(h), MaxHeaders)
+		return fmt.Errorf("%d headers, more than the limit of %d", len(h), MaxHeaders)
 	}
 	total := 0
 	for k, v := range h {
 		if err := txinbox.ValidateText(k, MaxHeaderNameBytes, false); err != nil {
-			return 0, fmt.Errorf("name %q %v", truncate(k), err)
+			return fmt.Errorf("name %q %v", truncate(k), err)
 		}
 		if err := txinbox.ValidateText(v, MaxHeaderValueBytes, true); err != nil {
-			return 0, fmt.Errorf("%q value %v", truncate(k), err)
+			return fmt.Errorf("%q value %v", truncate(k), err)
 		}
 		total += len(k) + len(v)
 	}
 	if total > MaxHeadersBytes {
-		return 0, fmt.Errorf("%d bytes of names and values, more than the limit of %d", total, MaxHeadersBytes)
+		return fmt.Errorf("%d bytes of names and values, more than the limit of %d", total, MaxHeadersBytes)
 	}
-	return total, nil
+	return nil
 }
 
 func truncate(s string) string {
