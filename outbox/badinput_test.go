@@ -71,8 +71,12 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{name: "payload too large", client: small, msgs: with(func(m *outbox.Message) { m.Payload = []byte(`"` + strings.Repeat("x", 64) + `"`) }), field: "payload"},
 		{name: "too many headers", msgs: with(func(m *outbox.Message) { m.Headers = manyHeaders }), field: "headers"},
 		{name: "empty header name", msgs: with(func(m *outbox.Message) { m.Headers = map[string]string{"": "v"} }), field: "headers"},
-		{name: "header name too long", msgs: with(func(m *outbox.Message) { m.Headers = map[string]string{strings.Repeat("n", outbox.MaxHeaderNameBytes+1): "v"} }), field: "headers"},
-		{name: "header value too long", msgs: with(func(m *outbox.Message) { m.Headers = map[string]string{"n": strings.Repeat("v", outbox.MaxHeaderValueBytes+1)} }), field: "headers"},
+		{name: "header name too long", msgs: with(func(m *outbox.Message) {
+			m.Headers = map[string]string{strings.Repeat("n", outbox.MaxHeaderNameBytes+1): "v"}
+		}), field: "headers"},
+		{name: "header value too long", msgs: with(func(m *outbox.Message) {
+			m.Headers = map[string]string{"n": strings.Repeat("v", outbox.MaxHeaderValueBytes+1)}
+		}), field: "headers"},
 		{name: "header value with CR", msgs: with(func(m *outbox.Message) { m.Headers = map[string]string{"n": "a\rb"} }), field: "headers"},
 		{name: "header name with NUL", msgs: with(func(m *outbox.Message) { m.Headers = map[string]string{"a\x00": "v"} }), field: "headers"},
 		{name: "headers too large together", msgs: with(func(m *outbox.Message) { m.Headers = bigHeaders }), field: "headers"},
