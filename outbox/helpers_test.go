@@ -187,6 +187,13 @@ func (r *recorder) ackedIDs() []string {
 	return out
 }
 
+// handed returns every event handed over, in order, repeats included.
+func (r *recorder) handed() []outbox.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
 // acked returns the events acknowledged, in order, repeats included.
 func (r *recorder) ackedEvents() []outbox.Event {
 	r.mu.Lock()
