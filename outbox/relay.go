@@ -280,7 +280,7 @@ func (r *Relay) checkSchema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("txinbox: checking the schema %q: %w", r.store.Schema, err)
 	}
-	if !row.Outbox || !row.Queue {
+	if !row.Events || !row.Queue {
 		return fmt.Errorf("%w: schema %q: no table outbox or outbox_queue (migration 00009), or this role may not read and write them",
 			txinbox.ErrNotMigrated, r.store.Schema)
 	}

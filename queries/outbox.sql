@@ -173,5 +173,5 @@ FROM /* TEMPLATE: schema */outbox_rotate(sqlc.narg(period)::interval, sqlc.arg(k
 -- name: OutboxTables :one
 -- Whether the outbox tables exist, by their schema-qualified, quoted names, and whether this session
 -- may read and write them. Checked by Relay.Start.
-SELECT coalesce(has_table_privilege(to_regclass(@outbox_table::text), 'SELECT, INSERT, UPDATE'), false)::bool AS outbox,
+SELECT coalesce(has_table_privilege(to_regclass(@outbox_table::text), 'SELECT, INSERT, UPDATE'), false)::bool AS events,
        coalesce(has_table_privilege(to_regclass(@queue_table::text), 'SELECT, INSERT, UPDATE, DELETE'), false)::bool AS queue;

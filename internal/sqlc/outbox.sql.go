@@ -334,12 +334,12 @@ func (q *Queries) OutboxRotate(ctx context.Context, db DBTX, period pgtype.Inter
 }
 
 const outboxTables = `-- name: OutboxTables :one
-SELECT coalesce(has_table_privilege(to_regclass($1::text), 'SELECT, INSERT, UPDATE'), false)::bool AS outbox,
+SELECT coalesce(has_table_privilege(to_regclass($1::text), 'SELECT, INSERT, UPDATE'), false)::bool AS events,
        coalesce(has_table_privilege(to_regclass($2::text), 'SELECT, INSERT, UPDATE, DELETE'), false)::bool AS queue
 `
 
 type OutboxTablesRow struct {
-	Outbox bool
+	Events bool
 	Queue  bool
 }
 
@@ -348,6 +348,6 @@ type OutboxTablesRow struct {
 func (q *Queries) OutboxTables(ctx context.Context, db DBTX, outboxTable string, queueTable string) (OutboxTablesRow, error) {
 	row := db.QueryRow(ctx, outboxTables, outboxTable, queueTable)
 	var i OutboxTablesRow
-	err := row.Scan(&i.Outbox, &i.Queue)
+	err := row.Scan(&i.Events, &i.Queue)
 	return i, err
 }
