@@ -237,3 +237,29 @@ func TestStopHandsBackUnacknowledgedEvents(t *testing.T) {
 		}
 	}
 }
+
+// A claim skips the queue rows another session has locked (a relay recording their outcome, stuck
+// behind a rotation, say) instead of waiting for them: the other events go on meanwhile.
+func TestClaimSkipsLockedEvents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	locked := e.publish(t, msg("t", "a", 1))
+	free := e.publish(t, msg("t", "b", 2))
+	tx, err := e.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, e.SQL(`SELECT q.id FROM {schema}.outbox_queue q JOIN {schema}.outbox m USING (id)
+		WHERE m.event_id::text = $1 FOR UPDATE OF q`), locked[0]); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(t, nil)
+	run(t, e.relay(t, rec, nil))
+	waitFor(t, "the free event sent", func() bool { return slices.Contains(rec.ackedIDs(), free[0]) })
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the other event sent once its row is free", func() bool { return e.count(t, "sent") == 2 })
+}
