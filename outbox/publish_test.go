@@ -125,26 +125,33 @@ func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	pub := outbox.PublisherFunc(func(context.Context, []outbox.Event) error { return nil })
-	for name, err := range map[string]error{
-		"MaxPayloadBytes": func() error { _, err := outbox.New(e.Store(), outbox.Config{MaxPayloadBytes: -1}); return err }(),
-		"Store.DB":        func() error { _, err := outbox.New(txinbox.Store{}, outbox.Config{}); return err }(),
-		"Publisher":       func() error { _, err := outbox.NewRelay(e.Store(), outbox.RelayConfig{}); return err }(),
-		"Timeout": func() error {
-			_, err := outbox.NewRelay(e.Store(), outbox.RelayConfig{Publisher: pub, Lease: time.Second, Timeout: time.Second})
-			return err
-		}(),
-		"BatchSize": func() error {
-			_, err := outbox.NewRelay(e.Store(), outbox.RelayConfig{Publisher: pub, BatchSize: outbox.MaxBatchSize + 1})
-			return err
-		}(),
-		"HotWindow": func() error {
-			_, err := outbox.NewRelay(e.Store(), outbox.RelayConfig{Publisher: pub, HotWindow: txinbox.DefaultNotifyInterval})
-			return err
-		}(),
+	relayOn := func(mod func(st *txinbox.Store, c *outbox.RelayConfig)) error {
+		st, cfg := e.Store(), outbox.RelayConfig{Publisher: pub}
+		mod(&st, &cfg)
+		_, err := outbox.NewRelay(st, cfg)
+		return err
+	}
+	conn, err := e.Pool.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, tc := range []struct {
+		field string
+		err   error
+	}{
+		{"MaxPayloadBytes", func() error { _, err := outbox.New(e.Store(), outbox.Config{MaxPayloadBytes: -1}); return err }()},
+		{"Store.DB", func() error { _, err := outbox.New(txinbox.Store{}, outbox.Config{}); return err }()},
+		{"Publisher", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Publisher = nil })},
+		{"Store.DB", relayOn(func(st *txinbox.Store, _ *outbox.RelayConfig) { st.DB = conn.Conn() })},
+		{"Timeout", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Lease, c.Timeout = time.Second, time.Second })},
+		{"ClaimTimeout", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Lease, c.ClaimTimeout = time.Second, time.Second })},
+		{"BatchSize", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.BatchSize = outbox.MaxBatchSize + 1 })},
+		{"HotWindow", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.HotWindow = txinbox.DefaultNotifyInterval })},
 	} {
 		var ce *txinbox.ConfigError
-		if !errors.As(err, &ce) || ce.Field != name || !errors.Is(err, txinbox.ErrInvalidConfig) {
-			t.Errorf("%s: got %v, want a *txinbox.ConfigError of that field", name, err)
+		if !errors.As(tc.err, &ce) || ce.Field != tc.field || !errors.Is(tc.err, txinbox.ErrInvalidConfig) {
+			t.Errorf("%s: got %v, want a *txinbox.ConfigError of that field", tc.field, tc.err)
 		}
 	}
 	ctx := context.Background()

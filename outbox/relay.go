@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
@@ -161,7 +162,11 @@ var _ txinbox.Service = (*Relay)(nil)
 //
 // A runner claims a batch of due events (SELECT ... FOR UPDATE SKIP LOCKED on the narrow
 // outbox_queue table, at most one event per key: see the package documentation), stamping a lease
-// and a new fencing token, and commits the claim on its own. It hands the batch to the Publisher,
+// and a new fencing token, and commits the claim on its own. The claims of all the relays of a
+// schema take turns (a transaction-scoped advisory lock, a few milliseconds each), so that every
+// claim sees the claims before it: otherwise two claims at once could each take an event of one key
+// (an event committed late, older by id than the one the other claim took). It hands the batch to
+// the Publisher,
 // outside any transaction, then records each event's outcome in one statement: sent and dead events
 // leave the queue, failed ones come back after their backoff. Only claims still holding the runner's
 // token are recorded: a relay whose lease ended (its Publish call hung, or it was frozen) and whose
@@ -213,14 +218,20 @@ const defaultSnooze = 30 * time.Second
 // finishTimeout bounds the statements that record a batch's outcomes.
 const finishTimeout = 10 * time.Second
 
-// NewRelay returns a relay of st's outbox (whose DB, usually a *pgxpool.Pool, it uses at most
-// Concurrency+1 connections of, the one it listens on aside; whose NotifyInterval its HotWindow must
-// exceed). It checks st and cfg (a *[txinbox.ConfigError] says which field is wrong) and does not
-// touch the database; Start does.
+// NewRelay returns a relay of st's outbox. st.DB must be a connection pool (a *pgxpool.Pool, say), of
+// which the relay holds at most Concurrency connections at once (the one it listens on is opened
+// apart); a *pgx.Conn or a pgx.Tx is a *[txinbox.ConfigError] (Field "Store.DB"): a claim must commit
+// on its own, and the runners work at once. st.NotifyInterval is the debounce its HotWindow must
+// exceed. NewRelay checks st and cfg (a *[txinbox.ConfigError] says which field is wrong) and does
+// not touch the database; Start does.
 func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	st, err := st.Resolve()
 	if err != nil {
 		return nil, err
+	}
+	switch st.DB.(type) {
+	case *pgx.Conn, pgx.Tx:
+		return nil, &txinbox.ConfigError{Field: "Store.DB", Reason: "the relay needs a connection pool (*pgxpool.Pool): its claims commit on their own, and its runners work at once"}
 	}
 	cfg, err = cfg.withDefaults(st)
 	if err != nil {

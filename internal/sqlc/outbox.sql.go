@@ -29,6 +29,7 @@ WITH candidates AS (
     SET run_at = now() + make_interval(secs => $2::float8)
     FROM candidates c
     WHERE q.id = c.id AND NOT c.head AND NOT c.ready
+      AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id
 ), claimed AS (
     UPDATE /* TEMPLATE: schema */outbox_queue q
@@ -36,6 +37,7 @@ WITH candidates AS (
         token = q.token + 1, attempts_started = q.attempts_started + 1, owner = $4, started_at = now()
     FROM candidates c
     WHERE q.id = c.id AND c.head
+      AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id, q.token, q.attempts_started, c.claimed AS taken_over
 )
 SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key, m.payload, m.headers,
@@ -87,6 +89,8 @@ type OutboxClaimRow struct {
 // snoozed, one placeholder row with id 0 says so (the caller claims again).
 // The claim stamps owner, lease (run_at), a new fencing token and the attempt, and commits on its
 // own, before anything is published. Run it in a transaction holding OutboxClaimLock.
+// Plans: the redundant `q.id = ANY (ARRAY(...))` makes the updates look the rows up by primary key
+// even in a generic plan, which cannot see @max (the worker's ClaimBatch says why).
 // Each outbox row is read by its id, once per claimed row (OFFSET 0 keeps the subquery from being
 // flattened into a join, as in the worker's ClaimBatch).
 func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParams) ([]OutboxClaimRow, error) {
