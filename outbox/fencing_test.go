@@ -95,7 +95,7 @@ func TestFencedStaleRelayRecordsNothing(t *testing.T) {
 			close(pa.release) // A's call returns, long after its lease
 			stop(t, a)        // A has recorded what it would
 			if now := e.snapshot(t); now != held {
-				t.Errorf("relay A, fenced out, changed B's claim:\n  B's claim: %s\n  after A:   %s", held, now)
+				t.Fatalf("relay A, fenced out, changed B's claim:\n  B's claim: %s\n  after A:   %s", held, now)
 			}
 
 			pb.release <- struct{}{} // B's call returns

@@ -226,8 +226,11 @@ func TestStopHandsBackUnacknowledgedEvents(t *testing.T) {
 		t.Fatalf("Stop with a call in flight: %v, want the deadline's error", err)
 	}
 	waitFor(t, "the events handed back", func() bool {
-		return e.Count(t, `SELECT count(*) FROM {schema}.outbox_queue WHERE NOT claimed AND attempts_started = 0`) == 2
+		return e.Count(t, `SELECT count(*) FROM {schema}.outbox_queue WHERE NOT claimed`) == 2
 	})
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.outbox_queue WHERE attempts_started <> 0`); n != 0 {
+		t.Errorf("%d events handed back were charged the attempt", n)
+	}
 	rec := newRecorder(t, nil)
 	run(t, e.relay(t, rec, nil))
 	waitFor(t, "both sent", func() bool { return e.count(t, "sent") == 2 })
