@@ -87,7 +87,7 @@ func TestRotationRemovesSentEventsPastTheWindowKeepsTheRest(t *testing.T) {
 		}
 		stored, slots := e.topics(t)
 		if !rot.Rotated || rot.Generation != want.gen || rot.Copied != want.copied || stored != want.stored || slots != want.inSlots {
-			t.Errorf("rotation %d: %+v, stored %s in slots %s; want generation %d, %d copied, stored %s in slots %s",
+			t.Fatalf("rotation %d: %+v, stored %s in slots %s; want generation %d, %d copied, stored %s in slots %s",
 				i+1, rot, stored, slots, want.gen, want.copied, want.stored, want.inSlots)
 		}
 	}

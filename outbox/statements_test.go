@@ -124,7 +124,7 @@ func TestEveryStatementRunsInItsSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := c.Publish(ctx, tx, msg("t", "k", 1), msg("t", "k", 2))
+		_, err := c.Publish(ctx, tx, msg("t", "k1", 1), msg("t", "k2", 2)) // keyed, so that OutboxReadyNext runs
 		return err
 	}); err != nil {
 		t.Fatal(err)
