@@ -165,12 +165,12 @@ var _ txinbox.Service = (*Relay)(nil)
 // and a new fencing token, and commits the claim on its own. The claims of all the relays of a
 // schema take turns (a transaction-scoped advisory lock, a few milliseconds each), so that every
 // claim sees the claims before it: otherwise two claims at once could each take an event of one key
-// (an event committed late, older by id than the one the other claim took). It hands the batch to
-// the Publisher,
-// outside any transaction, then records each event's outcome in one statement: sent and dead events
-// leave the queue, failed ones come back after their backoff. Only claims still holding the runner's
-// token are recorded: a relay whose lease ended (its Publish call hung, or it was frozen) and whose
-// events another relay took over changes nothing of the other relay's claim.
+// (an event committed late, older by id than the one the other claim took). The runner hands the
+// batch to the Publisher, outside any transaction, then records each event's outcome in one
+// statement: sent and dead events leave the queue, failed ones come back after their backoff. Only
+// claims still holding the runner's token are recorded: a relay whose lease ended (its Publish call
+// hung, or it was frozen) and whose events another relay took over changes nothing of the other
+// relay's claim.
 //
 // Crash recovery: a relay that dies (or hangs, or loses its database) leaves its claims; each is
 // taken over by the next claim after its lease ends (at most PollInterval later), and its events are
