@@ -168,7 +168,9 @@ func (e *Env) Recovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult,
 	if err := hold.cmd.Process.Kill(); err != nil { // SIGKILL
 		return res, err
 	}
-	<-hold.done
+	if err := <-hold.done; err == nil {
+		return res, errors.New("the holding process exited 0 instead of being killed")
+	}
 
 	for {
 		c, err := s.startChild(ctx, "recover", cfg)
