@@ -39,7 +39,6 @@ import (
 	"embed"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"io"
@@ -51,8 +50,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/admin"
 )
 
 // Defaults and limits.
@@ -111,28 +109,19 @@ func (c *Config) check() *configError {
 	return nil
 }
 
-// actions is what changes messages: the admin.Admin methods (inbox.go).
-type actions interface {
-	message(ctx context.Context, id int64) (messageView, error)
-	replayDead(ctx context.Context, ids []int64) ([]int64, error)
-	discardDead(ctx context.Context, ids []int64) ([]int64, error)
-	discardPending(ctx context.Context, consumer string, ids []int64) (discarded, claimed []int64, err error)
-}
-
-var errNotFound = errors.New("no such message")
-
 //go:embed templates/*.html
 var templateFS embed.FS
 
 //go:embed static
 var staticFS embed.FS
 
+// handler serves the pages. Every figure and every change goes through its admin.Admin: the console
+// presents what package admin answers (the CLI presents the same answers), and runs no statement
+// of its own.
 type handler struct {
 	cfg    Config
-	schema string    // the Store's schema
-	raw    sqlc.DBTX // statements without the schema marker
-	db     sqlc.DBTX // statements of queries/console.sql, for schema
-	admin  actions
+	schema string // the Store's schema
+	admin  *admin.Admin
 	key    []byte // CSRF HMAC key, random per handler
 	pages  map[string]*template.Template
 	static http.Handler // the embedded files under /static/
@@ -160,8 +149,8 @@ var routes = []route{
 	{"POST /pending/apply", (*handler).pendingApply},
 }
 
-func newHandler(db sqlc.DBTX, schema string, cfg Config, a actions) (http.Handler, error) {
-	h := &handler{cfg: cfg, schema: schema, raw: db, db: store.New(schema).Wrap(db), admin: a, key: make([]byte, 32),
+func newHandler(schema string, cfg Config, a *admin.Admin) (http.Handler, error) {
+	h := &handler{cfg: cfg, schema: schema, admin: a, key: make([]byte, 32),
 		pages: map[string]*template.Template{}, mux: http.NewServeMux()}
 	if _, err := rand.Read(h.key); err != nil {
 		return nil, err
@@ -407,6 +396,15 @@ var funcs = template.FuncMap{
 			return "—"
 		}
 		return fmt.Sprintf("%.1f%%", 100*float64(part)/float64(whole))
+	},
+	// share shows a fraction between 0 and 1 as a percentage.
+	"share": func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
+	// clip cuts s to at most n runes, marking the cut with an ellipsis.
+	"clip": func(n int, s string) string {
+		if utf8.RuneCountInString(s) <= n {
+			return s
+		}
+		return string([]rune(s)[:n-1]) + "…"
 	},
 }
 

@@ -1,0 +1,94 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/ledgertest"
+)
+
+// Overview counts each consumer's pending, retrying, claimed and dead messages exactly, and lists the
+// per-minute counts of the window only.
+func TestOverview(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	ids := ledgertest.Receive(t, c, "a", "b", "c", "d", "e")
+	if _, err := c.Receive(ctx, inbox.Message{Consumer: "audit", Key: "x", Kind: "Audit", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, db.SQL(sql), args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b retrying (claimed once and failed), c claimed, d and e dead.
+	exec(`UPDATE {schema}.inbox_queue SET token = 1, run_at = now() - interval '1 hour' WHERE id = $1`, ids[1])
+	exec(`UPDATE {schema}.inbox_queue SET claimed = true WHERE id = $1`, ids[2])
+	kill(t, db, "boom", time.Now(), ids[3], ids[4])
+	exec(`INSERT INTO {schema}.inbox_rollup (consumer, minute, completed, failed, dead)
+		VALUES ('ledger', date_trunc('minute', now()) - interval '2 minutes', 7, 3, 2),
+		       ('ledger', date_trunc('minute', now()) - interval '3 hours', 100, 100, 100)`)
+	o, err := c.Overview(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Truncated || len(o.Consumers) != 2 || o.Consumers[0].Consumer != "audit" || o.Consumers[1].Consumer != "ledger" {
+		t.Fatalf("overview: %+v", o)
+	}
+	if a := o.Consumers[0]; a.Pending != 1 || a.Retrying+a.Claimed+a.Dead != 0 || len(a.Minutes) != 0 {
+		t.Errorf("audit: %+v", a)
+	}
+	l := o.Consumers[1]
+	if l.Pending != 1 || l.Retrying != 1 || l.Claimed != 1 || l.Dead != 2 || l.OldestDue < 59*time.Minute || l.OldestDue > 2*time.Hour {
+		t.Errorf("ledger: %+v", l)
+	}
+	if len(l.Minutes) != 1 || l.Minutes[0].Completed != 7 || l.Minutes[0].Failed != 3 || l.Minutes[0].Dead != 2 {
+		t.Errorf("ledger's minutes: %+v, want the one of the last hour", l.Minutes)
+	}
+	if o, err := c.Overview(ctx, 4*60); err != nil || len(o.Consumers[1].Minutes) != 2 {
+		t.Errorf("a 4-hour window: %+v, %v", o, err)
+	}
+	for _, n := range []int{0, admin.MaxOverviewMinutes + 1} {
+		if _, err := c.Overview(ctx, n); !errors.Is(err, txinbox.ErrInvalidArgument) {
+			t.Errorf("Overview(%d): %v, want an *ArgumentError", n, err)
+		}
+	}
+}
+
+// FindMessage finds a message by consumer and key; an unknown key is a *NotFoundError naming them.
+// CountUnclaimed and UnclaimedIDs see the queued messages no worker holds.
+func TestFindMessageAndUnclaimed(t *testing.T) {
+	t.Parallel()
+	c, db := newClient(t)
+	ctx := context.Background()
+	ids := ledgertest.Receive(t, c, "k1", "k2", "k3")
+	m, err := c.FindMessage(ctx, "ledger", "k2")
+	if err != nil || m.ID != ids[1] || m.Key != "k2" || m.State != inbox.StatePending {
+		t.Fatalf("FindMessage: %+v, %v", m, err)
+	}
+	_, err = c.FindMessage(ctx, "ledger", "nope")
+	var nf *admin.NotFoundError
+	if !errors.Is(err, admin.ErrNotFound) || !errors.As(err, &nf) || nf.Consumer != "ledger" || nf.Key != "nope" || nf.ID != 0 {
+		t.Fatalf("unknown key: %v", err)
+	}
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue SET claimed = true WHERE id = $1`), ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.CountUnclaimed(ctx, "ledger")
+	if err != nil || n.Matching != 2 || n.MaxID != ids[2] {
+		t.Fatalf("CountUnclaimed: %+v, %v", n, err)
+	}
+	late := ledgertest.Receive(t, c, "k4")
+	got, err := c.UnclaimedIDs(ctx, "ledger", n.MaxID, 10)
+	if err != nil || !slices.Equal(got, []int64{ids[0], ids[2]}) {
+		t.Fatalf("UnclaimedIDs up to the count: %v, %v (received later: %d)", got, err, late[0])
+	}
+}
