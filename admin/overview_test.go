@@ -11,6 +11,7 @@ import (
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/ledgertest"
+	"github.com/txinbox/txinbox/internal/testdb"
 )
 
 // Overview counts each consumer's pending, retrying, claimed and dead messages exactly, and lists the
@@ -90,5 +91,44 @@ func TestFindMessageAndUnclaimed(t *testing.T) {
 	got, err := c.UnclaimedIDs(ctx, "ledger", n.MaxID, 10)
 	if err != nil || !slices.Equal(got, []int64{ids[0], ids[2]}) {
 		t.Fatalf("UnclaimedIDs up to the count: %v, %v (received later: %d)", got, err, late[0])
+	}
+}
+
+// DiscardOlder reports its progress after each statement (Config.Progress): the rows deleted so far,
+// never decreasing, ending at the total, and the share of the walk, rising to 1.
+func TestDiscardOlderProgress(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	var got []admin.Progress
+	a, err := admin.New(db.Store(), admin.Config{Progress: func(p admin.Progress) { got = append(got, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := inbox.New(db.Store(), inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := ledgertest.Receive(t, c, ledgertest.Keys("old", 2500)...) // more than two statements
+	ledgertest.Complete(t, db, time.Hour, old...)
+	if _, err := c.Receive(context.Background(), inbox.Message{Consumer: "audit", Key: "a", Kind: "Audit", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := a.DiscardOlder(context.Background(), 0)
+	if err != nil || n != 2500 {
+		t.Fatalf("DiscardOlder: %d, %v", n, err)
+	}
+	if len(got) < 4 {
+		t.Fatalf("progress reported %d times, want once per statement (at least 4): %+v", len(got), got)
+	}
+	for i, p := range got {
+		if p.Share < 0 || p.Share > 1 || (i > 0 && (p.Done < got[i-1].Done || p.Share < got[i-1].Share)) {
+			t.Fatalf("progress %d: %+v after %+v", i, p, got[max(i-1, 0)])
+		}
+	}
+	if last := got[len(got)-1]; last.Done != 2500 || last.Share != 1 {
+		t.Fatalf("last progress %+v, want 2500 done, share 1", last)
+	}
+	if got[0].Share > 0.5 || got[0].Done != 0 {
+		t.Fatalf("first progress %+v: audit's walk (the first of two consumers) deletes nothing", got[0])
 	}
 }

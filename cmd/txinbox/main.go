@@ -86,8 +86,9 @@ type app struct {
 	stderr io.Writer
 	getenv func(string) string
 	// terminal reports whether an output is a terminal: progress is drawn only when stdout and
-	// stderr both are (and without --json).
+	// stderr both are (and without --json). every is the least time between two draws.
 	terminal func(io.Writer) bool
+	every    time.Duration
 
 	databaseURL string
 	schema      string
@@ -107,7 +108,18 @@ type command struct {
 // run runs the command line argv and returns its exit status; terminal says whether an output is a
 // terminal (fileIsTerminal, or a test's choice).
 func run(ctx context.Context, argv []string, stdout, stderr io.Writer, getenv func(string) string, terminal func(io.Writer) bool) int {
-	a := &app{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv, terminal: terminal, schema: txinbox.DefaultSchema}
+	return newApp(ctx, stdout, stderr, getenv, terminal).run(argv)
+}
+
+// newApp returns an invocation writing to stdout and stderr.
+func newApp(ctx context.Context, stdout, stderr io.Writer, getenv func(string) string, terminal func(io.Writer) bool) *app {
+	return &app{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv, terminal: terminal, every: progressEvery,
+		schema: txinbox.DefaultSchema}
+}
+
+// run runs the command line argv and returns its exit status.
+func (a *app) run(argv []string) int {
+	stdout, stderr := a.stdout, a.stderr
 	err := a.dispatch(argv)
 	var help errHelp
 	var ue *usageError

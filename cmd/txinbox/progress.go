@@ -80,12 +80,13 @@ func thousands(n int64) string {
 }
 
 // progress draws a long command's status on one line of stderr, redrawn in place (carriage return,
-// then erase to the end of the line), at most every progressEvery, and erases it when the command
+// then erase to the end of the line), at most every app.every, and erases it when the command
 // ends. It is quiet (every method does nothing) unless stdout and stderr are terminals and --json
 // is not given: see app.progress. Safe for concurrent use.
 type progress struct {
 	mu    sync.Mutex
 	w     io.Writer // nil: quiet
+	every time.Duration
 	start time.Time
 	last  time.Time // of the last draw
 	s     status
@@ -96,7 +97,7 @@ const progressEvery = 200 * time.Millisecond
 
 // progress returns the progress line of a command (see progress), drawn at once.
 func (a *app) progress(what, unit string) *progress {
-	p := &progress{start: time.Now(), s: status{what: what, unit: unit, done: -1}}
+	p := &progress{start: time.Now(), every: a.every, s: status{what: what, unit: unit, done: -1}}
 	if !a.json && a.terminal(a.stdout) && a.terminal(a.stderr) {
 		p.w = a.stderr
 		p.draw(true)
@@ -127,14 +128,14 @@ func (p *progress) tick() {
 	p.draw(false)
 }
 
-// draw writes the line, unless it was drawn less than progressEvery ago (and !force). p.mu is held
+// draw writes the line, unless it was drawn less than p.every ago (and !force). p.mu is held
 // (or p is not shared yet).
 func (p *progress) draw(force bool) {
 	if p.w == nil {
 		return
 	}
 	now := time.Now()
-	if !force && now.Sub(p.last) < progressEvery {
+	if !force && now.Sub(p.last) < p.every {
 		return
 	}
 	p.last, p.shown = now, true
@@ -152,7 +153,7 @@ func (p *progress) end() {
 	p.w = nil
 }
 
-// ticking redraws p every progressEvery until the returned stop is called (which waits for it), with
+// ticking redraws p every progressEvery (at most) until the returned stop is called (which waits for it), with
 // poll's figures when poll is not nil (see set); for an operation that reports nothing while it runs.
 func (p *progress) ticking(poll func() (done int64, ok bool)) (stop func()) {
 	if !p.active() {
