@@ -8,14 +8,18 @@
 //     of the oldest due message, and the finished attempts of the last hour as a chart; the tables' vacuum
 //     figures and what holds back the xmin horizon. It reloads itself every [Config.RefreshInterval].
 //   - Message ("/message?id=N" or "?consumer=C&key=K"): every field of one stored message.
-//   - Dead letters ("/dead"): filtered by consumer, kind, error text and time of death, newest first,
-//     with replay and discard of one, of a selection or of everything matching the filter.
+//   - Dead letters ("/dead"): filtered by consumer, kind, error text (a substring in any case) and time
+//     of death, newest first, as admin.Admin.ListDead lists them (the txinbox command's dead list
+//     gives the same answer), with replay and discard of one, of a selection or of everything
+//     matching the filter.
 //   - Discard of the pending messages of a retired consumer ("/pending/confirm?consumer=C").
 //
-// Figures: pending, retrying, claimed and dead counts are exact (read from the queue and the
-// dead-letter set, never from the inbox table); the per-minute completed/failed/dead counts come from
+// Every figure and every change goes through package admin (admin.Admin.Overview, Health, ListDead,
+// ...): the console runs no statement of its own. Figures: pending, retrying, claimed and dead counts
+// are exact (read from the queue and the dead-letter set, never from the inbox table); the per-minute completed/failed/dead counts come from
 // the rollup the worker pools keep (approximate: a pool that crashes loses its last few seconds of
-// counts); table and horizon figures are PostgreSQL's statistics (estimates).
+// counts); table and horizon figures are PostgreSQL's statistics (estimates): Dead % is dead row
+// versions / (live rows + dead row versions), at most 100%.
 //
 // Every change is a POST carrying a CSRF token (an HMAC of a random cookie; requests that a browser
 // marks cross-origin are refused as well) and goes through a confirmation page that states how many
