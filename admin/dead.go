@@ -12,7 +12,7 @@ import (
 	"github.com/txinbox/txinbox/internal/store"
 )
 
-// MaxListIDs is the largest max DeadIDs and UnclaimedIDs accept.
+// MaxListIDs is the largest limit DeadIDs and UnclaimedIDs accept.
 const MaxListIDs = 1_000_000
 
 // DeadFilter selects dead letters for ListDead, CountDead and DeadIDs, which apply it alike (the CLI
@@ -140,17 +140,17 @@ func (a *Admin) CountDead(ctx context.Context, f DeadFilter) (DeadCount, error) 
 }
 
 // DeadIDs returns the ids of the dead letters matching f (f.Limit is ignored), in increasing order,
-// at most max (1 to MaxListIDs). Bad arguments return an *[txinbox.ArgumentError].
-func (a *Admin) DeadIDs(ctx context.Context, f DeadFilter, max int) ([]int64, error) {
+// at most limit (1 to MaxListIDs). Bad arguments return an *[txinbox.ArgumentError].
+func (a *Admin) DeadIDs(ctx context.Context, f DeadFilter, limit int) ([]int64, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	if max < 1 || max > MaxListIDs {
-		return nil, &txinbox.ArgumentError{Name: "max", Reason: fmt.Sprintf("%d is not between 1 and %d", max, MaxListIDs)}
+	if limit < 1 || limit > MaxListIDs {
+		return nil, &txinbox.ArgumentError{Name: "limit", Reason: fmt.Sprintf("%d is not between 1 and %d", limit, MaxListIDs)}
 	}
 	ids, err := store.Queries.DeadIDs(ctx, a.st.Wrap(a.store.DB), sqlc.DeadIDsParams{
 		BeforeSeq: f.Before, Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.ErrorContains,
-		Since: optTS(f.Since), Until: optTS(f.Until), MaxRows: int32(max)})
+		Since: optTS(f.Since), Until: optTS(f.Until), MaxRows: int32(limit)})
 	if err != nil {
 		return nil, store.Err(err)
 	}

@@ -151,14 +151,14 @@ func (a *Admin) CountUnclaimed(ctx context.Context, consumer string) (UnclaimedC
 }
 
 // UnclaimedIDs returns the ids, up to maxID, of consumer's queued messages that no worker holds, in
-// increasing order, at most max (1 to MaxListIDs). DiscardPending with them deletes those still
+// increasing order, at most limit (1 to MaxListIDs). DiscardPending with them deletes those still
 // unclaimed then.
-func (a *Admin) UnclaimedIDs(ctx context.Context, consumer string, maxID int64, max int) ([]int64, error) {
-	if max < 1 || max > MaxListIDs {
-		return nil, &txinbox.ArgumentError{Name: "max", Reason: fmt.Sprintf("%d is not between 1 and %d", max, MaxListIDs)}
+func (a *Admin) UnclaimedIDs(ctx context.Context, consumer string, maxID int64, limit int) ([]int64, error) {
+	if limit < 1 || limit > MaxListIDs {
+		return nil, &txinbox.ArgumentError{Name: "limit", Reason: fmt.Sprintf("%d is not between 1 and %d", limit, MaxListIDs)}
 	}
 	ids, err := store.Queries.UnclaimedIDs(ctx, a.st.Wrap(a.store.DB), sqlc.UnclaimedIDsParams{
-		Consumer: consumer, MaxID: maxID, MaxRows: int32(max)})
+		Consumer: consumer, MaxID: maxID, MaxRows: int32(limit)})
 	if err != nil {
 		return nil, store.Err(err)
 	}

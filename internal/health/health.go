@@ -4,7 +4,7 @@ package health
 
 import "github.com/txinbox/txinbox/internal/pgstats"
 
-// Tables, Table, Holder, Horizon, Generation and the Read functions are those of package pgstats.
+// Tables and the Read functions are those of package pgstats.
 var (
 	Tables         = pgstats.Tables
 	ReadTables     = pgstats.ReadTables
@@ -12,9 +12,14 @@ var (
 	ReadGeneration = pgstats.ReadGeneration
 )
 
-type (
-	Table      = pgstats.Table
-	Holder     = pgstats.Holder
-	Horizon    = pgstats.Horizon
-	Generation = pgstats.Generation
-)
+// Table is pgstats.Table.
+type Table = pgstats.Table
+
+// Holder is pgstats.Holder.
+type Holder = pgstats.Holder
+
+// Horizon is pgstats.Horizon.
+type Horizon = pgstats.Horizon
+
+// Generation is pgstats.Generation.
+type Generation = pgstats.Generation
