@@ -94,8 +94,8 @@ func TestFindMessageAndUnclaimed(t *testing.T) {
 	}
 }
 
-// DiscardOlder reports its progress after each statement (Config.Progress): the rows deleted so far,
-// never decreasing, ending at the total, and the share of the walk, rising to 1.
+// DiscardOlder reports its progress after each statement (Config.Progress): the rows deleted so far
+// over every consumer, never decreasing, ending at the total, and the share of the walk, rising to 1.
 func TestDiscardOlderProgress(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -110,11 +110,13 @@ func TestDiscardOlderProgress(t *testing.T) {
 	}
 	old := ledgertest.Receive(t, c, ledgertest.Keys("old", 2500)...) // more than two statements
 	ledgertest.Complete(t, db, time.Hour, old...)
-	if _, err := c.Receive(context.Background(), inbox.Message{Consumer: "audit", Key: "a", Kind: "Audit", Payload: []byte(`{}`)}); err != nil {
+	r, err := c.Receive(context.Background(), inbox.Message{Consumer: "audit", Key: "a", Kind: "Audit", Payload: []byte(`{}`)})
+	if err != nil {
 		t.Fatal(err)
 	}
+	ledgertest.Complete(t, db, time.Hour, r.ID)
 	n, err := a.DiscardOlder(context.Background(), 0)
-	if err != nil || n != 2500 {
+	if err != nil || n != 2501 {
 		t.Fatalf("DiscardOlder: %d, %v", n, err)
 	}
 	if len(got) < 4 {
@@ -125,10 +127,10 @@ func TestDiscardOlderProgress(t *testing.T) {
 			t.Fatalf("progress %d: %+v after %+v", i, p, got[max(i-1, 0)])
 		}
 	}
-	if last := got[len(got)-1]; last.Done != 2500 || last.Share != 1 {
-		t.Fatalf("last progress %+v, want 2500 done, share 1", last)
+	if last := got[len(got)-1]; last.Done != 2501 || last.Share != 1 {
+		t.Fatalf("last progress %+v, want 2501 done (both consumers'), share 1", last)
 	}
-	if got[0].Share > 0.5 || got[0].Done != 0 {
-		t.Fatalf("first progress %+v: audit's walk (the first of two consumers) deletes nothing", got[0])
+	if got[0].Share != 0.5 || got[0].Done != 1 {
+		t.Fatalf("first progress %+v: audit's walk (the first of two consumers: half the walk) deletes its 1", got[0])
 	}
 }
