@@ -30,6 +30,11 @@
 //	                                                         failed or timed out: sent to the database)
 //	txinbox_seen_cache_errors_total{op}                      counter: seen-key cache errors and timeouts,
 //	                                                         by operation: get, put or invalidate
+//	txinbox_takeovers_total{consumer, alone}                 counter: groups of messages whose claim never
+//	                                                         finished, taken over after their lease
+//	txinbox_taken_over_messages_total{consumer}              counter: messages in those groups
+//	txinbox_unfinished_claims_total{consumer}                counter: claims found unfinished (crashes),
+//	                                                         once each, isolation rounds included
 //	txinbox_queue_messages{consumer, state}                  gauge (QueueCollector): queued messages;
 //	                                                         state is ready, waiting or claimed
 //	txinbox_queue_oldest_age_seconds{consumer}               gauge (QueueCollector): age of the oldest
@@ -59,6 +64,7 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
@@ -88,7 +94,7 @@ type Config struct {
 }
 
 // Metrics counts what receiving Clients and worker Pools do. It implements inbox.Observer,
-// seen.Observer and worker.Observer and is safe for concurrent use.
+// seen.Observer, worker.Observer and worker.TakeoverObserver and is safe for concurrent use.
 type Metrics struct {
 	received      *prometheus.CounterVec
 	receiveErrors prometheus.Counter
@@ -98,13 +104,17 @@ type Metrics struct {
 	duration      *prometheus.HistogramVec
 	seen          *prometheus.CounterVec
 	seenErrors    *prometheus.CounterVec
+	takeovers     *prometheus.CounterVec
+	takenOver     *prometheus.CounterVec
+	unfinished    *prometheus.CounterVec
 	tracer        trace.Tracer
 }
 
 var (
-	_ inbox.Observer  = (*Metrics)(nil)
-	_ seen.Observer   = (*Metrics)(nil)
-	_ worker.Observer = (*Metrics)(nil)
+	_ inbox.Observer          = (*Metrics)(nil)
+	_ seen.Observer           = (*Metrics)(nil)
+	_ worker.Observer         = (*Metrics)(nil)
+	_ worker.TakeoverObserver = (*Metrics)(nil)
 )
 
 // New creates the collectors and registers them with cfg.Registerer. It fails if a collector of the
@@ -149,9 +159,19 @@ func New(cfg Config) (*Metrics, error) {
 		seenErrors: prometheus.NewCounterVec(prometheus.CounterOpts(opts("seen_cache_errors_total",
 			"Seen-key cache errors and timeouts, by operation (get, put, invalidate); the database answered instead.")),
 			[]string{"op"}),
+		takeovers: prometheus.NewCounterVec(prometheus.CounterOpts(opts("takeovers_total",
+			"Takeovers: groups of messages whose claim never finished (its worker died, hung or lost its connection), claimed again after their lease, by whether the group was one message alone.")),
+			[]string{"consumer", "alone"}),
+		takenOver: prometheus.NewCounterVec(prometheus.CounterOpts(opts("taken_over_messages_total",
+			"Messages taken over after their lease ended (each was in a claim that never finished).")),
+			[]string{"consumer"}),
+		unfinished: prometheus.NewCounterVec(prometheus.CounterOpts(opts("unfinished_claims_total",
+			"Claims found unfinished by takeovers, each counted once: a process that died holding four claims counts four; a group taken over that did not finish either (the isolation of a message that kills its process) counts one more.")),
+			[]string{"consumer"}),
 		tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/metrics"),
 	}
-	for _, c := range []prometheus.Collector{m.received, m.receiveErrors, m.processed, m.retries, m.dead, m.duration, m.seen, m.seenErrors} {
+	for _, c := range []prometheus.Collector{m.received, m.receiveErrors, m.processed, m.retries, m.dead, m.duration, m.seen, m.seenErrors,
+		m.takeovers, m.takenOver, m.unfinished} {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("txinbox metrics: %w", err)
 		}
@@ -236,6 +256,13 @@ func (m *Metrics) Handled(e worker.HandleEvent) {
 	if e.Duration > 0 {
 		m.duration.WithLabelValues(e.Consumer, e.Kind, outcome).Observe(e.Duration.Seconds())
 	}
+}
+
+// TakenOver implements worker.TakeoverObserver.
+func (m *Metrics) TakenOver(e worker.TakeoverEvent) {
+	m.takeovers.WithLabelValues(e.Consumer, strconv.FormatBool(e.Alone)).Inc()
+	m.takenOver.WithLabelValues(e.Consumer).Add(float64(e.Messages))
+	m.unfinished.WithLabelValues(e.Consumer).Add(float64(e.UnfinishedClaims))
 }
 
 // TraceHeaders returns headers with the trace context of ctx added (W3C traceparent and tracestate),

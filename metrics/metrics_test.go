@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"strconv"
@@ -397,5 +398,63 @@ func TestSeenCacheMetrics(t *testing.T) {
 	}
 	if v := value(t, text, "txinbox_received_total", "consumer", "ledger", "outcome", "duplicate"); v != 2 {
 		t.Errorf("duplicates %v, want 2", v)
+	}
+}
+
+// TestTakeoverMetrics counts the takeovers of messages whose claim never finished: two claims of a
+// killed worker (five messages and one), taken over in groups.
+func TestTakeoverMetrics(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(metrics.Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := inbox.New(db.Store(), inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []inbox.Message
+	for i := range 6 {
+		msgs = append(msgs, inbox.Message{Consumer: "ledger", Key: fmt.Sprint("m-", i), Kind: "credit", Payload: []byte(`{"amount":1}`)})
+	}
+	rs, err := client.ReceiveMany(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A killed worker's two claims, their lease over: the first five messages (a group of five, whose
+	// lead is the first) and the last one alone.
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue
+		SET claimed = true, owner = 'killed', token = token + 1, attempts_started = 1, run_at = now() - interval '1 second',
+		    group_size = CASE WHEN id = $2 THEN 1 ELSE 5 END, group_lead = id IN ($1, $2)`), rs[0].ID, rs[5].ID); err != nil {
+		t.Fatal(err)
+	}
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil })
+	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Observer: m, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilDrained(t, ctx, db, p)
+	text := scrape(t, reg)
+	// The group of five is taken over in groups of three and two, the last message alone.
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"txinbox_takeovers_total", []string{"alone", "false"}, 2},
+		{"txinbox_takeovers_total", []string{"alone", "true"}, 1},
+		{"txinbox_taken_over_messages_total", nil, 6},
+		{"txinbox_unfinished_claims_total", nil, 2},
+	} {
+		if v := value(t, text, c.name, append([]string{"consumer", "ledger"}, c.labels...)...); v != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scraped:\n%s", text)
 	}
 }

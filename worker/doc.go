@@ -11,10 +11,31 @@
 //
 // Failures are retried after Backoff until MaxAttempts attempts have started; Permanent errors,
 // undecodable payloads and exhausted attempts make the message dead. A panic is recovered and recorded
-// as a failure with its stack. A message whose attempt never finished (the process died, hung or lost
-// its connection) is taken over when its lease ends and then run alone, one such message at a time
-// per consumer, so a message that kills its process reaches the dead letters after MaxAttempts
-// without charging the messages claimed with it more than once.
+// as a failure with its stack.
+//
+// # Crash recovery
+//
+// A claim that never finished (its process died, hung or lost its connection) leaves its messages
+// claimed; when its lease ends they are suspects, and each pool's rescuer takes them over in groups
+// (one takeover is one claim statement and one batch transaction), as soon as the lease ends and
+// group after group without waiting, so that a killed process's messages drain at about the speed
+// of a normal drain. The isolation is by halving: a suspect runs in a group of at most half the
+// group its unfinished claim ran (a claim's batch, or an earlier takeover's group); a group that does
+// not finish either is halved again at its next takeover, down to one message alone. Takeovers take
+// the oldest suspects first, so the messages of one claim stay together. A message taken over alone
+// runs as the only such message of its consumer across processes (groups of more than one run side
+// by side). A batch handler call that left the transaction unusable holds its messages, which are
+// taken over alone, one by one, after their lease.
+//
+// Attempts of crashes: every claim and every takeover counts an attempt, except that the crashes of
+// groups of more than one message count only once per message. So a message that kills its process
+// is dead after about log2(its claim's size) + MaxAttempts crashes (the halvings, then MaxAttempts
+// attempts alone), and the messages that shared its groups are charged one attempt for all of those
+// crashes, whatever their number: an innocent message is never made dead by another's crashes.
+// (A message taken over alone is charged for a crash while it runs even if another handler of the
+// same process caused it: the process runs other batches beside it.) Each takeover is logged at Warn
+// ("taking over messages whose claim never finished") with its counts, and told to an Observer that
+// implements [TakeoverObserver].
 //
 // A batch handler ([HandleBatch]) is handed many messages of its kind in one call, in one savepoint,
 // so that one statement applies them all; when a call fails, the pool calls it again on halves of the

@@ -95,11 +95,15 @@ type Config struct {
 	// ConnConfig (outside the pool, so it takes none of its slots); otherwise none, and the pool polls.
 	ListenConnect func(ctx context.Context) (*pgx.Conn, error)
 	// Lease is how long a claim holds before another worker may take the message over, if the
-	// claiming worker has not locked it in its batch transaction (it crashed or was cut off first). It
+	// claiming worker has not locked it in its batch transaction (it crashed or was cut off first);
+	// the rescuers of other pools wake up when it ends (see the package documentation, "Crash
+	// recovery"), and a pool's own claims past their lease are found at its PollInterval. It
 	// also bounds, on the server side, how long a batch transaction may sit idle (a frozen worker's
 	// session is terminated, its locks released). Must exceed every handler Timeout. Default: 1m.
 	Lease time.Duration
-	// MaxAttempts is the number of attempts that may start before a message is dead. Default: 10.
+	// MaxAttempts is the number of attempts that may start before a message is dead; the crashes of
+	// groups of more than one message count as one attempt in all (package documentation, "Crash
+	// recovery"). Default: 10.
 	MaxAttempts int
 	// Timeout bounds one handler call (its context) and each statement of a batch transaction
 	// (statement_timeout). Default: 30s.
@@ -355,8 +359,8 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 
 // Start checks that the schema has txinbox's tables (an error matching txinbox.ErrNotMigrated if not;
 // if the database cannot be asked, it logs a warning and starts anyway, since claims retry), then
-// starts Concurrency batch runners and one rescuer (which runs, one at a time and alone, the
-// messages whose previous attempt never finished), and returns. Each runner holds one connection while
+// starts Concurrency batch runners and one rescuer (which takes over, in groups, the messages whose
+// claim never finished: see the package documentation, "Crash recovery"), and returns. Each runner holds one connection while
 // it claims or runs a batch, and the rescuer one more now and then: a *pgxpool.Pool with
 // Concurrency+2 connections never makes them wait. When its MaxConns is below Concurrency, Start logs
 // a warning once: fewer batches than Concurrency can run at once.
