@@ -111,7 +111,7 @@ mutants: $(BIN)/sqlc
 clean:
 	rm -rf $(BIN)
 
-## bench-retention: issue 14's retention benchmarks (a, b): old layout vs generations, side by side in
+## bench-retention: the retention benchmarks: old layout vs generations, side by side in
 ## two throwaway PostgreSQL 15 clusters (needs root and /usr/lib/postgresql/15/bin; about 25 minutes).
 .PHONY: bench-retention
 bench-retention:
