@@ -1,35 +1,35 @@
 // Package doctest holds the checks of the project's documentation, run by `make test` (go test of the
 // root module); it has no code of its own.
 //
-//   - TestGoSnippetsCompile compiles every ```go block of README.md and docs/*.md (conventions below).
+//   - TestGoSnippetsCompile compiles every ```go block of README.md and docs/*.md.
 //   - TestGooseRecipeFromAnAppModule and TestCLIMigrateFromAnAppModule run the commands of
-//     docs/migrations.md from an empty application module against a fresh database.
+//     docs/migrations.md from an empty application module against a database of their own.
 //   - TestNoWorkItemReferences fails on each line of the repository's files that names a work item
 //     (an issue, task or ticket number, or a number after "#") or a working session (an ordinal before
 //     "session"): project files speak of the project only; history lives in git and CHANGELOG.md.
 //
-// # Go snippets
+// The tests that build go in a temporary module, example.com/app, which requires the repository's
+// modules from this tree (replace directives), through the module proxy configured for go.
 //
-// Each block is compiled in a package of its own, inside a temporary module that requires the
-// repository's modules (the root one, adapters, seenredis, txinboxtest) through replace directives.
-// A block is, in this order:
+// # Go blocks in the documents
 //
-//   - a complete file when it starts with a package clause: compiled as it is;
+// Each ```go block is compiled in a package of its own. A block that starts with a package clause is
+// a complete file, compiled as it is. Any other block is compiled in package snippet, next to
+// testdata/prelude.go, which declares what the documents use without showing it (OrderPaid,
+// Payment, Customer, creditOrder, mailer, requireOperator): a block that parses as top-level
+// declarations (a func, a type) is a file; any other is the body of a function. That function's
+// parameters are the names the block uses without declaring them (ctx, tx, store, ...): an HTML
+// comment on the line before the fence, invisible once rendered, gives its signature:
 //
-//   - top-level declarations (func, type, var, const) when it parses as such: compiled after the
-//     prelude (testdata/prelude.go: the types and helpers the documents use without showing them,
-//     such as OrderPaid or creditOrder);
+//	<!-- go: func(ctx context.Context, tx pgx.Tx, m *worker.Message[Payment]) -->
+//	```go
+//	tag, err := tx.Exec(ctx, `INSERT ...`, m.Payload.PaymentID)
+//	```
 //
-//   - otherwise statements: the body of a function, after the prelude. The function's parameters are
-//     the names the statements use without declaring them, given by an HTML comment on the line
-//     before the block (invisible once rendered):
-//
-//     <!-- go: func(ctx context.Context, tx pgx.Tx, m *worker.Message[Payment]) -->
-//
-//     Without that comment the function is func(). A result list (`func(url string) error`) lets the
-//     block return; the block may end without a return statement.
-//
-// Imports are never written: every package the code names (pgx, worker, txinbox, http, ...) is
-// imported from the table in snippets_test.go. Variables that a block declares and does not use (it
-// shows a call, not what follows) are not an error.
+// Without the comment the function is func(). With results (`func(url string) error`) the block may
+// return, and need not end with a return. No block writes imports: each package a block names
+// (context, http, pgx, pgxpool, txinbox, worker, ...) is imported from the table in
+// snippets_test.go, which a block naming a new package extends. A variable that the block declares
+// at its top level and does not use is not an error (the block shows a call, not what follows).
+// Errors are reported at the lines of the document.
 package doctest
