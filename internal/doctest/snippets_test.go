@@ -34,13 +34,18 @@ func goBlocks(t *testing.T, doc string) []block {
 	var out []block
 	for i := 0; i < len(lines); i++ {
 		fence := strings.TrimLeft(lines[i], " \t")
-		if !strings.HasPrefix(fence, "```") {
+		ticks := len(fence) - len(strings.TrimLeft(fence, "`"))
+		if ticks < 3 {
 			continue
 		}
 		indent := len(lines[i]) - len(fence)
-		lang := strings.TrimSpace(strings.TrimPrefix(fence, "```"))
+		lang := strings.TrimSpace(fence[ticks:])
 		start := i + 1
-		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
+		// The block ends at a line of at least as many backticks (a longer fence can show a shorter one).
+		for i++; i < len(lines); i++ {
+			if l := strings.TrimSpace(lines[i]); len(l) >= ticks && strings.Trim(l, "`") == "" {
+				break
+			}
 		}
 		if lang != "go" {
 			continue
