@@ -2,8 +2,8 @@
 // root module); it has no code of its own.
 //
 //   - TestGoSnippetsCompile compiles every ```go block of README.md and docs/*.md.
-//   - TestGooseRecipeFromAnAppModule and TestCLIMigrateFromAnAppModule run the commands of
-//     docs/migrations.md from an empty application module against a database of their own.
+//   - TestMigrationsGuide runs the commands of docs/migrations.md (Go, the goose CLI, the txinbox
+//     command) from an empty application module against a database of its own (see the test).
 //   - TestNoWorkItemReferences fails on each line of the repository's files that names a work item
 //     (an issue, task or ticket number, or a number after "#") or a working session (an ordinal before
 //     "session"): project files speak of the project only; history lives in git and CHANGELOG.md.

@@ -13,18 +13,27 @@ import (
 	"testing"
 )
 
-// block is one ```go block of a document.
+// block is one fenced block of a document.
 type block struct {
-	doc  string // the document, relative to the repository's root
-	line int    // the line of the block's first line of code
-	code string // the code, without the indentation of its fence
-	sig  string // the function signature of an HTML comment <!-- go: func(...) --> before the fence
+	doc     string // the document, relative to the repository's root
+	line    int    // the line of the block's first line of code
+	code    string // the code, without the indentation of its fence
+	comment string // the text of an HTML comment on the line before the fence: <!-- text -->
 }
 
-var sigComment = regexp.MustCompile(`^<!--\s*go:\s*(func\(.*)\s*-->$`)
+var htmlComment = regexp.MustCompile(`^<!--\s*(.*?)\s*-->$`)
 
-// goBlocks returns the ```go blocks of the document doc (relative to the repository's root).
-func goBlocks(t *testing.T, doc string) []block {
+// sig is the function signature given by the block's comment "go: func(...)", or "".
+func (b block) sig() string {
+	if s, ok := strings.CutPrefix(b.comment, "go:"); ok {
+		return strings.TrimSpace(s)
+	}
+	return ""
+}
+
+// fencedBlocks returns the blocks of the document doc (relative to the repository's root) fenced as
+// ```lang.
+func fencedBlocks(t *testing.T, doc, lang string) []block {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot, doc))
 	if err != nil {
@@ -39,7 +48,7 @@ func goBlocks(t *testing.T, doc string) []block {
 			continue
 		}
 		indent := len(lines[i]) - len(fence)
-		lang := strings.TrimSpace(fence[ticks:])
+		fenceLang := strings.TrimSpace(fence[ticks:])
 		start := i + 1
 		// The block ends at a line of at least as many backticks (a longer fence can show a shorter one).
 		for i++; i < len(lines); i++ {
@@ -47,7 +56,7 @@ func goBlocks(t *testing.T, doc string) []block {
 				break
 			}
 		}
-		if lang != "go" {
+		if fenceLang != lang {
 			continue
 		}
 		var code strings.Builder
@@ -58,8 +67,8 @@ func goBlocks(t *testing.T, doc string) []block {
 		bl := block{doc: doc, line: start + 1, code: code.String()}
 		for j := start - 2; j >= 0; j-- {
 			if prev := strings.TrimSpace(lines[j]); prev != "" {
-				if m := sigComment.FindStringSubmatch(prev); m != nil {
-					bl.sig = strings.TrimSpace(m[1])
+				if m := htmlComment.FindStringSubmatch(prev); m != nil {
+					bl.comment = m[1]
 				}
 				break
 			}
@@ -128,13 +137,13 @@ func (b block) source() (string, error) {
 	if strings.HasPrefix(strings.TrimSpace(b.code), "package ") {
 		return lineDirective + b.code, nil
 	}
-	if b.sig == "" {
+	sig := b.sig()
+	if sig == "" {
 		if _, err := parser.ParseFile(token.NewFileSet(), "", "package snippet\n"+b.code, 0); err == nil {
 			src, _, err := withImports(b.doc, "package snippet\n"+lineDirective+b.code)
 			return src, err
 		}
 	}
-	sig := b.sig
 	if sig == "" {
 		sig = "func()"
 	}
@@ -200,7 +209,7 @@ func TestGoSnippetsCompile(t *testing.T) {
 	t.Parallel()
 	var blocks []block
 	for _, doc := range snippetDocs(t) {
-		blocks = append(blocks, goBlocks(t, doc)...)
+		blocks = append(blocks, fencedBlocks(t, doc, "go")...)
 	}
 	if len(blocks) == 0 {
 		t.Fatal("no ```go block found in README.md")
