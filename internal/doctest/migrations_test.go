@@ -148,6 +148,14 @@ func TestMigrationsGuide(t *testing.T) {
 	if program == "" || len(steps) == 0 {
 		t.Fatalf("%s has no Go program or no shell block marked <!-- test: ... -->", guide)
 	}
+	// The README's goose commands are the guide's, for another schema.
+	readme := fencedBlocks(t, "README.md", "sh")
+	i := slices.IndexFunc(readme, func(b block) bool { return strings.Contains(b.code, "goose ") })
+	if i < 0 || !slices.ContainsFunc(steps, func(s block) bool {
+		return s.code == strings.ReplaceAll(readme[i].code, "myschema", guideSchema)
+	}) {
+		t.Errorf("README.md has no goose block, or it is not one of the guide's tested blocks (with schema myschema for %s)", guideSchema)
+	}
 	if _, err := exec.LookPath("psql"); err != nil {
 		t.Fatalf("the guide's commands need psql (PostgreSQL's client): %v", err)
 	}
