@@ -51,7 +51,7 @@ func TestDemoShort(t *testing.T) {
 func TestDemoOnThrowawayCluster(t *testing.T) {
 	t.Parallel()
 	requireBinaries(t, pgenv.Binaries)
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr syncBuffer // the demo's progress and log lines come from several goroutines
 	code := run(context.Background(), []string{"demo", "--pg", "cluster", "--database-url", "",
 		"--events", "60", "--credits", "10", "--producers", "4", "--workers", "2"}, &stdout, &stderr, testChildCommand)
 	if code != 0 || !strings.Contains(stdout.String(), "ALL INVARIANTS HOLD") {
@@ -118,7 +118,7 @@ func TestDemoLeavesItsSchemaOrDropsIt(t *testing.T) {
 	args := []string{"demo", "--database-url", url, "--schema", schema,
 		"--events", "60", "--credits", "10", "--producers", "4", "--workers", "2"}
 
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr syncBuffer // the demo's progress and log lines come from several goroutines
 	if code := run(context.Background(), args, &stdout, &stderr, testChildCommand); code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
@@ -141,8 +141,7 @@ func TestDemoLeavesItsSchemaOrDropsIt(t *testing.T) {
 		t.Fatalf("schema %s is still there after %s", schema, cmd)
 	}
 
-	stdout.Reset()
-	stderr.Reset()
+	stdout, stderr = syncBuffer{}, syncBuffer{}
 	if code := run(context.Background(), append(args, "--drop"), &stdout, &stderr, testChildCommand); code != 0 {
 		t.Fatalf("--drop: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
