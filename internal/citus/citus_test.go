@@ -237,7 +237,8 @@ func TestStatementsRouteToOneShard(t *testing.T) {
 var errFailed = errors.New("failed")
 
 // recorder records the first run of every named statement (sqlc's "-- name: X" line) with its
-// arguments.
+// arguments, whether it is sent alone (pgx.QueryTracer) or in a pipeline (pgx.BatchTracer: the
+// worker's claims go as a pgx.Batch of the statement_timeout bound and the claim).
 type recorder struct {
 	mu   sync.Mutex
 	seen map[string]traced
@@ -250,18 +251,38 @@ type traced struct {
 
 var nameLine = regexp.MustCompile(`^-- name: (\w+)`)
 
-func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if m := nameLine.FindStringSubmatch(d.SQL); m != nil {
+var (
+	_ pgx.QueryTracer = (*recorder)(nil)
+	_ pgx.BatchTracer = (*recorder)(nil)
+)
+
+func (r *recorder) record(sql string, args []any) {
+	if m := nameLine.FindStringSubmatch(sql); m != nil {
 		r.mu.Lock()
 		if _, ok := r.seen[m[1]]; !ok {
-			r.seen[m[1]] = traced{sql: d.SQL, args: d.Args}
+			r.seen[m[1]] = traced{sql: sql, args: args}
 		}
 		r.mu.Unlock()
 	}
+}
+
+func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.record(d.SQL, d.Args)
 	return ctx
 }
 
 func (r *recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *recorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+// TraceBatchQuery is called for each statement of a pipeline as its result is read.
+func (r *recorder) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.record(d.SQL, d.Args)
+}
+
+func (r *recorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 func (r *recorder) snapshot() map[string]traced {
 	r.mu.Lock()
