@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -227,6 +228,8 @@ func TestStatementsRouteToOneShard(t *testing.T) {
 			}
 		}
 	}
+	slices.Sort(names)
+	t.Logf("checked %d statements: %s", len(names), strings.Join(names, " "))
 	for _, want := range []string{"ReceiveBatch", "RegisterConsumer", "ClaimBatch", "LockClaims", "FinishBatch", "ReadyNext", "CleanExpiredRange", "Rotate"} {
 		if _, ok := rec.snapshot()[want]; !ok {
 			t.Errorf("%s was never run (recorded: %v)", want, names)
