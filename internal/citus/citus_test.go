@@ -65,14 +65,23 @@ func coordinator(t *testing.T) string {
 	return url
 }
 
-// TestAcceptanceOnCitus runs the acceptance tests of the core packages against the coordinator, with
-// -race when this test has it.
+// TestAcceptanceOnCitus runs the acceptance tests of the core packages against the coordinator, one
+// package after the other, with -race when this test has it. Each package's go test gets the time
+// left before this test's own deadline (-timeout), less a minute, so that a package that runs too
+// long fails with its own report and does not outlive this test.
 func TestAcceptanceOnCitus(t *testing.T) {
 	url := coordinator(t)
 	root := moduleRoot(t)
 	for _, a := range acceptance {
 		t.Run(strings.TrimPrefix(a.pkg, "./"), func(t *testing.T) {
-			args := []string{"test", "-count=1", "-timeout", "40m", "-run", a.run}
+			timeout := 40 * time.Minute
+			if deadline, ok := t.Deadline(); ok {
+				timeout = time.Until(deadline) - time.Minute
+				if timeout < time.Minute {
+					t.Fatalf("%v left before -timeout: too little to run %s (make citus sets the timeout the run needs)", time.Until(deadline).Round(time.Second), a.pkg)
+				}
+			}
+			args := []string{"test", "-count=1", "-timeout", timeout.Round(time.Second).String(), "-run", a.run}
 			if a.skip != "" {
 				args = append(args, "-skip", a.skip)
 			}
