@@ -3,9 +3,10 @@
 // and a check that every statement of the hot paths runs on one shard.
 //
 // Citus is in no package registry of this project's machines, so these tests skip unless
-// TXINBOX_CITUS_URL names a coordinator (with the citus extension in that database):
+// TXINBOX_CITUS_URL names a coordinator (with the citus extension in that database). The run takes
+// longer than go test's default 10-minute timeout; make citus sets the one it needs:
 //
-//	TXINBOX_CITUS_URL='postgres://postgres@127.0.0.1:9700/postgres?sslmode=disable' go test -race ./internal/citus
+//	make citus CITUS_URL='postgres://postgres@127.0.0.1:9700/postgres?sslmode=disable'
 package citus
 
 import (
