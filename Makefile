@@ -110,7 +110,7 @@ mutants: $(BIN)/sqlc
 ## citus: the acceptance run on a Citus coordinator (SCALING.md, "Beyond one node: Citus"): the tests of
 ## inbox, worker, admin and retention with every test schema distributed, the routing check and the
 ## migration tests. CITUS_URL names the coordinator (required); CITUS_TIMEOUT bounds the whole run
-## (about three times the 11 to 14 minutes it takes on a busy 2-core machine). Not part of make test.
+## (a run took 11 to 17 minutes on a busy 2-core machine). Not part of make test.
 CITUS_TIMEOUT ?= 45m
 citus:
 	@if [ -z '$(CITUS_URL)' ]; then echo "make citus needs CITUS_URL=postgres://... (a Citus coordinator; SCALING.md)" >&2; exit 1; fi
