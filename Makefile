@@ -14,7 +14,7 @@ SCHEMA     ?= public
 # Debian's chromium package), so that the root go.mod names no Docker, broker or browser client.
 SUBMODULES := adapters seenredis bench examples/ledger chaos txinboxtest console/e2e
 
-.PHONY: all tools generate check-generated fmt-check vet lint test test-go test-submodules screenshot demo wrk-ledger migrate bench chaos fuzz mutants clean
+.PHONY: all tools generate check-generated fmt-check vet lint test test-go test-submodules screenshot demo wrk-ledger migrate bench chaos fuzz mutants citus clean
 
 all: test
 
@@ -108,6 +108,15 @@ fuzz:
 ## run the tests that guard it, and fail if any mutant survives (MUTANTS=regexp runs only those).
 mutants: $(BIN)/sqlc
 	cd tools/mutants && $(GO) run . -root '$(CURDIR)' -sqlc '$(BIN)/sqlc' $(if $(MUTANTS),-run '$(MUTANTS)',)
+
+## citus: the acceptance run on a Citus coordinator (SCALING.md, "Beyond one node: Citus"): the tests of
+## inbox, worker, admin and retention with every test schema distributed, the routing check and the
+## migration tests. CITUS_URL names the coordinator (required); CITUS_TIMEOUT bounds the whole run
+## (a run took 11 to 17 minutes on a busy 2-core machine). Not part of make test.
+CITUS_TIMEOUT ?= 45m
+citus:
+	@if [ -z '$(CITUS_URL)' ]; then echo "make citus needs CITUS_URL=postgres://... (a Citus coordinator; SCALING.md)" >&2; exit 1; fi
+	TXINBOX_CITUS_URL='$(CITUS_URL)' $(GO) test -race -count=1 -v -timeout $(CITUS_TIMEOUT) ./internal/citus
 
 clean:
 	rm -rf $(BIN)
