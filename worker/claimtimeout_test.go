@@ -50,7 +50,6 @@ func TestStalledRescueClaimReleasesTheRescueLockAtClaimTimeout(t *testing.T) {
 // n messages, once each, and that the stuck pool logged its claims cancelled by the server.
 func (e *env) stalledAndGoodPools(t *testing.T, query string, n int64) {
 	t.Helper()
-	ctx := context.Background()
 	stuckDB := e.stallingRole(t)
 	logs := &logBuffer{}
 	stuck := worker.NewHandlers()
@@ -61,10 +60,17 @@ func (e *env) stalledAndGoodPools(t *testing.T, query string, n int64) {
 	run(t, batchPool(t, e, stuckDB, stuck, func(c *worker.Config) {
 		c.Owner, c.Concurrency, c.ClaimTimeout, c.Logger, c.DisableListen = "stuck", 1, 300*time.Millisecond, logs.logger(), true
 	}))
-	waitFor(t, "the stuck pool's claim to stall", func() bool {
-		return e.Count(t, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event = 'PgSleep' AND query LIKE '%' || $1 || '%' AND query LIKE '%' || $2 || '%'`, query, e.Schema) > 0
-	})
+	stalled := `SELECT count(*) FROM pg_stat_activity
+		WHERE wait_event = 'PgSleep' AND query LIKE '%' || $1 || '%' AND query LIKE '%' || $2 || '%'`
+	if e.distributed(t) {
+		// On a Citus coordinator the claim runs on the worker holding the consumer's shard, where the
+		// policy sleeps: the coordinator's claim statement, and its task sleeping on a worker (same
+		// global_pid).
+		stalled = `SELECT count(*) FROM citus_stat_activity c JOIN citus_stat_activity w USING (global_pid)
+			WHERE NOT c.is_worker_query AND c.query LIKE '%' || $1 || '%' AND c.query LIKE '%' || $2 || '%'
+			AND w.is_worker_query AND w.wait_event = 'PgSleep'`
+	}
+	waitFor(t, "the stuck pool's claim to stall", func() bool { return e.Count(t, stalled, query, e.Schema) > 0 })
 
 	good := worker.NewHandlers()
 	worker.Handle(good, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
@@ -85,7 +91,16 @@ func (e *env) stalledAndGoodPools(t *testing.T, query string, n int64) {
 		}
 		return false
 	})
-	_ = ctx
+}
+
+// distributed reports whether the schema's inbox_queue is a distributed table of a Citus cluster.
+func (e *env) distributed(t *testing.T) bool {
+	t.Helper()
+	if e.Count(t, `SELECT count(*) FROM pg_extension WHERE extname = 'citus'`) == 0 {
+		return false
+	}
+	return e.Count(t, `SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = to_regclass($1)`,
+		pgx.Identifier{e.Schema, "inbox_queue"}.Sanitize()) > 0
 }
 
 // stallingRole creates a login role of its own (dropped when t ends) with every privilege on the
