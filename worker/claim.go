@@ -18,7 +18,7 @@ import (
 	"github.com/txinbox/txinbox/internal/store"
 )
 
-// The life of a batch, one file each: its claim (this file), the run of its handlers (run.go, with
+// The life of a batch, one file each: its claim (this file), the run of its handlers (handle.go, with
 // the bisection of a batch handler's failing calls in bisect.go), its finish (finish.go). The pool
 // (pool.go) only schedules batches; its rescuer (rescue.go) charges the batches that never finished.
 

@@ -89,12 +89,11 @@ type Config struct {
 	// with backoff when lost. Default: when db is a *pgxpool.Pool, a new connection with the pool's
 	// ConnConfig (outside the pool, so it takes none of its slots); otherwise none, and the pool polls.
 	ListenConnect func(ctx context.Context) (*pgx.Conn, error)
-	// Lease is how long a claim holds before another worker may take the message over, if the
-	// claiming worker has not locked it in its batch transaction (it crashed or was cut off first);
-	// the rescuers of other pools wake up when it ends (see the package documentation, "Crash
-	// recovery"), and a pool's own claims past their lease are found at its PollInterval. It
-	// also bounds, on the server side, how long a batch transaction may sit idle (a frozen worker's
-	// session is terminated, its locks released). Must exceed every handler Timeout. Default: 1m.
+	// Lease bounds, on the server side, how long a batch transaction may sit idle
+	// (idle_in_transaction_session_timeout): a worker frozen or cut off inside its batch has its
+	// session terminated, its locks released and its batch left to the rescuer (see the package
+	// documentation, "Crash recovery"). A batch whose process dies is ended by the server at once,
+	// without waiting for the Lease. Must exceed every handler Timeout. Default: 1m.
 	Lease time.Duration
 	// MaxAttempts is the number of attempts that may start before a message is dead; the crashes of
 	// groups of more than one message count as one attempt in all (package documentation, "Crash
@@ -107,17 +106,17 @@ type Config struct {
 	// only, sent in the same round trip). A claim locks the rows it picks as it finds them and holds
 	// them, and its snapshot, until it ends: a claim slowed down for long (a starved server, a queue
 	// full of dead rows) keeps up to its batch of ready messages from every other worker. Cancelled at
-	// the bound, it releases them, and the runner logs the failure and claims again. The rescuer's
-	// claim of a message whose lease ended is bounded too, with its wait for the consumer's rescue lock
-	// (one rescue claim at a time across processes). Default:
-	// DefaultClaimTimeout (10s), or half the Lease if that is less. Must be less than the Lease (a
-	// claim's lease runs from the start of its statement). Negative: no bound.
+	// the bound, its batch transaction rolls back and releases them, and the runner logs the failure
+	// and claims again. The rescuer's claims of suspects are bounded the same way. Default:
+	// DefaultClaimTimeout (10s), or half the Lease if that is less. Must be less than the Lease.
+	// Negative: no bound.
 	ClaimTimeout time.Duration
 	// Backoff sets the delay before a retry. Default: DefaultBackoff.
 	Backoff Backoff
 	// Logger receives the pool's logs. Default: slog.Default().
 	Logger *slog.Logger
-	// Owner names this pool in claims (inbox.owner). Default: hostname:pid:random.
+	// Owner names this pool in its batches (inbox_batch.owner; admin and the console show it as the
+	// owner of the messages it is running). Default: hostname:pid:random.
 	Owner string
 	// Observer, if set, is told about every attempt finished (package metrics implements it).
 	// Default: none.
@@ -215,7 +214,7 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	case c.PollInterval < 0 || c.Lease < 0 || c.Timeout < 0 || c.HotPollInterval < 0:
 		return bad("PollInterval/HotPollInterval/Lease/Timeout", "must not be negative")
 	case c.ClaimTimeout >= c.Lease:
-		return bad("ClaimTimeout", fmt.Sprintf("%v must be less than the Lease (%v): a claim's lease runs from the start of its statement", c.ClaimTimeout, c.Lease))
+		return bad("ClaimTimeout", fmt.Sprintf("%v must be less than the Lease (%v)", c.ClaimTimeout, c.Lease))
 	case c.HotWindow > 0 && st.NotifyInterval > 0 && c.HotWindow <= st.NotifyInterval:
 		return bad("HotWindow", fmt.Sprintf("%v must exceed Store.NotifyInterval (%v): messages whose notification was debounced would wait a full PollInterval", c.HotWindow, st.NotifyInterval))
 	}
@@ -355,11 +354,14 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 
 // Start checks that the schema has txinbox's tables (an error matching txinbox.ErrNotMigrated if not;
 // if the database cannot be asked, it logs a warning and starts anyway, since claims retry), then
-// starts Concurrency batch runners and one rescuer (which takes over, in groups, the messages whose
-// claim never finished: see the package documentation, "Crash recovery"), and returns. Each runner holds one connection while
-// it claims or runs a batch, and the rescuer one more now and then: a *pgxpool.Pool with
-// Concurrency+2 connections never makes them wait. When its MaxConns is below Concurrency, Start logs
-// a warning once: fewer batches than Concurrency can run at once.
+// starts Concurrency batch runners and one rescuer (which charges the batches that never finished
+// and takes their messages over in groups: see the package documentation, "Crash recovery"), and
+// returns. Each runner holds one connection of db while it runs a batch, and the rescuer one more
+// now and then: a *pgxpool.Pool with Concurrency+2 connections never makes them wait. When its
+// MaxConns is below Concurrency, Start logs a warning once: fewer batches than Concurrency can run at
+// once. With a *pgxpool.Pool, the pool also opens two connections of its own, outside it: one it
+// listens on, and one its batches are recorded on (RecordBatch), so that a runner holding its
+// batch's connection never waits for another.
 //
 // ctx is used for the check and bounds the pool's life: when it ends, the pool stops as with Stop on
 // an expired ctx, which abandons the batches in flight at once. To let in-flight work finish on
