@@ -19,7 +19,7 @@ var ErrNoCitus = errors.New("txinbox: the citus extension is not installed in th
 // idempotency, and inbox_ring (migration 00006: the current generation, one row, read by its own
 // statements only; as a reference table its row locks took distributed locks that deadlocked under
 // concurrent registrations).
-var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup", "inbox_gen"}
+var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup", "inbox_gen", "inbox_batch"}
 
 // Distribute makes the txinbox tables of store's schema (DistributedTables) distributed tables of a
 // Citus cluster, by the column consumer and colocated, so that every statement txinbox runs goes to
