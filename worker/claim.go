@@ -100,13 +100,14 @@ func (p *Pool) claimIn(ctx context.Context, b *batch) ([]*claimed, error) {
 	}
 	idle, statement := millis(p.cfg.Lease), millis(p.maxTO+time.Second)
 	suspects := sqlc.ClaimSuspectsParams{Consumer: p.cfg.Consumer, Max: int32(p.claimMax), LockKey: p.lockKey}
-	// The same calls queue the statements, then read their results (the first error is the batch's).
-	statements := func(db sqlc.DBTX) (rows []sqlc.ClaimBatchRow, limits sqlc.BatchLimitsRow, err error) {
-		db = p.st.Wrap(db)
-		errs := [3]error{store.Queries.ClaimLimits(ctx, db, claimTimeout, idle)}
+	var rows []sqlc.ClaimBatchRow
+	var limits sqlc.BatchLimitsRow
+	err := p.pipeline(ctx, b.tx, func(db sqlc.DBTX) []error {
+		errs := []error{store.Queries.ClaimLimits(ctx, db, claimTimeout, idle), nil, nil}
 		if b.suspects {
 			var srows []sqlc.ClaimSuspectsRow
 			srows, errs[1] = store.Queries.ClaimSuspects(ctx, db, suspects)
+			rows = rows[:0]
 			for _, r := range srows {
 				rows = append(rows, sqlc.ClaimBatchRow(r))
 			}
@@ -114,20 +115,8 @@ func (p *Pool) claimIn(ctx context.Context, b *batch) ([]*claimed, error) {
 			rows, errs[1] = store.Queries.ClaimBatch(ctx, db, p.cfg.Consumer, int32(p.claimMax))
 		}
 		limits, errs[2] = store.Queries.BatchLimits(ctx, db, statement)
-		for _, err := range errs {
-			if err != nil {
-				return nil, limits, err
-			}
-		}
-		return rows, limits, nil
-	}
-	var q queue
-	_, _, _ = statements(&q)
-	br := b.tx.SendBatch(ctx, &q.batch)
-	rows, limits, err := statements(results{br})
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+		return errs
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -193,17 +182,15 @@ func (r *records) close() {
 
 func millis(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
 
-// pipelined runs the statements that f sends on the pool's DB in one implicit transaction, in one
-// round trip (a pipeline with one Sync), each statement with a snapshot of its own; on a DB that
-// cannot pipeline, in a transaction of its own. f is called twice, to queue the statements and to
-// read their results (it returns each statement's error, in order); the first error is returned.
-func (p *Pool) pipelined(ctx context.Context, f func(sqlc.DBTX) []error) error {
-	s, ok := p.db.(interface {
-		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-	})
-	if !ok {
-		return pgx.BeginFunc(ctx, p.db, func(tx pgx.Tx) error { return errors.Join(f(p.st.Wrap(tx))...) })
-	}
+// sender is what pgxpool.Pool, pgx.Conn and pgx.Tx offer to send statements in one pipeline.
+type sender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// pipeline sends the statements that f sends on s in one round trip (a pipeline with one Sync), each
+// statement with a snapshot of its own. f is called twice, to queue the statements and then to read
+// their results (it returns each statement's error, in order); the first error is returned.
+func (p *Pool) pipeline(ctx context.Context, s sender, f func(sqlc.DBTX) []error) error {
 	var q queue
 	f(p.st.Wrap(&q))
 	br := s.SendBatch(ctx, &q.batch)
@@ -212,6 +199,15 @@ func (p *Pool) pipelined(ctx context.Context, f func(sqlc.DBTX) []error) error {
 		err = cerr
 	}
 	return err
+}
+
+// pipelined runs f's statements (see pipeline) on the pool's DB in one implicit transaction; on a DB
+// that cannot pipeline, in a transaction of its own.
+func (p *Pool) pipelined(ctx context.Context, f func(sqlc.DBTX) []error) error {
+	if s, ok := p.db.(sender); ok {
+		return p.pipeline(ctx, s, f)
+	}
+	return pgx.BeginFunc(ctx, p.db, func(tx pgx.Tx) error { return errors.Join(f(p.st.Wrap(tx))...) })
 }
 
 func firstErr(errs []error) error {
