@@ -112,9 +112,14 @@ func TestLeftBehindBatchIsChargedOnce(t *testing.T) {
 		}
 		second <- len(c)
 	}()
-	waitFor(t, "the second charge to wait for the first", func() bool {
-		return e.Count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ChargeBatch%' AND query LIKE '%' || $1 || '%'`, e.Schema) == 1
-	})
+	waiting := `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ChargeBatch%' AND query LIKE '%' || $1 || '%'`
+	if e.distributed(t) {
+		// On Citus the second charge waits on the worker holding the consumer's shard.
+		waiting = `SELECT count(*) FROM citus_stat_activity c JOIN citus_stat_activity w USING (global_pid)
+			WHERE NOT c.is_worker_query AND c.query LIKE '%ChargeBatch%' AND c.query LIKE '%' || $1 || '%'
+			AND w.is_worker_query AND w.wait_event_type = 'Lock'`
+	}
+	waitFor(t, "the second charge to wait for the first", func() bool { return e.Count(t, waiting, e.Schema) == 1 })
 	if err := first.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
