@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/txinbox/txinbox/internal/health"
+	"github.com/txinbox/txinbox/internal/pgstats"
 )
 
 // Health is what PostgreSQL's statistics say about the two things that silently slow a queue in
@@ -170,11 +170,11 @@ func (h *Horizon) UnmarshalJSON(b []byte) error {
 // TableHealth). A role without pg_read_all_stats sees fewer details of other roles' sessions (see
 // XminHolder); nothing fails because of it.
 func (a *Admin) Health(ctx context.Context) (Health, error) {
-	tables, err := health.ReadTables(ctx, a.store.DB, a.store.Schema)
+	tables, err := pgstats.ReadTables(ctx, a.store.DB, a.store.Schema)
 	if err != nil {
 		return Health{}, err
 	}
-	hz, err := health.ReadHorizon(ctx, a.store.DB)
+	hz, err := pgstats.ReadHorizon(ctx, a.store.DB)
 	if err != nil {
 		return Health{}, err
 	}
@@ -182,7 +182,7 @@ func (a *Admin) Health(ctx context.Context) (Health, error) {
 		SlotName: hz.SlotName, SlotXminAge: hz.SlotXminAge, PreparedGID: hz.PreparedGID,
 		PreparedXminAge: hz.PreparedXminAge, PreparedAge: hz.PreparedAge, FrozenXidAge: hz.FrozenXidAge,
 	}}
-	gen, err := health.ReadGeneration(ctx, a.store.DB, a.store.Schema)
+	gen, err := pgstats.ReadGeneration(ctx, a.store.DB, a.store.Schema)
 	if err != nil {
 		return Health{}, err
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/txinbox/txinbox/internal/health"
+	"github.com/txinbox/txinbox/internal/pgstats"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/store"
 )
@@ -132,7 +132,7 @@ func (h *handler) loadOverview(ctx context.Context) (overviewData, error) {
 		}
 		return 0
 	})
-	tables, err := health.ReadTables(ctx, h.raw, h.schema)
+	tables, err := pgstats.ReadTables(ctx, h.raw, h.schema)
 	if err != nil {
 		return d, err
 	}
@@ -141,7 +141,7 @@ func (h *handler) loadOverview(ctx context.Context) (overviewData, error) {
 			HOTUpdates: t.HOTUpdates, LastAutovacuum: t.LastAutovacuum, LastVacuum: t.LastVacuum,
 			Autovacuums: t.Autovacuums, Bytes: t.Bytes})
 	}
-	hz, err := health.ReadHorizon(ctx, h.raw)
+	hz, err := pgstats.ReadHorizon(ctx, h.raw)
 	if err != nil {
 		return d, err
 	}
