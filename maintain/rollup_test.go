@@ -1,4 +1,4 @@
-package worker_test
+package maintain_test
 
 import (
 	"context"
@@ -16,9 +16,9 @@ type countingObserver struct{ n atomic.Int64 }
 
 func (o *countingObserver) Handled(worker.HandleEvent) { o.n.Add(1) }
 
-// The pool adds its finished attempts to inbox_rollup (completed, failed, of which dead) when it
-// stops, and still tells the configured Observer about each of them; the dead letter is in the
-// dead-letter set kept by the triggers.
+// The finished attempts (completed, failed, of which dead) are counted by the batches and folded by
+// the maintainer into inbox_rollup, and the configured Observer is still told about each of them;
+// the dead letter is in the dead-letter set kept by the triggers.
 func TestRollupCountsFinishedAttempts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -37,24 +37,24 @@ func TestRollupCountsFinishedAttempts(t *testing.T) {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
 	obs := &countingObserver{}
-	p := e.pool(t, hs, func(c *worker.Config) { c.Observer = obs })
-	if err := p.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "four completed and one dead", func() bool { return e.count(t, "completed") == 4 && e.count(t, "dead") == 1 })
+	run(t, e.pool(t, hs, func(c *worker.Config) {
+		c.Observer = obs
+		c.Maintainer.RollupInterval = 50 * time.Millisecond
+	}))
 	waitFor(t, "six events", func() bool { return obs.n.Load() == 6 })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := p.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
 	var completed, failed, dead int64
-	if err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT coalesce(sum(completed), 0)::bigint, coalesce(sum(failed), 0)::bigint,
-		coalesce(sum(dead), 0)::bigint FROM {schema}.inbox_rollup WHERE consumer = 'ledger'`)).Scan(&completed, &failed, &dead); err != nil {
-		t.Fatal(err)
-	}
+	waitFor(t, "the roll-up of the six attempts", func() bool {
+		if err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT coalesce(sum(completed), 0)::bigint, coalesce(sum(failed), 0)::bigint,
+			coalesce(sum(dead), 0)::bigint FROM {schema}.inbox_rollup WHERE consumer = 'ledger'`)).Scan(&completed, &failed, &dead); err != nil {
+			t.Fatal(err)
+		}
+		return completed+failed >= 6
+	})
 	if completed != 4 || failed != 2 || dead != 1 {
 		t.Fatalf("rollup: completed %d, failed %d, dead %d; want 4, 2, 1", completed, failed, dead)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox_rollup_batch`); n != 0 {
+		t.Fatalf("%d per-batch rows left after the fold", n)
 	}
 	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox_dead d JOIN {schema}.inbox m ON m.id = d.id AND m.consumer = d.consumer WHERE m.key = 'poison' AND d.consumer = 'ledger'`); n != 1 {
 		t.Fatalf("dead-letter set: %d rows for the poison message, want 1", n)

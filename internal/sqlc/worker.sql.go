@@ -340,6 +340,14 @@ WITH c AS (
         attempts_started = q.attempts_started - f.uncount
     FROM fenced f
     WHERE q.id = f.id AND q.consumer = $1 AND f.outcome = 'retry'
+), counted AS (
+    -- One row per finish, appended: no row that concurrent batches would all update.
+    INSERT INTO /* TEMPLATE: schema */inbox_rollup_batch (consumer, minute, completed, failed, dead)
+    SELECT $1, date_trunc('minute', min(f.finished_at)),
+           count(*) FILTER (WHERE f.outcome = 'completed'), count(*) FILTER (WHERE f.outcome <> 'completed'),
+           count(*) FILTER (WHERE f.outcome = 'dead')
+    FROM fenced f
+    HAVING count(*) > 0
 )
 UPDATE /* TEMPLATE: schema */inbox m
 SET state = CASE WHEN f.outcome = 'retry' THEN 'pending' ELSE f.outcome END,
@@ -374,7 +382,9 @@ type FinishBatchParams struct {
 // outcome and the claim's token, attempts and start (from the queue row) in one update. Rows whose
 // fencing token is no longer ours, or that are no longer claimed (released), are left alone (the
 // caller compares the count). @uncount undoes the attempt counted by the claim for
-// messages that were never run.
+// messages that were never run. The outcomes recorded are counted for the console in the same
+// statement, so in the same transaction: one row appended to inbox_rollup_batch (migration 00010),
+// in the minute of completed_at; the maintainer folds those rows into inbox_rollup.
 // Plans: each CTE reads the one before it, driven by the batch's rows, so that every join is one
 // index probe per message. (A final join of the outcomes with the fenced queue rows, both estimated
 // at a few rows, ran as a nested loop reading all the outcomes again for every message in a generic
