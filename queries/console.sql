@@ -1,4 +1,4 @@
--- The operator console's reads (package console) and the worker pools' rollup writes. None of them
+-- The operator console's reads (package console). None of them
 -- scans the inbox table: they read the queue (as large as the backlog), the dead-letter set
 -- (inbox_dead), the per-minute rollup, or rows of inbox by a unique index (one message, or the 50 of
 -- a page of dead letters).
@@ -119,18 +119,3 @@ FROM /* TEMPLATE: schema */inbox_queue q
 WHERE q.consumer = @consumer AND NOT q.claimed AND q.id <= @max_id
 ORDER BY q.id
 LIMIT @max_rows;
-
--- name: RollupAdd :exec
--- Adds per-minute counts of @consumer's finished attempts to the rollup (one row per consumer and
--- minute), and deletes its rows older than @keep_minutes minutes.
-WITH added AS (
-    INSERT INTO /* TEMPLATE: schema */inbox_rollup AS r (consumer, minute, completed, failed, dead)
-    SELECT @consumer::text, a.minute, a.completed, a.failed, a.dead
-    FROM ROWS FROM (unnest(@minutes::timestamptz[]), unnest(@completed::bigint[]),
-                    unnest(@failed::bigint[]), unnest(@dead::bigint[])) AS a(minute, completed, failed, dead)
-    ORDER BY a.minute
-    ON CONFLICT (consumer, minute) DO UPDATE
-    SET completed = r.completed + excluded.completed, failed = r.failed + excluded.failed, dead = r.dead + excluded.dead
-)
-DELETE FROM /* TEMPLATE: schema */inbox_rollup o
-WHERE o.consumer = @consumer AND o.minute < now() - make_interval(mins => @keep_minutes::int);

@@ -23,7 +23,7 @@ WITH RECURSIVE c AS (
 SELECT c.consumer::text AS consumer FROM c WHERE c.consumer IS NOT NULL LIMIT $1::int
 `
 
-// The operator console's reads (package console) and the worker pools' rollup writes. None of them
+// The operator console's reads (package console). None of them
 // scans the inbox table: they read the queue (as large as the backlog), the dead-letter set
 // (inbox_dead), the per-minute rollup, or rows of inbox by a unique index (one message, or the 50 of
 // a page of dead letters).
@@ -436,41 +436,4 @@ func (q *Queries) ConsoleRollup(ctx context.Context, db DBTX, windowMinutes int3
 		return nil, err
 	}
 	return items, nil
-}
-
-const rollupAdd = `-- name: RollupAdd :exec
-WITH added AS (
-    INSERT INTO /* TEMPLATE: schema */inbox_rollup AS r (consumer, minute, completed, failed, dead)
-    SELECT $1::text, a.minute, a.completed, a.failed, a.dead
-    FROM ROWS FROM (unnest($3::timestamptz[]), unnest($4::bigint[]),
-                    unnest($5::bigint[]), unnest($6::bigint[])) AS a(minute, completed, failed, dead)
-    ORDER BY a.minute
-    ON CONFLICT (consumer, minute) DO UPDATE
-    SET completed = r.completed + excluded.completed, failed = r.failed + excluded.failed, dead = r.dead + excluded.dead
-)
-DELETE FROM /* TEMPLATE: schema */inbox_rollup o
-WHERE o.consumer = $1 AND o.minute < now() - make_interval(mins => $2::int)
-`
-
-type RollupAddParams struct {
-	Consumer    string
-	KeepMinutes int32
-	Minutes     []pgtype.Timestamptz
-	Completed   []int64
-	Failed      []int64
-	Dead        []int64
-}
-
-// Adds per-minute counts of @consumer's finished attempts to the rollup (one row per consumer and
-// minute), and deletes its rows older than @keep_minutes minutes.
-func (q *Queries) RollupAdd(ctx context.Context, db DBTX, arg RollupAddParams) error {
-	_, err := db.Exec(ctx, rollupAdd,
-		arg.Consumer,
-		arg.KeepMinutes,
-		arg.Minutes,
-		arg.Completed,
-		arg.Failed,
-		arg.Dead,
-	)
-	return err
 }
