@@ -3,6 +3,7 @@ package maintain_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -79,6 +80,16 @@ type proc struct {
 	killed time.Time // when the test killed it
 }
 
+// record parses a line of a child's output: a JSON log record, or nil for a line that is not one (the
+// last line of a process killed while writing it).
+func record(line string) map[string]any {
+	var r map[string]any
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		return nil
+	}
+	return r
+}
+
 func startProc(t *testing.T, e *env) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -96,10 +107,11 @@ func startProc(t *testing.T, e *env) *proc {
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			recs := parseRecords(t, sc.Text())
-			p.mu.Lock()
-			p.recs = append(p.recs, recs...)
-			p.mu.Unlock()
+			if r := record(sc.Text()); r != nil {
+				p.mu.Lock()
+				p.recs = append(p.recs, r)
+				p.mu.Unlock()
+			}
 		}
 	}()
 	t.Cleanup(func() { p.kill() })

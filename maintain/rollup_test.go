@@ -60,3 +60,39 @@ func TestRollupCountsFinishedAttempts(t *testing.T) {
 		t.Fatalf("dead-letter set: %d rows for the poison message, want 1", n)
 	}
 }
+
+// The outcomes a pool records outside the batch transaction are counted too: here a handler ends the
+// batch transaction itself (COMMIT), so the pool records the outcome of the message run before it
+// (committed with it) and the culprit's death in a statement of their own, and runs the last message
+// again in a batch of its own. The roll-up counts each attempt once: two completed, one failed (dead).
+func TestRollupCountsOutcomesRecordedOutsideTheBatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.receive(t, "a-1", "b-ender", "c-1") // one batch, run in this order
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
+			return err
+		}
+		if m.Key == "b-ender" {
+			_, err := tx.Exec(ctx, "COMMIT")
+			return err
+		}
+		return nil
+	})
+	run(t, e.pool(t, hs, func(c *worker.Config) {
+		c.Concurrency, c.BatchSize = 1, 10
+		c.Maintainer.RollupInterval = 50 * time.Millisecond
+	}))
+	var completed, failed, dead int64
+	waitFor(t, "the roll-up of the three messages", func() bool {
+		if err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT coalesce(sum(completed), 0)::bigint, coalesce(sum(failed), 0)::bigint,
+			coalesce(sum(dead), 0)::bigint FROM {schema}.inbox_rollup WHERE consumer = 'ledger'`)).Scan(&completed, &failed, &dead); err != nil {
+			t.Fatal(err)
+		}
+		return completed+failed >= 3 && e.Count(t, `SELECT count(*) FROM {schema}.inbox_rollup_batch`) == 0
+	})
+	if completed != 2 || failed != 1 || dead != 1 {
+		t.Fatalf("rollup: completed %d, failed %d, dead %d; want 2, 1, 1", completed, failed, dead)
+	}
+}
