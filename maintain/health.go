@@ -10,14 +10,14 @@ import (
 // checkHealth reads the tables' dead row versions and the xmin horizon, and logs at Warn what is above
 // its threshold (Config.HorizonWarnAge, Config.DeadRowsWarnThreshold): at most one record per
 // condition and check. Errors are logged at Debug, never returned.
-func (m *Maintainer) checkHealth(ctx context.Context) error {
+func (m *Maintainer) checkHealth(ctx context.Context) {
 	cfg := &m.cfg
 	hz, err := pgstats.ReadHorizon(ctx, m.store.DB)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.Debug("txinbox: could not read the xmin horizon", "err", err)
 		}
-		return nil
+		return
 	}
 	// holder describes the session holding the oldest snapshot, as log attributes.
 	holder := func(prefix string) []any {
@@ -45,14 +45,14 @@ func (m *Maintainer) checkHealth(ctx context.Context) error {
 		}
 	}
 	if cfg.DeadRowsWarnThreshold < 0 {
-		return nil
+		return
 	}
 	tables, err := pgstats.ReadTables(ctx, m.store.DB, m.store.Schema)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.Debug("txinbox: could not read the tables' statistics", "err", err)
 		}
-		return nil
+		return
 	}
 	for _, t := range tables {
 		if t.DeadRows <= int64(cfg.DeadRowsWarnThreshold) {
@@ -63,7 +63,6 @@ func (m *Maintainer) checkHealth(ctx context.Context) error {
 		m.log.Warn("txinbox: a txinbox table has many dead row versions: autovacuum is behind, or an old transaction holds them (see horizon_*)",
 			append(attrs, holder("horizon_")...)...)
 	}
-	return nil
 }
 
 // logTime is t for a log record, or "never" when it is zero.

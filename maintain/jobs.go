@@ -35,15 +35,24 @@ func (m *Maintainer) builtins() []*job {
 	}
 	if m.cfg.QueueVacuumThreshold >= 0 {
 		jobs = append(jobs,
-			&job{name: "vacuum", interval: queueVacuumEvery, gate: m.nets.vacuum.at, run: m.vacuum},
-			&job{name: "analyze", interval: queueVacuumEvery, gate: m.nets.analyze.at, run: m.analyze})
+			&job{name: "vacuum", interval: queueVacuumEvery, gate: m.nets.vacuum.at, run: logged(m.vacuum)},
+			&job{name: "analyze", interval: queueVacuumEvery, gate: m.nets.analyze.at, run: logged(m.analyze)})
 	}
 	if m.cfg.HealthCheckInterval > 0 && (m.cfg.HorizonWarnAge >= 0 || m.cfg.DeadRowsWarnThreshold >= 0) {
-		jobs = append(jobs, &job{name: "health", interval: m.cfg.HealthCheckInterval, run: m.checkHealth})
+		jobs = append(jobs, &job{name: "health", interval: m.cfg.HealthCheckInterval, run: logged(m.checkHealth)})
 	}
 	return append(jobs,
 		&job{name: "rollup", interval: m.cfg.RollupInterval, run: m.foldRollup},
 		&job{name: "pools", interval: poolsEvery, run: m.deleteGonePools})
+}
+
+// logged adapts a job that logs its own failures (the safety nets, the health check: a failed read is
+// a check skipped) to a job's Run.
+func logged(run func(context.Context)) func(context.Context) error {
+	return func(ctx context.Context) error {
+		run(ctx)
+		return nil
+	}
 }
 
 // rotate begins a new generation if the current one is Retention.Generation old.

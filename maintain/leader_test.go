@@ -75,24 +75,79 @@ func (l *leaderLog) overlaps() string {
 	return ""
 }
 
-// Eight maintainers of one schema started at the same moment: exactly one leads, and the lease row
-// names it. When it stops, another takes over, and never two lead at once.
+// Eight maintainers of one schema started at the same moment contend for the lease at once: exactly
+// one leads, and the lease row names it. When it stops, another takes over, and never two lead at
+// once. Three rounds of eight new maintainers, each round after the last one's leader stopped.
 func TestOneMaintainerLeadsAtATime(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	log := &leaderLog{}
-	const n = 8
+	for round := range 3 {
+		ms := startTogether(t, e, log, round, 8)
+		waitFor(t, "a leader", func() bool { return len(log.leading()) > 0 })
+		// Several renewals of the lease (every third of a second), and the others' looks at it.
+		time.Sleep(time.Second)
+		if o := log.overlaps(); o != "" {
+			t.Fatalf("round %d: %s", round, o)
+		}
+		leaders := log.leading()
+		if len(leaders) != 1 {
+			t.Fatalf("round %d: leading: %v, want one", round, leaders)
+		}
+		var first *maintain.Maintainer
+		for _, m := range ms {
+			if lead, _ := m.Leading(); lead {
+				if first != nil {
+					t.Fatalf("round %d: %s and %s both report leading", round, first.Owner(), m.Owner())
+				}
+				first = m
+			}
+		}
+		if first == nil || first.Owner() != leaders[0] {
+			t.Fatalf("round %d: the leading maintainer %v is not the one the events name (%v)", round, first, leaders)
+		}
+		if owner := e.Count(t, `SELECT count(*) FROM {schema}.inbox_leader WHERE owner = $1 AND expires_at > now()`, first.Owner()); owner != 1 {
+			t.Fatalf("round %d: the lease row does not name the leader %s", round, first.Owner())
+		}
+		if err := first.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "another leader", func() bool {
+			l := log.leading()
+			return len(l) == 1 && l[0] != first.Owner()
+		})
+		time.Sleep(500 * time.Millisecond)
+		if o := log.overlaps(); o != "" {
+			t.Fatalf("round %d: %s", round, o)
+		}
+		if l := log.leading(); len(l) != 1 {
+			t.Fatalf("round %d: leading after the handover: %v, want one", round, l)
+		}
+		for _, m := range ms {
+			if err := m.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if l := log.leading(); len(l) != 0 {
+			t.Fatalf("round %d: leading after every maintainer stopped: %v", round, l)
+		}
+	}
+}
+
+// startTogether starts n maintainers of e's schema (Lease 1s, Observer log) at the same moment, and
+// stops them when t ends.
+func startTogether(t *testing.T, e *env, log *leaderLog, round, n int) []*maintain.Maintainer {
+	t.Helper()
 	ms := make([]*maintain.Maintainer, n)
 	for i := range ms {
-		m, err := maintain.New(e.Store(), maintain.Config{Lease: time.Second, Observer: log, Owner: fmt.Sprintf("m%d", i)})
+		m, err := maintain.New(e.Store(), maintain.Config{Lease: time.Second, Observer: log, Owner: fmt.Sprintf("r%d-m%d", round, i)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ms[i] = m
 	}
-	var start sync.WaitGroup
+	var start, started sync.WaitGroup
 	start.Add(1)
-	var started sync.WaitGroup
 	for _, m := range ms {
 		started.Go(func() {
 			start.Wait()
@@ -108,45 +163,7 @@ func TestOneMaintainerLeadsAtATime(t *testing.T) {
 			_ = m.Stop(context.Background())
 		}
 	})
-	waitFor(t, "a leader", func() bool { return len(log.leading()) > 0 })
-	// Several renewals of the lease (every third of a second), and the others' looks at it.
-	time.Sleep(1500 * time.Millisecond)
-	if o := log.overlaps(); o != "" {
-		t.Fatal(o)
-	}
-	leaders := log.leading()
-	if len(leaders) != 1 {
-		t.Fatalf("leading: %v, want one", leaders)
-	}
-	var first *maintain.Maintainer
-	for _, m := range ms {
-		if lead, _ := m.Leading(); lead {
-			if first != nil {
-				t.Fatalf("%s and %s both report leading", first.Owner(), m.Owner())
-			}
-			first = m
-		}
-	}
-	if first == nil || first.Owner() != leaders[0] {
-		t.Fatalf("the leading maintainer %v is not the one the events name (%v)", first, leaders)
-	}
-	if owner := e.Count(t, `SELECT count(*) FROM {schema}.inbox_leader WHERE owner = $1 AND expires_at > now()`, first.Owner()); owner != 1 {
-		t.Fatalf("the lease row does not name the leader %s", first.Owner())
-	}
-	if err := first.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "another leader", func() bool {
-		l := log.leading()
-		return len(l) == 1 && l[0] != first.Owner()
-	})
-	time.Sleep(time.Second)
-	if o := log.overlaps(); o != "" {
-		t.Fatal(o)
-	}
-	if l := log.leading(); len(l) != 1 {
-		t.Fatalf("leading after the handover: %v, want one", l)
-	}
+	return ms
 }
 
 // The maintainer rotates the inbox's generations by itself, once per Generation (no Cleaner), and

@@ -59,7 +59,7 @@ var analyzed = []string{"inbox_queue", "inbox_s0", "inbox_s1", "inbox_s2"}
 // be off or lag, and a generic plan of the worker's statements made while a table was small keeps
 // reading the whole table per message until the statistics change (every connection plans again
 // after an ANALYZE: bench/RESULTS.md, "generic plans frozen"). Errors are logged, never returned.
-func (m *Maintainer) analyze(ctx context.Context) error {
+func (m *Maintainer) analyze(ctx context.Context) {
 	v := &m.nets.analyze
 	db := m.store.DB
 	tables := make([]string, len(analyzed))
@@ -68,7 +68,7 @@ func (m *Maintainer) analyze(ctx context.Context) error {
 	}
 	stale, err := store.Queries.StaleTables(ctx, db, tables)
 	if err != nil || len(stale) == 0 {
-		return nil
+		return
 	}
 	for _, table := range stale {
 		// ANALYZE takes no parameters; the name is one of tables, quoted by pgx.Identifier (store.Table).
@@ -77,14 +77,14 @@ func (m *Maintainer) analyze(ctx context.Context) error {
 				m.log.Warn("txinbox: analyze of a grown table failed; retrying later", "table", table, "err", err)
 			}
 			v.failed()
-			return nil
+			return
 		}
 	}
 	m.log.Debug("txinbox: analyzed tables that outgrew their statistics", "tables", stale)
 	still, err := store.Queries.StaleTables(ctx, db, stale)
 	if err != nil || len(still) == 0 {
 		v.helped()
-		return nil
+		return
 	}
 	// ANALYZE (SKIP_LOCKED) skipped a table that another session was analyzing, or this role is not
 	// the owner (ANALYZE only warns). The first passes by the next check; the second lasts: check less
@@ -93,19 +93,18 @@ func (m *Maintainer) analyze(ctx context.Context) error {
 		m.log.Warn("txinbox: ANALYZE left tables' statistics stale twice in a row; is this role their owner? checking again less and less often, up to every 5m",
 			"tables", still, "retry_in", wait)
 	}
-	return nil
 }
 
 // vacuum vacuums the queue table if PostgreSQL counts more dead rows in it than the threshold.
 // Errors are logged, never returned.
-func (m *Maintainer) vacuum(ctx context.Context) error {
+func (m *Maintainer) vacuum(ctx context.Context) {
 	v := &m.nets.vacuum
 	db := m.store.DB
 	threshold := int64(m.cfg.QueueVacuumThreshold)
 	table := m.st.Table("inbox_queue")
 	dead, err := store.Queries.QueueDeadRows(ctx, db, table)
 	if err != nil || dead <= threshold {
-		return nil
+		return
 	}
 	start := time.Now()
 	// VACUUM takes no parameters; the table name is quoted by pgx.Identifier (store.Table).
@@ -115,14 +114,14 @@ func (m *Maintainer) vacuum(ctx context.Context) error {
 			m.log.Warn("txinbox: vacuum of the queue table failed; retrying later", "table", table, "err", err)
 		}
 		v.failed()
-		return nil
+		return
 	}
 	after, err := store.Queries.QueueDeadRows(ctx, db, table)
 	m.log.Debug("txinbox: vacuumed the queue table", "table", table, "dead_before", dead, "dead_after", after,
 		"took", time.Since(start))
 	if err != nil || after <= threshold {
 		v.helped()
-		return nil
+		return
 	}
 	// Not the owner (VACUUM only warns), a snapshot older than the rows keeps them, or another session
 	// was vacuuming the table (SKIP_LOCKED): don't rescan every 5s, but soon enough that a snapshot
@@ -132,5 +131,4 @@ func (m *Maintainer) vacuum(ctx context.Context) error {
 		m.log.Warn("txinbox: vacuum left the queue table's dead rows; is this role its owner, or is a long transaction open? checking again less and less often, up to every 5m",
 			"table", table, "dead_before", dead, "dead_after", after, "retry_in", wait)
 	}
-	return nil
 }
