@@ -159,7 +159,7 @@ func TestQuickstartKeepsItsInboxBoundedByItself(t *testing.T) {
 		return n
 	}
 	g0 := count(`SELECT gen FROM {schema}.inbox_ring`)
-	deadline := time.Now().Add(6 * time.Minute) // a hang, not a timing requirement
+	deadline := time.Now().Add(6 * time.Minute)                                       // a hang, not a timing requirement
 	for count(`SELECT count(*) FROM {schema}.inbox WHERE state = 'completed'`) != 3 { // handled, then committed
 		if time.Now().After(deadline) {
 			t.Fatal("the quick start's three messages were not completed")
