@@ -159,8 +159,9 @@ func TestQuickstartKeepsItsInboxBoundedByItself(t *testing.T) {
 		return n
 	}
 	g0 := count(`SELECT gen FROM {schema}.inbox_ring`)
-	deadline := time.Now().Add(6 * time.Minute)                                       // a hang, not a timing requirement
-	for count(`SELECT count(*) FROM {schema}.inbox WHERE state = 'completed'`) != 3 { // handled, then committed
+	deadline := time.Now().Add(6 * time.Minute) // a hang, not a timing requirement
+	// A message is handled, then its batch commits.
+	for count(`SELECT count(*) FROM {schema}.inbox WHERE state = 'completed'`) != 3 {
 		if time.Now().After(deadline) {
 			t.Fatal("the quick start's three messages were not completed")
 		}
