@@ -32,6 +32,11 @@
 // which the maintainer's statements touch alone. The price: after a crash the schema has no leader for
 // up to the Lease (its jobs are periodic, so nothing is lost).
 //
+// The maintainer runs its statements on the Store's DB, one at a time. When every connection of a
+// pgxpool is held by batches for longer than four fifths of the Lease, its renewals wait with them,
+// and the leadership moves to a maintainer of another process (a worker pool's pgxpool with
+// Concurrency+4 connections never makes it wait).
+//
 // # Jobs
 //
 // Each job runs at most once per period: a slot of its interval counted from the Unix epoch, on the

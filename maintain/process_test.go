@@ -45,7 +45,13 @@ var childConsumers = []string{"a", "b", "c"}
 func child() int {
 	ctx := context.Background()
 	schema := os.Getenv("TXINBOX_CHILD_SCHEMA")
-	db, err := pgxpool.New(ctx, os.Getenv("TXINBOX_CHILD_URL"))
+	pcfg, err := pgxpool.ParseConfig(os.Getenv("TXINBOX_CHILD_URL"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	pcfg.MaxConns = int32(len(childConsumers)*(1+2) + 2) // each pool's runner, rescuer and heartbeat; the maintainers
+	db, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -57,7 +63,7 @@ func child() int {
 			return applyCredit(ctx, tx, schema, m)
 		})
 		p, err := worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{Consumer: consumer, Handlers: hs,
-			PollInterval: 50 * time.Millisecond, Logger: log,
+			Concurrency: 1, PollInterval: 50 * time.Millisecond, Logger: log,
 			Maintainer: maintain.Config{Lease: processLease, Retention: retentionEvery(time.Second),
 				HealthCheckInterval: 500 * time.Millisecond, RollupInterval: 500 * time.Millisecond}})
 		if err != nil {
