@@ -74,9 +74,10 @@ test-submodules:
 screenshot:
 	cd console/e2e && TXINBOX_UPDATE_SCREENSHOT=1 $(GO) test -count=1 -run TestOverviewCounts ./...
 
-## demo: the ledger example end to end (finds or starts PostgreSQL itself).
+## demo: the ledger example end to end (finds or starts PostgreSQL itself). It ends by naming what it leaves
+## (the schema ledger_demo) and the command that drops it; DEMO_FLAGS=--drop drops it instead.
 demo:
-	cd examples/ledger && $(GO) run . demo
+	cd examples/ledger && $(GO) run . demo $(DEMO_FLAGS)
 
 ## wrk-ledger: the ledger's POST /v1/events under wrk, coalescing off vs on (DURATION, ROUNDS, CONNS; not in make test).
 wrk-ledger:
@@ -111,7 +112,7 @@ mutants: $(BIN)/sqlc
 clean:
 	rm -rf $(BIN)
 
-## bench-retention: issue 14's retention benchmarks (a, b): old layout vs generations, side by side in
+## bench-retention: the retention benchmarks: old layout vs generations, side by side in
 ## two throwaway PostgreSQL 15 clusters (needs root and /usr/lib/postgresql/15/bin; about 25 minutes).
 .PHONY: bench-retention
 bench-retention:

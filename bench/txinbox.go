@@ -137,14 +137,17 @@ type ledgerPayload struct {
 	Amount int64 `json:"amount"`
 }
 
-// startPool starts a worker pool whose handler inserts the ledger row in the message's transaction
-// and then calls onHandled (if not nil) with the message's number.
-func (s *inboxSchema) startPool(ctx context.Context, cfg InboxConfig, onHandled func(n int)) (*worker.Pool, error) {
-	insert := "INSERT INTO " + s.T("ledger") + " (event_id, amount) VALUES ($1, $2)"
+// ledgerHandlers registers the benchmarks' handler of benchKind, which inserts one ledger row per
+// message into ledger (a quoted table name) in the message's transaction: with worker.Handle, or with
+// worker.HandleBatch and HandlerConfig.BatchSize cfg.HandlerBatchSize (one multi-row INSERT per call)
+// when that is positive. onHandled, if not nil, is called with each message's number before its
+// insert; applied, if not nil, with the numbers of the call's messages after their insert.
+func ledgerHandlers(ledger string, cfg InboxConfig, onHandled func(n int), applied func(ns []int)) *worker.Handlers {
+	insert := "INSERT INTO " + ledger + " (event_id, amount) VALUES ($1, $2)"
 	hs := worker.NewHandlers()
 	if cfg.HandlerBatchSize > 0 {
 		// The same ledger effect, one statement per call.
-		insertMany := "INSERT INTO " + s.T("ledger") + " (event_id, amount) SELECT * FROM unnest($1::text[], $2::bigint[])"
+		insertMany := "INSERT INTO " + ledger + " (event_id, amount) SELECT * FROM unnest($1::text[], $2::bigint[])"
 		worker.HandleBatch(hs, benchKind, func(ctx context.Context, tx pgx.Tx, msgs []*worker.Message[ledgerPayload]) error {
 			keys, amounts := make([]string, len(msgs)), make([]int64, len(msgs))
 			for i, m := range msgs {
@@ -153,18 +156,35 @@ func (s *inboxSchema) startPool(ctx context.Context, cfg InboxConfig, onHandled 
 				}
 				keys[i], amounts[i] = m.Key, m.Payload.Amount
 			}
-			_, err := tx.Exec(ctx, insertMany, keys, amounts)
-			return err
+			if _, err := tx.Exec(ctx, insertMany, keys, amounts); err != nil || applied == nil {
+				return err
+			}
+			ns := make([]int, len(msgs))
+			for i, m := range msgs {
+				ns[i] = m.Payload.N
+			}
+			applied(ns)
+			return nil
 		}, worker.HandlerConfig{BatchSize: cfg.HandlerBatchSize})
 	} else {
 		worker.Handle(hs, benchKind, func(ctx context.Context, tx pgx.Tx, m *worker.Message[ledgerPayload]) error {
 			if onHandled != nil {
 				onHandled(m.Payload.N)
 			}
-			_, err := tx.Exec(ctx, insert, m.Key, m.Payload.Amount)
-			return err
+			if _, err := tx.Exec(ctx, insert, m.Key, m.Payload.Amount); err != nil || applied == nil {
+				return err
+			}
+			applied([]int{m.Payload.N})
+			return nil
 		})
 	}
+	return hs
+}
+
+// startPool starts a worker pool of ledgerHandlers whose handler calls onHandled (if not nil) with
+// each message's number, before its insert.
+func (s *inboxSchema) startPool(ctx context.Context, cfg InboxConfig, onHandled func(n int)) (*worker.Pool, error) {
+	hs := ledgerHandlers(s.T("ledger"), cfg, onHandled, nil)
 	p, err := worker.New(txinbox.Store{DB: s.Pool, Schema: s.Name}, worker.Config{
 		Consumer: benchConsumer, Handlers: hs,
 		Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval,

@@ -3,14 +3,16 @@
 // One Metrics value observes both sides: give it to inbox.Config.Observer (receiving) and to
 // worker.Config.Observer (handling; a pool passes it on to the schema's maintainer it starts, or give
 // it to maintain.Config.Observer), and register a QueueCollector for the queue's depth and a
-// HealthCollector for the tables' dead row versions and the xmin horizon:
+// HealthCollector for the tables' dead row versions and the xmin horizon, all on the same
+// txinbox.Store (its Schema above all: a collector given another one reads another schema's tables):
 //
+//	store := txinbox.Store{DB: pool, Schema: "billing"}
 //	reg := prometheus.NewRegistry()
 //	m, err := metrics.New(metrics.Config{Registerer: reg})
 //	client, err := inbox.New(store, inbox.Config{Observer: m})
 //	pool, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m})
-//	qc, err := metrics.NewQueueCollector(txinbox.Store{DB: db}, metrics.QueueConfig{Consumers: []string{"ledger"}})
-//	hc, err := metrics.NewHealthCollector(txinbox.Store{DB: db}, metrics.HealthConfig{})
+//	qc, err := metrics.NewQueueCollector(store, metrics.QueueConfig{Consumers: []string{"ledger"}})
+//	hc, err := metrics.NewHealthCollector(store, metrics.HealthConfig{})
 //	reg.MustRegister(qc, hc)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //

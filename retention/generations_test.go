@@ -99,6 +99,7 @@ func TestOneKeyEightReceiversAcrossARotation(t *testing.T) {
 						return inbox.Receipt{}, err
 					}
 					if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // the snapshot, before the start
+						_ = tx.Rollback(ctx)
 						return inbox.Receipt{}, err
 					}
 					if start != nil {

@@ -166,6 +166,9 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Rolled back on every path: a failure that left it open would keep its connection, and the
+	// pool's Close at the end of the test would wait for it until the go test timeout.
+	defer func() { _ = tx.Rollback(ctx) }()
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", (txinbox.Store{Schema: db.Schema}).CleanerLockKey()); err != nil {
 		t.Fatal(err)
 	}

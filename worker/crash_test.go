@@ -77,9 +77,16 @@ func child(mode string) int {
 	if mode == "batch-hang" {
 		hs = batchHangHandlers(schema, target, marker)
 	}
-	p, err := worker.New(txinbox.Store{DB: pool, Schema: schema}, worker.Config{Consumer: "ledger", Handlers: hs,
+	return runChild(pool, schema, worker.Config{Consumer: "ledger", Handlers: hs,
 		Concurrency: 2, BatchSize: 20, PollInterval: 20 * time.Millisecond, Lease: 2 * time.Second, Timeout: time.Second,
 		Maintainer: maintain.Config{Lease: 2 * time.Second}})
+}
+
+// runChild runs a pool of cfg on pool and schema until the queue is empty, then stops it and returns
+// 0 (the child's exit code); 3 if the pool cannot start.
+func runChild(pool *pgxpool.Pool, schema string, cfg worker.Config) int {
+	ctx := context.Background()
+	p, err := worker.New(txinbox.Store{DB: pool, Schema: schema}, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -87,7 +94,6 @@ func child(mode string) int {
 	if err := p.Start(ctx); err != nil {
 		return 3
 	}
-	// Run until the queue is empty, then exit normally.
 	for {
 		time.Sleep(50 * time.Millisecond)
 		var n int64

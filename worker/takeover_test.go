@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -29,7 +28,7 @@ const (
 )
 
 // takeoverChild runs a pool of a batch handler at the defaults (Concurrency 4, HandlerConfig.BatchSize
-// 500) until the queue is empty, then exits 0. Mode "takeover-hold": every call writes its effects,
+// 500) until the queue is empty (runChild). Mode "takeover-hold": every call writes its effects,
 // then blocks (the parent kills the process holding its claims). Mode "takeover-poison": a call that
 // holds the key TXINBOX_CHILD_KEY kills its own process (SIGKILL) after writing its effects.
 func takeoverChild(mode string) int {
@@ -61,23 +60,8 @@ func takeoverChild(mode string) int {
 		}
 		return nil
 	}, worker.HandlerConfig{MaxAttempts: takeoverMaxAttempts})
-	p, err := worker.New(txinbox.Store{DB: pool, Schema: schema}, worker.Config{Consumer: "ledger", Handlers: hs,
+	return runChild(pool, schema, worker.Config{Consumer: "ledger", Handlers: hs,
 		PollInterval: 20 * time.Millisecond, Lease: takeoverLease, Timeout: time.Second})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 3
-	}
-	if err := p.Start(ctx); err != nil {
-		return 3
-	}
-	for {
-		time.Sleep(50 * time.Millisecond)
-		var n int64
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "inbox_queue"}.Sanitize()).Scan(&n); err == nil && n == 0 {
-			_ = p.Stop(ctx)
-			return 0
-		}
-	}
 }
 
 // takeovers is an Observer that keeps the pool's takeover events.

@@ -27,6 +27,7 @@ type Table struct {
 	DeadRows       int64
 	Updates        int64
 	HOTUpdates     int64
+	Deletes        int64
 	LastVacuum     time.Time
 	LastAutovacuum time.Time
 	Vacuums        int64
@@ -69,7 +70,7 @@ func ReadTables(ctx context.Context, db sqlc.DBTX, schema string) ([]Table, erro
 	for i, r := range rows {
 		out[i] = Table{
 			Name: r.TableName, LiveRows: r.LiveRows, DeadRows: r.DeadRows, Updates: r.Updates,
-			HOTUpdates: r.HotUpdates, LastVacuum: ts(r.LastVacuum), LastAutovacuum: ts(r.LastAutovacuum),
+			HOTUpdates: r.HotUpdates, Deletes: r.Deletes, LastVacuum: ts(r.LastVacuum), LastAutovacuum: ts(r.LastAutovacuum),
 			Vacuums: r.Vacuums, Autovacuums: r.Autovacuums, Bytes: r.TotalBytes,
 		}
 	}

@@ -8,12 +8,15 @@
 //	go run ./cmd/txbench --tune
 //	go run ./cmd/txbench --seen [--redis-addr 127.0.0.1:6379]
 //	go run ./cmd/txbench --coalesce
+//	go run ./cmd/txbench --recovery
 //
 // BENCH_QUICK=1 in the environment is the same as --quick. Each system runs in a fresh schema of its
 // own (txbench_*), created and dropped by the run; benchmarks run one at a time. The main run (drain,
-// ingest, latency, growth, footprint), the sustained drain (--sustain), the tuning sweep (--tune) and
-// the seen-key cache comparison (--seen) and the coalesced receives (--coalesce) each replace their own section of the output file and keep
-// the others.
+// ingest, latency, growth, footprint), the sustained drain (--sustain), the tuning sweep (--tune),
+// the seen-key cache comparison (--seen), the coalesced receives (--coalesce) and the recovery after
+// a crash (--recovery; also run by the main run, into a section of its own) each replace their own
+// section of the output file and keep the others. The recovery rows run this program again as child
+// processes (bench.RecoveryChildEnv).
 package main
 
 import (
@@ -49,6 +52,8 @@ type options struct {
 	coalesce bool
 	// coalesceOn is the coalescing of the "on" rows.
 	coalesceOn bench.CoalesceConfig
+	// recovery runs only the recovery rows (runRecovery).
+	recovery bool
 
 	inbox bench.InboxConfig
 	// inboxBatchHandler is the HandlerConfig.BatchSize of the batch-handler drain.
@@ -67,12 +72,15 @@ func (o *options) batchHandlerConfig() bench.InboxConfig {
 }
 
 func main() {
+	if mode := os.Getenv(bench.RecoveryChildEnv); mode != "" {
+		os.Exit(bench.RecoveryChild(mode))
+	}
 	o := options{}
 	var only string
 	flag.StringVar(&o.url, "database-url", bench.DefaultURL, "PostgreSQL server to benchmark (each system gets a fresh schema there)")
 	flag.BoolVar(&o.quick, "quick", os.Getenv("BENCH_QUICK") == "1", "quick mode (under 2 minutes): fewer messages, one run each; also BENCH_QUICK=1")
 	flag.StringVar(&o.out, "out", "RESULTS.md", "markdown file to write (its txbench section is replaced); empty: stdout only")
-	flag.StringVar(&only, "only", "drain,ingest,latency,growth", "comma-separated benchmarks of the main run")
+	flag.StringVar(&only, "only", "drain,ingest,latency,growth,recovery", "comma-separated benchmarks of the main run (recovery: written to its own section)")
 	flag.IntVar(&o.runs, "runs", 0, "runs per drain/ingest figure, the median is reported (default 3; quick 1)")
 	flag.IntVar(&o.n, "n", 0, "messages per drain (default 100000; quick 20000)")
 	flag.DurationVar(&o.sustain, "sustain", 0, "run only the sustained drain for this long (e.g. 10m)")
@@ -83,6 +91,7 @@ func main() {
 	flag.BoolVar(&o.coalesce, "coalesce", false, "run only the coalesced-receive comparison (single-message Receive from 32 goroutines, coalescing off vs on; paced at 1,000/s)")
 	flag.IntVar(&o.coalesceOn.Max, "coalesce-max", 0, "inbox.Config.CoalesceMax of the --coalesce rows with coalescing on (0: the default)")
 	flag.DurationVar(&o.coalesceOn.Wait, "coalesce-wait", 0, "inbox.Config.CoalesceWait of the --coalesce rows with coalescing on (0: the default)")
+	flag.BoolVar(&o.recovery, "recovery", false, "run only the recovery rows: a process holding claims killed with SIGKILL, taken over by a fresh one; then with a process-killing poison (not in quick mode)")
 	flag.BoolVar(&o.trace, "trace", false, "run only one txinbox drain with every statement traced, and print where the time goes")
 	flag.IntVar(&o.inbox.Concurrency, "inbox-concurrency", 4, "txinbox worker.Config.Concurrency")
 	flag.IntVar(&o.inbox.BatchSize, "inbox-batch", 64, "txinbox worker.Config.BatchSize")
@@ -174,7 +183,7 @@ func run(ctx context.Context, o options) error {
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Since(r.started).Round(time.Second), fmt.Sprintf(format, args...))
 	}
-	section := "main"
+	sections := []string{"main"}
 	switch {
 	case o.citusURL != "":
 		return runCitus(ctx, o, env, log, progress)
@@ -190,7 +199,7 @@ func run(ctx context.Context, o options) error {
 		st.Write(os.Stdout, o.n)
 		return nil
 	case o.sustain > 0:
-		section = "sustain"
+		sections = []string{"sustain"}
 		progress("sustained drain for %s", o.sustain)
 		res, err := env.Sustain(ctx, o.sustain, o.inbox)
 		if err != nil {
@@ -198,34 +207,52 @@ func run(ctx context.Context, o options) error {
 		}
 		r.sustain = &res
 	case o.tune:
-		section = "tune"
+		sections = []string{"tune"}
 		if err := r.runTune(ctx, env, progress); err != nil {
 			return err
 		}
 	case o.seen:
-		section = "seen"
+		sections = []string{"seen"}
 		if err := r.runSeen(ctx, env, progress); err != nil {
 			return err
 		}
 	case o.coalesce:
-		section = "coalesce"
+		sections = []string{"coalesce"}
 		if err := r.runCoalesce(ctx, env, progress); err != nil {
+			return err
+		}
+	case o.recovery:
+		sections = []string{"recovery"}
+		if err := r.runRecovery(ctx, env, progress); err != nil {
 			return err
 		}
 	default:
 		if err := r.runMain(ctx, env, progress); err != nil {
 			return err
 		}
+		if !o.only["drain"] && !o.only["ingest"] && !o.only["latency"] && !o.only["growth"] {
+			sections = nil // --only recovery: the main section is kept as it is
+		}
+		if o.only["recovery"] {
+			if err := r.runRecovery(ctx, env, progress); err != nil {
+				return err
+			}
+			sections = append(sections, "recovery")
+		}
 	}
 	r.elapsed = time.Since(r.started)
 	r.loadAfter = env.SampleLoad(ctx)
 	r.quietWaited, r.noisy = env.QuietWaited, env.NoisyPhases
-	md := r.markdown(section)
-	fmt.Print(md)
-	if o.out != "" {
-		if err := writeSection(o.out, section, md); err != nil {
-			return err
+	for _, section := range sections {
+		md := r.markdown(section)
+		fmt.Print(md)
+		if o.out != "" {
+			if err := writeSection(o.out, section, md); err != nil {
+				return err
+			}
 		}
+	}
+	if o.out != "" {
 		progress("wrote %s", o.out)
 	}
 	return nil

@@ -87,6 +87,8 @@ type report struct {
 
 	coalesce      []*coalesceRow
 	coalescePaced []bench.CoalesceResult
+
+	recovery []*recoveryRow
 }
 
 func (r *report) markdown(section string) string {
@@ -107,6 +109,8 @@ func (r *report) markdown(section string) string {
 		p("## Seen-key cache (%s mode)\n", mode)
 	case "coalesce":
 		p("## Coalesced receives (%s mode)\n", mode)
+	case "recovery":
+		p("## Recovery after a crash (%s mode)\n", mode)
 	}
 	p("Run %s, took %s. Command:\n", r.started.UTC().Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
 	p("```sh\n%s\n```\n", r.command)
@@ -122,6 +126,8 @@ func (r *report) markdown(section string) string {
 		r.seenMD(p)
 	case "coalesce":
 		r.coalesceMD(p)
+	case "recovery":
+		r.recoveryMD(p)
 	}
 	return b.String()
 }

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/txinbox/txinbox/bench"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// recoveryRow is one configuration of the recovery rows: the normal drains of its messages, and the
+// recoveries without and with a poison.
+type recoveryRow struct {
+	cfg   bench.RecoveryConfig // Poison false
+	drain []time.Duration      // normal drains of the same messages, one per run
+	runs  []bench.RecoveryResult
+}
+
+// recoveryConfigs are the configurations of the recovery rows: a batch handler at the defaults, whose
+// process holds Concurrency claims of HandlerConfig.BatchSize (4 × 500), and a single handler at the
+// defaults, whose process holds at most Concurrency claims of BatchSize (4 × 32 = 128): a runner
+// whose handler blocks claims nothing more.
+func recoveryConfigs() []bench.RecoveryConfig {
+	return []bench.RecoveryConfig{
+		{Batch: true, N: worker.DefaultConcurrency * worker.DefaultHandlerBatchSize},
+		{N: worker.DefaultConcurrency * worker.DefaultBatchSize},
+	}
+}
+
+// runRecovery measures, for each configuration, the normal drains (runs of them) and one recovery
+// without a poison and one with (not in quick mode: each crash costs a lease).
+func (r *report) runRecovery(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	for _, cfg := range recoveryConfigs() {
+		row := &recoveryRow{cfg: cfg}
+		for run := 1; run <= r.opts.runs; run++ {
+			progress("recovery reference %d/%d: normal drain of %d, %s", run, r.opts.runs, cfg.N, cfg.Reference())
+			rate, _, err := env.InboxDrain(ctx, cfg.N, 0, cfg.Reference())
+			if err != nil {
+				return fmt.Errorf("recovery reference drain: %w", err)
+			}
+			row.drain = append(row.drain, time.Duration(float64(cfg.N)/rate*float64(time.Second)))
+			progress("  %s", row.drain[len(row.drain)-1].Round(time.Millisecond))
+		}
+		for _, poison := range []bool{false, true} {
+			if poison && r.opts.quick {
+				continue
+			}
+			c := cfg
+			c.Poison = poison
+			progress("recovery: %s, %d claims killed, poison %v", handlerName(c), c.N, poison)
+			res, err := env.Recovery(ctx, c)
+			if err != nil {
+				return fmt.Errorf("recovery (%s, poison %v): %w", handlerName(c), poison, err)
+			}
+			progress("  lease end → last applied %s, poison dead %s, %d crashes, %d takeovers",
+				res.Applied.Round(time.Millisecond), res.PoisonDead.Round(time.Millisecond), res.Crashes, len(res.Takeovers))
+			row.runs = append(row.runs, res)
+		}
+		r.recovery = append(r.recovery, row)
+	}
+	return nil
+}
+
+func handlerName(c bench.RecoveryConfig) string {
+	if c.Batch {
+		return fmt.Sprintf("batch handler (HandleBatch, BatchSize %d)", worker.DefaultHandlerBatchSize)
+	}
+	return fmt.Sprintf("single handler (Handle, BatchSize %d)", worker.DefaultBatchSize)
+}
+
+// medianDuration returns the median of ds.
+func medianDuration(ds []time.Duration) time.Duration {
+	xs := make([]float64, len(ds))
+	for i, d := range ds {
+		xs[i] = float64(d)
+	}
+	return time.Duration(bench.Median(xs))
+}
+
+// groupSizes lists the takeovers' group sizes, largest first, with their counts: "250×8, 1×3".
+func groupSizes(ts []bench.Takeover) string {
+	counts := map[int]int{}
+	var sizes []int
+	for _, t := range ts {
+		if counts[t.Messages] == 0 {
+			sizes = append(sizes, t.Messages)
+		}
+		counts[t.Messages]++
+	}
+	slices.Sort(sizes)
+	slices.Reverse(sizes)
+	parts := make([]string, len(sizes))
+	for i, n := range sizes {
+		parts[i] = fmt.Sprintf("%d×%d", n, counts[n])
+	}
+	return strings.Join(parts, ", ")
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
+
+func (r *report) recoveryMD(p func(string, ...any)) {
+	if len(r.recovery) == 0 {
+		return
+	}
+	p("A child process (this program, re-executed) runs a pool of the consumer, claims every one of N pending messages and blocks in its handlers (their ledger rows written, not committed); once the queue shows the N claimed, it is killed with SIGKILL, and a fresh child process (the service restarted by its orchestrator) starts at once, takes the killed claims over when their lease ends, and exits when the queue is empty. With a poison, the handler of one message (number 2N/3) kills its own process with SIGKILL; each recovering process it kills is started again at once (no restart back-off), and the crashes are counted. Every pool: Lease %s, Timeout %s (a Timeout must be less than the Lease), everything else the default (Concurrency %d, BatchSize %d, HandlerConfig.BatchSize %d, MaxAttempts %d, PollInterval %s); the handler inserts one ledger row per message, and the ledger is checked to hold exactly one row per message applied, none of the poison.\n",
+		bench.RecoveryLease, bench.RecoveryLease/2, worker.DefaultConcurrency, worker.DefaultBatchSize, worker.DefaultHandlerBatchSize, worker.DefaultMaxAttempts, worker.DefaultPollInterval)
+	p("Times are read from the database, on the server's clock: from the **lease end**, the earliest lease end (`run_at`) of the killed claims, read before the kill, to the `completed_at` of the last innocent message (the time of its finishing statement, in the transaction that commits it) and of the poison (state dead). The single-handler rows hold %d claims, not more: a pool of single handlers at the defaults claims at most Concurrency × BatchSize = %d × %d messages at once, and a runner whose handler blocks claims nothing more. Takeovers come from the recovering processes' Warn lines `txinbox: taking over messages ...` (their times, same clock): the first one's time after the lease end is the rescuer's wake-up, and \"per takeover\" divides the rest of the time by their number. Expected crashes: the takeovers halve the poison's group (the killed claim's size) down to two, each crashing (⌈log2(size)⌉ − 1 crashes), then it runs alone once per attempt left (MaxAttempts − 1; the crashes of groups count one attempt in all); every crash holds its group until its lease ends. The normal drain is `InboxDrain` of the same N messages with the same pool and handler (median of %d run(s)): from pool start to the last commit.\n",
+		worker.DefaultConcurrency*worker.DefaultBatchSize, worker.DefaultConcurrency, worker.DefaultBatchSize, r.opts.runs)
+	p("| Handler (defaults) | Claims killed (messages) | Poison | Lease left at the kill | Lease end → last innocent applied | Lease end → poison dead | Crashes (expected) | Takeovers: group sizes | Lease end → first takeover; then per takeover | Normal drain of N | After the lease ÷ normal drain |")
+	p("|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
+	for _, row := range r.recovery {
+		drain := medianDuration(row.drain)
+		for _, x := range row.runs {
+			poison, dead, crashes, ratio := "none", "–", "–", fmt.Sprintf("%.1f×", float64(x.Applied)/float64(drain))
+			if x.Config.Poison {
+				poison = fmt.Sprintf("1 (attempts %d)", x.PoisonAttempts)
+				dead = "**" + secs(x.PoisonDead) + "**"
+				crashes = fmt.Sprintf("%d (%d)", x.Crashes, x.Config.ExpectedCrashes())
+				ratio = "–"
+			}
+			wake := "–"
+			if n := len(x.Takeovers); n > 0 {
+				first := x.Takeovers[0].At.Sub(x.LeaseEnd)
+				wake = ms(first)
+				if !x.Config.Poison {
+					wake += "; " + ms((x.Applied-first)/time.Duration(n))
+				}
+			}
+			p("| %s | %d (%d) | %s | %s | **%s** | %s | %s | %s | %s | %s | %s |", handlerName(x.Config), x.Claims, x.Held, poison,
+				secs(x.LeaseLeft), secs(x.Applied), dead, crashes, groupSizes(x.Takeovers), wake, ms(drain), ratio)
+		}
+	}
+	p("")
+	for _, row := range r.recovery {
+		if !row.cfg.Batch {
+			continue
+		}
+		for _, x := range row.runs {
+			if !x.Config.Poison {
+				drain := medianDuration(row.drain)
+				p("Target (reported, not asserted), the %d claims of a killed process with the defaults: all applied within lease + 15 s, and within 3× a normal drain of %d after the lease. Measured: the last applied %s after the lease end (%s after the kill), %.1f× the normal drain of %s.\n",
+					x.Held, x.Held, secs(x.Applied), secs(x.LeaseLeft+x.Applied), float64(x.Applied)/float64(drain), ms(drain))
+			}
+		}
+	}
+}
