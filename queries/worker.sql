@@ -335,8 +335,8 @@ ORDER BY g.consumer;
 
 -- name: QueueDeadRows :one
 -- The number of dead row versions PostgreSQL's statistics count (n_dead_tup) for the queue table (@queue_table, its
--- schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the pool's
--- vacuum safety net.
+-- schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the
+-- maintainer's vacuum safety net (package maintain).
 SELECT coalesce(pg_stat_get_dead_tuples(to_regclass(@queue_table::text)), -1)::bigint AS dead;
 
 -- name: SchemaTables :one
@@ -356,7 +356,7 @@ SELECT coalesce(pg_xact_status(CAST(sqlc.arg(xid) AS text)::xid8)::text, '')::te
 -- set by ANALYZE and VACUUM), and at least 128 pages (1 MiB) more. A prepared statement's generic
 -- plan is made from the statistics of that moment and kept until they change: made while a table
 -- held a few hundred rows, it reads the whole table for each message once the table has grown. Read
--- by the pool's statistics safety net, which analyzes these tables.
+-- by the maintainer's statistics safety net, which analyzes these tables.
 SELECT t.name::text AS name
 FROM unnest(@tables::text[]) AS t(name)
 JOIN pg_catalog.pg_class c ON c.oid = to_regclass(t.name)

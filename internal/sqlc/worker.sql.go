@@ -532,8 +532,8 @@ SELECT coalesce(pg_stat_get_dead_tuples(to_regclass($1::text)), -1)::bigint AS d
 `
 
 // The number of dead row versions PostgreSQL's statistics count (n_dead_tup) for the queue table (@queue_table, its
-// schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the pool's
-// vacuum safety net.
+// schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the
+// maintainer's vacuum safety net (package maintain).
 func (q *Queries) QueueDeadRows(ctx context.Context, db DBTX, queueTable string) (int64, error) {
 	row := db.QueryRow(ctx, queueDeadRows, queueTable)
 	var dead int64
@@ -682,7 +682,7 @@ WHERE pg_relation_size(c.oid) / current_setting('block_size')::bigint > 4 * grea
 // set by ANALYZE and VACUUM), and at least 128 pages (1 MiB) more. A prepared statement's generic
 // plan is made from the statistics of that moment and kept until they change: made while a table
 // held a few hundred rows, it reads the whole table for each message once the table has grown. Read
-// by the pool's statistics safety net, which analyzes these tables.
+// by the maintainer's statistics safety net, which analyzes these tables.
 func (q *Queries) StaleTables(ctx context.Context, db DBTX, tables []string) ([]string, error) {
 	rows, err := db.Query(ctx, staleTables, tables)
 	if err != nil {
