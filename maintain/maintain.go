@@ -73,6 +73,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -256,6 +257,10 @@ func New(store txinbox.Store, cfg Config) (*Maintainer, error) {
 			rcfg.Logger = cfg.Logger
 		}
 		if m.cleaner, err = retention.New(store, rcfg); err != nil {
+			var ce *txinbox.ConfigError
+			if errors.As(err, &ce) && !strings.HasPrefix(ce.Field, "Store.") {
+				ce.Field = "Retention." + ce.Field
+			}
 			return nil, err
 		}
 		if cfg.Retention.Interval == 0 {
