@@ -56,12 +56,13 @@ func Distribute(ctx context.Context, store txinbox.Store) error {
 		first := pgx.Identifier{store.Schema, DistributedTables[0]}.Sanitize()
 		for _, table := range DistributedTables {
 			name := pgx.Identifier{store.Schema, table}.Sanitize()
-			var done bool
-			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass($1))", name).Scan(&done); err != nil {
+			var exists, done bool
+			if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
+				EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass($1))`, name).Scan(&exists, &done); err != nil {
 				return fmt.Errorf("txinbox: distribute %s: %w", name, err)
 			}
-			if done {
-				continue
+			if !exists || done {
+				continue // not there at the schema's version (a later migration creates it), or done
 			}
 			colocate := first
 			if table == DistributedTables[0] {
