@@ -117,7 +117,10 @@ RETURNING id;
 -- batch's start. Rows whose fencing token is no longer ours (charged by the rescuer, or finished by
 -- another worker, after our rollback) are left alone (the caller compares the count). @uncount: the
 -- message was not run (out of attempts): its attempt is not counted. The batch's inbox_batch row
--- (@batch, 0 for none) is deleted with it: a batch that commits leaves nothing to charge.
+-- (@batch, 0 for none) is deleted with it: a batch that commits leaves nothing to charge. The
+-- outcomes recorded are counted for the console in the same statement, so in the same transaction:
+-- one row appended to inbox_rollup_batch (migration 00010), in the minute of completed_at; the
+-- maintainer folds those rows into inbox_rollup.
 -- Plans: each CTE reads the one before it, driven by the batch's rows, so that every join is one
 -- index probe per message. (A final join of the outcomes with the fenced queue rows, both estimated
 -- at a few rows, ran as a nested loop reading all the outcomes again for every message in a generic
@@ -157,6 +160,14 @@ WITH c AS (
 ), unrecorded AS (
     DELETE FROM /* TEMPLATE: schema */inbox_batch b
     WHERE b.consumer = @consumer AND b.id = @batch::bigint
+), counted AS (
+    -- One row per finish, appended: no row that concurrent batches would all update.
+    INSERT INTO /* TEMPLATE: schema */inbox_rollup_batch (consumer, minute, completed, failed, dead)
+    SELECT @consumer, date_trunc('minute', min(f.finished_at)),
+           count(*) FILTER (WHERE f.outcome = 'completed'), count(*) FILTER (WHERE f.outcome <> 'completed'),
+           count(*) FILTER (WHERE f.outcome = 'dead')
+    FROM fenced f
+    HAVING count(*) > 0
 )
 -- The only write of the inbox row per attempt. The row is found by its id and by its key (@keys, the
 -- messages' keys): with both, any index of inbox is a probe of one row, whatever the statistics say
@@ -314,8 +325,8 @@ ORDER BY g.consumer;
 
 -- name: QueueDeadRows :one
 -- The number of dead row versions PostgreSQL's statistics count (n_dead_tup) for the queue table (@queue_table, its
--- schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the pool's
--- vacuum safety net.
+-- schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the
+-- maintainer's vacuum safety net (package maintain).
 SELECT coalesce(pg_stat_get_dead_tuples(to_regclass(@queue_table::text)), -1)::bigint AS dead;
 
 -- name: SchemaTables :one
@@ -335,7 +346,7 @@ SELECT coalesce(pg_xact_status(CAST(sqlc.arg(xid) AS text)::xid8)::text, '')::te
 -- set by ANALYZE and VACUUM), and at least 128 pages (1 MiB) more. A prepared statement's generic
 -- plan is made from the statistics of that moment and kept until they change: made while a table
 -- held a few hundred rows, it reads the whole table for each message once the table has grown. Read
--- by the pool's statistics safety net, which analyzes these tables.
+-- by the maintainer's statistics safety net, which analyzes these tables.
 SELECT t.name::text AS name
 FROM unnest(@tables::text[]) AS t(name)
 JOIN pg_catalog.pg_class c ON c.oid = to_regclass(t.name)
