@@ -2,12 +2,14 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/store"
@@ -131,9 +133,10 @@ func TestLeftBehindBatchIsChargedOnce(t *testing.T) {
 	}
 }
 
-// A worker whose batch rolled back settles it (SettleBatch: its row deleted, the messages it held
-// isolated) only if the rescuer has not charged it first: after a charge, the settle changes
-// nothing, so the held messages are not charged twice.
+// A worker whose batch rolled back settles it (FinishBatch of its culprit's failure, SettleBatch: its
+// row deleted, the messages it held isolated) only if the rescuer has not charged it first: after a
+// charge, neither changes anything (the charge gave the messages a new token), so nothing is charged
+// twice.
 func TestSettleAfterChargeChangesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -169,6 +172,16 @@ func TestSettleAfterChargeChangesNothing(t *testing.T) {
 		return s
 	}
 	before := snapshot()
+	n := len(ids)
+	keys, outcomes, texts, delays, uncount := make([]string, n), make([]string, n), make([]string, n), make([]float64, n), make([]int32, n)
+	for i := range ids {
+		keys[i], outcomes[i], texts[i], delays[i] = fmt.Sprint("h-", i), "retry", "the culprit's failure", 60
+	}
+	if n, err := store.Queries.FinishBatch(ctx, st.Wrap(e.Pool), sqlc.FinishBatchParams{Consumer: "ledger", Ids: ids, Keys: keys,
+		Tokens: tokens, Outcomes: outcomes, Errors: texts, Results: make([]string, len(ids)), Delays: delays, Uncount: uncount,
+		RetentionSeconds: 60, StartedAt: pgtype.Timestamptz{Valid: true}}); err != nil || n != 0 {
+		t.Fatalf("a failure recorded after the charge: %d, %v", n, err)
+	}
 	if n, err := store.Queries.SettleBatch(ctx, st.Wrap(e.Pool), sqlc.SettleBatchParams{Consumer: "ledger", Batch: record, HeldIds: ids, HeldTokens: tokens}); err != nil || n != 0 {
 		t.Fatalf("settle after the charge: %d, %v", n, err)
 	}
