@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
@@ -106,7 +105,7 @@ func TestReplayDead(t *testing.T) {
 	}
 	// Queued to run now, with the message's fencing token.
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue q JOIN {schema}.inbox m USING (id, consumer)
-		WHERE id = $1 AND q.token = m.token AND NOT q.claimed AND q.run_at <= now()`, ids[0]); got != 1 {
+		WHERE id = $1 AND q.token = m.token AND q.run_at <= now()`, ids[0]); got != 1 {
 		t.Fatal("replayed message not queued")
 	}
 	// Still deduplicated: the key is the same row.
@@ -229,9 +228,9 @@ func TestStats(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox SET next_run_at = now() - interval '1 hour' WHERE id = $1`), ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	// Claimed as a worker claims (migration 00004): the queue row only.
-	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue SET claimed = true, token = token + 1,
-		attempts_started = 1, owner = 'w1', run_at = now() + interval '1 minute' WHERE id = $1`), ids[2]); err != nil {
+	// Claimed as a worker's batch claims (migration 00011): listed in a batch row.
+	if _, err := db.Pool.Exec(ctx, db.SQL(`INSERT INTO {schema}.inbox_batch (consumer, xid, ids, owner)
+		VALUES ('ledger', '1', ARRAY[$1::bigint], 'w1')`), ids[2]); err != nil {
 		t.Fatal(err)
 	}
 	ledgertest.Complete(t, db, time.Hour, ids[3], ids[4])
@@ -318,32 +317,39 @@ func pendingRows(t *testing.T, db *testdb.DB, ids ...int64) (inboxRows, queueRow
 		db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue WHERE id = ANY($1)`, ids)
 }
 
-// claim claims up to limit ready messages of consumer as a worker does, and returns their ids.
+// claim claims up to limit ready messages of consumer as a worker's batch does, and returns their
+// ids; the batch stays in flight (its transaction open, its row listing them) until t ends.
 func claim(t *testing.T, db *testdb.DB, consumer string, limit int) []int64 {
 	t.Helper()
-	ids, err := claimBatch(db, consumer, limit)
+	tx, err := db.Pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	ids, err := claimBatch(db, tx, consumer, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ids
 }
 
-// A claim writes only the queue row (migration 00004): GetMessage and Stats read the claim from
-// there, so a claimed message is processing, with the claim's owner, token, attempt and lease.
+// A claim writes nothing until its batch's finish (migration 00011): GetMessage and Stats read the
+// batch row that lists it, so a claimed message is processing, with its batch's owner and start, and
+// its token and attempts unchanged until the finish.
 func TestGetMessageAndStatsOfAClaim(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
 	ctx := context.Background()
 	ids := ledgertest.Receive(t, c, "claimed", "waiting")
-	if got, err := claimBatch(db, "ledger", 1); err != nil || !slices.Equal(got, ids[:1]) {
-		t.Fatalf("claim: %v, %v", got, err)
+	if got := claim(t, db, "ledger", 1); !slices.Equal(got, ids[:1]) {
+		t.Fatalf("claim: %v", got)
 	}
 	m, err := c.GetMessage(ctx, ids[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.State != inbox.StateProcessing || m.Owner != "test" || m.Token != 1 || m.AttemptsStarted != 1 ||
-		m.AttemptsFailed != 0 || m.StartedAt.IsZero() || !m.LeaseUntil.After(m.StartedAt) {
+	if m.State != inbox.StateProcessing || m.Owner != "test" || m.Token != 0 || m.AttemptsStarted != 0 ||
+		m.AttemptsFailed != 0 || m.StartedAt.IsZero() || !m.LeaseUntil.IsZero() {
 		t.Fatalf("claimed message: %+v", m)
 	}
 	if m, err := c.GetMessage(ctx, ids[1]); err != nil || m.State != inbox.StatePending || m.Owner != "" ||
@@ -356,15 +362,21 @@ func TestGetMessageAndStatsOfAClaim(t *testing.T) {
 	}
 }
 
-func claimBatch(db *testdb.DB, consumer string, limit int) ([]int64, error) {
-	rows, err := store.Queries.ClaimBatch(context.Background(), store.New(db.Schema).Wrap(db.Pool), sqlc.ClaimBatchParams{
-		Consumer: consumer, Max: int32(limit), SnoozeSeconds: 30, Owner: pgtype.Text{String: "test", Valid: true}, LeaseSeconds: 300})
-	var ids []int64
-	for _, r := range rows {
-		if r.ID != 0 {
-			ids = append(ids, r.ID)
-		}
+// claimBatch claims as a worker's batch does (migration 00011): in tx, it locks up to limit ready
+// messages (ClaimBatch) and lists them in a batch row (RecordBatch, committed on its own). The batch
+// is in flight until tx ends.
+func claimBatch(db *testdb.DB, tx pgx.Tx, consumer string, limit int) ([]int64, error) {
+	ctx := context.Background()
+	st := store.New(db.Schema)
+	rows, err := store.Queries.ClaimBatch(ctx, st.Wrap(tx), consumer, int32(limit))
+	if err != nil || len(rows) == 0 {
+		return nil, err
 	}
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	_, err = store.Queries.RecordBatch(ctx, st.Wrap(db.Pool), sqlc.RecordBatchParams{Consumer: consumer, Xid: "1", Ids: ids, Owner: "test"})
 	return ids, err
 }
 
@@ -498,10 +510,15 @@ func TestDiscardPendingRacesClaims(t *testing.T) {
 		var claimed []int64
 		var claimErr error
 		started, done := make(chan struct{}), make(chan struct{})
+		// The batches stay in flight until the discard has ended (one transaction holds them all).
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
 		go func() {
 			defer close(done)
 			for i := 0; ; i++ {
-				got, err := claimBatch(db, "ledger", 7)
+				got, err := claimBatch(db, tx, "ledger", 7)
 				if i == 0 {
 					close(started)
 				}
@@ -515,6 +532,7 @@ func TestDiscardPendingRacesClaims(t *testing.T) {
 		<-started // the discard starts while claims go on
 		r, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"}, false)
 		<-done
+		_ = tx.Rollback(ctx)
 		if err != nil || claimErr != nil {
 			t.Fatal(err, claimErr)
 		}
@@ -534,9 +552,10 @@ func TestDiscardPendingRacesClaims(t *testing.T) {
 		if m, q := pendingRows(t, db, r.Discarded...); m != 0 || q != 0 {
 			t.Fatalf("round %d: discarded messages left %d inbox and %d queue rows", round, m, q)
 		}
-		// A claim writes only the queue row (migration 00004): the inbox row stays pending.
+		// A claim writes nothing (migration 00011): the inbox and queue rows are intact, listed in a
+		// batch row.
 		if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id, consumer)
-			WHERE m.id = ANY($1) AND m.state = 'pending' AND q.claimed`, claimed); n != int64(len(claimed)) {
+			WHERE m.id = ANY($1) AND m.state = 'pending' AND EXISTS (SELECT 1 FROM {schema}.inbox_batch b WHERE m.id = ANY (b.ids))`, claimed); n != int64(len(claimed)) {
 			t.Fatalf("round %d: %d of %d claimed messages intact", round, n, len(claimed))
 		}
 		ledgertest.Complete(t, db, time.Hour, claimed...)

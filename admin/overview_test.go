@@ -32,7 +32,7 @@ func TestOverview(t *testing.T) {
 	}
 	// b retrying (claimed once and failed), c claimed, d and e dead.
 	exec(`UPDATE {schema}.inbox_queue SET token = 1, run_at = now() - interval '1 hour' WHERE id = $1`, ids[1])
-	exec(`UPDATE {schema}.inbox_queue SET claimed = true WHERE id = $1`, ids[2])
+	exec(`INSERT INTO {schema}.inbox_batch (consumer, xid, ids, owner) VALUES ('ledger', '1', ARRAY[$1::bigint], 'w1')`, ids[2])
 	kill(t, db, "boom", time.Now(), ids[3], ids[4])
 	exec(`INSERT INTO {schema}.inbox_rollup (consumer, minute, completed, failed, dead)
 		VALUES ('ledger', date_trunc('minute', now()) - interval '2 minutes', 7, 3, 2),
@@ -80,7 +80,7 @@ func TestFindMessageAndUnclaimed(t *testing.T) {
 	if !errors.Is(err, admin.ErrNotFound) || !errors.As(err, &nf) || nf.Consumer != "ledger" || nf.Key != "nope" || nf.ID != 0 {
 		t.Fatalf("unknown key: %v", err)
 	}
-	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue SET claimed = true WHERE id = $1`), ids[1]); err != nil {
+	if _, err := db.Pool.Exec(ctx, db.SQL(`INSERT INTO {schema}.inbox_batch (consumer, xid, ids, owner) VALUES ('ledger', '1', ARRAY[$1::bigint], 'w1')`), ids[1]); err != nil {
 		t.Fatal(err)
 	}
 	n, err := c.CountUnclaimed(ctx, "ledger")

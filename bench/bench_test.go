@@ -59,11 +59,6 @@ func BenchmarkDrain(b *testing.B) {
 			return e.InboxDrain(ctx, testMessages, 0, InboxConfig{Concurrency: 4, BatchSize: 64, HandlerBatchSize: 500})
 		})
 	})
-	b.Run("prototype-claim-in-batch-tx", func(b *testing.B) {
-		reportDrain(b, func(ctx context.Context) (float64, Footprint, error) {
-			return e.ProtoDrain(ctx, testMessages, 500)
-		})
-	})
 	b.Run("river-jobcompletetx", func(b *testing.B) {
 		reportDrain(b, func(ctx context.Context) (float64, Footprint, error) {
 			return e.RiverDrain(ctx, testMessages, RiverConfig{Tx: true, MaxWorkers: 100, PoolConns: 20,

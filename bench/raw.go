@@ -87,7 +87,7 @@ func (e *Env) RawDrain(ctx context.Context, n int, cfg RawConfig) (float64, Foot
 	})
 }
 
-// claimedBatch is the claimed messages of one batch transaction of a raw or prototype drain.
+// claimedBatch is the claimed messages of one batch transaction of a raw drain.
 type claimedBatch struct {
 	ids     []int64
 	keys    []string

@@ -86,25 +86,24 @@ func (c RecoveryConfig) poison() int {
 // Takeover is one takeover by a recovering process, from its Warn line "txinbox: taking over
 // messages ...".
 type Takeover struct {
-	At           time.Time // the line's time
-	Messages     int
-	GroupCrashes int
+	At       time.Time // the line's time
+	Messages int
 }
 
 // RecoveryResult is what Env.Recovery measured. Times are the server's clock (the server runs on this
 // machine: the child processes' log times are on the same clock).
 type RecoveryResult struct {
 	Config RecoveryConfig
-	// Claims is the number of claims (batches) the killed process held, Held their messages.
+	// Claims is the number of batches the killed process held (their inbox_batch rows), Held their
+	// messages.
 	Claims, Held int
-	// LeaseEnd is the earliest lease end (run_at) of the killed claims, read before the kill.
-	LeaseEnd time.Time
-	// LeaseLeft is the time from the kill (the server's now() just before it) to LeaseEnd.
-	LeaseLeft time.Duration
-	// Applied runs from LeaseEnd to the completion (completed_at, the finishing statement's now())
-	// of the last message applied, the poison excepted.
+	// Killed is the kill: the server's now() just before it. The killed batches' transactions end
+	// with the process, so their messages can be taken over from then on (there is no lease to wait).
+	Killed time.Time
+	// Applied runs from Killed to the completion (completed_at, the finishing statement's now()) of
+	// the last message applied, the poison excepted.
 	Applied time.Duration
-	// PoisonDead runs from LeaseEnd to the poison's completed_at (state dead); 0 without a poison.
+	// PoisonDead runs from Killed to the poison's completed_at (state dead); 0 without a poison.
 	PoisonDead time.Duration
 	// PoisonAttempts is the poison's attempts_started when it was declared dead.
 	PoisonAttempts int
@@ -115,10 +114,10 @@ type RecoveryResult struct {
 }
 
 // Recovery receives cfg.N messages, starts a child process whose pool claims them all and blocks in
-// its handlers (their ledger rows written, not committed), kills it with SIGKILL once the queue shows
-// every message claimed, and at once starts a fresh child process that handles them (taking the
-// killed claims over when their lease ends) and exits when the queue is empty; a child killed by
-// the poison is started again at once, until one exits. It then checks the ledger: one row per
+// its handlers (their ledger rows written, not committed), kills it with SIGKILL once its batches
+// list every message, and at once starts a fresh child process that handles them (charging the
+// killed batches and taking their messages over) and exits when the queue is empty; a child killed
+// by the poison is started again at once, until one exits. It then checks the ledger: one row per
 // message applied, none of the poison.
 func (e *Env) Recovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult, error) {
 	res := RecoveryResult{Config: cfg}
@@ -144,7 +143,7 @@ func (e *Env) Recovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult,
 	}
 	for deadline := time.Now().Add(time.Minute); ; {
 		var claimed int
-		if err := e.Admin.QueryRow(ctx, `SELECT count(*) FROM `+s.T("inbox_queue")+` WHERE claimed`).Scan(&claimed); err != nil {
+		if err := e.Admin.QueryRow(ctx, `SELECT coalesce(sum(cardinality(ids)), 0) FROM `+s.T("inbox_batch")).Scan(&claimed); err != nil {
 			return res, err
 		}
 		if claimed == cfg.N {
@@ -159,12 +158,10 @@ func (e *Env) Recovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult,
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	var now time.Time
-	if err := e.Admin.QueryRow(ctx, `SELECT min(run_at), count(*), count(*) FILTER (WHERE group_lead), now()
-		FROM `+s.T("inbox_queue")+` WHERE claimed`).Scan(&res.LeaseEnd, &res.Held, &res.Claims, &now); err != nil {
+	if err := e.Admin.QueryRow(ctx, `SELECT coalesce(sum(cardinality(ids)), 0), count(*), now()
+		FROM `+s.T("inbox_batch")).Scan(&res.Held, &res.Claims, &res.Killed); err != nil {
 		return res, err
 	}
-	res.LeaseLeft = res.LeaseEnd.Sub(now)
 	if err := hold.cmd.Process.Kill(); err != nil { // SIGKILL
 		return res, err
 	}
@@ -203,7 +200,7 @@ func (e *Env) Recovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult,
 	if applied != want {
 		return res, fmt.Errorf("%d messages completed, want %d", applied, want)
 	}
-	res.Applied = last.Sub(res.LeaseEnd)
+	res.Applied = last.Sub(res.Killed)
 	if cfg.Poison {
 		var state string
 		var dead time.Time
@@ -214,7 +211,7 @@ func (e *Env) Recovery(ctx context.Context, cfg RecoveryConfig) (RecoveryResult,
 		if state != "dead" {
 			return res, fmt.Errorf("the poison is %s, want dead", state)
 		}
-		res.PoisonDead = dead.Sub(res.LeaseEnd)
+		res.PoisonDead = dead.Sub(res.Killed)
 	}
 	return res, s.checkLedger(ctx, applied)
 }
@@ -254,14 +251,13 @@ func (s *inboxSchema) startChild(ctx context.Context, mode string, cfg RecoveryC
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			var l struct {
-				Time         time.Time `json:"time"`
-				Msg          string    `json:"msg"`
-				Messages     int       `json:"messages"`
-				GroupCrashes int       `json:"group_crashes"`
+				Time     time.Time `json:"time"`
+				Msg      string    `json:"msg"`
+				Messages int       `json:"messages"`
 			}
 			if json.Unmarshal(sc.Bytes(), &l) == nil && strings.HasPrefix(l.Msg, "txinbox: taking over messages") {
-				c.takeovers = append(c.takeovers, Takeover{At: l.Time, Messages: l.Messages, GroupCrashes: l.GroupCrashes})
-				s.env.Log.Info("takeover", "mode", mode, "messages", l.Messages, "group_crashes", l.GroupCrashes)
+				c.takeovers = append(c.takeovers, Takeover{At: l.Time, Messages: l.Messages})
+				s.env.Log.Info("takeover", "mode", mode, "messages", l.Messages)
 				continue
 			}
 			s.env.Log.Warn("recovery child", "mode", mode, "line", sc.Text())

@@ -697,7 +697,7 @@ func (r *runner) progress(ctx context.Context, done chan<- struct{}) {
 		var completed, left, suspects int64
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := r.control.QueryRow(qctx, "SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state IN ('pending', 'processing')), "+
-			"(SELECT count(*) FROM "+pgx.Identifier{r.cfg.Schema, "inbox_queue"}.Sanitize()+" WHERE claimed AND run_at < now()) FROM "+
+			"(SELECT count(*) FROM "+pgx.Identifier{r.cfg.Schema, "inbox_queue"}.Sanitize()+" WHERE isolate > 0) FROM "+
 			pgx.Identifier{r.cfg.Schema, "inbox"}.Sanitize()).Scan(&completed, &left, &suspects)
 		cancel()
 		if err != nil {
@@ -722,7 +722,7 @@ func (r *runner) drain(ctx context.Context) error {
 	for {
 		err := r.control.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+inboxT+"), (SELECT count(*) FROM "+inboxT+
 			" WHERE state IN ('pending', 'processing')), (SELECT count(*) FROM "+queueT+"), (SELECT count(*) FROM "+queueT+
-			" WHERE claimed AND run_at < now())").Scan(&total, &open, &queued, &suspects)
+			" WHERE isolate > 0)").Scan(&total, &open, &queued, &suspects)
 		if err == nil && total == want && open == 0 && queued == 0 {
 			return nil
 		}
@@ -737,7 +737,7 @@ func (r *runner) drain(ctx context.Context) error {
 		if quiet := time.Since(lastProgress); quiet > r.cfg.DrainTimeout {
 			elapsed := time.Since(start)
 			return fmt.Errorf("no progress for %v (%v into the drain): %d of %d messages stored, %d pending or processing, %d queued, "+
-				"of which %d claimed with their lease over (suspects waiting for the rescuer); %.1f messages stored or finished a second "+
+				"of which %d suspects (their batch never finished; taken over by the rescuer); %.1f messages stored or finished a second "+
 				"during the drain; a machine too slow for the run, or a stuck run (last error: %v)",
 				quiet.Round(time.Second), elapsed.Round(time.Second), total, want, open, queued, suspects,
 				float64(max(best-first, 0))/elapsed.Seconds(), err)

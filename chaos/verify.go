@@ -63,7 +63,7 @@ func (r *runner) verify(ctx context.Context) error {
 	err = r.control.QueryRow(ctx, `SELECT count(*),
 		    count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state = 'dead'),
 		    count(*) FILTER (WHERE state IN ('pending', 'processing')),
-		    (SELECT count(*) FROM `+t("inbox_queue")+` WHERE claimed), -- processing: claimed in the queue (00004)
+		    (SELECT coalesce(sum(cardinality(ids)), 0) FROM `+t("inbox_batch")+`), -- processing: listed by a batch in flight (00011)
 		    count(*) FILTER (WHERE state = 'completed' AND attempts_started > 1),
 		    coalesce(max(attempts_started) FILTER (WHERE state = 'completed'), 0),
 		    count(*) FILTER (WHERE strpos(coalesce(last_error, ''), $1) > 0),

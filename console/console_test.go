@@ -155,7 +155,8 @@ func TestOverviewCounts(t *testing.T) {
 		UPDATE {schema}.inbox SET attempts_failed = 1, attempts_started = 1, token = 1 WHERE id = $1`), ids[2]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Pool.Exec(ctx, e.SQL(`UPDATE {schema}.inbox_queue SET claimed = true WHERE id = $1`), ids[3]); err != nil {
+	if _, err := e.Pool.Exec(ctx, e.SQL(`INSERT INTO {schema}.inbox_batch (consumer, xid, ids, owner)
+		SELECT consumer, '1', ARRAY[id], 'w1' FROM {schema}.inbox WHERE id = $1`), ids[3]); err != nil {
 		t.Fatal(err)
 	}
 	e.kill(t, "boom", ids[4], ids[5])

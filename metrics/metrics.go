@@ -33,11 +33,10 @@
 //	                                                         failed or timed out: sent to the database)
 //	txinbox_seen_cache_errors_total{op}                      counter: seen-key cache errors and timeouts,
 //	                                                         by operation: get, put or invalidate
-//	txinbox_takeovers_total{consumer, alone}                 counter: groups of messages whose claim never
-//	                                                         finished, taken over after their lease
+//	txinbox_unfinished_batches_total{consumer}               counter: batches that never finished (crashes),
+//	                                                         charged once each, isolation rounds included
+//	txinbox_takeovers_total{consumer, alone}                 counter: groups of their messages taken over
 //	txinbox_taken_over_messages_total{consumer}              counter: messages in those groups
-//	txinbox_unfinished_claims_total{consumer}                counter: claims found unfinished (crashes),
-//	                                                         once each, isolation rounds included
 //	txinbox_maintainer_leader{schema, owner}                 gauge: 1 while this process's maintainer
 //	                                                         (owner) leads the schema's maintenance, 0
 //	                                                         once it stopped (package maintain); summed
@@ -174,13 +173,13 @@ func New(cfg Config) (*Metrics, error) {
 			"Seen-key cache errors and timeouts, by operation (get, put, invalidate); the database answered instead.")),
 			[]string{"op"}),
 		takeovers: prometheus.NewCounterVec(prometheus.CounterOpts(opts("takeovers_total",
-			"Takeovers: groups of messages whose claim never finished (its worker died, hung or lost its connection), claimed again after their lease, by whether the group was one message alone.")),
+			"Takeovers: groups of messages whose batch never finished (its worker died, hung or lost its connection), claimed to run again, by whether the group was one message alone.")),
 			[]string{"consumer", "alone"}),
 		takenOver: prometheus.NewCounterVec(prometheus.CounterOpts(opts("taken_over_messages_total",
-			"Messages taken over after their lease ended (each was in a claim that never finished).")),
+			"Messages taken over (each was in a batch that never finished).")),
 			[]string{"consumer"}),
-		unfinished: prometheus.NewCounterVec(prometheus.CounterOpts(opts("unfinished_claims_total",
-			"Claims found unfinished by takeovers, each counted once: a process that died holding four claims counts four; a group taken over that did not finish either (the isolation of a message that kills its process) counts one more.")),
+		unfinished: prometheus.NewCounterVec(prometheus.CounterOpts(opts("unfinished_batches_total",
+			"Batches that never finished (their worker died, hung or lost its connection), charged by a rescuer, each once: a process that died running four batches counts four; a group taken over that did not finish either (the isolation of a message that kills its process) counts one more.")),
 			[]string{"consumer"}),
 		leader: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("maintainer_leader",
 			"1 while this process's maintainer (owner) leads the schema's maintenance, 0 once it stopped leading; over all processes, one leads.")),
@@ -278,11 +277,15 @@ func (m *Metrics) Handled(e worker.HandleEvent) {
 	}
 }
 
+// Charged implements worker.TakeoverObserver.
+func (m *Metrics) Charged(e worker.ChargeEvent) {
+	m.unfinished.WithLabelValues(e.Consumer).Inc()
+}
+
 // TakenOver implements worker.TakeoverObserver.
 func (m *Metrics) TakenOver(e worker.TakeoverEvent) {
 	m.takeovers.WithLabelValues(e.Consumer, strconv.FormatBool(e.Alone)).Inc()
 	m.takenOver.WithLabelValues(e.Consumer).Add(float64(e.Messages))
-	m.unfinished.WithLabelValues(e.Consumer).Add(float64(e.UnfinishedClaims))
 }
 
 // Leader implements maintain.Observer: txinbox_maintainer_leader{schema, owner} is 1 while the

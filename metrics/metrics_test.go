@@ -401,8 +401,8 @@ func TestSeenCacheMetrics(t *testing.T) {
 	}
 }
 
-// TestTakeoverMetrics counts the takeovers of messages whose claim never finished: two claims of a
-// killed worker (five messages and one), taken over in groups.
+// TestTakeoverMetrics counts the batches that never finished and the takeovers of their messages: two
+// batches of a killed worker (five messages and one), taken over in groups.
 func TestTakeoverMetrics(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -424,11 +424,22 @@ func TestTakeoverMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A killed worker's two claims, their lease over: the first five messages (a group of five, whose
-	// lead is the first) and the last one alone.
-	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue
-		SET claimed = true, owner = 'killed', token = token + 1, attempts_started = 1, run_at = now() - interval '1 second',
-		    group_size = CASE WHEN id = $2 THEN 1 ELSE 5 END, group_lead = id IN ($1, $2)`), rs[0].ID, rs[5].ID); err != nil {
+	// A killed worker's two batches: the first five messages, and the last one alone. Their
+	// transaction rolled back (as when its process died).
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var xid string
+	if err := tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, db.SQL(`INSERT INTO {schema}.inbox_batch (consumer, xid, ids, owner)
+		VALUES ('ledger', $1, ARRAY[$2, $3, $4, $5, $6]::bigint[], 'killed'), ('ledger', $1, ARRAY[$7]::bigint[], 'killed')`),
+		xid, rs[0].ID, rs[1].ID, rs[2].ID, rs[3].ID, rs[4].ID, rs[5].ID); err != nil {
 		t.Fatal(err)
 	}
 	hs := worker.NewHandlers()
@@ -448,7 +459,7 @@ func TestTakeoverMetrics(t *testing.T) {
 		{"txinbox_takeovers_total", []string{"alone", "false"}, 2},
 		{"txinbox_takeovers_total", []string{"alone", "true"}, 1},
 		{"txinbox_taken_over_messages_total", nil, 6},
-		{"txinbox_unfinished_claims_total", nil, 2},
+		{"txinbox_unfinished_batches_total", nil, 2},
 	} {
 		if v := value(t, text, c.name, append([]string{"consumer", "ledger"}, c.labels...)...); v != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)

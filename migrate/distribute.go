@@ -21,7 +21,7 @@ var ErrNoCitus = errors.New("txinbox: the citus extension is not installed in th
 // statements only; as a reference table its row locks took distributed locks that deadlocked under
 // concurrent registrations), and the maintainer's inbox_leader and inbox_maintenance and the pools'
 // inbox_pools (migration 00010: read and written by statements of their own).
-var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup", "inbox_gen", "inbox_rollup_batch"}
+var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup", "inbox_gen", "inbox_rollup_batch", "inbox_batch"}
 
 // Distribute makes the txinbox tables of store's schema (DistributedTables) distributed tables of a
 // Citus cluster, by the column consumer and colocated, so that every statement txinbox runs goes to

@@ -124,17 +124,23 @@ LIMIT @max_rows;
 SELECT d.id FROM /* TEMPLATE: schema */inbox_dead d WHERE d.id = ANY(@ids::bigint[]) ORDER BY d.id;
 
 -- name: GetMessage :one
--- Reads one stored message by id. A queued message's claim state is read from its queue row (00004):
--- processing while claimed, with the claim's owner, lease (run_at), token, attempts and start.
+-- Reads one stored message by id. A queued message's attempts and token are read from its queue row;
+-- a message listed in a batch in flight (inbox_batch, 00011) is processing, with that batch's owner
+-- and start.
 SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.raw, m.headers, m.fingerprint, m.ordering_key,
-       (CASE WHEN q.claimed THEN 'processing' ELSE m.state END)::text AS state,
+       (CASE WHEN b.id IS NOT NULL THEN 'processing' ELSE m.state END)::text AS state,
        coalesce(q.attempts_started, m.attempts_started)::int AS attempts_started, m.attempts_failed, m.next_run_at,
-       coalesce(CASE WHEN q.id IS NULL THEN m.owner ELSE q.owner END, '')::text AS owner,
-       (CASE WHEN q.claimed THEN q.run_at WHEN q.id IS NULL THEN m.lease_until END)::timestamptz AS lease_until,
+       coalesce(CASE WHEN b.id IS NOT NULL THEN b.owner WHEN q.id IS NULL THEN m.owner END, '')::text AS owner,
+       (CASE WHEN q.id IS NULL THEN m.lease_until END)::timestamptz AS lease_until,
        coalesce(q.token, m.token)::bigint AS token, m.last_error,
-       m.received_at, coalesce(q.started_at, m.started_at)::timestamptz AS started_at, m.completed_at, m.expires_at, m.result
+       m.received_at, coalesce(b.started_at, m.started_at)::timestamptz AS started_at, m.completed_at, m.expires_at, m.result
 FROM /* TEMPLATE: schema */inbox m
 LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = m.consumer
+LEFT JOIN LATERAL (
+    SELECT b.id, b.owner, b.started_at FROM /* TEMPLATE: schema */inbox_batch b
+    WHERE b.consumer = m.consumer AND m.id = ANY (b.ids)
+    LIMIT 1
+) b ON true
 WHERE m.id = @id;
 
 -- name: ReplayDead :many
@@ -178,13 +184,15 @@ SELECT d.id FROM deleted d ORDER BY d.id;
 -- name: ConsumerStats :many
 -- Counts messages per consumer and state, with the wait of the oldest due pending message (seconds),
 -- the completions of the last minute and the completed rows past their dedup window. One scan of the
--- inbox table, joined to the queue (as large as the backlog) for the claimed messages, which are
--- processing (00004: a claim writes only the queue row).
-WITH s AS (
-    SELECT m.consumer, (CASE WHEN q.claimed THEN 'processing' ELSE m.state END)::text AS state,
+-- inbox table, joined to the messages of the batches in flight (inbox_batch, 00011), which are
+-- processing.
+WITH listed AS (
+    SELECT b.consumer, u.id FROM /* TEMPLATE: schema */inbox_batch b, unnest(b.ids) AS u(id)
+), s AS (
+    SELECT m.consumer, (CASE WHEN l.id IS NOT NULL THEN 'processing' ELSE m.state END)::text AS state,
            m.next_run_at, m.completed_at, m.expires_at
     FROM /* TEMPLATE: schema */inbox m
-    LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = m.consumer AND q.claimed
+    LEFT JOIN listed l ON l.id = m.id AND l.consumer = m.consumer
 )
 SELECT s.consumer, s.state, count(*)::bigint AS messages,
        coalesce(extract(epoch FROM now() - min(s.next_run_at) FILTER (WHERE s.state = 'pending' AND s.next_run_at <= now())), 0)::float8 AS oldest_due_seconds,
@@ -199,8 +207,9 @@ ORDER BY s.consumer, s.state;
 -- considers the queued messages (one queue row per pending or claimed message; completed and dead
 -- rows are never read) with an id above @after_id that match the non-empty filters (@kind, @ids), the
 -- first @max_rows of them in id order. A queue row is locked FOR UPDATE SKIP LOCKED before its
--- message is deleted, as claims lock it: a claim that locked it first wins, a claim that comes
--- later skips it, and a row a claim updated in the meantime is re-checked (claimed) and left alone.
+-- message is deleted, as claims lock it: a claim that locked it first wins (its batch runs it), a
+-- claim that comes later skips it; a message listed in a batch in flight or left behind (inbox_batch)
+-- is left alone.
 -- Returns every message considered, whether it was deleted, and the consumer and ordering key of
 -- those deleted.
 WITH matched AS (
@@ -218,7 +227,8 @@ WITH matched AS (
     FROM /* TEMPLATE: schema */inbox_queue q
     -- = ANY (ARRAY(...)), not IN (SELECT ...): Citus 13 fails to read the CTE's result in the IN form
     -- ("invalid input syntax for type bigint: PGCOPY").
-    WHERE q.id = ANY (ARRAY(SELECT matched.id FROM matched)) AND q.consumer = @consumer AND NOT q.claimed
+    WHERE q.id = ANY (ARRAY(SELECT matched.id FROM matched)) AND q.consumer = @consumer
+      AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = @consumer AND q.id = ANY (b.ids))
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
@@ -239,7 +249,8 @@ ORDER BY mt.id;
 -- name: PreviewDiscardPending :many
 -- What DiscardPending would do with the same arguments, without locking or deleting anything:
 -- every message it would consider and whether it is pending and unclaimed now.
-SELECT q.id, (NOT q.claimed AND m.state = 'pending')::boolean AS discarded
+SELECT q.id, (m.state = 'pending' AND NOT EXISTS (
+           SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = @consumer AND q.id = ANY (b.ids)))::boolean AS discarded
 FROM /* TEMPLATE: schema */inbox_queue q
 JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id AND m.consumer = q.consumer
 WHERE q.id > @after_id
@@ -276,12 +287,16 @@ SELECT c.consumer::text AS consumer FROM c WHERE c.consumer IS NOT NULL LIMIT sq
 -- retrying (waiting, claimed before: failed, handed back by a stopping pool, or replayed; the queue
 -- row's fencing token is above 0 once a message has been claimed), claimed (held by a worker), and
 -- the wait of the oldest due waiting message (seconds).
+WITH listed AS (
+    SELECT b.consumer, u.id FROM /* TEMPLATE: schema */inbox_batch b, unnest(b.ids) AS u(id)
+)
 SELECT q.consumer,
-       count(*) FILTER (WHERE NOT q.claimed AND q.token = 0)::bigint AS pending,
-       count(*) FILTER (WHERE NOT q.claimed AND q.token > 0)::bigint AS retrying,
-       count(*) FILTER (WHERE q.claimed)::bigint AS claimed,
-       coalesce(extract(epoch FROM now() - min(q.run_at) FILTER (WHERE NOT q.claimed AND q.run_at <= now())), 0)::float8 AS oldest_due_seconds
+       count(*) FILTER (WHERE l.id IS NULL AND q.token = 0)::bigint AS pending,
+       count(*) FILTER (WHERE l.id IS NULL AND q.token > 0)::bigint AS retrying,
+       count(l.id)::bigint AS claimed,
+       coalesce(extract(epoch FROM now() - min(q.run_at) FILTER (WHERE l.id IS NULL AND q.run_at <= now())), 0)::float8 AS oldest_due_seconds
 FROM /* TEMPLATE: schema */inbox_queue q
+LEFT JOIN listed l ON l.id = q.id AND l.consumer = q.consumer
 GROUP BY q.consumer
 ORDER BY q.consumer;
 
@@ -312,13 +327,15 @@ LIMIT 1;
 -- the highest id among them: what bounds a discard to the messages counted. Reads the ready index.
 SELECT count(*)::bigint AS matching, coalesce(max(q.id), 0)::bigint AS max_id
 FROM /* TEMPLATE: schema */inbox_queue q
-WHERE q.consumer = @consumer AND NOT q.claimed;
+WHERE q.consumer = @consumer
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = @consumer AND q.id = ANY (b.ids));
 
 -- name: UnclaimedIDs :many
 -- The ids of @consumer's queued messages that no worker holds, up to @max_id, in id order, at most
 -- @max_rows.
 SELECT q.id
 FROM /* TEMPLATE: schema */inbox_queue q
-WHERE q.consumer = @consumer AND NOT q.claimed AND q.id <= @max_id
+WHERE q.consumer = @consumer AND q.id <= @max_id
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = @consumer AND q.id = ANY (b.ids))
 ORDER BY q.id
 LIMIT @max_rows;

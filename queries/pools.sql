@@ -18,9 +18,10 @@ WHERE p.seen_at > now() - make_interval(secs => @seconds::float8)
 ORDER BY p.consumer;
 
 -- name: NextWaitingConsumer :one
--- The first consumer after @after (in text order) with messages in the queue that no worker holds
--- (due or not), or an empty string when there is none: one descent of the queue's ready index. Called in a loop,
--- it lists those consumers without reading their rows.
+-- The first consumer after @after (in text order) with messages in the queue that are not isolated
+-- (due or not; those a batch is running are locked, but its consumer is served), or an empty string
+-- when there is none: one descent of the queue's ready index. Called in a loop, it lists those
+-- consumers without reading their rows.
 SELECT coalesce(min(q.consumer), '')::text AS consumer
 FROM /* TEMPLATE: schema */inbox_queue q
-WHERE NOT q.claimed AND q.consumer > @after;
+WHERE q.isolate = 0 AND q.consumer > @after;

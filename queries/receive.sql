@@ -87,7 +87,8 @@ SELECT NOT EXISTS (SELECT 1 FROM cur) AS retry,
        f.first_ord::bigint AS first_ord,
        (i.id IS NOT NULL AND f.ord = f.first_ord)::boolean AS inserted,
        coalesce(i.id, m.id, 0)::bigint AS id,
-       -- A claimed message's inbox row stays pending while its claim lives in the queue row.
+       -- A message in a batch in flight (listed in inbox_batch) is processing; its inbox row stays
+       -- pending until the batch's finish.
        coalesce(CASE WHEN q.claimed THEN 'processing' END, m.state, '')::text AS state,
        coalesce(m.fingerprint = f.fingerprint, false)::boolean AS same_fingerprint,
        (f.fingerprint = f.first_fingerprint)::boolean AS same_as_first,
@@ -106,15 +107,15 @@ LEFT JOIN LATERAL (
              m.slot = (SELECT cur.slot FROM cur) DESC, m.id DESC
     LIMIT 1
 ) m ON true
--- Whether the stored row is claimed: for a key that has a stored row only (`m.id IS NOT NULL` is a
--- one-time filter of the probe, so a new message never reads the queue), one probe of the queue's
--- primary key per row, a LATERAL with LIMIT, never a join. A join let a generic plan made while the
--- queue was small and no row of it claimed read every queue row of the consumer once per statement;
--- a LATERAL without the filter, made then, scanned the whole queue once per statement (bench/
--- RESULTS.md, "The queue lookup of a receive").
+-- Whether the stored row is claimed (listed in a batch of the consumer in flight, or left behind by
+-- one that never finished): for a key that has a stored row only (`m.id IS NOT NULL` is a one-time
+-- filter of the probe, so a new message never reads it), a LATERAL with LIMIT, never a join. A join
+-- let a generic plan made while the queue was small read every queue row of the consumer once per
+-- statement; a LATERAL without the filter, made then, scanned the whole queue once per statement
+-- (bench/RESULTS.md, "The queue lookup of a receive"). inbox_batch holds one row per batch in flight.
 LEFT JOIN LATERAL (
-    SELECT true AS claimed FROM /* TEMPLATE: schema */inbox_queue q
-    WHERE m.id IS NOT NULL AND q.id = m.id AND q.consumer = @consumer AND q.claimed IS TRUE
+    SELECT true AS claimed FROM /* TEMPLATE: schema */inbox_batch b
+    WHERE m.id IS NOT NULL AND b.consumer = @consumer AND m.id = ANY (b.ids)
     LIMIT 1
 ) q ON true
 ORDER BY f.ord;
@@ -173,10 +174,10 @@ JOIN LATERAL (
              m.slot = (SELECT cur.slot FROM cur) DESC, m.id DESC
     LIMIT 1
 ) m ON true
--- One probe of the queue's primary key per row, as in ReceiveBatch.
+-- Whether the row is claimed, as in ReceiveBatch.
 LEFT JOIN LATERAL (
-    SELECT true AS claimed FROM /* TEMPLATE: schema */inbox_queue q
-    WHERE q.id = m.id AND q.consumer = @consumer AND q.claimed IS TRUE
+    SELECT true AS claimed FROM /* TEMPLATE: schema */inbox_batch b
+    WHERE b.consumer = @consumer AND m.id = ANY (b.ids)
     LIMIT 1
 ) q ON true
 ORDER BY t.ord;

@@ -8,105 +8,64 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
-// A claim that stalls on the server after it has locked the rows it picked (here a trigger sleeps in
-// the claims of the pool whose Owner is "stuck") is cancelled there at ClaimTimeout: its rows go
-// back to the other workers, which handle every message once. Without the bound, the stalled claim
-// kept its batch locked for as long as it ran, and every other claim skipped those rows: in CI a
-// claim starved for over a minute left 1,500 ready messages untouched (TestBatchHandlerConcurrentPools
+// A claim that stalls on the server after it has locked the rows it picked (here a row security
+// policy sleeps in the claims of the pool that connects as a role of its own, once its rows are
+// locked) is cancelled there at ClaimTimeout: its batch transaction rolls back, its rows go back to
+// the other workers, which handle every message once. Without the bound, the stalled claim kept its
+// batch locked for as long as it ran, and every other claim skipped those rows: in CI a claim
+// starved for over a minute left 1,500 ready messages untouched (TestBatchHandlerConcurrentPools
 // ExactlyOnce, "drain: stuck").
 func TestStalledClaimReleasesItsRowsAtClaimTimeout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.receive(t, keys("m", 20)...)
-	e.stalledAndGoodPools(t, e.Pool, "ClaimBatch", 20)
+	e.stalledAndGoodPools(t, "ClaimBatch", 20)
 }
 
-// On a DB that cannot pipeline (no SendBatch; here a wrapper hides it), the bound and the claim run in
-// a transaction of their own, and a stalled claim is cancelled the same way.
-func TestStalledClaimOnADBWithoutSendBatch(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	e.receive(t, keys("m", 20)...)
-	e.stalledAndGoodPools(t, noSendBatch{e.Pool}, "ClaimBatch", 20)
-}
-
-// noSendBatch is a txinbox.DB without SendBatch.
-type noSendBatch struct{ txinbox.DB }
-
-// The rescuer's claim of a message whose lease ended is bounded as well: stalled, it held the
-// consumer's rescue lock (one rescue claim at a time, across processes), and no other pool's rescuer
-// could take over any message of a crashed worker.
+// The rescuer's claim of suspects is bounded as well: stalled, it held them (and, for a message taken
+// alone, the consumer's lock that lets one such message run at a time, across processes), and no
+// other pool's rescuer could take any of them over.
 func TestStalledRescueClaimReleasesTheRescueLockAtClaimTimeout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.receive(t, keys("m", 3)...)
-	// A crashed worker's claims: claimed, their lease over.
+	// A crashed worker's messages, charged and isolated: each runs alone next.
 	if _, err := e.Pool.Exec(context.Background(), e.SQL(`UPDATE {schema}.inbox_queue
-		SET claimed = true, owner = 'crashed', token = token + 1, attempts_started = 1, run_at = now() - interval '1 second'`)); err != nil {
+		SET token = token + 1, attempts_started = 1, isolate = 1, group_size = 1`)); err != nil {
 		t.Fatal(err)
 	}
-	e.stalledAndGoodPools(t, e.Pool, "ClaimSuspect", 3)
+	e.stalledAndGoodPools(t, "ClaimSuspects", 3)
 }
 
-// stalledAndGoodPools makes the claims of a pool whose Owner is "stuck" sleep (a trigger, once they
-// have locked their rows), starts that pool on db with a ClaimTimeout of 300ms, waits until its claim
-// statement (query names it) sleeps, starts a second pool, and checks that the second completes all n
-// messages, once each, and that the stuck pool logged its claims cancelled by the server.
-//
-// On a Citus coordinator (internal/citus distributes the schema) the claim's update runs on the
-// worker holding the consumer's shard: the trigger is created on the distributed table, which puts it
-// on every shard, and the sleep is looked for on the workers, in the task of the coordinator's claim
-// statement. The bound is set on the coordinator; when it cancels the claim there, Citus cancels the
-// shard's statement too, and the shard's rows are released.
-func (e *env) stalledAndGoodPools(t *testing.T, db txinbox.DB, query string, n int64) {
+// stalledAndGoodPools makes the claims of a pool stall once they have locked their rows: the pool
+// connects as a role of its own, for which a row security policy on inbox (read by the claim after
+// its locks) sleeps. It starts that pool with a ClaimTimeout of 300ms, waits until its claim
+// statement (query names it) sleeps, starts a second pool, and checks that the second completes all
+// n messages, once each, and that the stuck pool logged its claims cancelled by the server.
+func (e *env) stalledAndGoodPools(t *testing.T, query string, n int64) {
 	t.Helper()
-	ctx := context.Background()
-	citus := e.distributed(t)
-	err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
-		// Citus refuses a trigger on a distributed table unless citus.enable_unsafe_triggers is on;
-		// it then creates the function on the workers and the trigger on every shard. It forwards a
-		// statement's query string to the workers, which refuse several commands in one: one
-		// statement per Exec.
-		stmts := []string{`
-			CREATE FUNCTION {schema}.stall() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN
-				IF NEW.owner = 'stuck' AND OLD.owner IS DISTINCT FROM 'stuck' THEN
-					PERFORM pg_sleep(600);
-				END IF;
-				RETURN NEW;
-			END $$`,
-			`CREATE TRIGGER stall BEFORE UPDATE ON {schema}.inbox_queue FOR EACH ROW EXECUTE FUNCTION {schema}.stall()`}
-		if citus {
-			stmts = append([]string{`SET LOCAL citus.enable_unsafe_triggers = on`}, stmts...)
-		}
-		for _, stmt := range stmts {
-			if _, err := tx.Exec(ctx, e.SQL(stmt)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stuckDB := e.stallingRole(t)
 	logs := &logBuffer{}
 	stuck := worker.NewHandlers()
 	worker.Handle(stuck, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error {
 		t.Error("the stuck pool's claim completed")
 		return nil
 	})
-	run(t, batchPool(t, e, db, stuck, func(c *worker.Config) {
+	run(t, batchPool(t, e, stuckDB, stuck, func(c *worker.Config) {
 		c.Owner, c.Concurrency, c.ClaimTimeout, c.Logger, c.DisableListen = "stuck", 1, 300*time.Millisecond, logs.logger(), true
 	}))
 	stalled := `SELECT count(*) FROM pg_stat_activity
 		WHERE wait_event = 'PgSleep' AND query LIKE '%' || $1 || '%' AND query LIKE '%' || $2 || '%'`
-	if citus {
-		// The coordinator's claim statement, and its task sleeping on a worker (same global_pid).
+	if e.distributed(t) {
+		// On a Citus coordinator the claim runs on the worker holding the consumer's shard, where the
+		// policy sleeps: the coordinator's claim statement, and its task sleeping on a worker (same
+		// global_pid).
 		stalled = `SELECT count(*) FROM citus_stat_activity c JOIN citus_stat_activity w USING (global_pid)
 			WHERE NOT c.is_worker_query AND c.query LIKE '%' || $1 || '%' AND c.query LIKE '%' || $2 || '%'
 			AND w.is_worker_query AND w.wait_event = 'PgSleep'`
@@ -143,6 +102,49 @@ func (e *env) distributed(t *testing.T) bool {
 	return e.Count(t, `SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = to_regclass($1)`,
 		pgx.Identifier{e.Schema, "inbox_queue"}.Sanitize()) > 0
 }
+
+// stallingRole creates a login role of its own (dropped when t ends) with every privilege on the
+// schema's tables, and a row security policy on inbox under which every row read by that role takes
+// 600 s; it returns a pool connected as that role.
+func (e *env) stallingRole(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	role := "txinbox_stuck_" + strings.TrimPrefix(e.Schema, "txinbox_test_")
+	r := pgx.Identifier{role}.Sanitize()
+	for _, stmt := range []string{
+		`CREATE ROLE ` + r + ` LOGIN PASSWORD 'stuck'`,
+		`GRANT USAGE ON SCHEMA {schema} TO ` + r,
+		`GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO ` + r,
+		`GRANT ALL ON ALL SEQUENCES IN SCHEMA {schema} TO ` + r,
+		`ALTER TABLE {schema}.inbox ENABLE ROW LEVEL SECURITY`,
+		`CREATE POLICY everyone ON {schema}.inbox USING (current_user <> ` + quote(role) + `)`,
+		`CREATE POLICY stalled ON {schema}.inbox TO ` + r + ` USING ((SELECT true FROM pg_sleep(600)))`,
+	} {
+		if _, err := e.Pool.Exec(ctx, e.SQL(stmt)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, stmt := range []string{`DROP OWNED BY ` + r, `DROP ROLE ` + r} {
+			if _, err := e.Pool.Exec(context.Background(), stmt); err != nil {
+				t.Errorf("%s: %v", stmt, err)
+			}
+		}
+	})
+	cfg, err := pgxpool.ParseConfig(e.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "stuck"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // ClaimTimeout defaults to 10s or half the Lease, and must be less than the Lease.
 func TestClaimTimeoutDefaultAndCheck(t *testing.T) {

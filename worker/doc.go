@@ -1,41 +1,50 @@
 // Package worker runs handlers over the inbox so that each message takes effect exactly once.
 //
-// A Pool claims a batch of its consumer's ready messages (SELECT ... FOR UPDATE SKIP LOCKED on the
-// small inbox_queue table; the claim commits, counting the attempt and bumping the message's fencing
-// token in that narrow queue row only), then runs the whole batch in one transaction: it locks the
-// claims (dropping any whose token changed, that is, taken over by another worker after the lease
-// ended), runs each handler in a savepoint of its own with the transaction in hand, and records every
-// outcome in one statement before the single commit, the only write of each message's inbox row. A handler's writes and its message's "completed" mark therefore commit or roll
+// A Pool runs batches, each in one transaction that claims its own messages: of its consumer's ready
+// messages (in the small inbox_queue table), the batch transaction locks up to a batch with SELECT
+// ... FOR UPDATE SKIP LOCKED and reads their payloads, in one statement that writes nothing. The row
+// locks are the claim and the fence: no other worker can take those messages while the transaction
+// lives, and when it ends (commit, rollback, or its session ended by the server or by the death of
+// its process) they are free again. Before any handler runs, the batch records itself in a row of
+// inbox_batch (its transaction's id and its messages), committed on its own: the batch's commit
+// deletes that row, so a row left behind is a batch that never committed, and the rescuer charges it
+// (see "Crash recovery"). Each handler then runs in a savepoint of its own with the transaction in
+// hand, and one statement records every outcome before the single commit, the only write of each
+// message's rows. A handler's writes and its message's "completed" mark therefore commit or roll
 // back together, a failing message rolls back only its own savepoint, and many messages share one
 // commit.
 //
 // Failures are retried after Backoff until MaxAttempts attempts have started; Permanent errors,
 // undecodable payloads and exhausted attempts make the message dead. A panic is recovered and recorded
-// as a failure with its stack.
+// as a failure with its stack. An attempt is counted by the statement that records its outcome (or,
+// for a batch that never committed, by the charge of its row).
 //
 // # Crash recovery
 //
-// A claim that never finished (its process died, hung or lost its connection) leaves its messages
-// claimed; when its lease ends they are suspects, and each pool's rescuer takes them over in groups
-// (one takeover is one claim statement and one batch transaction), as soon as the lease ends and
-// group after group without waiting, so that a killed process's messages drain at about the speed
-// of a normal drain. The isolation is by halving: a suspect runs in a group of at most half the
-// group its unfinished claim ran (a claim's batch, or an earlier takeover's group); a group that does
-// not finish either is halved again at its next takeover, down to one message alone. Takeovers take
-// the oldest suspects first, so the messages of one claim stay together. A message taken over alone
-// runs as the only such message of its consumer across processes (groups of more than one run side
-// by side). A batch handler call that left the transaction unusable holds its messages, which are
-// taken over alone, one by one, after their lease.
+// A batch that never committed (its process died, or its session was ended while frozen: a batch
+// transaction left idle longer than the Lease is terminated by the server) leaves its inbox_batch
+// row, and its messages stay out of every claim until that row is charged. Each pool's rescuer looks
+// for such rows every PollInterval, asks the server whether their transaction is still in progress,
+// and charges the others (a transaction too old for the server to know committed is not in progress,
+// and had it committed its row would be gone): it counts the batch's attempt on its messages, isolates
+// them, and deletes the row, once, whichever rescuer gets there first. Their messages are then
+// suspects, taken over in groups by the rescuer, group after group without waiting, so that a killed
+// process's messages drain at about the speed of a normal drain. The isolation is by halving: a
+// suspect runs in a group of at most half the batch that never finished; a group that does not
+// finish either is halved again, down to one message alone. Takeovers take the oldest suspects
+// first, so the messages of one batch stay together. A message taken over alone runs as the only
+// such message of its consumer across processes (it holds the consumer's advisory lock until its
+// batch ends); groups of more than one run side by side. A batch handler call that left the
+// transaction unusable holds its messages, which are then taken over alone, one by one.
 //
-// Attempts of crashes: every claim and every takeover counts an attempt, except that the crashes of
+// Attempts of crashes: every batch that never finished counts an attempt, except that the crashes of
 // groups of more than one message count only once per message. So a message that kills its process
-// is dead after about log2(its claim's size) + MaxAttempts crashes (the halvings, then MaxAttempts
+// is dead after about log2(its batch's size) + MaxAttempts crashes (the halvings, then MaxAttempts
 // attempts alone), and the messages that shared its groups are charged one attempt for all of those
 // crashes, whatever their number: an innocent message is never made dead by another's crashes.
 // (A message taken over alone is charged for a crash while it runs even if another handler of the
-// same process caused it: the process runs other batches beside it.) Each takeover is logged at Warn
-// ("taking over messages whose claim never finished") with its counts, and told to an Observer that
-// implements [TakeoverObserver].
+// same process caused it: the process runs other batches beside it.) Each charge and each takeover is
+// logged at Warn with its counts, and told to an Observer that implements [TakeoverObserver].
 //
 // A batch handler ([HandleBatch]) is handed many messages of its kind in one call, in one savepoint,
 // so that one statement applies them all; when a call fails, the pool calls it again on halves of the

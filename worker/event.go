@@ -70,29 +70,35 @@ type HandleEvent struct {
 }
 
 // TakeoverObserver is an optional interface of an [Observer]: a pool whose Observer implements it
-// also tells it about every takeover (package metrics implements it).
+// also tells it about the batches that never finished and the takeovers of their messages (package
+// metrics implements it). See the package documentation, "Crash recovery".
 type TakeoverObserver interface {
-	// TakenOver is called once per takeover, after its claim committed and before its group runs.
+	// Charged is called once per batch that never finished, by the pool whose rescuer charged it.
+	Charged(ChargeEvent)
+	// TakenOver is called once per group of such messages claimed to run again, before it runs.
 	TakenOver(TakeoverEvent)
 }
 
-// TakeoverEvent describes a takeover: the rescuer of a pool claimed a group of messages whose claim
-// never finished (the worker holding them died, hung or lost its connection before their lease
-// ended), to run them again. See [Pool] for how groups are made and halved.
+// ChargeEvent describes a batch that never finished (the worker running it died, hung or lost its
+// connection before its commit), charged by a pool's rescuer.
+type ChargeEvent struct {
+	Consumer string
+	// Messages is the number of its messages still queued, charged and isolated.
+	Messages int
+	// Owner is the owner (Config.Owner) of the pool that ran it.
+	Owner string
+	// GroupCrashes is the most batches of more than one message that never finished that any of its
+	// messages has been in (1 after one crash; more while the isolation halves the groups).
+	GroupCrashes int
+}
+
+// TakeoverEvent describes a takeover: a pool's rescuer claimed a group of messages whose batch never
+// finished, to run them again.
 type TakeoverEvent struct {
 	Consumer string
-	// Messages is the size of the group taken over.
+	// Messages is the size of the group.
 	Messages int
 	// Alone reports a group of one message: it runs alone, and a crash while it runs counts as one of
 	// its attempts.
 	Alone bool
-	// UnfinishedClaims is the number of claims this group was taken from that it is the first to
-	// find unfinished: a process that died holding four claims makes the takeovers of its messages
-	// count four in all, whatever the groups.
-	UnfinishedClaims int
-	// GroupCrashes is the most claims of more than one message that any message of the group had
-	// lost (1 after one crash; more while the isolation halves the groups).
-	GroupCrashes int
-	// PreviousOwners are the owners (Config.Owner) of the claims taken over, without repeats.
-	PreviousOwners []string
 }

@@ -178,13 +178,13 @@ func TestHandlerBackoffOverridesPool(t *testing.T) {
 	delay := func(key string) time.Duration {
 		t.Helper()
 		var runAt, nextRunAt time.Time
-		var claimed bool
-		if err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT q.run_at, q.claimed, m.next_run_at
-			FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id, consumer) WHERE m.key = $1`), key).Scan(&runAt, &claimed, &nextRunAt); err != nil {
+		var isolated bool
+		if err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT q.run_at, q.isolate > 0, m.next_run_at
+			FROM {schema}.inbox m JOIN {schema}.inbox_queue q USING (id, consumer) WHERE m.key = $1`), key).Scan(&runAt, &isolated, &nextRunAt); err != nil {
 			t.Fatal(err)
 		}
-		if claimed || !runAt.Equal(nextRunAt) {
-			t.Fatalf("%s: queue row claimed=%v run_at %v, message next_run_at %v", key, claimed, runAt, nextRunAt)
+		if isolated || !runAt.Equal(nextRunAt) {
+			t.Fatalf("%s: queue row isolated=%v run_at %v, message next_run_at %v", key, isolated, runAt, nextRunAt)
 		}
 		mu.Lock()
 		defer mu.Unlock()

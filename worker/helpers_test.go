@@ -105,12 +105,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// msgView is the inbox as readers see it (migration 00004): a message whose queue row is claimed is
-// processing, and a queued message's attempts started, token and owner are those of its queue row.
-const msgView = `(SELECT m.id, m.consumer, m.key, (CASE WHEN q.claimed THEN 'processing' ELSE m.state END) AS state,
+// msgView is the inbox as readers see it (migration 00011): a message listed in a batch in flight
+// (inbox_batch) is processing, and a queued message's attempts started and token are those of its
+// queue row.
+const msgView = `(SELECT m.id, m.consumer, m.key, (CASE WHEN b.id IS NOT NULL THEN 'processing' ELSE m.state END) AS state,
 	coalesce(q.attempts_started, m.attempts_started) AS attempts_started, m.attempts_failed, m.last_error,
-	coalesce(q.token, m.token) AS token, coalesce(q.owner, m.owner) AS owner
-	FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q ON q.id = m.id AND q.consumer = m.consumer)`
+	coalesce(q.token, m.token) AS token, coalesce(b.owner, m.owner) AS owner
+	FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q ON q.id = m.id AND q.consumer = m.consumer
+	LEFT JOIN LATERAL (SELECT b.id, b.owner FROM {schema}.inbox_batch b WHERE b.consumer = m.consumer AND m.id = ANY (b.ids) LIMIT 1) b ON true)`
+
+// inFlight counts the messages listed in batches in flight (or left behind by a crash).
+func (e *env) inFlight(t testing.TB) int64 {
+	t.Helper()
+	return e.Count(t, `SELECT coalesce(sum(cardinality(ids)), 0)::bigint FROM {schema}.inbox_batch`)
+}
 
 func (e *env) state(t *testing.T, key string) (state string, started, failed int, lastErr string) {
 	t.Helper()

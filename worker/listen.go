@@ -34,6 +34,12 @@ func (p *Pool) listenConnector() func(ctx context.Context) (*pgx.Conn, error) {
 	if p.cfg.ListenConnect != nil {
 		return p.cfg.ListenConnect
 	}
+	return p.connector("txinbox listener")
+}
+
+// connector returns how the pool opens a connection of its own outside its pgxpool (named
+// applicationName unless the pool's configuration names it), or nil if db is not a *pgxpool.Pool.
+func (p *Pool) connector(applicationName string) func(ctx context.Context) (*pgx.Conn, error) {
 	pool, ok := p.db.(*pgxpool.Pool)
 	if !ok {
 		return nil
@@ -43,7 +49,7 @@ func (p *Pool) listenConnector() func(ctx context.Context) (*pgx.Conn, error) {
 		cc.RuntimeParams = map[string]string{}
 	}
 	if _, ok := cc.RuntimeParams["application_name"]; !ok {
-		cc.RuntimeParams["application_name"] = "txinbox listener"
+		cc.RuntimeParams["application_name"] = applicationName
 	}
 	return func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc) }
 }

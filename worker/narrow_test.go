@@ -4,80 +4,98 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/store"
 )
 
-// A claim's state lives in its queue row until the finish (migration 00004). The claim leaves the
-// inbox row alone; a released claim keeps its token but is no longer claimed, so a late finish with
-// that token records nothing; the next claim counts on from the queue row, and its finish writes the
-// inbox row once with the claim's token and attempts.
-func TestClaimStateInQueueRow(t *testing.T) {
+// A claim is a row lock of the batch transaction and writes nothing (migration 00011): neither the
+// inbox row nor the queue row changes until the finish, which counts the attempt and bumps the token
+// in the same statement. A batch that rolls back leaves both rows as they were; a finish with the
+// token of a claim that was charged by the rescuer since (its batch's row gone) records nothing.
+func TestClaimWritesNothingUntilTheFinish(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.receive(t, "k")
 	ctx := context.Background()
-	db := store.New(e.Schema).Wrap(e.Pool)
-	inboxRow := func() string {
+	st := store.New(e.Schema)
+	rowsNow := func() string {
 		t.Helper()
 		var s string
-		if err := e.Pool.QueryRow(ctx, e.SQL(`SELECT row(state, owner, token, attempts_started, attempts_failed,
-			lease_until, started_at, completed_at)::text FROM {schema}.inbox`)).Scan(&s); err != nil {
+		if err := e.Pool.QueryRow(ctx, e.SQL(`SELECT row(m.state, m.owner, m.token, m.attempts_started, m.attempts_failed,
+			m.lease_until, m.started_at, m.completed_at, q.token, q.attempts_started, q.run_at, q.isolate)::text
+			FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q USING (id, consumer)`)).Scan(&s); err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	claim := func() sqlc.ClaimBatchRow {
+	claim := func(tx pgx.Tx) sqlc.ClaimBatchRow {
 		t.Helper()
-		rows, err := store.Queries.ClaimBatch(ctx, db, sqlc.ClaimBatchParams{Consumer: "ledger", Max: 10, SnoozeSeconds: 30,
-			LeaseSeconds: 60, Owner: pgtype.Text{String: "w1", Valid: true}})
+		rows, err := store.Queries.ClaimBatch(ctx, st.Wrap(tx), "ledger", 10)
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("claim: %v, %v", rows, err)
 		}
 		return rows[0]
 	}
-	finish := func(r sqlc.ClaimBatchRow) int64 {
+	finish := func(db sqlc.DBTX, r sqlc.ClaimBatchRow) int64 {
 		t.Helper()
-		n, err := store.Queries.FinishBatch(ctx, db, sqlc.FinishBatchParams{Consumer: "ledger", RetentionSeconds: 3600,
-			Ids: []int64{r.ID}, Keys: []string{r.Key}, Tokens: []int64{r.Token}, Outcomes: []string{"completed"}, Errors: []string{""},
-			Results: []string{""}, Delays: []float64{0}, Uncount: []int32{0}})
+		n, err := store.Queries.FinishBatch(ctx, st.Wrap(db), sqlc.FinishBatchParams{Consumer: "ledger", RetentionSeconds: 3600,
+			StartedAt: pgtype.Timestamptz{Valid: true, Time: r.ReceivedAt.Time}, Ids: []int64{r.ID}, Keys: []string{r.Key},
+			Tokens: []int64{r.Token}, Outcomes: []string{"completed"}, Errors: []string{""}, Results: []string{""},
+			Delays: []float64{0}, Uncount: []int32{0}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
 
-	before := inboxRow()
-	first := claim()
-	if first.Token != 1 || first.AttemptsStarted != 1 {
-		t.Fatalf("first claim: token %d, attempt %d", first.Token, first.AttemptsStarted)
+	before := rowsNow()
+	tx, err := e.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := inboxRow(); got != before {
-		t.Fatalf("the claim wrote the inbox row:\n%s\n%s", before, got)
+	first := claim(tx)
+	if first.Token != 0 || first.AttemptsStarted != 0 {
+		t.Fatalf("first claim: token %d, attempts %d", first.Token, first.AttemptsStarted)
 	}
-	if state, started, _, _ := e.state(t, "k"); state != "processing" || started != 1 {
-		t.Fatalf("claimed: %s, %d started", state, started)
+	if got := rowsNow(); got != before {
+		t.Fatalf("the claim wrote the message's rows:\n%s\n%s", before, got)
 	}
-	if n, err := store.Queries.ReleaseClaims(ctx, db, sqlc.ReleaseClaimsParams{Consumer: "ledger", Ids: []int64{first.ID}, Tokens: []int64{first.Token}}); err != nil || n != 1 {
-		t.Fatalf("release: %d, %v", n, err)
+	// A batch that never committed, charged by the rescuer: its message gets a new token.
+	var xid string
+	if err := tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xid); err != nil {
+		t.Fatal(err)
 	}
-	if n := finish(first); n != 0 {
-		t.Fatalf("a finish after the release recorded %d outcomes", n)
+	record, err := store.Queries.RecordBatch(ctx, st.Wrap(e.Pool), sqlc.RecordBatchParams{Consumer: "ledger", Xid: xid, Ids: []int64{first.ID}, Owner: "w1"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := inboxRow(); got != before {
-		t.Fatalf("release and fenced finish wrote the inbox row:\n%s\n%s", before, got)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
 	}
-	if state, started, _, _ := e.state(t, "k"); state != "pending" || started != 0 {
-		t.Fatalf("released: %s, %d started", state, started)
+	if got := rowsNow(); got != before {
+		t.Fatalf("the rolled-back batch changed the message's rows:\n%s\n%s", before, got)
+	}
+	if state, _, _, _ := e.state(t, "k"); state != "processing" {
+		t.Fatalf("listed in a batch's row: %s, want processing", state)
+	}
+	if charged, err := store.Queries.ChargeBatch(ctx, st.Wrap(e.Pool), "ledger", record); err != nil || len(charged) != 1 {
+		t.Fatalf("charge: %v, %v", charged, err)
+	}
+	if n := finish(e.Pool, first); n != 0 {
+		t.Fatalf("a finish with the charged claim's token recorded %d outcomes", n)
+	}
+	if state, started, _, _ := e.state(t, "k"); state != "pending" || started != 1 {
+		t.Fatalf("charged: %s, %d started", state, started)
 	}
 
-	second := claim()
-	if second.Token != 2 || second.AttemptsStarted != 1 {
-		t.Fatalf("second claim: token %d, attempt %d", second.Token, second.AttemptsStarted)
+	second, err := store.Queries.ClaimSuspects(ctx, st.Wrap(e.Pool), sqlc.ClaimSuspectsParams{Consumer: "ledger", Max: 10, LockKey: 1})
+	if err != nil || len(second) != 1 || second[0].Token != first.Token+1 || second[0].AttemptsStarted != 1 {
+		t.Fatalf("suspect claim: %v, %v", second, err)
 	}
-	if n := finish(second); n != 1 {
+	if n := finish(e.Pool, sqlc.ClaimBatchRow(second[0])); n != 1 {
 		t.Fatalf("finish recorded %d outcomes", n)
 	}
 	var state, owner string
@@ -88,7 +106,7 @@ func TestClaimStateInQueueRow(t *testing.T) {
 		(SELECT count(*) FROM {schema}.inbox_queue) FROM {schema}.inbox`)).Scan(&state, &owner, &token, &started, &queued); err != nil {
 		t.Fatal(err)
 	}
-	if state != "completed" || owner != "" || token != 2 || started != 1 || queued != 0 {
+	if state != "completed" || owner != "" || token != 2 || started != 2 || queued != 0 {
 		t.Fatalf("finished: state %s, owner %q, token %d, %d started, %d queued", state, owner, token, started, queued)
 	}
 }

@@ -79,8 +79,9 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 		}
 	}
 	st := store.New(db.Schema)
-	claim := sqlc.ClaimBatchParams{Consumer: "plans", Max: n, SnoozeSeconds: 1, LeaseSeconds: 60, Owner: pgtype.Text{String: "test", Valid: true}}
-	rows, err := store.Queries.ClaimBatch(ctx, st.Wrap(db.Pool), claim)
+	// A batch in flight: the n first messages, listed in an inbox_batch row; and n suspects after them
+	// (isolated, as after a crash of a batch of 2n).
+	rows, err := store.Queries.ClaimBatch(ctx, st.Wrap(db.Pool), "plans", n)
 	if err != nil || len(rows) != n {
 		t.Fatalf("claim: %d rows, %v", len(rows), err)
 	}
@@ -89,9 +90,12 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 	for i, r := range rows {
 		ids[i], keys[i], tokens[i], outcomes[i] = r.ID, r.Key, r.Token, "completed"
 	}
-
-	// The claims' lease is over, as after a crash: ClaimSuspects finds all n.
-	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue SET run_at = now() - interval '1 second' WHERE claimed`)); err != nil {
+	record, err := store.Queries.RecordBatch(ctx, st.Wrap(db.Pool), sqlc.RecordBatchParams{Consumer: "plans", Xid: "1", Ids: ids, Owner: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue SET isolate = $1, group_size = 2 * $1
+		WHERE id IN (SELECT id FROM {schema}.inbox_queue WHERE id > $2 ORDER BY id LIMIT $1)`), n, ids[n-1]); err != nil {
 		t.Fatal(err)
 	}
 
@@ -101,25 +105,27 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 
+	// Every statement that a batch runs in proportion to its size (QueueStats and StaleTables read
+	// whole tables by design, for scrapes and checks).
 	statements := map[string]func(db sqlc.DBTX){
-		"ClaimBatch": func(db sqlc.DBTX) { _, _ = store.Queries.ClaimBatch(ctx, db, claim) },
-		"LockClaims": func(db sqlc.DBTX) {
-			_, _ = store.Queries.LockClaims(ctx, db, sqlc.LockClaimsParams{Consumer: "plans", Ids: ids, Tokens: tokens,
-				StatementTimeout: "60000", IdleTimeout: "60000"})
+		"ClaimBatch": func(db sqlc.DBTX) { _, _ = store.Queries.ClaimBatch(ctx, db, "plans", n) },
+		"ClaimSuspects": func(db sqlc.DBTX) {
+			_, _ = store.Queries.ClaimSuspects(ctx, db, sqlc.ClaimSuspectsParams{Consumer: "plans", Max: n, LockKey: 1})
+		},
+		"RecordBatch": func(db sqlc.DBTX) {
+			_, _ = store.Queries.RecordBatch(ctx, db, sqlc.RecordBatchParams{Consumer: "plans", Xid: "2", Ids: ids, Owner: "test"})
 		},
 		"FinishBatch": func(db sqlc.DBTX) {
 			_, _ = store.Queries.FinishBatch(ctx, db, sqlc.FinishBatchParams{Consumer: "plans", Ids: ids, Keys: keys, Tokens: tokens,
-				Outcomes: outcomes, Errors: texts, Results: texts, Delays: delays, Uncount: uncount, RetentionSeconds: 60})
+				Outcomes: outcomes, Errors: texts, Results: texts, Delays: delays, Uncount: uncount, RetentionSeconds: 60,
+				StartedAt: pgtype.Timestamptz{Valid: true}, Batch: record})
 		},
-		"ReleaseClaims": func(db sqlc.DBTX) {
-			_, _ = store.Queries.ReleaseClaims(ctx, db, sqlc.ReleaseClaimsParams{Consumer: "plans", Ids: ids, Tokens: tokens})
+		"SettleBatch": func(db sqlc.DBTX) {
+			_, _ = store.Queries.SettleBatch(ctx, db, sqlc.SettleBatchParams{Consumer: "plans", Batch: record, HeldIds: ids, HeldTokens: tokens})
 		},
-		"ClaimSuspects": func(db sqlc.DBTX) {
-			_, _ = store.Queries.ClaimSuspects(ctx, db, sqlc.ClaimSuspectsParams{Consumer: "plans", Max: n, LeaseSeconds: 60,
-				Owner: pgtype.Text{String: "test", Valid: true}})
-		},
-		"IsolateClaims": func(db sqlc.DBTX) {
-			_, _ = store.Queries.IsolateClaims(ctx, db, sqlc.IsolateClaimsParams{Consumer: "plans", Ids: ids, Tokens: tokens})
+		"ChargeBatch": func(db sqlc.DBTX) { _, _ = store.Queries.ChargeBatch(ctx, db, "plans", record) },
+		"SnoozeBlocked": func(db sqlc.DBTX) {
+			_, _ = store.Queries.SnoozeBlocked(ctx, db, sqlc.SnoozeBlockedParams{Consumer: "plans", SnoozeSeconds: 1, Max: n})
 		},
 	}
 	for name, run := range statements {

@@ -5,22 +5,17 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"net"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -90,12 +85,11 @@ type Config struct {
 	// with backoff when lost. Default: when db is a *pgxpool.Pool, a new connection with the pool's
 	// ConnConfig (outside the pool, so it takes none of its slots); otherwise none, and the pool polls.
 	ListenConnect func(ctx context.Context) (*pgx.Conn, error)
-	// Lease is how long a claim holds before another worker may take the message over, if the
-	// claiming worker has not locked it in its batch transaction (it crashed or was cut off first);
-	// the rescuers of other pools wake up when it ends (see the package documentation, "Crash
-	// recovery"), and a pool's own claims past their lease are found at its PollInterval. It
-	// also bounds, on the server side, how long a batch transaction may sit idle (a frozen worker's
-	// session is terminated, its locks released). Must exceed every handler Timeout. Default: 1m.
+	// Lease bounds, on the server side, how long a batch transaction may sit idle
+	// (idle_in_transaction_session_timeout): a worker frozen or cut off inside its batch has its
+	// session terminated, its locks released and its batch left to the rescuer (see the package
+	// documentation, "Crash recovery"). A batch whose process dies is ended by the server at once,
+	// without waiting for the Lease. Must exceed every handler Timeout. Default: 1m.
 	Lease time.Duration
 	// MaxAttempts is the number of attempts that may start before a message is dead; the crashes of
 	// groups of more than one message count as one attempt in all (package documentation, "Crash
@@ -108,17 +102,17 @@ type Config struct {
 	// only, sent in the same round trip). A claim locks the rows it picks as it finds them and holds
 	// them, and its snapshot, until it ends: a claim slowed down for long (a starved server, a queue
 	// full of dead rows) keeps up to its batch of ready messages from every other worker. Cancelled at
-	// the bound, it releases them, and the runner logs the failure and claims again. The rescuer's
-	// claim of a message whose lease ended is bounded too, with its wait for the consumer's rescue lock
-	// (one rescue claim at a time across processes). Default:
-	// DefaultClaimTimeout (10s), or half the Lease if that is less. Must be less than the Lease (a
-	// claim's lease runs from the start of its statement). Negative: no bound.
+	// the bound, its batch transaction rolls back and releases them, and the runner logs the failure
+	// and claims again. The rescuer's claims of suspects are bounded the same way. Default:
+	// DefaultClaimTimeout (10s), or half the Lease if that is less. Must be less than the Lease.
+	// Negative: no bound.
 	ClaimTimeout time.Duration
 	// Backoff sets the delay before a retry. Default: DefaultBackoff.
 	Backoff Backoff
 	// Logger receives the pool's logs. Default: slog.Default().
 	Logger *slog.Logger
-	// Owner names this pool in claims (inbox.owner). Default: hostname:pid:random.
+	// Owner names this pool in its batches (inbox_batch.owner; admin and the console show it as the
+	// owner of the messages it is running). Default: hostname:pid:random.
 	Owner string
 	// Observer, if set, is told about every attempt finished (package metrics implements it).
 	// Default: none.
@@ -191,7 +185,7 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	case c.PollInterval < 0 || c.Lease < 0 || c.Timeout < 0 || c.HotPollInterval < 0:
 		return bad("PollInterval/HotPollInterval/Lease/Timeout", "must not be negative")
 	case c.ClaimTimeout >= c.Lease:
-		return bad("ClaimTimeout", fmt.Sprintf("%v must be less than the Lease (%v): a claim's lease runs from the start of its statement", c.ClaimTimeout, c.Lease))
+		return bad("ClaimTimeout", fmt.Sprintf("%v must be less than the Lease (%v)", c.ClaimTimeout, c.Lease))
 	case c.HotWindow > 0 && st.NotifyInterval > 0 && c.HotWindow <= st.NotifyInterval:
 		return bad("HotWindow", fmt.Sprintf("%v must exceed Store.NotifyInterval (%v): messages whose notification was debounced would wait a full PollInterval", c.HotWindow, st.NotifyInterval))
 	}
@@ -256,9 +250,11 @@ type Pool struct {
 	store   txinbox.Store
 	cfg     Config
 	st      *store.Store
-	lockKey int64
-	tracer  trace.Tracer
-	maxTO   time.Duration // longest handler timeout: the batch statement_timeout
+	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
+	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
+	snoozeKey int64
+	tracer    trace.Tracer
+	maxTO     time.Duration // longest handler timeout: the batch statement_timeout
 	// claimMax is the most messages claimed at once: Config.BatchSize, or the largest
 	// HandlerConfig.BatchSize of a batch handler if larger.
 	claimMax int
@@ -271,26 +267,21 @@ type Pool struct {
 	notifications atomic.Int64         // notifications received for this consumer
 	lastMessage   atomic.Int64         // ns since epoch of the last claim that returned messages
 	maint         *maintain.Maintainer // the schema's maintainer this pool runs; nil with DisableMaintainer
+	snoozedAt     time.Time            // the rescuer's last SnoozeBlocked
+	records       records              // the connection batches are recorded on
 
 	mu       sync.Mutex
 	started  bool
 	stopping chan struct{}      // closed by Stop: claim no more
 	cancel   context.CancelFunc // cancels in-flight handlers
 	wg       sync.WaitGroup
-	inflight map[*inflight]struct{} // claimed batches not yet finished (guarded by mu)
-	stopDone chan struct{}          // closed when the first Stop has finished; stopErr is its result
+	inflight map[*batch]struct{} // batch transactions not yet ended (guarded by mu)
+	stopDone chan struct{}       // closed when the first Stop has finished; stopErr is its result
 	stopErr  error
 
 	// Set by tests only (export_test.go), before Start.
-	claimHook      func(batch []*claimed) // runs between a claim's commit and its batch transaction
-	orderingSnooze time.Duration          // replaces defaultOrderingSnooze when not zero
-}
-
-// inflight is a claimed batch from its claim until its runner is done with it.
-type inflight struct {
-	batch     []*claimed
-	conn      net.Conn    // the batch transaction's connection, once begun (guarded by Pool.mu)
-	abandoned atomic.Bool // Stop gave up on it: closed its connection and handed its claims back
+	claimHook      func(msgs []*claimed) // runs between a batch's claim (recorded) and its handlers
+	orderingSnooze time.Duration         // replaces defaultOrderingSnooze when not zero
 }
 
 // New returns a pool handling cfg.Consumer's messages in store (whose DB, usually a *pgxpool.Pool,
@@ -311,12 +302,16 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 	cfg.Handlers.frozen.Store(true)
 	h := fnv.New64a()
 	h.Write([]byte("txinbox.rescue\x00" + store.Schema + "\x00" + cfg.Consumer))
-	p := &Pool{db: store.DB, store: store, cfg: cfg, st: statements(store.Schema), lockKey: int64(h.Sum64() >> 1),
+	lockKey := int64(h.Sum64() >> 1)
+	h.Reset()
+	h.Write([]byte("txinbox.snooze\x00" + store.Schema + "\x00" + cfg.Consumer))
+	p := &Pool{db: store.DB, store: store, cfg: cfg, st: statements(store.Schema), lockKey: lockKey, snoozeKey: int64(h.Sum64() >> 1),
 		tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/worker"),
 		wake:   make(chan struct{}, cfg.Concurrency+1), epoch: time.Now(),
-		inflight: map[*inflight]struct{}{}, stopDone: make(chan struct{})}
+		inflight: map[*batch]struct{}{}, stopDone: make(chan struct{})}
 	p.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
 	p.claimMax = cfg.BatchSize
+	p.records.connect = p.connector("txinbox recorder")
 	for _, hd := range cfg.Handlers.byKind {
 		p.maxTO = max(p.maxTO, cfg.timeout(hd))
 		if hd.batch != nil {
@@ -351,15 +346,18 @@ func (p *Pool) Maintainer() *maintain.Maintainer { return p.maint }
 
 // Start checks that the schema has txinbox's tables (an error matching txinbox.ErrNotMigrated if not;
 // if the database cannot be asked, it logs a warning and starts anyway, since claims retry), then
-// starts Concurrency batch runners, one rescuer (which takes over, in groups, the messages whose
-// claim never finished: see the package documentation, "Crash recovery"), the pool's heartbeat
-// (Config.IdleWarnAfter) and, unless Config.DisableMaintainer, the schema's maintainer (package
-// maintain: an error matching txinbox.ErrNotMigrated if the schema lacks its tables), and returns.
-// Each runner holds one connection while it claims or runs a batch; the rescuer and the heartbeat
-// one more now and then, and the maintainer one while it runs a statement (one at a time; a VACUUM
-// or a rotation may hold it for a while): a *pgxpool.Pool with Concurrency+2 connections rarely
-// makes a runner wait, and Concurrency+4 never. When its MaxConns is below Concurrency, Start logs a
-// warning once: fewer batches than Concurrency can run at once.
+// starts Concurrency batch runners, one rescuer (which charges the batches that never finished
+// and takes their messages over in groups: see the package documentation, "Crash recovery"), the
+// pool's heartbeat (Config.IdleWarnAfter) and, unless Config.DisableMaintainer, the schema's
+// maintainer (package maintain: an error matching txinbox.ErrNotMigrated if the schema lacks its
+// tables), and returns. Each runner holds one connection while it runs a batch; the rescuer and the
+// heartbeat one more now and then, and the maintainer one while it runs a statement (one at a time;
+// a VACUUM or a rotation may hold it for a while): a *pgxpool.Pool with Concurrency+2 connections
+// rarely makes a runner wait, and Concurrency+4 never. When its MaxConns is below Concurrency, Start
+// logs a warning once: fewer batches than Concurrency can run at once. With a *pgxpool.Pool, the
+// pool also opens two connections of its own, outside it: one it listens on, and one its batches
+// are recorded on (RecordBatch), so that a runner holding its batch's connection never waits for
+// another.
 //
 // ctx is used for the check and bounds the pool's life: when it ends, the pool stops as with Stop on
 // an expired ctx, which abandons the batches in flight at once. To let in-flight work finish on
@@ -505,6 +503,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 		}
 	}
 	p.stopErr = p.stop(ctx)
+	p.records.close()
 	p.gone(ctx)
 	if p.maint != nil {
 		// Its jobs stop at once and it ends its lease (bounded); Stop's result is the batches' alone.
@@ -531,40 +530,44 @@ func (p *Pool) stop(ctx context.Context) error {
 }
 
 // abandon gives up on every batch in flight: it closes their connections (the server rolls their
-// transactions back) and hands their claims back, fenced by their tokens.
+// transactions back) and deletes their inbox_batch rows, so that their messages are not charged.
 func (p *Pool) abandon() (batches, messages int) {
 	p.mu.Lock()
-	var claims []*claimed
-	for inf := range p.inflight {
-		inf.abandoned.Store(true)
-		if inf.conn != nil {
+	var records []int64
+	for b := range p.inflight {
+		b.abandoned.Store(true)
+		if b.conn != nil {
 			// Closed under the lock: a runner detaches its connection (under the lock) before it
 			// commits or gives it back to the pgxpool, where closing it would break another user.
-			_ = inf.conn.Close()
-			inf.conn = nil
+			_ = b.conn.Close()
+			b.conn = nil
 		}
-		claims = append(claims, inf.batch...)
+		if b.record != 0 {
+			records = append(records, b.record)
+			messages += len(b.msgs)
+		}
 	}
-	batches = len(p.inflight)
+	batches = len(records)
 	p.mu.Unlock()
 	if batches == 0 {
 		return 0, 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	err := p.release(ctx, claims)
+	err := p.release(ctx, records)
 	p.cfg.Logger.Warn("txinbox: stop deadline reached; batches still running were abandoned and rolled back",
-		"consumer", p.cfg.Consumer, "batches", batches, "messages", len(claims), "release_err", err)
-	return batches, len(claims)
+		"consumer", p.cfg.Consumer, "batches", batches, "messages", messages, "release_err", err)
+	return batches, messages
 }
 
-// releaseTimeout bounds how long Stop spends handing abandoned claims back.
+// releaseTimeout bounds how long Stop spends handing abandoned batches back.
 const releaseTimeout = 2 * time.Second
 
-// release hands claims back as pending (ReleaseClaims). With a *pgxpool.Pool it uses a connection of
-// its own: the pool's may all be held by abandoned batches whose goroutines have not returned.
-func (p *Pool) release(ctx context.Context, claims []*claimed) error {
-	ids, tokens := idsTokens(claims)
+// release deletes the inbox_batch rows of batches that rolled back (SettleBatch), so that their
+// messages are free and uncharged. With a *pgxpool.Pool it uses a connection of its own: the pool's
+// may all be held by abandoned batches whose goroutines have not returned. If it fails, the rescuer
+// charges those batches as batches that never finished.
+func (p *Pool) release(ctx context.Context, records []int64) error {
 	var db sqlc.DBTX = p.db
 	if pool, ok := p.db.(*pgxpool.Pool); ok {
 		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
@@ -574,50 +577,61 @@ func (p *Pool) release(ctx context.Context, claims []*claimed) error {
 		defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 		db = conn
 	}
-	_, err := store.Queries.ReleaseClaims(ctx, p.st.Wrap(db), sqlc.ReleaseClaimsParams{Consumer: p.cfg.Consumer, Ids: ids, Tokens: tokens})
-	return err
-}
-
-// track registers a claimed batch as in flight until untrack.
-func (p *Pool) track(batch []*claimed) *inflight {
-	inf := &inflight{batch: batch}
-	p.mu.Lock()
-	p.inflight[inf] = struct{}{}
-	p.mu.Unlock()
-	return inf
-}
-
-func (p *Pool) untrack(inf *inflight) {
-	p.mu.Lock()
-	delete(p.inflight, inf)
-	p.mu.Unlock()
-}
-
-// detach takes inf's connection out of Stop's reach: the runner is about to commit, or to give the
-// connection back to the pgxpool (where another user may get it), so Stop must not close it anymore.
-func (p *Pool) detach(inf *inflight) {
-	p.mu.Lock()
-	inf.conn = nil
-	p.mu.Unlock()
-}
-
-// errAbandoned ends a batch that Stop abandoned before its transaction began.
-var errAbandoned = errors.New("txinbox: batch abandoned by Stop")
-
-// attach records the connection of inf's batch transaction, so that Stop can close it.
-func (p *Pool) attach(inf *inflight, tx pgx.Tx) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if inf.abandoned.Load() {
-		return errAbandoned
-	}
-	if c := tx.Conn(); c != nil && c.PgConn() != nil {
-		inf.conn = c.PgConn().Conn()
-		if tc, ok := inf.conn.(*tls.Conn); ok {
-			inf.conn = tc.NetConn() // closing the TLS layer could wait for a blocked writer
+	for _, r := range records {
+		if _, err := store.Queries.SettleBatch(ctx, p.st.Wrap(db), sqlc.SettleBatchParams{Consumer: p.cfg.Consumer, Batch: r}); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// track registers b as in flight, with its transaction's connection, so that Stop can close it;
+// endTx ends it.
+func (p *Pool) track(b *batch) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := b.tx.Conn(); c != nil && c.PgConn() != nil {
+		b.conn = c.PgConn().Conn()
+		if tc, ok := b.conn.(*tls.Conn); ok {
+			b.conn = tc.NetConn() // closing the TLS layer could wait for a blocked writer
+		}
+	}
+	p.inflight[b] = struct{}{}
+}
+
+// detach takes b's connection out of Stop's reach: the runner is about to commit, or to give the
+// connection back to the pgxpool (where another user may get it), so Stop must not close it anymore.
+func (p *Pool) detach(b *batch) {
+	p.mu.Lock()
+	b.conn = nil
+	p.mu.Unlock()
+}
+
+// endTx rolls b's transaction back if it is still open (a closed connection is dropped by the
+// pgxpool), which gives its connection back.
+func (p *Pool) endTx(ctx context.Context, b *batch) {
+	p.detach(b)
+	_ = b.tx.Rollback(context.WithoutCancel(ctx))
+}
+
+// untrack stops tracking b: the runner is done with it.
+func (p *Pool) untrack(b *batch) {
+	p.mu.Lock()
+	delete(p.inflight, b)
+	p.mu.Unlock()
+}
+
+// running reports whether the batch row record is one of the pool's batches not yet done with
+// (running, or settling after a rollback).
+func (p *Pool) running(record int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for b := range p.inflight {
+		if b.record == record {
+			return true
+		}
+	}
+	return false
 }
 
 // Wake tells an idle pool that a message may be ready, so it claims before its poll interval ends.
@@ -645,22 +659,20 @@ func (p *Pool) stopped() bool {
 
 // loop claims and runs batches (or, for the rescuer, groups of suspects) until Stop. A runner claims
 // again as soon as it has run a batch; when it finds nothing it sleeps: HotPollInterval if the pool is
-// hot and no other runner is polling fast, else PollInterval, until woken. The rescuer takes over
-// group after group while suspects are due, then sleeps until the next lease ends (at most
-// PollInterval).
+// hot and no other runner is polling fast, else PollInterval, until woken. The rescuer charges the
+// batches that never finished, then takes their messages over group after group while any is due,
+// and sleeps PollInterval when none is.
 func (p *Pool) loop(ctx context.Context, rescuer bool) {
 	firstErrDelay := min(p.cfg.PollInterval, time.Second)
 	errDelay := firstErrDelay
 	for !p.stopped() {
-		var (
-			batch []*claimed
-			again bool
-			err   error
-		)
+		var err error
 		if rescuer {
-			batch, err = p.takeOver(ctx)
-		} else {
-			batch, again, err = p.claim(ctx)
+			err = p.charge(ctx)
+		}
+		var b *batch
+		if err == nil {
+			b, err = p.claim(ctx, rescuer)
 		}
 		if err != nil {
 			if ctx.Err() == nil {
@@ -671,37 +683,27 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 			continue
 		}
 		errDelay = firstErrDelay
-		if len(batch) > 0 {
-			if !rescuer {
+		if b != nil {
+			if rescuer {
+				p.tookOver(b)
+			} else {
 				p.active()
 				p.lastMessage.Store(int64(time.Since(p.epoch)))
-				if len(batch) == p.claimMax || !p.hotPoller.Load() {
+				if len(b.msgs) >= p.cfg.BatchSize || !p.hotPoller.Load() {
 					// More may be waiting, or nobody watches for new messages while this batch runs.
 					p.wakeOne()
 				}
 			}
-			parts := p.parts(batch)
-			infs := make([]*inflight, len(parts))
-			for i, part := range parts {
-				infs[i] = p.track(part)
-			}
 			if p.claimHook != nil {
-				p.claimHook(batch)
+				p.claimHook(b.msgs)
 			}
-			for _, inf := range infs {
-				p.run(ctx, inf)
-				p.untrack(inf)
-			}
+			p.run(ctx, b)
+			continue // claim again at once
 		}
 		switch {
 		case rescuer:
-			if len(batch) == 0 {
-				// Nothing due: wait for the next lease to end, at most PollInterval. While
-				// suspects remain, take the next group over at once.
-				p.sleep(ctx, p.untilNextLease(ctx), true)
-			}
-		case len(batch) > 0 || again:
-			// claim again at once
+			p.snoozeBlocked(ctx)
+			p.sleep(ctx, p.cfg.PollInterval, true)
 		case p.hot() && p.hotPoller.CompareAndSwap(false, true):
 			p.sleep(ctx, min(p.cfg.HotPollInterval, p.cfg.PollInterval), false)
 			p.hotPoller.Store(false)
@@ -742,22 +744,6 @@ func (p *Pool) sleep(ctx context.Context, d time.Duration, rescuer bool) {
 	}
 }
 
-// claimed is one claimed message.
-type claimed struct {
-	ID            int64
-	Consumer      string
-	Key           string
-	Kind          string
-	Payload       []byte
-	Headers       map[string]string
-	OrderingKey   string
-	Token         int64
-	Attempt       int
-	Failed        int
-	PreviousError string
-	ReceivedAt    time.Time
-}
-
 // defaultOrderingSnooze is how long a claim puts off a message blocked behind an older message of
 // its ordering key. The worker finishing the older message makes it ready at once (ReadyNext); the
 // snooze only bounds the wait if that worker dies between its commit and ReadyNext.
@@ -769,117 +755,4 @@ func (p *Pool) snooze() time.Duration {
 		return p.orderingSnooze
 	}
 	return defaultOrderingSnooze
-}
-
-// claim claims a batch. again reports that it claimed nothing but snoozed messages blocked behind
-// their ordering key: others may be ready behind them.
-func (p *Pool) claim(ctx context.Context) (batch []*claimed, again bool, err error) {
-	var db sqlc.DBTX = p.db
-	if p.cfg.ClaimTimeout > 0 {
-		db = newBounded(p.db, p.cfg.ClaimTimeout)
-	}
-	rows, err := store.Queries.ClaimBatch(ctx, p.st.Wrap(db), sqlc.ClaimBatchParams{
-		Owner: pgtype.Text{String: p.cfg.Owner, Valid: true}, LeaseSeconds: p.cfg.Lease.Seconds(),
-		Consumer: p.cfg.Consumer, Max: int32(p.claimMax), SnoozeSeconds: p.snooze().Seconds(),
-	})
-	if err != nil {
-		return nil, false, p.claimErr(ctx, err)
-	}
-	if len(rows) == 1 && rows[0].ID == 0 {
-		return nil, true, nil
-	}
-	batch = make([]*claimed, len(rows))
-	for i, r := range rows {
-		batch[i] = fromRow(r)
-	}
-	return batch, false, nil
-}
-
-// takeOver claims a group of suspects (ClaimSuspects: messages whose claim's lease ended without a
-// finish), logs it and tells the Observer. The group is run like a claimed batch.
-func (p *Pool) takeOver(ctx context.Context) ([]*claimed, error) {
-	tx, err := p.db.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	db, lock := p.st.Wrap(tx), p.st.Wrap(tx)
-	if p.cfg.ClaimTimeout > 0 {
-		// The bound is local to the transaction: it covers the wait for the lock and the claim.
-		lock = p.st.Wrap(newBounded(tx, p.cfg.ClaimTimeout))
-	}
-	if err := store.Queries.LockRescue(ctx, lock, p.lockKey); err != nil {
-		return nil, p.claimErr(ctx, err)
-	}
-	rows, err := store.Queries.ClaimSuspects(ctx, db, sqlc.ClaimSuspectsParams{
-		Owner: pgtype.Text{String: p.cfg.Owner, Valid: true}, LeaseSeconds: p.cfg.Lease.Seconds(),
-		Consumer: p.cfg.Consumer, Max: int32(p.claimMax),
-	})
-	if err != nil {
-		return nil, p.claimErr(ctx, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	if len(rows) == 0 {
-		return nil, nil
-	}
-	out := make([]*claimed, len(rows))
-	e := TakeoverEvent{Consumer: p.cfg.Consumer, Messages: len(rows), Alone: len(rows) == 1}
-	for i, r := range rows {
-		out[i] = fromRow(sqlc.ClaimBatchRow{
-			ID: r.ID, Consumer: r.Consumer, Key: r.Key, Kind: r.Kind, Payload: r.Payload, Headers: r.Headers,
-			OrderingKey: r.OrderingKey, Token: r.Token, AttemptsStarted: r.AttemptsStarted,
-			AttemptsFailed: r.AttemptsFailed, ReceivedAt: r.ReceivedAt, LastError: r.LastError,
-		})
-		if r.UnfinishedClaim {
-			e.UnfinishedClaims++
-		}
-		e.GroupCrashes = max(e.GroupCrashes, int(r.GroupCrashes))
-		if !slices.Contains(e.PreviousOwners, r.PreviousOwner) {
-			e.PreviousOwners = append(e.PreviousOwners, r.PreviousOwner)
-		}
-	}
-	p.cfg.Logger.Warn("txinbox: taking over messages whose claim never finished (its worker died, hung or lost its connection)",
-		"consumer", e.Consumer, "messages", e.Messages, "alone", e.Alone, "unfinished_claims", e.UnfinishedClaims,
-		"group_crashes", e.GroupCrashes, "previous_owners", e.PreviousOwners)
-	if o, ok := p.cfg.Observer.(TakeoverObserver); ok {
-		o.TakenOver(e)
-	}
-	return out, nil
-}
-
-// untilNextLease returns how long the rescuer may sleep: until the earliest running lease of the
-// consumer's claims held by other owners ends (and a little more, for the clocks), at most
-// PollInterval. The pool's own claims end with its runners; if one hangs past its lease, the rescuer
-// finds it at its PollInterval.
-func (p *Pool) untilNextLease(ctx context.Context) time.Duration {
-	secs, err := store.Queries.NextLeaseEnd(ctx, p.st.Wrap(p.db), p.cfg.Consumer, p.cfg.Owner)
-	if err != nil || secs < 0 {
-		return p.cfg.PollInterval
-	}
-	return min(p.cfg.PollInterval, time.Duration(secs*float64(time.Second))+leaseSlack)
-}
-
-// leaseSlack is how long after a lease's end the rescuer looks for it: the server's clock decides.
-const leaseSlack = 10 * time.Millisecond
-
-// claimErr says so when err is the server cancelling a claim at ClaimTimeout.
-func (p *Pool) claimErr(ctx context.Context, err error) error {
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "57014" && p.cfg.ClaimTimeout > 0 && ctx.Err() == nil {
-		return fmt.Errorf("claim cancelled on the server at ClaimTimeout (%v); the rows it locked are free for other workers: %w", p.cfg.ClaimTimeout, err)
-	}
-	return err
-}
-
-func fromRow(r sqlc.ClaimBatchRow) *claimed {
-	c := &claimed{
-		ID: r.ID, Consumer: r.Consumer, Key: r.Key, Kind: r.Kind, Payload: r.Payload,
-		OrderingKey: r.OrderingKey.String, Token: r.Token, Attempt: int(r.AttemptsStarted),
-		Failed: int(r.AttemptsFailed), PreviousError: r.LastError.String, ReceivedAt: r.ReceivedAt.Time,
-	}
-	if len(r.Headers) > 2 {
-		_ = json.Unmarshal(r.Headers, &c.Headers) // stored by Receive as a JSON object of strings
-	}
-	return c
 }

@@ -66,11 +66,18 @@ func takeoverChild(mode string) int {
 
 // takeovers is an Observer that keeps the pool's takeover events.
 type takeovers struct {
-	mu     sync.Mutex
-	events []worker.TakeoverEvent
+	mu      sync.Mutex
+	charged []worker.ChargeEvent
+	events  []worker.TakeoverEvent
 }
 
 func (o *takeovers) Handled(worker.HandleEvent) {}
+
+func (o *takeovers) Charged(e worker.ChargeEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.charged = append(o.charged, e)
+}
 
 func (o *takeovers) TakenOver(e worker.TakeoverEvent) {
 	o.mu.Lock()
@@ -78,15 +85,26 @@ func (o *takeovers) TakenOver(e worker.TakeoverEvent) {
 	o.events = append(o.events, e)
 }
 
-// sum returns the number of takeovers, and the messages and unfinished claims they found.
-func (o *takeovers) sum() (rounds, messages, claims int) {
+// sum returns the number of takeovers and the messages they took, and the batches charged.
+func (o *takeovers) sum() (rounds, messages, batches int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, e := range o.events {
 		messages += e.Messages
-		claims += e.UnfinishedClaims
 	}
-	return len(o.events), messages, claims
+	return len(o.events), messages, len(o.charged)
+}
+
+// waitAborted waits until the server has ended the transactions of every batch row (those of a
+// killed process end when the server notices its connections closed).
+func (e *env) waitAborted(t *testing.T) {
+	t.Helper()
+	// The statuses are asked in a statement without tables, as the rescuer asks: on Citus it runs on
+	// the coordinator, whose transaction ids the rows hold.
+	waitFor(t, "the killed process's transactions to end", func() bool {
+		return e.Count(t, `SELECT count(*) FROM unnest(ARRAY(SELECT xid::text FROM {schema}.inbox_batch)) AS x(xid)
+			WHERE pg_xact_status(x.xid::xid8) = 'in progress'`) == 0
+	})
 }
 
 // A process holding 2,000 claims (four calls of 500 of a batch handler, the defaults) is killed. A new
@@ -98,13 +116,12 @@ func TestKilledProcessClaimsAreTakenOverInGroups(t *testing.T) {
 	e := newEnv(t)
 	e.receive(t, keys("k", n)...)
 	cmd := startChild(t, e, "takeover-hold", "", "")
-	waitFor(t, "the child to hold every message", func() bool {
-		return e.Count(t, `SELECT count(*) FROM {schema}.inbox_queue WHERE claimed`) == n
-	})
+	waitFor(t, "the child to hold every message", func() bool { return e.inFlight(t) == n })
 	if err := cmd.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
+	e.waitAborted(t)
 
 	obs := &takeovers{}
 	hs := worker.NewHandlers()
@@ -118,10 +135,10 @@ func TestKilledProcessClaimsAreTakenOverInGroups(t *testing.T) {
 	if got := e.Count(t, `SELECT count(DISTINCT key) FROM {schema}.effects`); got != n {
 		t.Fatalf("effects of %d messages, want %d", got, n)
 	}
-	rounds, messages, claims := obs.sum()
-	t.Logf("%d messages taken over in %d takeovers, from %d unfinished claims", messages, rounds, claims)
-	if messages != n || claims != worker.DefaultConcurrency {
-		t.Errorf("takeovers found %d messages of %d unfinished claims, want %d of %d", messages, claims, n, worker.DefaultConcurrency)
+	rounds, messages, batches := obs.sum()
+	t.Logf("%d messages taken over in %d takeovers, from %d batches charged", messages, rounds, batches)
+	if messages != n || batches != worker.DefaultConcurrency {
+		t.Errorf("takeovers took %d messages of %d batches charged, want %d of %d", messages, batches, n, worker.DefaultConcurrency)
 	}
 	if rounds > n/100 {
 		t.Errorf("%d takeovers for %d messages, want at most %d", rounds, n, n/100)
@@ -180,10 +197,9 @@ func TestMessagesTakenOverAloneRunOneAtATimeAcrossOwners(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.receive(t, keys("s", 6)...)
-	// A killed worker's claims, each of them already isolated (group_size 1), their lease over.
+	// A killed worker's messages, each of them charged and isolated already (to run alone).
 	if _, err := e.Pool.Exec(context.Background(), e.SQL(`UPDATE {schema}.inbox_queue
-		SET claimed = true, owner = 'killed', token = token + 1, attempts_started = 1, group_size = 1,
-		    run_at = now() - interval '1 second'`)); err != nil {
+		SET token = token + 1, attempts_started = 1, group_size = 1, isolate = 1`)); err != nil {
 		t.Fatal(err)
 	}
 	var running, most atomic.Int64

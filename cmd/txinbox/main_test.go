@@ -781,9 +781,9 @@ func TestPendingDiscard(t *testing.T) {
 		}
 		more[m.Key] = r.ID
 	}
-	// t3 is claimed by a worker: a claim writes its queue row only (migration 00004).
-	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue SET claimed = true, token = 1, owner = 'w1', attempts_started = 1,
-		run_at = now() + interval '1 minute', started_at = now() WHERE id = $1`), more["t3"]); err != nil {
+	// t3 is claimed by a worker: its batch in flight lists it (migration 00011).
+	if _, err := db.Pool.Exec(ctx, db.SQL(`INSERT INTO {schema}.inbox_batch (consumer, xid, ids, owner)
+		VALUES ('ledgr', '1', ARRAY[$1::bigint], 'w1')`), more["t3"]); err != nil {
 		t.Fatal(err)
 	}
 	before := snapshot(t, db)

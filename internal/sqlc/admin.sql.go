@@ -65,11 +65,13 @@ func (q *Queries) CleanExpiredRange(ctx context.Context, db DBTX, arg CleanExpir
 }
 
 const consumerStats = `-- name: ConsumerStats :many
-WITH s AS (
-    SELECT m.consumer, (CASE WHEN q.claimed THEN 'processing' ELSE m.state END)::text AS state,
+WITH listed AS (
+    SELECT b.consumer, u.id FROM /* TEMPLATE: schema */inbox_batch b, unnest(b.ids) AS u(id)
+), s AS (
+    SELECT m.consumer, (CASE WHEN l.id IS NOT NULL THEN 'processing' ELSE m.state END)::text AS state,
            m.next_run_at, m.completed_at, m.expires_at
     FROM /* TEMPLATE: schema */inbox m
-    LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = m.consumer AND q.claimed
+    LEFT JOIN listed l ON l.id = m.id AND l.consumer = m.consumer
 )
 SELECT s.consumer, s.state, count(*)::bigint AS messages,
        coalesce(extract(epoch FROM now() - min(s.next_run_at) FILTER (WHERE s.state = 'pending' AND s.next_run_at <= now())), 0)::float8 AS oldest_due_seconds,
@@ -91,8 +93,8 @@ type ConsumerStatsRow struct {
 
 // Counts messages per consumer and state, with the wait of the oldest due pending message (seconds),
 // the completions of the last minute and the completed rows past their dedup window. One scan of the
-// inbox table, joined to the queue (as large as the backlog) for the claimed messages, which are
-// processing (00004: a claim writes only the queue row).
+// inbox table, joined to the messages of the batches in flight (inbox_batch, 00011), which are
+// processing.
 func (q *Queries) ConsumerStats(ctx context.Context, db DBTX) ([]ConsumerStatsRow, error) {
 	rows, err := db.Query(ctx, consumerStats)
 	if err != nil {
@@ -165,7 +167,8 @@ func (q *Queries) CountDead(ctx context.Context, db DBTX, arg CountDeadParams) (
 const countUnclaimed = `-- name: CountUnclaimed :one
 SELECT count(*)::bigint AS matching, coalesce(max(q.id), 0)::bigint AS max_id
 FROM /* TEMPLATE: schema */inbox_queue q
-WHERE q.consumer = $1 AND NOT q.claimed
+WHERE q.consumer = $1
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = $1 AND q.id = ANY (b.ids))
 `
 
 type CountUnclaimedRow struct {
@@ -400,7 +403,8 @@ WITH matched AS (
     FROM /* TEMPLATE: schema */inbox_queue q
     -- = ANY (ARRAY(...)), not IN (SELECT ...): Citus 13 fails to read the CTE's result in the IN form
     -- ("invalid input syntax for type bigint: PGCOPY").
-    WHERE q.id = ANY (ARRAY(SELECT matched.id FROM matched)) AND q.consumer = $2 AND NOT q.claimed
+    WHERE q.id = ANY (ARRAY(SELECT matched.id FROM matched)) AND q.consumer = $2
+      AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = $2 AND q.id = ANY (b.ids))
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
@@ -438,8 +442,9 @@ type DiscardPendingRow struct {
 // considers the queued messages (one queue row per pending or claimed message; completed and dead
 // rows are never read) with an id above @after_id that match the non-empty filters (@kind, @ids), the
 // first @max_rows of them in id order. A queue row is locked FOR UPDATE SKIP LOCKED before its
-// message is deleted, as claims lock it: a claim that locked it first wins, a claim that comes
-// later skips it, and a row a claim updated in the meantime is re-checked (claimed) and left alone.
+// message is deleted, as claims lock it: a claim that locked it first wins (its batch runs it), a
+// claim that comes later skips it; a message listed in a batch in flight or left behind (inbox_batch)
+// is left alone.
 // Returns every message considered, whether it was deleted, and the consumer and ordering key of
 // those deleted.
 func (q *Queries) DiscardPending(ctx context.Context, db DBTX, arg DiscardPendingParams) ([]DiscardPendingRow, error) {
@@ -475,14 +480,19 @@ func (q *Queries) DiscardPending(ctx context.Context, db DBTX, arg DiscardPendin
 
 const getMessage = `-- name: GetMessage :one
 SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.raw, m.headers, m.fingerprint, m.ordering_key,
-       (CASE WHEN q.claimed THEN 'processing' ELSE m.state END)::text AS state,
+       (CASE WHEN b.id IS NOT NULL THEN 'processing' ELSE m.state END)::text AS state,
        coalesce(q.attempts_started, m.attempts_started)::int AS attempts_started, m.attempts_failed, m.next_run_at,
-       coalesce(CASE WHEN q.id IS NULL THEN m.owner ELSE q.owner END, '')::text AS owner,
-       (CASE WHEN q.claimed THEN q.run_at WHEN q.id IS NULL THEN m.lease_until END)::timestamptz AS lease_until,
+       coalesce(CASE WHEN b.id IS NOT NULL THEN b.owner WHEN q.id IS NULL THEN m.owner END, '')::text AS owner,
+       (CASE WHEN q.id IS NULL THEN m.lease_until END)::timestamptz AS lease_until,
        coalesce(q.token, m.token)::bigint AS token, m.last_error,
-       m.received_at, coalesce(q.started_at, m.started_at)::timestamptz AS started_at, m.completed_at, m.expires_at, m.result
+       m.received_at, coalesce(b.started_at, m.started_at)::timestamptz AS started_at, m.completed_at, m.expires_at, m.result
 FROM /* TEMPLATE: schema */inbox m
 LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = m.consumer
+LEFT JOIN LATERAL (
+    SELECT b.id, b.owner, b.started_at FROM /* TEMPLATE: schema */inbox_batch b
+    WHERE b.consumer = m.consumer AND m.id = ANY (b.ids)
+    LIMIT 1
+) b ON true
 WHERE m.id = $1
 `
 
@@ -511,8 +521,9 @@ type GetMessageRow struct {
 	Result          []byte
 }
 
-// Reads one stored message by id. A queued message's claim state is read from its queue row (00004):
-// processing while claimed, with the claim's owner, lease (run_at), token, attempts and start.
+// Reads one stored message by id. A queued message's attempts and token are read from its queue row;
+// a message listed in a batch in flight (inbox_batch, 00011) is processing, with that batch's owner
+// and start.
 func (q *Queries) GetMessage(ctx context.Context, db DBTX, id int64) (GetMessageRow, error) {
 	row := db.QueryRow(ctx, getMessage, id)
 	var i GetMessageRow
@@ -710,11 +721,12 @@ func (q *Queries) OverviewConsumers(ctx context.Context, db DBTX, maxRows int32)
 }
 
 const previewDiscardPending = `-- name: PreviewDiscardPending :many
-SELECT q.id, (NOT q.claimed AND m.state = 'pending')::boolean AS discarded
+SELECT q.id, (m.state = 'pending' AND NOT EXISTS (
+           SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = $1 AND q.id = ANY (b.ids)))::boolean AS discarded
 FROM /* TEMPLATE: schema */inbox_queue q
 JOIN /* TEMPLATE: schema */inbox m ON m.id = q.id AND m.consumer = q.consumer
-WHERE q.id > $1
-  AND q.consumer = $2
+WHERE q.id > $2
+  AND q.consumer = $1
   AND ($3::text = '' OR m.kind = $3)
   AND (cardinality($4::bigint[]) = 0 OR q.id = ANY($4::bigint[]))
 ORDER BY q.id
@@ -722,8 +734,8 @@ LIMIT $5
 `
 
 type PreviewDiscardPendingParams struct {
-	AfterID  int64
 	Consumer string
+	AfterID  int64
 	Kind     string
 	Ids      []int64
 	MaxRows  int32
@@ -738,8 +750,8 @@ type PreviewDiscardPendingRow struct {
 // every message it would consider and whether it is pending and unclaimed now.
 func (q *Queries) PreviewDiscardPending(ctx context.Context, db DBTX, arg PreviewDiscardPendingParams) ([]PreviewDiscardPendingRow, error) {
 	rows, err := db.Query(ctx, previewDiscardPending,
-		arg.AfterID,
 		arg.Consumer,
+		arg.AfterID,
 		arg.Kind,
 		arg.Ids,
 		arg.MaxRows,
@@ -763,12 +775,16 @@ func (q *Queries) PreviewDiscardPending(ctx context.Context, db DBTX, arg Previe
 }
 
 const queueCounts = `-- name: QueueCounts :many
+WITH listed AS (
+    SELECT b.consumer, u.id FROM /* TEMPLATE: schema */inbox_batch b, unnest(b.ids) AS u(id)
+)
 SELECT q.consumer,
-       count(*) FILTER (WHERE NOT q.claimed AND q.token = 0)::bigint AS pending,
-       count(*) FILTER (WHERE NOT q.claimed AND q.token > 0)::bigint AS retrying,
-       count(*) FILTER (WHERE q.claimed)::bigint AS claimed,
-       coalesce(extract(epoch FROM now() - min(q.run_at) FILTER (WHERE NOT q.claimed AND q.run_at <= now())), 0)::float8 AS oldest_due_seconds
+       count(*) FILTER (WHERE l.id IS NULL AND q.token = 0)::bigint AS pending,
+       count(*) FILTER (WHERE l.id IS NULL AND q.token > 0)::bigint AS retrying,
+       count(l.id)::bigint AS claimed,
+       coalesce(extract(epoch FROM now() - min(q.run_at) FILTER (WHERE l.id IS NULL AND q.run_at <= now())), 0)::float8 AS oldest_due_seconds
 FROM /* TEMPLATE: schema */inbox_queue q
+LEFT JOIN listed l ON l.id = q.id AND l.consumer = q.consumer
 GROUP BY q.consumer
 ORDER BY q.consumer
 `
@@ -934,7 +950,8 @@ func (q *Queries) TryCleanerLock(ctx context.Context, db DBTX, lockKey int64) (b
 const unclaimedIDs = `-- name: UnclaimedIDs :many
 SELECT q.id
 FROM /* TEMPLATE: schema */inbox_queue q
-WHERE q.consumer = $1 AND NOT q.claimed AND q.id <= $2
+WHERE q.consumer = $1 AND q.id <= $2
+  AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = $1 AND q.id = ANY (b.ids))
 ORDER BY q.id
 LIMIT $3
 `

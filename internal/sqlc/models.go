@@ -67,6 +67,16 @@ type Inbox struct {
 	Slot int16
 }
 
+// txinbox: batches in flight, one row each, deleted by the batch's commit; a row whose transaction ended otherwise is charged by the rescuer
+type InboxBatch struct {
+	Consumer  string
+	ID        int64
+	Xid       pgtype.Uint64
+	Ids       []int64
+	Owner     string
+	StartedAt pgtype.Timestamptz
+}
+
 // txinbox: the dead messages of inbox (id), kept by triggers; seq orders them by when they died
 type InboxDead struct {
 	Seq      int64
@@ -118,25 +128,20 @@ type InboxQueue struct {
 	ID          int64
 	Consumer    string
 	OrderingKey pgtype.Text
-	// earliest claim time: not-before/backoff when unclaimed, lease expiry when claimed
-	RunAt   pgtype.Timestamptz
-	Claimed bool
-	// claimed as a suspect (its previous attempt never finished): runs in a transaction of its own
+	// earliest claim time: not-before, backoff or ordering snooze
+	RunAt pgtype.Timestamptz
+	// made the head of its ordering key by ReadyNext: never snoozed
 	Alone bool
-	// fencing token, incremented by every claim; copied to inbox by every finish
+	// fencing token, incremented by every finish and charge: what a worker recorded outside its batch transaction only applies to the claim it read
 	Token int64
 	// attempts claimed; authoritative while queued, copied to inbox by every finish
 	AttemptsStarted int32
-	// the worker holding the claim; NULL when unclaimed
-	Owner pgtype.Text
-	// start of the latest attempt, copied to inbox by its finish
-	StartedAt pgtype.Timestamptz
-	// messages the current claim runs together; a takeover halves it (0: unknown)
+	// messages its last batch that never finished ran together
 	GroupSize int32
 	// unfinished claims of more than one message that held this one; only the first counts as an attempt
 	GroupCrashes int32
-	// lowest id of its claim: one per claim, for counting unfinished claims
-	GroupLead bool
+	// most messages it may run with next (0: any); set when its batch never finished
+	Isolate int32
 }
 
 // txinbox: the current generation of inbox (one row) and when it began

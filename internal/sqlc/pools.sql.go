@@ -12,12 +12,13 @@ import (
 const nextWaitingConsumer = `-- name: NextWaitingConsumer :one
 SELECT coalesce(min(q.consumer), '')::text AS consumer
 FROM /* TEMPLATE: schema */inbox_queue q
-WHERE NOT q.claimed AND q.consumer > $1
+WHERE q.isolate = 0 AND q.consumer > $1
 `
 
-// The first consumer after @after (in text order) with messages in the queue that no worker holds
-// (due or not), or an empty string when there is none: one descent of the queue's ready index. Called in a loop,
-// it lists those consumers without reading their rows.
+// The first consumer after @after (in text order) with messages in the queue that are not isolated
+// (due or not; those a batch is running are locked, but its consumer is served), or an empty string
+// when there is none: one descent of the queue's ready index. Called in a loop, it lists those
+// consumers without reading their rows.
 func (q *Queries) NextWaitingConsumer(ctx context.Context, db DBTX, after string) (string, error) {
 	row := db.QueryRow(ctx, nextWaitingConsumer, after)
 	var consumer string

@@ -106,8 +106,8 @@ JOIN LATERAL (
     LIMIT 1
 ) m ON true
 LEFT JOIN LATERAL (
-    SELECT true AS claimed FROM /* TEMPLATE: schema */inbox_queue q
-    WHERE q.id = m.id AND q.consumer = $1 AND q.claimed IS TRUE
+    SELECT true AS claimed FROM /* TEMPLATE: schema */inbox_batch b
+    WHERE b.consumer = $1 AND m.id = ANY (b.ids)
     LIMIT 1
 ) q ON true
 ORDER BY t.ord
@@ -131,7 +131,7 @@ type LookupKeysRow struct {
 // Reads the stored rows of @consumer's keys, comparing them with the fingerprints ReceiveBatch
 // returned: per key, a live row before an expired one (a key may have an expired row in an older
 // slot and a new one in the current slot), the current slot's first, then the newest.
-// One probe of the queue's primary key per row, as in ReceiveBatch.
+// Whether the row is claimed, as in ReceiveBatch.
 func (q *Queries) LookupKeys(ctx context.Context, db DBTX, arg LookupKeysParams) ([]LookupKeysRow, error) {
 	rows, err := db.Query(ctx, lookupKeys, arg.Consumer, arg.Keys, arg.Fingerprints)
 	if err != nil {
@@ -229,7 +229,8 @@ SELECT NOT EXISTS (SELECT 1 FROM cur) AS retry,
        f.first_ord::bigint AS first_ord,
        (i.id IS NOT NULL AND f.ord = f.first_ord)::boolean AS inserted,
        coalesce(i.id, m.id, 0)::bigint AS id,
-       -- A claimed message's inbox row stays pending while its claim lives in the queue row.
+       -- A message in a batch in flight (listed in inbox_batch) is processing; its inbox row stays
+       -- pending until the batch's finish.
        coalesce(CASE WHEN q.claimed THEN 'processing' END, m.state, '')::text AS state,
        coalesce(m.fingerprint = f.fingerprint, false)::boolean AS same_fingerprint,
        (f.fingerprint = f.first_fingerprint)::boolean AS same_as_first,
@@ -247,8 +248,8 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) m ON true
 LEFT JOIN LATERAL (
-    SELECT true AS claimed FROM /* TEMPLATE: schema */inbox_queue q
-    WHERE m.id IS NOT NULL AND q.id = m.id AND q.consumer = $1 AND q.claimed IS TRUE
+    SELECT true AS claimed FROM /* TEMPLATE: schema */inbox_batch b
+    WHERE m.id IS NOT NULL AND b.consumer = $1 AND m.id = ANY (b.ids)
     LIMIT 1
 ) q ON true
 ORDER BY f.ord
@@ -301,12 +302,12 @@ type ReceiveBatchRow struct {
 // itself fails (40001) when a rotation committed after the transaction's snapshot.
 // The stored row of the key: a live one before an expired one, the current slot's first (an expired
 // row there is what RenewExpired renews).
-// Whether the stored row is claimed: for a key that has a stored row only (`m.id IS NOT NULL` is a
-// one-time filter of the probe, so a new message never reads the queue), one probe of the queue's
-// primary key per row, a LATERAL with LIMIT, never a join. A join let a generic plan made while the
-// queue was small and no row of it claimed read every queue row of the consumer once per statement;
-// a LATERAL without the filter, made then, scanned the whole queue once per statement (bench/
-// RESULTS.md, "The queue lookup of a receive").
+// Whether the stored row is claimed (listed in a batch of the consumer in flight, or left behind by
+// one that never finished): for a key that has a stored row only (`m.id IS NOT NULL` is a one-time
+// filter of the probe, so a new message never reads it), a LATERAL with LIMIT, never a join. A join
+// let a generic plan made while the queue was small read every queue row of the consumer once per
+// statement; a LATERAL without the filter, made then, scanned the whole queue once per statement
+// (bench/RESULTS.md, "The queue lookup of a receive"). inbox_batch holds one row per batch in flight.
 func (q *Queries) ReceiveBatch(ctx context.Context, db DBTX, arg ReceiveBatchParams) ([]ReceiveBatchRow, error) {
 	rows, err := db.Query(ctx, receiveBatch,
 		arg.Consumer,

@@ -182,8 +182,8 @@ func (r *run) verify(ctx context.Context, rep *Report, before, after totals) err
 	var pending, processing, completed, queued int64
 	var deadKey, deadErr string
 	err = r.db.QueryRow(ctx, r.q(`
-SELECT count(*) FILTER (WHERE state = 'pending' AND id NOT IN (SELECT id FROM {schema}.inbox_queue WHERE claimed AND consumer = $1)),
-       (SELECT count(*) FROM {schema}.inbox_queue WHERE claimed AND consumer = $1), -- processing: claimed in the queue
+SELECT count(*) FILTER (WHERE state = 'pending' AND id NOT IN (SELECT unnest(b.ids) FROM {schema}.inbox_batch b WHERE b.consumer = $1)),
+       (SELECT coalesce(sum(cardinality(b.ids)), 0) FROM {schema}.inbox_batch b WHERE b.consumer = $1), -- processing: listed by a batch in flight
        count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state = 'dead'),
        coalesce(sum(attempts_started), 0), coalesce(sum(attempts_failed), 0),
        coalesce(sum(attempts_started - attempts_failed - CASE WHEN state = 'completed' THEN 1 ELSE 0 END), 0),

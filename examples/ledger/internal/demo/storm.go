@@ -345,7 +345,7 @@ func (r *run) startCrashChild(ctx context.Context, faults *Faults, onDead func()
 			}
 			// The child hangs in a handler, its batch transaction open: count its claims, kill it.
 			var claims int64
-			_ = r.db.QueryRow(ctx, r.q(`SELECT count(*) FROM {schema}.inbox_queue WHERE owner = $1 AND claimed`),
+			_ = r.db.QueryRow(ctx, r.q(`SELECT coalesce(sum(cardinality(ids)), 0) FROM {schema}.inbox_batch WHERE owner = $1`),
 				childOwner).Scan(&claims)
 			killErr := cmd.Process.Kill() // SIGKILL
 			n, _ := strconv.ParseInt(f[2], 10, 64)

@@ -1,0 +1,267 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/txinbox/txinbox/internal/store"
+)
+
+// run runs b's handlers in its transaction, records every outcome with the batch's row (FinishBatch)
+// and commits: the life of a batch after its claim. If the transaction rolls back instead, settle
+// keeps what must be kept of it.
+func (p *Pool) run(ctx context.Context, b *batch) {
+	done, err := p.handleAll(ctx, b)
+	if err == nil {
+		err = p.finish(ctx, p.st.Wrap(b.tx), b, done, b.record)
+	}
+	if err == nil {
+		p.detach(b) // Commit gives the connection back to the pool
+		err = b.tx.Commit(ctx)
+	}
+	p.endTx(ctx, b)
+	defer p.untrack(b) // after settle: until then the pool's own rescuer leaves its row alone
+	switch {
+	case err == nil:
+		p.committed(ctx, done)
+	case b.abandoned.Load():
+		// Stop rolled the batch back and released it.
+	default:
+		p.settle(ctx, b, err)
+	}
+}
+
+// handleAll runs the handlers of b's messages in its transaction, each single handler's message in a
+// savepoint of its own and each call of a batch handler in one (bisect.go), and returns their
+// outcomes. An error leaves the transaction unusable; a culpritError says which outcomes to record
+// anyway and which messages to hold.
+func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
+	tx := b.tx
+	sp := &savepoints{tx: tx}
+	done := make([]*finish, 0, len(b.msgs))
+	prevSingle := false // the previous step ran a single handler
+	var err error
+	for _, u := range p.units(b.msgs) {
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // stopping: roll everything back, hand the batch back
+		}
+		if u.h != nil {
+			prevSingle = false
+			if done, err = p.runBatchUnit(ctx, tx, sp, u, b.xid, done); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		c := u.cs[0]
+		sp.next()
+		f := p.handle(ctx, &handlerTx{Tx: tx, sp: sp}, c)
+		prevWasSingle := prevSingle
+		prevSingle = true
+		done = append(done, f)
+		if txEnded(tx) {
+			return nil, p.endedByHandler(ctx, b.xid, done)
+		}
+		if sp.broken != nil {
+			// The savepoint statements failed: the transaction is unusable. If it was left aborted by
+			// the previous message (a failed statement it ignored), that message is the culprit.
+			if len(done) > 1 && prevWasSingle && isAborted(sp.broken) && done[len(done)-2].outcome == OutcomeCompleted {
+				prev := done[len(done)-2]
+				p.fail(prev, prev.c, errors.New("the handler returned nil, but its transaction was left aborted by a failed statement"), ReasonError)
+				return nil, culpritError{f: prev, err: sp.broken}
+			}
+			return nil, sp.broken
+		}
+		if f.outcome == OutcomeCompleted && sp.failed != nil {
+			// A statement failed but the handler returned nil: fine if it recovered (a nested
+			// savepoint), void if it left the transaction aborted.
+			if _, err := tx.Exec(ctx, "SELECT 1"); isAborted(err) {
+				p.fail(f, c, fmt.Errorf("the handler returned nil, but its transaction was left aborted by a failed statement: %w", sp.failed), ReasonError)
+			} else if err != nil {
+				return nil, err
+			}
+		}
+		if f.outcome != OutcomeCompleted {
+			if err := sp.rollback(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil, err
+				}
+				return nil, culpritError{f: f, err: err}
+			}
+		}
+	}
+	return done, nil
+}
+
+// txEnded reports whether the batch transaction is no longer open on its connection (a handler ended
+// it with COMMIT or ROLLBACK through tx.Conn() or a statement). It reads the status the server sent
+// with its last reply: no round trip.
+func txEnded(tx pgx.Tx) bool {
+	c := tx.Conn()
+	return c != nil && c.PgConn().TxStatus() == 'I'
+}
+
+// endedByHandler handles a batch whose transaction the handler of the last of done ended itself. It
+// asks the server whether that transaction (xid) committed: if so, the effects of the messages before
+// it are durable, and their outcomes are recorded as they were decided; if it rolled back, they are
+// handed back. Either way the culprit is dead at once: running it again would repeat what it may have
+// committed, or end the batch again.
+func (p *Pool) endedByHandler(ctx context.Context, xid string, done []*finish) error {
+	f := done[len(done)-1]
+	status, err := store.Queries.XactStatus(context.WithoutCancel(ctx), p.st.Wrap(p.db), xid)
+	if err != nil {
+		status = "unknown (" + err.Error() + ")"
+	}
+	p.fail(f, f.c, Permanent(fmt.Errorf("the handler ended the batch transaction itself (COMMIT or ROLLBACK through tx.Conn() or a statement), "+
+		"which it must not do; that transaction %s", txFate(status))), ReasonError)
+	e := culpritError{f: f, err: errors.New("the handler of message " + strconv.FormatInt(f.c.ID, 10) + " ended the batch transaction")}
+	if status == "committed" {
+		e.before = done[:len(done)-1]
+	}
+	return e
+}
+
+func txFate(status string) string {
+	switch status {
+	case "committed":
+		return "committed: what this message wrote before that is kept, and the outcomes of the messages run before it in its batch were recorded"
+	case "aborted":
+		return "rolled back: nothing of the batch was kept"
+	}
+	return "is in an unknown state (" + status + ")"
+}
+
+// culpritError says which message's handler left the transaction unusable.
+type culpritError struct {
+	f      *finish    // the culprit's failure (nil: only hold)
+	also   []*finish  // failures of the other messages of the culprit's batch handler call, recorded with f
+	before []*finish  // outcomes of the batch already committed with the transaction, recorded with f
+	hold   []*claimed // messages neither recorded nor handed back: the rescuer runs them alone after their lease
+	err    error
+}
+
+func (e culpritError) Error() string {
+	if e.f == nil {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("message %d: %v", e.f.c.ID, e.err)
+}
+func (e culpritError) Unwrap() error { return e.err }
+
+// handle runs one message's handler and decides its outcome. The caller rolls back to the savepoint
+// unless the outcome is completed.
+func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
+	h := p.cfg.Handlers.byKind[c.Kind]
+	if f := p.outOfAttempts(c, h); f != nil {
+		return f
+	}
+	f := &finish{c: c}
+	if h == nil {
+		p.fail(f, c, fmt.Errorf("%w: %q", ErrUnknownKind, c.Kind), ReasonUnknownKind)
+		return f
+	}
+	sctx, span := p.startSpan(ctx, c)
+	defer endSpan(span, f)
+	hctx, cancel := context.WithTimeout(sctx, p.cfg.timeout(h))
+	defer cancel()
+	start := time.Now()
+	var result []byte
+	err := callHandler(hctx, h, tx, c, &result)
+	f.elapsed = time.Since(start)
+	switch {
+	case err == nil:
+		f.outcome, f.result = OutcomeCompleted, result
+	case errors.As(err, new(*panicError)):
+		p.fail(f, c, err, ReasonPanic)
+	case hctx.Err() != nil && ctx.Err() == nil:
+		p.fail(f, c, fmt.Errorf("timed out after %v: %w", p.cfg.timeout(h), err), ReasonTimeout)
+	default:
+		p.fail(f, c, err, ReasonError)
+	}
+	return f
+}
+
+// startSpan starts the span of a handler call, a child of the trace context in the message headers.
+func (p *Pool) startSpan(ctx context.Context, c *claimed) (context.Context, trace.Span) {
+	if len(c.Headers) > 0 {
+		ctx = p.cfg.Propagator.Extract(ctx, propagation.MapCarrier(c.Headers))
+	}
+	ctx, span := p.tracer.Start(ctx, "txinbox.handle", trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("messaging.system", "txinbox"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.consumer.group.name", c.Consumer),
+			attribute.String("messaging.message.id", c.Key),
+			attribute.String("txinbox.kind", c.Kind),
+			attribute.Int64("txinbox.message_id", c.ID),
+			attribute.Int("txinbox.attempt", c.Attempt),
+		)
+		if c.OrderingKey != "" {
+			span.SetAttributes(attribute.String("txinbox.ordering_key", c.OrderingKey))
+		}
+	}
+	return ctx, span
+}
+
+// endSpan ends a handler call's span with its outcome.
+func endSpan(span trace.Span, f *finish) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("txinbox.outcome", string(f.outcome)))
+		if f.outcome != OutcomeCompleted {
+			span.SetAttributes(attribute.String("txinbox.reason", string(f.reason)))
+			span.SetStatus(codes.Error, f.err)
+		}
+	}
+	span.End()
+}
+
+// fail records a failed attempt: dead if permanent or out of attempts, else a retry after backoff.
+func (p *Pool) fail(f *finish, c *claimed, err error, reason Reason) {
+	h := p.cfg.Handlers.byKind[c.Kind]
+	f.cause = err
+	f.err = truncateError(err.Error())
+	f.reason = reason
+	switch {
+	case errors.As(err, new(decodeError)):
+		f.outcome, f.reason = OutcomeDead, ReasonDecode
+	case IsPermanent(err):
+		f.outcome, f.reason = OutcomeDead, ReasonPermanent
+	case c.Attempt >= p.cfg.maxAttempts(h):
+		f.outcome = OutcomeDead
+	default:
+		f.outcome = OutcomeRetry
+		f.delay = p.cfg.backoff(h).Delay(c.Failed + 1)
+	}
+}
+
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.value, e.stack) }
+
+func callHandler(ctx context.Context, h *handler, tx pgx.Tx, c *claimed, result *[]byte) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicError{value: v, stack: debug.Stack()}
+		}
+	}()
+	return h.run(ctx, tx, c, result)
+}
+
+func isAborted(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25P02"
+}

@@ -1,0 +1,85 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
+)
+
+// The rescuer: one goroutine per pool that charges the batches of its consumer that never finished,
+// takes their messages over in isolated groups (claim with suspects), and puts off the messages
+// blocked behind their ordering key. See the package documentation, "Crash recovery".
+
+// charge charges every batch of the consumer that never finished: its inbox_batch row is there and
+// its transaction is no longer in progress (its process died, or its session was ended while
+// frozen). Each is charged once (ChargeBatch), whichever pool's rescuer finds it first.
+func (p *Pool) charge(ctx context.Context) error {
+	db := p.st.Wrap(p.db)
+	batches, err := store.Queries.ListBatches(ctx, db, p.cfg.Consumer)
+	if err != nil || len(batches) == 0 {
+		return err
+	}
+	xids := make([]string, len(batches))
+	for i, b := range batches {
+		xids[i] = b.Xid
+	}
+	statuses, err := store.Queries.XactStatuses(ctx, db, xids)
+	if err != nil {
+		return err
+	}
+	for i, b := range batches {
+		if i >= len(statuses) || statuses[i] == "in progress" || p.running(b.ID) {
+			continue // running, or rolled back and being settled by this pool's runner
+		}
+		charged, err := store.Queries.ChargeBatch(ctx, db, p.cfg.Consumer, b.ID)
+		if err != nil {
+			return err
+		}
+		if len(charged) == 0 {
+			continue // another rescuer charged it first
+		}
+		e := ChargeEvent{Consumer: p.cfg.Consumer, Messages: len(charged), Owner: b.Owner}
+		for _, c := range charged {
+			e.GroupCrashes = max(e.GroupCrashes, int(c.GroupCrashes))
+		}
+		p.cfg.Logger.Warn("txinbox: charged a batch that never finished (its worker died, hung or lost its connection); its messages run again in isolated groups",
+			"consumer", e.Consumer, "messages", e.Messages, "owner", e.Owner, "group_crashes", e.GroupCrashes)
+		if o, ok := p.cfg.Observer.(TakeoverObserver); ok {
+			o.Charged(e)
+		}
+	}
+	return nil
+}
+
+// tookOver logs a group of suspects claimed to run again and tells the Observer.
+func (p *Pool) tookOver(b *batch) {
+	e := TakeoverEvent{Consumer: p.cfg.Consumer, Messages: len(b.msgs), Alone: len(b.msgs) == 1}
+	p.cfg.Logger.Warn("txinbox: taking over messages whose batch never finished",
+		"consumer", e.Consumer, "messages", e.Messages, "alone", e.Alone)
+	if o, ok := p.cfg.Observer.(TakeoverObserver); ok {
+		o.TakenOver(e)
+	}
+}
+
+// snoozeEvery is how often the rescuer puts off the messages blocked behind their ordering key.
+const snoozeEvery = time.Second
+
+// snoozeBlocked puts off, now and then, the ready messages blocked behind an older message of their
+// ordering key (SnoozeBlocked), so that claims stop scanning them.
+func (p *Pool) snoozeBlocked(ctx context.Context) {
+	if time.Since(p.snoozedAt) < snoozeEvery {
+		return
+	}
+	p.snoozedAt = time.Now()
+	err := p.pipelined(ctx, func(db sqlc.DBTX) []error {
+		lockErr := store.Queries.LockSnooze(ctx, db, p.snoozeKey)
+		_, err := store.Queries.SnoozeBlocked(ctx, db, sqlc.SnoozeBlockedParams{
+			Consumer: p.cfg.Consumer, SnoozeSeconds: p.snooze().Seconds(), Max: int32(10 * p.claimMax)})
+		return []error{lockErr, err}
+	})
+	if err != nil && ctx.Err() == nil {
+		p.cfg.Logger.Debug("txinbox: snoozing blocked messages failed", "consumer", p.cfg.Consumer, "err", err)
+	}
+}
