@@ -19,7 +19,7 @@ import (
 //
 // It is a measurement of the design's cost, not an implementation: a record left behind stops the
 // drain instead of being charged (no rescue, no crash accounting, no retries or dead letters).
-// bench/RESULTS.md, "A claim inside the batch transaction".
+// docs/design/claim.md, "The claim inside the batch transaction: a prototype".
 func (e *Env) ProtoDrain(ctx context.Context, n, perTx int) (float64, Footprint, error) {
 	const workers = 4
 	s, err := e.newInboxSchema(ctx, "proto", 2*workers)

@@ -123,6 +123,7 @@ for run in $RUNS; do
 	cluster old "$PORT_OLD"
 	cluster new "$PORT_NEW"
 	echo "run $run: $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg), rate $RATE/s each, $DURATION, retention $RETENTION, cleaner interval $INTERVAL, old full sweep $FULL_SWEEP ${hold[*]} ${PLAN_CACHE_MODE:+plan_cache_mode=$PLAN_CACHE_MODE}" | tee "$OUT/$run-load.txt"
+	echo "trees: generations $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- . || echo ' with changes'), old layout $OLD_COMMIT" >>"$OUT/$run-load.txt"
 	args=(--rate "$RATE" --duration "$DURATION" --retention "$RETENTION" --interval "$INTERVAL" --full-sweep "$FULL_SWEEP" --plan-cache-mode "$PLAN_CACHE_MODE" "${hold[@]}")
 	nice -n "$NICE" "$BASE/txretain-old" --database-url "postgres://postgres@127.0.0.1:$PORT_OLD/postgres?sslmode=disable" "${args[@]}" \
 		>"$OUT/$run-old.out" 2>"$OUT/$run-old.err" &

@@ -1,5 +1,6 @@
 // Command txbench benchmarks txinbox against River and raw SQL on one PostgreSQL server and writes
-// the results, as markdown, to stdout and to RESULTS.md.
+// the results, as Markdown sections, to stdout and to RESULTS.md, with SVG charts in charts/ beside
+// it.
 //
 // Usage (from the bench directory):
 //
@@ -11,12 +12,14 @@
 //	go run ./cmd/txbench --recovery
 //
 // BENCH_QUICK=1 in the environment is the same as --quick. Each system runs in a fresh schema of its
-// own (txbench_*), created and dropped by the run; benchmarks run one at a time. The main run (drain,
-// ingest, latency, growth, footprint), the sustained drain (--sustain), the tuning sweep (--tune),
-// the seen-key cache comparison (--seen), the coalesced receives (--coalesce) and the recovery after
-// a crash (--recovery; also run by the main run, into a section of its own) each replace their own
-// section of the output file and keep the others. The recovery rows run this program again as child
-// processes (bench.RecoveryChildEnv).
+// own (txbench_*), created and dropped by the run; benchmarks run one at a time. The main run writes
+// the sections drain, ingest, latency, idle, growth, footprint and recovery (those --only selects);
+// --sustain writes sustain, --tune tune, --seen seen, --coalesce coalesce and coalesce-paced,
+// --recovery recovery; every run also writes machine. A section is the text between the lines
+// <!-- txbench:NAME:begin --> and <!-- txbench:NAME:end --> of the output file (bench.WriteSection):
+// each run replaces the sections it measured and keeps the others. The drain and latency sections
+// draw charts/drain.svg and charts/latency-cdf.svg. The recovery rows run this program again as
+// child processes (bench.RecoveryChildEnv).
 package main
 
 import (

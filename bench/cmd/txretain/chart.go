@@ -63,6 +63,7 @@ func chartCommand(args []string) int {
 type retentionRun struct {
 	name     string
 	load     string // the run's first line of RUN-load.txt
+	trees    string // its line "trees: ...", the commits measured
 	old, new []minuteLine
 }
 
@@ -120,8 +121,13 @@ func readRun(dir, name string) (retentionRun, error) {
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, name+"-load.txt")); err == nil {
-		line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-		run.load = strings.TrimSpace(strings.TrimPrefix(line, "run "+name+": "))
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		run.load = strings.TrimSpace(strings.TrimPrefix(lines[0], "run "+name+": "))
+		for _, l := range lines[1:] {
+			if t, ok := strings.CutPrefix(l, "trees: "); ok {
+				run.trees = strings.TrimSpace(t)
+			}
+		}
 	}
 	return run, nil
 }
@@ -230,7 +236,11 @@ func writeCharts(dir, charts, results string, names []string) error {
 			return err
 		}
 		runs = append(runs, run)
-		p("- Run %s: %s", run.name, run.load)
+		if run.trees != "" {
+			p("- Run %s: %s; trees: %s.", run.name, run.load, run.trees)
+		} else {
+			p("- Run %s: %s.", run.name, run.load)
+		}
 	}
 	p("")
 	p("| Run | Layout | Inbox MB at the last 5 minute ends | Inbox MB sampled in them, least–most | Inbox MB, most sampled in the run | WAL bytes per message, minute 3 on | Received / completed per s, minute 5 on | inbox_queue MB, most |")
