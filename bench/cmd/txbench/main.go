@@ -176,6 +176,9 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer env.Close()
+	if err := env.LockRuns(ctx); err != nil {
+		return err
+	}
 	if err := env.DropStale(ctx); err != nil {
 		return err
 	}
@@ -184,18 +187,17 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	r := &report{opts: o, machine: machine, command: command(), started: time.Now(), loadBefore: env.SampleLoad(ctx),
-		noise: map[string][]string{}}
+		noise: map[string][]string{}, done: map[string]bool{}}
 	if o.out != "" {
 		r.chartDir = filepath.Join(filepath.Dir(o.out), "charts")
 	}
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Since(r.started).Round(time.Second), fmt.Sprintf(format, args...))
 	}
-	var sections []string
-	switch {
-	case o.citusURL != "":
+	if o.citusURL != "" {
 		return runCitus(ctx, o, env, log, progress)
-	case o.trace:
+	}
+	if o.trace {
 		st := bench.NewStatementStats()
 		env.Tracer = st
 		rate, fp, err := env.InboxDrain(ctx, o.n, 0, o.inbox)
@@ -206,65 +208,17 @@ func run(ctx context.Context, o options) error {
 			fp.ClientCPU*1e6/float64(o.n), fp.ServerCPU*1e6/float64(o.n))
 		st.Write(os.Stdout, o.n)
 		return nil
-	case o.sustain > 0:
-		sections = []string{"sustain"}
-		progress("sustained drain for %s", o.sustain)
-		if err := r.noted(env, "sustain", func() error {
-			res, err := env.Sustain(ctx, o.sustain, o.inbox)
-			r.sustain = &res
-			return err
-		}); err != nil {
-			return err
-		}
-	case o.tune:
-		sections = []string{"tune"}
-		if err := r.noted(env, "tune", func() error { return r.runTune(ctx, env, progress) }); err != nil {
-			return err
-		}
-	case o.seen:
-		sections = []string{"seen"}
-		if err := r.noted(env, "seen", func() error { return r.runSeen(ctx, env, progress) }); err != nil {
-			return err
-		}
-	case o.coalesce:
-		sections = []string{"coalesce", "coalesce-paced"}
-		if err := r.noted(env, "coalesce", func() error { return r.runCoalesce(ctx, env, progress) }); err != nil {
-			return err
-		}
-		if err := r.noted(env, "coalesce-paced", func() error { return r.runCoalescePaced(ctx, env, progress) }); err != nil {
-			return err
-		}
-	case o.recovery:
-		sections = []string{"recovery"}
-		if err := r.noted(env, "recovery", func() error { return r.runRecovery(ctx, env, progress) }); err != nil {
-			return err
-		}
-	default:
-		if err := r.runMain(ctx, env, progress); err != nil {
-			return err
-		}
-		for _, s := range []struct {
-			name string
-			ran  bool
-		}{{"drain", len(r.drain) > 0}, {"ingest", len(r.ingest) > 0}, {"latency", len(r.latency) > 0}, {"idle", len(r.idle) > 0}, {"growth", len(r.growth) > 0}} {
-			if s.ran {
-				sections = append(sections, s.name)
-			}
-		}
-		if len(sections) > 0 {
-			sections = append(sections, "footprint")
-		}
-		if o.only["recovery"] {
-			if err := r.noted(env, "recovery", func() error { return r.runRecovery(ctx, env, progress) }); err != nil {
-				return err
-			}
-			sections = append(sections, "recovery")
-		}
 	}
-	// Every run describes its machine; the sections it did not run keep theirs.
+	runErr := r.runSelected(ctx, env, progress)
+	// The sections of the benchmarks that completed are written even when a later one failed or the
+	// run was interrupted; every run describes its machine; the sections it did not run keep theirs.
+	sections := r.doneSections()
+	if len(sections) == 0 {
+		return runErr
+	}
 	sections = append([]string{"machine"}, sections...)
 	r.elapsed = time.Since(r.started)
-	r.loadAfter = env.SampleLoad(ctx)
+	r.loadAfter = env.SampleLoad(context.WithoutCancel(ctx))
 	r.quietWaited = env.QuietWaited
 	for _, section := range sections {
 		md := r.markdown(section)
@@ -277,6 +231,40 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.out != "" {
 		progress("wrote %s", o.out)
+	}
+	return runErr
+}
+
+// runSelected runs the benchmarks the options select, each under noted: the sustained drain, the
+// tuning sweep, the seen-key cache, the coalesced receives, the recovery alone, or the main run
+// (whose recovery rows run last).
+func (r *report) runSelected(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	o := r.opts
+	switch {
+	case o.sustain > 0:
+		progress("sustained drain for %s", o.sustain)
+		return r.noted(env, "sustain", func() error {
+			res, err := env.Sustain(ctx, o.sustain, o.inbox)
+			r.sustain = &res
+			return err
+		})
+	case o.tune:
+		return r.noted(env, "tune", func() error { return r.runTune(ctx, env, progress) })
+	case o.seen:
+		return r.noted(env, "seen", func() error { return r.runSeen(ctx, env, progress) })
+	case o.coalesce:
+		if err := r.noted(env, "coalesce", func() error { return r.runCoalesce(ctx, env, progress) }); err != nil {
+			return err
+		}
+		return r.noted(env, "coalesce-paced", func() error { return r.runCoalescePaced(ctx, env, progress) })
+	case o.recovery:
+		return r.noted(env, "recovery", func() error { return r.runRecovery(ctx, env, progress) })
+	}
+	if err := r.runMain(ctx, env, progress); err != nil {
+		return err
+	}
+	if o.only["recovery"] {
+		return r.noted(env, "recovery", func() error { return r.runRecovery(ctx, env, progress) })
 	}
 	return nil
 }
@@ -617,6 +605,9 @@ func runCitus(ctx context.Context, o options, single *bench.Env, log *slog.Logge
 	}
 	defer citus.Close()
 	citus.Distribute = true
+	if err := citus.LockRuns(ctx); err != nil {
+		return err
+	}
 	if err := citus.DropStale(ctx); err != nil {
 		return err
 	}

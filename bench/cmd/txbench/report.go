@@ -77,6 +77,8 @@ type report struct {
 	quietWaited           time.Duration
 	// noise lists, per section, the phases of that section that ran with the machine busy.
 	noise map[string][]string
+	// done holds the sections whose benchmark completed.
+	done map[string]bool
 
 	drain   []*drainSystem
 	ingest  []*ingestRow
@@ -117,12 +119,34 @@ var sectionTitles = map[string]string{
 	"tune":           "Tuning sweep",
 }
 
-// noted runs f and records the phases that ran noisy during it as the noise of section.
+// noted runs f, the benchmark of section, records the phases that ran noisy during it as the noise of
+// section, and marks section done if f succeeded.
 func (r *report) noted(env *bench.Env, section string, f func() error) error {
 	before := len(env.NoisyPhases)
 	err := f()
 	r.noise[section] = append(r.noise[section], env.NoisyPhases[before:]...)
+	if err == nil {
+		r.done[section] = true
+	}
 	return err
+}
+
+// sectionOrder is the order of the sections txbench writes (machine aside).
+var sectionOrder = []string{"drain", "ingest", "latency", "idle", "growth", "footprint", "sustain", "seen", "coalesce", "coalesce-paced", "recovery", "tune"}
+
+// doneSections lists the sections whose benchmarks completed, in order; footprint is done when any
+// benchmark of the main run is.
+func (r *report) doneSections() []string {
+	if r.done["drain"] || r.done["ingest"] || r.done["latency"] || r.done["growth"] {
+		r.done["footprint"] = true
+	}
+	var out []string
+	for _, s := range sectionOrder {
+		if r.done[s] {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (r *report) mode() string {
@@ -355,17 +379,25 @@ func (r *report) footprintMD(p func(string, ...any)) {
 		}
 		p("| %s | %s | %d |", phase, rss, fp.MaxConns)
 	}
-	for _, s := range r.drain {
-		row("drain: "+s.name, s.fp)
+	if r.done["drain"] {
+		for _, s := range r.drain {
+			row("drain: "+s.name, s.fp)
+		}
 	}
-	for _, x := range r.ingest {
-		row(fmt.Sprintf("ingest: %s, %d client(s)", x.mode, x.clients), x.fp)
+	if r.done["ingest"] {
+		for _, x := range r.ingest {
+			row(fmt.Sprintf("ingest: %s, %d client(s)", x.mode, x.clients), x.fp)
+		}
 	}
-	for _, l := range r.latency {
-		row(fmt.Sprintf("latency: %d per call, %s (%d sender connections included)", l.res.PerCall, wakeMode(l.cfg), bench.LatencySenders), l.res.FP)
+	if r.done["latency"] {
+		for _, l := range r.latency {
+			row(fmt.Sprintf("latency: %d per call, %s (%d sender connections included)", l.res.PerCall, wakeMode(l.cfg), bench.LatencySenders), l.res.FP)
+		}
 	}
-	for _, g := range r.growth {
-		row(fmt.Sprintf("growth: drain with %s retained", bench.Thousands(float64(g.Retained))), g.FP)
+	if r.done["growth"] {
+		for _, g := range r.growth {
+			row(fmt.Sprintf("growth: drain with %s retained", bench.Thousands(float64(g.Retained))), g.FP)
+		}
 	}
 	p("")
 }
