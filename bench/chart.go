@@ -66,14 +66,16 @@ type LineChart struct {
 	Subtitle string
 	XLabel   string
 	YLabel   string
-	LogX     bool    // X axis in powers of ten (an X below XMin is drawn at XMin)
-	XMin     float64 // X axis bounds; zero: from the data (for a log axis, the power of ten below or above it)
-	XMax     float64
-	YMin     float64 // Y axis bounds; both zero: from 0 to the data's largest value
-	YMax     float64
-	YFormat  func(float64) string // tick labels of Y; nil: plain numbers
-	Series   []Series
-	Spans    []Span
+	LogX     bool // X axis in powers of ten (an X below XMin is drawn at XMin)
+	// XMin and XMax bound the X axis: both as given when XMax > XMin; otherwise a bound left zero
+	// comes from the data (on a log axis, the power of ten below or above it).
+	XMin    float64
+	XMax    float64
+	YMin    float64 // Y axis bounds; both zero: from 0 to the data's largest value
+	YMax    float64
+	YFormat func(float64) string // tick labels of Y; nil: plain numbers
+	Series  []Series
+	Spans   []Span
 }
 
 // chart geometry, in SVG user units (pixels at scale 1).
@@ -262,11 +264,13 @@ func (c LineChart) SVG() []byte {
 		dmin, dmax = math.Pow(10, math.Floor(math.Log10(dmin))), math.Pow(10, math.Ceil(math.Log10(dmax)))
 	}
 	xmin, xmax := c.XMin, c.XMax
-	if xmin == 0 {
-		xmin = dmin
-	}
-	if xmax == 0 {
-		xmax = dmax
+	if xmax <= xmin {
+		if xmin == 0 {
+			xmin = dmin
+		}
+		if xmax == 0 {
+			xmax = dmax
+		}
 	}
 	if xmax <= xmin {
 		xmax = xmin * 10

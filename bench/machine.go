@@ -90,5 +90,5 @@ func (e *Env) SampleLoad(ctx context.Context) Load {
 }
 
 func (l Load) String() string {
-	return fmt.Sprintf("load average %s; %d other server connections (%d active)", l.LoadAvg, l.OtherConns, l.OtherActive)
+	return fmt.Sprintf("load average %s; other server connections: %d (%d active)", l.LoadAvg, l.OtherConns, l.OtherActive)
 }
