@@ -14,7 +14,7 @@ SCHEMA     ?= public
 # Debian's chromium package), so that the root go.mod names no Docker, broker or browser client.
 SUBMODULES := adapters seenredis bench examples/ledger chaos txinboxtest console/e2e
 
-.PHONY: all tools generate check-generated fmt-check vet lint test test-go test-submodules screenshot demo wrk-ledger migrate bench chaos fuzz mutants clean
+.PHONY: all tools generate check-generated fmt-check vet lint test test-go test-submodules screenshot demo wrk-ledger migrate bench chaos fuzz mutants citus clean
 
 all: test
 
@@ -74,9 +74,10 @@ test-submodules:
 screenshot:
 	cd console/e2e && TXINBOX_UPDATE_SCREENSHOT=1 $(GO) test -count=1 -run TestOverviewCounts ./...
 
-## demo: the ledger example end to end (finds or starts PostgreSQL itself).
+## demo: the ledger example end to end (finds or starts PostgreSQL itself). It ends by naming what it leaves
+## (the schema ledger_demo) and the command that drops it; DEMO_FLAGS=--drop drops it instead.
 demo:
-	cd examples/ledger && $(GO) run . demo
+	cd examples/ledger && $(GO) run . demo $(DEMO_FLAGS)
 
 ## wrk-ledger: the ledger's POST /v1/events under wrk, coalescing off vs on (DURATION, ROUNDS, CONNS; not in make test).
 wrk-ledger:
@@ -108,10 +109,19 @@ fuzz:
 mutants: $(BIN)/sqlc
 	cd tools/mutants && $(GO) run . -root '$(CURDIR)' -sqlc '$(BIN)/sqlc' $(if $(MUTANTS),-run '$(MUTANTS)',)
 
+## citus: the acceptance run on a Citus coordinator (SCALING.md, "Beyond one node: Citus"): the tests of
+## inbox, worker, admin and retention with every test schema distributed, the routing check and the
+## migration tests. CITUS_URL names the coordinator (required); CITUS_TIMEOUT bounds the whole run
+## (a run took 11 to 17 minutes on a busy 2-core machine). Not part of make test.
+CITUS_TIMEOUT ?= 45m
+citus:
+	@if [ -z '$(CITUS_URL)' ]; then echo "make citus needs CITUS_URL=postgres://... (a Citus coordinator; SCALING.md)" >&2; exit 1; fi
+	TXINBOX_CITUS_URL='$(CITUS_URL)' $(GO) test -race -count=1 -v -timeout $(CITUS_TIMEOUT) ./internal/citus
+
 clean:
 	rm -rf $(BIN)
 
-## bench-retention: issue 14's retention benchmarks (a, b): old layout vs generations, side by side in
+## bench-retention: the retention benchmarks: old layout vs generations, side by side in
 ## two throwaway PostgreSQL 15 clusters (needs root and /usr/lib/postgresql/15/bin; about 25 minutes).
 .PHONY: bench-retention
 bench-retention:

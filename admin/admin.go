@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -33,6 +31,19 @@ type Config struct {
 	// Observer, if set, is told about invalidation errors (which never reach the caller). Default:
 	// none.
 	Observer seen.Observer
+	// Progress, if set, is called by DiscardOlder after each of its statements, on the calling
+	// goroutine, with how far it has got (the txinbox command draws it). Default: none.
+	Progress func(Progress)
+}
+
+// Progress is how far a DiscardOlder call has got (Config.Progress).
+type Progress struct {
+	// Done is the number of rows deleted so far.
+	Done int64
+	// Share is the share of the walk done, between 0 and 1: the ids walked over all the ids to walk,
+	// one consumer after the other. Deletions are spread unevenly over the ids, so the time left it
+	// suggests is an estimate.
+	Share float64
 }
 
 // Admin runs operator actions on the stored messages of one Store. It is safe for concurrent use.
@@ -79,12 +90,17 @@ const (
 // ErrNotFound is matched (errors.Is) by every *NotFoundError.
 var ErrNotFound = errors.New("txinbox: message not found")
 
-// NotFoundError reports a message id that is not stored (never was, or was deleted).
+// NotFoundError reports a message that is not stored (never was, or was deleted): by id (GetMessage),
+// or by consumer and key (FindMessage; ID is then 0).
 type NotFoundError struct {
-	ID int64
+	ID            int64
+	Consumer, Key string
 }
 
 func (e *NotFoundError) Error() string {
+	if e.ID == 0 {
+		return fmt.Sprintf("txinbox: no message of consumer %q has key %q", e.Consumer, e.Key)
+	}
 	return fmt.Sprintf("txinbox: message %d not found", e.ID)
 }
 
@@ -135,70 +151,6 @@ func (a *Admin) GetMessage(ctx context.Context, id int64) (inbox.StoredMessage, 
 		LeaseUntil: r.LeaseUntil, Token: r.Token, LastError: r.LastError, ReceivedAt: r.ReceivedAt, StartedAt: r.StartedAt,
 		CompletedAt: r.CompletedAt, ExpiresAt: r.ExpiresAt, Result: r.Result,
 	}), nil
-}
-
-// DeadFilter selects dead messages for ListDead. Empty fields do not filter.
-type DeadFilter struct {
-	Consumer      string    // exact consumer
-	Kind          string    // exact kind
-	ErrorContains string    // a substring of the last error (case-sensitive)
-	Since         time.Time // died at or after this time
-	Until         time.Time // died before this time
-	// Limit is the most messages returned. Default DefaultDeadListLimit (100); at most
-	// MaxDeadListLimit (1000).
-	Limit int
-	// AfterID returns only messages with a greater id: pass the last id of a page to get the next.
-	AfterID int64
-}
-
-func (f DeadFilter) params() (sqlc.ListDeadParams, error) {
-	switch {
-	case f.Limit < 0 || f.Limit > MaxDeadListLimit:
-		return sqlc.ListDeadParams{}, &txinbox.ArgumentError{Name: "Limit", Reason: fmt.Sprintf("%d is not between 0 (default %d) and %d", f.Limit, DefaultDeadListLimit, MaxDeadListLimit)}
-	case f.AfterID < 0:
-		return sqlc.ListDeadParams{}, &txinbox.ArgumentError{Name: "AfterID", Reason: "must not be negative"}
-	case !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since):
-		return sqlc.ListDeadParams{}, &txinbox.ArgumentError{Name: "Until", Reason: "must be after Since"}
-	}
-	for name, v := range map[string]string{"Consumer": f.Consumer, "Kind": f.Kind, "ErrorContains": f.ErrorContains} {
-		if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
-			return sqlc.ListDeadParams{}, &txinbox.ArgumentError{Name: name, Reason: "must be valid UTF-8 without NUL"}
-		}
-	}
-	if f.Limit == 0 {
-		f.Limit = DefaultDeadListLimit
-	}
-	return sqlc.ListDeadParams{
-		AfterID: f.AfterID, Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.ErrorContains,
-		Since: optTS(f.Since), Until: optTS(f.Until), MaxRows: int32(f.Limit),
-	}, nil
-}
-
-// ListDead returns dead messages matching f, in id order (oldest first), at most f.Limit of them.
-//
-// A message is dead when its handler gave up on it: it ran out of attempts, returned a permanent
-// error, or could not be decoded at all. Dead messages stay in the inbox table, with their key,
-// payload and last error, until an operator replays them (ReplayDead) or deletes them (DiscardDead,
-// or DiscardOlder with inbox.StateDead); the retention cleaner never deletes them. While a dead message is kept
-// its key stays taken: a redelivery is reported as a Duplicate in state dead and not run again.
-//
-// When it returns f.Limit messages there may be more: call again with AfterID set to the last id.
-// It walks the primary key (there is no index on state, to keep updates HOT), so a filter that
-// matches little on a large table reads much of the table.
-func (a *Admin) ListDead(ctx context.Context, f DeadFilter) ([]inbox.StoredMessage, error) {
-	p, err := f.params()
-	if err != nil {
-		return nil, err
-	}
-	rows, err := store.Queries.ListDead(ctx, a.st.Wrap(a.store.DB), p)
-	if err != nil {
-		return nil, store.Err(err)
-	}
-	out := make([]inbox.StoredMessage, len(rows))
-	for i, r := range rows {
-		out[i] = storedMessage(r)
-	}
-	return out, nil
 }
 
 func checkIDs(ids []int64) error {
@@ -509,12 +461,22 @@ func (a *Admin) DiscardOlder(ctx context.Context, olderThan time.Duration, state
 			a.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
 		}
 	}()
-	for _, consumer := range consumers { // each statement names its consumer (store.Consumers)
+	for i, consumer := range consumers { // each statement names its consumer (store.Consumers)
+		var walked int64 // rows deleted by this walk so far
 		w := &walk.Walk{
 			To: maxID, Batch: DiscardBatchSize, Span: DiscardBatchSize * walk.SpanFactor, Err: store.Err,
-			Delete: func(ctx context.Context, after, until int64) (picked, deleted, last int64, err error) {
+			Delete: func(ctx context.Context, after, until int64) (int64, int64, int64, error) {
 				r, err := store.Queries.DiscardOlder(ctx, db, sqlc.DiscardOlderParams{AfterID: after, UntilID: until,
 					Consumer: consumer, States: names, OlderThanSeconds: olderThan.Seconds(), MaxRows: DiscardBatchSize})
+				walked += r.Deleted
+				if err == nil && a.cfg.Progress != nil {
+					at := until // where the walk goes on: past the span, or after the last row picked of a full one
+					if r.Picked >= DiscardBatchSize {
+						at = r.LastID
+					}
+					share := (float64(i) + float64(at)/float64(maxID)) / float64(len(consumers))
+					a.cfg.Progress(Progress{Done: deleted + walked, Share: min(share, 1)})
+				}
 				return r.Picked, r.Deleted, r.LastID, err
 			},
 		}

@@ -1,10 +1,21 @@
-// Package admin runs operator actions on stored messages: an [Admin] (made by [New] from the same
-// [txinbox.Store] as the other components) reads a message ([Admin.GetMessage]), lists, replays and
-// discards dead letters ([Admin.ListDead], [Admin.ReplayDead], [Admin.DiscardDead]), discards pending
-// messages ([Admin.DiscardPending]) and finished ones by age ([Admin.DiscardOlder]), counts them
-// per consumer ([Admin.Stats]), and reads the dead row versions of the txinbox tables and what holds
-// back PostgreSQL's xmin horizon ([Admin.Health]).
+// Package admin answers operators' questions about stored messages and runs their actions; the
+// operator console (package console) and the txinbox command present what it returns, so both give
+// the same answer to the same question. An [Admin] (made by [New] from the same [txinbox.Store] as
+// the other components):
+//
+//   - reads a message by id or by consumer and key ([Admin.GetMessage], [Admin.FindMessage]);
+//   - lists dead letters newest first, with one rule for every filter (the error text matches as a
+//     substring in any case) and a cursor for the next page ([Admin.ListDead], [DeadFilter]), counts
+//     them ([Admin.CountDead]) and lists their ids ([Admin.DeadIDs], [Admin.DeadAmong]), replays and
+//     discards them ([Admin.ReplayDead], [Admin.DiscardDead]);
+//   - discards pending messages ([Admin.DiscardPending], [Admin.CountUnclaimed],
+//     [Admin.UnclaimedIDs]) and finished ones by age ([Admin.DiscardOlder], with
+//     [Config.Progress]);
+//   - counts messages per consumer: every state from one scan of the inbox table ([Admin.Stats]), or
+//     the queue, the dead letters and the last minutes' attempts without it ([Admin.Overview]);
+//   - reads the dead row versions of the txinbox tables and what holds back PostgreSQL's xmin horizon
+//     ([Admin.Health]).
 //
 // Discard is an operator deleting chosen messages; the automatic deletion of expired records is
-// package retention's job (Clean). The txinbox command runs these actions from a shell.
+// package retention's job (Clean).
 package admin

@@ -71,13 +71,13 @@ func ExampleAdmin_ReplayDead() {
 	if _, err := client.Receive(ctx, msg); err != nil {
 		panic(err)
 	}
-	var dead []inbox.StoredMessage
+	var dead []admin.DeadLetter
 	waitUntil(func() bool {
 		dead, err = ops.ListDead(ctx, admin.DeadFilter{Consumer: "billing"})
 		return err == nil && len(dead) == 1
 	})
 	d := dead[0]
-	fmt.Println(d.Key, d.State, "after", d.AttemptsStarted, "attempt:", d.LastError)
+	fmt.Println(d.Key, "dead after", d.AttemptsStarted, "attempt:", d.LastError)
 
 	// While it is dead, a redelivery is a duplicate and does not run.
 	r, _ := client.Receive(ctx, msg)

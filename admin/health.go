@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/txinbox/txinbox/internal/health"
+	"github.com/txinbox/txinbox/internal/pgstats"
 )
 
 // Health is what PostgreSQL's statistics say about the two things that silently slow a queue in
@@ -46,6 +46,9 @@ type TableHealth struct {
 	// tuples: no index entry written), since the statistics began.
 	Updates    int64 `json:"updates"`
 	HOTUpdates int64 `json:"hot_updates"`
+	// Deletes counts the rows deleted since the statistics began (n_tup_del; a TRUNCATE of a
+	// retired generation deletes no row).
+	Deletes int64 `json:"deletes"`
 	// LastVacuum and LastAutovacuum are when a manual VACUUM (the worker pool's safety net for
 	// inbox_queue is one) and autovacuum last vacuumed the table; zero (omitted in JSON) if never since
 	// the statistics began.
@@ -56,6 +59,19 @@ type TableHealth struct {
 	Autovacuums int64 `json:"autovacuums"`
 	// Bytes is the size of the table with its indexes and TOAST (pg_total_relation_size).
 	Bytes int64 `json:"bytes"`
+}
+
+// DeadShare is the share of dead row versions among all the row versions of the table,
+// DeadRows / (LiveRows + DeadRows), between 0 and 1 (0 when both are 0). Both are estimates, updated
+// at different times (live rows are re-estimated by ANALYZE, and after many deletes the estimate of
+// live rows may be far below the dead ones): DeadRows / LiveRows could be any size, this share never
+// exceeds 1.
+func (t TableHealth) DeadShare() float64 {
+	live, dead := max(t.LiveRows, 0), max(t.DeadRows, 0)
+	if live+dead == 0 {
+		return 0
+	}
+	return float64(dead) / float64(live+dead)
 }
 
 // Horizon is what holds back the xmin horizon: the oldest transaction id whose effects some snapshot
@@ -170,11 +186,11 @@ func (h *Horizon) UnmarshalJSON(b []byte) error {
 // TableHealth). A role without pg_read_all_stats sees fewer details of other roles' sessions (see
 // XminHolder); nothing fails because of it.
 func (a *Admin) Health(ctx context.Context) (Health, error) {
-	tables, err := health.ReadTables(ctx, a.store.DB, a.store.Schema)
+	tables, err := pgstats.ReadTables(ctx, a.store.DB, a.store.Schema)
 	if err != nil {
 		return Health{}, err
 	}
-	hz, err := health.ReadHorizon(ctx, a.store.DB)
+	hz, err := pgstats.ReadHorizon(ctx, a.store.DB)
 	if err != nil {
 		return Health{}, err
 	}
@@ -182,7 +198,7 @@ func (a *Admin) Health(ctx context.Context) (Health, error) {
 		SlotName: hz.SlotName, SlotXminAge: hz.SlotXminAge, PreparedGID: hz.PreparedGID,
 		PreparedXminAge: hz.PreparedXminAge, PreparedAge: hz.PreparedAge, FrozenXidAge: hz.FrozenXidAge,
 	}}
-	gen, err := health.ReadGeneration(ctx, a.store.DB, a.store.Schema)
+	gen, err := pgstats.ReadGeneration(ctx, a.store.DB, a.store.Schema)
 	if err != nil {
 		return Health{}, err
 	}
@@ -191,7 +207,7 @@ func (a *Admin) Health(ctx context.Context) (Health, error) {
 	}
 	for i, t := range tables {
 		out.Tables[i] = TableHealth{
-			Table: t.Name, LiveRows: t.LiveRows, DeadRows: t.DeadRows, Updates: t.Updates, HOTUpdates: t.HOTUpdates,
+			Table: t.Name, LiveRows: t.LiveRows, DeadRows: t.DeadRows, Updates: t.Updates, HOTUpdates: t.HOTUpdates, Deletes: t.Deletes,
 			LastVacuum: t.LastVacuum, LastAutovacuum: t.LastAutovacuum, Vacuums: t.Vacuums,
 			Autovacuums: t.Autovacuums, Bytes: t.Bytes,
 		}

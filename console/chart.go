@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/admin"
 )
 
 // chart is a consumer's finished attempts per minute, drawn as stacked bars (completed below,
@@ -35,14 +35,14 @@ const (
 )
 
 // newChart lays out minutes (in minute order) over the last n minutes up to now.
-func newChart(consumer string, minutes []sqlc.InboxRollup, now time.Time, n int) chart {
+func newChart(consumer string, minutes []admin.MinuteCounts, now time.Time, n int) chart {
 	c := chart{W: chartW, H: chartH + chartPad, AxisY: chartH, Empty: true}
 	end := now.UTC().Truncate(time.Minute)
 	start := end.Add(-time.Duration(n-1) * time.Minute)
 	c.FromTo = start.Format("15:04") + "–" + end.Format("15:04") + " UTC"
-	byMinute := map[int64]sqlc.InboxRollup{}
+	byMinute := map[int64]admin.MinuteCounts{}
 	for _, m := range minutes {
-		byMinute[m.Minute.Time.UTC().Truncate(time.Minute).Unix()] = m
+		byMinute[m.Minute.UTC().Truncate(time.Minute).Unix()] = m
 		if t := m.Completed + m.Failed; t > c.Max {
 			c.Max = t
 		}

@@ -8,14 +8,18 @@
 //     of the oldest due message, and the finished attempts of the last hour as a chart; the tables' vacuum
 //     figures and what holds back the xmin horizon. It reloads itself every [Config.RefreshInterval].
 //   - Message ("/message?id=N" or "?consumer=C&key=K"): every field of one stored message.
-//   - Dead letters ("/dead"): filtered by consumer, kind, error text and time of death, newest first,
-//     with replay and discard of one, of a selection or of everything matching the filter.
+//   - Dead letters ("/dead"): filtered by consumer, kind, error text (a substring in any case) and time
+//     of death, newest first, as admin.Admin.ListDead lists them (the txinbox command's dead list
+//     gives the same answer), with replay and discard of one, of a selection or of everything
+//     matching the filter.
 //   - Discard of the pending messages of a retired consumer ("/pending/confirm?consumer=C").
 //
-// Figures: pending, retrying, claimed and dead counts are exact (read from the queue and the
-// dead-letter set, never from the inbox table); the per-minute completed/failed/dead counts come from
+// Every figure and every change goes through package admin (admin.Admin.Overview, Health, ListDead,
+// ...): the console runs no statement of its own. Figures: pending, retrying, claimed and dead counts
+// are exact (read from the queue and the dead-letter set, never from the inbox table); the per-minute completed/failed/dead counts come from
 // the rollup the worker pools keep (approximate: a pool that crashes loses its last few seconds of
-// counts); table and horizon figures are PostgreSQL's statistics (estimates).
+// counts); table and horizon figures are PostgreSQL's statistics (estimates): Dead % is dead row
+// versions / (live rows + dead row versions), at most 100%.
 //
 // Every change is a POST carrying a CSRF token (an HMAC of a random cookie; requests that a browser
 // marks cross-origin are refused as well) and goes through a confirmation page that states how many
@@ -39,7 +43,6 @@ import (
 	"embed"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"io"
@@ -51,8 +54,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/admin"
 )
 
 // Defaults and limits.
@@ -111,28 +113,19 @@ func (c *Config) check() *configError {
 	return nil
 }
 
-// actions is what changes messages: the admin.Admin methods (inbox.go).
-type actions interface {
-	message(ctx context.Context, id int64) (messageView, error)
-	replayDead(ctx context.Context, ids []int64) ([]int64, error)
-	discardDead(ctx context.Context, ids []int64) ([]int64, error)
-	discardPending(ctx context.Context, consumer string, ids []int64) (discarded, claimed []int64, err error)
-}
-
-var errNotFound = errors.New("no such message")
-
 //go:embed templates/*.html
 var templateFS embed.FS
 
 //go:embed static
 var staticFS embed.FS
 
+// handler serves the pages. Every figure and every change goes through its admin.Admin: the console
+// presents what package admin answers (the CLI presents the same answers), and runs no statement
+// of its own.
 type handler struct {
 	cfg    Config
-	schema string    // the Store's schema
-	raw    sqlc.DBTX // statements without the schema marker
-	db     sqlc.DBTX // statements of queries/console.sql, for schema
-	admin  actions
+	schema string // the Store's schema
+	admin  *admin.Admin
 	key    []byte // CSRF HMAC key, random per handler
 	pages  map[string]*template.Template
 	static http.Handler // the embedded files under /static/
@@ -160,8 +153,8 @@ var routes = []route{
 	{"POST /pending/apply", (*handler).pendingApply},
 }
 
-func newHandler(db sqlc.DBTX, schema string, cfg Config, a actions) (http.Handler, error) {
-	h := &handler{cfg: cfg, schema: schema, raw: db, db: store.New(schema).Wrap(db), admin: a, key: make([]byte, 32),
+func newHandler(schema string, cfg Config, a *admin.Admin) (http.Handler, error) {
+	h := &handler{cfg: cfg, schema: schema, admin: a, key: make([]byte, 32),
 		pages: map[string]*template.Template{}, mux: http.NewServeMux()}
 	if _, err := rand.Read(h.key); err != nil {
 		return nil, err
@@ -407,6 +400,15 @@ var funcs = template.FuncMap{
 			return "—"
 		}
 		return fmt.Sprintf("%.1f%%", 100*float64(part)/float64(whole))
+	},
+	// share shows a fraction between 0 and 1 as a percentage.
+	"share": func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
+	// clip cuts s to at most n runes, marking the cut with an ellipsis.
+	"clip": func(n int, s string) string {
+		if utf8.RuneCountInString(s) <= n {
+			return s
+		}
+		return string([]rune(s)[:n-1]) + "…"
 	},
 }
 

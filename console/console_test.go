@@ -11,11 +11,13 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testdb"
@@ -451,5 +453,83 @@ func TestPrefix(t *testing.T) {
 		if strings.HasSuffix(p, "/") && !strings.Contains(string(b), `href="/ops/inbox/dead"`) {
 			t.Fatalf("links without the prefix:\n%s", b)
 		}
+	}
+}
+
+// The overview's Dead % is dead / (live + dead): it stays at most 100% when PostgreSQL's estimate of
+// live rows is far below the dead row versions, as after many deletes (here 190 of 200 queue rows,
+// autovacuum off for the table so that they stay dead). Dead / live would show 1900%.
+func TestOverviewDeadShareAtMost100(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, console.Config{})
+	ctx := context.Background()
+	keys := make([]string, 200)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k-%d", i)
+	}
+	ids := e.receive(t, "billing", "Invoice", keys...)
+	if _, err := e.Pool.Exec(ctx, e.SQL(`ALTER TABLE {schema}.inbox_queue SET (autovacuum_enabled = false)`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Pool.Exec(ctx, e.SQL(`DELETE FROM {schema}.inbox_queue WHERE id <= $1`), ids[189]); err != nil {
+		t.Fatal(err)
+	}
+	a, err := admin.New(e.Store(), admin.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Statistics are reported within a second or so: wait until they count the deletes.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		h, err := a.Health(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var q admin.TableHealth
+		for _, tb := range h.Tables {
+			if tb.Table == "inbox_queue" {
+				q = tb
+			}
+		}
+		if q.DeadRows >= 190 && q.LiveRows <= 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for the statistics of the deletes: %+v", q)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, body := e.get(t, "/")
+	if code != http.StatusOK {
+		t.Fatalf("GET /: %d\n%s", code, body)
+	}
+	m := regexp.MustCompile(`(?s)<tr data-table="inbox_queue">.*?<td class="n dead-share">([0-9.]+)%</td>`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no Dead %% of inbox_queue in:\n%s", body)
+	}
+	share, err := strconv.ParseFloat(m[1], 64)
+	if err != nil || share > 100 || share < 90 {
+		t.Fatalf("Dead %% of inbox_queue = %s%%, want between 90%% and 100%% (190 dead of 200 row versions)", m[1])
+	}
+}
+
+// The page of a dead message labels its completed_at as its death; a completed message's as its
+// completion.
+func TestMessageLabelsDeath(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, console.Config{})
+	ids := e.receive(t, "billing", "Invoice", "a", "b")
+	e.kill(t, "boom", ids[0])
+	if _, err := e.Pool.Exec(context.Background(), e.SQL(`WITH q AS (DELETE FROM {schema}.inbox_queue WHERE id = $1)
+		UPDATE {schema}.inbox SET state = 'completed', completed_at = now(), expires_at = now() + interval '1 day' WHERE id = $1`), ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	_, body := e.get(t, fmt.Sprintf("/message?id=%d", ids[0]))
+	if !strings.Contains(body, `<th>Died</th><td id="m-died">`) || strings.Contains(body, "<th>Completed") {
+		t.Fatalf("page of a dead message:\n%s", body)
+	}
+	_, body = e.get(t, fmt.Sprintf("/message?id=%d", ids[1]))
+	if !strings.Contains(body, `<th>Completed</th><td id="m-completed">`) || strings.Contains(body, "Died") {
+		t.Fatalf("page of a completed message:\n%s", body)
 	}
 }

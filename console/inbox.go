@@ -1,17 +1,13 @@
 package console
 
-// This is the only file of package console that uses package admin: the mutations go through the
-// admin.Admin methods (never a copy of their SQL). When those APIs move, only this file changes.
-
 import (
-	"context"
 	"encoding/hex"
-	"errors"
 	"net/http"
 	"sort"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/inbox"
 )
 
 // maxAdminIDs is the most ids one administration call accepts.
@@ -36,20 +32,11 @@ func New(store txinbox.Store, cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newHandler(store.DB, store.Schema, cfg, clientAdmin{a: a})
+	return newHandler(store.Schema, cfg, a)
 }
 
-// clientAdmin is the console's actions over an admin.Admin.
-type clientAdmin struct{ a *admin.Admin }
-
-func (a clientAdmin) message(ctx context.Context, id int64) (messageView, error) {
-	m, err := a.a.GetMessage(ctx, id)
-	if errors.Is(err, admin.ErrNotFound) {
-		return messageView{}, errNotFound
-	}
-	if err != nil {
-		return messageView{}, err
-	}
+// newMessageView is m ready to display.
+func newMessageView(m inbox.StoredMessage) messageView {
 	v := messageView{
 		ID: m.ID, Consumer: m.Consumer, Key: m.Key, Kind: m.Kind, State: string(m.State),
 		OrderingKey: m.OrderingKey, AttemptsStarted: m.AttemptsStarted, AttemptsFailed: m.AttemptsFailed,
@@ -65,21 +52,5 @@ func (a clientAdmin) message(ctx context.Context, id int64) (messageView, error)
 		v.Headers = append(v.Headers, header{Name: k, Value: val})
 	}
 	sort.Slice(v.Headers, func(i, j int) bool { return v.Headers[i].Name < v.Headers[j].Name })
-	return v, nil
+	return v
 }
-
-func (a clientAdmin) replayDead(ctx context.Context, ids []int64) ([]int64, error) {
-	return a.a.ReplayDead(ctx, ids...)
-}
-
-func (a clientAdmin) discardDead(ctx context.Context, ids []int64) ([]int64, error) {
-	return a.a.DiscardDead(ctx, ids...)
-}
-
-func (a clientAdmin) discardPending(ctx context.Context, consumer string, ids []int64) (discarded, claimed []int64, err error) {
-	d, err := a.a.DiscardPending(ctx, admin.PendingFilter{Consumer: consumer, IDs: ids}, false)
-	return d.Discarded, d.Claimed, err
-}
-
-// badArgument reports whether err is an invalid argument of an administration call.
-func badArgument(err error) bool { return errors.Is(err, txinbox.ErrInvalidArgument) }

@@ -11,35 +11,18 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/txinbox/txinbox/internal/health"
-	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/inbox"
 )
-
-// maxConsumers is the most consumers the overview lists.
-const maxConsumers = 500
 
 // ---- overview ----
 
+// consumerRow is one consumer of the overview: admin's counts, and the sums of its last hour.
 type consumerRow struct {
-	Name                            string
-	Pending, Retrying, Claimed      int64
-	Dead                            int64
-	OldestDue                       time.Duration
+	admin.ConsumerOverview
 	Completed1h, Failed1h, DiedIn1h int64
 	Chart                           chart
-}
-
-type tableRow struct {
-	Name                       string
-	Live, Dead                 int64
-	Updates, HOTUpdates        int64
-	LastAutovacuum, LastVacuum time.Time
-	Autovacuums                int64
-	Bytes                      int64
 }
 
 type horizon struct {
@@ -54,7 +37,8 @@ type horizon struct {
 type overviewData struct {
 	Consumers    []consumerRow
 	Truncated    bool
-	Tables       []tableRow
+	MaxConsumers int
+	Tables       []admin.TableHealth
 	Horizon      horizon
 	ChartMinutes int
 }
@@ -70,95 +54,49 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, http.StatusOK, "overview", "Overview", d)
 }
 
+// loadOverview presents admin's Overview and Health.
 func (h *handler) loadOverview(ctx context.Context) (overviewData, error) {
-	d := overviewData{ChartMinutes: ChartMinutes}
-	q := store.Queries
-	names, err := q.ConsoleConsumers(ctx, h.db, maxConsumers+1)
+	d := overviewData{ChartMinutes: ChartMinutes, MaxConsumers: admin.MaxOverviewConsumers}
+	o, err := h.admin.Overview(ctx, ChartMinutes)
 	if err != nil {
 		return d, err
 	}
-	if len(names) > maxConsumers {
-		names, d.Truncated = names[:maxConsumers], true
-	}
-	rows := map[string]*consumerRow{}
-	row := func(name string) *consumerRow {
-		if rows[name] == nil {
-			rows[name] = &consumerRow{Name: name}
-		}
-		return rows[name]
-	}
-	for _, n := range names {
-		row(n)
-	}
-	queue, err := q.ConsoleQueueCounts(ctx, h.db)
-	if err != nil {
-		return d, err
-	}
-	for _, c := range queue {
-		x := row(c.Consumer)
-		x.Pending, x.Retrying, x.Claimed = c.Pending, c.Retrying, c.Claimed
-		x.OldestDue = time.Duration(c.OldestDueSeconds * float64(time.Second))
-	}
-	dead, err := q.ConsoleDeadCounts(ctx, h.db)
-	if err != nil {
-		return d, err
-	}
-	for _, c := range dead {
-		row(c.Consumer).Dead = c.Dead
-	}
-	roll, err := q.ConsoleRollup(ctx, h.db, ChartMinutes)
-	if err != nil {
-		return d, err
-	}
+	d.Truncated = o.Truncated
 	now := time.Now()
-	byConsumer := map[string][]sqlc.InboxRollup{}
-	for _, m := range roll {
-		x := row(m.Consumer)
-		x.Completed1h += m.Completed
-		x.Failed1h += m.Failed
-		x.DiedIn1h += m.Dead
-		byConsumer[m.Consumer] = append(byConsumer[m.Consumer], m)
-	}
-	for name, x := range rows {
-		x.Chart = newChart(name, byConsumer[name], now, ChartMinutes)
-		d.Consumers = append(d.Consumers, *x)
-	}
-	slices.SortFunc(d.Consumers, func(a, b consumerRow) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
+	for _, c := range o.Consumers {
+		x := consumerRow{ConsumerOverview: c, Chart: newChart(c.Consumer, c.Minutes, now, ChartMinutes)}
+		for _, m := range c.Minutes {
+			x.Completed1h += m.Completed
+			x.Failed1h += m.Failed
+			x.DiedIn1h += m.Dead
 		}
-		return 0
-	})
-	tables, err := health.ReadTables(ctx, h.raw, h.schema)
+		d.Consumers = append(d.Consumers, x)
+	}
+	hl, err := h.admin.Health(ctx)
 	if err != nil {
 		return d, err
 	}
-	for _, t := range tables {
-		d.Tables = append(d.Tables, tableRow{Name: t.Name, Live: t.LiveRows, Dead: t.DeadRows, Updates: t.Updates,
-			HOTUpdates: t.HOTUpdates, LastAutovacuum: t.LastAutovacuum, LastVacuum: t.LastVacuum,
-			Autovacuums: t.Autovacuums, Bytes: t.Bytes})
-	}
-	hz, err := health.ReadHorizon(ctx, h.raw)
-	if err != nil {
-		return d, err
-	}
-	d.Horizon = horizon{SlotXminAge: hz.SlotXminAge, FrozenXidAge: hz.FrozenXidAge}
+	d.Tables = hl.Tables
+	d.Horizon = newHorizon(hl.Horizon)
+	return d, nil
+}
+
+// newHorizon is what the overview shows of hz.
+func newHorizon(hz admin.Horizon) horizon {
+	d := horizon{SlotXminAge: hz.SlotXminAge, FrozenXidAge: hz.FrozenXidAge}
 	if x := hz.Holder; x != nil {
-		d.Horizon.SessionXminAge, d.Horizon.OldestXact = x.XminAge, x.Age
-		d.Horizon.Holder = fmt.Sprintf("pid %d, %s", x.PID, x.BackendType)
+		d.SessionXminAge, d.OldestXact = x.XminAge, x.Age
+		d.Holder = fmt.Sprintf("pid %d, %s", x.PID, x.BackendType)
 		if x.ApplicationName != "" {
-			d.Horizon.Holder += ", application " + x.ApplicationName
+			d.Holder += ", application " + x.ApplicationName
 		}
 		if x.State != "" {
-			d.Horizon.Holder += ", " + x.State
+			d.Holder += ", " + x.State
 		}
 	}
-	d.Horizon.TooOld = d.Horizon.OldestXact > 10*time.Minute
-	d.Horizon.SlotTooOld = d.Horizon.SlotXminAge > 1_000_000
-	return d, nil
+	d.TooOld = d.OldestXact > 10*time.Minute
+	d.SlotTooOld = d.SlotXminAge > 1_000_000
+	return d
 }
 
 // ---- message ----
@@ -217,8 +155,8 @@ func (h *handler) message(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, http.StatusBadRequest, "give both a consumer and a key, or an id")
 			return
 		}
-		n, err := store.Queries.ConsoleMessageID(ctx, h.db, d.Consumer, d.Key)
-		if errors.Is(err, pgx.ErrNoRows) {
+		m, err := h.admin.FindMessage(ctx, d.Consumer, d.Key)
+		if errors.Is(err, admin.ErrNotFound) {
 			d.Searched, d.NotFound = true, fmt.Sprintf("No message of consumer %q has key %q (never received, or deleted: discarded, purged, or cleaned after its dedup window).", d.Consumer, d.Key)
 			h.render(w, r, http.StatusNotFound, "message", "Message", d)
 			return
@@ -227,14 +165,15 @@ func (h *handler) message(w http.ResponseWriter, r *http.Request) {
 			h.dbFail(w, r, "looking up the key", err)
 			return
 		}
-		id = n
+		h.showMessage(w, r, d, m)
+		return
 	default:
 		h.render(w, r, http.StatusOK, "message", "Find a message", d)
 		return
 	}
-	d.Searched = true
-	m, err := h.admin.message(ctx, id)
-	if errors.Is(err, errNotFound) {
+	m, err := h.admin.GetMessage(ctx, id)
+	if errors.Is(err, admin.ErrNotFound) {
+		d.Searched = true
 		d.NotFound = fmt.Sprintf("No message has id %d (never stored, or deleted).", id)
 		h.render(w, r, http.StatusNotFound, "message", "Message", d)
 		return
@@ -243,8 +182,14 @@ func (h *handler) message(w http.ResponseWriter, r *http.Request) {
 		h.dbFail(w, r, "reading the message", err)
 		return
 	}
-	d.M = &m
-	h.render(w, r, http.StatusOK, "message", "Message "+strconv.FormatInt(id, 10), d)
+	h.showMessage(w, r, d, m)
+}
+
+// showMessage renders the page of the message m, found by the search d.
+func (h *handler) showMessage(w http.ResponseWriter, r *http.Request, d messageData, m inbox.StoredMessage) {
+	v := newMessageView(m)
+	d.Searched, d.M = true, &v
+	h.render(w, r, http.StatusOK, "message", "Message "+strconv.FormatInt(m.ID, 10), d)
 }
 
 // ---- dead letters ----
@@ -300,11 +245,14 @@ func (f deadFilter) Fields() []header {
 	return out
 }
 
-func ts(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()} }
+// admin returns the filter as admin applies it, with before (0: none).
+func (f deadFilter) admin(before int64) admin.DeadFilter {
+	return admin.DeadFilter{Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.Error, Since: f.since, Until: f.until, Before: before}
+}
 
 type deadData struct {
 	F          deadFilter
-	Rows       []sqlc.ConsoleListDeadRow
+	Rows       []admin.DeadLetter
 	Before     int64 // the page's start (0: newest)
 	NextBefore int64 // 0: no older page
 	Matching   int64
@@ -323,9 +271,13 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	rows, err := store.Queries.ConsoleListDead(ctx, h.db, sqlc.ConsoleListDeadParams{
-		BeforeSeq: before, Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.Error,
-		Since: ts(f.since), Until: ts(f.until), MaxRows: DeadPageSize + 1})
+	lf := f.admin(before)
+	lf.Limit = DeadPageSize + 1 // one more: is there an older page?
+	rows, err := h.admin.ListDead(ctx, lf)
+	if badArgument(err) {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
 	if err != nil {
 		h.dbFail(w, r, "listing dead letters", err)
 		return
@@ -336,8 +288,7 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 		d.NextBefore = rows[len(rows)-1].Seq
 	}
 	d.Rows = rows
-	m, err := store.Queries.ConsoleMatchDead(ctx, h.db, sqlc.ConsoleMatchDeadParams{
-		Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.Error, Since: ts(f.since), Until: ts(f.until)})
+	m, err := h.admin.CountDead(ctx, f.admin(0))
 	if err != nil {
 		h.dbFail(w, r, "counting dead letters", err)
 		return
@@ -353,7 +304,7 @@ type confirmData struct {
 	Op       string // "replay", "discard"
 	Scope    string // "selected", "filter", "pending"
 	Count    int64  // messages the action will change now
-	Snapshot int64  // seq (dead) or id (pending) bound
+	Snapshot int64  // the bound: DeadCount.Before (dead) or UnclaimedCount.MaxID (pending)
 	IDs      []int64
 	F        deadFilter
 	Consumer string
@@ -404,20 +355,19 @@ func (h *handler) deadConfirmData(ctx context.Context, w http.ResponseWriter, r 
 			h.fail(w, r, http.StatusBadRequest, "no dead letter selected: tick the ones to act on")
 			return false
 		}
-		now, err := store.Queries.ConsoleDeadSelected(ctx, h.db, sel)
+		now, err := h.admin.DeadAmong(ctx, sel...)
 		if err != nil {
 			h.dbFail(w, r, "reading the selection", err)
 			return false
 		}
 		d.IDs, d.Count, d.Asked = now, int64(len(now)), len(sel)
 	case "filter":
-		m, err := store.Queries.ConsoleMatchDead(ctx, h.db, sqlc.ConsoleMatchDeadParams{
-			Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.Error, Since: ts(f.since), Until: ts(f.until)})
+		m, err := h.admin.CountDead(ctx, f.admin(0))
 		if err != nil {
 			h.dbFail(w, r, "counting dead letters", err)
 			return false
 		}
-		d.Count, d.Snapshot, d.TooMany = m.Matching, m.MaxSeq, m.Matching > MaxBulk
+		d.Count, d.Snapshot, d.TooMany = m.Matching, m.Before, m.Matching > MaxBulk
 	default:
 		h.fail(w, r, http.StatusBadRequest, "scope: must be selected or filter")
 		return false
@@ -444,12 +394,12 @@ func (h *handler) deadApply(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, "count: the confirmed count is missing: confirm the action first")
 		return
 	}
-	act := h.admin.replayDead
+	act := h.admin.ReplayDead
 	verb, done := "Replay", "replayed"
 	switch d.Op {
 	case "replay":
 	case "discard":
-		act, verb, done = h.admin.discardDead, "Discard", "discarded"
+		act, verb, done = h.admin.DiscardDead, "Discard", "discarded"
 	default:
 		h.fail(w, r, http.StatusBadRequest, "op: must be replay or discard")
 		return
@@ -472,9 +422,7 @@ func (h *handler) deadApply(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ctx, cancel := h.ctx(r)
-		targets, err = store.Queries.ConsoleDeadIDs(ctx, h.db, sqlc.ConsoleDeadIDsParams{
-			MaxSeq: snapshot, Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.Error,
-			Since: ts(f.since), Until: ts(f.until), MaxRows: int32(min(confirmed, MaxBulk) + 1)})
+		targets, err = h.admin.DeadIDs(ctx, f.admin(snapshot), int(min(confirmed, MaxBulk)+1))
 		cancel()
 		if err != nil {
 			h.dbFail(w, r, "selecting the dead letters", err)
@@ -499,7 +447,7 @@ func (h *handler) deadApply(w http.ResponseWriter, r *http.Request) {
 	var changed []int64
 	for chunk := range slices.Chunk(targets, maxAdminIDs) {
 		ctx, cancel := h.ctx(r)
-		got, err := act(ctx, chunk)
+		got, err := act(ctx, chunk...)
 		cancel()
 		if err != nil {
 			h.logAction(r, done, len(changed), len(targets))
@@ -552,7 +500,7 @@ func (h *handler) pendingConfirmData(ctx context.Context, w http.ResponseWriter,
 		h.fail(w, r, http.StatusBadRequest, "consumer: required (valid UTF-8 without NUL)")
 		return false
 	}
-	m, err := store.Queries.ConsoleMatchPending(ctx, h.db, consumer)
+	m, err := h.admin.CountUnclaimed(ctx, consumer)
 	if err != nil {
 		h.dbFail(w, r, "counting pending messages", err)
 		return false
@@ -579,8 +527,7 @@ func (h *handler) pendingApply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := h.ctx(r)
-	targets, err := store.Queries.ConsolePendingIDs(ctx, h.db, sqlc.ConsolePendingIDsParams{
-		Consumer: consumer, MaxID: snapshot, MaxRows: int32(min(confirmed, MaxBulk) + 1)})
+	targets, err := h.admin.UnclaimedIDs(ctx, consumer, snapshot, int(min(confirmed, MaxBulk)+1))
 	cancel()
 	if err != nil {
 		h.dbFail(w, r, "selecting the pending messages", err)
@@ -600,7 +547,8 @@ func (h *handler) pendingApply(w http.ResponseWriter, r *http.Request) {
 	var discarded, claimed int
 	for chunk := range slices.Chunk(targets, maxAdminIDs) {
 		ctx, cancel := h.ctx(r)
-		dis, cl, err := h.admin.discardPending(ctx, consumer, chunk)
+		res, err := h.admin.DiscardPending(ctx, admin.PendingFilter{Consumer: consumer, IDs: chunk}, false)
+		dis, cl := res.Discarded, res.Claimed
 		cancel()
 		if err != nil {
 			h.logAction(r, "discarded pending", discarded, len(targets))
@@ -624,3 +572,6 @@ func (h *handler) pendingApply(w http.ResponseWriter, r *http.Request) {
 	}
 	h.render(w, r, http.StatusOK, "result", res.Heading, res)
 }
+
+// badArgument reports whether err is an invalid argument of an administration call.
+func badArgument(err error) bool { return errors.Is(err, txinbox.ErrInvalidArgument) }

@@ -18,9 +18,9 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	// client, _ := inbox.New(txinbox.Store{DB: db}, inbox.Config{Observer: m})
-	// pool, _ := worker.New(txinbox.Store{DB: db}, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m})
-	// qc, _ := metrics.NewQueueCollector(txinbox.Store{DB: db}, metrics.QueueConfig{Consumers: []string{"ledger"}})
+	// client, _ := inbox.New(store, inbox.Config{Observer: m}) // store: the txinbox.Store of every part
+	// pool, _ := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m})
+	// qc, _ := metrics.NewQueueCollector(store, metrics.QueueConfig{Consumers: []string{"ledger"}})
 	// reg.MustRegister(qc)
 	// http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	m.Handled(worker.HandleEvent{Consumer: "ledger", Kind: "credit", Outcome: "dead", Reason: "permanent",

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/health"
+	"github.com/txinbox/txinbox/internal/pgstats"
 )
 
 // HealthConfig configures a HealthCollector. The zero value is valid.
@@ -102,7 +102,7 @@ func (c *HealthCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	tables, err := health.ReadTables(ctx, c.db, c.schema)
+	tables, err := pgstats.ReadTables(ctx, c.db, c.schema)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.dead, err)
 	}
@@ -119,14 +119,14 @@ func (c *HealthCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.lastVacuum, v, t.Name)
 	}
-	switch gen, err := health.ReadGeneration(ctx, c.db, c.schema); {
+	switch gen, err := pgstats.ReadGeneration(ctx, c.db, c.schema); {
 	case err != nil:
 		ch <- prometheus.NewInvalidMetric(c.generation, err)
 	case gen != nil:
 		gauge(c.generation, float64(gen.Number))
 		gauge(c.generationBegan, float64(gen.BeganAt.UnixNano())/1e9)
 	}
-	hz, err := health.ReadHorizon(ctx, c.db)
+	hz, err := pgstats.ReadHorizon(ctx, c.db)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.ageXids, err)
 		return

@@ -68,18 +68,60 @@ SELECT (SELECT count(*) FROM picked)::bigint AS picked,
        coalesce((SELECT max(id) FROM picked), 0)::bigint AS last_id;
 
 -- name: ListDead :many
--- Lists dead messages in id order after @after_id, filtered by the non-empty filters: consumer, kind,
--- a substring of the last error, and the time the message died (completed_at) within since and until.
-SELECT *
-FROM /* TEMPLATE: schema */inbox
-WHERE state = 'dead' AND id > @after_id
-  AND (@consumer::text = '' OR consumer = @consumer)
-  AND (@kind::text = '' OR kind = @kind)
-  AND (@error_contains::text = '' OR strpos(coalesce(last_error, ''), @error_contains) > 0)
-  AND (sqlc.narg(since)::timestamptz IS NULL OR completed_at >= sqlc.narg(since))
-  AND (sqlc.narg(until)::timestamptz IS NULL OR completed_at < sqlc.narg(until))
-ORDER BY id
+-- Lists the matching dead letters newest first (seq descending), at most @max_rows. ListDead,
+-- CountDead and DeadIDs are package admin's one reading of dead letters, for the CLI and the console
+-- alike, with the same filters: @consumer and @kind exact, @error_contains a substring of the last
+-- error in any case (strpos of lower() of both: no wildcard), the time of death (died_at) at or
+-- after since and before until, and seq below @before_seq when it is not 0; an empty filter does not
+-- filter. The filters read the dead-letter set (inbox_dead, migration 00003: one row per dead
+-- message, kept by triggers; seq orders them by when they died), never the inbox table; the inbox
+-- rows of a page are then read by primary key.
+SELECT d.seq, d.died_at, m.id, m.consumer, m.key, m.kind, m.attempts_started, m.attempts_failed,
+       (m.raw IS NOT NULL)::boolean AS undecodable, coalesce(m.last_error, '')::text AS last_error
+FROM (
+    SELECT d.seq, d.id, d.consumer, d.died_at
+    FROM /* TEMPLATE: schema */inbox_dead d
+    WHERE (@before_seq::bigint = 0 OR d.seq < @before_seq)
+      AND (@consumer::text = '' OR d.consumer = @consumer)
+      AND (@kind::text = '' OR d.kind = @kind)
+      AND (@error_contains::text = '' OR strpos(lower(d.error), lower(@error_contains)) > 0)
+      AND (sqlc.narg(since)::timestamptz IS NULL OR d.died_at >= sqlc.narg(since))
+      AND (sqlc.narg(until)::timestamptz IS NULL OR d.died_at < sqlc.narg(until))
+    ORDER BY d.seq DESC
+    LIMIT @max_rows
+) d
+JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id AND m.consumer = d.consumer
+ORDER BY d.seq DESC;
+
+-- name: CountDead :one
+-- Counts the matching dead letters (no paging) and returns the highest seq of all dead letters now
+-- (0 when there is none): what bounds an action to the letters counted.
+SELECT count(*)::bigint AS matching,
+       coalesce((SELECT max(x.seq) FROM /* TEMPLATE: schema */inbox_dead x), 0)::bigint AS max_seq
+FROM /* TEMPLATE: schema */inbox_dead d
+WHERE (@before_seq::bigint = 0 OR d.seq < @before_seq)
+  AND (@consumer::text = '' OR d.consumer = @consumer)
+  AND (@kind::text = '' OR d.kind = @kind)
+  AND (@error_contains::text = '' OR strpos(lower(d.error), lower(@error_contains)) > 0)
+  AND (sqlc.narg(since)::timestamptz IS NULL OR d.died_at >= sqlc.narg(since))
+  AND (sqlc.narg(until)::timestamptz IS NULL OR d.died_at < sqlc.narg(until));
+
+-- name: DeadIDs :many
+-- The ids of the matching dead letters, in id order, at most @max_rows.
+SELECT d.id
+FROM /* TEMPLATE: schema */inbox_dead d
+WHERE (@before_seq::bigint = 0 OR d.seq < @before_seq)
+  AND (@consumer::text = '' OR d.consumer = @consumer)
+  AND (@kind::text = '' OR d.kind = @kind)
+  AND (@error_contains::text = '' OR strpos(lower(d.error), lower(@error_contains)) > 0)
+  AND (sqlc.narg(since)::timestamptz IS NULL OR d.died_at >= sqlc.narg(since))
+  AND (sqlc.narg(until)::timestamptz IS NULL OR d.died_at < sqlc.narg(until))
+ORDER BY d.id
 LIMIT @max_rows;
+
+-- name: DeadAmong :many
+-- Which of @ids are dead letters now, in id order.
+SELECT d.id FROM /* TEMPLATE: schema */inbox_dead d WHERE d.id = ANY(@ids::bigint[]) ORDER BY d.id;
 
 -- name: GetMessage :one
 -- Reads one stored message by id. A queued message's claim state is read from its queue row (00004):
@@ -214,3 +256,69 @@ LIMIT @max_rows;
 SELECT r.rotated::boolean AS rotated, r.generation::bigint AS generation, r.copied::bigint AS copied,
        r.busy::boolean AS busy
 FROM /* TEMPLATE: schema */inbox_rotate(sqlc.narg(period)::interval) r;
+
+-- name: OverviewConsumers :many
+-- Lists the consumers that have stored messages, in order, at most @max_rows: a loose index scan of
+-- the unique key (consumer, key), one index descent per consumer, however many rows each has.
+-- OverviewConsumers, QueueCounts, DeadCounts and RollupMinutes are Admin.Overview's reads: none of
+-- them scans the inbox table (plans and times at 10M retained rows: README, "Console").
+WITH RECURSIVE c AS (
+    SELECT min(i.consumer) AS consumer FROM /* TEMPLATE: schema */inbox i
+    UNION ALL
+    SELECT (SELECT min(n.consumer) FROM /* TEMPLATE: schema */inbox n WHERE n.consumer > c.consumer)
+    FROM c
+    WHERE c.consumer IS NOT NULL
+)
+SELECT c.consumer::text AS consumer FROM c WHERE c.consumer IS NOT NULL LIMIT sqlc.arg(max_rows)::int;
+
+-- name: QueueCounts :many
+-- Counts the queued messages per consumer from the queue alone: pending (waiting, never claimed),
+-- retrying (waiting, claimed before: failed, handed back by a stopping pool, or replayed; the queue
+-- row's fencing token is above 0 once a message has been claimed), claimed (held by a worker), and
+-- the wait of the oldest due waiting message (seconds).
+SELECT q.consumer,
+       count(*) FILTER (WHERE NOT q.claimed AND q.token = 0)::bigint AS pending,
+       count(*) FILTER (WHERE NOT q.claimed AND q.token > 0)::bigint AS retrying,
+       count(*) FILTER (WHERE q.claimed)::bigint AS claimed,
+       coalesce(extract(epoch FROM now() - min(q.run_at) FILTER (WHERE NOT q.claimed AND q.run_at <= now())), 0)::float8 AS oldest_due_seconds
+FROM /* TEMPLATE: schema */inbox_queue q
+GROUP BY q.consumer
+ORDER BY q.consumer;
+
+-- name: DeadCounts :many
+-- Counts the dead letters per consumer (exact: the dead-letter set).
+SELECT d.consumer, count(*)::bigint AS dead
+FROM /* TEMPLATE: schema */inbox_dead d
+GROUP BY d.consumer
+ORDER BY d.consumer;
+
+-- name: RollupMinutes :many
+-- The per-minute counts of finished attempts (inbox_rollup) of the last window_minutes minutes (the
+-- current one included), per consumer, oldest first.
+SELECT r.consumer, r.minute, r.completed, r.failed, r.dead
+FROM /* TEMPLATE: schema */inbox_rollup r
+WHERE r.minute > date_trunc('minute', now()) - sqlc.arg(window_minutes)::int * interval '1 minute'
+ORDER BY r.consumer, r.minute;
+
+-- name: MessageIDByKey :one
+-- The id of the message stored under (@consumer, @key): the live one when the key also has an expired
+-- row in an older generation (00006), else the newest.
+SELECT m.id FROM /* TEMPLATE: schema */inbox m WHERE m.consumer = @consumer AND m.key = @key
+ORDER BY coalesce(m.state = 'completed' AND m.expires_at < now(), false), m.id DESC
+LIMIT 1;
+
+-- name: CountUnclaimed :one
+-- Counts @consumer's queued messages that no worker holds (pending or waiting for a retry) and returns
+-- the highest id among them: what bounds a discard to the messages counted. Reads the ready index.
+SELECT count(*)::bigint AS matching, coalesce(max(q.id), 0)::bigint AS max_id
+FROM /* TEMPLATE: schema */inbox_queue q
+WHERE q.consumer = @consumer AND NOT q.claimed;
+
+-- name: UnclaimedIDs :many
+-- The ids of @consumer's queued messages that no worker holds, up to @max_id, in id order, at most
+-- @max_rows.
+SELECT q.id
+FROM /* TEMPLATE: schema */inbox_queue q
+WHERE q.consumer = @consumer AND NOT q.claimed AND q.id <= @max_id
+ORDER BY q.id
+LIMIT @max_rows;

@@ -1,8 +1,8 @@
 -- What keeps the txinbox tables clean: PostgreSQL's statistics of the tables (dead row versions,
 -- vacuums) and what holds back the xmin horizon (the oldest snapshot still open, below which vacuum
--- may remove nothing). Read by admin.Health, metrics.HealthCollector, the worker pools' health
--- warning and the console's overview. Every statement reads statistics views only (pg_catalog): its
--- cost does not grow with the tables. The views are named with their schema, pg_catalog, which is
+-- may remove nothing). Read through internal/pgstats by admin.Health (which the console and the CLI
+-- render), metrics.HealthCollector and the pools' health warnings. Every statement reads statistics
+-- views only (pg_catalog): its cost does not grow with the tables. The views are named with their schema, pg_catalog, which is
 -- how sqlc's catalog knows them.
 
 -- name: TableHealth :many
@@ -15,6 +15,7 @@ SELECT coalesce(p.relname, s.relname)::text AS table_name,
        coalesce(sum(s.n_dead_tup), 0)::bigint AS dead_rows,
        coalesce(sum(s.n_tup_upd), 0)::bigint AS updates,
        coalesce(sum(s.n_tup_hot_upd), 0)::bigint AS hot_updates,
+       coalesce(sum(s.n_tup_del), 0)::bigint AS deletes,
        max(s.last_vacuum)::timestamptz AS last_vacuum,
        max(s.last_autovacuum)::timestamptz AS last_autovacuum,
        coalesce(sum(s.vacuum_count), 0)::bigint AS vacuums,

@@ -57,17 +57,41 @@ func TestStalledRescueClaimReleasesTheRescueLockAtClaimTimeout(t *testing.T) {
 // have locked their rows), starts that pool on db with a ClaimTimeout of 300ms, waits until its claim
 // statement (query names it) sleeps, starts a second pool, and checks that the second completes all n
 // messages, once each, and that the stuck pool logged its claims cancelled by the server.
+//
+// On a Citus coordinator (internal/citus distributes the schema) the claim's update runs on the
+// worker holding the consumer's shard: the trigger is created on the distributed table, which puts it
+// on every shard, and the sleep is looked for on the workers, in the task of the coordinator's claim
+// statement. The bound is set on the coordinator; when it cancels the claim there, Citus cancels the
+// shard's statement too, and the shard's rows are released.
 func (e *env) stalledAndGoodPools(t *testing.T, db txinbox.DB, query string, n int64) {
 	t.Helper()
-	if _, err := e.Pool.Exec(context.Background(), e.SQL(`
-		CREATE FUNCTION {schema}.stall() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.owner = 'stuck' AND OLD.owner IS DISTINCT FROM 'stuck' THEN
-				PERFORM pg_sleep(600);
-			END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER stall BEFORE UPDATE ON {schema}.inbox_queue FOR EACH ROW EXECUTE FUNCTION {schema}.stall()`)); err != nil {
+	ctx := context.Background()
+	citus := e.distributed(t)
+	err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
+		// Citus refuses a trigger on a distributed table unless citus.enable_unsafe_triggers is on;
+		// it then creates the function on the workers and the trigger on every shard. It forwards a
+		// statement's query string to the workers, which refuse several commands in one: one
+		// statement per Exec.
+		stmts := []string{`
+			CREATE FUNCTION {schema}.stall() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN
+				IF NEW.owner = 'stuck' AND OLD.owner IS DISTINCT FROM 'stuck' THEN
+					PERFORM pg_sleep(600);
+				END IF;
+				RETURN NEW;
+			END $$`,
+			`CREATE TRIGGER stall BEFORE UPDATE ON {schema}.inbox_queue FOR EACH ROW EXECUTE FUNCTION {schema}.stall()`}
+		if citus {
+			stmts = append([]string{`SET LOCAL citus.enable_unsafe_triggers = on`}, stmts...)
+		}
+		for _, stmt := range stmts {
+			if _, err := tx.Exec(ctx, e.SQL(stmt)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &logBuffer{}
@@ -79,10 +103,15 @@ func (e *env) stalledAndGoodPools(t *testing.T, db txinbox.DB, query string, n i
 	run(t, batchPool(t, e, db, stuck, func(c *worker.Config) {
 		c.Owner, c.Concurrency, c.ClaimTimeout, c.Logger, c.DisableListen = "stuck", 1, 300*time.Millisecond, logs.logger(), true
 	}))
-	waitFor(t, "the stuck pool's claim to stall", func() bool {
-		return e.Count(t, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event = 'PgSleep' AND query LIKE '%' || $1 || '%' AND query LIKE '%' || $2 || '%'`, query, e.Schema) > 0
-	})
+	stalled := `SELECT count(*) FROM pg_stat_activity
+		WHERE wait_event = 'PgSleep' AND query LIKE '%' || $1 || '%' AND query LIKE '%' || $2 || '%'`
+	if citus {
+		// The coordinator's claim statement, and its task sleeping on a worker (same global_pid).
+		stalled = `SELECT count(*) FROM citus_stat_activity c JOIN citus_stat_activity w USING (global_pid)
+			WHERE NOT c.is_worker_query AND c.query LIKE '%' || $1 || '%' AND c.query LIKE '%' || $2 || '%'
+			AND w.is_worker_query AND w.wait_event = 'PgSleep'`
+	}
+	waitFor(t, "the stuck pool's claim to stall", func() bool { return e.Count(t, stalled, query, e.Schema) > 0 })
 
 	good := worker.NewHandlers()
 	worker.Handle(good, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
@@ -93,15 +122,26 @@ func (e *env) stalledAndGoodPools(t *testing.T, db txinbox.DB, query string, n i
 	if got := e.Count(t, `SELECT count(*) FROM {schema}.effects`); got != n {
 		t.Fatalf("effects = %d, want %d", got, n)
 	}
-	var cancelled bool
-	for _, r := range logs.find(t, "txinbox: claim failed") {
-		if err, _ := r["err"].(string); strings.Contains(err, "57014") {
-			cancelled = true
+	// The stuck pool logs its cancelled claim once the error has reached it, which may be after the
+	// other pool, given the released rows, has completed them all.
+	waitFor(t, `the stuck pool to log "claim failed" cancelled by statement_timeout (SQLSTATE 57014)`, func() bool {
+		for _, r := range logs.find(t, "txinbox: claim failed") {
+			if err, _ := r["err"].(string); strings.Contains(err, "57014") {
+				return true
+			}
 		}
+		return false
+	})
+}
+
+// distributed reports whether the schema's inbox_queue is a distributed table of a Citus cluster.
+func (e *env) distributed(t *testing.T) bool {
+	t.Helper()
+	if e.Count(t, `SELECT count(*) FROM pg_extension WHERE extname = 'citus'`) == 0 {
+		return false
 	}
-	if !cancelled {
-		t.Fatal(`the stuck pool logged no "claim failed" cancelled by statement_timeout (SQLSTATE 57014)`)
-	}
+	return e.Count(t, `SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = to_regclass($1)`,
+		pgx.Identifier{e.Schema, "inbox_queue"}.Sanitize()) > 0
 }
 
 // ClaimTimeout defaults to 10s or half the Lease, and must be less than the Lease.

@@ -16,7 +16,7 @@ import (
 	"github.com/txinbox/txinbox/worker"
 )
 
-// Traps a new user fell into (issue 11): each test here failed before its fix.
+// Traps a new user fell into: each test here failed before its fix.
 
 // Start on a schema without txinbox's tables fails at once with txinbox.ErrNotMigrated, instead of
 // starting and logging a claim failure many times a second.

@@ -370,3 +370,6 @@ func (e errBatchResults) Exec() (pgconn.CommandTag, error) { return pgconn.Comma
 func (e errBatchResults) Query() (pgx.Rows, error)         { return nil, e.err }
 func (e errBatchResults) QueryRow() pgx.Row                { return &row{err: e.err} }
 func (e errBatchResults) Close() error                     { return e.err }
+
+// Tx is pgx.BatchResults' (from pgx v5.12): no transaction was begun by the batch.
+func (e errBatchResults) Tx() pgx.Tx { return nil }

@@ -3,11 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -256,19 +256,20 @@ func (a *app) printHealth(h admin.Health) error {
 type deadFlags struct {
 	consumer, kind, errorContains, since, until string
 	limit                                       int
-	after                                       int64
+	before, after                               int64
 	all                                         bool
 }
 
 func (d *deadFlags) register(fs *flag.FlagSet, paging, all bool) {
 	fs.StringVar(&d.consumer, "consumer", "", "only dead letters of this consumer")
 	fs.StringVar(&d.kind, "kind", "", "only dead letters of this kind")
-	fs.StringVar(&d.errorContains, "error", "", "only dead letters whose last error contains this text")
+	fs.StringVar(&d.errorContains, "error", "", "only dead letters whose last error contains this text, in any case (no wildcards)")
 	fs.StringVar(&d.since, "since", "", "only dead letters that died at or after this time (RFC 3339, YYYY-MM-DD, or an age such as 24h or 7d)")
 	fs.StringVar(&d.until, "until", "", "only dead letters that died before this time (same forms as --since)")
 	if paging {
 		fs.IntVar(&d.limit, "limit", admin.DefaultDeadListLimit, fmt.Sprintf("most dead letters listed (at most %d)", admin.MaxDeadListLimit))
-		fs.Int64Var(&d.after, "after", 0, "list dead letters with an id above this one (the next page)")
+		fs.Int64Var(&d.before, "before", 0, "list the dead letters that died before the one of this seq (the next page: the seq of the last one listed)")
+		fs.Int64Var(&d.after, "after", 0, "no longer used: dead letters are listed newest first; page with --before SEQ")
 	}
 	if all {
 		fs.BoolVar(&d.all, "all", false, "act on every dead letter matching the filters instead of a list of ids")
@@ -276,7 +277,13 @@ func (d *deadFlags) register(fs *flag.FlagSet, paging, all bool) {
 }
 
 func (d *deadFlags) filter(cmd string) (admin.DeadFilter, error) {
-	f := admin.DeadFilter{Consumer: d.consumer, Kind: d.kind, ErrorContains: d.errorContains, Limit: d.limit, AfterID: d.after}
+	f := admin.DeadFilter{Consumer: d.consumer, Kind: d.kind, ErrorContains: d.errorContains, Limit: d.limit, Before: d.before}
+	if d.after != 0 {
+		return f, usagef(cmd, "--after is gone: dead letters are listed newest first, and the next page is --before SEQ (the seq of the last one listed)")
+	}
+	if d.before < 0 {
+		return f, usagef(cmd, "--before must be a seq (a positive number) from a previous list")
+	}
 	// Checked here, before any connection: a name no message can have is a typo, not an empty result.
 	for _, n := range []struct{ flag, v string }{{"--consumer", d.consumer}, {"--kind", d.kind}} {
 		if n.v == "" {
@@ -343,11 +350,15 @@ var deadListFlags deadFlags
 
 var deadList = &command{
 	name:    "dead list",
-	summary: "list dead letters, oldest first",
+	summary: "list dead letters, newest first",
 	details: `
 Dead letters are messages whose handler gave up: out of attempts, a permanent error, or
-undecodable. They are kept until replayed or discarded. When the list is full, more may follow:
-pass --after with the last id listed.`,
+undecodable. They are kept until replayed or discarded. They are listed newest first, in the order
+they died (SEQ; a message replayed and dead again gets a new one), as the console lists them for the
+same filters: --error matches a substring of the last error in any case. When the list is full,
+more may follow: pass --before with the SEQ of the last one listed. With --json: an array of
+admin.DeadLetter (seq, id, consumer, key, kind, died_at, attempts_started, attempts_failed,
+undecodable, last_error); 'txinbox dead show ID' shows every field of one.`,
 	flags: func(fs *flag.FlagSet) { deadListFlags = deadFlags{}; deadListFlags.register(fs, true, false) },
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
@@ -362,29 +373,26 @@ pass --after with the last id listed.`,
 			return err
 		}
 		defer pool.Close()
-		ms, err := c.ListDead(a.ctx, f)
+		ls, err := c.ListDead(a.ctx, f)
 		if err != nil {
 			return err
 		}
 		if a.json {
-			if ms == nil {
-				ms = []inbox.StoredMessage{}
-			}
-			return a.writeJSON(ms)
+			return a.writeJSON(ls) // never null: ListDead returns a non-nil slice
 		}
-		if len(ms) == 0 {
+		if len(ls) == 0 {
 			fmt.Fprintf(a.stdout, "no dead letters\n")
 			return nil
 		}
-		tw := a.table("ID", "CONSUMER", "KIND", "KEY", "ATTEMPTS", "DIED", "LAST ERROR")
-		for _, m := range ms {
-			row(tw, m.ID, m.Consumer, m.Kind, short(m.Key, 40), m.AttemptsStarted, when(m.CompletedAt), short(m.LastError, 60))
+		tw := a.table("SEQ", "ID", "CONSUMER", "KIND", "KEY", "ATTEMPTS", "DIED", "LAST ERROR")
+		for _, l := range ls {
+			row(tw, l.Seq, l.ID, l.Consumer, l.Kind, short(l.Key, 40), l.AttemptsStarted, when(l.DiedAt), short(l.LastError, 60))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		if len(ms) == f.Limit {
-			fmt.Fprintf(a.stderr, "more may follow: add --after %d\n", ms[len(ms)-1].ID)
+		if len(ls) == f.Limit {
+			fmt.Fprintf(a.stderr, "more may follow: add --before %d\n", ls[len(ls)-1].Seq)
 		}
 		return nil
 	},
@@ -394,6 +402,11 @@ var deadShow = &command{
 	name:    "dead show",
 	args:    "ID",
 	summary: "show one stored message (in any state) with every field",
+	details: `
+A dead message's time of death is labelled "died" (its dedup window does not apply: it is kept until
+replayed or discarded); a completed message's is "completed", with the end of its dedup window
+("expires"). With --json: the JSON of inbox.StoredMessage, where a dead message's completed_at is
+when it died.`,
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) != 1 {
 			return usagef("dead show", "dead show needs exactly one message id")
@@ -431,8 +444,12 @@ func printMessage(w io.Writer, m inbox.StoredMessage) error {
 	field("received", when(m.ReceivedAt))
 	field("next run", when(m.NextRunAt))
 	field("started", when(m.StartedAt))
-	field("completed", when(m.CompletedAt))
-	field("expires", when(m.ExpiresAt))
+	if m.State == inbox.StateDead {
+		field("died", when(m.CompletedAt)) // a dead message's completed_at is its death
+	} else {
+		field("completed", when(m.CompletedAt))
+		field("expires", when(m.ExpiresAt))
+	}
 	field("owner", dash(m.Owner))
 	field("lease until", when(m.LeaseUntil))
 	field("token", m.Token)
@@ -546,18 +563,26 @@ func bulkCommand(b bulkSpec) *command {
 			}
 			var done, skipped []int64
 			if d.all {
-				// Page through the matching dead letters, acting on each page.
+				// The dead letters matching now (not those that die meanwhile: CountDead's bound), a
+				// page at a time, newest first as ListDead lists them; each page acted on.
+				n, err := c.CountDead(a.ctx, f)
+				if err != nil {
+					return err
+				}
+				f.Before = n.Before
+				p := a.progress(name, "dead letters")
+				defer p.end()
 				for {
-					ms, err := c.ListDead(a.ctx, f)
+					ls, err := c.ListDead(a.ctx, f)
 					if err != nil {
 						return err
 					}
-					if len(ms) == 0 {
+					if len(ls) == 0 {
 						break
 					}
-					page := make([]int64, len(ms))
-					for i, m := range ms {
-						page[i] = m.ID
+					page := make([]int64, len(ls))
+					for i, l := range ls {
+						page[i] = l.ID
 					}
 					got := page // listed as dead: a dry run would act on each
 					if !dryRun {
@@ -567,8 +592,12 @@ func bulkCommand(b bulkSpec) *command {
 					}
 					done = append(done, got...)
 					skipped = append(skipped, missing(page, got)...)
-					f.AfterID = page[len(page)-1]
+					f.Before = ls[len(ls)-1].Seq
+					p.set(int64(len(done)+len(skipped)), n.Matching, 0, false)
 				}
+				p.end()
+				slices.Sort(done) // reported in id order
+				slices.Sort(skipped)
 			} else {
 				if done, err = act(c, a, ids); err != nil {
 					return err
@@ -634,23 +663,8 @@ be) discarded.`,
 	})
 )
 
-// deadNow returns the ids that are dead now, in the order given.
-func deadNow(c *admin.Admin, a *app, ids []int64) ([]int64, error) {
-	var out []int64
-	for _, id := range ids {
-		m, err := c.GetMessage(a.ctx, id)
-		if errors.Is(err, admin.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if m.State == inbox.StateDead {
-			out = append(out, id)
-		}
-	}
-	return out, nil
-}
+// deadNow returns the ids that are dead now, in increasing order.
+func deadNow(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.DeadAmong(a.ctx, ids...) }
 
 // ---- pending ----
 
@@ -828,12 +842,15 @@ shortening it once, or for dead letters. Pending and processing messages are nev
 				return usagef("discard-older", "--state: %q cannot be discarded by age (use completed, dead, or completed,dead)", s)
 			}
 		}
-		c, pool, err := a.client("discard-older")
+		p := a.progress("discard-older", "messages deleted")
+		defer p.end()
+		c, pool, err := a.clientWith("discard-older", admin.Config{Progress: func(g admin.Progress) { p.set(g.Done, 0, g.Share, false) }})
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
 		n, err := c.DiscardOlder(a.ctx, age, states...)
+		p.end()
 		if err != nil {
 			if n > 0 {
 				fmt.Fprintf(a.stderr, "discarded %d message(s) before the error\n", n)
@@ -878,7 +895,7 @@ never cleaned (see 'dead discard' and 'discard-older --state dead').`,
 		if cleanFlags.batchSize < 1 || cleanFlags.batchSize > retention.MaxCleanBatchSize {
 			return usagef("clean", "--batch-size must be between 1 and %d", retention.MaxCleanBatchSize)
 		}
-		_, pool, err := a.client("clean")
+		c, pool, err := a.client("clean")
 		if err != nil {
 			return err
 		}
@@ -887,7 +904,16 @@ never cleaned (see 'dead discard' and 'discard-older --state dead').`,
 		if err != nil {
 			return err
 		}
+		p := a.progress("clean", "messages deleted")
+		defer p.end()
+		var poll func() (int64, bool)
+		if p.active() {
+			poll = inboxDeletes(a, c)
+		}
+		stop := p.ticking(poll)
 		r, err := cl.Clean(a.ctx, retention.CleanOptions{BatchSize: cleanFlags.batchSize})
+		stop()
+		p.end()
 		if err != nil {
 			if r.Deleted > 0 {
 				fmt.Fprintf(a.stderr, "deleted %d expired message(s) before the error\n", r.Deleted)
@@ -932,7 +958,12 @@ that have touched the inbox.`,
 		if err != nil {
 			return err
 		}
+		p := a.progress("rotate", "")
+		defer p.end()
+		stop := p.ticking(nil) // one statement: only the time elapsed is known
 		r, err := cl.Rotate(a.ctx)
+		stop()
+		p.end()
 		if err != nil {
 			return err
 		}
@@ -950,6 +981,30 @@ that have touched the inbox.`,
 }
 
 var rotateFlags struct{ lockTimeout time.Duration }
+
+// inboxDeletes returns a poll of the rows deleted from the inbox table since it was made, from
+// PostgreSQL's statistics (admin.TableHealth.Deletes, reported by the deleting session about once
+// a second; deletes of other sessions count too): an estimate of clean's progress, which reports
+// nothing until it ends. ok is false when the statistics could not be read.
+func inboxDeletes(a *app, c *admin.Admin) func() (int64, bool) {
+	read := func() (int64, bool) {
+		h, err := c.Health(a.ctx)
+		if err != nil {
+			return 0, false
+		}
+		for _, t := range h.Tables {
+			if t.Table == "inbox" {
+				return t.Deletes, true
+			}
+		}
+		return 0, false
+	}
+	base, ok := read()
+	return func() (int64, bool) {
+		n, ok2 := read()
+		return max(n-base, 0), ok && ok2
+	}
+}
 
 // ---- output ----
 

@@ -9,7 +9,7 @@
 //
 //	migrate up|down|status   apply, roll back (one version) or list (read-only) the schema migrations
 //	stats                    messages per consumer and state; dead row versions, the xmin horizon
-//	dead list                list dead letters (filters: --consumer --kind --error --since --until)
+//	dead list                list dead letters, newest first (filters: --consumer --kind --error --since --until)
 //	dead show ID             show one stored message with every field
 //	dead replay ID...|--all  put dead letters back to pending (same key, attempts reset)
 //	dead discard ID...|--all delete dead letters (--all needs --consumer or --yes; --dry-run)
@@ -21,8 +21,10 @@
 //	ui [--addr HOST:PORT]    serve the operator console (package console); see 'txinbox ui --help'
 //
 // The database comes from --database-url or the DATABASE_URL environment variable; the schema
-// defaults to public. Output is a table by default and JSON with --json (messages and
-// statistics in the JSON form of the inbox package's types). Every command takes --help. Exit status: 0 on success, 1 when the
+// defaults to public. Output is a table by default and JSON with --json (in the JSON form of the
+// admin and inbox packages' types). Long commands (clean, rotate, discard-older, dead replay and
+// dead discard with --all) draw their progress on one line of stderr when stdout and stderr are
+// terminals and --json is not given. Every command takes --help. Exit status: 0 on success, 1 when the
 // command failed (or a given id was not acted on), 2 for a usage error (nothing was written).
 package main
 
@@ -48,7 +50,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv, fileIsTerminal)
 	stop()
 	os.Exit(code)
 }
@@ -83,6 +85,10 @@ type app struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// terminal reports whether an output is a terminal: progress is drawn only when stdout and
+	// stderr both are (and without --json). every is the least time between two draws.
+	terminal func(io.Writer) bool
+	every    time.Duration
 
 	databaseURL string
 	schema      string
@@ -99,8 +105,21 @@ type command struct {
 	run     func(a *app, fs *flag.FlagSet, args []string) error
 }
 
-func run(ctx context.Context, argv []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	a := &app{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv, schema: txinbox.DefaultSchema}
+// run runs the command line argv and returns its exit status; terminal says whether an output is a
+// terminal (fileIsTerminal, or a test's choice).
+func run(ctx context.Context, argv []string, stdout, stderr io.Writer, getenv func(string) string, terminal func(io.Writer) bool) int {
+	return newApp(ctx, stdout, stderr, getenv, terminal).run(argv)
+}
+
+// newApp returns an invocation writing to stdout and stderr.
+func newApp(ctx context.Context, stdout, stderr io.Writer, getenv func(string) string, terminal func(io.Writer) bool) *app {
+	return &app{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv, terminal: terminal, every: progressEvery,
+		schema: txinbox.DefaultSchema}
+}
+
+// run runs the command line argv and returns its exit status.
+func (a *app) run(argv []string) int {
+	stdout, stderr := a.stdout, a.stderr
 	err := a.dispatch(argv)
 	var help errHelp
 	var ue *usageError
@@ -338,6 +357,11 @@ func (a *app) connConfig(cmd string) (*pgx.ConnConfig, error) {
 
 // client connects and returns an admin.Admin of the schema; close the pool when done.
 func (a *app) client(cmd string) (*admin.Admin, *pgxpool.Pool, error) {
+	return a.clientWith(cmd, admin.Config{})
+}
+
+// clientWith is client with the admin.Admin's configuration cfg.
+func (a *app) clientWith(cmd string, cfg admin.Config) (*admin.Admin, *pgxpool.Pool, error) {
 	url, err := a.url(cmd)
 	if err != nil {
 		return nil, nil, err
@@ -358,7 +382,7 @@ func (a *app) client(cmd string) (*admin.Admin, *pgxpool.Pool, error) {
 		pool.Close()
 		return nil, nil, fmt.Errorf("cannot connect to the database: %w", err)
 	}
-	c, err := admin.New(txinbox.Store{DB: pool, Schema: a.schema}, admin.Config{})
+	c, err := admin.New(txinbox.Store{DB: pool, Schema: a.schema}, cfg)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -176,8 +176,10 @@ func seedOn(t *testing.T, db *testdb.DB) (*testdb.DB, map[string]int64) {
 	exec(`DELETE FROM {schema}.inbox_queue WHERE id <> $1`, ids["p1"])
 	exec(`UPDATE {schema}.inbox SET state = 'completed', completed_at = now() - interval '40 days',
 		expires_at = now() + interval '1 day', attempts_started = 1 WHERE id = $1`, ids["c1"])
-	exec(`UPDATE {schema}.inbox SET state = 'dead', completed_at = now(), attempts_started = 10, attempts_failed = 10,
-		last_error = CASE key WHEN 'd2' THEN 'timeout' ELSE 'insufficient funds' END WHERE key LIKE 'd%'`)
+	for _, key := range []string{"d1", "d2", "d3"} { // one statement each: they die in this order
+		exec(`UPDATE {schema}.inbox SET state = 'dead', completed_at = now(), attempts_started = 10, attempts_failed = 10,
+			last_error = CASE key WHEN 'd2' THEN 'timeout' ELSE 'insufficient funds' END WHERE id = $1`, ids[key])
+	}
 	return db, ids
 }
 
@@ -273,16 +275,21 @@ func TestDeadLetters(t *testing.T) {
 	if strings.Count(r.stdout, "\n") != 4 { // header and three dead letters
 		t.Fatalf("list:\n%s", r.stdout)
 	}
-	list := decode[[]inbox.StoredMessage](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--consumer", "ledger", "--error", "funds"))
-	if len(list) != 1 || list[0].ID != ids["d1"] || list[0].State != inbox.StateDead {
+	list := decode[[]admin.DeadLetter](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--consumer", "ledger", "--error", "funds"))
+	if len(list) != 1 || list[0].ID != ids["d1"] || list[0].Seq <= 0 || list[0].LastError != "insufficient funds" || list[0].DiedAt.IsZero() {
 		t.Fatalf("filtered list: %+v", list)
 	}
-	list = decode[[]inbox.StoredMessage](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--limit", "1"))
-	if len(list) != 1 {
-		t.Fatalf("limited list: %+v", list)
+	list = decode[[]admin.DeadLetter](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--limit", "1"))
+	if len(list) != 1 || list[0].ID != ids["d3"] {
+		t.Fatalf("limited list: %+v, want d3 (the newest)", list)
 	}
-	cli(t, url, "dead", "list", "--schema", s, "--limit", "1").want(t, 0, "LAST ERROR", "--after")
-	list = decode[[]inbox.StoredMessage](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--since", "1h", "--kind", "Nope"))
+	cli(t, url, "dead", "list", "--schema", s, "--limit", "1").want(t, 0, "LAST ERROR", fmt.Sprintf("--before %d", list[0].Seq))
+	next := decode[[]admin.DeadLetter](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--limit", "1", "--before", fmt.Sprint(list[0].Seq)))
+	if len(next) != 1 || next[0].ID != ids["d2"] {
+		t.Fatalf("next page: %+v, want d2", next)
+	}
+	cli(t, url, "dead", "list", "--schema", s, "--after", "1").want(t, 2, "", "--before SEQ")
+	list = decode[[]admin.DeadLetter](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--since", "1h", "--kind", "Nope"))
 	if len(list) != 0 {
 		t.Fatalf("list of nothing: %+v", list)
 	}
@@ -311,7 +318,7 @@ func TestDeadLetters(t *testing.T) {
 
 	// discard everything of consumer audit with --all.
 	cli(t, url, "--schema", s, "dead", "discard", "--all", "--consumer", "audit").want(t, 0, "discarded 1 dead letter(s): "+fmt.Sprint(ids["d3"]), "")
-	left := decode[[]inbox.StoredMessage](t, cli(t, url, "dead", "list", "--schema", s, "--json"))
+	left := decode[[]admin.DeadLetter](t, cli(t, url, "dead", "list", "--schema", s, "--json"))
 	if len(left) != 1 || left[0].ID != ids["d2"] {
 		t.Fatalf("dead letters left: %+v", left)
 	}
@@ -357,12 +364,14 @@ func TestDeadDiscardOne(t *testing.T) {
 func TestDeadListUntil(t *testing.T) {
 	t.Parallel()
 	db, ids := seed(t)
-	if _, err := db.Pool.Exec(context.Background(), db.SQL(`UPDATE {schema}.inbox SET completed_at = now() - interval '10 days' WHERE id = $1`), ids["d2"]); err != nil {
+	// d2 died 10 days ago (the time of death is kept when a message dies: the dead-letter set's too).
+	if _, err := db.Pool.Exec(context.Background(), db.SQL(`WITH d AS (UPDATE {schema}.inbox_dead SET died_at = now() - interval '10 days' WHERE id = $1)
+		UPDATE {schema}.inbox SET completed_at = now() - interval '10 days' WHERE id = $1`), ids["d2"]); err != nil {
 		t.Fatal(err)
 	}
 	list := func(args ...string) []int64 {
 		t.Helper()
-		ms := decode[[]inbox.StoredMessage](t, cli(t, db.URL, append([]string{"dead", "list", "--schema", db.Schema, "--json"}, args...)...))
+		ms := decode[[]admin.DeadLetter](t, cli(t, db.URL, append([]string{"dead", "list", "--schema", db.Schema, "--json"}, args...)...))
 		var got []int64
 		for _, m := range ms {
 			got = append(got, m.ID)
@@ -375,14 +384,14 @@ func TestDeadListUntil(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, got, ids)
 		}
 	}
-	all := []int64{ids["d1"], ids["d2"], ids["d3"]}
+	all := []int64{ids["d3"], ids["d2"], ids["d1"]} // newest first
 	want("--until 7d", list("--until", "7d"), ids["d2"])
 	want("--until 240h1m", list("--until", "240h1m")) // d2 died 240h ago, not before 240h1m ago
 	want("--until 1h", list("--until", "1h"), ids["d2"])
 	want("--until RFC 3339", list("--until", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)), all...)
 	want("--until date", list("--until", time.Now().AddDate(0, 0, 2).UTC().Format(time.DateOnly)), all...)
 	want("--until date, long ago", list("--until", "2001-01-01"))
-	want("--since 7d --until 1m", list("--since", "7d", "--until", "1ms"), ids["d1"], ids["d3"])
+	want("--since 7d --until 1m", list("--since", "7d", "--until", "1ms"), ids["d3"], ids["d1"])
 	want("--until 7d --consumer audit", list("--until", "7d", "--consumer", "audit"))
 	cli(t, db.URL, "dead", "list", "--schema", db.Schema, "--until", "next week").want(t, 2, "", "--until")
 	cli(t, db.URL, "dead", "list", "--schema", db.Schema, "--since", "1h", "--until", "7d").want(t, 1, "", "Until")

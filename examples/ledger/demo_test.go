@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox/examples/ledger/internal/demo"
 	"github.com/txinbox/txinbox/examples/ledger/internal/pgenv"
@@ -46,7 +51,7 @@ func TestDemoShort(t *testing.T) {
 func TestDemoOnThrowawayCluster(t *testing.T) {
 	t.Parallel()
 	requireBinaries(t, pgenv.Binaries)
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr syncBuffer // the demo's progress and log lines come from several goroutines
 	code := run(context.Background(), []string{"demo", "--pg", "cluster", "--database-url", "",
 		"--events", "60", "--credits", "10", "--producers", "4", "--workers", "2"}, &stdout, &stderr, testChildCommand)
 	if code != 0 || !strings.Contains(stdout.String(), "ALL INVARIANTS HOLD") {
@@ -98,5 +103,86 @@ func TestMissingBinariesFailInCI(t *testing.T) { // not parallel: t.Setenv
 		if o.failed != (ci == "true") || o.skipped != (ci != "true") {
 			t.Errorf("CI=%q: failed %v, skipped %v; want a failure in CI and a skip elsewhere", ci, o.failed, o.skipped)
 		}
+	}
+}
+
+// `ledger demo` on a server that outlives it ends by naming the schema it leaves and the command that
+// drops it, which works; with --drop it drops the schema itself.
+func TestDemoLeavesItsSchemaOrDropsIt(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	schema := "ledger_demo_" + hex.EncodeToString(b) // the demo creates it (--reset)
+	t.Cleanup(func() { dropSchema(t, url, schema) })
+	args := []string{"demo", "--database-url", url, "--schema", schema,
+		"--events", "60", "--credits", "10", "--producers", "4", "--workers", "2"}
+
+	var stdout, stderr syncBuffer // the demo's progress and log lines come from several goroutines
+	if code := run(context.Background(), args, &stdout, &stderr, testChildCommand); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	_, left, ok := strings.Cut(stdout.String(), "Left: schema "+schema+" on ")
+	_, cmd, ok2 := strings.Cut(left, "To drop it:\n  ")
+	cmd, _, ok3 := strings.Cut(cmd, "\n")
+	if !ok || !ok2 || !ok3 || !strings.HasPrefix(cmd, "psql ") {
+		t.Fatalf("the demo does not end with the schema it leaves and a psql command:\n%s", stdout.String())
+	}
+	if !schemaExists(t, url, schema) {
+		t.Fatalf("schema %s is gone, though the demo says it is left", schema)
+	}
+	if _, err := exec.LookPath("psql"); err != nil {
+		t.Fatalf("psql (PostgreSQL's client) is needed to run the printed command: %v", err)
+	}
+	if out, err := exec.Command("bash", "-c", cmd).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, out)
+	}
+	if schemaExists(t, url, schema) {
+		t.Fatalf("schema %s is still there after %s", schema, cmd)
+	}
+
+	stdout, stderr = syncBuffer{}, syncBuffer{}
+	if code := run(context.Background(), append(args, "--drop"), &stdout, &stderr, testChildCommand); code != 0 {
+		t.Fatalf("--drop: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "Dropped schema "+schema+" (--drop).") || schemaExists(t, url, schema) {
+		t.Fatalf("--drop: schema exists %v; stdout:\n%s", schemaExists(t, url, schema), stdout.String())
+	}
+}
+
+// --drop, like --reset, refuses a schema that is not the demo's.
+func TestDemoDropRefusesOtherSchemas(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"demo", "--reset=false", "--drop", "--schema", "public"}, &stdout, &stderr, testChildCommand)
+	if code != 2 || !strings.Contains(stderr.String(), "--drop only drops schemas named ledger_demo*") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+}
+
+func schemaExists(t *testing.T, url, schema string) bool {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var ok bool
+	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func dropSchema(t *testing.T, url, schema string) {
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		t.Error(err)
 	}
 }

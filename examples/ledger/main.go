@@ -11,7 +11,8 @@
 // Every command takes --database-url (default: $DATABASE_URL) and --schema, and migrates the schema on
 // start (txinbox's tables with migrate.Up, then the ledger's own, version table ledger_db_version).
 // The schema defaults to "public" for serve and work, and to "ledger_demo" for demo, which drops and
-// recreates it first (--reset) and keeps it afterwards for inspection. demo needs no database URL: it
+// recreates it first (--reset) and keeps it afterwards for inspection, ending with the command that
+// drops it (or drops it itself with --drop). demo needs no database URL: it
 // finds or starts a server (see package pgenv: 127.0.0.1:5432, else a throwaway cluster from local
 // PostgreSQL binaries, else a Docker container).
 //
@@ -41,6 +42,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
@@ -408,6 +410,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, child
 	fs.Int64Var(&o.Seed, "seed", 0, "random seed (0: random; printed in the summary)")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest the drain may go without a message leaving the queue")
 	fs.BoolVar(&o.Reset, "reset", true, "drop and recreate the schema first (only schemas named ledger_demo*)")
+	drop := fs.Bool("drop", false, "drop the schema at the end instead of keeping it for inspection (only schemas named ledger_demo*)")
 	pgMode := fs.String("pg", envOr("LEDGER_DEMO_PG", "auto"),
 		"how to find PostgreSQL: auto (--database-url/DATABASE_URL, else 127.0.0.1:5432, else a throwaway cluster from local binaries, else Docker), url, local, cluster or container (default: $LEDGER_DEMO_PG or auto)")
 	if err := parse(fs, args); err != nil {
@@ -418,6 +421,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, child
 	}
 	if o.Reset && !strings.HasPrefix(c.schema, "ledger_demo") {
 		fmt.Fprintf(stderr, "ledger demo: refusing to drop schema %q: --reset only drops schemas named ledger_demo*; pass --reset=false to use it as is\n", c.schema)
+		return 2
+	}
+	if *drop && !strings.HasPrefix(c.schema, "ledger_demo") {
+		fmt.Fprintf(stderr, "ledger demo: refusing to drop schema %q: --drop only drops schemas named ledger_demo*\n", c.schema)
 		return 2
 	}
 	mode, err := pgenv.ParseMode(*pgMode)
@@ -456,14 +463,52 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, child
 	rep, err := demo.Run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(stderr, "ledger demo:", err)
+	} else {
+		rep.Print(stdout)
+	}
+	ok := err == nil && rep.OK()
+	if err := leave(srv, c.schema, *drop, stdout); err != nil {
+		fmt.Fprintln(stderr, "ledger demo:", err)
 		return 1
 	}
-	rep.Print(stdout)
-	if !rep.OK() {
+	if !ok {
 		return 1
 	}
 	return 0
 }
+
+// leave drops the demo's schema (drop), or says what the demo leaves on srv and how to drop it.
+func leave(srv *pgenv.Server, schema string, drop bool, w io.Writer) error {
+	if srv.Throwaway {
+		fmt.Fprintf(w, "Left: nothing (schema %s goes with the throwaway server).\n", schema)
+		return nil
+	}
+	sql := "DROP SCHEMA IF EXISTS " + pgx.Identifier{schema}.Sanitize() + " CASCADE"
+	if drop {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, srv.URL)
+		if err != nil {
+			return fmt.Errorf("--drop: %w", err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("--drop: %w", err)
+		}
+		fmt.Fprintf(w, "Dropped schema %s (--drop).\n", schema)
+		return nil
+	}
+	target := shellQuote(srv.URL)
+	if pgenv.HasPassword(srv.URL) {
+		target = `"$DATABASE_URL"` // not printed: the URL holds a password
+	}
+	fmt.Fprintf(w, "Left: schema %s on %s, for inspection. To drop it:\n  psql %s -c %s\n(or run the demo with --drop)\n",
+		schema, srv.Description, target, shellQuote(sql))
+	return nil
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {

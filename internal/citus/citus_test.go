@@ -3,9 +3,10 @@
 // and a check that every statement of the hot paths runs on one shard.
 //
 // Citus is in no package registry of this project's machines, so these tests skip unless
-// TXINBOX_CITUS_URL names a coordinator (with the citus extension in that database):
+// TXINBOX_CITUS_URL names a coordinator (with the citus extension in that database). The run takes
+// longer than go test's default 10-minute timeout; make citus sets the one it needs:
 //
-//	TXINBOX_CITUS_URL='postgres://postgres@127.0.0.1:9700/postgres?sslmode=disable' go test -race ./internal/citus
+//	make citus CITUS_URL='postgres://postgres@127.0.0.1:9700/postgres?sslmode=disable'
 package citus
 
 import (
@@ -17,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -64,14 +66,23 @@ func coordinator(t *testing.T) string {
 	return url
 }
 
-// TestAcceptanceOnCitus runs the acceptance tests of the core packages against the coordinator, with
-// -race when this test has it.
+// TestAcceptanceOnCitus runs the acceptance tests of the core packages against the coordinator, one
+// package after the other, with -race when this test has it. Each package's go test gets the time
+// left before this test's own deadline (-timeout), less a minute, so that a package that runs too
+// long fails with its own report and does not outlive this test.
 func TestAcceptanceOnCitus(t *testing.T) {
 	url := coordinator(t)
 	root := moduleRoot(t)
 	for _, a := range acceptance {
 		t.Run(strings.TrimPrefix(a.pkg, "./"), func(t *testing.T) {
-			args := []string{"test", "-count=1", "-timeout", "40m", "-run", a.run}
+			timeout := 40 * time.Minute
+			if deadline, ok := t.Deadline(); ok {
+				timeout = time.Until(deadline) - time.Minute
+				if timeout < time.Minute {
+					t.Fatalf("%v left before -timeout: too little to run %s (make citus sets the timeout the run needs)", time.Until(deadline).Round(time.Second), a.pkg)
+				}
+			}
+			args := []string{"test", "-count=1", "-timeout", timeout.Round(time.Second).String(), "-run", a.run}
 			if a.skip != "" {
 				args = append(args, "-skip", a.skip)
 			}
@@ -227,6 +238,8 @@ func TestStatementsRouteToOneShard(t *testing.T) {
 			}
 		}
 	}
+	slices.Sort(names)
+	t.Logf("checked %d statements: %s", len(names), strings.Join(names, " "))
 	for _, want := range []string{"ReceiveBatch", "RegisterConsumer", "ClaimBatch", "LockClaims", "FinishBatch", "ReadyNext", "CleanExpiredRange", "Rotate"} {
 		if _, ok := rec.snapshot()[want]; !ok {
 			t.Errorf("%s was never run (recorded: %v)", want, names)
@@ -237,7 +250,8 @@ func TestStatementsRouteToOneShard(t *testing.T) {
 var errFailed = errors.New("failed")
 
 // recorder records the first run of every named statement (sqlc's "-- name: X" line) with its
-// arguments.
+// arguments, whether it is sent alone (pgx.QueryTracer) or in a pipeline (pgx.BatchTracer: the
+// worker's claims go as a pgx.Batch of the statement_timeout bound and the claim).
 type recorder struct {
 	mu   sync.Mutex
 	seen map[string]traced
@@ -250,18 +264,38 @@ type traced struct {
 
 var nameLine = regexp.MustCompile(`^-- name: (\w+)`)
 
-func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if m := nameLine.FindStringSubmatch(d.SQL); m != nil {
+var (
+	_ pgx.QueryTracer = (*recorder)(nil)
+	_ pgx.BatchTracer = (*recorder)(nil)
+)
+
+func (r *recorder) record(sql string, args []any) {
+	if m := nameLine.FindStringSubmatch(sql); m != nil {
 		r.mu.Lock()
 		if _, ok := r.seen[m[1]]; !ok {
-			r.seen[m[1]] = traced{sql: d.SQL, args: d.Args}
+			r.seen[m[1]] = traced{sql: sql, args: args}
 		}
 		r.mu.Unlock()
 	}
+}
+
+func (r *recorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.record(d.SQL, d.Args)
 	return ctx
 }
 
 func (r *recorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *recorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+// TraceBatchQuery is called for each statement of a pipeline as its result is read.
+func (r *recorder) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.record(d.SQL, d.Args)
+}
+
+func (r *recorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 func (r *recorder) snapshot() map[string]traced {
 	r.mu.Lock()

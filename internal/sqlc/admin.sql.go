@@ -120,6 +120,178 @@ func (q *Queries) ConsumerStats(ctx context.Context, db DBTX) ([]ConsumerStatsRo
 	return items, nil
 }
 
+const countDead = `-- name: CountDead :one
+SELECT count(*)::bigint AS matching,
+       coalesce((SELECT max(x.seq) FROM /* TEMPLATE: schema */inbox_dead x), 0)::bigint AS max_seq
+FROM /* TEMPLATE: schema */inbox_dead d
+WHERE ($1::bigint = 0 OR d.seq < $1)
+  AND ($2::text = '' OR d.consumer = $2)
+  AND ($3::text = '' OR d.kind = $3)
+  AND ($4::text = '' OR strpos(lower(d.error), lower($4)) > 0)
+  AND ($5::timestamptz IS NULL OR d.died_at >= $5)
+  AND ($6::timestamptz IS NULL OR d.died_at < $6)
+`
+
+type CountDeadParams struct {
+	BeforeSeq     int64
+	Consumer      string
+	Kind          string
+	ErrorContains string
+	Since         pgtype.Timestamptz
+	Until         pgtype.Timestamptz
+}
+
+type CountDeadRow struct {
+	Matching int64
+	MaxSeq   int64
+}
+
+// Counts the matching dead letters (no paging) and returns the highest seq of all dead letters now
+// (0 when there is none): what bounds an action to the letters counted.
+func (q *Queries) CountDead(ctx context.Context, db DBTX, arg CountDeadParams) (CountDeadRow, error) {
+	row := db.QueryRow(ctx, countDead,
+		arg.BeforeSeq,
+		arg.Consumer,
+		arg.Kind,
+		arg.ErrorContains,
+		arg.Since,
+		arg.Until,
+	)
+	var i CountDeadRow
+	err := row.Scan(&i.Matching, &i.MaxSeq)
+	return i, err
+}
+
+const countUnclaimed = `-- name: CountUnclaimed :one
+SELECT count(*)::bigint AS matching, coalesce(max(q.id), 0)::bigint AS max_id
+FROM /* TEMPLATE: schema */inbox_queue q
+WHERE q.consumer = $1 AND NOT q.claimed
+`
+
+type CountUnclaimedRow struct {
+	Matching int64
+	MaxID    int64
+}
+
+// Counts @consumer's queued messages that no worker holds (pending or waiting for a retry) and returns
+// the highest id among them: what bounds a discard to the messages counted. Reads the ready index.
+func (q *Queries) CountUnclaimed(ctx context.Context, db DBTX, consumer string) (CountUnclaimedRow, error) {
+	row := db.QueryRow(ctx, countUnclaimed, consumer)
+	var i CountUnclaimedRow
+	err := row.Scan(&i.Matching, &i.MaxID)
+	return i, err
+}
+
+const deadAmong = `-- name: DeadAmong :many
+SELECT d.id FROM /* TEMPLATE: schema */inbox_dead d WHERE d.id = ANY($1::bigint[]) ORDER BY d.id
+`
+
+// Which of @ids are dead letters now, in id order.
+func (q *Queries) DeadAmong(ctx context.Context, db DBTX, ids []int64) ([]int64, error) {
+	rows, err := db.Query(ctx, deadAmong, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const deadCounts = `-- name: DeadCounts :many
+SELECT d.consumer, count(*)::bigint AS dead
+FROM /* TEMPLATE: schema */inbox_dead d
+GROUP BY d.consumer
+ORDER BY d.consumer
+`
+
+type DeadCountsRow struct {
+	Consumer string
+	Dead     int64
+}
+
+// Counts the dead letters per consumer (exact: the dead-letter set).
+func (q *Queries) DeadCounts(ctx context.Context, db DBTX) ([]DeadCountsRow, error) {
+	rows, err := db.Query(ctx, deadCounts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DeadCountsRow
+	for rows.Next() {
+		var i DeadCountsRow
+		if err := rows.Scan(&i.Consumer, &i.Dead); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const deadIDs = `-- name: DeadIDs :many
+SELECT d.id
+FROM /* TEMPLATE: schema */inbox_dead d
+WHERE ($1::bigint = 0 OR d.seq < $1)
+  AND ($2::text = '' OR d.consumer = $2)
+  AND ($3::text = '' OR d.kind = $3)
+  AND ($4::text = '' OR strpos(lower(d.error), lower($4)) > 0)
+  AND ($5::timestamptz IS NULL OR d.died_at >= $5)
+  AND ($6::timestamptz IS NULL OR d.died_at < $6)
+ORDER BY d.id
+LIMIT $7
+`
+
+type DeadIDsParams struct {
+	BeforeSeq     int64
+	Consumer      string
+	Kind          string
+	ErrorContains string
+	Since         pgtype.Timestamptz
+	Until         pgtype.Timestamptz
+	MaxRows       int32
+}
+
+// The ids of the matching dead letters, in id order, at most @max_rows.
+func (q *Queries) DeadIDs(ctx context.Context, db DBTX, arg DeadIDsParams) ([]int64, error) {
+	rows, err := db.Query(ctx, deadIDs,
+		arg.BeforeSeq,
+		arg.Consumer,
+		arg.Kind,
+		arg.ErrorContains,
+		arg.Since,
+		arg.Until,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const discardDead = `-- name: DiscardDead :many
 WITH deleted AS (
     DELETE FROM /* TEMPLATE: schema */inbox m
@@ -372,20 +544,26 @@ func (q *Queries) GetMessage(ctx context.Context, db DBTX, id int64) (GetMessage
 }
 
 const listDead = `-- name: ListDead :many
-SELECT id, consumer, key, kind, payload, raw, headers, fingerprint, ordering_key, state, attempts_started, attempts_failed, next_run_at, owner, lease_until, token, last_error, received_at, started_at, completed_at, expires_at, result, slot
-FROM /* TEMPLATE: schema */inbox
-WHERE state = 'dead' AND id > $1
-  AND ($2::text = '' OR consumer = $2)
-  AND ($3::text = '' OR kind = $3)
-  AND ($4::text = '' OR strpos(coalesce(last_error, ''), $4) > 0)
-  AND ($5::timestamptz IS NULL OR completed_at >= $5)
-  AND ($6::timestamptz IS NULL OR completed_at < $6)
-ORDER BY id
-LIMIT $7
+SELECT d.seq, d.died_at, m.id, m.consumer, m.key, m.kind, m.attempts_started, m.attempts_failed,
+       (m.raw IS NOT NULL)::boolean AS undecodable, coalesce(m.last_error, '')::text AS last_error
+FROM (
+    SELECT d.seq, d.id, d.consumer, d.died_at
+    FROM /* TEMPLATE: schema */inbox_dead d
+    WHERE ($1::bigint = 0 OR d.seq < $1)
+      AND ($2::text = '' OR d.consumer = $2)
+      AND ($3::text = '' OR d.kind = $3)
+      AND ($4::text = '' OR strpos(lower(d.error), lower($4)) > 0)
+      AND ($5::timestamptz IS NULL OR d.died_at >= $5)
+      AND ($6::timestamptz IS NULL OR d.died_at < $6)
+    ORDER BY d.seq DESC
+    LIMIT $7
+) d
+JOIN /* TEMPLATE: schema */inbox m ON m.id = d.id AND m.consumer = d.consumer
+ORDER BY d.seq DESC
 `
 
 type ListDeadParams struct {
-	AfterID       int64
+	BeforeSeq     int64
 	Consumer      string
 	Kind          string
 	ErrorContains string
@@ -394,11 +572,30 @@ type ListDeadParams struct {
 	MaxRows       int32
 }
 
-// Lists dead messages in id order after @after_id, filtered by the non-empty filters: consumer, kind,
-// a substring of the last error, and the time the message died (completed_at) within since and until.
-func (q *Queries) ListDead(ctx context.Context, db DBTX, arg ListDeadParams) ([]Inbox, error) {
+type ListDeadRow struct {
+	Seq             int64
+	DiedAt          pgtype.Timestamptz
+	ID              int64
+	Consumer        string
+	Key             string
+	Kind            string
+	AttemptsStarted int32
+	AttemptsFailed  int32
+	Undecodable     bool
+	LastError       string
+}
+
+// Lists the matching dead letters newest first (seq descending), at most @max_rows. ListDead,
+// CountDead and DeadIDs are package admin's one reading of dead letters, for the CLI and the console
+// alike, with the same filters: @consumer and @kind exact, @error_contains a substring of the last
+// error in any case (strpos of lower() of both: no wildcard), the time of death (died_at) at or
+// after since and before until, and seq below @before_seq when it is not 0; an empty filter does not
+// filter. The filters read the dead-letter set (inbox_dead, migration 00003: one row per dead
+// message, kept by triggers; seq orders them by when they died), never the inbox table; the inbox
+// rows of a page are then read by primary key.
+func (q *Queries) ListDead(ctx context.Context, db DBTX, arg ListDeadParams) ([]ListDeadRow, error) {
 	rows, err := db.Query(ctx, listDead,
-		arg.AfterID,
+		arg.BeforeSeq,
 		arg.Consumer,
 		arg.Kind,
 		arg.ErrorContains,
@@ -410,33 +607,20 @@ func (q *Queries) ListDead(ctx context.Context, db DBTX, arg ListDeadParams) ([]
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Inbox
+	var items []ListDeadRow
 	for rows.Next() {
-		var i Inbox
+		var i ListDeadRow
 		if err := rows.Scan(
+			&i.Seq,
+			&i.DiedAt,
 			&i.ID,
 			&i.Consumer,
 			&i.Key,
 			&i.Kind,
-			&i.Payload,
-			&i.Raw,
-			&i.Headers,
-			&i.Fingerprint,
-			&i.OrderingKey,
-			&i.State,
 			&i.AttemptsStarted,
 			&i.AttemptsFailed,
-			&i.NextRunAt,
-			&i.Owner,
-			&i.LeaseUntil,
-			&i.Token,
+			&i.Undecodable,
 			&i.LastError,
-			&i.ReceivedAt,
-			&i.StartedAt,
-			&i.CompletedAt,
-			&i.ExpiresAt,
-			&i.Result,
-			&i.Slot,
 		); err != nil {
 			return nil, err
 		}
@@ -460,6 +644,21 @@ func (q *Queries) MaxMessageID(ctx context.Context, db DBTX) (int64, error) {
 	return max_id, err
 }
 
+const messageIDByKey = `-- name: MessageIDByKey :one
+SELECT m.id FROM /* TEMPLATE: schema */inbox m WHERE m.consumer = $1 AND m.key = $2
+ORDER BY coalesce(m.state = 'completed' AND m.expires_at < now(), false), m.id DESC
+LIMIT 1
+`
+
+// The id of the message stored under (@consumer, @key): the live one when the key also has an expired
+// row in an older generation (00006), else the newest.
+func (q *Queries) MessageIDByKey(ctx context.Context, db DBTX, consumer string, key string) (int64, error) {
+	row := db.QueryRow(ctx, messageIDByKey, consumer, key)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
 const nextConsumer = `-- name: NextConsumer :one
 SELECT coalesce(min(m.consumer), '')::text AS consumer FROM /* TEMPLATE: schema */inbox m WHERE m.consumer > $1
 `
@@ -473,6 +672,41 @@ func (q *Queries) NextConsumer(ctx context.Context, db DBTX, after string) (stri
 	var consumer string
 	err := row.Scan(&consumer)
 	return consumer, err
+}
+
+const overviewConsumers = `-- name: OverviewConsumers :many
+WITH RECURSIVE c AS (
+    SELECT min(i.consumer) AS consumer FROM /* TEMPLATE: schema */inbox i
+    UNION ALL
+    SELECT (SELECT min(n.consumer) FROM /* TEMPLATE: schema */inbox n WHERE n.consumer > c.consumer)
+    FROM c
+    WHERE c.consumer IS NOT NULL
+)
+SELECT c.consumer::text AS consumer FROM c WHERE c.consumer IS NOT NULL LIMIT $1::int
+`
+
+// Lists the consumers that have stored messages, in order, at most @max_rows: a loose index scan of
+// the unique key (consumer, key), one index descent per consumer, however many rows each has.
+// OverviewConsumers, QueueCounts, DeadCounts and RollupMinutes are Admin.Overview's reads: none of
+// them scans the inbox table (plans and times at 10M retained rows: README, "Console").
+func (q *Queries) OverviewConsumers(ctx context.Context, db DBTX, maxRows int32) ([]string, error) {
+	rows, err := db.Query(ctx, overviewConsumers, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var consumer string
+		if err := rows.Scan(&consumer); err != nil {
+			return nil, err
+		}
+		items = append(items, consumer)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const previewDiscardPending = `-- name: PreviewDiscardPending :many
@@ -528,6 +762,55 @@ func (q *Queries) PreviewDiscardPending(ctx context.Context, db DBTX, arg Previe
 	return items, nil
 }
 
+const queueCounts = `-- name: QueueCounts :many
+SELECT q.consumer,
+       count(*) FILTER (WHERE NOT q.claimed AND q.token = 0)::bigint AS pending,
+       count(*) FILTER (WHERE NOT q.claimed AND q.token > 0)::bigint AS retrying,
+       count(*) FILTER (WHERE q.claimed)::bigint AS claimed,
+       coalesce(extract(epoch FROM now() - min(q.run_at) FILTER (WHERE NOT q.claimed AND q.run_at <= now())), 0)::float8 AS oldest_due_seconds
+FROM /* TEMPLATE: schema */inbox_queue q
+GROUP BY q.consumer
+ORDER BY q.consumer
+`
+
+type QueueCountsRow struct {
+	Consumer         string
+	Pending          int64
+	Retrying         int64
+	Claimed          int64
+	OldestDueSeconds float64
+}
+
+// Counts the queued messages per consumer from the queue alone: pending (waiting, never claimed),
+// retrying (waiting, claimed before: failed, handed back by a stopping pool, or replayed; the queue
+// row's fencing token is above 0 once a message has been claimed), claimed (held by a worker), and
+// the wait of the oldest due waiting message (seconds).
+func (q *Queries) QueueCounts(ctx context.Context, db DBTX) ([]QueueCountsRow, error) {
+	rows, err := db.Query(ctx, queueCounts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []QueueCountsRow
+	for rows.Next() {
+		var i QueueCountsRow
+		if err := rows.Scan(
+			&i.Consumer,
+			&i.Pending,
+			&i.Retrying,
+			&i.Claimed,
+			&i.OldestDueSeconds,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const replayDead = `-- name: ReplayDead :many
 WITH replayed AS (
     UPDATE /* TEMPLATE: schema */inbox m
@@ -573,6 +856,41 @@ func (q *Queries) ReplayDead(ctx context.Context, db DBTX, ids []int64, notifyCh
 	return items, nil
 }
 
+const rollupMinutes = `-- name: RollupMinutes :many
+SELECT r.consumer, r.minute, r.completed, r.failed, r.dead
+FROM /* TEMPLATE: schema */inbox_rollup r
+WHERE r.minute > date_trunc('minute', now()) - $1::int * interval '1 minute'
+ORDER BY r.consumer, r.minute
+`
+
+// The per-minute counts of finished attempts (inbox_rollup) of the last window_minutes minutes (the
+// current one included), per consumer, oldest first.
+func (q *Queries) RollupMinutes(ctx context.Context, db DBTX, windowMinutes int32) ([]InboxRollup, error) {
+	rows, err := db.Query(ctx, rollupMinutes, windowMinutes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []InboxRollup
+	for rows.Next() {
+		var i InboxRollup
+		if err := rows.Scan(
+			&i.Consumer,
+			&i.Minute,
+			&i.Completed,
+			&i.Failed,
+			&i.Dead,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const rotate = `-- name: Rotate :one
 SELECT r.rotated::boolean AS rotated, r.generation::bigint AS generation, r.copied::bigint AS copied,
        r.busy::boolean AS busy
@@ -611,4 +929,40 @@ func (q *Queries) TryCleanerLock(ctx context.Context, db DBTX, lockKey int64) (b
 	var locked bool
 	err := row.Scan(&locked)
 	return locked, err
+}
+
+const unclaimedIDs = `-- name: UnclaimedIDs :many
+SELECT q.id
+FROM /* TEMPLATE: schema */inbox_queue q
+WHERE q.consumer = $1 AND NOT q.claimed AND q.id <= $2
+ORDER BY q.id
+LIMIT $3
+`
+
+type UnclaimedIDsParams struct {
+	Consumer string
+	MaxID    int64
+	MaxRows  int32
+}
+
+// The ids of @consumer's queued messages that no worker holds, up to @max_id, in id order, at most
+// @max_rows.
+func (q *Queries) UnclaimedIDs(ctx context.Context, db DBTX, arg UnclaimedIDsParams) ([]int64, error) {
+	rows, err := db.Query(ctx, unclaimedIDs, arg.Consumer, arg.MaxID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

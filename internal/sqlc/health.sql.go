@@ -30,6 +30,7 @@ SELECT coalesce(p.relname, s.relname)::text AS table_name,
        coalesce(sum(s.n_dead_tup), 0)::bigint AS dead_rows,
        coalesce(sum(s.n_tup_upd), 0)::bigint AS updates,
        coalesce(sum(s.n_tup_hot_upd), 0)::bigint AS hot_updates,
+       coalesce(sum(s.n_tup_del), 0)::bigint AS deletes,
        max(s.last_vacuum)::timestamptz AS last_vacuum,
        max(s.last_autovacuum)::timestamptz AS last_autovacuum,
        coalesce(sum(s.vacuum_count), 0)::bigint AS vacuums,
@@ -49,6 +50,7 @@ type TableHealthRow struct {
 	DeadRows       int64
 	Updates        int64
 	HotUpdates     int64
+	Deletes        int64
 	LastVacuum     pgtype.Timestamptz
 	LastAutovacuum pgtype.Timestamptz
 	Vacuums        int64
@@ -58,9 +60,9 @@ type TableHealthRow struct {
 
 // What keeps the txinbox tables clean: PostgreSQL's statistics of the tables (dead row versions,
 // vacuums) and what holds back the xmin horizon (the oldest snapshot still open, below which vacuum
-// may remove nothing). Read by admin.Health, metrics.HealthCollector, the worker pools' health
-// warning and the console's overview. Every statement reads statistics views only (pg_catalog): its
-// cost does not grow with the tables. The views are named with their schema, pg_catalog, which is
+// may remove nothing). Read through internal/pgstats by admin.Health (which the console and the CLI
+// render), metrics.HealthCollector and the pools' health warnings. Every statement reads statistics
+// views only (pg_catalog): its cost does not grow with the tables. The views are named with their schema, pg_catalog, which is
 // how sqlc's catalog knows them.
 // The statistics of the tables of schema @schema_name named in @table_names that exist, in name
 // order. The figures are PostgreSQL's cumulative statistics: estimates, reset by pg_stat_reset and
@@ -81,6 +83,7 @@ func (q *Queries) TableHealth(ctx context.Context, db DBTX, schemaName string, t
 			&i.DeadRows,
 			&i.Updates,
 			&i.HotUpdates,
+			&i.Deletes,
 			&i.LastVacuum,
 			&i.LastAutovacuum,
 			&i.Vacuums,

@@ -84,6 +84,35 @@ type InboxGen struct {
 	Gen      int64
 }
 
+// txinbox: the lease of the schema's maintainer (package maintain); term counts its elections
+type InboxLeader struct {
+	Name      string
+	Owner     string
+	Term      int64
+	ElectedAt pgtype.Timestamptz
+	RenewedAt pgtype.Timestamptz
+	ExpiresAt pgtype.Timestamptz
+}
+
+// txinbox: the last run of each maintenance job: its period (the start of a slot of its interval), the maintainer (owner, term) that ran it and its end
+type InboxMaintenance struct {
+	Job        string
+	Period     pgtype.Timestamptz
+	Owner      string
+	Term       int64
+	StartedAt  pgtype.Timestamptz
+	FinishedAt pgtype.Timestamptz
+	Error      pgtype.Text
+}
+
+// txinbox: the worker pools running, by consumer and owner; seen_at is renewed every 15 s
+type InboxPool struct {
+	Consumer  string
+	Owner     string
+	StartedAt pgtype.Timestamptz
+	SeenAt    pgtype.Timestamptz
+}
+
 // txinbox: messages that still need work; claimed here with SKIP LOCKED
 type InboxQueue struct {
 	ID          int64
@@ -116,13 +145,22 @@ type InboxRing struct {
 	RotatedAt pgtype.Timestamptz
 }
 
-// txinbox: finished attempts per consumer and minute (completed, failed, of which dead), added by worker pools; approximate (a crashed pool loses its last seconds)
+// txinbox: finished attempts per consumer and minute (completed, failed, of which dead), folded from inbox_rollup_batch by the maintainer: exact once folded
 type InboxRollup struct {
 	Consumer  string
 	Minute    pgtype.Timestamptz
 	Completed int64
 	Failed    int64
 	Dead      int64
+}
+
+// txinbox: finished attempts of one batch (completed, failed, of which dead), appended by its finish in its transaction; folded into inbox_rollup by the maintainer
+type InboxRollupBatch struct {
+	Consumer  string
+	Minute    pgtype.Timestamptz
+	Completed int32
+	Failed    int32
+	Dead      int32
 }
 
 // txinbox: one row per received message (dedup record, state, result)
@@ -222,4 +260,145 @@ type InboxS2 struct {
 	Result    []byte
 	// generation % 3: the partition; a rotation copies survivors of a retired slot into the new one
 	Slot int16
+}
+
+// txinbox: one row per published event (what, and its outcome), in the slot of its generation
+type Outbox struct {
+	// generation % 3: the partition; a rotation copies the survivors of a retired slot into the new one
+	Slot int16
+	ID   int64
+	// the event's public id: its idempotency key downstream
+	EventID pgtype.UUID
+	Topic   string
+	// ordering key: a key's events are published one at a time, in id order; NULL: none
+	Key pgtype.Text
+	// the JSON payload, byte for byte as published
+	Payload string
+	Headers []byte
+	// pending (queued, claimed or retrying), sent, or dead; outbox_queue holds the claim
+	State string
+	// attempts claimed, as of the last finished attempt (outbox_queue.attempts_started while queued)
+	AttemptsStarted int32
+	AttemptsFailed  int32
+	// fencing token of the last finished claim (outbox_queue.token while queued)
+	Token     int64
+	LastError pgtype.Text
+	// not-before time, then the time of the next retry
+	NextRunAt pgtype.Timestamptz
+	// start of the publishing transaction
+	CreatedAt pgtype.Timestamptz
+	StartedAt pgtype.Timestamptz
+	// when the event was sent or became dead
+	FinishedAt pgtype.Timestamptz
+}
+
+// txinbox: events neither sent nor dead; relays claim here with SKIP LOCKED
+type OutboxQueue struct {
+	ID  int64
+	Key pgtype.Text
+	// earliest claim time: not-before, backoff or snooze when unclaimed, lease expiry when claimed
+	RunAt   pgtype.Timestamptz
+	Claimed bool
+	// made ready when the previous event of its key left the queue: a claim never snoozes it
+	Ready bool
+	// fencing token, incremented by every claim
+	Token int64
+	// attempts claimed so far, counted by the claim
+	AttemptsStarted int32
+	// the relay holding the claim; NULL when unclaimed
+	Owner     pgtype.Text
+	StartedAt pgtype.Timestamptz
+}
+
+// txinbox: the current generation of outbox (one row) and when it began
+type OutboxRing struct {
+	Gen       int64
+	RotatedAt pgtype.Timestamptz
+}
+
+type OutboxS0 struct {
+	// generation % 3: the partition; a rotation copies the survivors of a retired slot into the new one
+	Slot int16
+	ID   int64
+	// the event's public id: its idempotency key downstream
+	EventID pgtype.UUID
+	Topic   string
+	// ordering key: a key's events are published one at a time, in id order; NULL: none
+	Key pgtype.Text
+	// the JSON payload, byte for byte as published
+	Payload string
+	Headers []byte
+	// pending (queued, claimed or retrying), sent, or dead; outbox_queue holds the claim
+	State string
+	// attempts claimed, as of the last finished attempt (outbox_queue.attempts_started while queued)
+	AttemptsStarted int32
+	AttemptsFailed  int32
+	// fencing token of the last finished claim (outbox_queue.token while queued)
+	Token     int64
+	LastError pgtype.Text
+	// not-before time, then the time of the next retry
+	NextRunAt pgtype.Timestamptz
+	// start of the publishing transaction
+	CreatedAt pgtype.Timestamptz
+	StartedAt pgtype.Timestamptz
+	// when the event was sent or became dead
+	FinishedAt pgtype.Timestamptz
+}
+
+type OutboxS1 struct {
+	// generation % 3: the partition; a rotation copies the survivors of a retired slot into the new one
+	Slot int16
+	ID   int64
+	// the event's public id: its idempotency key downstream
+	EventID pgtype.UUID
+	Topic   string
+	// ordering key: a key's events are published one at a time, in id order; NULL: none
+	Key pgtype.Text
+	// the JSON payload, byte for byte as published
+	Payload string
+	Headers []byte
+	// pending (queued, claimed or retrying), sent, or dead; outbox_queue holds the claim
+	State string
+	// attempts claimed, as of the last finished attempt (outbox_queue.attempts_started while queued)
+	AttemptsStarted int32
+	AttemptsFailed  int32
+	// fencing token of the last finished claim (outbox_queue.token while queued)
+	Token     int64
+	LastError pgtype.Text
+	// not-before time, then the time of the next retry
+	NextRunAt pgtype.Timestamptz
+	// start of the publishing transaction
+	CreatedAt pgtype.Timestamptz
+	StartedAt pgtype.Timestamptz
+	// when the event was sent or became dead
+	FinishedAt pgtype.Timestamptz
+}
+
+type OutboxS2 struct {
+	// generation % 3: the partition; a rotation copies the survivors of a retired slot into the new one
+	Slot int16
+	ID   int64
+	// the event's public id: its idempotency key downstream
+	EventID pgtype.UUID
+	Topic   string
+	// ordering key: a key's events are published one at a time, in id order; NULL: none
+	Key pgtype.Text
+	// the JSON payload, byte for byte as published
+	Payload string
+	Headers []byte
+	// pending (queued, claimed or retrying), sent, or dead; outbox_queue holds the claim
+	State string
+	// attempts claimed, as of the last finished attempt (outbox_queue.attempts_started while queued)
+	AttemptsStarted int32
+	AttemptsFailed  int32
+	// fencing token of the last finished claim (outbox_queue.token while queued)
+	Token     int64
+	LastError pgtype.Text
+	// not-before time, then the time of the next retry
+	NextRunAt pgtype.Timestamptz
+	// start of the publishing transaction
+	CreatedAt pgtype.Timestamptz
+	StartedAt pgtype.Timestamptz
+	// when the event was sent or became dead
+	FinishedAt pgtype.Timestamptz
 }

@@ -7,7 +7,9 @@
 //     under /usr/lib/postgresql/*/bin and the other usual places), in a temporary directory, on a
 //     free port, stopped and removed by Close. initdb refuses to run as root, so as root the cluster
 //     runs as the postgres user (runuser -u postgres);
-//  4. a PostgreSQL container (testcontainers-go), when Docker is available, removed by Close;
+//  4. a PostgreSQL container, when Docker is available, removed by Close: started by txinbox-testpg,
+//     the command of the txinboxtest module (testcontainers-go), run with go run in that module, so
+//     that the demo's own build needs no Docker client and fetches none;
 //  5. otherwise it fails with one message saying what to install.
 //
 // The other modes force one of these ways (the tests use Cluster to exercise the throwaway cluster).
@@ -31,9 +33,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/testcontainers/testcontainers-go"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
-	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/txinbox/txinbox/internal/testdb"
 )
 
 // Mode selects how Open finds a server.
@@ -86,8 +87,11 @@ type Server struct {
 	// Description says which server it is, for humans.
 	Description string
 	// Dir is the data directory's parent of a throwaway cluster ("" otherwise).
-	Dir   string
-	close func() error
+	Dir string
+	// Throwaway is true for a throwaway cluster or a container, which Close removes with everything in
+	// it; false for a given URL or the local server, which outlive the demo.
+	Throwaway bool
+	close     func() error
 }
 
 // Close stops and removes a throwaway cluster or container; it does nothing for other servers.
@@ -178,6 +182,9 @@ var passwordRE = regexp.MustCompile(`(://[^:/@]*:)[^@]*@`)
 
 // redact hides the password of a URL.
 func redact(url string) string { return passwordRE.ReplaceAllString(url, "${1}xxxxx@") }
+
+// HasPassword reports whether url holds a password (postgres://user:password@...).
+func HasPassword(url string) bool { return redact(url) != url }
 
 // Binaries returns the directory holding initdb and pg_ctl: the one on PATH, or the newest of the usual
 // installation directories.
@@ -310,7 +317,7 @@ func StartCluster(ctx context.Context, logf func(format string, args ...any)) (*
 	if out, err := exec.Command(filepath.Join(bin, "pg_ctl"), "--version").Output(); err == nil {
 		version = "PostgreSQL " + versionRE.FindString(string(out)) // "pg_ctl (PostgreSQL) 15.20 (Debian ...)"
 	}
-	return &Server{URL: url, Dir: dir, close: stop,
+	return &Server{URL: url, Dir: dir, Throwaway: true, close: stop,
 		Description: fmt.Sprintf("throwaway cluster on 127.0.0.1:%d (%s, data in %s, removed at exit)", port, version, dir)}, nil
 }
 
@@ -331,35 +338,21 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func startContainer(ctx context.Context, logf func(format string, args ...any)) (s *Server, err error) {
-	defer func() {
-		if r := recover(); r != nil { // testcontainers panics when it finds no Docker
-			err = fmt.Errorf("%v", r)
-		}
-	}()
-	provider, err := testcontainers.NewDockerProvider()
+// startContainer starts a PostgreSQL container with txinbox-testpg (testdb.DefaultLauncher: go run in
+// the repository's txinboxtest module; the first run downloads and builds it). Close closes the
+// command's standard input, which removes the container.
+func startContainer(ctx context.Context, logf func(format string, args ...any)) (*Server, error) {
+	if err := testdb.DockerAvailable(); err != nil {
+		return nil, err
+	}
+	l, err := testdb.DefaultLauncher()
 	if err != nil {
 		return nil, err
 	}
-	defer provider.Close()
-	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := provider.Health(hctx); err != nil {
-		return nil, err
-	}
-	logf("starting a PostgreSQL container (postgres:15-alpine)")
-	c, err := tcpostgres.Run(ctx, "postgres:15-alpine",
-		tcpostgres.WithDatabase("postgres"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
-		testcontainers.WithWaitStrategy(wait.ForLog("database system is ready to accept connections").
-			WithOccurrence(2).WithStartupTimeout(2*time.Minute)))
+	logf("starting a PostgreSQL container (%s in %s)", strings.Join(l.Command, " "), l.Dir)
+	p, err := l.Start(ctx)
 	if err != nil {
 		return nil, err
 	}
-	url, err := c.ConnectionString(ctx, "sslmode=disable")
-	if err != nil {
-		_ = c.Terminate(context.Background())
-		return nil, err
-	}
-	return &Server{URL: url, Description: "container postgres:15-alpine (removed at exit)",
-		close: func() error { return c.Terminate(context.Background()) }}, nil
+	return &Server{URL: p.URL, Description: "container postgres:15-alpine (txinbox-testpg, removed at exit)", Throwaway: true, close: p.Stop}, nil
 }

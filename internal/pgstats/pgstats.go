@@ -1,7 +1,9 @@
-// Package health reads what keeps the txinbox tables clean (queries/health.sql): PostgreSQL's
+// Package pgstats reads what keeps the txinbox tables clean (queries/health.sql): PostgreSQL's
 // statistics of the tables and what holds back the xmin horizon. It is shared by admin.Health (whose
-// public types mirror these), metrics.HealthCollector, the worker pools' warning and the console.
-package health
+// public types mirror these; the console renders admin.Health), metrics.HealthCollector and the
+// pools' health warnings. Its import path names neither "health" nor "vacuum", so that package
+// worker's dependencies name no such package.
+package pgstats
 
 import (
 	"context"
@@ -25,6 +27,7 @@ type Table struct {
 	DeadRows       int64
 	Updates        int64
 	HOTUpdates     int64
+	Deletes        int64
 	LastVacuum     time.Time
 	LastAutovacuum time.Time
 	Vacuums        int64
@@ -67,7 +70,7 @@ func ReadTables(ctx context.Context, db sqlc.DBTX, schema string) ([]Table, erro
 	for i, r := range rows {
 		out[i] = Table{
 			Name: r.TableName, LiveRows: r.LiveRows, DeadRows: r.DeadRows, Updates: r.Updates,
-			HOTUpdates: r.HotUpdates, LastVacuum: ts(r.LastVacuum), LastAutovacuum: ts(r.LastAutovacuum),
+			HOTUpdates: r.HotUpdates, Deletes: r.Deletes, LastVacuum: ts(r.LastVacuum), LastAutovacuum: ts(r.LastAutovacuum),
 			Vacuums: r.Vacuums, Autovacuums: r.Autovacuums, Bytes: r.TotalBytes,
 		}
 	}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/console"
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/testdb"
+)
+
+// dead show labels a dead message's time as its death, and a completed message's as its completion.
+func TestDeadShowLabelsDeath(t *testing.T) {
+	t.Parallel()
+	db, ids := seed(t)
+	r := cli(t, db.URL, "--schema", db.Schema, "dead", "show", fmt.Sprint(ids["d1"]))
+	r.want(t, 0, "died:", "")
+	if strings.Contains(r.stdout, "completed:") || strings.Contains(r.stdout, "expires:") {
+		t.Fatalf("dead show of a dead message labels its death as a completion:\n%s", r.stdout)
+	}
+	r = cli(t, db.URL, "--schema", db.Schema, "dead", "show", fmt.Sprint(ids["c1"]))
+	r.want(t, 0, "completed:", "")
+	if strings.Contains(r.stdout, "died:") || !strings.Contains(r.stdout, "expires:") {
+		t.Fatalf("dead show of a completed message:\n%s", r.stdout)
+	}
+}
+
+var (
+	rowIDRE  = regexp.MustCompile(`<tr data-id="(\d+)">`)
+	olderRE  = regexp.MustCompile(`<a id="older" href="[^"]*[?&;]before=(\d+)">`)
+	matchRE  = regexp.MustCompile(`<strong id="match-count">(\d+)</strong>`)
+	pageSize = console.DeadPageSize
+)
+
+// consolePages returns the ids of every page of the console's dead letters for the filter q, in the
+// order shown, and the count of matching letters it states.
+func consolePages(t *testing.T, srv string, q url.Values) (pages [][]int64, matching int64) {
+	t.Helper()
+	before := ""
+	for {
+		v := url.Values{}
+		for k, x := range q {
+			v[k] = x
+		}
+		if before != "" {
+			v.Set("before", before)
+		}
+		resp, err := http.Get(srv + "/dead?" + v.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		body := string(b)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /dead?%s: %d\n%s", v.Encode(), resp.StatusCode, body)
+		}
+		var page []int64
+		for _, m := range rowIDRE.FindAllStringSubmatch(body, -1) {
+			id, _ := strconv.ParseInt(m[1], 10, 64)
+			page = append(page, id)
+		}
+		if m := matchRE.FindStringSubmatch(body); m != nil {
+			matching, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+		if len(page) > 0 || len(pages) == 0 {
+			pages = append(pages, page)
+		}
+		m := olderRE.FindStringSubmatch(body)
+		if m == nil {
+			return pages, matching
+		}
+		before = m[1]
+	}
+}
+
+// cliPages returns the ids of every page of `txinbox dead list --json` for the filter args, a page of
+// the console's size at a time, following --before.
+func cliPages(t *testing.T, db *testdb.DB, args ...string) [][]int64 {
+	t.Helper()
+	var pages [][]int64
+	var before int64
+	for {
+		a := append([]string{"--schema", db.Schema, "dead", "list", "--json", "--limit", fmt.Sprint(pageSize)}, args...)
+		if before != 0 {
+			a = append(a, "--before", fmt.Sprint(before))
+		}
+		ls := decode[[]admin.DeadLetter](t, cli(t, db.URL, a...))
+		page := make([]int64, len(ls))
+		for i, l := range ls {
+			page[i] = l.ID
+		}
+		if len(page) > 0 || len(pages) == 0 {
+			pages = append(pages, page)
+		}
+		if len(ls) < pageSize {
+			return pages
+		}
+		before = ls[len(ls)-1].Seq
+	}
+}
+
+// The CLI's dead list and the console's dead letters are one answer: for the same filter (consumer,
+// kind, error text in another case than stored, a time window, combinations) they list the same
+// messages in the same order (newest first, which is not id order here), page by page, and the
+// console's count matches.
+func TestDeadListMatchesConsole(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	c, err := inbox.New(db.Store(), inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 130 messages: consumers billing and mail, kinds Invoice and Refund, three error texts.
+	errs := []string{"Card DECLINED by issuer", "card declined: insufficient funds", "SMTP timeout"}
+	var ids []int64
+	for i := range 130 {
+		consumer, kind := "billing", "Invoice"
+		if i%3 == 0 {
+			consumer = "mail"
+		}
+		if i%4 == 0 {
+			kind = "Refund"
+		}
+		r, err := c.Receive(ctx, inbox.Message{Consumer: consumer, Key: fmt.Sprintf("k-%d", i), Kind: kind, Payload: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	// They die in an order that is not their ids' (a step of 47 through 130), one statement each, the
+	// first half a day earlier.
+	b := &pgx.Batch{}
+	for n := range 130 {
+		i := (n * 47) % 130
+		age := "0"
+		if n < 65 {
+			age = "1 day"
+		}
+		b.Queue(db.SQL(`WITH q AS (DELETE FROM {schema}.inbox_queue WHERE id = $1)
+			UPDATE {schema}.inbox SET state = 'dead', attempts_started = 2, attempts_failed = 2, last_error = $2,
+				completed_at = now() - $3::interval WHERE id = $1`), ids[i], errs[i%3], age)
+	}
+	if err := db.Pool.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := console.New(db.Store(), console.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	recent := "12h" // the second half died now, the first a day ago
+	for _, f := range []struct {
+		console url.Values
+		cli     []string
+		want    int64 // matching letters
+	}{
+		{url.Values{}, nil, 130},
+		{url.Values{"consumer": {"mail"}}, []string{"--consumer", "mail"}, 44},
+		{url.Values{"kind": {"Refund"}}, []string{"--kind", "Refund"}, 33},
+		{url.Values{"error": {"declined"}}, []string{"--error", "DECLINED"}, 87},
+		{url.Values{"error": {"smtp TIMEOUT"}}, []string{"--error", "Smtp Timeout"}, 43},
+		{url.Values{"consumer": {"billing"}, "kind": {"Invoice"}, "error": {"CARD"}}, []string{"--consumer", "billing", "--kind", "Invoice", "--error", "card"}, -1},
+		{url.Values{"error": {"nothing like it"}}, []string{"--error", "nothing like it"}, 0},
+	} {
+		web, matching := consolePages(t, srv.URL, f.console)
+		term := cliPages(t, db, f.cli...)
+		if !slices.EqualFunc(web, term, slices.Equal[[]int64]) {
+			t.Errorf("filter %v / %q: the console lists\n%v\nthe CLI lists\n%v", f.console, f.cli, web, term)
+		}
+		var all []int64
+		for _, p := range web {
+			all = append(all, p...)
+		}
+		if f.want >= 0 && (matching != f.want || int64(len(all)) != f.want) {
+			t.Errorf("filter %v: %d listed, %d matching; want %d", f.console, len(all), matching, f.want)
+		}
+		if len(all) > pageSize && slices.IsSorted(all) {
+			t.Errorf("filter %v: listed in id order; want the order they died in", f.console)
+		}
+	}
+	// A window of time: those that died in the last 12 hours (the second half).
+	since := decode[[]admin.DeadLetter](t, cli(t, db.URL, "--schema", db.Schema, "dead", "list", "--json", "--limit", "1000", "--since", recent))
+	web, _ := consolePages(t, srv.URL, url.Values{"since": {since[len(since)-1].DiedAt.UTC().Format("2006-01-02T15:04:05.999999999Z07:00")}})
+	var all []int64
+	for _, p := range web {
+		all = append(all, p...)
+	}
+	got := make([]int64, len(since))
+	for i, l := range since {
+		got[i] = l.ID
+	}
+	if len(got) != 65 || !slices.Equal(all, got) {
+		t.Errorf("since: the CLI lists %d %v, the console %d %v", len(got), got, len(all), all)
+	}
+}

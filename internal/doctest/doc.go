@@ -1,0 +1,38 @@
+// Package doctest holds the checks of the project's documentation, run by `make test` (go test of the
+// root module); it has no code of its own.
+//
+//   - TestGoSnippetsCompile compiles every ```go block of README.md and docs/*.md.
+//   - TestMigrationsGuide runs the commands of docs/migrations.md (Go, the goose CLI, the txinbox
+//     command) from an empty application module against a database of its own (see the test).
+//   - TestLinksResolve follows every relative link of the Markdown files at the root and in docs/ to
+//     a file or directory of the repository, and a link's fragment into a Markdown file to one of
+//     its headings (the anchors GitHub makes of them).
+//   - TestNoWorkItemReferences fails on each line of the repository's files that names a work item
+//     (an issue, task or ticket number, or a number after "#") or a working session (an ordinal before
+//     "session"): project files speak of the project only; history lives in git and CHANGELOG.md.
+//
+// The tests that build go in a temporary module, example.com/app, which requires the repository's
+// modules from this tree (replace directives), through the module proxy configured for go.
+//
+// # Go blocks in the documents
+//
+// Each ```go block is compiled in a package of its own. A block that starts with a package clause is
+// a complete file, compiled as it is. Any other block is compiled in package snippet, next to
+// testdata/prelude.go, which declares what the documents use without showing it (OrderPaid,
+// Payment, Customer, creditOrder, mailer, requireOperator): a block that parses as top-level
+// declarations (a func, a type) is a file; any other is the body of a function. That function's
+// parameters are the names the block uses without declaring them (ctx, tx, store, ...): an HTML
+// comment on the line before the fence, invisible once rendered, gives its signature:
+//
+//	<!-- go: func(ctx context.Context, tx pgx.Tx, m *worker.Message[Payment]) -->
+//	```go
+//	tag, err := tx.Exec(ctx, `INSERT ...`, m.Payload.PaymentID)
+//	```
+//
+// Without the comment the function is func(). With results (`func(url string) error`) the block may
+// return, and need not end with a return. No block writes imports: each package a block names
+// (context, http, pgx, pgxpool, txinbox, worker, ...) is imported from the table in
+// snippets_test.go, which a block naming a new package extends. A variable that the block declares
+// at its top level and does not use is not an error (the block shows a call, not what follows).
+// Errors are reported at the lines of the document.
+package doctest

@@ -1,0 +1,124 @@
+package doctest
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// repoRoot is the repository's top directory, seen from this package.
+const repoRoot = "../.."
+
+// wordsFile is this file: the one place that spells out the words it forbids.
+const wordsFile = "internal/doctest/words_test.go"
+
+// workWords match the references to work items and sittings that project files must not make: an
+// issue, task, ticket, item or pull request followed by its number ("issue 12", "task #3", "PR 7"), a
+// number after "#" ("#27", but not an HTML entity, a colour or a URL fragment), an ordinal before
+// "session" ("fifth session"), "session 3", and the word for a sitting itself.
+var workWords = regexp.MustCompile(`(?i)` +
+	`\b(issue|task|ticket|item|bug|pr|pull request)s? ?#?[0-9]+\b` +
+	`|(^|[^\w&/#])#[0-9]{1,5}\b` +
+	`|\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth) (work )?(session|sitting)s?\b` +
+	`|\b(session|sitting) #?[0-9]+\b` +
+	`|\bsittings?\b`)
+
+// workWordLines returns the lines of content that workWords matches, as "name:line: text".
+func workWordLines(name string, content []byte) []string {
+	if bytes.IndexByte(content[:min(len(content), 8000)], 0) >= 0 {
+		return nil // a binary file (an image)
+	}
+	var out []string
+	for i, line := range strings.Split(string(content), "\n") {
+		if workWords.MatchString(line) {
+			out = append(out, fmt.Sprintf("%s:%d: %s", name, i+1, strings.TrimSpace(line)))
+		}
+	}
+	return out
+}
+
+// projectFiles lists the repository's files: those git tracks and the new ones it does not ignore,
+// else (no git, as in a copy of the tree) every file under root but .git and bin.
+func projectFiles(t *testing.T, root string) []string {
+	t.Helper()
+	cmd := exec.Command("git", "ls-files", "--cached", "--others", "--exclude-standard", "-z")
+	cmd.Dir = root
+	if out, err := cmd.Output(); err == nil {
+		var files []string
+		for f := range strings.SplitSeq(strings.TrimRight(string(out), "\x00"), "\x00") {
+			if f != "" {
+				files = append(files, f)
+			}
+		}
+		return files
+	}
+	var files []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() && (rel == ".git" || rel == "bin") {
+			return filepath.SkipDir
+		}
+		if d.Type().IsRegular() {
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// No file of the project names a work item or a sitting: a reader of the code, the docs or the
+// changelog needs what is true of the project, not where the work was tracked or when it was done.
+func TestNoWorkItemReferences(t *testing.T) {
+	var found []string
+	for _, f := range projectFiles(t, repoRoot) {
+		if f == wordsFile {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(repoRoot, f))
+		if os.IsNotExist(err) {
+			continue // deleted in the work tree, not yet in the index
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		found = append(found, workWordLines(f, b)...)
+	}
+	if len(found) > 0 {
+		t.Fatalf("%d lines name a work item or a sitting (say what is true of the project instead; history "+
+			"lives in git and CHANGELOG.md):\n%s", len(found), strings.Join(found, "\n"))
+	}
+}
+
+func TestWorkWords(t *testing.T) {
+	n := "27"
+	for _, bad := range []string{
+		"issue " + n, "Issue " + n + ":", "(issues " + n + " and 28)", "task #" + n, "see #" + n + ".",
+		"fixes #" + n, "PR " + n, "fifth session", "Third session of the day", "session " + n,
+		"in one sitting",
+	} {
+		if !workWords.MatchString(bad) {
+			t.Errorf("not caught: %q", bad)
+		}
+	}
+	for _, good := range []string{
+		"an idle session", "every session's snapshots", "this session's cookie", "color: #767676;",
+		"--fg: #1d2330", "&#39;", "https://example.com/page#2", "issues with the tissue", "a bug in 2 places",
+		"migration 00006", "RFC 9457", "item", "sessions 2",
+	} {
+		if workWords.MatchString(good) {
+			t.Errorf("caught wrongly: %q", good)
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
+)
+
+// Config configures a Client. The zero value is valid.
+type Config struct {
+	// MaxPayloadBytes rejects larger payloads with a *[ValidationError]. Default
+	// DefaultMaxPayloadBytes (1 MiB). Negative is a *[txinbox.ConfigError].
+	MaxPayloadBytes int
+}
+
+// Client writes events into the outbox of a schema. It is safe for concurrent use.
+type Client struct {
+	store  txinbox.Store
+	cfg    Config
+	st     *store.Store
+	notify notifier
+}
+
+// New returns a Client of st (which says the schema, and Store.NotifyInterval, the least time
+// between two of the Client's wake-up notifications). It checks st and cfg (a
+// *[txinbox.ConfigError] says which field is wrong) and does not touch the database.
+func New(st txinbox.Store, cfg Config) (*Client, error) {
+	st, err := st.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MaxPayloadBytes == 0 {
+		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if cfg.MaxPayloadBytes < 0 {
+		return nil, &txinbox.ConfigError{Field: "MaxPayloadBytes", Reason: "must not be negative"}
+	}
+	return &Client{store: st, cfg: cfg, st: store.New(st.Schema),
+		notify: notifier{interval: st.NotifyInterval, channel: NotifyChannel(st)}}, nil
+}
+
+// Publish writes msgs into the outbox inside tx, the caller's transaction, and returns their event
+// ids in order. The events exist only if tx commits: then a [Relay] publishes each of them at least
+// once; if tx rolls back, none of them is ever published. An event's id is a UUID (version 7,
+// 36 characters) drawn by this call: unique across schemas, databases and restores of either, never
+// reused. Publishers send it as the event's idempotency key downstream (txinbox's inbox takes it as
+// inbox.Message.Key), so that a consumer applies the event once however often it arrives.
+//
+// The events of one call are written by one statement, in the order of msgs. Publish does not
+// commit, roll back or otherwise end tx, and neither waits for a relay.
+//
+// Bad input returns an error before any statement is sent, so tx is left as it was: a nil tx or
+// more than [MaxMessages] messages, or messages whose payloads and headers exceed [MaxCallBytes]
+// together, a *[txinbox.ArgumentError]; an invalid message, a *[ValidationError] naming the first one
+// (errors.Is [ErrInvalidEvent]). No message is an empty call: no statement, no ids. An error of the
+// statement itself (the schema not migrated: errors.Is txinbox.ErrNotMigrated; a lost connection)
+// leaves tx aborted, as any failed statement does.
+//
+// Wake-up: the statement also sends a notification that wakes idle relays when tx commits, at most
+// once per Store.NotifyInterval per Client; the relays' fast polling (RelayConfig.HotWindow) finds
+// the events whose notification was debounced.
+func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]string, error) {
+	if tx == nil {
+		return nil, &txinbox.ArgumentError{Name: "tx", Reason: "is nil: Publish writes in the caller's transaction"}
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	if len(msgs) > MaxMessages {
+		return nil, &txinbox.ArgumentError{Name: "msgs", Reason: fmt.Sprintf("%d messages, more than the limit of %d per call", len(msgs), MaxMessages)}
+	}
+	n := len(msgs)
+	p := sqlc.OutboxPublishParams{
+		EventIds: make([]string, n), Topics: make([]string, n), Keys: make([]string, n), Payloads: make([]string, n),
+		Headers: make([]string, n), NotBefores: make([]pgtype.Timestamptz, n), NotifyChannel: c.notify.channel,
+	}
+	if total := callBytes(msgs); total > MaxCallBytes {
+		return nil, &txinbox.ArgumentError{Name: "msgs", Reason: fmt.Sprintf("payloads and headers of %d bytes together, more than the limit of %d", total, MaxCallBytes)}
+	}
+	now := time.Now()
+	for i := range msgs {
+		m := &msgs[i]
+		if err := validate(i, m, c.cfg.MaxPayloadBytes); err != nil {
+			return nil, err
+		}
+		p.EventIds[i], p.Topics[i], p.Keys[i], p.Payloads[i] = newEventID(now), m.Topic, m.Key, string(m.Payload)
+		p.Headers[i] = headersJSON(m.Headers)
+		if !m.NotBefore.IsZero() {
+			p.NotBefores[i] = pgtype.Timestamptz{Time: m.NotBefore, Valid: true}
+		}
+	}
+	g, granted := c.notify.grant()
+	p.Notify = granted
+	written, err := store.Queries.OutboxPublish(ctx, c.st.Wrap(tx), p)
+	if err != nil {
+		if granted {
+			c.notify.giveBack(g)
+		}
+		return nil, store.Err(err)
+	}
+	if written != int64(n) {
+		return nil, fmt.Errorf("txinbox: publishing %d events wrote %d", n, written)
+	}
+	return p.EventIds, nil
+}
+
+// callBytes returns the bytes of the payloads and headers of msgs.
+func callBytes(msgs []Message) int {
+	total := 0
+	for i := range msgs {
+		total += len(msgs[i].Payload)
+		for k, v := range msgs[i].Headers {
+			total += len(k) + len(v)
+		}
+	}
+	return total
+}
+
+// headersJSON encodes validated headers as a JSON object ({} when there are none).
+func headersJSON(h map[string]string) string {
+	if len(h) == 0 {
+		return "{}"
+	}
+	b, _ := json.Marshal(h) // a map of strings always encodes
+	return string(b)
+}
+
+// NotifyChannel returns the channel on which Clients of st's schema wake the relays of that schema
+// (with an empty payload): "txinbox_outbox_" followed by the schema name, or, when that would exceed
+// the 63 bytes PostgreSQL allows a channel name, "txinbox_outbox_" followed by 16 hex digits of a
+// hash of it. An empty Schema means txinbox.DefaultSchema. It is not the inbox's channel
+// (Store.NotifyChannel): worker pools are not woken by events.
+func NotifyChannel(st txinbox.Store) string {
+	schema := st.Schema
+	if schema == "" {
+		schema = txinbox.DefaultSchema
+	}
+	if c := "txinbox_outbox_" + schema; len(c) <= 63 {
+		return c
+	}
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("txinbox_outbox_%016x", h.Sum64())
+}
+
+// notifier debounces a Client's notifications: at most one per interval.
+//
+// PostgreSQL serialises the commits of notifying transactions (a global lock held from the start of
+// each one's commit until its commit record is flushed), so a NOTIFY in every publishing transaction
+// would cap the commit rate of the whole cluster (package inbox measured it). A relay keeps polling
+// fast for a while after any activity, notifications included (RelayConfig.HotWindow), which covers
+// the events published in between. One case is not covered: an event published in a transaction
+// that commits after a notification was granted to another transaction that commits much later waits
+// until that commit or the relays' next poll, whichever comes first.
+type notifier struct {
+	interval time.Duration // Store.NotifyInterval: negative, never notify
+	channel  string
+	last     atomic.Int64 // monotonic ns (since epoch) of the last notification granted; 0: never
+}
+
+// epoch anchors the notifiers' monotonic clock.
+var epoch = time.Now()
+
+type notifyGrant struct{ prev, now int64 }
+
+// grant takes the turn to notify if the interval has passed since the last one.
+func (n *notifier) grant() (notifyGrant, bool) {
+	if n.interval < 0 {
+		return notifyGrant{}, false
+	}
+	now := int64(time.Since(epoch)) + int64(n.interval) + 1 // > 0, so 0 means never
+	prev := n.last.Load()
+	if now-prev < int64(n.interval) || !n.last.CompareAndSwap(prev, now) {
+		return notifyGrant{}, false
+	}
+	return notifyGrant{prev: prev, now: now}, true
+}
+
+// giveBack returns the turn of a statement that failed (its notification was never sent).
+func (n *notifier) giveBack(g notifyGrant) { n.last.CompareAndSwap(g.now, g.prev) }

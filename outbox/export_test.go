@@ -1,0 +1,14 @@
+package outbox
+
+import "time"
+
+// SetSnooze sets how long r's claims snooze events blocked behind their key (0: the default). Call it
+// before r.Start. Tests set it to hours: an event left snoozed (OutboxReadyNext missed) then never
+// goes and the test fails.
+func SetSnooze(r *Relay, d time.Duration) { r.snooze = d }
+
+// ListenerPID returns the backend pid of r's listening connection while it listens, else 0.
+func ListenerPID(r *Relay) uint32 { return r.listenPID.Load() }
+
+// Notifications returns the number of notifications r received.
+func Notifications(r *Relay) int64 { return r.notified.Load() }

@@ -1,0 +1,166 @@
+package outbox
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/txinbox/txinbox"
+)
+
+// Message is one event to publish.
+type Message struct {
+	// Topic says where the event goes (a Kafka topic, a NATS subject, an AMQP routing key, a webhook
+	// event type): 1 to [MaxTopicBytes] bytes of UTF-8 without control characters. Adapters may
+	// refuse topics their broker cannot take.
+	Topic string
+	// Key orders events: the events of one key are published one at a time, in the order they were
+	// published (see the package documentation), across topics. Empty: no order. At most
+	// [MaxKeyBytes] bytes of UTF-8 without control characters.
+	Key string
+	// Payload is the event's body, a JSON document of at most Config.MaxPayloadBytes bytes, valid
+	// UTF-8. It is stored and published byte for byte.
+	Payload []byte
+	// Headers are stored with the event and handed to the Publisher (a trace context, a content
+	// type). At most [MaxHeaders] of them; names of 1 to [MaxHeaderNameBytes] bytes, values of at most
+	// [MaxHeaderValueBytes], all of them together at most [MaxHeadersBytes], each UTF-8 without
+	// control characters.
+	Headers map[string]string
+	// NotBefore delays the event's first attempt until that time (on the database clock); zero means
+	// at once. A delayed event keeps its place in its key: the later events of the key wait behind
+	// it. Its year must be between 1 and 9999.
+	NotBefore time.Time
+}
+
+// Limits of a [Message] and of a Publish call.
+const (
+	// MaxTopicBytes is the longest topic accepted (an AMQP routing key's limit).
+	MaxTopicBytes = 255
+	// MaxKeyBytes is the longest key accepted.
+	MaxKeyBytes = txinbox.MaxKeyBytes
+	// DefaultMaxPayloadBytes is Config.MaxPayloadBytes when it is zero: 1 MiB.
+	DefaultMaxPayloadBytes = 1 << 20
+	// MaxHeaders is the most headers an event may have.
+	MaxHeaders = 64
+	// MaxHeaderNameBytes and MaxHeaderValueBytes bound each header; MaxHeadersBytes bounds all of an
+	// event's headers together (the sum of their names' and values' lengths).
+	MaxHeaderNameBytes  = 256
+	MaxHeaderValueBytes = 8192
+	MaxHeadersBytes     = 64 << 10
+	// MaxMessages is the most events one Publish call takes.
+	MaxMessages = 1000
+	// MaxCallBytes bounds the payloads and headers of one Publish call together.
+	MaxCallBytes = 64 << 20
+)
+
+// ErrInvalidEvent is matched (errors.Is) by every *[ValidationError]: the call was rejected before
+// anything was written.
+var ErrInvalidEvent = errors.New("txinbox: invalid event")
+
+// ValidationError says which message of a Publish call (Index) and which field was rejected, and
+// why. Nothing of the call was written, and the caller's transaction is untouched (no statement was
+// sent).
+type ValidationError struct {
+	Index  int    // position in the call's messages
+	Field  string // "topic", "key", "payload", "headers", "not_before"
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("txinbox: invalid event %d: %s: %s", e.Index, e.Field, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidEvent].
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidEvent }
+
+// validate checks m, the i-th message of a call.
+func validate(i int, m *Message, maxPayload int) error {
+	bad := func(field string, err error) error {
+		return &ValidationError{Index: i, Field: field, Reason: err.Error()}
+	}
+	if err := txinbox.ValidateText(m.Topic, MaxTopicBytes, false); err != nil {
+		return bad("topic", err)
+	}
+	if err := txinbox.ValidateText(m.Key, MaxKeyBytes, true); err != nil {
+		return bad("key", err)
+	}
+	if err := validatePayload(m.Payload, maxPayload); err != nil {
+		return bad("payload", err)
+	}
+	if err := validateHeaders(m.Headers); err != nil {
+		return bad("headers", err)
+	}
+	if !m.NotBefore.IsZero() && (m.NotBefore.Year() < 1 || m.NotBefore.Year() > 9999) {
+		return bad("not_before", fmt.Errorf("year %d is not between 1 and 9999", m.NotBefore.Year()))
+	}
+	return nil
+}
+
+func validatePayload(p []byte, maxBytes int) error {
+	switch {
+	case len(p) == 0:
+		return errors.New("must not be empty (use null, {} or another JSON value)")
+	case len(p) > maxBytes:
+		return fmt.Errorf("is %d bytes, more than the limit of %d", len(p), maxBytes)
+	case !utf8.Valid(p):
+		return errors.New("is not valid UTF-8")
+	case !json.Valid(p):
+		return errors.New("is not valid JSON")
+	}
+	return nil
+}
+
+func validateHeaders(h map[string]string) error {
+	if len(h) > MaxHeaders {
+		return fmt.Errorf("%d headers, more than the limit of %d", len(h), MaxHeaders)
+	}
+	total := 0
+	for k, v := range h {
+		if err := txinbox.ValidateText(k, MaxHeaderNameBytes, false); err != nil {
+			return fmt.Errorf("name %q %v", truncate(k), err)
+		}
+		if err := txinbox.ValidateText(v, MaxHeaderValueBytes, true); err != nil {
+			return fmt.Errorf("%q value %v", truncate(k), err)
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxHeadersBytes {
+		return fmt.Errorf("%d bytes of names and values, more than the limit of %d", total, MaxHeadersBytes)
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+// newEventID returns a new event id: a UUID of version 7 (RFC 9562) in its 36-character text form,
+// its first 48 bits the Unix time in milliseconds at t, the other 74 free bits random.
+func newEventID(t time.Time) string {
+	var b [16]byte
+	_, _ = rand.Read(b[6:]) // crypto/rand.Read never fails
+	ms := uint64(t.UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	b[6] = 0x70 | b[6]&0x0f // version 7
+	b[8] = 0x80 | b[8]&0x3f // variant 10
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:36], b[10:16])
+	return string(s[:])
+}

@@ -1,0 +1,158 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Event is a committed event that a [Relay] hands to its [Publisher].
+type Event struct {
+	// ID is the event's id (a UUID in its 36-character text form), the same on every attempt and
+	// from every relay: send it as the message's idempotency key (the AMQP message-id, NATS
+	// Nats-Msg-Id, a Kafka header, Standard Webhooks' webhook-id), so that the consumer applies the
+	// event once however often it arrives (txinbox's inbox: inbox.Message.Key).
+	ID string
+	// Topic, Key, Payload and Headers are the published [Message]'s; Key is "" when it had none.
+	Topic   string
+	Key     string
+	Payload []byte
+	Headers map[string]string
+	// CreatedAt is the start of the transaction that published the event.
+	CreatedAt time.Time
+	// Attempt is this attempt's number, from 1. It counts every attempt claimed, those of relays that
+	// died before finishing included.
+	Attempt int
+}
+
+// Publisher sends events to a broker. Adapters (RabbitMQ with publisher confirms, NATS JetStream,
+// a Kafka idempotent producer, HTTP webhooks) implement it.
+//
+// Publish sends events and returns once each of them is either acknowledged by the broker (durably
+// accepted: the relay then marks it sent and never hands it over again) or failed. It returns nil
+// when every event was acknowledged, a [*BatchError] (see [Errors]) when some failed, with the error of
+// each event at its index, and any other error when all of them failed. An error wrapped with
+// [Permanent] makes its event dead at once; every other error is retried after the relay's Backoff,
+// until MaxAttempts attempts have started.
+//
+// The events of one call have distinct keys (or none): no event of one call must wait for another,
+// so they may be sent in any order and at once. A key's next event comes in a later call, after this
+// one was acknowledged or made dead. ctx ends at RelayConfig.Timeout or when the relay stops: return
+// then, with ctx's error for the events not acknowledged. Publish may be called from several
+// goroutines at once (RelayConfig.Concurrency), and an event may be handed over again after it was
+// acknowledged (see [Relay]): the consumer deduplicates by Event.ID.
+type Publisher interface {
+	Publish(ctx context.Context, events []Event) error
+}
+
+// PublisherFunc adapts a function to [Publisher].
+type PublisherFunc func(ctx context.Context, events []Event) error
+
+// Publish calls f.
+func (f PublisherFunc) Publish(ctx context.Context, events []Event) error { return f(ctx, events) }
+
+// BatchError reports the events of a Publish call that failed: Errs[i] is the error of the call's
+// events[i], nil if it was acknowledged. Its length must be that of the call's events; a relay
+// treats a BatchError of another length as the failure of every event.
+type BatchError struct {
+	Errs []error
+}
+
+func (e *BatchError) Error() string {
+	var b strings.Builder
+	failed := 0
+	for i, err := range e.Errs {
+		if err == nil {
+			continue
+		}
+		failed++
+		if failed <= 3 {
+			fmt.Fprintf(&b, "; event %d: %v", i, err)
+		}
+	}
+	if failed > 3 {
+		fmt.Fprintf(&b, "; and %d more", failed-3)
+	}
+	return fmt.Sprintf("txinbox: %d of %d events failed%s", failed, len(e.Errs), b.String())
+}
+
+// Unwrap returns the errors of the failed events.
+func (e *BatchError) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// Errors returns nil if every error of errs is nil, else a *[BatchError] holding errs: what a
+// Publisher returns for a call whose events[i] ended with errs[i].
+func Errors(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return &BatchError{Errs: errs}
+		}
+	}
+	return nil
+}
+
+// PermanentError marks a publishing error that no retry can fix (the broker refuses the event
+// itself): the event is dead at once.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so that its event is dead at once instead of retried. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err is or wraps a *[PermanentError].
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// Outcome is how a finished attempt left its event.
+type Outcome string
+
+// The outcomes of an attempt.
+const (
+	// OutcomeSent: the Publisher acknowledged the event; it leaves the queue.
+	OutcomeSent Outcome = "sent"
+	// OutcomeRetry: the attempt failed and the event will be handed over again after its backoff.
+	OutcomeRetry Outcome = "retry"
+	// OutcomeDead: the attempt failed and the event will not be handed over again (a Permanent
+	// error, or MaxAttempts attempts started). It leaves the queue, and the next event of its key
+	// goes.
+	OutcomeDead Outcome = "dead"
+)
+
+// Result is the recorded outcome of one attempt, as an [Observer] sees it.
+type Result struct {
+	Event   Event
+	Outcome Outcome
+	// Err is the attempt's error: nil when sent.
+	Err error
+	// Duration is the time the Publish call took (0 if the event was not handed over: out of
+	// attempts).
+	Duration time.Duration
+}
+
+// Observer is told about the attempts a relay finished. Its methods must be fast and safe for
+// concurrent use.
+type Observer interface {
+	// Finished is called once per attempt whose outcome was recorded, after it was recorded (not for
+	// an attempt whose claim another relay had taken over, nor for events handed back on Stop).
+	Finished(Result)
+}

@@ -1,0 +1,645 @@
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// Defaults and limits of RelayConfig.
+const (
+	DefaultBatchSize    = 100
+	MaxBatchSize        = 1000
+	DefaultConcurrency  = 2
+	DefaultPollInterval = time.Second
+	DefaultHotPoll      = 10 * time.Millisecond
+	DefaultHotWindow    = time.Second
+	DefaultLease        = time.Minute
+	DefaultTimeout      = 30 * time.Second
+	DefaultClaimTimeout = 10 * time.Second
+	DefaultMaxAttempts  = 10
+)
+
+// RelayConfig configures a Relay. Publisher is required; every other zero field takes the documented
+// default.
+type RelayConfig struct {
+	// Publisher sends the events (see [Publisher]). Required.
+	Publisher Publisher
+	// BatchSize is the most events claimed at once and handed to one Publish call. Default
+	// DefaultBatchSize (100); at most MaxBatchSize (1000).
+	BatchSize int
+	// Concurrency is the number of batches in flight at once, each claimed, published and recorded
+	// by a runner of its own (each holds one connection while it claims or records). Default
+	// DefaultConcurrency (2).
+	Concurrency int
+	// PollInterval is how often an idle relay looks for events when no notification wakes it
+	// (listening is off or down, an event's NotBefore or retry time has passed, a claim's lease has
+	// ended). Default DefaultPollInterval (1s).
+	PollInterval time.Duration
+	// HotPollInterval is how often one runner looks for events during HotWindow after any activity
+	// (a claimed batch, a notification, Wake), so that events whose notification the publishing
+	// Client debounced (Store.NotifyInterval) wait about this long. Default DefaultHotPoll (10ms).
+	HotPollInterval time.Duration
+	// HotWindow is how long the relay keeps polling every HotPollInterval after its last activity. It
+	// must exceed Store.NotifyInterval (a *[txinbox.ConfigError] otherwise, when both are positive).
+	// Default DefaultHotWindow (1s), or twice Store.NotifyInterval if that is longer. Negative: never
+	// poll fast.
+	HotWindow time.Duration
+	// DisableListen turns off LISTEN: the relay finds events by polling only. Set it when connections
+	// go through a pooler in transaction mode (PgBouncer), where LISTEN cannot work.
+	DisableListen bool
+	// ListenConnect opens the connection the relay listens on ([NotifyChannel]), held for the relay's
+	// life and reopened with backoff when lost. Default: when Store.DB is a *pgxpool.Pool, a new
+	// connection with its ConnConfig (outside the pool); otherwise none, and the relay polls.
+	ListenConnect ListenConnectFunc
+	// Lease is how long a claim holds: after it, another relay (or a runner of this one) takes the
+	// events over and hands them to its Publisher again. It must exceed Timeout (a relay whose
+	// Publish call outlives the lease is fenced out: see [Relay]). Default DefaultLease (1m).
+	Lease time.Duration
+	// Timeout bounds each Publish call (its ctx). Default DefaultTimeout (30s); less than Lease.
+	Timeout time.Duration
+	// ClaimTimeout bounds each claim on the server (statement_timeout in the claim's transaction,
+	// its wait for the other relays' claims included). Default DefaultClaimTimeout (10s), or half
+	// the Lease if that is less; less than the Lease. Negative: no bound.
+	ClaimTimeout time.Duration
+	// MaxAttempts is the number of attempts that may start before an event is dead. Default
+	// DefaultMaxAttempts (10).
+	MaxAttempts int
+	// Backoff sets the delay before a retry (failures counts the failed attempts, from 1). Default
+	// worker.DefaultBackoff (1s, 2s, 4s... capped at 10 minutes, ±20%).
+	Backoff worker.Backoff
+	// Logger receives the relay's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Owner names this relay in its claims (outbox_queue.owner). Default hostname:pid:random.
+	Owner string
+	// Observer, if set, is told about every attempt whose outcome was recorded. Default none.
+	Observer Observer
+}
+
+func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
+	bad := func(field, reason string) (RelayConfig, error) {
+		return c, &txinbox.ConfigError{Field: field, Reason: reason}
+	}
+	if c.Publisher == nil {
+		return bad("Publisher", "is required")
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defd := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.BatchSize, DefaultBatchSize)
+	def(&c.Concurrency, DefaultConcurrency)
+	def(&c.MaxAttempts, DefaultMaxAttempts)
+	defd(&c.PollInterval, DefaultPollInterval)
+	defd(&c.HotPollInterval, DefaultHotPoll)
+	defd(&c.HotWindow, max(DefaultHotWindow, 2*st.NotifyInterval))
+	defd(&c.Lease, DefaultLease)
+	defd(&c.Timeout, min(DefaultTimeout, c.Lease/2))
+	defd(&c.ClaimTimeout, min(DefaultClaimTimeout, c.Lease/2))
+	switch {
+	case c.BatchSize < 0 || c.BatchSize > MaxBatchSize:
+		return bad("BatchSize", fmt.Sprintf("must be 1 to %d", MaxBatchSize))
+	case c.Concurrency < 0:
+		return bad("Concurrency", "must not be negative")
+	case c.MaxAttempts < 0:
+		return bad("MaxAttempts", "must not be negative")
+	case c.PollInterval < 0 || c.HotPollInterval < 0 || c.Lease < 0 || c.Timeout < 0:
+		return bad("PollInterval/HotPollInterval/Lease/Timeout", "must not be negative")
+	case c.Timeout >= c.Lease:
+		return bad("Timeout", fmt.Sprintf("%v must be less than the Lease (%v)", c.Timeout, c.Lease))
+	case c.ClaimTimeout >= c.Lease:
+		return bad("ClaimTimeout", fmt.Sprintf("%v must be less than the Lease (%v): a claim's lease runs from the start of its statement", c.ClaimTimeout, c.Lease))
+	case c.HotWindow > 0 && st.NotifyInterval > 0 && c.HotWindow <= st.NotifyInterval:
+		return bad("HotWindow", fmt.Sprintf("%v must exceed Store.NotifyInterval (%v): events whose notification was debounced would wait a full PollInterval", c.HotWindow, st.NotifyInterval))
+	}
+	if c.Backoff == nil {
+		c.Backoff = worker.DefaultBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		c.Owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	return c, nil
+}
+
+var _ txinbox.Service = (*Relay)(nil)
+
+// Relay hands committed events to a [Publisher] and records their outcome. Create it with
+// [NewRelay], then Start and Stop it ([txinbox.Service]). Any number of relays, in any processes, may
+// run on one schema: they share the work.
+//
+// A runner claims a batch of due events (SELECT ... FOR UPDATE SKIP LOCKED on the narrow
+// outbox_queue table, at most one event per key: see the package documentation), stamping a lease
+// and a new fencing token, and commits the claim on its own. The claims of all the relays of a
+// schema take turns (a transaction-scoped advisory lock, a few milliseconds each), so that every
+// claim sees the claims before it: otherwise two claims at once could each take an event of one key
+// (an event committed late, older by id than the one the other claim took). The runner hands the
+// batch to the Publisher, outside any transaction, then records each event's outcome in one
+// statement: sent and dead events leave the queue, failed ones come back after their backoff. Only
+// claims still holding the runner's token are recorded: a relay whose lease ended (its Publish call
+// hung, or it was frozen) and whose events another relay took over changes nothing of the other
+// relay's claim.
+//
+// Crash recovery: a relay that dies (or hangs, or loses its database) leaves its claims; each is
+// taken over by the next claim after its lease ends (at most PollInterval later), and its events are
+// handed to a Publisher again, the oldest first within each key. A takeover counts an attempt like
+// any claim: an event whose claims never finished MaxAttempts times is dead. Events are not
+// isolated after a crash as the worker isolates messages (package worker): a Publisher is not
+// expected to kill its process, so a takeover simply runs its claim again.
+//
+// Delivery is at least once: every committed event is handed to a Publisher until one call
+// acknowledges it (returns no error for it) and that is recorded, or until it is dead. An event is
+// handed over more than once when the relay dies or loses the database between the
+// acknowledgment and the record, when its Publish call outlives the lease (another relay takes it
+// over), or when the Publisher reports as failed an event the broker did accept. Every hand-over of
+// an event carries the same Event.ID: consumers deduplicate by it.
+type Relay struct {
+	db      txinbox.DB
+	store   txinbox.Store
+	cfg     RelayConfig
+	st      *store.Store
+	lockKey int64
+
+	wake       chan struct{}
+	epoch      time.Time
+	lastActive atomic.Int64  // ns since epoch of the last activity
+	hotPoller  atomic.Bool   // a runner is polling every HotPollInterval
+	listenPID  atomic.Uint32 // backend pid of the listening connection while it listens
+	notified   atomic.Int64  // notifications received
+
+	mu       sync.Mutex
+	started  bool
+	stopping chan struct{}      // closed by Stop: claim no more
+	cancel   context.CancelFunc // ends the Publish calls in flight
+	wg       sync.WaitGroup
+	stopDone chan struct{} // closed when the first Stop has finished; stopErr is its result
+	stopErr  error
+
+	snooze time.Duration // set by tests (export_test.go); 0: defaultSnooze
+}
+
+// defaultSnooze is how long a claim puts off an event blocked behind an event of its key. The relay
+// that finishes the blocking event makes the next one ready at once (OutboxReadyNext); the snooze
+// only bounds the wait if that relay dies between its record and that statement.
+const defaultSnooze = 30 * time.Second
+
+// finishTimeout bounds the statements that record a batch's outcomes.
+const finishTimeout = 10 * time.Second
+
+// NewRelay returns a relay of st's outbox. st.DB must be a connection pool (a *pgxpool.Pool, say), of
+// which the relay holds at most Concurrency connections at once (the one it listens on is opened
+// apart); a *pgx.Conn or a pgx.Tx is a *[txinbox.ConfigError] (Field "Store.DB"): a claim must commit
+// on its own, and the runners work at once. st.NotifyInterval is the debounce its HotWindow must
+// exceed. NewRelay checks st and cfg (a *[txinbox.ConfigError] says which field is wrong) and does
+// not touch the database; Start does.
+func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
+	st, err := st.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	switch st.DB.(type) {
+	case *pgx.Conn, pgx.Tx:
+		return nil, &txinbox.ConfigError{Field: "Store.DB", Reason: "the relay needs a connection pool (*pgxpool.Pool): its claims commit on their own, and its runners work at once"}
+	}
+	cfg, err = cfg.withDefaults(st)
+	if err != nil {
+		return nil, err
+	}
+	h := fnv.New64a()
+	h.Write([]byte("txinbox.outbox.claim\x00" + st.Schema))
+	r := &Relay{db: st.DB, store: st, cfg: cfg, st: store.New(st.Schema), lockKey: int64(h.Sum64() >> 1),
+		wake: make(chan struct{}, cfg.Concurrency+1), epoch: time.Now(), stopDone: make(chan struct{})}
+	r.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
+	return r, nil
+}
+
+// Start checks that the schema has the outbox tables (an error matching txinbox.ErrNotMigrated if
+// not; if the database cannot be asked, it logs a warning and starts anyway, since claims retry),
+// starts Concurrency runners and the listener, and returns. ctx bounds the relay's life: when it
+// ends, the relay stops as with Stop on an expired ctx. Pass a ctx that outlives a SIGTERM, and call
+// Stop with a deadline, to let the batches in flight finish.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return errors.New("txinbox: relay already started")
+	}
+	if err := r.checkSchema(ctx); errors.Is(err, txinbox.ErrNotMigrated) {
+		return err
+	} else if err != nil {
+		r.cfg.Logger.Warn("txinbox: could not check the outbox tables; starting anyway", "schema", r.store.Schema, "err", err)
+	}
+	r.started = true
+	r.stopping = make(chan struct{})
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancel = cancel
+	for range r.cfg.Concurrency {
+		r.wg.Go(func() { r.loop(runCtx) })
+	}
+	if !r.cfg.DisableListen {
+		if connect := r.listenConnector(); connect != nil {
+			r.wg.Go(func() { r.listen(runCtx, connect) })
+		} else {
+			r.cfg.Logger.Info("txinbox: no connection to LISTEN on (Store.DB is not a *pgxpool.Pool and ListenConnect is nil); polling only",
+				"schema", r.store.Schema, "poll_interval", r.cfg.PollInterval)
+		}
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = r.Stop(ctx)
+		case <-r.stopping:
+		}
+	}()
+	return nil
+}
+
+func (r *Relay) checkSchema(ctx context.Context) error {
+	row, err := store.Queries.OutboxTables(ctx, r.db, r.st.Table("outbox"), r.st.Table("outbox_queue"))
+	if err != nil {
+		return fmt.Errorf("txinbox: checking the schema %q: %w", r.store.Schema, err)
+	}
+	if !row.Events || !row.Queue {
+		return fmt.Errorf("%w: schema %q: no table outbox or outbox_queue (migration 00009), or this role may not read and write them",
+			txinbox.ErrNotMigrated, r.store.Schema)
+	}
+	return nil
+}
+
+// Stop stops the relay: it claims no more and waits until the batches in flight have been published
+// and recorded, or until ctx ends. Then it ends the Publish calls still running (their ctx) and
+// returns an error wrapping ctx's at once; those batches record what their Publisher acknowledged
+// and hand the other events back without charging an attempt, in the background (an event whose
+// record fails, or whose Publisher ignores its ctx, is taken over after its lease). Every call
+// returns the result of the first; a later call waits for the first (or for its own ctx).
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.started {
+		r.mu.Unlock()
+		return nil
+	}
+	first := false
+	select {
+	case <-r.stopping:
+	default:
+		close(r.stopping)
+		first = true
+	}
+	r.mu.Unlock()
+	if !first {
+		select {
+		case <-r.stopDone:
+			return r.stopErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		r.cancel()
+		r.stopErr = fmt.Errorf("txinbox: relay stopped at the deadline with batches in flight: %w", ctx.Err())
+	}
+	close(r.stopDone)
+	return r.stopErr
+}
+
+// Wake tells an idle relay that events may be ready, so that it claims before its poll interval
+// ends. The relay's notifications do this for events committed by any process; call it after
+// publishing when listening is off.
+func (r *Relay) Wake() {
+	r.active()
+	for range cap(r.wake) {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+			return
+		}
+	}
+}
+
+func (r *Relay) stopped() bool {
+	select {
+	case <-r.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *Relay) active() { r.lastActive.Store(int64(time.Since(r.epoch))) }
+
+func (r *Relay) hot() bool {
+	return int64(time.Since(r.epoch))-r.lastActive.Load() < int64(r.cfg.HotWindow)
+}
+
+func (r *Relay) wakeOne() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Relay) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.wake:
+	case <-r.stopping:
+	case <-ctx.Done():
+	}
+}
+
+// loop is a runner: it claims, publishes and records batches until Stop. It claims again at once
+// after a batch; when it finds nothing it sleeps HotPollInterval if the relay is hot and no other
+// runner polls fast, else PollInterval, until woken.
+func (r *Relay) loop(ctx context.Context) {
+	firstErrDelay := min(r.cfg.PollInterval, time.Second)
+	errDelay := firstErrDelay
+	for !r.stopped() {
+		batch, again, err := r.claim(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Logger.Warn("txinbox: outbox claim failed", "schema", r.store.Schema, "err", err)
+			}
+			r.sleep(ctx, errDelay)
+			errDelay = min(errDelay*2, 30*time.Second)
+			continue
+		}
+		errDelay = firstErrDelay
+		switch {
+		case len(batch) > 0:
+			r.active()
+			if len(batch) == r.cfg.BatchSize || !r.hotPoller.Load() {
+				r.wakeOne() // more may be waiting, or nobody watches for new events meanwhile
+			}
+			r.run(ctx, batch)
+		case again:
+		case r.hot() && r.hotPoller.CompareAndSwap(false, true):
+			r.sleep(ctx, min(r.cfg.HotPollInterval, r.cfg.PollInterval))
+			r.hotPoller.Store(false)
+		default:
+			r.sleep(ctx, r.cfg.PollInterval)
+		}
+	}
+}
+
+// claimed is one claimed event.
+type claimed struct {
+	id        int64
+	token     int64
+	failed    int
+	takenOver bool
+	ev        Event
+}
+
+// claim claims a batch in a transaction of its own that holds the claim lock (OutboxClaimLock).
+// again reports that it claimed nothing but snoozed events blocked behind their key: others may be
+// due behind them.
+func (r *Relay) claim(ctx context.Context) (batch []*claimed, again bool, err error) {
+	tx, err := r.db.Begin(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if r.cfg.ClaimTimeout > 0 {
+		ms := strconv.FormatInt(max(r.cfg.ClaimTimeout.Milliseconds(), 1), 10)
+		if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", ms); err != nil {
+			return nil, false, err
+		}
+	}
+	db := r.st.Wrap(tx)
+	if err := store.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
+		return nil, false, store.Err(err)
+	}
+	rows, err := store.Queries.OutboxClaim(ctx, db, sqlc.OutboxClaimParams{
+		Max: int32(r.cfg.BatchSize), SnoozeSeconds: r.snoozeFor().Seconds(), LeaseSeconds: r.cfg.Lease.Seconds(),
+		Owner: pgtype.Text{String: r.cfg.Owner, Valid: true},
+	})
+	if err != nil {
+		return nil, false, store.Err(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, false, err
+	}
+	if len(rows) == 1 && rows[0].ID == 0 {
+		return nil, true, nil
+	}
+	takenOver := 0
+	batch = make([]*claimed, len(rows))
+	for i, row := range rows {
+		c := &claimed{id: row.ID, token: row.Token, failed: int(row.AttemptsFailed), takenOver: row.TakenOver, ev: Event{
+			ID: row.EventID, Topic: row.Topic, Key: row.Key, Payload: []byte(row.Payload),
+			CreatedAt: row.CreatedAt.Time, Attempt: int(row.AttemptsStarted),
+		}}
+		if len(row.Headers) > 2 {
+			_ = json.Unmarshal(row.Headers, &c.ev.Headers) // written by Publish as a JSON object of strings
+		}
+		if row.TakenOver {
+			takenOver++
+		}
+		batch[i] = c
+	}
+	if takenOver > 0 {
+		r.cfg.Logger.Warn("txinbox: taking over outbox events whose claim's lease ended without an outcome (its relay died, hung or lost its connection)",
+			"schema", r.store.Schema, "events", takenOver)
+	}
+	return batch, false, nil
+}
+
+func (r *Relay) snoozeFor() time.Duration {
+	if r.snooze != 0 {
+		return r.snooze
+	}
+	return defaultSnooze
+}
+
+// finish is the outcome of one claimed event.
+type finish struct {
+	c       *claimed
+	outcome Outcome // or "" for a claim handed back (release)
+	err     error
+	delay   time.Duration
+	took    time.Duration
+}
+
+const maxErrorBytes = 8 << 10
+
+// run publishes a claimed batch and records the outcomes.
+func (r *Relay) run(ctx context.Context, batch []*claimed) {
+	fs := make([]finish, len(batch))
+	var events []Event
+	var send []int // indexes into batch of the events handed over
+	for i, c := range batch {
+		fs[i].c = c
+		if c.ev.Attempt > r.cfg.MaxAttempts {
+			fs[i].outcome = OutcomeDead
+			fs[i].err = fmt.Errorf("%d attempts started (MaxAttempts %d) and the last never finished: the relay holding it died, hung or lost its connection",
+				c.ev.Attempt-1, r.cfg.MaxAttempts)
+			continue
+		}
+		send = append(send, i)
+		events = append(events, c.ev)
+	}
+	if len(events) > 0 {
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		start := time.Now()
+		err := callPublisher(pctx, r.cfg.Publisher, events)
+		took := time.Since(start)
+		cancel()
+		errs := eventErrors(err, len(events))
+		for k, i := range send {
+			f := &fs[i]
+			f.took, f.err = took, errs[k]
+			switch {
+			case f.err == nil:
+				f.outcome = OutcomeSent
+			case ctx.Err() != nil:
+				f.outcome = "" // stopping: handed back, not charged
+			case IsPermanent(f.err):
+				f.outcome = OutcomeDead
+			case f.c.ev.Attempt >= r.cfg.MaxAttempts:
+				f.outcome = OutcomeDead
+			default:
+				f.outcome = OutcomeRetry
+				f.delay = r.cfg.Backoff.Delay(f.c.failed + 1)
+			}
+		}
+	}
+	r.record(ctx, fs)
+}
+
+// callPublisher calls p, turning a panic into the error of every event.
+func callPublisher(ctx context.Context, p Publisher, events []Event) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("the Publisher panicked: %v\n\n%s", v, debug.Stack())
+		}
+	}()
+	return p.Publish(ctx, events)
+}
+
+// eventErrors returns the error of each of n events from a Publish call's error.
+func eventErrors(err error, n int) []error {
+	errs := make([]error, n)
+	if err == nil {
+		return errs
+	}
+	var be *BatchError
+	if errors.As(err, &be) {
+		if len(be.Errs) == n {
+			copy(errs, be.Errs)
+			return errs
+		}
+		err = fmt.Errorf("the Publisher returned a BatchError of %d errors for %d events: %w", len(be.Errs), n, err)
+	}
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// record records the outcomes fs in one statement (fenced by token), then makes the next event of
+// each key whose event left the queue ready, logs and tells the Observer.
+func (r *Relay) record(ctx context.Context, fs []finish) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	n := len(fs)
+	p := sqlc.OutboxFinishParams{Ids: make([]int64, n), Tokens: make([]int64, n), Outcomes: make([]string, n),
+		Errors: make([]string, n), Delays: make([]float64, n), Uncount: make([]int32, n)}
+	for i, f := range fs {
+		p.Ids[i], p.Tokens[i], p.Delays[i] = f.c.id, f.c.token, f.delay.Seconds()
+		p.Outcomes[i] = string(f.outcome)
+		if f.outcome == "" {
+			p.Outcomes[i], p.Uncount[i] = "release", 1
+		}
+		if f.err != nil {
+			p.Errors[i] = storable(f.err.Error())
+		}
+	}
+	ids, err := store.Queries.OutboxFinish(rctx, r.st.Wrap(r.db), p)
+	if err != nil {
+		r.cfg.Logger.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
+			"schema", r.store.Schema, "events", n, "err", err)
+		return
+	}
+	recorded := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		recorded[id] = true
+	}
+	var keys []string
+	for _, f := range fs {
+		switch {
+		case !recorded[f.c.id]:
+			r.cfg.Logger.Warn("txinbox: outbox event taken over by another relay after its lease ended; its outcome here was not recorded",
+				"schema", r.store.Schema, "event_id", f.c.ev.ID, "token", f.c.token, "outcome", f.outcome)
+		case (f.outcome == OutcomeSent || f.outcome == OutcomeDead) && f.c.ev.Key != "" && !slices.Contains(keys, f.c.ev.Key):
+			keys = append(keys, f.c.ev.Key)
+		}
+	}
+	if len(keys) > 0 {
+		if err := store.Queries.OutboxReadyNext(rctx, r.st.Wrap(r.db), keys); err != nil {
+			r.cfg.Logger.Warn("txinbox: making the next outbox events of keys ready failed; they go when their snooze ends",
+				"schema", r.store.Schema, "keys", len(keys), "snooze", r.snoozeFor(), "err", err)
+		}
+	}
+	for _, f := range fs {
+		if !recorded[f.c.id] || f.outcome == "" {
+			continue
+		}
+		switch f.outcome {
+		case OutcomeDead:
+			r.cfg.Logger.Warn("txinbox: outbox event is dead", "schema", r.store.Schema, "event_id", f.c.ev.ID,
+				"topic", f.c.ev.Topic, "key", f.c.ev.Key, "attempt", f.c.ev.Attempt, "err", f.err)
+		case OutcomeRetry:
+			r.cfg.Logger.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.store.Schema,
+				"event_id", f.c.ev.ID, "topic", f.c.ev.Topic, "attempt", f.c.ev.Attempt, "retry_in", f.delay, "err", f.err)
+		}
+		if r.cfg.Observer != nil {
+			r.cfg.Observer.Finished(Result{Event: f.c.ev, Outcome: f.outcome, Err: f.err, Duration: f.took})
+		}
+	}
+}
+
+// storable makes an error message storable as text: valid UTF-8, no NUL, at most maxErrorBytes.
+func storable(s string) string {
+	if len(s) > maxErrorBytes {
+		s = s[:maxErrorBytes] + "…"
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+}

@@ -1,0 +1,181 @@
+-- The transactional outbox (package outbox, migration 00009). Every table name carries the schema
+-- template comment, which internal/store replaces with the configured schema, quoted, at run time.
+-- The outbox has no consumer column and is never distributed (00009).
+
+-- name: OutboxPublish :one
+-- Writes a batch of events in the caller's transaction: each gets an id from outbox_id_seq, in the
+-- order of the arrays (a key's events are published in id order), goes into the slot of the current
+-- generation (outbox_ring, read without a lock: see outbox_rotate), and is queued at its not-before
+-- time (NULL: now). With @notify, a notification on @notify_channel wakes the relays when the
+-- transaction commits (never if it rolls back); the caller debounces, so it is usually false.
+-- Returns the number of events written.
+WITH ring AS (
+    SELECT (r.gen % 3)::smallint AS slot FROM /* TEMPLATE: schema */outbox_ring r
+), input AS (
+    -- ROWS FROM zips the arrays in one pass, in order (a subscript of a text array walks it from
+    -- its start).
+    SELECT s.ord, s.event_id::uuid AS event_id, s.topic, NULLIF(s.key, '') AS key, s.payload,
+           s.headers::jsonb AS headers, coalesce(s.not_before, now()) AS next_run_at
+    FROM ROWS FROM (unnest(@event_ids::text[]), unnest(@topics::text[]), unnest(@keys::text[]),
+                    unnest(@payloads::text[]), unnest(@headers::text[]), unnest(@not_befores::timestamptz[]))
+         WITH ORDINALITY AS s(event_id, topic, key, payload, headers, not_before, ord)
+), numbered AS (
+    -- Ids are drawn in batch order: the volatile nextval is evaluated after the sort.
+    SELECT i.*, nextval('/* TEMPLATE: schema */outbox_id_seq') AS id
+    FROM input i
+    ORDER BY i.ord
+), inserted AS (
+    INSERT INTO /* TEMPLATE: schema */outbox (slot, id, event_id, topic, key, payload, headers, next_run_at)
+    SELECT ring.slot, n.id, n.event_id, n.topic, n.key, n.payload, n.headers, n.next_run_at
+    FROM numbered n CROSS JOIN ring
+    RETURNING id, key, next_run_at
+), queued AS (
+    INSERT INTO /* TEMPLATE: schema */outbox_queue (id, key, run_at)
+    SELECT i.id, i.key, i.next_run_at FROM inserted i
+    RETURNING id
+), notified AS (
+    SELECT count(pg_notify(@notify_channel::text, '')) AS sent
+    WHERE @notify::boolean AND EXISTS (SELECT 1 FROM queued)
+)
+SELECT (SELECT count(*) FROM queued)::bigint AS written
+FROM notified;
+
+-- name: OutboxClaimLock :exec
+-- Serialises the claims of a schema's relays (a transaction-scoped advisory lock, taken in the claim's
+-- transaction before OutboxClaim), so that each claim's snapshot sees the claims committed before it:
+-- two claims at once could otherwise each take an event of one key (one of them an event committed
+-- after the other's snapshot), and the key would have two events in flight.
+SELECT pg_advisory_xact_lock(@lock_key::bigint);
+
+-- name: OutboxClaim :many
+-- Claims due events: of the @max oldest due queue rows (unclaimed ones whose not-before or backoff
+-- time has passed, and claimed ones whose lease has ended: their relay died or hung), those that may
+-- go now. An event without a key may always go; one with a key may go if it is claimed already (a
+-- claim whose lease ended is taken over before anything else of its key), or if no older event of
+-- its key is queued and no other event of its key is claimed. So a key has at most one event in
+-- flight, the oldest first. The others, blocked behind an event of their key, are snoozed: their
+-- run_at moves @snooze_seconds ahead, so that claims stop scanning them; the relay that finishes an
+-- event makes the next of its key ready at once (OutboxReadyNext), the snooze being only a safety net.
+-- A row that OutboxReadyNext marked (ready) is never snoozed: if this claim's snapshot still showed
+-- the event that has just left the queue, the next claim takes it. If the rows scanned were all
+-- snoozed, one placeholder row with id 0 says so (the caller claims again).
+-- The claim stamps owner, lease (run_at), a new fencing token and the attempt, and commits on its
+-- own, before anything is published. Run it in a transaction holding OutboxClaimLock.
+-- Plans: the redundant `q.id = ANY (ARRAY(...))` makes the updates look the rows up by primary key
+-- even in a generic plan, which cannot see @max (the worker's ClaimBatch says why).
+WITH candidates AS (
+    SELECT q.id, q.claimed, q.ready,
+           (q.key IS NULL OR q.claimed OR (
+                NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */outbox_queue h
+                            WHERE h.key = q.key AND h.id < q.id)
+                AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */outbox_queue h
+                                WHERE h.key = q.key AND h.claimed))) AS head
+    FROM /* TEMPLATE: schema */outbox_queue q
+    WHERE q.run_at <= now()
+    ORDER BY q.run_at, q.id
+    LIMIT @max
+    FOR UPDATE OF q SKIP LOCKED
+), snoozed AS (
+    UPDATE /* TEMPLATE: schema */outbox_queue q
+    SET run_at = now() + make_interval(secs => @snooze_seconds::float8)
+    FROM candidates c
+    WHERE q.id = c.id AND NOT c.head AND NOT c.ready
+      AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
+    RETURNING q.id
+), claimed AS (
+    UPDATE /* TEMPLATE: schema */outbox_queue q
+    SET claimed = true, ready = false, run_at = now() + make_interval(secs => @lease_seconds::float8),
+        token = q.token + 1, attempts_started = q.attempts_started + 1, owner = @owner, started_at = now()
+    FROM candidates c
+    WHERE q.id = c.id AND c.head
+      AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
+    RETURNING q.id, q.token, q.attempts_started, c.claimed AS taken_over
+)
+-- Each outbox row is read by its id, once per claimed row (OFFSET 0 keeps the subquery from being
+-- flattened into a join, as in the worker's ClaimBatch).
+SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key, m.payload, m.headers,
+       m.created_at, c.token, c.attempts_started, m.attempts_failed, c.taken_over
+FROM claimed c
+CROSS JOIN LATERAL (
+    SELECT i.id, i.event_id, i.topic, i.key, i.payload, i.headers, i.created_at, i.attempts_failed
+    FROM /* TEMPLATE: schema */outbox i
+    WHERE i.id = c.id
+    OFFSET 0
+) m
+UNION ALL
+SELECT 0, '', '', '', '', '{}'::jsonb, now(), 0, 0, 0, false
+WHERE NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM snoozed)
+ORDER BY 1;
+
+-- name: OutboxFinish :many
+-- Records the outcome of each claimed event in one statement: sent and dead leave the queue; retry
+-- goes back to it after its delay (seconds, server clock); release goes back to it at once without
+-- charging the attempt (@uncount) and leaves the outbox row as it was. Rows whose fencing token is
+-- no longer the caller's (another relay took the claim over after its lease ended), or that are no
+-- longer claimed, are left alone: it returns the ids whose outcome was recorded.
+WITH c AS (
+    SELECT s.id, s.token, s.outcome, s.error, now() + make_interval(secs => s.delay) AS run_at, s.uncount
+    FROM ROWS FROM (unnest(@ids::bigint[]), unnest(@tokens::bigint[]), unnest(@outcomes::text[]),
+                    unnest(@errors::text[]), unnest(@delays::float8[]), unnest(@uncount::int[]))
+         AS s(id, token, outcome, error, delay, uncount)
+), fenced AS (
+    -- The queue rows still claimed with the caller's token, locked: one probe of the primary key per
+    -- event (a LATERAL with a locking clause is never flattened into a join).
+    SELECT l.id, l.attempts_started, l.started_at, c.token, c.outcome, c.error, c.run_at, c.uncount
+    FROM c
+    CROSS JOIN LATERAL (
+        SELECT q.id, q.attempts_started, q.started_at FROM /* TEMPLATE: schema */outbox_queue q
+        WHERE q.id = c.id AND q.token = c.token AND q.claimed IS TRUE
+        FOR UPDATE
+    ) l
+), dequeued AS (
+    DELETE FROM /* TEMPLATE: schema */outbox_queue q
+    USING fenced f
+    WHERE q.id = f.id AND f.outcome IN ('sent', 'dead')
+), requeued AS (
+    UPDATE /* TEMPLATE: schema */outbox_queue q
+    SET claimed = false, ready = false, run_at = f.run_at, owner = NULL,
+        attempts_started = q.attempts_started - f.uncount
+    FROM fenced f
+    WHERE q.id = f.id AND f.outcome IN ('retry', 'release')
+), recorded AS (
+    -- The only write of the outbox row per attempt: the outcome, and the claim's token, attempts and
+    -- start from the queue row. A released claim leaves it alone.
+    UPDATE /* TEMPLATE: schema */outbox m
+    SET state = CASE WHEN f.outcome = 'retry' THEN 'pending' ELSE f.outcome END,
+        token = f.token,
+        attempts_started = f.attempts_started,
+        attempts_failed = m.attempts_failed + CASE WHEN f.outcome = 'sent' THEN 0 ELSE 1 END,
+        last_error = CASE WHEN f.outcome = 'sent' THEN m.last_error ELSE f.error END,
+        next_run_at = CASE WHEN f.outcome = 'retry' THEN f.run_at ELSE m.next_run_at END,
+        started_at = f.started_at,
+        finished_at = CASE WHEN f.outcome = 'retry' THEN NULL ELSE now() END
+    FROM fenced f
+    WHERE m.id = f.id AND f.outcome <> 'release'
+)
+SELECT f.id FROM fenced f ORDER BY f.id;
+
+-- name: OutboxReadyNext :exec
+-- Makes the oldest queued event of each of @keys ready at once (its own next-run time permitting) if
+-- it was snoozed behind an event that has just been sent or become dead, and marks it (ready) so that
+-- no claim snoozes it: a claim whose snapshot still showed the finished event, and that locks the row
+-- after this update, sees the mark. Run after the finishing statement, so that it sees every event
+-- committed before it. The new run_at is never later than it was: a due row keeps its place.
+UPDATE /* TEMPLATE: schema */outbox_queue q
+SET ready = true, run_at = least(q.run_at, greatest(m.next_run_at, now()))
+FROM unnest(@keys::text[]) AS k(key), /* TEMPLATE: schema */outbox m
+WHERE q.key = k.key AND NOT q.claimed AND m.id = q.id
+  AND q.id = (SELECT min(h.id) FROM /* TEMPLATE: schema */outbox_queue h WHERE h.key = k.key);
+
+-- name: OutboxRotate :one
+-- Begins a new generation of the outbox if the current one began at least @period ago, or at once
+-- when @period is NULL; sent events are kept @keep after they were sent (outbox_rotate, migration
+-- 00009). Run it in a transaction of its own with a lock_timeout.
+SELECT r.rotated::boolean AS rotated, r.generation::bigint AS generation, r.copied::bigint AS copied
+FROM /* TEMPLATE: schema */outbox_rotate(sqlc.narg(period)::interval, sqlc.arg(keep)::interval) r;
+
+-- name: OutboxTables :one
+-- Whether the outbox tables exist, by their schema-qualified, quoted names, and whether this session
+-- may read and write them. Checked by Relay.Start.
+SELECT coalesce(has_table_privilege(to_regclass(@outbox_table::text), 'SELECT, INSERT, UPDATE'), false)::bool AS events,
+       coalesce(has_table_privilege(to_regclass(@queue_table::text), 'SELECT, INSERT, UPDATE, DELETE'), false)::bool AS queue;
