@@ -597,7 +597,7 @@ func (r *report) runTune(ctx context.Context, env *bench.Env, progress func(stri
 
 // runCitus drains the same messages with txinbox on the single server of env and on the Citus
 // coordinator o.citusURL (txinbox's tables distributed by consumer; one consumer, so one shard),
-// alternating runs, and prints a markdown table of the medians (SCALING.md).
+// alternating runs, and prints a markdown table of the medians (docs/scaling.md, "Beyond one node: Citus").
 func runCitus(ctx context.Context, o options, single *bench.Env, log *slog.Logger, progress func(string, ...any)) error {
 	citus, err := bench.NewEnv(ctx, o.citusURL, o.quick, log)
 	if err != nil {
