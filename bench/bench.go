@@ -45,6 +45,7 @@ type Env struct {
 	NoisyPhases []string
 	quietBudget time.Duration
 	counts      map[string]int
+	lock        *pgx.Conn // holds runLockKey (LockRuns) until Close
 }
 
 // NewEnv connects to url.
@@ -73,11 +74,44 @@ func NewEnv(ctx context.Context, url string, quick bool, log *slog.Logger) (*Env
 	return &Env{URL: url, Admin: admin, Log: log, Quick: quick, quietBudget: budget, counts: map[string]int{}}, nil
 }
 
-// Close closes the admin pool.
-func (e *Env) Close() { e.Admin.Close() }
+// Close closes the admin pool, and the connection holding the run lock (LockRuns) if any.
+func (e *Env) Close() {
+	if e.lock != nil {
+		_ = e.lock.Close(context.Background()) // closing the session releases the lock
+	}
+	e.Admin.Close()
+}
+
+// runLockKey is the session advisory lock that one txbench run holds on its server (LockRuns).
+const runLockKey int64 = 0x7478626e6368 // "txbnch"
+
+// LockRuns makes this the only benchmark run on the server until Close: it takes a session advisory
+// lock on a connection of its own, waiting, with a line on the log, while another run holds it. Call
+// it before DropStale, which drops every schema named txbench_* and so would pull the tables from
+// under a run in progress; benchmarks run at the same time would also only measure each other.
+func (e *Env) LockRuns(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, e.URL)
+	if err != nil {
+		return err
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, runLockKey).Scan(&got); err != nil {
+		_ = conn.Close(ctx)
+		return err
+	}
+	if !got {
+		e.Log.Warn("another benchmark run holds this server; waiting for it to end")
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, runLockKey); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return err
+		}
+	}
+	e.lock = conn
+	return nil
+}
 
 // DropStale drops schemas left by an interrupted earlier run (every schema named txbench_*). Only
-// one txbench may run against a server at a time.
+// one run may use a server at a time: take LockRuns first.
 func (e *Env) DropStale(ctx context.Context) error {
 	rows, err := e.Admin.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, SchemaPrefix)
 	if err != nil {

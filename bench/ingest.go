@@ -240,7 +240,7 @@ func copyRows(ctx context.Context, db copier, table pgx.Identifier, rows []inges
 	return err
 }
 
-// copyStaging copies rows into the session's temp table and moves the new ones into table. The rows
+// copyStaging copies rows into the connection's temp table and moves the new ones into table. The rows
 // take slot 0, the current generation's slot of a new schema (migration 00006: the unique key is
 // (consumer, key, slot)).
 func copyStaging(ctx context.Context, conn *pgx.Conn, table pgx.Identifier, rows []ingestRow) (int, error) {

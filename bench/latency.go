@@ -22,7 +22,9 @@ type LatencyResult struct {
 	Samples       int           // latencies measured (after the warm-up)
 	P50, P95, P99 time.Duration //
 	Max           time.Duration //
-	FP            Footprint
+	// Sorted holds every latency measured, in increasing order (the latency chart's distribution).
+	Sorted []time.Duration
+	FP     Footprint
 }
 
 // LatencySenders is the number of goroutines (and connections) calling Receive in SteadyLatency:
@@ -126,6 +128,7 @@ func (e *Env) SteadyLatency(ctx context.Context, rate, perCall int, d time.Durat
 	res.Samples = len(lats)
 	res.P50, res.P95, res.P99 = Percentile(lats, 50), Percentile(lats, 95), Percentile(lats, 99)
 	res.Max = lats[len(lats)-1]
+	res.Sorted = lats
 	return res, nil
 }
 

@@ -74,7 +74,7 @@ type Load struct {
 	OtherActive int    // of those, running a statement
 }
 
-// SampleLoad reads the load average and counts the server's other sessions.
+// SampleLoad reads the load average and counts the server's other connections.
 func (e *Env) SampleLoad(ctx context.Context) Load {
 	var l Load
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
@@ -90,5 +90,5 @@ func (e *Env) SampleLoad(ctx context.Context) Load {
 }
 
 func (l Load) String() string {
-	return fmt.Sprintf("load average %s; %d other server sessions (%d active)", l.LoadAvg, l.OtherConns, l.OtherActive)
+	return fmt.Sprintf("load average %s; other server connections: %d (%d active)", l.LoadAvg, l.OtherConns, l.OtherActive)
 }

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Retention, old layout (one inbox table, rows deleted by the Cleaner; commit b2d7f61, before
 # migration 00006) against the new one (a ring of generation partitions rotated by the Cleaner; this
-# tree), side by side in the same run (issue 14, benchmarks a and b):
+# tree), side by side in the same run:
 #   (a) RATE msg/s received and drained for DURATION with a 1-minute dedup window;
-#   (b) the same, while another session holds a REPEATABLE READ transaction open (a held xmin) for
+#   (b) the same, while another connection holds a REPEATABLE READ transaction open (a held xmin) for
 #       HOLD_FOR starting at HOLD_AT.
 # Each layout gets a throwaway PostgreSQL 15 cluster of its own (initdb under /tmp, ports PORT_OLD and
 # PORT_NEW, 127.0.0.1 only), made fresh for each run and removed at the end, so that WAL is measured per
 # layout. The old layout runs the old library: a temporary detached worktree of OLD_COMMIT with
 # bench/cmd/txretain copied in and built with -tags oldlayout. Prints and keeps (in OUT) one line per
-# minute per layout (bench/cmd/txretain) and a summary per layout.
+# minute per layout (bench/cmd/txretain) and a summary per layout. Then, with RECORD=1 (the default),
+# it copies each run's outputs into bench/retention/runs and draws the runs kept there
+# (`txretain chart`): bench/charts/retention-RUN.svg and the section "Retention by generations" of
+# bench/RESULTS.md; with RECORD=0 the charts and the section go to OUT only.
 #
 # Needs root (the clusters run as the postgres OS user) and /usr/lib/postgresql/15/bin.
 # Usage: bench/retention.sh            (both runs, about 25 minutes)
@@ -37,6 +40,7 @@ NICE=${NICE:-5}
 SHARED_BUFFERS=${SHARED_BUFFERS:-128MB}
 PLAN_CACHE_MODE=${PLAN_CACHE_MODE:-} # empty: the server's default (auto)
 PG_OPTS=${PG_OPTS:-}                 # more server options for both clusters, e.g. "-c auto_explain.log_min_duration=1s ..."
+RECORD=${RECORD:-1}                  # 1: record the runs in bench/ (runs, charts, RESULTS.md); 0: in OUT only
 BASE=$(mktemp -d /tmp/txretain.XXXXXX)
 OUT=${OUT:-$BASE/out}
 mkdir -p "$OUT"
@@ -119,6 +123,7 @@ for run in $RUNS; do
 	cluster old "$PORT_OLD"
 	cluster new "$PORT_NEW"
 	echo "run $run: $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg), rate $RATE/s each, $DURATION, retention $RETENTION, cleaner interval $INTERVAL, old full sweep $FULL_SWEEP ${hold[*]} ${PLAN_CACHE_MODE:+plan_cache_mode=$PLAN_CACHE_MODE}" | tee "$OUT/$run-load.txt"
+	echo "trees: generations $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- . || echo ' with changes'), old layout $OLD_COMMIT" >>"$OUT/$run-load.txt"
 	args=(--rate "$RATE" --duration "$DURATION" --retention "$RETENTION" --interval "$INTERVAL" --full-sweep "$FULL_SWEEP" --plan-cache-mode "$PLAN_CACHE_MODE" "${hold[@]}")
 	nice -n "$NICE" "$BASE/txretain-old" --database-url "postgres://postgres@127.0.0.1:$PORT_OLD/postgres?sslmode=disable" "${args[@]}" \
 		>"$OUT/$run-old.out" 2>"$OUT/$run-old.err" &
@@ -137,3 +142,14 @@ for run in $RUNS; do
 	stop_cluster new "$run"
 	[ "$status" = 0 ] || { echo "run $run failed" >&2; exit "$status"; }
 done
+
+if [ "$RECORD" = 1 ]; then
+	for run in $RUNS; do # kept as .txt: *.out files are not tracked
+		cp "$OUT/$run-old.out" "$HERE/retention/runs/$run-old.txt"
+		cp "$OUT/$run-new.out" "$HERE/retention/runs/$run-new.txt"
+		cp "$OUT/$run-load.txt" "$HERE/retention/runs/"
+	done
+	"$BASE/txretain-new" chart -charts "$HERE/charts" -results "$HERE/RESULTS.md" "$HERE/retention/runs"
+else
+	"$BASE/txretain-new" chart -charts "$OUT/charts" -results "$OUT/RESULTS.md" "$OUT"
+fi

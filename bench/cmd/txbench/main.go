@@ -1,5 +1,6 @@
 // Command txbench benchmarks txinbox against River and raw SQL on one PostgreSQL server and writes
-// the results, as markdown, to stdout and to RESULTS.md.
+// the results, as Markdown sections, to stdout and to RESULTS.md, with SVG charts in charts/ beside
+// it.
 //
 // Usage (from the bench directory):
 //
@@ -11,12 +12,14 @@
 //	go run ./cmd/txbench --recovery
 //
 // BENCH_QUICK=1 in the environment is the same as --quick. Each system runs in a fresh schema of its
-// own (txbench_*), created and dropped by the run; benchmarks run one at a time. The main run (drain,
-// ingest, latency, growth, footprint), the sustained drain (--sustain), the tuning sweep (--tune),
-// the seen-key cache comparison (--seen), the coalesced receives (--coalesce) and the recovery after
-// a crash (--recovery; also run by the main run, into a section of its own) each replace their own
-// section of the output file and keep the others. The recovery rows run this program again as child
-// processes (bench.RecoveryChildEnv).
+// own (txbench_*), created and dropped by the run; benchmarks run one at a time. The main run writes
+// the sections drain, ingest, latency, idle, growth, footprint and recovery (those --only selects);
+// --sustain writes sustain, --tune tune, --seen seen, --coalesce coalesce and coalesce-paced,
+// --recovery recovery; every run also writes machine. A section is the text between the lines
+// <!-- txbench:NAME:begin --> and <!-- txbench:NAME:end --> of the output file (bench.WriteSection):
+// each run replaces the sections it measured and keeps the others. The drain and latency sections
+// draw charts/drain.svg and charts/latency-cdf.svg. The recovery rows run this program again as
+// child processes (bench.RecoveryChildEnv).
 package main
 
 import (
@@ -26,6 +29,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -172,6 +176,9 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer env.Close()
+	if err := env.LockRuns(ctx); err != nil {
+		return err
+	}
 	if err := env.DropStale(ctx); err != nil {
 		return err
 	}
@@ -179,15 +186,18 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	r := &report{opts: o, machine: machine, command: command(), started: time.Now(), loadBefore: env.SampleLoad(ctx)}
+	r := &report{opts: o, machine: machine, command: command(), started: time.Now(), loadBefore: env.SampleLoad(ctx),
+		noise: map[string][]string{}, done: map[string]bool{}}
+	if o.out != "" {
+		r.chartDir = filepath.Join(filepath.Dir(o.out), "charts")
+	}
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Since(r.started).Round(time.Second), fmt.Sprintf(format, args...))
 	}
-	sections := []string{"main"}
-	switch {
-	case o.citusURL != "":
+	if o.citusURL != "" {
 		return runCitus(ctx, o, env, log, progress)
-	case o.trace:
+	}
+	if o.trace {
 		st := bench.NewStatementStats()
 		env.Tracer = st
 		rate, fp, err := env.InboxDrain(ctx, o.n, 0, o.inbox)
@@ -198,62 +208,63 @@ func run(ctx context.Context, o options) error {
 			fp.ClientCPU*1e6/float64(o.n), fp.ServerCPU*1e6/float64(o.n))
 		st.Write(os.Stdout, o.n)
 		return nil
-	case o.sustain > 0:
-		sections = []string{"sustain"}
-		progress("sustained drain for %s", o.sustain)
-		res, err := env.Sustain(ctx, o.sustain, o.inbox)
-		if err != nil {
-			return err
-		}
-		r.sustain = &res
-	case o.tune:
-		sections = []string{"tune"}
-		if err := r.runTune(ctx, env, progress); err != nil {
-			return err
-		}
-	case o.seen:
-		sections = []string{"seen"}
-		if err := r.runSeen(ctx, env, progress); err != nil {
-			return err
-		}
-	case o.coalesce:
-		sections = []string{"coalesce"}
-		if err := r.runCoalesce(ctx, env, progress); err != nil {
-			return err
-		}
-	case o.recovery:
-		sections = []string{"recovery"}
-		if err := r.runRecovery(ctx, env, progress); err != nil {
-			return err
-		}
-	default:
-		if err := r.runMain(ctx, env, progress); err != nil {
-			return err
-		}
-		if !o.only["drain"] && !o.only["ingest"] && !o.only["latency"] && !o.only["growth"] {
-			sections = nil // --only recovery: the main section is kept as it is
-		}
-		if o.only["recovery"] {
-			if err := r.runRecovery(ctx, env, progress); err != nil {
-				return err
-			}
-			sections = append(sections, "recovery")
-		}
 	}
+	runErr := r.runSelected(ctx, env, progress)
+	// The sections of the benchmarks that completed are written even when a later one failed or the
+	// run was interrupted; every run describes its machine; the sections it did not run keep theirs.
+	sections := r.doneSections()
+	if len(sections) == 0 {
+		return runErr
+	}
+	sections = append([]string{"machine"}, sections...)
 	r.elapsed = time.Since(r.started)
-	r.loadAfter = env.SampleLoad(ctx)
-	r.quietWaited, r.noisy = env.QuietWaited, env.NoisyPhases
+	r.loadAfter = env.SampleLoad(context.WithoutCancel(ctx))
+	r.quietWaited = env.QuietWaited
 	for _, section := range sections {
 		md := r.markdown(section)
 		fmt.Print(md)
 		if o.out != "" {
-			if err := writeSection(o.out, section, md); err != nil {
+			if err := bench.WriteSection(o.out, section, md); err != nil {
 				return err
 			}
 		}
 	}
 	if o.out != "" {
 		progress("wrote %s", o.out)
+	}
+	return runErr
+}
+
+// runSelected runs the benchmarks the options select, each under noted: the sustained drain, the
+// tuning sweep, the seen-key cache, the coalesced receives, the recovery alone, or the main run
+// (whose recovery rows run last).
+func (r *report) runSelected(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	o := r.opts
+	switch {
+	case o.sustain > 0:
+		progress("sustained drain for %s", o.sustain)
+		return r.noted(env, "sustain", func() error {
+			res, err := env.Sustain(ctx, o.sustain, o.inbox)
+			r.sustain = &res
+			return err
+		})
+	case o.tune:
+		return r.noted(env, "tune", func() error { return r.runTune(ctx, env, progress) })
+	case o.seen:
+		return r.noted(env, "seen", func() error { return r.runSeen(ctx, env, progress) })
+	case o.coalesce:
+		if err := r.noted(env, "coalesce", func() error { return r.runCoalesce(ctx, env, progress) }); err != nil {
+			return err
+		}
+		return r.noted(env, "coalesce-paced", func() error { return r.runCoalescePaced(ctx, env, progress) })
+	case o.recovery:
+		return r.noted(env, "recovery", func() error { return r.runRecovery(ctx, env, progress) })
+	}
+	if err := r.runMain(ctx, env, progress); err != nil {
+		return err
+	}
+	if o.only["recovery"] {
+		return r.noted(env, "recovery", func() error { return r.runRecovery(ctx, env, progress) })
 	}
 	return nil
 }
@@ -277,129 +288,181 @@ func perMsg(fp bench.Footprint, n int) cpuPerMsg {
 func (r *report) runMain(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
 	o := r.opts
 	if o.only["drain"] {
-		systems := []*drainSystem{
-			{name: "txinbox", guarantee: "handler's ledger insert + completion in one transaction (batch of messages, savepoint each)",
-				config: o.inbox.String(),
-				run: func(ctx context.Context) (float64, bench.Footprint, error) {
-					return env.InboxDrain(ctx, o.n, 0, o.inbox)
-				}},
-			{name: "txinbox, batch handler", guarantee: "handler's multi-row ledger insert + completion in one transaction (one call, one savepoint, per batch)",
-				config: o.batchHandlerConfig().String(),
-				run: func(ctx context.Context) (float64, bench.Footprint, error) {
-					return env.InboxDrain(ctx, o.n, 0, o.batchHandlerConfig())
-				}},
-			{name: "River, JobCompleteTx", guarantee: "ledger insert + river.JobCompleteTx in one transaction per job",
-				config: o.riverTx.String(),
-				run: func(ctx context.Context) (float64, bench.Footprint, error) {
-					return env.RiverDrain(ctx, o.n, o.riverTx)
-				}},
-			{name: "River, no-op", guarantee: "none (no ledger write; completion batched after the worker returns)",
-				config: o.riverNoop.String(),
-				run: func(ctx context.Context) (float64, bench.Footprint, error) {
-					return env.RiverDrain(ctx, o.n, o.riverNoop)
-				}},
-			{name: "raw SQL, 1 per tx", guarantee: "claim + ledger insert + update in one transaction",
-				config: fmt.Sprintf("%d clients, 1 message per transaction", o.rawClient),
-				run: func(ctx context.Context) (float64, bench.Footprint, error) {
-					return env.RawDrain(ctx, o.n, bench.RawConfig{Clients: o.rawClient, PerTx: 1})
-				}},
-			{name: "raw SQL, 100 per tx", guarantee: "claim + ledger insert + update in one transaction",
-				config: fmt.Sprintf("%d clients, 100 messages per transaction", o.rawClient),
-				run: func(ctx context.Context) (float64, bench.Footprint, error) {
-					return env.RawDrain(ctx, o.n, bench.RawConfig{Clients: o.rawClient, PerTx: 100})
-				}},
+		if err := r.noted(env, "drain", func() error { return r.runDrains(ctx, env, progress) }); err != nil {
+			return err
 		}
-		// Runs are interleaved (every system once, then again) so that background noise spreads
-		// over all systems instead of hitting one.
-		for run := 1; run <= o.runs; run++ {
-			for _, s := range systems {
-				progress("drain %d/%d: %s, %d messages", run, o.runs, s.name, o.n)
-				rate, fp, err := s.run(ctx)
-				if err != nil {
-					return fmt.Errorf("drain %s: %w", s.name, err)
-				}
-				progress("  %.0f msg/s, peak RSS %.0f MiB, %d conns, CPU %.0f µs/msg client + %.0f server", rate, fp.PeakRSSMB, fp.MaxConns,
-					fp.ClientCPU*1e6/float64(o.n), fp.ServerCPU*1e6/float64(o.n))
-				s.rates = append(s.rates, rate)
-				s.fp = maxFP(s.fp, fp)
-				s.cpu = append(s.cpu, perMsg(fp, o.n))
-			}
-		}
-		r.drain = systems
 	}
 	if o.only["ingest"] {
-		rows := 100_000
-		if o.quick {
-			rows = 20_000
-		}
-		for _, clients := range []int{1, 4} {
-			for _, mode := range []bench.IngestMode{bench.IngestReceiveMany, bench.IngestCopyNew, bench.IngestCopyStaging} {
-				row := &ingestRow{mode: mode, clients: clients}
-				for run := 1; run <= o.runs; run++ {
-					progress("ingest %d/%d: %s, %d clients, %d rows", run, o.runs, mode, clients, rows)
-					res, err := env.Ingest(ctx, mode, clients, rows/1000/clients, 1000, 0.3)
-					if err != nil {
-						return fmt.Errorf("ingest %s: %w", mode, err)
-					}
-					progress("  %.0f rows/s (%d of %d new)", res.Rate, res.Inserted, res.Rows)
-					row.rates = append(row.rates, res.Rate)
-					row.cpu = append(row.cpu, perMsg(res.FP, res.Rows))
-					row.last = res
-					row.fp = maxFP(row.fp, res.FP)
-				}
-				r.ingest = append(r.ingest, row)
-			}
+		if err := r.noted(env, "ingest", func() error { return r.runIngest(ctx, env, progress) }); err != nil {
+			return err
 		}
 	}
 	if o.only["latency"] {
-		d, idleSamples, pollSamples := 30*time.Second, 20, 6
-		if o.quick {
-			d, idleSamples, pollSamples = 4*time.Second, 5, 2
+		if err := r.noted(env, "latency", func() error { return r.runLatency(ctx, env, progress) }); err != nil {
+			return err
 		}
-		polling := o.inbox
-		polling.DisableListen = true
-		for _, v := range []struct {
-			cfg     bench.InboxConfig
-			perCall int
-		}{{o.inbox, 1}, {polling, 1}, {o.inbox, 10}} {
-			progress("latency: 1000 msg/s, %d per call, for %s, %s", v.perCall, d, v.cfg)
-			res, err := env.SteadyLatency(ctx, 1000, v.perCall, d, v.cfg)
-			if err != nil {
-				return err
-			}
-			progress("  p50 %s p95 %s p99 %s (achieved %.0f/s)", res.P50, res.P95, res.P99, res.Achieved)
-			r.latency = append(r.latency, latencyRow{cfg: v.cfg, res: res})
-		}
-		for _, cfg := range []bench.InboxConfig{o.inbox, polling} {
-			samples := idleSamples
-			if cfg.DisableListen {
-				samples = pollSamples
-			}
-			progress("idle wake-up, %s, %d samples", cfg, samples)
-			// Idle longer than the pool's HotWindow (1s): its runners are asleep.
-			res, err := env.IdleWakeup(ctx, samples, 1200*time.Millisecond, cfg)
-			if err != nil {
-				return err
-			}
-			progress("  p50 %s max %s", res.P50, res.Max)
-			r.idle = append(r.idle, res)
+		if err := r.noted(env, "idle", func() error { return r.runIdle(ctx, env, progress) }); err != nil {
+			return err
 		}
 	}
 	if o.only["growth"] {
-		levels := []int{0, 1_000_000, 10_000_000}
-		if o.quick {
-			levels = []int{0, 200_000}
+		if err := r.noted(env, "growth", func() error { return r.runGrowth(ctx, env, progress) }); err != nil {
+			return err
 		}
-		progress("growth: drain %d with %v retained", o.n, levels)
-		pts, err := env.InboxGrowth(ctx, o.n, levels, o.inbox)
+	}
+	return nil
+}
+
+// runDrains drains the same number of messages with every system, the runs interleaved.
+func (r *report) runDrains(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	o := r.opts
+	systems := []*drainSystem{
+		{name: "txinbox", guarantee: "handler's ledger insert + completion in one transaction (batch of messages, savepoint each)",
+			config: o.inbox.String(),
+			run: func(ctx context.Context) (float64, bench.Footprint, error) {
+				return env.InboxDrain(ctx, o.n, 0, o.inbox)
+			}},
+		{name: "txinbox, batch handler", guarantee: "handler's multi-row ledger insert + completion in one transaction (one call, one savepoint, per batch)",
+			config: o.batchHandlerConfig().String(),
+			run: func(ctx context.Context) (float64, bench.Footprint, error) {
+				return env.InboxDrain(ctx, o.n, 0, o.batchHandlerConfig())
+			}},
+		{name: "River, JobCompleteTx", guarantee: "ledger insert + river.JobCompleteTx in one transaction per job",
+			config: o.riverTx.String(),
+			run: func(ctx context.Context) (float64, bench.Footprint, error) {
+				return env.RiverDrain(ctx, o.n, o.riverTx)
+			}},
+		{name: "River, no-op", guarantee: "none (no ledger write; completion batched after the worker returns)",
+			config: o.riverNoop.String(),
+			run: func(ctx context.Context) (float64, bench.Footprint, error) {
+				return env.RiverDrain(ctx, o.n, o.riverNoop)
+			}},
+		{name: "raw SQL, 1 per tx", guarantee: "claim + ledger insert + update in one transaction",
+			config: fmt.Sprintf("%d clients, 1 message per transaction", o.rawClient),
+			run: func(ctx context.Context) (float64, bench.Footprint, error) {
+				return env.RawDrain(ctx, o.n, bench.RawConfig{Clients: o.rawClient, PerTx: 1})
+			}},
+		{name: "raw SQL, 100 per tx", guarantee: "claim + ledger insert + update in one transaction",
+			config: fmt.Sprintf("%d clients, 100 messages per transaction", o.rawClient),
+			run: func(ctx context.Context) (float64, bench.Footprint, error) {
+				return env.RawDrain(ctx, o.n, bench.RawConfig{Clients: o.rawClient, PerTx: 100})
+			}},
+	}
+	// Runs are interleaved (every system once, then again) so that background noise spreads
+	// over all systems instead of hitting one.
+	for run := 1; run <= o.runs; run++ {
+		for _, s := range systems {
+			progress("drain %d/%d: %s, %d messages", run, o.runs, s.name, o.n)
+			rate, fp, err := s.run(ctx)
+			if err != nil {
+				return fmt.Errorf("drain %s: %w", s.name, err)
+			}
+			progress("  %.0f msg/s, peak RSS %.0f MiB, %d conns, CPU %.0f µs/msg client + %.0f server", rate, fp.PeakRSSMB, fp.MaxConns,
+				fp.ClientCPU*1e6/float64(o.n), fp.ServerCPU*1e6/float64(o.n))
+			s.rates = append(s.rates, rate)
+			s.fp = maxFP(s.fp, fp)
+			s.cpu = append(s.cpu, perMsg(fp, o.n))
+		}
+	}
+	r.drain = systems
+	return nil
+}
+
+// runIngest measures ReceiveMany against COPY with 1 and 4 clients.
+func (r *report) runIngest(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	o := r.opts
+	rows := 100_000
+	if o.quick {
+		rows = 20_000
+	}
+	for _, clients := range []int{1, 4} {
+		for _, mode := range []bench.IngestMode{bench.IngestReceiveMany, bench.IngestCopyNew, bench.IngestCopyStaging} {
+			row := &ingestRow{mode: mode, clients: clients}
+			for run := 1; run <= o.runs; run++ {
+				progress("ingest %d/%d: %s, %d clients, %d rows", run, o.runs, mode, clients, rows)
+				res, err := env.Ingest(ctx, mode, clients, rows/1000/clients, 1000, 0.3)
+				if err != nil {
+					return fmt.Errorf("ingest %s: %w", mode, err)
+				}
+				progress("  %.0f rows/s (%d of %d new)", res.Rate, res.Inserted, res.Rows)
+				row.rates = append(row.rates, res.Rate)
+				row.cpu = append(row.cpu, perMsg(res.FP, res.Rows))
+				row.last = res
+				row.fp = maxFP(row.fp, res.FP)
+			}
+			r.ingest = append(r.ingest, row)
+		}
+	}
+	return nil
+}
+
+// runLatency measures the latency from receive to handler start at a steady 1,000 messages/s.
+func (r *report) runLatency(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	o := r.opts
+	d := 30 * time.Second
+	if o.quick {
+		d = 4 * time.Second
+	}
+	r.latencyFor = d
+	polling := o.inbox
+	polling.DisableListen = true
+	for _, v := range []struct {
+		cfg     bench.InboxConfig
+		perCall int
+	}{{o.inbox, 1}, {polling, 1}, {o.inbox, 10}} {
+		progress("latency: 1000 msg/s, %d per call, for %s, %s", v.perCall, d, v.cfg)
+		res, err := env.SteadyLatency(ctx, 1000, v.perCall, d, v.cfg)
 		if err != nil {
 			return err
 		}
-		for _, p := range pts {
-			progress("  %d retained: %.0f msg/s", p.Retained, p.Rate)
-		}
-		r.growth = pts
+		progress("  p50 %s p95 %s p99 %s (achieved %.0f/s)", res.P50, res.P95, res.P99, res.Achieved)
+		r.latency = append(r.latency, latencyRow{cfg: v.cfg, res: res})
 	}
+	return nil
+}
+
+// runIdle measures how long an idle pool takes to start the handler of one message received.
+func (r *report) runIdle(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	o := r.opts
+	idleSamples, pollSamples := 20, 6
+	if o.quick {
+		idleSamples, pollSamples = 5, 2
+	}
+	polling := o.inbox
+	polling.DisableListen = true
+	for _, cfg := range []bench.InboxConfig{o.inbox, polling} {
+		samples := idleSamples
+		if cfg.DisableListen {
+			samples = pollSamples
+		}
+		progress("idle wake-up, %s, %d samples", cfg, samples)
+		// Idle longer than the pool's HotWindow (1s): its runners are asleep.
+		res, err := env.IdleWakeup(ctx, samples, 1200*time.Millisecond, cfg)
+		if err != nil {
+			return err
+		}
+		progress("  p50 %s max %s", res.P50, res.Max)
+		r.idle = append(r.idle, res)
+	}
+	return nil
+}
+
+// runGrowth drains with more and more completed rows retained in the inbox.
+func (r *report) runGrowth(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	o := r.opts
+	levels := []int{0, 1_000_000, 10_000_000}
+	if o.quick {
+		levels = []int{0, 200_000}
+	}
+	progress("growth: drain %d with %v retained", o.n, levels)
+	pts, err := env.InboxGrowth(ctx, o.n, levels, o.inbox)
+	if err != nil {
+		return err
+	}
+	for _, p := range pts {
+		progress("  %d retained: %.0f msg/s", p.Retained, p.Rate)
+	}
+	r.growth = pts
 	return nil
 }
 
@@ -434,11 +497,11 @@ func (r *report) runSeen(ctx context.Context, env *bench.Env, progress func(stri
 }
 
 // runCoalesce compares single-message Receive calls from 32 goroutines with coalescing off and on,
-// interleaving the runs, then the two at a steady 1,000 calls/s.
+// interleaving the runs.
 func (r *report) runCoalesce(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
-	perSender, d := 1000, 20*time.Second
+	perSender := 1000
 	if r.opts.quick {
-		perSender, d = 200, 6*time.Second
+		perSender = 200
 	}
 	rows := []*coalesceRow{{cfg: bench.CoalesceConfig{Off: true}}, {cfg: r.opts.coalesceOn}}
 	for run := 1; run <= r.opts.runs; run++ {
@@ -455,7 +518,16 @@ func (r *report) runCoalesce(ctx context.Context, env *bench.Env, progress func(
 		}
 	}
 	r.coalesce = rows
-	for _, row := range rows {
+	return nil
+}
+
+// runCoalescePaced runs the coalescing configurations at a steady 1,000 calls/s.
+func (r *report) runCoalescePaced(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
+	d := 20 * time.Second
+	if r.opts.quick {
+		d = 6 * time.Second
+	}
+	for _, row := range r.coalesce {
 		progress("coalesce paced: %s, 1000 calls/s for %s", row.cfg, d)
 		res, err := env.CoalescePaced(ctx, row.cfg, 1000, d)
 		if err != nil {
@@ -525,7 +597,7 @@ func (r *report) runTune(ctx context.Context, env *bench.Env, progress func(stri
 
 // runCitus drains the same messages with txinbox on the single server of env and on the Citus
 // coordinator o.citusURL (txinbox's tables distributed by consumer; one consumer, so one shard),
-// alternating runs, and prints a markdown table of the medians (SCALING.md).
+// alternating runs, and prints a markdown table of the medians (docs/scaling.md, "Beyond one node: Citus").
 func runCitus(ctx context.Context, o options, single *bench.Env, log *slog.Logger, progress func(string, ...any)) error {
 	citus, err := bench.NewEnv(ctx, o.citusURL, o.quick, log)
 	if err != nil {
@@ -533,6 +605,9 @@ func runCitus(ctx context.Context, o options, single *bench.Env, log *slog.Logge
 	}
 	defer citus.Close()
 	citus.Distribute = true
+	if err := citus.LockRuns(ctx); err != nil {
+		return err
+	}
 	if err := citus.DropStale(ctx); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/retention"
@@ -40,4 +41,10 @@ func cleanerSettings(o options) string {
 func (cl *cleaner) pass(ctx context.Context) (passStats, error) {
 	res, _, err := cl.RunOnce(ctx)
 	return passStats{deleted: res.Deleted}, err
+}
+
+// chartCommand: the charts are drawn by the new layout's build only (chart.go).
+func chartCommand([]string) int {
+	fmt.Fprintln(os.Stderr, "txretain chart: built with -tags oldlayout; use the new layout's build")
+	return 2
 }

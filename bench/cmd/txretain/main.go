@@ -1,9 +1,8 @@
-// Command txretain measures retention under a sustained, compressed dedup window (issue 14,
-// benchmarks a and b): it receives messages at a steady rate with inbox.Client.ReceiveMany, drains
-// them with a worker.Pool whose handler inserts one row into a side table in the handler's
-// transaction, runs a retention.Cleaner, and prints one line per minute: the inbox's size (table and
-// indexes, every partition), the WAL written per message, messages received and completed, dead
-// tuples. With --hold-at it opens a REPEATABLE READ transaction on another connection at that time
+// Command txretain measures retention under a sustained, compressed dedup window: it receives
+// messages at a steady rate with inbox.Client.ReceiveMany, drains them with a worker.Pool whose
+// handler inserts one row into a side table in the handler's transaction, runs a retention.Cleaner,
+// and prints one line per minute: the inbox's size (table and indexes, every partition), the WAL
+// written per message, messages received and completed, dead tuples. With --hold-at it opens a REPEATABLE READ transaction on another connection at that time
 // and keeps it open for --hold-for (a held xmin horizon).
 //
 // It uses only public APIs present both before migration 00006 (commit b2d7f61, one plain inbox
@@ -11,6 +10,9 @@
 // Cleaner); what differs between the two trees' retention.Config is in cleaner_new.go and
 // cleaner_old.go (build tag oldlayout). bench/retention.sh builds it in both trees and runs them side
 // by side, each against a PostgreSQL cluster of its own.
+//
+// `txretain chart RUNSDIR` (chart.go) draws the runs kept in RUNSDIR and writes their table into
+// bench/RESULTS.md.
 package main
 
 import (
@@ -62,6 +64,9 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "chart" {
+		os.Exit(chartCommand(os.Args[2:]))
+	}
 	var o options
 	flag.StringVar(&o.url, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL to use (schema public of this database: use a throwaway cluster)")
 	flag.StringVar(&o.label, "label", layout, "name printed on every line")
