@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/adapters/internal/hdr"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -206,7 +207,7 @@ func (p *Publisher) send(ctx context.Context, ev *outbox.Event) error {
 		return outbox.Permanent(err)
 	}
 	for name, v := range ev.Headers {
-		if !validName(name) {
+		if !hdr.Token(name) {
 			return outbox.Permanent(fmt.Errorf("txinbox/webhook: header name %q is not an HTTP token", name))
 		}
 		if !managed[http.CanonicalHeaderKey(name)] {
@@ -250,21 +251,4 @@ func classify(e *StatusError) error {
 	default:
 		return e
 	}
-}
-
-// validName reports whether name is an HTTP token (RFC 9110 section 5.6.2), as a header name must be.
-func validName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
