@@ -12,11 +12,14 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/internal/testdb"
@@ -24,13 +27,42 @@ import (
 	"github.com/txinbox/txinbox/worker"
 )
 
-// Trace context carried by every event the checks publish (W3C traceparent and tracestate), and a
-// header of the application's.
+// The trace context of the publishing transaction that every event the checks publish carries, as
+// the W3C headers traceparent and tracestate (what metrics.TraceHeaders writes into
+// outbox.Message.Headers), and a header of the application's.
 const (
 	TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	TraceState  = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
 	AppHeader   = "x-tenant"
 )
+
+// traceContext returns the headers OpenTelemetry's W3C propagator writes for the span context of
+// TraceParent and TraceState, as a publishing service's code does (metrics.TraceHeaders).
+func traceContext() map[string]string {
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ts, _ := trace.ParseTraceState(TraceState)
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
+	h := map[string]string{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), propagation.MapCarrier(h))
+	return h
+}
+
+// checkTrace fails t unless the headers a message arrived with carry the trace context it was
+// published with: the propagator reads back the same span context (trace, parent span, flags,
+// state), so that the consumer's span joins the publisher's trace.
+func checkTrace(t testing.TB, id string, got map[string]string) {
+	t.Helper()
+	carrier := propagation.MapCarrier{}
+	for name, v := range got {
+		carrier[strings.ToLower(name)] = v
+	}
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
+	if !sc.IsValid() || sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || sc.SpanID().String() != "00f067aa0ba902b7" ||
+		!sc.IsSampled() || sc.TraceState().String() != TraceState {
+		t.Errorf("event %s: the trace context read from its headers is %+v, want trace 4bf92f35…, span 00f067aa…, sampled, state %s", id, sc, TraceState)
+	}
+}
 
 // Received is one message as its broker (or webhook endpoint) took it.
 type Received struct {
@@ -202,7 +234,9 @@ func payload(what string, n int) []byte {
 // headers returns the headers every event the checks publish carries: a trace context and an
 // application header.
 func headers(n int) map[string]string {
-	return map[string]string{"traceparent": TraceParent, "tracestate": TraceState, AppHeader: fmt.Sprintf("tenant-%d", n)}
+	h := traceContext()
+	h[AppHeader] = fmt.Sprintf("tenant-%d", n)
+	return h
 }
 
 // DeliverHarness is what a publisher's test gives [Deliver].
@@ -297,6 +331,7 @@ func Deliver(t *testing.T, e *Env, h DeliverHarness) {
 				t.Errorf("event %s arrived with header %s = %q, want %q (headers %v)", r.ID, name, r.Headers[name], v, r.Headers)
 			}
 		}
+		checkTrace(t, r.ID, r.Headers)
 		if h.RecordKey && r.Key != w.key {
 			t.Errorf("event %s arrived with record key %q, want %q", r.ID, r.Key, w.key)
 		}
