@@ -55,7 +55,6 @@ func ExamplePublisher() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer pub.Close()
 	relay, err := outbox.NewRelay(txinbox.Store{DB: pool}, outbox.RelayConfig{Publisher: pub})
 	if err != nil {
 		log.Fatal(err)
@@ -71,4 +70,5 @@ func ExamplePublisher() {
 	if err := relay.Stop(stopCtx); err != nil {
 		log.Print(err)
 	}
+	pub.Close() // after the relay stopped
 }

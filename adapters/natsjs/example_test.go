@@ -56,7 +56,6 @@ func ExamplePublisher() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	pub, err := natsjs.NewPublisher(natsjs.PublisherConfig{
 		JetStream:    js,
@@ -81,4 +80,5 @@ func ExamplePublisher() {
 	if err := relay.Stop(stopCtx); err != nil {
 		log.Print(err)
 	}
+	nc.Close() // after the relay stopped
 }

@@ -61,7 +61,6 @@ func ExamplePublisher() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer pub.Close()
 	relay, err := outbox.NewRelay(txinbox.Store{DB: pool}, outbox.RelayConfig{Publisher: pub})
 	if err != nil {
 		log.Fatal(err)
@@ -77,4 +76,5 @@ func ExamplePublisher() {
 	if err := relay.Stop(stopCtx); err != nil {
 		log.Print(err)
 	}
+	_ = pub.Close() // after the relay stopped
 }
