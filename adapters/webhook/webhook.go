@@ -157,10 +157,10 @@ func (e *StatusError) Error() string {
 //     name that is not an HTTP token): permanent too.
 //
 // Every attempt is signed anew, with its own webhook-timestamp. The event's headers are sent as
-// they are, except those the publisher sets (Content-Type and the webhook-* headers), which it
-// overrides, and those Go's HTTP client sets itself (Host, Content-Length, Transfer-Encoding,
-// Connection), which it leaves out. When ctx ends, requests in flight are cancelled and their events
-// fail with ctx's error.
+// they are, except that the publisher's own (Content-Type, User-Agent and the webhook-* headers)
+// replace an event header of the same name, and that Go's HTTP client writes Host, Content-Length
+// and Transfer-Encoding itself. When ctx ends, requests in flight are cancelled and their events fail
+// with ctx's error.
 func (p *Publisher) Publish(ctx context.Context, events []outbox.Event) error {
 	errs := make([]error, len(events))
 	sem := make(chan struct{}, p.cfg.Concurrency)
@@ -184,13 +184,6 @@ func (p *Publisher) Publish(ctx context.Context, events []outbox.Event) error {
 	return outbox.Errors(errs)
 }
 
-// managed are the headers the client or the publisher sets: an event's header of one of these names
-// is not sent (canonical names).
-var managed = map[string]bool{
-	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true, "Content-Type": true,
-	http.CanonicalHeaderKey(HeaderID): true, http.CanonicalHeaderKey(HeaderTimestamp): true, http.CanonicalHeaderKey(HeaderSignature): true,
-}
-
 // send makes one attempt of ev.
 func (p *Publisher) send(ctx context.Context, ev *outbox.Event) error {
 	endpoint, ok := p.cfg.Endpoints[ev.Topic]
@@ -210,9 +203,7 @@ func (p *Publisher) send(ctx context.Context, ev *outbox.Event) error {
 		if !hdr.Token(name) {
 			return outbox.Permanent(fmt.Errorf("txinbox/webhook: header name %q is not an HTTP token", name))
 		}
-		if !managed[http.CanonicalHeaderKey(name)] {
-			req.Header[http.CanonicalHeaderKey(name)] = []string{v}
-		}
+		req.Header[http.CanonicalHeaderKey(name)] = []string{v}
 	}
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	req.Header.Set("Content-Type", "application/json")

@@ -398,23 +398,27 @@ func TestEndpointsHeadersAndConcurrency(t *testing.T) {
 	var mu sync.Mutex
 	inFlight, most, started := 0, 0, 0
 	gate := make(chan struct{})
+	var once sync.Once
 	ep := newEndpoint(t, secret, func(int, *http.Request) int {
 		mu.Lock()
 		inFlight++
 		started++
 		most = max(most, inFlight)
 		if inFlight == conc {
-			close(gate) // conc requests at once: let them all answer
+			once.Do(func() { close(gate) }) // conc requests at once: let them all answer
 		}
 		mu.Unlock()
-		<-gate
+		select {
+		case <-gate:
+		case <-time.After(5 * time.Second): // fewer than conc at once: answer anyway, and the check below fails
+		}
 		mu.Lock()
 		inFlight--
 		mu.Unlock()
 		return http.StatusOK
 	})
 	pub := newPublisher(t, webhook.Config{URL: ep.srv.URL + "/default", Endpoints: map[string]string{"a": ep.srv.URL + "/a"},
-		Secret: secret, Concurrency: conc})
+		Secret: secret, Concurrency: conc, Timeout: time.Minute})
 	var events []outbox.Event
 	for i, topic := range []string{"a", "b", "a", "c", "b"} {
 		events = append(events, outbox.Event{ID: "evt-" + strconv.Itoa(i), Topic: topic, Payload: []byte(`{}`),
