@@ -147,8 +147,8 @@ func (e *StatusError) Error() string {
 // error of each event). The outcome of an event:
 //
 //   - 2xx: acknowledged (sent);
-//   - 408, 429 and 5xx, any other answer but 4xx (1xx, 3xx: redirects are not followed), a request
-//     that outlives Config.Timeout, and a network error: a failure, which the relay retries after
+//   - 408, 429, 5xx, any answer outside 2xx and 4xx (1xx; 3xx: redirects are not followed), a
+//     request that outlives Config.Timeout, and a network error: a failure, which the relay retries after
 //     its backoff, under the same webhook-id (a Retry-After header is not read: the relay's Backoff
 //     sets the delay);
 //   - any other 4xx: a *StatusError wrapped with outbox.Permanent: the endpoint refuses the event
