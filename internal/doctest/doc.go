@@ -4,6 +4,9 @@
 //   - TestGoSnippetsCompile compiles every ```go block of README.md and docs/*.md.
 //   - TestMigrationsGuide runs the commands of docs/migrations.md (Go, the goose CLI, the txinbox
 //     command) from an empty application module against a database of its own (see the test).
+//   - TestLinksResolve follows every relative link of the Markdown files at the root and in docs/ to
+//     a file or directory of the repository, and a link's fragment into a Markdown file to one of
+//     its headings (the anchors GitHub makes of them).
 //   - TestNoWorkItemReferences fails on each line of the repository's files that names a work item
 //     (an issue, task or ticket number, or a number after "#") or a working session (an ordinal before
 //     "session"): project files speak of the project only; history lives in git and CHANGELOG.md.
