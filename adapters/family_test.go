@@ -36,7 +36,7 @@ func TestEveryAdapterChecksCommitFailure(t *testing.T) {
 			return nil
 		}
 		found = append(found, filepath.ToSlash(dir))
-		if !checksCommitFailure(t, dir) {
+		if !testCalls(t, dir, adaptertestImport, "CommitFailure") {
 			t.Errorf("adapter package %s has no Test function calling adaptertest.CommitFailure: "+
 				"nothing checks that it acknowledges only what the inbox committed", filepath.ToSlash(dir))
 		}
@@ -74,9 +74,9 @@ func isAdapter(t *testing.T, dir string) bool {
 	return false
 }
 
-// checksCommitFailure reports whether a test file in dir has a Test function that calls
-// adaptertest.CommitFailure.
-func checksCommitFailure(t *testing.T, dir string) bool {
+// testCalls reports whether a test file in dir has a Test function that calls the function fn of the
+// package importPath.
+func testCalls(t *testing.T, dir, importPath, fn string) bool {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
 	if err != nil {
@@ -87,19 +87,19 @@ func checksCommitFailure(t *testing.T, dir string) bool {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pkg := importName(af, adaptertestImport)
+		pkg := importName(af, importPath)
 		if pkg == "" {
 			continue
 		}
 		for _, decl := range af.Decls {
-			fn, ok := decl.(*ast.FuncDecl)
-			if !ok || fn.Recv != nil || fn.Body == nil || !strings.HasPrefix(fn.Name.Name, "Test") {
+			fd, ok := decl.(*ast.FuncDecl)
+			if !ok || fd.Recv != nil || fd.Body == nil || !strings.HasPrefix(fd.Name.Name, "Test") {
 				continue
 			}
 			calls := false
-			ast.Inspect(fn.Body, func(n ast.Node) bool {
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
 				if c, ok := n.(*ast.CallExpr); ok {
-					if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "CommitFailure" {
+					if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == fn {
 						if id, ok := sel.X.(*ast.Ident); ok && id.Name == pkg {
 							calls = true
 						}

@@ -11,6 +11,10 @@
 // longer owns. A batch held while the database is down therefore also holds up rebalances of the
 // group; past the group's rebalance timeout the member is dropped, and its partitions resume elsewhere
 // from their committed offsets.
+//
+// The other way round, a [Publisher] publishes the events of a txinbox outbox (package outbox) to
+// Kafka with franz-go's idempotent producer: each event's Key is its record's key and its id is in
+// a header, and an event is acknowledged to the relay only once the cluster acknowledged its record.
 package kafka
 
 import (

@@ -15,6 +15,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/natsjs"
+	"github.com/txinbox/txinbox/outbox"
 )
 
 // Consume the durable consumer "ledger" of the stream PAYMENTS into the inbox. Messages carry their
@@ -43,4 +44,41 @@ func Example() {
 	if err := c.Stop(stopCtx); err != nil {
 		log.Print(err)
 	}
+}
+
+// Publish the events of the service's outbox to JetStream, each on the subject "events." followed
+// by its topic (the stream EVENTS captures "events.>"); the relay marks an event sent once JetStream
+// acknowledged it. (Compiled, not run: it needs a server.)
+func ExamplePublisher() {
+	ctx := context.Background()
+	pool, _ := pgxpool.New(ctx, "postgres://app@localhost/app")
+	nc, err := nats.Connect(nats.DefaultURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	pub, err := natsjs.NewPublisher(natsjs.PublisherConfig{
+		JetStream:    js,
+		Subject:      func(ev outbox.Event) string { return "events." + ev.Topic },
+		ExpectStream: "EVENTS",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(txinbox.Store{DB: pool}, outbox.RelayConfig{Publisher: pub})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := relay.Start(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	sig, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	<-sig.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := relay.Stop(stopCtx); err != nil {
+		log.Print(err)
+	}
+	nc.Close() // after the relay stopped
 }

@@ -5,6 +5,10 @@
 // the batch is negatively acknowledged with a delay (NakWithDelay), and JetStream delivers it again
 // after it. A crash or a lost connection before the acks makes JetStream redeliver the batch after the
 // consumer's AckWait, and the inbox rejects the copies already stored as duplicates.
+//
+// The other way round, a [Publisher] publishes the events of a txinbox outbox (package outbox) to
+// JetStream: each event's id is its message's Nats-Msg-Id, and an event is acknowledged to the relay
+// only once JetStream answered with a PubAck.
 package natsjs
 
 import (

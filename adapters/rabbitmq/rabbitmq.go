@@ -5,6 +5,10 @@
 // not acknowledged: after RetryDelay it is rejected with requeue, and the broker delivers it again. A
 // crash or a lost connection before the ack makes the broker redeliver what it had delivered, and the
 // inbox rejects the copies already stored as duplicates.
+//
+// The other way round, a [Publisher] publishes the events of a txinbox outbox (package outbox) with
+// publisher confirms: each event's id is its message's message-id, and an event is acknowledged to
+// the relay only once the broker confirmed its message.
 package rabbitmq
 
 import (

@@ -1,0 +1,427 @@
+// Package pubtest holds what the tests of the outbox publishers share: a real outbox on a real
+// PostgreSQL (internal/testdb) with a relay over it, and the two checks every publisher runs against
+// its broker: [Deliver] (a committed transaction's events arrive, each under its id as the broker's
+// dedup field, a key's in commit order, headers and trace context unchanged; a rolled-back one's
+// never) and [Acknowledgment] (an event the broker refuses is retried, never recorded as sent). A
+// test of the adapters module fails for a publisher package that does not run Acknowledgment.
+package pubtest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// The trace context of the publishing transaction that every event the checks publish carries, as
+// the W3C headers traceparent and tracestate (what metrics.TraceHeaders writes into
+// outbox.Message.Headers), and a header of the application's.
+const (
+	TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	TraceState  = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
+	AppHeader   = "x-tenant"
+)
+
+// traceContext returns the headers OpenTelemetry's W3C propagator writes for the span context of
+// TraceParent and TraceState, as a publishing service's code does (metrics.TraceHeaders).
+func traceContext() map[string]string {
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ts, _ := trace.ParseTraceState(TraceState)
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
+	h := map[string]string{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), propagation.MapCarrier(h))
+	return h
+}
+
+// checkTrace fails t unless the headers a message arrived with carry the trace context it was
+// published with: the propagator reads back the same span context (trace, parent span, flags,
+// state), so that the consumer's span joins the publisher's trace.
+func checkTrace(t testing.TB, id string, got map[string]string) {
+	t.Helper()
+	carrier := propagation.MapCarrier{}
+	for name, v := range got {
+		carrier[strings.ToLower(name)] = v
+	}
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
+	if !sc.IsValid() || sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || sc.SpanID().String() != "00f067aa0ba902b7" ||
+		!sc.IsSampled() || sc.TraceState().String() != TraceState {
+		t.Errorf("event %s: the trace context read from its headers is %+v, want trace 4bf92f35…, span 00f067aa…, sampled, state %s", id, sc, TraceState)
+	}
+}
+
+// Received is one message as its broker (or webhook endpoint) took it.
+type Received struct {
+	// ID is the broker's dedup field: the AMQP message-id, the Nats-Msg-Id header, the Kafka id
+	// header, the webhook-id header.
+	ID string
+	// Key is the Kafka record key; "" for brokers without one.
+	Key     string
+	Payload []byte
+	// Headers are the message's headers as the receiver read them (the broker's own included).
+	Headers map[string]string
+}
+
+// Env is one test's outbox: a migrated schema of its own and a Client on it.
+type Env struct {
+	DB     *testdb.DB
+	Client *outbox.Client
+}
+
+// New returns an Env for t.
+func New(t testing.TB) *Env {
+	t.Helper()
+	db := testdb.New(t)
+	c, err := outbox.New(db.Store(), outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Env{DB: db, Client: c}
+}
+
+// Publish publishes msgs in one transaction, which it commits if commit is true and rolls back
+// otherwise, and returns their ids.
+func (e *Env) Publish(t testing.TB, commit bool, msgs ...outbox.Message) []string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := e.DB.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	ids, err := e.Client.Publish(ctx, tx, msgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if commit {
+		err = tx.Commit(ctx)
+	} else {
+		err = tx.Rollback(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// Results is an outbox.Observer that keeps every recorded attempt.
+type Results struct {
+	mu  sync.Mutex
+	all []outbox.Result
+}
+
+// Finished implements outbox.Observer.
+func (r *Results) Finished(res outbox.Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.all = append(r.all, res)
+}
+
+// All returns the attempts recorded so far, in the order they were recorded.
+func (r *Results) All() []outbox.Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
+}
+
+// Of returns the attempts recorded so far of the event id.
+func (r *Results) Of(id string) []outbox.Result {
+	var out []outbox.Result
+	for _, res := range r.All() {
+		if res.Event.ID == id {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// Relay starts a relay of e's outbox with pub, fast test settings (20ms polls and backoff, up to 1000
+// attempts) and mod applied, stopped when t ends, and returns the Observer of its attempts.
+func (e *Env) Relay(t testing.TB, pub outbox.Publisher, mod func(*outbox.RelayConfig)) *Results {
+	t.Helper()
+	res := &Results{}
+	cfg := outbox.RelayConfig{Publisher: pub, PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
+		Backoff:  worker.BackoffFunc(func(int) time.Duration { return 20 * time.Millisecond }),
+		Observer: res, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := outbox.NewRelay(e.DB.Store(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := r.Stop(ctx); err != nil {
+			t.Errorf("stopping the relay: %v", err)
+		}
+	})
+	return res
+}
+
+// Row is an event's row in the outbox.
+type Row struct {
+	State          string
+	AttemptsFailed int
+	LastError      string
+}
+
+// Row returns the outbox row of the event id.
+func (e *Env) Row(t testing.TB, id string) Row {
+	t.Helper()
+	var r Row
+	var lastErr *string
+	err := e.DB.Pool.QueryRow(context.Background(), e.DB.SQL(`SELECT state, attempts_failed, last_error FROM {schema}.outbox WHERE event_id = $1`), id).
+		Scan(&r.State, &r.AttemptsFailed, &lastErr)
+	if err != nil {
+		t.Fatalf("outbox row of %s: %v", id, err)
+	}
+	if lastErr != nil {
+		r.LastError = *lastErr
+	}
+	return r
+}
+
+// WaitSent waits until every event of ids is sent, failing t if one becomes dead.
+func (e *Env) WaitSent(t testing.TB, ids []string) {
+	t.Helper()
+	adaptertest.WaitFor(t, fmt.Sprintf("%d events to be sent", len(ids)), func() bool {
+		rows, err := e.DB.Pool.Query(context.Background(), e.DB.SQL(`SELECT event_id::text, state, coalesce(last_error, '') FROM {schema}.outbox WHERE event_id = ANY($1::uuid[])`), ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := 0
+		var id, state, lastErr string
+		_, err = pgx.ForEachRow(rows, []any{&id, &state, &lastErr}, func() error {
+			switch state {
+			case "sent":
+				sent++
+			case "dead":
+				t.Fatalf("event %s is dead: %s", id, lastErr)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sent == len(ids)
+	})
+}
+
+// payload is the JSON body of the n-th event the checks publish.
+func payload(what string, n int) []byte {
+	return fmt.Appendf(nil, `{"what": %q, "n": %d, "text": "ünïcödé \"quoted\""}`, what, n)
+}
+
+// headers returns the headers every event the checks publish carries: a trace context and an
+// application header.
+func headers(n int) map[string]string {
+	h := traceContext()
+	h[AppHeader] = fmt.Sprintf("tenant-%d", n)
+	return h
+}
+
+// DeliverHarness is what a publisher's test gives [Deliver].
+type DeliverHarness struct {
+	// Publisher is the publisher under test, sending the events of Topic to where Received reads.
+	Publisher outbox.Publisher
+	// Topic is the events' topic: one the broker takes (a queue's routing key, a subject of a
+	// stream, a topic of the cluster, a webhook endpoint's).
+	Topic string
+	// Received returns every message that arrived so far, in the order of arrival (for Kafka: in
+	// each partition's order).
+	Received func() []Received
+	// RecordKey says that the broker carries the event's Key as the record key (Kafka): each
+	// message's Received.Key is then checked.
+	RecordKey bool
+}
+
+// Deliver checks a publisher through a real relay over a real outbox: the events of committed
+// transactions (three keys, several events per key and per transaction, and events without a key,
+// some published before the relay starts and some while it runs) each arrive at least once, under
+// their event id as the broker's dedup field, with their payload byte for byte and their headers
+// (trace context included) unchanged; the first arrivals of a key's events follow the order of the
+// commits (the relay is the only writer); the events of rolled-back transactions never arrive.
+func Deliver(t *testing.T, e *Env, h DeliverHarness) {
+	t.Helper()
+	type sent struct {
+		key     string
+		payload []byte
+		headers map[string]string
+	}
+	want := map[string]sent{} // by event id
+	var order []string        // committed event ids, in commit order
+	n := 0
+	round := func(commit bool) {
+		var msgs []outbox.Message
+		for _, key := range []string{"order-1", "order-2", "order-3", "order-1", ""} {
+			n++
+			what := "committed"
+			if !commit {
+				what = "rolled back"
+			}
+			msgs = append(msgs, outbox.Message{Topic: h.Topic, Key: key, Payload: payload(what, n), Headers: headers(n)})
+		}
+		ids := e.Publish(t, commit, msgs...)
+		if !commit {
+			return
+		}
+		for i, id := range ids {
+			want[id] = sent{key: msgs[i].Key, payload: msgs[i].Payload, headers: msgs[i].Headers}
+			order = append(order, id)
+		}
+	}
+	for i := range 4 {
+		round(i != 1)
+	}
+	e.Relay(t, h.Publisher, nil)
+	for i := range 4 {
+		round(i != 2)
+	}
+	e.WaitSent(t, order)
+	if got := e.DB.Count(t, `SELECT count(*) FROM {schema}.outbox`); got != int64(len(order)) {
+		t.Errorf("the outbox holds %d events, want the %d committed ones", got, len(order))
+	}
+
+	var got []Received
+	adaptertest.WaitFor(t, "every sent event to arrive", func() bool {
+		got = h.Received()
+		seen := map[string]bool{}
+		for _, r := range got {
+			if _, ok := want[r.ID]; !ok { // it will not become right by waiting
+				t.Fatalf("a message arrived under id %q, which no committed event has (payload %s, headers %v)", r.ID, r.Payload, r.Headers)
+			}
+			seen[r.ID] = true
+		}
+		for _, id := range order {
+			if !seen[id] {
+				return false
+			}
+		}
+		return true
+	})
+	first := map[string]bool{}
+	arrivals := map[string][]string{} // key → first arrivals of its events
+	for _, r := range got {
+		w := want[r.ID]
+		if string(r.Payload) != string(w.payload) {
+			t.Errorf("event %s arrived with payload %s, want %s", r.ID, r.Payload, w.payload)
+		}
+		for name, v := range w.headers {
+			if r.Headers[name] != v {
+				t.Errorf("event %s arrived with header %s = %q, want %q (headers %v)", r.ID, name, r.Headers[name], v, r.Headers)
+			}
+		}
+		checkTrace(t, r.ID, r.Headers)
+		if h.RecordKey && r.Key != w.key {
+			t.Errorf("event %s arrived with record key %q, want %q", r.ID, r.Key, w.key)
+		}
+		if !first[r.ID] {
+			first[r.ID] = true
+			arrivals[w.key] = append(arrivals[w.key], r.ID)
+		}
+	}
+	for key, ids := range arrivals {
+		if key == "" {
+			continue
+		}
+		var wantIDs []string
+		for _, id := range order {
+			if want[id].key == key {
+				wantIDs = append(wantIDs, id)
+			}
+		}
+		if !slices.Equal(ids, wantIDs) {
+			t.Errorf("key %s: events arrived in the order %v, want the commit order %v", key, ids, wantIDs)
+		}
+	}
+	t.Logf("%d events committed, %d messages arrived (%d keys)", len(order), len(got), len(slices.Collect(maps.Keys(arrivals))))
+}
+
+// AckHarness is what a publisher's test gives [Acknowledgment].
+type AckHarness struct {
+	// Publisher is the publisher under test, sending the events of Topic.
+	Publisher outbox.Publisher
+	// Topic is the events' topic.
+	Topic string
+	// Refuse makes the broker refuse every event of Topic (a RabbitMQ nack, no JetStream stream for
+	// the subject, failed Kafka produce requests, a 503 from the webhook endpoint). Acknowledgment
+	// calls it before it publishes anything.
+	Refuse func()
+	// Accept makes the broker take the events of Topic again.
+	Accept func()
+	// Received returns every message the broker took so far (Acknowledgment calls it only after
+	// Accept).
+	Received func() []Received
+	// Relay, if set, adjusts the relay's configuration (a shorter Timeout, say).
+	Relay func(*outbox.RelayConfig)
+}
+
+// Acknowledgment checks a publisher's acknowledgment rule through a real relay: while its broker
+// refuses the events (Refuse), every attempt fails and is retried, and no event is recorded as sent;
+// once the broker takes them again (Accept), each is sent and arrives under its id. A publisher that
+// reported an event acknowledged without the broker's acknowledgment would have it recorded sent
+// while the broker refused it, and the event would never arrive.
+func Acknowledgment(t *testing.T, e *Env, h AckHarness) {
+	t.Helper()
+	h.Refuse()
+	var msgs []outbox.Message
+	for i, key := range []string{"acct-1", "acct-2", "acct-1", ""} {
+		msgs = append(msgs, outbox.Message{Topic: h.Topic, Key: key, Payload: payload("refused first", i), Headers: headers(i)})
+	}
+	ids := e.Publish(t, true, msgs...)
+	res := e.Relay(t, h.Publisher, h.Relay)
+	for _, id := range []string{ids[0], ids[1], ids[3]} { // ids[2] waits behind ids[0], its key's
+		adaptertest.WaitFor(t, "two failed attempts of each event while the broker refuses", func() bool {
+			r := e.Row(t, id)
+			return r.AttemptsFailed >= 2 || r.State != "pending" // not pending: the check below fails
+		})
+	}
+	for i, id := range ids {
+		if r := e.Row(t, id); r.State != "pending" {
+			t.Fatalf("event %d (%s) is %s while the broker refuses every event: the publisher acknowledged what the broker did not (last error %q)", i, id, r.State, r.LastError)
+		}
+	}
+	for _, r := range res.All() {
+		if r.Outcome != outbox.OutcomeRetry || r.Err == nil {
+			t.Fatalf("attempt of event %s while the broker refuses: outcome %s, error %v; want a retried failure", r.Event.ID, r.Outcome, r.Err)
+		}
+	}
+	t.Logf("while refused: %d failed attempts, e.g. %v", len(res.All()), res.All()[0].Err)
+
+	h.Accept()
+	e.WaitSent(t, ids)
+	adaptertest.WaitFor(t, "every event to arrive once the broker takes them", func() bool {
+		seen := map[string]bool{}
+		for _, r := range h.Received() {
+			if !slices.Contains(ids, r.ID) {
+				t.Fatalf("a message arrived under id %q, which no event has", r.ID)
+			}
+			seen[r.ID] = true
+		}
+		for _, id := range ids {
+			if !seen[id] {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -1,0 +1,199 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	"github.com/txinbox/txinbox/adapters/internal/pubtest"
+	"github.com/txinbox/txinbox/outbox"
+)
+
+// pubCluster is an in-process Kafka cluster (kfake) with one topic of three partitions, whose
+// produce requests fail while refuse is set (every partition answers NOT_ENOUGH_REPLICAS: the
+// records are not written).
+type pubCluster struct {
+	c      *kfake.Cluster
+	seeds  []string
+	topic  string
+	refuse atomic.Bool
+	// refused counts the produce requests refused.
+	refused atomic.Int64
+}
+
+func newPubCluster(t *testing.T) *pubCluster {
+	t.Helper()
+	pc := &pubCluster{topic: adaptertest.Name("txinbox-pub")}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, pc.topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	pc.c, pc.seeds = c, c.ListenAddrs()
+	c.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !pc.refuse.Load() {
+			return nil, nil, false
+		}
+		pc.refused.Add(1)
+		preq := req.(*kmsg.ProduceRequest)
+		resp := preq.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range preq.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.NotEnoughReplicas.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	return pc
+}
+
+// consume reads the topic from its start in the background and returns what arrived so far, in each
+// partition's order.
+func (pc *pubCluster) consume(t *testing.T) func() []pubtest.Received {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(pc.seeds...), kgo.ConsumeTopics(pc.topic), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var got []pubtest.Received
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			fs.EachRecord(func(r *kgo.Record) {
+				h := map[string]string{}
+				for _, rh := range r.Headers {
+					h[rh.Key] = string(rh.Value)
+				}
+				mu.Lock()
+				got = append(got, pubtest.Received{ID: h[adapters.IdempotencyKeyHeader], Key: string(r.Key), Payload: r.Value, Headers: h})
+				mu.Unlock()
+			})
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; cl.Close() })
+	return func() []pubtest.Received {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]pubtest.Received(nil), got...)
+	}
+}
+
+func newPublisher(t *testing.T, cfg PublisherConfig) *Publisher {
+	t.Helper()
+	p, err := NewPublisher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// TestPublisherDeliver: through a real relay over a real outbox (pubtest.Deliver), each committed
+// event is written to its topic with the event's Key as record key and its id in the
+// x-idempotency-key header, its headers (trace context included) kept; a key's events in commit
+// order (one partition per key); nothing of a rolled-back transaction.
+func TestPublisherDeliver(t *testing.T) {
+	t.Parallel()
+	pc := newPubCluster(t)
+	received := pc.consume(t)
+	pub := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers(pc.seeds...)}})
+	if off, _ := pub.cl.OptValue(kgo.DisableIdempotentWrite).(bool); off {
+		t.Fatal("the publisher's client is not idempotent")
+	}
+	pubtest.Deliver(t, pubtest.New(t), pubtest.DeliverHarness{Publisher: pub, Topic: pc.topic, Received: received, RecordKey: true})
+}
+
+// TestPublisherAcknowledgment: while the cluster fails every produce request, every attempt fails and
+// is retried, no event is recorded sent; once it takes them, each is written and sent
+// (pubtest.Acknowledgment).
+func TestPublisherAcknowledgment(t *testing.T) {
+	t.Parallel()
+	pc := newPubCluster(t)
+	received := pc.consume(t)
+	// The client retries a refused request itself (after refreshing its metadata: a short
+	// MetadataMinAge keeps the test quick); a record it cannot write within the delivery timeout
+	// fails, and the relay retries the event.
+	pub := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers(pc.seeds...), kgo.RecordDeliveryTimeout(time.Second), kgo.MetadataMinAge(50 * time.Millisecond)}})
+	pubtest.Acknowledgment(t, pubtest.New(t), pubtest.AckHarness{Publisher: pub, Topic: pc.topic,
+		Refuse:   func() { pc.refuse.Store(true) },
+		Accept:   func() { pc.refuse.Store(false) },
+		Received: received})
+	if pc.refused.Load() == 0 {
+		t.Error("no produce request was refused")
+	}
+}
+
+// TestPublisherPermanentAndHeaders: a topic that is not a Kafka topic name and a record over the
+// client's maximum size are permanent; the id header replaces an event header of its name, and a
+// configured IDHeader is used.
+func TestPublisherPermanentAndHeaders(t *testing.T) {
+	t.Parallel()
+	pc := newPubCluster(t)
+	received := pc.consume(t)
+	ctx := context.Background()
+	pub := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers(pc.seeds...)}})
+	err := pub.Publish(ctx, []outbox.Event{
+		{ID: "a", Topic: "orders/created", Payload: []byte(`{}`)},
+		{ID: "b", Topic: pc.topic, Payload: make([]byte, 2<<20)},
+		{ID: "c", Topic: pc.topic, Key: "k", Payload: []byte(`{}`), Headers: map[string]string{"X-Idempotency-Key": "forged", "traceparent": pubtest.TraceParent}},
+	})
+	var be *outbox.BatchError
+	if !errors.As(err, &be) || len(be.Errs) != 3 || !outbox.IsPermanent(be.Errs[0]) || !outbox.IsPermanent(be.Errs[1]) || be.Errs[2] != nil {
+		t.Fatalf("Publish = %v, want the bad topic and the large record permanent, the third acknowledged", err)
+	}
+	custom := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers(pc.seeds...)}, IDHeader: "event-id"})
+	if err := custom.Publish(ctx, []outbox.Event{{ID: "d", Topic: pc.topic, Payload: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	adaptertest.WaitFor(t, "both records", func() bool { return len(received()) == 2 })
+	for _, r := range received() {
+		switch r.Headers["event-id"] {
+		case "":
+			if r.ID != "c" || r.Key != "k" || r.Headers["traceparent"] != pubtest.TraceParent || r.Headers["X-Idempotency-Key"] != "" {
+				t.Errorf("record %+v: want id c, key k, the traceparent, no forged id", r)
+			}
+		case "d":
+		default:
+			t.Errorf("record %+v", r)
+		}
+	}
+}
+
+// TestNewPublisherChecksConfig: no Options, a client without idempotent writes, or a transactional one
+// is a *txinbox.ConfigError naming Options.
+func TestNewPublisherChecksConfig(t *testing.T) {
+	t.Parallel()
+	for _, opts := range [][]kgo.Opt{
+		nil,
+		{kgo.SeedBrokers("127.0.0.1:9092"), kgo.DisableIdempotentWrite()},
+		{kgo.SeedBrokers("127.0.0.1:9092"), kgo.TransactionalID("outbox")},
+	} {
+		_, err := NewPublisher(PublisherConfig{Options: opts})
+		var ce *txinbox.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "Options" {
+			t.Errorf("NewPublisher(%d options) = %v, want a ConfigError naming Options", len(opts), err)
+		}
+	}
+}

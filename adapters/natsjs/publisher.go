@@ -1,0 +1,179 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/adapters/internal/hdr"
+	"github.com/txinbox/txinbox/outbox"
+)
+
+// Defaults of PublisherConfig.
+const (
+	DefaultAckTimeout  = 5 * time.Second
+	DefaultConcurrency = 16
+)
+
+// ErrNoStream is the error of an event whose subject no stream captures (JetStream did not answer
+// the publish: no responders). It is retried: a stream may be created or given the subject.
+var ErrNoStream = errors.New("txinbox/natsjs: no stream captures the subject")
+
+// PublisherConfig configures a [Publisher]. JetStream is required; every other zero field takes the
+// documented default. NewPublisher returns a *txinbox.ConfigError naming the field that is missing
+// or negative.
+type PublisherConfig struct {
+	// JetStream publishes the messages: jetstream.New over the caller's connection, which the caller
+	// closes after the relay stopped.
+	JetStream jetstream.JetStream
+	// Subject maps an event to the subject it is published on. Default: the event's topic. A stream
+	// must capture the subject.
+	Subject func(ev outbox.Event) string
+	// ExpectStream, if set, makes JetStream refuse a message unless the stream that captures its
+	// subject has this name (jetstream.WithExpectStream): such an event fails, and is retried.
+	ExpectStream string
+	// AckTimeout bounds each message's wait for its PubAck. Default DefaultAckTimeout (5s); it
+	// should be less than the relay's Timeout, which bounds the whole Publish call.
+	AckTimeout time.Duration
+	// Concurrency is the most messages of one Publish call awaiting their PubAck at once (the events
+	// of a call have distinct keys, so they need no order among them). Default DefaultConcurrency
+	// (16).
+	Concurrency int
+}
+
+// Publisher publishes the events of a txinbox outbox (package outbox) to NATS JetStream; it
+// implements outbox.Publisher. Make it with [NewPublisher] and give it to an outbox.Relay. It is safe
+// for concurrent use.
+//
+// Each event becomes one message:
+//
+//	subject       PublisherConfig.Subject(ev), by default ev.Topic
+//	Nats-Msg-Id   ev.ID: JetStream drops a message whose id it saw within the stream's duplicate
+//	              window (StreamConfig.Duplicates, 2 minutes by default), and it is the consumer's
+//	              dedup key (the natsjs Consumer's default key)
+//	headers       ev.Headers, unchanged (traceparent and tracestate among them); an event header
+//	              named Nats-Msg-Id (in any case) is replaced by the event id
+//	data          ev.Payload, byte for byte
+//
+// An event is acknowledged when JetStream answered its publish with a PubAck: the stream stored
+// the message (or, with PubAck.Duplicate, had stored it before under the same id). No answer within
+// AckTimeout, no stream for the subject ([ErrNoStream]), an error answer (a stream that refuses the
+// message: ExpectStream not matched, the stream full with DiscardNew) or a lost connection is a
+// failure of that event, which the relay retries under the same Nats-Msg-Id: within the duplicate
+// window JetStream stores it once; a retry after the window may store a second copy, which the
+// consumer deduplicates.
+type Publisher struct {
+	cfg  PublisherConfig
+	opts []jetstream.PublishOpt
+}
+
+// NewPublisher checks cfg and returns a Publisher.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	if cfg.JetStream == nil {
+		return nil, &txinbox.ConfigError{Field: "JetStream", Reason: "required"}
+	}
+	switch {
+	case cfg.AckTimeout < 0:
+		return nil, &txinbox.ConfigError{Field: "AckTimeout", Reason: "must not be negative"}
+	case cfg.AckTimeout == 0:
+		cfg.AckTimeout = DefaultAckTimeout
+	}
+	switch {
+	case cfg.Concurrency < 0:
+		return nil, &txinbox.ConfigError{Field: "Concurrency", Reason: "must not be negative"}
+	case cfg.Concurrency == 0:
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.Subject == nil {
+		cfg.Subject = func(ev outbox.Event) string { return ev.Topic }
+	}
+	p := &Publisher{cfg: cfg}
+	if cfg.ExpectStream != "" {
+		p.opts = append(p.opts, jetstream.WithExpectStream(cfg.ExpectStream))
+	}
+	return p, nil
+}
+
+// Publish publishes each event (see [Publisher]), up to Concurrency at once, and returns once each
+// was acknowledged by a PubAck or failed: nil if all were acknowledged, else an *outbox.BatchError
+// with the error of each failed event. An event whose subject is not a valid publish subject (empty,
+// with whitespace, an empty token or a wildcard), whose header name is not an HTTP token, or that
+// exceeds the server's maximum payload is permanent (dead at once).
+func (p *Publisher) Publish(ctx context.Context, events []outbox.Event) error {
+	errs := make([]error, len(events))
+	sem := make(chan struct{}, p.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i := range events {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			for j := i; j < len(events); j++ {
+				errs[j] = ctx.Err()
+			}
+			wg.Wait()
+			return outbox.Errors(errs)
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = p.publish(ctx, &events[i])
+		})
+	}
+	wg.Wait()
+	return outbox.Errors(errs)
+}
+
+// publish makes one attempt of ev.
+func (p *Publisher) publish(ctx context.Context, ev *outbox.Event) error {
+	subject := p.cfg.Subject(*ev)
+	if err := checkSubject(subject); err != nil {
+		return outbox.Permanent(err)
+	}
+	m := nats.NewMsg(subject)
+	m.Data = ev.Payload
+	for name, v := range ev.Headers {
+		if !hdr.Token(name) {
+			return outbox.Permanent(fmt.Errorf("txinbox/natsjs: header name %q is not a token", name))
+		}
+		if !strings.EqualFold(name, jetstream.MsgIDHeader) {
+			m.Header[name] = []string{v}
+		}
+	}
+	m.Header.Set(jetstream.MsgIDHeader, ev.ID)
+	actx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
+	defer cancel()
+	_, err := p.cfg.JetStream.PublishMsg(actx, m, p.opts...)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, jetstream.ErrNoStreamResponse):
+		return fmt.Errorf("%w %q: %v", ErrNoStream, subject, err)
+	case errors.Is(err, nats.ErrMaxPayload):
+		return outbox.Permanent(err)
+	case actx.Err() != nil:
+		return fmt.Errorf("txinbox/natsjs: no PubAck within %v: %w", p.cfg.AckTimeout, err)
+	default:
+		return err
+	}
+}
+
+// checkSubject returns an error unless s is a subject a message can be published on.
+func checkSubject(s string) error {
+	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+		return fmt.Errorf("txinbox/natsjs: %q is not a subject (empty, or with whitespace)", s)
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			return fmt.Errorf("txinbox/natsjs: %q is not a subject to publish on (an empty token or a wildcard)", s)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,189 @@
+package natsjs
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	"github.com/txinbox/txinbox/adapters/internal/pubtest"
+	"github.com/txinbox/txinbox/outbox"
+)
+
+// pubFixture is a JetStream connection and a stream name unique to the test; the stream is created
+// by createStream (deleted when the test ends) and captures name.>.
+type pubFixture struct {
+	js   jetstream.JetStream
+	name string
+}
+
+func newPubFixture(t *testing.T) *pubFixture {
+	t.Helper()
+	url := adaptertest.Broker(t, "NATS", EnvURL, "nats://127.0.0.1:4222")
+	js, err := jetstream.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pubFixture{js: js, name: strings.ReplaceAll(adaptertest.Name("txinbox_pub"), "-", "_")}
+}
+
+func (f *pubFixture) createStream(t *testing.T) {
+	t.Helper()
+	if _, err := f.js.CreateStream(context.Background(), jetstream.StreamConfig{Name: f.name, Subjects: []string{f.name + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.js.DeleteStream(context.Background(), f.name) })
+}
+
+// received returns the messages the stream holds, in stream order, as pubtest sees them (none if the
+// stream does not exist).
+func (f *pubFixture) received(t *testing.T) []pubtest.Received {
+	t.Helper()
+	ctx := context.Background()
+	s, err := f.js.Stream(ctx, f.name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []pubtest.Received
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := map[string]string{}
+		for name := range m.Header {
+			h[name] = m.Header.Get(name)
+		}
+		out = append(out, pubtest.Received{ID: m.Header.Get(jetstream.MsgIDHeader), Payload: m.Data, Headers: h})
+	}
+	return out
+}
+
+func newPublisher(t *testing.T, cfg PublisherConfig) *Publisher {
+	t.Helper()
+	p, err := NewPublisher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPublisherDeliver: through a real relay over a real outbox (pubtest.Deliver), each committed
+// event is stored in the stream under its id as Nats-Msg-Id, on the subject of its topic, with its
+// headers (trace context included); a key's events in commit order; nothing of a rolled-back
+// transaction.
+func TestPublisherDeliver(t *testing.T) {
+	t.Parallel()
+	f := newPubFixture(t)
+	f.createStream(t)
+	pub := newPublisher(t, PublisherConfig{JetStream: f.js, ExpectStream: f.name})
+	pubtest.Deliver(t, pubtest.New(t), pubtest.DeliverHarness{Publisher: pub, Topic: f.name + ".orders",
+		Received: func() []pubtest.Received { return f.received(t) }})
+}
+
+// TestPublisherAcknowledgment: while no stream captures the subject, JetStream does not answer the
+// publishes: every attempt fails and is retried, no event is recorded sent; once the stream exists,
+// each event is stored and sent (pubtest.Acknowledgment).
+func TestPublisherAcknowledgment(t *testing.T) {
+	t.Parallel()
+	f := newPubFixture(t)
+	pub := newPublisher(t, PublisherConfig{JetStream: f.js})
+	pubtest.Acknowledgment(t, pubtest.New(t), pubtest.AckHarness{Publisher: pub, Topic: f.name + ".payments",
+		Refuse:   func() {},
+		Accept:   func() { f.createStream(t) },
+		Received: func() []pubtest.Received { return f.received(t) }})
+}
+
+// TestPublisherDeduplicatesByMsgID: the same event published three times (a relay that hands it over
+// again) is stored once, under its id as Nats-Msg-Id, even when its own headers carry another
+// Nats-Msg-Id; every publish is acknowledged.
+func TestPublisherDeduplicatesByMsgID(t *testing.T) {
+	t.Parallel()
+	f := newPubFixture(t)
+	f.createStream(t)
+	pub := newPublisher(t, PublisherConfig{JetStream: f.js})
+	ev := outbox.Event{ID: "01a21c6e-0000-7000-8000-000000000001", Topic: f.name + ".orders", Payload: []byte(`{"n": 1}`),
+		Headers: map[string]string{"nats-msg-id": "forged", "traceparent": pubtest.TraceParent}}
+	other := ev
+	other.ID, other.Topic = "01a21c6e-0000-7000-8000-000000000002", f.name+".invoices"
+	for range 3 {
+		if err := pub.Publish(context.Background(), []outbox.Event{ev, other}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := f.received(t)
+	if len(got) != 2 || got[0].ID == got[1].ID || (got[0].ID != ev.ID && got[0].ID != other.ID) || (got[1].ID != ev.ID && got[1].ID != other.ID) {
+		t.Fatalf("the stream holds %+v, want the two events once each, under their ids", got)
+	}
+	for _, r := range got {
+		if r.Headers["traceparent"] != pubtest.TraceParent || r.Headers["nats-msg-id"] != "" {
+			t.Errorf("headers %v: want the traceparent, and no forged message id", r.Headers)
+		}
+	}
+}
+
+// TestPublisherRefusals: a subject the stream does not match ExpectStream fails (retried); a subject
+// no stream captures fails with ErrNoStream; an invalid subject, a header name NATS cannot carry and a
+// message over the server's maximum payload are permanent.
+func TestPublisherRefusals(t *testing.T) {
+	t.Parallel()
+	f := newPubFixture(t)
+	f.createStream(t)
+	ctx := context.Background()
+	wrong := newPublisher(t, PublisherConfig{JetStream: f.js, ExpectStream: "another_stream"})
+	err := wrong.Publish(ctx, []outbox.Event{{ID: "a", Topic: f.name + ".x", Payload: []byte(`{}`)}})
+	if err == nil || outbox.IsPermanent(err) {
+		t.Errorf("ExpectStream not matched: %v, want a failure to retry", err)
+	}
+	pub := newPublisher(t, PublisherConfig{JetStream: f.js, AckTimeout: 2 * time.Second})
+	big := make([]byte, 8<<20)
+	err = pub.Publish(ctx, []outbox.Event{
+		{ID: "b", Topic: "nowhere_" + f.name + ".x", Payload: []byte(`{}`)},
+		{ID: "c", Topic: f.name + ".*", Payload: []byte(`{}`)},
+		{ID: "d", Topic: f.name + " x", Payload: []byte(`{}`)},
+		{ID: "e", Topic: f.name + ".x", Payload: []byte(`{}`), Headers: map[string]string{"a:b": "v"}},
+		{ID: "f", Topic: f.name + ".x", Payload: big},
+		{ID: "g", Topic: f.name + ".x", Payload: []byte(`{}`)},
+	})
+	var be *outbox.BatchError
+	if !errors.As(err, &be) || len(be.Errs) != 6 {
+		t.Fatalf("Publish = %v, want a BatchError of 6", err)
+	}
+	if !errors.Is(be.Errs[0], ErrNoStream) || outbox.IsPermanent(be.Errs[0]) {
+		t.Errorf("subject no stream captures: %v, want ErrNoStream, retried", be.Errs[0])
+	}
+	for i := 1; i <= 4; i++ {
+		if !outbox.IsPermanent(be.Errs[i]) {
+			t.Errorf("event %d: %v, want permanent", i, be.Errs[i])
+		}
+	}
+	if be.Errs[5] != nil {
+		t.Errorf("valid event: %v", be.Errs[5])
+	}
+}
+
+// TestNewPublisherChecksConfig: a missing JetStream, a negative AckTimeout or Concurrency is a
+// *txinbox.ConfigError naming the field.
+func TestNewPublisherChecksConfig(t *testing.T) {
+	t.Parallel()
+	f := newPubFixture(t)
+	adaptertest.NegativeFields(t, PublisherConfig{JetStream: f.js}, func(cfg PublisherConfig) error { _, err := NewPublisher(cfg); return err },
+		"AckTimeout", "Concurrency")
+	_, err := NewPublisher(PublisherConfig{})
+	var ce *txinbox.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "JetStream" {
+		t.Errorf("NewPublisher without JetStream = %v, want a ConfigError naming JetStream", err)
+	}
+}

@@ -1,0 +1,364 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	"github.com/txinbox/txinbox/adapters/internal/pubtest"
+	"github.com/txinbox/txinbox/outbox"
+)
+
+// declare declares a queue unique to the test with args, deleted when the test ends, and returns its
+// name and a channel in confirm mode on a connection of its own.
+func declare(t *testing.T, url string, args amqp.Table) (string, *amqp.Channel) {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := adaptertest.Name("txinbox-pub")
+	if _, err := ch.QueueDeclare(name, false, false, false, false, args); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = ch.QueueDelete(name, false, false, false) })
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	return name, ch
+}
+
+// collector consumes a queue (on a connection of its own, auto-ack) and keeps what arrives.
+type collector struct {
+	mu   sync.Mutex
+	got  []pubtest.Received
+	msgs []amqp.Delivery
+}
+
+func collect(t *testing.T, url, q string) *collector {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(q, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collector{}
+	go func() {
+		for d := range ds {
+			h := map[string]string{}
+			for k, v := range d.Headers {
+				h[k] = fmt.Sprint(v)
+			}
+			c.mu.Lock()
+			c.got = append(c.got, pubtest.Received{ID: d.MessageId, Payload: d.Body, Headers: h})
+			c.msgs = append(c.msgs, d)
+			c.mu.Unlock()
+		}
+	}()
+	return c
+}
+
+func (c *collector) received() []pubtest.Received {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]pubtest.Received(nil), c.got...)
+}
+
+func (c *collector) deliveries() []amqp.Delivery {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]amqp.Delivery(nil), c.msgs...)
+}
+
+func newPublisher(t *testing.T, cfg PublisherConfig) *Publisher {
+	t.Helper()
+	p, err := NewPublisher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// TestPublisherDeliver: through a real relay over a real outbox (pubtest.Deliver), each committed
+// event arrives in the queue its topic names, with its id as message-id, persistent, as
+// application/json, its headers (trace context included) as AMQP headers; a key's events in commit
+// order; nothing of a rolled-back transaction.
+func TestPublisherDeliver(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	q, _ := declare(t, url, nil)
+	c := collect(t, url, q)
+	pub := newPublisher(t, PublisherConfig{URL: url})
+	pubtest.Deliver(t, pubtest.New(t), pubtest.DeliverHarness{Publisher: pub, Topic: q, Received: c.received})
+	for _, d := range c.deliveries() {
+		if d.DeliveryMode != amqp.Persistent || d.ContentType != "application/json" || d.Timestamp.IsZero() {
+			t.Errorf("message %s: delivery mode %d, content type %q, timestamp %v; want persistent, application/json, the event's time",
+				d.MessageId, d.DeliveryMode, d.ContentType, d.Timestamp)
+		}
+	}
+}
+
+// TestPublisherAcknowledgment: the queue is full (x-max-length with overflow reject-publish), so the
+// broker nacks every message: each attempt fails and is retried, no event is recorded sent; once the
+// queue is purged the events are confirmed, sent and consumed under their ids
+// (pubtest.Acknowledgment).
+func TestPublisherAcknowledgment(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	const capacity = 5
+	q, ch := declare(t, url, amqp.Table{"x-max-length": capacity, "x-overflow": "reject-publish"})
+	var c *collector
+	var mu sync.Mutex
+	pub := newPublisher(t, PublisherConfig{URL: url})
+	pubtest.Acknowledgment(t, pubtest.New(t), pubtest.AckHarness{Publisher: pub, Topic: q,
+		Refuse: func() {
+			fill := make([]amqp.Publishing, capacity)
+			for i := range fill {
+				fill[i] = amqp.Publishing{MessageId: fmt.Sprintf("filler-%d", i), Body: []byte(`{}`)}
+			}
+			publish(t, ch, q, fill...)
+		},
+		Accept: func() {
+			if _, err := ch.QueuePurge(q, false); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			c = collect(t, url, q)
+			mu.Unlock()
+		},
+		Received: func() []pubtest.Received {
+			mu.Lock()
+			defer mu.Unlock()
+			return c.received()
+		},
+	})
+}
+
+// TestPublisherUnroutableIsAFailure: a message that no queue takes is returned by the broker and is a
+// failure of its event (ErrUnroutable), while another event of the same call, routed through a
+// topic exchange declared by Setup, is acknowledged; with AllowUnroutable the broker's confirm of
+// the dropped message counts.
+func TestPublisherUnroutableIsAFailure(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	q, _ := declare(t, url, nil)
+	exchange := adaptertest.Name("txinbox-pub-x")
+	setup := func(ch *amqp.Channel) error {
+		if err := ch.ExchangeDeclare(exchange, "topic", false, true, false, false, nil); err != nil {
+			return err
+		}
+		return ch.QueueBind(q, "orders.#", exchange, false, nil)
+	}
+	c := collect(t, url, q)
+	pub := newPublisher(t, PublisherConfig{URL: url, Exchange: exchange, Setup: setup})
+	events := []outbox.Event{
+		{ID: "evt-routed", Topic: "orders.created", Payload: []byte(`{"n": 1}`)},
+		{ID: "evt-nowhere", Topic: "invoices.sent", Payload: []byte(`{"n": 2}`)},
+	}
+	for range 3 { // the return and its confirm arrive in order every time
+		err := pub.Publish(context.Background(), events)
+		var be *outbox.BatchError
+		if !errors.As(err, &be) || be.Errs[0] != nil || !errors.Is(be.Errs[1], ErrUnroutable) {
+			t.Fatalf("Publish = %v, want the routed event acknowledged and the other ErrUnroutable", err)
+		}
+	}
+	adaptertest.WaitFor(t, "the routed event to arrive", func() bool { return len(c.received()) == 3 })
+	for _, r := range c.received() {
+		if r.ID != "evt-routed" {
+			t.Errorf("message %q arrived, want only evt-routed", r.ID)
+		}
+	}
+
+	loose := newPublisher(t, PublisherConfig{URL: url, Exchange: exchange, Setup: setup, AllowUnroutable: true})
+	if err := loose.Publish(context.Background(), events[1:]); err != nil {
+		t.Errorf("AllowUnroutable: Publish = %v, want nil (the broker confirmed and dropped it)", err)
+	}
+}
+
+// proxy forwards TCP connections to a broker; while frozen it holds every byte from the broker (the
+// broker receives, but its answers, confirms included, do not reach the client).
+type proxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	open  chan struct{} // closed while not frozen
+	conns []net.Conn
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, open: make(chan struct{})}
+	close(p.open)
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, client, server)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(server, client); _ = server.Close() }()
+			go p.copyHeld(client, server)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.thaw()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+	})
+	return p
+}
+
+// copyHeld copies src to dst, holding each chunk while the proxy is frozen.
+func (p *proxy) copyHeld(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			open := p.open
+			p.mu.Unlock()
+			<-open
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *proxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open = make(chan struct{})
+}
+
+func (p *proxy) thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+	default:
+		close(p.open)
+	}
+}
+
+// TestPublisherConfirmTimeoutIsRetried: the broker's answers stop reaching the publisher (a proxy
+// holds them): the message is routed but its confirm does not come within ConfirmTimeout, so the
+// event fails (ErrConfirmTimeout) and stays pending, and the next attempts cannot connect. Once the
+// answers flow again, the publisher connects again and the event is sent and consumed under its id
+// (perhaps twice: the first copy was routed too).
+func TestPublisherConfirmTimeoutIsRetried(t *testing.T) {
+	t.Parallel()
+	broker := brokerURL(t)
+	q, _ := declare(t, broker, nil)
+	c := collect(t, broker, q)
+	u, err := url.Parse(broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u.Host)
+	u.Host = px.ln.Addr().String()
+	pub := newPublisher(t, PublisherConfig{URL: u.String(), ConfirmTimeout: 300 * time.Millisecond})
+	env := pubtest.New(t)
+	res := env.Relay(t, pub, func(cfg *outbox.RelayConfig) { cfg.Timeout = 2 * time.Second })
+
+	first := env.Publish(t, true, outbox.Message{Topic: q, Key: "k", Payload: []byte(`{"n": 1}`)})
+	env.WaitSent(t, first) // connected through the proxy
+
+	px.freeze()
+	ids := env.Publish(t, true, outbox.Message{Topic: q, Key: "k", Payload: []byte(`{"n": 2}`)})
+	adaptertest.WaitFor(t, "two failed attempts while the broker's answers are held", func() bool {
+		row := env.Row(t, ids[0])
+		return row.AttemptsFailed >= 2 || row.State != "pending" // not pending: the check below fails
+	})
+	if row := env.Row(t, ids[0]); row.State != "pending" {
+		t.Fatalf("event is %s while its confirm cannot arrive, want pending", row.State)
+	}
+	if r := res.Of(ids[0]); len(r) == 0 || r[0].Outcome != outbox.OutcomeRetry || !errors.Is(r[0].Err, ErrConfirmTimeout) {
+		t.Fatalf("first attempt %+v, want a retry with ErrConfirmTimeout", r)
+	}
+	px.thaw()
+	env.WaitSent(t, ids)
+	adaptertest.WaitFor(t, "the event to arrive", func() bool {
+		for _, r := range c.received() {
+			if r.ID == ids[0] {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestNewPublisherChecksConfig: a missing URL or a negative ConfirmTimeout is a *txinbox.ConfigError
+// naming the field; a Publish after Close fails with ErrPublisherClosed; a header
+// name longer than AMQP's 255 bytes is permanent.
+func TestNewPublisherChecksConfig(t *testing.T) {
+	t.Parallel()
+	for field, cfg := range map[string]PublisherConfig{
+		"URL":            {},
+		"ConfirmTimeout": {URL: "amqp://localhost/", ConfirmTimeout: -1},
+	} {
+		_, err := NewPublisher(cfg)
+		var ce *txinbox.ConfigError
+		if !errors.As(err, &ce) || ce.Field != field {
+			t.Errorf("NewPublisher(%+v) = %v, want a ConfigError naming %s", cfg, err, field)
+		}
+	}
+	p, err := NewPublisher(PublisherConfig{URL: "amqp://localhost/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Publish(context.Background(), []outbox.Event{{ID: "x", Topic: "t"}}); !errors.Is(err, ErrPublisherClosed) {
+		t.Errorf("Publish after Close = %v, want ErrPublisherClosed", err)
+	}
+	if _, err := publishing(&outbox.Event{ID: "x", Topic: "t", Headers: map[string]string{strings.Repeat("h", 256): "v"}}); !outbox.IsPermanent(err) {
+		t.Errorf("a header name of 256 bytes: %v, want a permanent error", err)
+	}
+}
