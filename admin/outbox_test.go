@@ -123,9 +123,10 @@ func TestOutboxStatsCountsEachState(t *testing.T) {
 	}
 }
 
-// deadOutboxSet brings to death, in this order and by real relays, events a and b of topic orders
-// ("Insufficient funds", key k1 and k2) on day, c of orders (a timeout, key k3) a day later, and d of
-// topic audit ("insufficient FUNDS", key k1) two days later; e of orders is sent, f retrying.
+// deadOutboxSet brings to death by real relays events a and b of topic orders ("Insufficient funds",
+// key k1 and k2), which died on day, c of orders (a timeout, key k3), which died a day later, and d
+// of topic audit ("insufficient FUNDS", key k1), two days later; e of orders is sent, f retrying.
+// They are published in the order c, d, a and b: the order they died in is not their ids'.
 func deadOutboxSet(t *testing.T) (a *admin.Admin, db *testdb.DB, ids map[string]int64, day time.Time) {
 	t.Helper()
 	a, db = newOutboxAdmin(t)
@@ -138,9 +139,9 @@ func deadOutboxSet(t *testing.T) (a *admin.Admin, db *testdb.DB, ids map[string]
 		}
 		outboxtest.Drain(t, db, outboxtest.ByHeaders, nil)
 	}
-	round("ab", ev("orders", "k1", "Insufficient funds", ""), ev("orders", "k2", "Insufficient funds", ""))
 	round("c", ev("orders", "k3", "timeout: deadline exceeded", ""))
 	round("d", ev("audit", "k1", "insufficient FUNDS", ""))
+	round("ab", ev("orders", "k1", "Insufficient funds", ""), ev("orders", "k2", "Insufficient funds", ""))
 	round("ef", ev("orders", "k4", "", ""), ev("orders", "k5", "", "broker down"))
 	day = time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
 	for n, at := range map[string]time.Time{"a": day, "b": day, "c": day.Add(24 * time.Hour), "d": day.Add(48 * time.Hour)} {

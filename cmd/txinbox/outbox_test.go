@@ -1,12 +1,25 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"html"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/internal/outboxtest"
 	"github.com/txinbox/txinbox/internal/testdb"
 	"github.com/txinbox/txinbox/outbox"
@@ -235,5 +248,152 @@ func TestOutboxProgressOnTerminal(t *testing.T) {
 	r = runIn(t, db.URL, true, "--schema", s, "--json", "outbox", "dead", "replay", "--all")
 	if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "{") {
 		t.Fatalf("outbox dead replay --all --json on a terminal: exit %d\nstdout:\n%s\nstderr (want empty):\n%q", r.code, r.stdout, r.stderr)
+	}
+}
+
+var outboxOlderRE = regexp.MustCompile(`<a id="older" href="/outbox/dead\?([^"]*)">`)
+
+// consoleOutboxPages returns the ids of every page of the console's dead outbox events for the
+// filter q, in the order shown (following its "Older" link), and the count of matching events it
+// states.
+func consoleOutboxPages(t *testing.T, srv string, q url.Values) (pages [][]int64, matching int64) {
+	t.Helper()
+	query := q.Encode()
+	for {
+		resp, err := http.Get(srv + "/outbox/dead?" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		body := string(b)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /outbox/dead?%s: %d\n%s", query, resp.StatusCode, body)
+		}
+		var page []int64
+		for _, m := range rowIDRE.FindAllStringSubmatch(body, -1) {
+			id, _ := strconv.ParseInt(m[1], 10, 64)
+			page = append(page, id)
+		}
+		if m := matchRE.FindStringSubmatch(body); m != nil {
+			matching, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+		if len(page) > 0 || len(pages) == 0 {
+			pages = append(pages, page)
+		}
+		m := outboxOlderRE.FindStringSubmatch(body)
+		if m == nil {
+			return pages, matching
+		}
+		query = html.UnescapeString(m[1])
+	}
+}
+
+// cliOutboxPages returns the ids of every page of `txinbox outbox dead list --json` for the filter
+// args, a page of the console's size at a time, following --before.
+func cliOutboxPages(t *testing.T, db *testdb.DB, args ...string) [][]int64 {
+	t.Helper()
+	var pages [][]int64
+	before := ""
+	for {
+		a := append([]string{"--schema", db.Schema, "outbox", "dead", "list", "--json", "--limit", fmt.Sprint(pageSize)}, args...)
+		if before != "" {
+			a = append(a, "--before", before)
+		}
+		ls := decode[[]admin.OutboxDeadEvent](t, cli(t, db.URL, a...))
+		if page := outboxIDs(ls); len(page) > 0 || len(pages) == 0 {
+			pages = append(pages, page)
+		}
+		if len(ls) < pageSize {
+			return pages
+		}
+		before = ls[len(ls)-1].Cursor
+	}
+}
+
+// The CLI's outbox dead list and the console's dead outbox events are one answer: for the same
+// filter (topic, key, error text in another case than stored, a time window, combinations) they list
+// the same events in the same order (newest first, which is not id order here), page by page, and
+// the console's count matches.
+func TestOutboxDeadListMatchesConsole(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	ctx := context.Background()
+	// 130 events of topics billing and mail, keys a and b (and none), refused with three error texts.
+	errs := []string{"Card DECLINED by issuer", "card declined: insufficient funds", "SMTP timeout"}
+	msgs := make([]outbox.Message, 130)
+	for i := range msgs {
+		topic, key := "billing", ""
+		if i%3 == 0 {
+			topic = "mail"
+		}
+		switch i % 4 {
+		case 0:
+			key = "a"
+		case 1:
+			key = "b"
+		}
+		msgs[i] = outbox.Message{Topic: topic, Key: key, Payload: []byte(`{}`), Headers: map[string]string{"refuse": errs[i%3]}}
+	}
+	ids := outboxtest.Publish(t, db, msgs...)
+	outboxtest.Drain(t, db, outboxtest.ByHeaders, nil)
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.outbox WHERE state = 'dead'`); n != 130 {
+		t.Fatalf("%d dead events, want 130", n)
+	}
+	// Their times of death in an order that is not their ids' (a step of 47 through 130), the first
+	// half a day earlier.
+	b := &pgx.Batch{}
+	for n := range 130 {
+		b.Queue(db.SQL(`UPDATE {schema}.outbox SET finished_at = now() - make_interval(secs => 200 - $2) - CASE WHEN $2 < 65 THEN interval '1 day' ELSE interval '0' END
+			WHERE id = $1`), ids[(n*47)%130], n)
+	}
+	if err := db.Pool.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := console.New(db.Store(), console.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	for _, f := range []struct {
+		console url.Values
+		cli     []string
+		want    int64 // matching events
+	}{
+		{url.Values{}, nil, 130},
+		{url.Values{"topic": {"mail"}}, []string{"--topic", "mail"}, 44},
+		{url.Values{"key": {"a"}}, []string{"--key", "a"}, 33},
+		{url.Values{"error": {"declined"}}, []string{"--error", "DECLINED"}, 87},
+		{url.Values{"error": {"smtp TIMEOUT"}}, []string{"--error", "Smtp Timeout"}, 43},
+		{url.Values{"topic": {"billing"}, "key": {"b"}, "error": {"CARD"}}, []string{"--topic", "billing", "--key", "b", "--error", "card"}, -1},
+		{url.Values{"error": {"nothing like it"}}, []string{"--error", "nothing like it"}, 0},
+	} {
+		web, matching := consoleOutboxPages(t, srv.URL, f.console)
+		term := cliOutboxPages(t, db, f.cli...)
+		if !slices.EqualFunc(web, term, slices.Equal[[]int64]) {
+			t.Errorf("filter %v / %q: the console lists\n%v\nthe CLI lists\n%v", f.console, f.cli, web, term)
+		}
+		var all []int64
+		for _, p := range web {
+			all = append(all, p...)
+		}
+		if f.want >= 0 && (matching != f.want || int64(len(all)) != f.want) {
+			t.Errorf("filter %v: %d listed, %d matching; want %d", f.console, len(all), matching, f.want)
+		}
+		if len(all) > pageSize && (slices.IsSorted(all) || slices.IsSortedFunc(all, func(x, y int64) int { return int(y - x) })) {
+			t.Errorf("filter %v: listed in id order; want the order they died in", f.console)
+		}
+	}
+	// A window of time: those that died in the last 12 hours (the second half).
+	since := decode[[]admin.OutboxDeadEvent](t, cli(t, db.URL, "--schema", db.Schema, "outbox", "dead", "list", "--json", "--limit", "1000", "--since", "12h"))
+	web, _ := consoleOutboxPages(t, srv.URL, url.Values{"since": {since[len(since)-1].DiedAt.UTC().Format("2006-01-02T15:04:05.999999999Z07:00")}})
+	var all []int64
+	for _, p := range web {
+		all = append(all, p...)
+	}
+	if got := outboxIDs(since); len(got) != 65 || !slices.Equal(all, got) {
+		t.Errorf("since: the CLI lists %d %v, the console %d %v", len(got), got, len(all), all)
 	}
 }
