@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -141,8 +142,7 @@ var outboxRowRE = regexp.MustCompile(`<tr data-id="(\d+)">`)
 func rowIDs(body string) []int64 {
 	var out []int64
 	for _, m := range outboxRowRE.FindAllStringSubmatch(body, -1) {
-		var id int64
-		fmt.Sscan(m[1], &id)
+		id, _ := strconv.ParseInt(m[1], 10, 64) // \d+
 		out = append(out, id)
 	}
 	return out
