@@ -1,7 +1,8 @@
 // Package metrics exposes txinbox activity as Prometheus metrics and OpenTelemetry spans.
 //
 // One Metrics value observes every side: give it to inbox.Config.Observer (receiving),
-// worker.Config.Observer (handling) and outbox.RelayConfig.Observer (publishing), and register a
+// worker.Config.Observer (handling; a pool passes it on to the schema's maintainer it starts, or give
+// it to maintain.Config.Observer) and outbox.RelayConfig.Observer (publishing), and register a
 // QueueCollector for the queue's depth, a HealthCollector for the tables' dead row versions and the
 // xmin horizon, and an OutboxCollector for the outbox's unsent events and lag, all on the same
 // txinbox.Store (its Schema above all: a collector given another one reads another schema's tables):
@@ -40,6 +41,12 @@
 //	txinbox_taken_over_messages_total{consumer}              counter: messages in those groups
 //	txinbox_unfinished_claims_total{consumer}                counter: claims found unfinished (crashes),
 //	                                                         once each, isolation rounds included
+//	txinbox_maintainer_leader{schema, owner}                 gauge: 1 while this process's maintainer
+//	                                                         (owner) leads the schema's maintenance, 0
+//	                                                         once it stopped (package maintain); summed
+//	                                                         over all processes: 1
+//	txinbox_maintenance_runs_total{schema, job, outcome}     counter: runs of maintenance jobs by this
+//	                                                         process's leader; outcome is ok or error
 //	txinbox_queue_messages{consumer, state}                  gauge (QueueCollector): queued messages;
 //	                                                         state is ready, waiting or claimed
 //	txinbox_queue_oldest_age_seconds{consumer}               gauge (QueueCollector): age of the oldest
@@ -89,6 +96,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/seen"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -108,9 +116,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// Metrics counts what receiving Clients, worker Pools and outbox Relays do. It implements
-// inbox.Observer, seen.Observer, worker.Observer, worker.TakeoverObserver and outbox.Observer and is
-// safe for concurrent use.
+// Metrics counts what receiving Clients, worker Pools, maintainers and outbox Relays do. It
+// implements inbox.Observer, seen.Observer, worker.Observer, worker.TakeoverObserver,
+// maintain.Observer and outbox.Observer and is safe for concurrent use.
 type Metrics struct {
 	received      *prometheus.CounterVec
 	receiveErrors prometheus.Counter
@@ -123,6 +131,8 @@ type Metrics struct {
 	takeovers     *prometheus.CounterVec
 	takenOver     *prometheus.CounterVec
 	unfinished    *prometheus.CounterVec
+	leader        *prometheus.GaugeVec
+	runs          *prometheus.CounterVec
 	outbox        outboxCounters // outbox.go
 	tracer        trace.Tracer
 }
@@ -132,6 +142,7 @@ var (
 	_ seen.Observer           = (*Metrics)(nil)
 	_ worker.Observer         = (*Metrics)(nil)
 	_ worker.TakeoverObserver = (*Metrics)(nil)
+	_ maintain.Observer       = (*Metrics)(nil)
 )
 
 // New creates the collectors and registers them with cfg.Registerer. It fails if a collector of the
@@ -185,10 +196,16 @@ func New(cfg Config) (*Metrics, error) {
 		unfinished: prometheus.NewCounterVec(prometheus.CounterOpts(opts("unfinished_claims_total",
 			"Claims found unfinished by takeovers, each counted once: a process that died holding four claims counts four; a group taken over that did not finish either (the isolation of a message that kills its process) counts one more.")),
 			[]string{"consumer"}),
+		leader: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("maintainer_leader",
+			"1 while this process's maintainer (owner) leads the schema's maintenance, 0 once it stopped leading; over all processes, one leads.")),
+			[]string{"schema", "owner"}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts(opts("maintenance_runs_total",
+			"Runs of maintenance jobs (rotate, expire-keys, vacuum, analyze, health, rollup, pools, and added ones) by this process's leading maintainer, by outcome: ok or error.")),
+			[]string{"schema", "job", "outcome"}),
 		tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/metrics"),
 	}
 	for _, c := range []prometheus.Collector{m.received, m.receiveErrors, m.processed, m.retries, m.dead, m.duration, m.seen, m.seenErrors,
-		m.takeovers, m.takenOver, m.unfinished} {
+		m.takeovers, m.takenOver, m.unfinished, m.leader, m.runs} {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("txinbox metrics: %w", err)
 		}
@@ -283,6 +300,25 @@ func (m *Metrics) TakenOver(e worker.TakeoverEvent) {
 	m.takeovers.WithLabelValues(e.Consumer, strconv.FormatBool(e.Alone)).Inc()
 	m.takenOver.WithLabelValues(e.Consumer).Add(float64(e.Messages))
 	m.unfinished.WithLabelValues(e.Consumer).Add(float64(e.UnfinishedClaims))
+}
+
+// Leader implements maintain.Observer: txinbox_maintainer_leader{schema, owner} is 1 while the
+// maintainer leads, 0 after.
+func (m *Metrics) Leader(e maintain.LeaderEvent) {
+	v := 0.0
+	if e.Leading {
+		v = 1
+	}
+	m.leader.WithLabelValues(e.Schema, e.Owner).Set(v)
+}
+
+// Ran implements maintain.Observer: it counts the run by job and outcome.
+func (m *Metrics) Ran(e maintain.RunEvent) {
+	outcome := "ok"
+	if e.Err != nil {
+		outcome = "error"
+	}
+	m.runs.WithLabelValues(e.Schema, e.Job, outcome).Inc()
 }
 
 // TraceHeaders returns headers with the trace context of ctx added (W3C traceparent and tracestate),

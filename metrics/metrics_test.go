@@ -458,3 +458,42 @@ func TestTakeoverMetrics(t *testing.T) {
 		t.Logf("scraped:\n%s", text)
 	}
 }
+
+// A pool given Metrics as its Observer passes it on to the maintainer it starts: the leader gauge is
+// 1 for that maintainer while it leads and 0 after the pool stops, and its jobs' runs are counted.
+func TestMaintainerMetrics(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(metrics.Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil })
+	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Observer: m, Owner: "pool-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	leader := func() float64 {
+		return value(t, scrape(t, reg), "txinbox_maintainer_leader", "schema", db.Schema, "owner", "pool-1")
+	}
+	deadline := time.Now().Add(time.Minute)
+	for leader() != 1 || value(t, scrape(t, reg), "txinbox_maintenance_runs_total", "job", "rollup", "outcome", "ok") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader gauge or roll-up run:\n%s", scrape(t, reg))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := leader(); v != 0 {
+		t.Fatalf("txinbox_maintainer_leader = %v after Stop, want 0", v)
+	}
+}

@@ -14,17 +14,19 @@ import (
 var ErrNoCitus = errors.New("txinbox: the citus extension is not installed in this database")
 
 // DistributedTables are the tables [Distribute] distributes by consumer, colocated with the first:
-// every table that holds messages or per-consumer records (inbox's partitions follow inbox). The
+// every table that holds messages or per-consumer records (inbox's partitions follow inbox), and
+// inbox_rollup_batch (migration 00010), which a batch's finish writes on its consumer's shard. The
 // others stay tables of the coordinator: the version table, the idempotency keys of package
-// idempotency, and inbox_ring (migration 00006: the current generation, one row, read by its own
+// idempotency, inbox_ring (migration 00006: the current generation, one row, read by its own
 // statements only; as a reference table its row locks took distributed locks that deadlocked under
-// concurrent registrations).
-var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup", "inbox_gen"}
+// concurrent registrations), and the maintainer's inbox_leader and inbox_maintenance and the pools'
+// inbox_pools (migration 00010: read and written by statements of their own).
+var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup", "inbox_gen", "inbox_rollup_batch"}
 
 // Distribute makes the txinbox tables of store's schema (DistributedTables) distributed tables of a
 // Citus cluster, by the column consumer and colocated, so that every statement txinbox runs goes to
-// the one shard holding its consumer (SCALING.md). Run it once, after [Up], connected to the
-// coordinator; rows already stored are moved to the shards. Tables already distributed are left
+// the one shard holding its consumer (SCALING.md). Run it after [Up] (again after an Up that added
+// a table to the list), connected to the coordinator; rows already stored are moved to the shards. Tables already distributed are left
 // alone, so it is safe to call at every start. It runs in one transaction on store.DB, which must
 // not be inside a transaction of the caller.
 //
@@ -54,12 +56,13 @@ func Distribute(ctx context.Context, store txinbox.Store) error {
 		first := pgx.Identifier{store.Schema, DistributedTables[0]}.Sanitize()
 		for _, table := range DistributedTables {
 			name := pgx.Identifier{store.Schema, table}.Sanitize()
-			var done bool
-			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass($1))", name).Scan(&done); err != nil {
+			var exists, done bool
+			if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
+				EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = to_regclass($1))`, name).Scan(&exists, &done); err != nil {
 				return fmt.Errorf("txinbox: distribute %s: %w", name, err)
 			}
-			if done {
-				continue
+			if !exists || done {
+				continue // not there at the schema's version (a later migration creates it), or done
 			}
 			colocate := first
 			if table == DistributedTables[0] {

@@ -224,7 +224,9 @@ SELECT pg_current_xact_id()::text AS xid;
 -- outcome and the claim's token, attempts and start (from the queue row) in one update. Rows whose
 -- fencing token is no longer ours, or that are no longer claimed (released), are left alone (the
 -- caller compares the count). @uncount undoes the attempt counted by the claim for
--- messages that were never run.
+-- messages that were never run. The outcomes recorded are counted for the console in the same
+-- statement, so in the same transaction: one row appended to inbox_rollup_batch (migration 00010),
+-- in the minute of completed_at; the maintainer folds those rows into inbox_rollup.
 -- Plans: each CTE reads the one before it, driven by the batch's rows, so that every join is one
 -- index probe per message. (A final join of the outcomes with the fenced queue rows, both estimated
 -- at a few rows, ran as a nested loop reading all the outcomes again for every message in a generic
@@ -262,6 +264,14 @@ WITH c AS (
         attempts_started = q.attempts_started - f.uncount
     FROM fenced f
     WHERE q.id = f.id AND q.consumer = @consumer AND f.outcome = 'retry'
+), counted AS (
+    -- One row per finish, appended: no row that concurrent batches would all update.
+    INSERT INTO /* TEMPLATE: schema */inbox_rollup_batch (consumer, minute, completed, failed, dead)
+    SELECT @consumer, date_trunc('minute', min(f.finished_at)),
+           count(*) FILTER (WHERE f.outcome = 'completed'), count(*) FILTER (WHERE f.outcome <> 'completed'),
+           count(*) FILTER (WHERE f.outcome = 'dead')
+    FROM fenced f
+    HAVING count(*) > 0
 )
 -- The only write of the inbox row per attempt: the claim's token, attempts (less the uncounted one)
 -- and start come from the queue row. The row is found by its id and by its key (@keys, the messages'
@@ -325,8 +335,8 @@ ORDER BY g.consumer;
 
 -- name: QueueDeadRows :one
 -- The number of dead row versions PostgreSQL's statistics count (n_dead_tup) for the queue table (@queue_table, its
--- schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the pool's
--- vacuum safety net.
+-- schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the
+-- maintainer's vacuum safety net (package maintain).
 SELECT coalesce(pg_stat_get_dead_tuples(to_regclass(@queue_table::text)), -1)::bigint AS dead;
 
 -- name: SchemaTables :one
@@ -346,7 +356,7 @@ SELECT coalesce(pg_xact_status(CAST(sqlc.arg(xid) AS text)::xid8)::text, '')::te
 -- set by ANALYZE and VACUUM), and at least 128 pages (1 MiB) more. A prepared statement's generic
 -- plan is made from the statistics of that moment and kept until they change: made while a table
 -- held a few hundred rows, it reads the whole table for each message once the table has grown. Read
--- by the pool's statistics safety net, which analyzes these tables.
+-- by the maintainer's statistics safety net, which analyzes these tables.
 SELECT t.name::text AS name
 FROM unnest(@tables::text[]) AS t(name)
 JOIN pg_catalog.pg_class c ON c.oid = to_regclass(t.name)

@@ -1,8 +1,11 @@
 // Package retention keeps the inbox table bounded: completed messages past their dedup window
-// (Store.Retention) leave with their generation, and expired idempotency keys are deleted. A
-// [Cleaner] (made by [New]) rotates generations and deletes expired keys periodically as a
-// [txinbox.Service] (Start, Stop), or once ([Cleaner.RunOnce], [Cleaner.Rotate]); [Cleaner.Clean]
-// deletes expired rows at once, row by row.
+// (Store.Retention) leave with their generation, and expired idempotency keys are deleted. The
+// schema's maintainer (package maintain), which every worker pool starts by default, does both with
+// this package's code ([Cleaner.RotateIfDue], [Cleaner.DeleteExpiredKeys]): a service needs no
+// Cleaner of its own. A [Cleaner] (made by [New]) is for manual use (the CLI's `txinbox rotate` and
+// `txinbox clean`) and for services that run no maintainer: it rotates generations and deletes
+// expired keys periodically as a [txinbox.Service] (Start, Stop), or once ([Cleaner.RunOnce],
+// [Cleaner.Rotate]); [Cleaner.Clean] deletes expired rows at once, row by row.
 //
 // Clean is txinbox's word for this automatic removal; an operator deleting chosen messages uses
 // package admin (Discard).
@@ -142,10 +145,12 @@ type Config struct {
 // began before a rotation fails with a serialization error (SQLSTATE 40001) when it receives
 // afterwards; retry it, as any transaction at those levels.
 //
-// Run a Cleaner in every process that runs workers (or in one of them): only one Cleaner per schema
+// Worker pools start the schema's maintainer (package maintain), which rotates and deletes expired
+// keys with this code: a Cleaner is needed only where no maintainer runs, or by hand. Several
+// Cleaners may run, in any processes: only one Cleaner per schema
 // runs a pass at any time, across all processes, because a pass holds a transaction-scoped PostgreSQL
 // advisory lock (Store.CleanerLockKey) taken with pg_try_advisory_xact_lock; a Cleaner that finds it
-// taken skips that pass. The lock is held in an otherwise idle transaction on one connection of the
+// taken skips that pass. (The maintainer does not take this lock: it is one per schema by election.) The lock is held in an otherwise idle transaction on one connection of the
 // pool while the statements run on others, so the pool needs at least two connections; the lock ends
 // with that transaction, or with its connection if the process dies. A rotation is also safe
 // without the lock: of two at once, one rotates and the other reports Rotated false.
@@ -334,7 +339,7 @@ func (cl *Cleaner) RunOnce(ctx context.Context) (res CleanResult, ran bool, err 
 		}
 		return nil
 	}
-	res.Rotation, err = cl.rotate(ctx, &cl.cfg.Generation)
+	res.Rotation, err = cl.RotateIfDue(ctx)
 	if err != nil {
 		return res, true, err
 	}
@@ -344,6 +349,25 @@ func (cl *Cleaner) RunOnce(ctx context.Context) (res CleanResult, ran bool, err 
 	res.Done = err == nil
 	return res, true, err
 }
+
+// RotateIfDue begins a new generation if the current one began at least Config.Generation ago (see
+// Cleaner), without the Cleaner's lock, and otherwise returns Rotated false at the cost of one read.
+// Of two rotations at once, one rotates and the other returns Rotated false. It is the rotation of
+// RunOnce, and of the schema's maintainer (package maintain).
+func (cl *Cleaner) RotateIfDue(ctx context.Context) (Rotation, error) {
+	return cl.rotate(ctx, &cl.cfg.Generation)
+}
+
+// DeleteExpiredKeys deletes every expired idempotency key, Config.BatchSize per statement, until none
+// is left or ctx ends, without the Cleaner's lock, and returns how many it deleted. Each statement
+// skips rows locked by running requests, so several calls at once are safe. It is the key deletion
+// of RunOnce (which also checks its lock between statements), and of the schema's maintainer.
+func (cl *Cleaner) DeleteExpiredKeys(ctx context.Context) (int64, error) {
+	return cl.cleanKeys(ctx, cl.opt.BatchSize, nil)
+}
+
+// Generation returns Config.Generation after defaults: the length of a generation.
+func (cl *Cleaner) Generation() time.Duration { return cl.cfg.Generation }
 
 // Rotate begins a new generation now, whatever the age of the current one (see Cleaner), without the
 // Cleaner's lock. Of two rotations at once, one rotates and the other returns Rotated false. It also

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -41,7 +42,8 @@ func TestMain(m *testing.M) {
 // blocks the handler of key TXINBOX_CHILD_KEY after writing its effect (the parent kills the
 // process mid-batch); mode "crash" kills the process itself from that key's handler; mode
 // "batch-hang" runs a batch handler that blocks in the call holding that key, after writing the
-// effects of every message of the call (batchHangHandlers).
+// effects of every message of the call (batchHangHandlers); mode "slow" spends 10ms in every
+// handler (the parent kills the process mid-drain).
 func child(mode string) int {
 	ctx := context.Background()
 	schema := os.Getenv("TXINBOX_CHILD_SCHEMA")
@@ -67,13 +69,17 @@ func child(mode string) int {
 				select {}
 			}
 		}
+		if mode == "slow" {
+			time.Sleep(10 * time.Millisecond)
+		}
 		return nil
 	}, worker.HandlerConfig{MaxAttempts: 3})
 	if mode == "batch-hang" {
 		hs = batchHangHandlers(schema, target, marker)
 	}
 	return runChild(pool, schema, worker.Config{Consumer: "ledger", Handlers: hs,
-		Concurrency: 2, BatchSize: 20, PollInterval: 20 * time.Millisecond, Lease: 2 * time.Second, Timeout: time.Second})
+		Concurrency: 2, BatchSize: 20, PollInterval: 20 * time.Millisecond, Lease: 2 * time.Second, Timeout: time.Second,
+		Maintainer: maintain.Config{Lease: 2 * time.Second}})
 }
 
 // runChild runs a pool of cfg on pool and schema until the queue is empty, then stops it and returns

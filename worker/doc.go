@@ -76,6 +76,16 @@
 // do not arrive, and while the listening connection is down. A message that becomes due later (a
 // NotBefore, a retry) is found by polling.
 //
+// # Maintenance
+//
+// A pool starts the schema's maintainer (package maintain) unless Config.DisableMaintainer: one is
+// elected among all the pools and processes of the schema, and it alone rotates the inbox's
+// generations (the inbox stays bounded with no retention.Cleaner), deletes expired idempotency keys,
+// runs the vacuum and statistics safety nets and the health warnings, and folds the console's
+// roll-ups, which each batch's finish counts in its own transaction. A pool also keeps a heartbeat
+// (table inbox_pools) and, when it has claimed nothing for Config.IdleWarnAfter while messages of
+// consumers that no pool serves are waiting, says so once, naming them.
+//
 // # Observability
 //
 // Config.Logger receives the pool's logs (log/slog). Config.Observer is told about every finished

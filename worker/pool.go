@@ -29,26 +29,22 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/maintain"
 )
 
 // Defaults of Config.
 const (
-	DefaultConcurrency  = 4
-	DefaultBatchSize    = 32
-	MaxBatchSize        = 64
-	DefaultPollInterval = time.Second
-	DefaultLease        = time.Minute
-	DefaultMaxAttempts  = 10
-	DefaultTimeout      = 30 * time.Second
-	DefaultClaimTimeout = 10 * time.Second
-	DefaultHotPoll      = 10 * time.Millisecond
-	DefaultHotWindow    = time.Second
-
-	DefaultQueueVacuumThreshold = 50_000
-
-	DefaultHealthCheckInterval   = time.Minute
-	DefaultHorizonWarnAge        = 5 * time.Minute
-	DefaultDeadRowsWarnThreshold = 1_000_000
+	DefaultConcurrency   = 4
+	DefaultBatchSize     = 32
+	MaxBatchSize         = 64
+	DefaultPollInterval  = time.Second
+	DefaultLease         = time.Minute
+	DefaultMaxAttempts   = 10
+	DefaultTimeout       = 30 * time.Second
+	DefaultClaimTimeout  = 10 * time.Second
+	DefaultHotPoll       = 10 * time.Millisecond
+	DefaultHotWindow     = time.Second
+	DefaultIdleWarnAfter = time.Minute
 )
 
 // Config configures a Pool. Consumer and Handlers are required; every other zero field takes the
@@ -135,46 +131,24 @@ type Config struct {
 	// Propagator reads the trace context from message headers. Default: propagation.TraceContext{}
 	// (W3C traceparent and tracestate).
 	Propagator propagation.TextMapPropagator
-	// QueueVacuumThreshold is the pool's safety net for the inbox_queue table, whose rows churn (every
-	// message inserts, claims and deletes one): every 5 seconds the pool reads how many dead row
-	// versions PostgreSQL counts in it (pg_stat_user_tables.n_dead_tup) and, above this number, runs
-	// VACUUM (SKIP_LOCKED) on that table alone. Autovacuum normally keeps the table small (the
-	// migration tunes it to vacuum after 1,000 dead rows), but it may be off, or its workers busy with
-	// large tables for minutes, and then every claim reads through dead rows and slows down. Vacuuming
-	// the queue takes milliseconds while its backlog is small. It needs the table's owner (as do the
-	// migrations); a VACUUM that leaves more dead rows than this (not the owner, or an old transaction
-	// holding back cleanup, or another pool vacuuming it at that moment) makes the next check wait 10
-	// seconds, doubling after each such vacuum up to 5 minutes (back to every 5 seconds after a vacuum
-	// that helped); a warning is logged once it happened twice in a row. Default:
-	// DefaultQueueVacuumThreshold (50,000). Negative: never vacuum, and no statistics safety net.
-	//
-	// The statistics safety net, every 5 seconds too: a table the worker's statements read (inbox_queue
-	// and the inbox partitions) that has grown to more than 4 times the pages its statistics counted
-	// (and by at least 1 MiB) is analyzed, so that plans made while it was small are made again. An
-	// ANALYZE that leaves a table stale (another session was analyzing it, or this role is not its
-	// owner) makes the next check wait 10 seconds, doubling up to 5 minutes; a warning is logged once
-	// it happened twice in a row.
-	QueueVacuumThreshold int
-	// HealthCheckInterval is how often the pool reads PostgreSQL's statistics of the txinbox tables
-	// and what holds back the xmin horizon (the figures of admin.Health), and logs a warning at Warn
-	// for each of HorizonWarnAge and DeadRowsWarnThreshold that is exceeded: so at most one record per
-	// condition (and table) per interval, per pool (a process running pools of several consumers logs
-	// for each). A check reads statistics views only. Default: DefaultHealthCheckInterval (1m).
-	// Negative: never check.
-	HealthCheckInterval time.Duration
-	// HorizonWarnAge: when another session's transaction holding the oldest snapshot (the xmin
-	// horizon: vacuum reclaims no row version deleted after it, in any table) has been open longer
-	// than this, or a prepared transaction was prepared longer ago, the check logs a warning naming it
-	// (pid, application_name, role, state, xact_start, query_start, age; gid for a prepared
-	// transaction). A session whose details PostgreSQL hides from the pool's role (not superuser nor
-	// pg_read_all_stats, another role's session) has no known age and is not warned about. Default:
-	// DefaultHorizonWarnAge (5m). Negative: never warn about the horizon.
-	HorizonWarnAge time.Duration
-	// DeadRowsWarnThreshold: when a txinbox table of the schema counts more dead row versions than
-	// this (pg_stat_all_tables.n_dead_tup, an estimate), the check logs a warning naming the table,
-	// its dead and live rows, its last vacuums and the session holding the horizon if any. Default:
-	// DefaultDeadRowsWarnThreshold (1,000,000). Negative: never warn about dead rows.
-	DeadRowsWarnThreshold int
+	// Maintainer configures the schema's maintainer that the pool starts (package maintain): one
+	// maintainer per schema is elected among all those running, across processes, and it alone
+	// rotates the inbox's generations (so that the inbox stays bounded with no retention.Cleaner),
+	// deletes expired idempotency keys, runs the vacuum and statistics safety nets and the health
+	// warnings, and folds the console's roll-ups. Its Owner defaults to the pool's, its Logger to the
+	// pool's, and its Observer to the pool's if that implements maintain.Observer (package metrics
+	// does). Default: maintain's defaults.
+	Maintainer maintain.Config
+	// DisableMaintainer: the pool starts no maintainer. Set it when the schema's maintainer runs
+	// elsewhere (maintain.New in a service of its own, or in other pools): without any maintainer,
+	// the inbox is never rotated and the console's counts are never folded. Default: false.
+	DisableMaintainer bool
+	// IdleWarnAfter: when the pool has claimed no message for this long while the queue holds
+	// messages of other consumers that no running pool serves (a mistyped Consumer, say), it logs one
+	// warning at Warn naming its consumer and those consumers; once per such idle stretch. Pools know
+	// which consumers are served from their heartbeats (table inbox_pools, renewed every 15 s).
+	// Default: DefaultIdleWarnAfter (1m). Negative: never warn.
+	IdleWarnAfter time.Duration
 }
 
 func (c Config) withDefaults(st txinbox.Store) (Config, error) {
@@ -200,16 +174,13 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	def(&c.Concurrency, DefaultConcurrency)
 	def(&c.BatchSize, DefaultBatchSize)
 	def(&c.MaxAttempts, DefaultMaxAttempts)
-	def(&c.QueueVacuumThreshold, DefaultQueueVacuumThreshold)
-	def(&c.DeadRowsWarnThreshold, DefaultDeadRowsWarnThreshold)
 	defd(&c.PollInterval, DefaultPollInterval)
 	defd(&c.HotPollInterval, DefaultHotPoll)
 	defd(&c.HotWindow, max(DefaultHotWindow, 2*st.NotifyInterval))
 	defd(&c.Lease, DefaultLease)
 	defd(&c.Timeout, DefaultTimeout)
 	defd(&c.ClaimTimeout, min(DefaultClaimTimeout, c.Lease/2))
-	defd(&c.HealthCheckInterval, DefaultHealthCheckInterval)
-	defd(&c.HorizonWarnAge, DefaultHorizonWarnAge)
+	defd(&c.IdleWarnAfter, DefaultIdleWarnAfter)
 	switch {
 	case c.Concurrency < 0:
 		return bad("Concurrency", "must not be negative")
@@ -294,13 +265,12 @@ type Pool struct {
 
 	wake          chan struct{}
 	epoch         time.Time
-	lastActive    atomic.Int64  // ns since epoch of the last activity (claimed messages, notification, Wake)
-	hotPoller     atomic.Bool   // a runner is polling every HotPollInterval
-	listenPID     atomic.Uint32 // backend pid of the listening connection while it listens, else 0
-	notifications atomic.Int64  // notifications received for this consumer
-	vac           queueVacuum   // the rescuer's vacuum safety net
-	health        healthCheck   // the rescuer's health warning (health.go)
-	roll          rollup        // finished attempts per minute, for the console (rollup.go)
+	lastActive    atomic.Int64         // ns since epoch of the last activity (claimed messages, notification, Wake)
+	hotPoller     atomic.Bool          // a runner is polling every HotPollInterval
+	listenPID     atomic.Uint32        // backend pid of the listening connection while it listens, else 0
+	notifications atomic.Int64         // notifications received for this consumer
+	lastMessage   atomic.Int64         // ns since epoch of the last claim that returned messages
+	maint         *maintain.Maintainer // the schema's maintainer this pool runs; nil with DisableMaintainer
 
 	mu       sync.Mutex
 	started  bool
@@ -347,23 +317,49 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 		inflight: map[*inflight]struct{}{}, stopDone: make(chan struct{})}
 	p.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
 	p.claimMax = cfg.BatchSize
-	p.cfg.Observer = rollupObserver{r: &p.roll, next: cfg.Observer}
 	for _, hd := range cfg.Handlers.byKind {
 		p.maxTO = max(p.maxTO, cfg.timeout(hd))
 		if hd.batch != nil {
 			p.claimMax = max(p.claimMax, hd.cfg.BatchSize)
 		}
 	}
+	if !cfg.DisableMaintainer {
+		mc := cfg.Maintainer
+		if mc.Owner == "" {
+			mc.Owner = cfg.Owner
+		}
+		if mc.Logger == nil {
+			mc.Logger = cfg.Logger
+		}
+		if o, ok := cfg.Observer.(maintain.Observer); ok && mc.Observer == nil {
+			mc.Observer = o
+		}
+		if p.maint, err = maintain.New(store, mc); err != nil {
+			var ce *txinbox.ConfigError
+			if errors.As(err, &ce) && !strings.HasPrefix(ce.Field, "Store.") {
+				ce.Field = "Maintainer." + ce.Field
+			}
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
+// Maintainer returns the schema's maintainer that p runs (Config.Maintainer), or nil with
+// Config.DisableMaintainer.
+func (p *Pool) Maintainer() *maintain.Maintainer { return p.maint }
+
 // Start checks that the schema has txinbox's tables (an error matching txinbox.ErrNotMigrated if not;
 // if the database cannot be asked, it logs a warning and starts anyway, since claims retry), then
-// starts Concurrency batch runners and one rescuer (which takes over, in groups, the messages whose
-// claim never finished: see the package documentation, "Crash recovery"), and returns. Each runner holds one connection while
-// it claims or runs a batch, and the rescuer one more now and then: a *pgxpool.Pool with
-// Concurrency+2 connections never makes them wait. When its MaxConns is below Concurrency, Start logs
-// a warning once: fewer batches than Concurrency can run at once.
+// starts Concurrency batch runners, one rescuer (which takes over, in groups, the messages whose
+// claim never finished: see the package documentation, "Crash recovery"), the pool's heartbeat
+// (Config.IdleWarnAfter) and, unless Config.DisableMaintainer, the schema's maintainer (package
+// maintain: an error matching txinbox.ErrNotMigrated if the schema lacks its tables), and returns.
+// Each runner holds one connection while it claims or runs a batch; the rescuer and the heartbeat
+// one more now and then, and the maintainer one while it runs a statement (one at a time; a VACUUM
+// or a rotation may hold it for a while): a *pgxpool.Pool with Concurrency+2 connections rarely
+// makes a runner wait, and Concurrency+4 never. When its MaxConns is below Concurrency, Start logs a
+// warning once: fewer batches than Concurrency can run at once.
 //
 // ctx is used for the check and bounds the pool's life: when it ends, the pool stops as with Stop on
 // an expired ctx, which abandons the batches in flight at once. To let in-flight work finish on
@@ -389,6 +385,13 @@ func (p *Pool) Start(ctx context.Context) error {
 		p.cfg.Logger.Warn("txinbox: could not check the schema's tables; starting anyway",
 			"consumer", p.cfg.Consumer, "schema", p.store.Schema, "err", err)
 	}
+	if p.maint != nil {
+		// The maintainer outlives Start's ctx as the runners do, and stops with the pool.
+		if err := p.maint.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+	}
+	p.beat(ctx)
 	p.warnPoolSize()
 	p.started = true
 	p.stopping = make(chan struct{})
@@ -398,7 +401,7 @@ func (p *Pool) Start(ctx context.Context) error {
 		p.wg.Go(func() { p.loop(runCtx, false) })
 	}
 	p.wg.Go(func() { p.loop(runCtx, true) })
-	p.runRollup(runCtx)
+	p.wg.Go(func() { p.heartbeat(runCtx) })
 	if !p.cfg.DisableListen {
 		if connect := p.listenConnector(); connect != nil {
 			p.wg.Go(func() { p.listen(runCtx, connect) })
@@ -502,7 +505,11 @@ func (p *Pool) Stop(ctx context.Context) error {
 		}
 	}
 	p.stopErr = p.stop(ctx)
-	p.stopRollup()
+	p.gone(ctx)
+	if p.maint != nil {
+		// Its jobs stop at once and it ends its lease (bounded); Stop's result is the batches' alone.
+		_ = p.maint.Stop(ctx)
+	}
 	close(p.stopDone)
 	return p.stopErr
 }
@@ -667,6 +674,7 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 		if len(batch) > 0 {
 			if !rescuer {
 				p.active()
+				p.lastMessage.Store(int64(time.Since(p.epoch)))
 				if len(batch) == p.claimMax || !p.hotPoller.Load() {
 					// More may be waiting, or nobody watches for new messages while this batch runs.
 					p.wakeOne()
@@ -687,9 +695,6 @@ func (p *Pool) loop(ctx context.Context, rescuer bool) {
 		}
 		switch {
 		case rescuer:
-			p.vac.maybe(ctx, p)
-			p.vac.maybeAnalyze(ctx, p)
-			p.health.maybe(ctx, p)
 			if len(batch) == 0 {
 				// Nothing due: wait for the next lease to end, at most PollInterval. While
 				// suspects remain, take the next group over at once.

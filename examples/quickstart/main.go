@@ -5,7 +5,10 @@
 //
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres go run ./examples/quickstart
 //
-// TXINBOX_SCHEMA names the schema for the inbox tables and the example's own table (default: public).
+// TXINBOX_SCHEMA names the schema for the inbox tables and the example's own table (default: public);
+// TXINBOX_RETENTION the dedup window, Store.Retention (a Go duration such as 1m; default 7 days). The
+// worker pool starts the schema's maintainer, which begins a new generation of the inbox every
+// Retention: completed messages leave their window, then the table, with no other line of code.
 // Stop it with Ctrl-C.
 package main
 
@@ -48,6 +51,10 @@ func main() {
 func run() error {
 	url := cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
 	schema := cmp.Or(os.Getenv("TXINBOX_SCHEMA"), txinbox.DefaultSchema)
+	retention, err := time.ParseDuration(cmp.Or(os.Getenv("TXINBOX_RETENTION"), "0s")) // 0: the default
+	if err != nil {
+		return err
+	}
 
 	// README:begin
 	// The signal ends sigCtx; the worker pool runs on a ctx that outlives it, so that a SIGTERM lets
@@ -68,7 +75,7 @@ func run() error {
 
 	// 1. One Store says where the tables are (and the dedup window) for every component. Migrate once
 	//    per process start (safe to run concurrently; goose with its own version table).
-	store := txinbox.Store{DB: pool, Schema: schema}
+	store := txinbox.Store{DB: pool, Schema: schema, Retention: retention}
 	if err := migrate.Up(ctx, store); err != nil {
 		return err
 	}
@@ -114,6 +121,8 @@ func run() error {
 	})
 
 	// 4. Run the pool until SIGINT/SIGTERM, then stop it with a deadline (below a Kubernetes grace period).
+	//    It also keeps the inbox bounded: it starts the schema's maintainer (one per schema is elected),
+	//    which retires completed messages once their Retention has passed.
 	p, err := worker.New(store, worker.Config{Consumer: "billing", Handlers: handlers})
 	if err != nil {
 		return err

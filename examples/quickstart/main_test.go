@@ -109,6 +109,80 @@ func TestQuickstartRunsAndStopsOnSIGTERM(t *testing.T) {
 	}
 }
 
+// The quick start keeps its inbox bounded by itself: run with a Retention of one minute (so
+// generations of one minute, the default Generation), its pool's maintainer rotates the generations,
+// and once the generation its messages were stored in is retired, the completed messages, past their
+// dedup window, are gone from the inbox table. Nothing but the program runs: no Cleaner. (Waits for
+// two rotations: about two minutes.)
+func TestQuickstartKeepsItsInboxBoundedByItself(t *testing.T) {
+	t.Parallel()
+	schema, url := testdb.NewSchema(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", "DATABASE_URL="+url, "TXINBOX_SCHEMA="+schema, "TXINBOX_RETENTION=1m")
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	handled := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		n := 0
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "handled ") {
+				if n++; n == 3 {
+					close(handled)
+				}
+			}
+		}
+	}()
+	select {
+	case <-handled:
+	case <-time.After(2 * time.Minute): // a hang, not a timing requirement
+		t.Fatal("the quick start did not handle its three messages")
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	count := func(query string) int64 {
+		var n int64
+		if err := conn.QueryRow(ctx, strings.ReplaceAll(query, "{schema}", pgx.Identifier{schema}.Sanitize())).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	g0 := count(`SELECT gen FROM {schema}.inbox_ring`)
+	deadline := time.Now().Add(6 * time.Minute) // a hang, not a timing requirement
+	// A message is handled, then its batch commits.
+	for count(`SELECT count(*) FROM {schema}.inbox WHERE state = 'completed'`) != 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the quick start's three messages were not completed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The messages' generation g0 is retired by the rotation that begins g0+2; the messages left
+	// their window a minute after they completed, so they are not copied forward.
+	for count(`SELECT gen FROM {schema}.inbox_ring`) < g0+2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("generation %d, want %d: the quick start's pool did not rotate", count(`SELECT gen FROM {schema}.inbox_ring`), g0+2)
+		}
+		time.Sleep(time.Second)
+	}
+	if n := count(`SELECT count(*) FROM {schema}.inbox`); n != 0 {
+		t.Fatalf("%d messages left in the inbox after their generation was retired, want 0", n)
+	}
+	if n := count(`SELECT count(*) FROM {schema}.inbox_maintenance WHERE job = 'rotate'`); n != 1 {
+		t.Fatalf("no run of the maintainer's job rotate recorded")
+	}
+}
+
 // The README's quick start is this program's README:begin..README:end region, word for word.
 func TestReadmeQuickStartIsThisProgram(t *testing.T) {
 	src, err := os.ReadFile("main.go")

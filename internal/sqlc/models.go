@@ -84,6 +84,35 @@ type InboxGen struct {
 	Gen      int64
 }
 
+// txinbox: the lease of the schema's maintainer (package maintain); term counts its elections
+type InboxLeader struct {
+	Name      string
+	Owner     string
+	Term      int64
+	ElectedAt pgtype.Timestamptz
+	RenewedAt pgtype.Timestamptz
+	ExpiresAt pgtype.Timestamptz
+}
+
+// txinbox: the last run of each maintenance job: its period (the start of a slot of its interval), the maintainer (owner, term) that ran it and its end
+type InboxMaintenance struct {
+	Job        string
+	Period     pgtype.Timestamptz
+	Owner      string
+	Term       int64
+	StartedAt  pgtype.Timestamptz
+	FinishedAt pgtype.Timestamptz
+	Error      pgtype.Text
+}
+
+// txinbox: the worker pools running, by consumer and owner; seen_at is renewed every 15 s
+type InboxPool struct {
+	Consumer  string
+	Owner     string
+	StartedAt pgtype.Timestamptz
+	SeenAt    pgtype.Timestamptz
+}
+
 // txinbox: messages that still need work; claimed here with SKIP LOCKED
 type InboxQueue struct {
 	ID          int64
@@ -116,13 +145,22 @@ type InboxRing struct {
 	RotatedAt pgtype.Timestamptz
 }
 
-// txinbox: finished attempts per consumer and minute (completed, failed, of which dead), added by worker pools; approximate (a crashed pool loses its last seconds)
+// txinbox: finished attempts per consumer and minute (completed, failed, of which dead), folded from inbox_rollup_batch by the maintainer: exact once folded
 type InboxRollup struct {
 	Consumer  string
 	Minute    pgtype.Timestamptz
 	Completed int64
 	Failed    int64
 	Dead      int64
+}
+
+// txinbox: finished attempts of one batch (completed, failed, of which dead), appended by its finish in its transaction; folded into inbox_rollup by the maintainer
+type InboxRollupBatch struct {
+	Consumer  string
+	Minute    pgtype.Timestamptz
+	Completed int32
+	Failed    int32
+	Dead      int32
 }
 
 // txinbox: one row per received message (dedup record, state, result)

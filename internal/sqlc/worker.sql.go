@@ -340,6 +340,14 @@ WITH c AS (
         attempts_started = q.attempts_started - f.uncount
     FROM fenced f
     WHERE q.id = f.id AND q.consumer = $1 AND f.outcome = 'retry'
+), counted AS (
+    -- One row per finish, appended: no row that concurrent batches would all update.
+    INSERT INTO /* TEMPLATE: schema */inbox_rollup_batch (consumer, minute, completed, failed, dead)
+    SELECT $1, date_trunc('minute', min(f.finished_at)),
+           count(*) FILTER (WHERE f.outcome = 'completed'), count(*) FILTER (WHERE f.outcome <> 'completed'),
+           count(*) FILTER (WHERE f.outcome = 'dead')
+    FROM fenced f
+    HAVING count(*) > 0
 )
 UPDATE /* TEMPLATE: schema */inbox m
 SET state = CASE WHEN f.outcome = 'retry' THEN 'pending' ELSE f.outcome END,
@@ -374,7 +382,9 @@ type FinishBatchParams struct {
 // outcome and the claim's token, attempts and start (from the queue row) in one update. Rows whose
 // fencing token is no longer ours, or that are no longer claimed (released), are left alone (the
 // caller compares the count). @uncount undoes the attempt counted by the claim for
-// messages that were never run.
+// messages that were never run. The outcomes recorded are counted for the console in the same
+// statement, so in the same transaction: one row appended to inbox_rollup_batch (migration 00010),
+// in the minute of completed_at; the maintainer folds those rows into inbox_rollup.
 // Plans: each CTE reads the one before it, driven by the batch's rows, so that every join is one
 // index probe per message. (A final join of the outcomes with the fenced queue rows, both estimated
 // at a few rows, ran as a nested loop reading all the outcomes again for every message in a generic
@@ -522,8 +532,8 @@ SELECT coalesce(pg_stat_get_dead_tuples(to_regclass($1::text)), -1)::bigint AS d
 `
 
 // The number of dead row versions PostgreSQL's statistics count (n_dead_tup) for the queue table (@queue_table, its
-// schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the pool's
-// vacuum safety net.
+// schema-qualified, quoted name), or -1 if the statistics have no row for it. Read by the
+// maintainer's vacuum safety net (package maintain).
 func (q *Queries) QueueDeadRows(ctx context.Context, db DBTX, queueTable string) (int64, error) {
 	row := db.QueryRow(ctx, queueDeadRows, queueTable)
 	var dead int64
@@ -672,7 +682,7 @@ WHERE pg_relation_size(c.oid) / current_setting('block_size')::bigint > 4 * grea
 // set by ANALYZE and VACUUM), and at least 128 pages (1 MiB) more. A prepared statement's generic
 // plan is made from the statistics of that moment and kept until they change: made while a table
 // held a few hundred rows, it reads the whole table for each message once the table has grown. Read
-// by the pool's statistics safety net, which analyzes these tables.
+// by the maintainer's statistics safety net, which analyzes these tables.
 func (q *Queries) StaleTables(ctx context.Context, db DBTX, tables []string) ([]string, error) {
 	rows, err := db.Query(ctx, staleTables, tables)
 	if err != nil {

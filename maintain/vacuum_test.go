@@ -1,4 +1,4 @@
-package worker_test
+package maintain_test
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 	"github.com/txinbox/txinbox/worker"
 )
 
-// TestPoolVacuumsChurnedQueue shows the safety net of Config.QueueVacuumThreshold: with autovacuum
-// off for the queue table (as when it is off on the server, or its workers are busy elsewhere), the
-// pool itself vacuums inbox_queue once its dead rows pass the threshold, and the dead rows are gone.
+// TestMaintainerVacuumsChurnedQueue shows the safety net of Config.QueueVacuumThreshold: with
+// autovacuum off for the queue table (as when it is off on the server, or its workers are busy
+// elsewhere), the maintainer the pool started vacuums inbox_queue once its dead rows pass the
+// threshold, and the dead rows are gone.
 //
 // The test has a database of its own: what a vacuum can remove depends on the oldest snapshot of its
 // database, and in the shared test database another test's transaction may hold one.
-func TestPoolVacuumsChurnedQueue(t *testing.T) {
+func TestMaintainerVacuumsChurnedQueue(t *testing.T) {
 	t.Parallel()
 	e := newEnvOn(t, testdb.NewInDatabase(t))
 	v := churnedQueue(t, e)
@@ -24,7 +25,7 @@ func TestPoolVacuumsChurnedQueue(t *testing.T) {
 	const n = 600 // each message leaves two dead queue rows: the claimed one and the deleted one
 	v.drain(n)
 	// Once nothing churns, the next check (every 5s) vacuums whatever is left above the threshold.
-	waitFor(t, "the pool's vacuum of the queue table, leaving at most 100 dead rows", func() bool {
+	waitFor(t, "the maintainer's vacuum of the queue table, leaving at most 100 dead rows", func() bool {
 		return v.vacuums() > before && v.dead() <= 100
 	})
 	if got := e.Count(t, `SELECT count(*) FROM {schema}.effects`); got != n {
@@ -32,11 +33,11 @@ func TestPoolVacuumsChurnedQueue(t *testing.T) {
 	}
 }
 
-// TestPoolVacuumsAgainSoonAfterASnapshotEnds: a vacuum that leaves the dead rows because a snapshot
-// holds them back is tried again within seconds, not minutes, once the snapshot ends. (The pool
-// waited 5 minutes after any vacuum that did not help, so a report query that ran for a few seconds
-// at the wrong time turned the safety net off for 5 minutes while the queue bloated.)
-func TestPoolVacuumsAgainSoonAfterASnapshotEnds(t *testing.T) {
+// TestMaintainerVacuumsAgainSoonAfterASnapshotEnds: a vacuum that leaves the dead rows because a
+// snapshot holds them back is tried again within seconds, not minutes, once the snapshot ends. (The
+// safety net waited 5 minutes after any vacuum that did not help, so a report query that ran for a
+// few seconds at the wrong time turned the safety net off for 5 minutes while the queue bloated.)
+func TestMaintainerVacuumsAgainSoonAfterASnapshotEnds(t *testing.T) {
 	t.Parallel()
 	e := newEnvOn(t, testdb.NewInDatabase(t)) // the snapshot holds back the horizon of its database only
 	snap := testdb.HoldSnapshot(t, e.URL)
@@ -54,11 +55,11 @@ func TestPoolVacuumsAgainSoonAfterASnapshotEnds(t *testing.T) {
 	})
 }
 
-// A vacuum of the safety net that another session's VACUUM makes skip the queue table (SKIP_LOCKED:
-// the other pools of a consumer check at the same moment) logs no warning; the next check, seconds
-// later, vacuums. Before, each such pool warned "is this role its owner, or is a long transaction
-// open?" (three warnings in every run of the four-pool tests).
-func TestPoolVacuumsAgainAfterAnotherSessionsVacuum(t *testing.T) {
+// A vacuum of the safety net that another session's VACUUM makes skip the queue table (SKIP_LOCKED)
+// logs no warning; the next check, seconds later, vacuums. (When every pool ran the safety net, the
+// pools of a consumer checked at the same moment, and each but one warned "is this role its owner,
+// or is a long transaction open?".)
+func TestMaintainerVacuumsAgainAfterAnotherSessionsVacuum(t *testing.T) {
 	t.Parallel()
 	e := newEnvOn(t, testdb.NewInDatabase(t))
 	v := churnedQueue(t, e)
@@ -78,9 +79,9 @@ func TestPoolVacuumsAgainAfterAnotherSessionsVacuum(t *testing.T) {
 		c.Logger = logs.logger()
 		// No health check: it reads the whole server's xmin horizon, and warns about any session on it
 		// idle in a transaction for HorizonWarnAge. The warnings this test is about are the vacuum's.
-		c.HealthCheckInterval = -1
+		c.Maintainer.HealthCheckInterval = -1
 	})
-	waitFor(t, "the pool's vacuum while the other session holds the table", func() bool {
+	waitFor(t, "the maintainer's vacuum while the other session holds the table", func() bool {
 		return len(logs.find(t, "txinbox: vacuumed the queue table")) > 0
 	})
 	if err := other.Rollback(ctx); err != nil {
@@ -96,7 +97,8 @@ func TestPoolVacuumsAgainAfterAnotherSessionsVacuum(t *testing.T) {
 	}
 }
 
-// queueChurn is a pool with a queue vacuum threshold of 100 whose queue table has autovacuum off.
+// queueChurn is a pool (and its maintainer) with a queue vacuum threshold of 100 whose queue table
+// has autovacuum off.
 type queueChurn struct {
 	t     *testing.T
 	e     *env
@@ -122,19 +124,15 @@ func (v queueChurn) dead() int64 {
 	return v.e.Count(v.t, `SELECT pg_stat_get_dead_tuples(to_regclass($1))`, v.queue)
 }
 
-// drain receives n messages and runs a pool (QueueVacuumThreshold 100, then mod) until they are
-// completed.
+// drain receives n messages and runs a pool (its maintainer's QueueVacuumThreshold 100, then mod)
+// until they are completed.
 func (v queueChurn) drain(n int64, mod ...func(*worker.Config)) {
 	v.e.receive(v.t, keys("v", int(n))...)
-	hs := worker.NewHandlers()
-	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
-		return applyCredit(ctx, tx, v.e.Schema, m)
-	})
-	run(v.t, v.e.pool(v.t, hs, func(c *worker.Config) {
-		c.QueueVacuumThreshold = 100
+	run(v.t, v.e.pool(v.t, v.e.creditHandlers(), func(c *worker.Config) {
+		c.Maintainer.QueueVacuumThreshold = 100
 		for _, m := range mod {
 			m(c)
 		}
 	}))
-	waitFor(v.t, "every message completed", func() bool { return v.e.count(v.t, "completed") == n })
+	waitFor(v.t, "every message completed", func() bool { return v.e.completed(v.t) == n })
 }

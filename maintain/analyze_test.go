@@ -1,4 +1,4 @@
-package worker_test
+package maintain_test
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 	"github.com/txinbox/txinbox/worker"
 )
 
-// A table the worker reads that has outgrown its statistics many times over is analyzed by the pool
-// (the statistics safety net), so that plans made while it was small are made again: generic plans
+// A table the worker reads that has outgrown its statistics many times over is analyzed by the
+// maintainer the pool started (the statistics safety net), so that plans made while it was small are made again: generic plans
 // made from the statistics of a few dozen rows read the whole table per message once it has grown
 // (bench/RESULTS.md, "generic plans frozen"). Autovacuum is off for the table, as it is on this
 // project's test server: nothing else analyzes it.
-func TestPoolAnalyzesTablesThatOutgrewTheirStatistics(t *testing.T) {
+func TestMaintainerAnalyzesTablesThatOutgrewTheirStatistics(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	inboxS0 := e.outgrownInboxS0(t)
@@ -26,11 +26,10 @@ func TestPoolAnalyzesTablesThatOutgrewTheirStatistics(t *testing.T) {
 	e.waitAnalyzed(t, inboxS0)
 }
 
-// An ANALYZE of the safety net that another session's ANALYZE makes skip the table (SKIP_LOCKED: the
-// other pools of a consumer check at the same moment) is retried at the next check, 10 seconds
-// later, with no warning. Before, the pool logged "is this role their owner?" and left the table's
-// statistics stale for 5 minutes.
-func TestPoolAnalyzesAgainAfterAnotherSessionsAnalyze(t *testing.T) {
+// An ANALYZE of the safety net that another session's ANALYZE makes skip the table (SKIP_LOCKED) is
+// retried at the next check, 10 seconds later, with no warning. (The safety net used to log "is this
+// role their owner?" and leave the table's statistics stale for 5 minutes.)
+func TestMaintainerAnalyzesAgainAfterAnotherSessionsAnalyze(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	inboxS0 := e.outgrownInboxS0(t)
@@ -53,9 +52,9 @@ func TestPoolAnalyzesAgainAfterAnotherSessionsAnalyze(t *testing.T) {
 		// No health check: it reads the whole server's xmin horizon, and warns about any session on it
 		// idle in a transaction for HorizonWarnAge. The warnings this test is about are the safety
 		// net's.
-		c.HealthCheckInterval = -1
+		c.Maintainer.HealthCheckInterval = -1
 	}))
-	waitFor(t, "the pool's ANALYZE while the other session holds the table", func() bool {
+	waitFor(t, "the maintainer's ANALYZE while the other session holds the table", func() bool {
 		return len(logs.find(t, "txinbox: analyzed tables that outgrew their statistics")) > 0
 	})
 	if err := other.Rollback(ctx); err != nil {
@@ -84,7 +83,7 @@ func (e *env) outgrownInboxS0(t *testing.T) string {
 		}
 	}
 	inboxS0 := pgx.Identifier{e.Schema, "inbox_s0"}.Sanitize()
-	// Where autovacuum runs, keep it off this table, so that only the pool can analyze it.
+	// Where autovacuum runs, keep it off this table, so that only the maintainer can analyze it.
 	if _, err := e.Pool.Exec(ctx, "ALTER TABLE "+inboxS0+" SET (autovacuum_enabled = false)"); err != nil {
 		t.Fatal(err)
 	}

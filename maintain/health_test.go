@@ -1,4 +1,4 @@
-package worker_test
+package maintain_test
 
 import (
 	"context"
@@ -18,7 +18,8 @@ const (
 )
 
 // TestHealthWarnings holds a snapshot open in another session (BEGIN ISOLATION LEVEL REPEATABLE READ;
-// SELECT 1), as a forgotten psql session would, and runs a pool with tiny thresholds: it logs at Warn
+// SELECT 1), as a forgotten psql session would, and runs a pool whose maintainer has tiny thresholds:
+// it logs at Warn
 // the session holding back the horizon, by pid, application name, state and transaction start, and
 // the queue table whose dead rows the snapshot keeps.
 func TestHealthWarnings(t *testing.T) {
@@ -34,12 +35,12 @@ func TestHealthWarnings(t *testing.T) {
 	})
 	run(t, e.pool(t, hs, func(c *worker.Config) {
 		c.Logger = logs.logger()
-		c.HealthCheckInterval = 10 * time.Millisecond
-		c.HorizonWarnAge = time.Nanosecond
-		c.DeadRowsWarnThreshold = n // every message leaves two dead queue rows: claimed, deleted
-		c.QueueVacuumThreshold = -1
+		c.Maintainer.HealthCheckInterval = 10 * time.Millisecond
+		c.Maintainer.HorizonWarnAge = time.Nanosecond
+		c.Maintainer.DeadRowsWarnThreshold = n // every message leaves two dead queue rows: claimed, deleted
+		c.Maintainer.QueueVacuumThreshold = -1
 	}))
-	waitFor(t, "every message completed", func() bool { return e.count(t, "completed") == n })
+	waitFor(t, "every message completed", func() bool { return e.completed(t) == n })
 
 	// The test's own connections may hold a snapshot for a moment: wait until a warning names the
 	// held one.
@@ -54,7 +55,7 @@ func TestHealthWarnings(t *testing.T) {
 		}
 		return false
 	})
-	if warned["level"] != "WARN" || warned["consumer"] != "ledger" || warned["application_name"] != snap.ApplicationName ||
+	if warned["level"] != "WARN" || warned["schema"] != e.Schema || warned["application_name"] != snap.ApplicationName ||
 		warned["state"] != "idle in transaction" || warned["xact_start"] == nil || warned["age"] == nil || warned["threshold"] == nil {
 		t.Fatalf("horizon warning %v", warned)
 	}
@@ -87,10 +88,10 @@ func TestHorizonWarningOff(t *testing.T) {
 	})
 	run(t, e.pool(t, hs, func(c *worker.Config) {
 		c.Logger = logs.logger()
-		c.HealthCheckInterval = 10 * time.Millisecond
-		c.HorizonWarnAge = -1
-		c.DeadRowsWarnThreshold = n
-		c.QueueVacuumThreshold = -1
+		c.Maintainer.HealthCheckInterval = 10 * time.Millisecond
+		c.Maintainer.HorizonWarnAge = -1
+		c.Maintainer.DeadRowsWarnThreshold = n
+		c.Maintainer.QueueVacuumThreshold = -1
 	}))
 	waitFor(t, "a warning about the queue table's dead rows", func() bool {
 		for _, r := range logs.find(t, deadRowsWarning) {

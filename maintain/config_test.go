@@ -1,0 +1,72 @@
+package maintain_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/maintain"
+	"github.com/txinbox/txinbox/retention"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// Bad configuration is a *txinbox.ConfigError naming the field, from maintain.New and, prefixed with
+// Maintainer, from worker.New; nothing touches the database.
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	run := func(context.Context) error { return nil }
+	for field, cfg := range map[string]maintain.Config{
+		"Lease":                {Lease: time.Millisecond},
+		"RollupInterval":       {RollupInterval: time.Microsecond},
+		"HealthCheckInterval":  {HealthCheckInterval: time.Microsecond},
+		"Retention.Generation": {Retention: retention.Config{Generation: time.Millisecond}},
+		"Jobs":                 {Jobs: []maintain.Job{{Name: "rotate", Interval: time.Second, Run: run}}},
+	} {
+		_, err := maintain.New(db.Store(), cfg)
+		var ce *txinbox.ConfigError
+		if !errors.As(err, &ce) || ce.Field != field {
+			t.Errorf("%s: err = %v, want a *txinbox.ConfigError for %s", field, err, field)
+		}
+		hs := worker.NewHandlers()
+		worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil })
+		_, err = worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Maintainer: cfg})
+		if !errors.As(err, &ce) || ce.Field != "Maintainer."+field {
+			t.Errorf("worker.New, %s: err = %v, want a *txinbox.ConfigError for Maintainer.%s", field, err, field)
+		}
+		hs = worker.NewHandlers()
+		worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil })
+		if _, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Maintainer: cfg, DisableMaintainer: true}); err != nil {
+			t.Errorf("worker.New with DisableMaintainer, %s: %v", field, err)
+		}
+	}
+	for _, j := range []maintain.Job{{Name: "bad name", Interval: time.Second, Run: run}, {Name: "x", Run: run}, {Name: "x", Interval: time.Second}} {
+		_, err := maintain.New(db.Store(), maintain.Config{Jobs: []maintain.Job{j}})
+		var ce *txinbox.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "Jobs" {
+			t.Errorf("job %+v: err = %v, want a *txinbox.ConfigError for Jobs", j, err)
+		}
+	}
+}
+
+// A schema without the maintainer's tables (migrated before 00010): Start returns an error matching
+// txinbox.ErrNotMigrated.
+func TestStartNotMigrated(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	if _, err := db.Pool.Exec(context.Background(), db.SQL(`DROP TABLE {schema}.inbox_leader`)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := maintain.New(db.Store(), maintain.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); !errors.Is(err, txinbox.ErrNotMigrated) {
+		t.Fatalf("Start: %v, want txinbox.ErrNotMigrated", err)
+	}
+}

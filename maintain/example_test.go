@@ -1,0 +1,53 @@
+package maintain_test
+
+import (
+	"context"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/maintain"
+	"github.com/txinbox/txinbox/outbox"
+)
+
+// A service that runs no worker pool (or runs its pools with worker.Config.DisableMaintainer) runs
+// the schema's maintainer itself; any number of processes may, one leads.
+func ExampleNew() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/postgres")
+	if err != nil {
+		panic(err)
+	}
+	m, err := maintain.New(txinbox.Store{DB: pool, Schema: "billing"}, maintain.Config{})
+	if err != nil {
+		panic(err)
+	}
+	if err := m.Start(ctx); err != nil {
+		panic(err) // txinbox.ErrNotMigrated without migration 00010
+	}
+	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
+	defer stop()
+	<-sigCtx.Done()
+	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = m.Stop(stopCtx) // ends the lease: another maintainer takes over at its next look
+}
+
+// More jobs run like the built-in ones, by the leader only, at most once per period: here the
+// outbox's rotation (give the same Config.Jobs to every maintainer of the schema, in
+// worker.Config.Maintainer where the pools start it).
+func ExampleJob() {
+	var store txinbox.Store // the Store of the service's pools
+	cfg := maintain.Config{Jobs: []maintain.Job{{
+		Name:     "outbox-rotate",
+		Interval: time.Minute,
+		Run: func(ctx context.Context) error {
+			_, err := outbox.Rotate(ctx, store, outbox.RotateOptions{})
+			return err
+		},
+	}}}
+	_ = cfg
+}

@@ -1,0 +1,181 @@
+package maintain_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/txinbox/txinbox/maintain"
+	"github.com/txinbox/txinbox/retention"
+)
+
+// retentionEvery is a retention configuration whose generations last d.
+func retentionEvery(d time.Duration) retention.Config { return retention.Config{Generation: d} }
+
+// leaderLog records the leadership events of maintainers (an Observer): the intervals each led.
+type leaderLog struct {
+	mu     sync.Mutex
+	events []leaderAt
+	runs   []maintain.RunEvent
+}
+
+type leaderAt struct {
+	maintain.LeaderEvent
+	at time.Time
+}
+
+func (l *leaderLog) Leader(e maintain.LeaderEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, leaderAt{e, time.Now()})
+}
+
+func (l *leaderLog) Ran(e maintain.RunEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.runs = append(l.runs, e)
+}
+
+// leading returns the owners leading now, by the events so far.
+func (l *leaderLog) leading() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := map[string]bool{}
+	for _, e := range l.events {
+		now[e.Owner] = e.Leading
+	}
+	var out []string
+	for o, lead := range now {
+		if lead {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// overlaps returns a description of two leaders at once, or "" if each election came after the
+// previous leader had stopped.
+func (l *leaderLog) overlaps() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	leading := map[string]bool{}
+	for _, e := range l.events {
+		if e.Leading {
+			for o, lead := range leading {
+				if lead && o != e.Owner {
+					return e.Owner + " became leader (term " + strconv.FormatInt(e.Term, 10) + ") while " + o + " led"
+				}
+			}
+		}
+		leading[e.Owner] = e.Leading
+	}
+	return ""
+}
+
+// Eight maintainers of one schema started at the same moment contend for the lease at once: exactly
+// one leads, and the lease row names it. When it stops, another takes over, and never two lead at
+// once. Three rounds of eight new maintainers, each round after the last one's leader stopped.
+func TestOneMaintainerLeadsAtATime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	log := &leaderLog{}
+	for round := range 3 {
+		ms := startTogether(t, e, log, round, 8)
+		waitFor(t, "a leader", func() bool { return len(log.leading()) > 0 })
+		// Several renewals of the lease (every third of a second), and the others' looks at it.
+		time.Sleep(time.Second)
+		if o := log.overlaps(); o != "" {
+			t.Fatalf("round %d: %s", round, o)
+		}
+		leaders := log.leading()
+		if len(leaders) != 1 {
+			t.Fatalf("round %d: leading: %v, want one", round, leaders)
+		}
+		var first *maintain.Maintainer
+		for _, m := range ms {
+			if lead, _ := m.Leading(); lead {
+				if first != nil {
+					t.Fatalf("round %d: %s and %s both report leading", round, first.Owner(), m.Owner())
+				}
+				first = m
+			}
+		}
+		if first == nil || first.Owner() != leaders[0] {
+			t.Fatalf("round %d: the leading maintainer %v is not the one the events name (%v)", round, first, leaders)
+		}
+		if owner := e.Count(t, `SELECT count(*) FROM {schema}.inbox_leader WHERE owner = $1 AND expires_at > now()`, first.Owner()); owner != 1 {
+			t.Fatalf("round %d: the lease row does not name the leader %s", round, first.Owner())
+		}
+		if err := first.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "another leader", func() bool {
+			l := log.leading()
+			return len(l) == 1 && l[0] != first.Owner()
+		})
+		time.Sleep(500 * time.Millisecond)
+		if o := log.overlaps(); o != "" {
+			t.Fatalf("round %d: %s", round, o)
+		}
+		if l := log.leading(); len(l) != 1 {
+			t.Fatalf("round %d: leading after the handover: %v, want one", round, l)
+		}
+		for _, m := range ms {
+			if err := m.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if l := log.leading(); len(l) != 0 {
+			t.Fatalf("round %d: leading after every maintainer stopped: %v", round, l)
+		}
+	}
+}
+
+// startTogether starts n maintainers of e's schema (Lease 1s, Observer log) at the same moment, and
+// stops them when t ends.
+func startTogether(t *testing.T, e *env, log *leaderLog, round, n int) []*maintain.Maintainer {
+	t.Helper()
+	ms := make([]*maintain.Maintainer, n)
+	for i := range ms {
+		m, err := maintain.New(e.Store(), maintain.Config{Lease: time.Second, Observer: log, Owner: fmt.Sprintf("r%d-m%d", round, i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[i] = m
+	}
+	var start, started sync.WaitGroup
+	start.Add(1)
+	for _, m := range ms {
+		started.Go(func() {
+			start.Wait()
+			if err := m.Start(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	start.Done()
+	started.Wait()
+	t.Cleanup(func() {
+		for _, m := range ms {
+			_ = m.Stop(context.Background())
+		}
+	})
+	return ms
+}
+
+// The maintainer rotates the inbox's generations by itself, once per Generation (no Cleaner), and
+// records each run of the job in inbox_maintenance.
+func TestMaintainerRotates(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gen := func() int64 { return e.Count(t, `SELECT gen FROM {schema}.inbox_ring`) }
+	g0 := gen()
+	e.maintainer(t, maintain.Config{Lease: time.Second, Retention: retentionEvery(time.Second)})
+	waitFor(t, "two rotations", func() bool { return gen() >= g0+2 })
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox_maintenance WHERE job = 'rotate' AND finished_at IS NOT NULL AND error IS NULL`); n != 1 {
+		t.Fatalf("inbox_maintenance: %d finished rows of the job rotate, want 1", n)
+	}
+}

@@ -1,0 +1,487 @@
+// Package maintain runs the maintenance of a txinbox schema once for the whole schema, in the one
+// maintainer elected among all those running: the rotation of the inbox's generations and the
+// deletion of expired idempotency keys (package retention's code), the vacuum and statistics safety
+// nets of the tables the workers read, the health warnings (dead row versions, the xmin horizon), the
+// fold of the console's roll-ups, and the deletion of the heartbeats of pools that died.
+//
+// Every worker pool starts a Maintainer by default (worker.Config.Maintainer; DisableMaintainer turns
+// it off), so a service that runs pools keeps its inbox bounded with no other line; a service that
+// runs no pool, or wants the maintenance elsewhere, runs one with [New], then Start and Stop (a
+// [txinbox.Service]). However many run, one leads at a time and the others wait to take over.
+//
+// # Election
+//
+// The leader holds a lease: a row of table inbox_leader (migration 00010) naming it (Config.Owner)
+// and its term, with an end (Config.Lease, 10 s by default) on the server's clock. It renews the
+// lease every third of the Lease; the others read the row every third of the Lease and take the
+// lease, in a new term, once it has ended. A leader that stops (Stop) ends its lease at once; one whose
+// process dies is replaced when its lease ends: within the Lease and a third. A leader that cannot
+// renew stops its jobs before the lease it last renewed can end (it counts from the moment it sent
+// that renewal, on its own clock), and every run of a job is claimed by a statement that checks the
+// lease is still the leader's and not ended, so a leader cut off from the database, or frozen, does not
+// start a job after another has taken over.
+//
+// Why a lease row rather than an advisory lock held by a session: a session-level lock needs a
+// connection held for the leader's whole life. Through PgBouncer in transaction mode (pools with
+// DisableListen) a session is not a client's, so such a lock would be held by whichever server
+// connection ran the statement and never released, or released by another client; and a lock held
+// by a host that vanished (no FIN, no RST) lasts until the server's TCP keepalive gives up, minutes to
+// hours, with nothing the others can do. A lease needs no connection of its own (every statement is
+// one short transaction, fine through PgBouncer), its end is known, and it is the server's clock that
+// decides it. On a Citus cluster inbox_leader and inbox_maintenance are tables of the coordinator,
+// which the maintainer's statements touch alone. The price: after a crash the schema has no leader for
+// up to the Lease (its jobs are periodic, so nothing is lost).
+//
+// The maintainer runs its statements on the Store's DB, one at a time. When every connection of a
+// pgxpool is held by batches for longer than four fifths of the Lease, its renewals wait with them,
+// and the leadership moves to a maintainer of another process (a worker pool's pgxpool with
+// Concurrency+4 connections never makes it wait).
+//
+// # Jobs
+//
+// Each job runs at most once per period: a slot of its interval counted from the Unix epoch, on the
+// server's clock. Before a run, the leader claims the period in inbox_maintenance (one row per job):
+// the claim succeeds only for a period later than the job's last recorded run, and only while the
+// claimant holds an unexpired lease in its term, so no period of a job runs twice, even across a
+// change of leader. The row also records who ran it, when it ended and its error. The jobs, their
+// names and intervals:
+//
+//	rotate       Config.Retention.Interval  retention.Cleaner.RotateIfDue: a new generation once the
+//	                                        current one is Generation old (default: the Retention)
+//	expire-keys  Config.Retention.Interval  retention.Cleaner.DeleteExpiredKeys
+//	vacuum       5 s                        VACUUM of inbox_queue above QueueVacuumThreshold dead rows
+//	analyze      5 s                        ANALYZE of the worker's tables that outgrew their statistics
+//	health       HealthCheckInterval        warnings: the xmin horizon, dead row versions
+//	rollup       RollupInterval             inbox_rollup_batch folded into inbox_rollup (the console)
+//	pools        10 min                     heartbeats of pools not seen for an hour deleted
+//
+// Config.Jobs adds more, run the same way (package outbox's rotation, say).
+//
+// # Observability
+//
+// The maintainer logs at Info when it becomes the leader and when it stops leading (with its owner,
+// term and the reason), at Debug every run of a job, and at Warn a job that failed. An Observer
+// (Config.Observer; package metrics implements it) is told the same, for the gauge
+// txinbox_maintainer_leader{schema, owner} and the counter txinbox_maintenance_runs_total{job, outcome}.
+package maintain
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/retention"
+)
+
+// Defaults of Config.
+const (
+	DefaultLease                 = 10 * time.Second
+	DefaultQueueVacuumThreshold  = 50_000
+	DefaultHealthCheckInterval   = time.Minute
+	DefaultHorizonWarnAge        = 5 * time.Minute
+	DefaultDeadRowsWarnThreshold = 1_000_000
+	DefaultRollupInterval        = time.Minute
+)
+
+// Config configures a Maintainer. The zero value is valid.
+type Config struct {
+	// Lease is how long the leader's lease lasts without a renewal: it renews it every third of it,
+	// and another maintainer takes over within the Lease and a third after the leader's process died
+	// (at once after a Stop). At least 1s. Default DefaultLease (10s).
+	Lease time.Duration
+	// Owner names this maintainer in the lease (inbox_leader.owner), in inbox_maintenance and in the
+	// logs; it must be unique among the maintainers of the schema. Default: hostname:pid:random (a
+	// worker pool gives its own Owner).
+	Owner string
+	// Logger receives the maintainer's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Observer, if set, is told when this maintainer becomes the leader or stops, and about every run
+	// of a job (package metrics implements it). Default: none.
+	Observer Observer
+	// Retention configures the rotation of generations and the deletion of expired idempotency keys
+	// (package retention; its Logger defaults to this Logger). Its Interval is the period of both
+	// jobs: default retention.DefaultCleanInterval (1 min), or a sixth of the Generation if that is
+	// shorter (at least 1s), so that a generation lasts at most a sixth longer than Generation.
+	// Negative Interval: the maintainer neither rotates nor deletes keys (run a retention.Cleaner).
+	Retention retention.Config
+	// QueueVacuumThreshold is the safety net for the inbox_queue table, whose rows churn (every
+	// message inserts, claims and deletes one): every 5 seconds the leader reads how many dead row
+	// versions PostgreSQL counts in it (pg_stat_user_tables.n_dead_tup) and, above this number, runs
+	// VACUUM (SKIP_LOCKED) on that table alone. Autovacuum normally keeps the table small (the
+	// migration tunes it to vacuum after 1,000 dead rows), but it may be off, or its workers busy with
+	// large tables for minutes, and then every claim reads through dead rows and slows down. Vacuuming
+	// the queue takes milliseconds while its backlog is small. It needs the table's owner (as do the
+	// migrations); a VACUUM that leaves more dead rows than this (not the owner, or an old transaction
+	// holding back cleanup, or another session vacuuming it at that moment) makes the next check wait
+	// 10 seconds, doubling after each such vacuum up to 5 minutes (back to every 5 seconds after a
+	// vacuum that helped); a warning is logged once it happened twice in a row. Default:
+	// DefaultQueueVacuumThreshold (50,000). Negative: never vacuum, and no statistics safety net.
+	//
+	// The statistics safety net, every 5 seconds too: a table the worker's statements read (inbox_queue
+	// and the inbox partitions) that has grown to more than 4 times the pages its statistics counted
+	// (and by at least 1 MiB) is analyzed, so that plans made while it was small are made again. An
+	// ANALYZE that leaves a table stale (another session was analyzing it, or this role is not its
+	// owner) makes the next check wait 10 seconds, doubling up to 5 minutes; a warning is logged once
+	// it happened twice in a row.
+	QueueVacuumThreshold int
+	// HealthCheckInterval is how often the leader reads PostgreSQL's statistics of the txinbox tables
+	// and what holds back the xmin horizon (the figures of admin.Health), and logs a warning at Warn
+	// for each of HorizonWarnAge and DeadRowsWarnThreshold that is exceeded: at most one record per
+	// condition (and table) per interval, for the whole schema. A check reads statistics views only.
+	// Default: DefaultHealthCheckInterval (1m). Negative: never check.
+	HealthCheckInterval time.Duration
+	// HorizonWarnAge: when another session's transaction holding the oldest snapshot (the xmin
+	// horizon: vacuum reclaims no row version deleted after it, in any table) has been open longer
+	// than this, or a prepared transaction was prepared longer ago, the check logs a warning naming it
+	// (pid, application_name, role, state, xact_start, query_start, age; gid for a prepared
+	// transaction). A session whose details PostgreSQL hides from the maintainer's role (not superuser
+	// nor pg_read_all_stats, another role's session) has no known age and is not warned about.
+	// Default: DefaultHorizonWarnAge (5m). Negative: never warn about the horizon.
+	HorizonWarnAge time.Duration
+	// DeadRowsWarnThreshold: when a txinbox table of the schema counts more dead row versions than
+	// this (pg_stat_all_tables.n_dead_tup, an estimate), the check logs a warning naming the table,
+	// its dead and live rows, its last vacuums and the session holding the horizon if any. Default:
+	// DefaultDeadRowsWarnThreshold (1,000,000). Negative: never warn about dead rows.
+	DeadRowsWarnThreshold int
+	// RollupInterval is how often the finished attempts counted by the batches (inbox_rollup_batch)
+	// are folded into inbox_rollup, which the console reads: its counts lag by up to this much, and
+	// are exact once folded. Rows of inbox_rollup older than two days are deleted by the fold. Default
+	// DefaultRollupInterval (1m).
+	RollupInterval time.Duration
+	// Jobs are more jobs for the leader to run, each at most once per period of its Interval, after
+	// the built-in ones (see the package documentation). Their names must differ from the built-in
+	// ones and from each other.
+	Jobs []Job
+}
+
+// Job is a maintenance job of the schema, run by the leader only, at most once per period of its
+// Interval across all maintainers.
+type Job struct {
+	// Name identifies the job in inbox_maintenance, the logs and the metrics: 1 to 128 letters,
+	// digits or _.:/- ([txinbox.ValidateName]).
+	Name string
+	// Interval is the job's period: it runs once in each slot of Interval counted from the Unix
+	// epoch (server clock), soon after the slot begins, and never twice in a slot. At least 1ms.
+	Interval time.Duration
+	// Run does the job's work. Its ctx ends when the maintainer stops leading; an error is logged at
+	// Warn, recorded in inbox_maintenance.error and told to the Observer; the job runs again in its
+	// next period either way.
+	Run func(ctx context.Context) error
+}
+
+// statements returns the statement rewriter of schema.
+func statements(schema string) *store.Store { return store.New(schema) }
+
+// leaderName is the row of inbox_leader the maintainers contend for.
+const leaderName = "maintainer"
+
+var _ txinbox.Service = (*Maintainer)(nil)
+
+// Maintainer is a candidate for the maintenance of one schema: while it leads, it runs the jobs.
+// Create it with New, then Start and Stop it.
+type Maintainer struct {
+	store   txinbox.Store
+	st      *store.Store
+	cfg     Config
+	log     *slog.Logger
+	cleaner *retention.Cleaner // nil when Retention.Interval is negative
+	jobs    []*job
+	nets    safetyNets // the safety nets' back-off (vacuum.go)
+
+	leading atomic.Bool
+	term    atomic.Int64
+
+	life sync.Mutex // guards stop and done
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// New returns a Maintainer of store's schema. It checks store and cfg (a *[txinbox.ConfigError] says
+// which field is wrong; store.DB must be a connection pool, as for retention.New) and does not touch
+// the database; Start does.
+func New(store txinbox.Store, cfg Config) (*Maintainer, error) {
+	store, err := store.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	bad := func(field, reason string) (*Maintainer, error) {
+		return nil, &txinbox.ConfigError{Field: field, Reason: reason}
+	}
+	defd := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defd(&cfg.Lease, DefaultLease)
+	defd(&cfg.HealthCheckInterval, DefaultHealthCheckInterval)
+	defd(&cfg.HorizonWarnAge, DefaultHorizonWarnAge)
+	defd(&cfg.RollupInterval, DefaultRollupInterval)
+	if cfg.QueueVacuumThreshold == 0 {
+		cfg.QueueVacuumThreshold = DefaultQueueVacuumThreshold
+	}
+	if cfg.DeadRowsWarnThreshold == 0 {
+		cfg.DeadRowsWarnThreshold = DefaultDeadRowsWarnThreshold
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Owner == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		cfg.Owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	switch {
+	case cfg.Lease < time.Second:
+		return bad("Lease", "must be at least 1s")
+	case cfg.RollupInterval < time.Millisecond:
+		return bad("RollupInterval", "must be at least 1ms")
+	case cfg.HealthCheckInterval > 0 && cfg.HealthCheckInterval < time.Millisecond:
+		return bad("HealthCheckInterval", "must be at least 1ms, or negative (off)")
+	}
+	m := &Maintainer{store: store, st: statements(store.Schema), cfg: cfg, log: cfg.Logger.With("schema", store.Schema)}
+	if cfg.Retention.Interval >= 0 {
+		rcfg := cfg.Retention
+		if rcfg.Logger == nil {
+			rcfg.Logger = cfg.Logger
+		}
+		if m.cleaner, err = retention.New(store, rcfg); err != nil {
+			var ce *txinbox.ConfigError
+			if errors.As(err, &ce) && !strings.HasPrefix(ce.Field, "Store.") {
+				ce.Field = "Retention." + ce.Field
+			}
+			return nil, err
+		}
+		if cfg.Retention.Interval == 0 {
+			m.cfg.Retention.Interval = min(retention.DefaultCleanInterval, max(m.cleaner.Generation()/6, time.Second))
+		}
+	}
+	m.jobs = m.builtins()
+	for _, j := range cfg.Jobs {
+		switch {
+		case txinbox.ValidateName(j.Name) != nil:
+			return bad("Jobs", fmt.Sprintf("name %q: %v", j.Name, txinbox.ValidateName(j.Name)))
+		case j.Interval < time.Millisecond:
+			return bad("Jobs", fmt.Sprintf("job %q: Interval must be at least 1ms", j.Name))
+		case j.Run == nil:
+			return bad("Jobs", fmt.Sprintf("job %q: Run is nil", j.Name))
+		}
+		m.jobs = append(m.jobs, &job{name: j.Name, interval: j.Interval, run: j.Run})
+	}
+	seen := map[string]bool{}
+	for _, j := range m.jobs {
+		if seen[j.name] {
+			return bad("Jobs", fmt.Sprintf("two jobs are named %q", j.name))
+		}
+		seen[j.name] = true
+	}
+	return m, nil
+}
+
+// Owner returns the name of this maintainer in the lease (Config.Owner after defaults).
+func (m *Maintainer) Owner() string { return m.cfg.Owner }
+
+// Leading reports whether this maintainer leads the schema's maintenance now, and in which term.
+func (m *Maintainer) Leading() (leading bool, term int64) {
+	return m.leading.Load(), m.term.Load()
+}
+
+// Start checks that the schema has the maintainer's tables (an error matching txinbox.ErrNotMigrated
+// if not; if the database cannot be asked, it logs a warning and starts anyway), then runs the
+// maintainer in a goroutine of its own until Stop or until ctx ends: it contends for the lease, and
+// runs the jobs while it leads. A Maintainer starts once: a second Start returns an error.
+func (m *Maintainer) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.life.Lock()
+	defer m.life.Unlock()
+	if m.done != nil {
+		return errors.New("txinbox: the maintainer was already started")
+	}
+	row, err := store.Queries.MaintainerTables(ctx, m.store.DB, m.st.Table("inbox_leader"), m.st.Table("inbox_maintenance"))
+	switch {
+	case err != nil:
+		m.log.Warn("txinbox: could not check the maintainer's tables; starting anyway", "err", err)
+	case !row.Leader || !row.Runs:
+		return fmt.Errorf("%w: schema %q: no table inbox_leader or inbox_maintenance (migration 00010), or this role may not write them",
+			txinbox.ErrNotMigrated, m.store.Schema)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	m.stop, m.done = stop, make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		m.run(runCtx)
+	}(m.done)
+	return nil
+}
+
+// Stop ends the maintainer: a leader stops its jobs (a running statement is cancelled) and ends its
+// lease, so that another maintainer takes over at its next look. It waits until the maintainer has
+// ended or ctx ends; then it returns an error wrapping ctx's. Stopping a Maintainer never started, or
+// already stopped, returns nil.
+func (m *Maintainer) Stop(ctx context.Context) error {
+	m.life.Lock()
+	stop, done := m.stop, m.done
+	m.life.Unlock()
+	if done == nil {
+		return nil
+	}
+	stop()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("txinbox: maintainer still running: %w", ctx.Err())
+	}
+}
+
+// look is how often a maintainer that does not lead reads the lease, and how often the leader renews it.
+func (m *Maintainer) look() time.Duration { return m.cfg.Lease / 3 }
+
+// run contends for the lease until ctx ends, leading whenever it holds it.
+func (m *Maintainer) run(ctx context.Context) {
+	failures := 0
+	for ctx.Err() == nil {
+		wait, err := m.campaign(ctx)
+		if err != nil && ctx.Err() == nil {
+			failures++
+			if failures == 3 {
+				m.log.Warn("txinbox: the maintainer cannot read or take the lease; retrying", "owner", m.cfg.Owner, "err", err)
+			} else {
+				m.log.Debug("txinbox: the maintainer could not read or take the lease; retrying", "owner", m.cfg.Owner, "err", err)
+			}
+		} else if err == nil {
+			failures = 0
+		}
+		sleep(ctx, wait)
+	}
+}
+
+// campaign reads the lease and takes it if nobody holds it; then it leads until it loses the lease or
+// ctx ends. It returns how long to wait before the next look.
+func (m *Maintainer) campaign(ctx context.Context) (time.Duration, error) {
+	db := m.st.Wrap(m.store.DB)
+	cur, err := store.Queries.LeaderRead(ctx, db, leaderName)
+	if err != nil {
+		return m.look(), store.Err(err)
+	}
+	if cur.Owner != "" && cur.SecondsLeft > 0 {
+		// Held: look again when it ends, or a third of the Lease from now if sooner (a leader that
+		// stops ends its lease early).
+		return min(m.look(), time.Duration(cur.SecondsLeft*float64(time.Second))+leaseSlack), nil
+	}
+	sent := time.Now()
+	terms, err := store.Queries.LeaderElect(ctx, db, sqlcElect(m.cfg.Owner, m.cfg.Lease))
+	if err != nil {
+		return m.look(), store.Err(err)
+	}
+	if len(terms) == 0 {
+		return m.look(), nil // another candidate took it first
+	}
+	m.lead(ctx, terms[0], sent, cur.Owner)
+	return 0, nil
+}
+
+// leaseSlack is how long after a lease's end a candidate looks at it: the server's clock decides.
+const leaseSlack = 10 * time.Millisecond
+
+// lead runs the jobs and renews the lease of term, taken by a statement sent at sent, until the lease
+// is lost or ctx ends (then it ends the lease).
+func (m *Maintainer) lead(ctx context.Context, term int64, sent time.Time, previous string) {
+	lease := m.cfg.Lease
+	valid := sent.Add(lease) // the lease ends no sooner than this, on this clock
+	m.term.Store(term)
+	m.leading.Store(true)
+	m.log.Info("txinbox: this maintainer now leads the schema's maintenance", "owner", m.cfg.Owner, "term", term,
+		"previous_owner", previous, "lease", lease)
+	m.observeLeader(true, term, "elected")
+
+	jctx, stopJobs := context.WithCancel(ctx)
+	jobsDone := make(chan struct{})
+	go func() {
+		defer close(jobsDone)
+		m.runJobs(jctx, term)
+	}()
+
+	// A leader that cannot renew stops its jobs margin before its lease can end.
+	margin := lease / 5
+	db := m.st.Wrap(m.store.DB)
+	t := time.NewTimer(m.look())
+	defer t.Stop()
+	reason := ""
+	for reason == "" {
+		select {
+		case <-ctx.Done():
+			reason = "stopped"
+			continue
+		case <-t.C:
+		}
+		at := time.Now()
+		rctx, cancel := context.WithDeadline(ctx, valid.Add(-margin))
+		n, err := store.Queries.LeaderRenew(rctx, db, sqlcRenew(m.cfg.Owner, term, lease))
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			reason = "stopped"
+		case err == nil && n == 1:
+			valid = at.Add(lease)
+			t.Reset(m.look())
+		case err == nil:
+			reason = "the lease was lost (it ended before its renewal, and another maintainer may hold it)"
+		case time.Until(valid) <= margin:
+			reason = "the lease could not be renewed before its end: " + err.Error()
+		default:
+			m.log.Debug("txinbox: renewing the maintainer's lease failed; retrying", "owner", m.cfg.Owner, "term", term, "err", err)
+			t.Reset(min(m.look(), lease/10))
+		}
+	}
+	stopJobs()
+	<-jobsDone
+	if reason == "stopped" {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if _, err := store.Queries.LeaderResign(rctx, db, sqlcResign(m.cfg.Owner, term)); err != nil {
+			m.log.Debug("txinbox: ending the maintainer's lease failed; another maintainer takes over when it ends", "owner", m.cfg.Owner, "err", err)
+		}
+		cancel()
+	}
+	m.leading.Store(false)
+	m.log.Info("txinbox: this maintainer stopped leading the schema's maintenance", "owner", m.cfg.Owner, "term", term, "reason", reason)
+	m.observeLeader(false, term, reason)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func sqlcElect(owner string, lease time.Duration) sqlc.LeaderElectParams {
+	return sqlc.LeaderElectParams{Name: leaderName, Owner: owner, LeaseSeconds: lease.Seconds()}
+}
+
+func sqlcRenew(owner string, term int64, lease time.Duration) sqlc.LeaderRenewParams {
+	return sqlc.LeaderRenewParams{Name: leaderName, Owner: owner, Term: term, LeaseSeconds: lease.Seconds()}
+}
+
+func sqlcResign(owner string, term int64) sqlc.LeaderResignParams {
+	return sqlc.LeaderResignParams{Name: leaderName, Owner: owner, Term: term}
+}
