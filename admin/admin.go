@@ -87,7 +87,7 @@ const (
 	MaxAdminIDs = 10000
 )
 
-// ErrNotFound is matched (errors.Is) by every *NotFoundError.
+// ErrNotFound is matched (errors.Is) by every *NotFoundError and *OutboxNotFoundError.
 var ErrNotFound = errors.New("txinbox: message not found")
 
 // NotFoundError reports a message that is not stored (never was, or was deleted): by id (GetMessage),

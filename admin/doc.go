@@ -14,7 +14,12 @@
 //   - counts messages per consumer: every state from one scan of the inbox table ([Admin.Stats]), or
 //     the queue, the dead letters and the last minutes' attempts without it ([Admin.Overview]);
 //   - reads the dead row versions of the txinbox tables and what holds back PostgreSQL's xmin horizon
-//     ([Admin.Health]).
+//     ([Admin.Health]);
+//   - answers the same questions about the transactional outbox (package outbox): its events per
+//     topic and state with the lag ([Admin.OutboxStats]), one event ([Admin.GetOutboxEvent]), its
+//     dead events with the dead letters' filter rules and order ([Admin.ListOutboxDead],
+//     [OutboxDeadFilter], [Admin.CountOutboxDead], [Admin.OutboxDeadIDs], [Admin.OutboxDeadAmong]),
+//     replays and discards them ([Admin.ReplayOutboxDead], [Admin.DiscardOutboxDead]).
 //
 // Discard is an operator deleting chosen messages; the automatic deletion of expired records is
 // package retention's job (Clean).

@@ -13,6 +13,13 @@
 //     gives the same answer), with replay and discard of one, of a selection or of everything
 //     matching the filter.
 //   - Discard of the pending messages of a retired consumer ("/pending/confirm?consumer=C").
+//   - Outbox ("/outbox"): the transactional outbox's events per topic (package outbox): pending,
+//     retrying and claimed (in flight), sent (kept for the retention window) and dead, and the age of
+//     the oldest unsent event (the lag), as admin.Admin.OutboxStats counts them.
+//   - Dead outbox events ("/outbox/dead"): filtered by topic, key, error text and time of death,
+//     newest first, as admin.Admin.ListOutboxDead lists them (the txinbox command's outbox dead list
+//     gives the same answer), with replay and discard as for dead letters.
+//   - Outbox event ("/outbox/event?id=N"): every field of one outbox event.
 //
 // Every figure and every change goes through package admin (admin.Admin.Overview, Health, ListDead,
 // ...): the console runs no statement of its own. Figures: pending, retrying, claimed and dead counts
@@ -151,6 +158,11 @@ var routes = []route{
 	{"POST /dead/apply", (*handler).deadApply},
 	{"GET /pending/confirm", (*handler).pendingConfirm},
 	{"POST /pending/apply", (*handler).pendingApply},
+	{"GET /outbox", (*handler).outboxOverview},
+	{"GET /outbox/dead", (*handler).outboxDeadList},
+	{"GET /outbox/dead/confirm", (*handler).outboxDeadConfirm},
+	{"POST /outbox/dead/apply", (*handler).outboxDeadApply},
+	{"GET /outbox/event", (*handler).outboxEvent},
 }
 
 func newHandler(schema string, cfg Config, a *admin.Admin) (http.Handler, error) {
@@ -159,7 +171,7 @@ func newHandler(schema string, cfg Config, a *admin.Admin) (http.Handler, error)
 	if _, err := rand.Read(h.key); err != nil {
 		return nil, err
 	}
-	for _, p := range []string{"overview", "message", "dead", "confirm", "result", "error"} {
+	for _, p := range []string{"overview", "message", "dead", "confirm", "result", "error", "outbox", "outbox_dead", "outbox_event"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", p, err)
@@ -285,7 +297,11 @@ func (h *handler) dbFail(w http.ResponseWriter, r *http.Request, what string, er
 	h.cfg.Logger.Error("txinbox console: "+what+" failed", "path", r.URL.Path, "err", err)
 	msg := what + " failed: " + err.Error()
 	if strings.Contains(err.Error(), "SQLSTATE 42P01") {
-		msg += " — are the txinbox tables (version 3 or later) in schema " + strconv.Quote(h.schema) + "? Run 'txinbox migrate up'."
+		version := "3"
+		if strings.HasPrefix(r.URL.Path, "/outbox") {
+			version = "9" // the outbox's tables
+		}
+		msg += " — are the txinbox tables (version " + version + " or later) in schema " + strconv.Quote(h.schema) + "? Run 'txinbox migrate up'."
 	}
 	h.fail(w, r, http.StatusInternalServerError, msg)
 }

@@ -44,6 +44,10 @@ var postCases = map[string]func(t *testing.T, e *env) (confirm string){
 		e.receive(t, "retired", "Old", "p-1", "p-2")
 		return "/pending/confirm?consumer=retired"
 	},
+	"POST /outbox/dead/apply": func(t *testing.T, e *env) string {
+		e.outboxDead(t, "no route", "orders", "orders")
+		return "/outbox/dead/confirm?op=discard&scope=filter&topic=orders"
+	},
 }
 
 // dump returns every row of every table of the schema, a line each ("table: row"), in a stable order.

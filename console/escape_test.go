@@ -32,9 +32,10 @@ type routeInputs struct {
 }
 
 // inputsOf returns the inputs of every route of the router, by pattern, with dead the id of a dead
-// letter.
-func inputsOf(dead int64) map[string]routeInputs {
+// letter and deadEvent the id of a dead outbox event.
+func inputsOf(dead, deadEvent int64) map[string]routeInputs {
 	deadFilter := []string{"consumer", "kind", "error", "since", "until"}
+	outboxFilter := []string{"topic", "key", "error", "since", "until"}
 	return map[string]routeInputs{
 		"GET /static/": {},
 		"GET /{$}":     {params: []string{"x"}},
@@ -54,6 +55,19 @@ func inputsOf(dead int64) map[string]routeInputs {
 		"GET /pending/confirm": {bases: []url.Values{{"consumer": {"billing"}}}, params: []string{"consumer"}},
 		"POST /pending/apply": {bases: []url.Values{{"consumer": {"billing"}, "count": {"0"}, "snapshot": {"1"}}},
 			params: []string{"consumer", "count", "snapshot"}, reflected: []string{"snapshot"}},
+		"GET /outbox": {params: []string{"x"}},
+		"GET /outbox/dead": {bases: []url.Values{{}},
+			params: append([]string{"before"}, outboxFilter...), reflected: []string{"before", "since", "until"}},
+		"GET /outbox/dead/confirm": {
+			bases: []url.Values{{"op": {"replay"}, "scope": {"selected"}, "id": {fmt.Sprint(deadEvent)}},
+				{"op": {"discard"}, "scope": {"filter"}}},
+			params: append([]string{"op", "scope", "id"}, outboxFilter...), reflected: []string{"id", "since", "until"}},
+		"POST /outbox/dead/apply": {
+			bases: []url.Values{{"op": {"replay"}, "scope": {"selected"}, "id": {"999999999"}, "count": {"1"}},
+				{"op": {"replay"}, "scope": {"filter"}, "count": {"1"}, "snapshot": {"1:1"}}},
+			params:    append([]string{"op", "scope", "id", "count", "snapshot"}, outboxFilter...),
+			reflected: []string{"id", "since", "until", "snapshot"}},
+		"GET /outbox/event": {bases: []url.Values{{"id": {"999999999"}}}, params: []string{"id"}, reflected: []string{"id"}},
 	}
 }
 
@@ -67,6 +81,7 @@ func TestErrorPagesEscapeHostileInput(t *testing.T) {
 	dead := e.receive(t, "billing", "Invoice", "a")
 	e.kill(t, "boom", dead...)
 	e.receive(t, "billing", "Invoice", "b")
+	deadEvent := e.outboxDead(t, "no route", "orders")
 	token := e.confirmForm(t, "/pending/confirm?consumer=billing").Get("csrf")
 	layoutScript := `<script src="/static/console.js" defer></script>`
 
@@ -95,7 +110,7 @@ func TestErrorPagesEscapeHostileInput(t *testing.T) {
 		return e.send(t, method, path, form, true, nil)
 	}
 
-	inputs := inputsOf(dead[0])
+	inputs := inputsOf(dead[0], deadEvent[0])
 	for _, pattern := range console.Routes() {
 		in, ok := inputs[pattern]
 		if !ok {
@@ -141,7 +156,7 @@ func TestErrorPagesEscapeHostileInput(t *testing.T) {
 	}
 	// Paths that match no route, or no file.
 	for _, p := range []string{"/" + url.PathEscape(hostile), "/static/" + url.PathEscape(hostile), "/dead/" + url.PathEscape(hostile),
-		"/message/" + url.PathEscape(hostile) + "?id=" + url.QueryEscape(hostile)} {
+		"/message/" + url.PathEscape(hostile) + "?id=" + url.QueryEscape(hostile), "/outbox/" + url.PathEscape(hostile)} {
 		code, body := e.get(t, p)
 		check(t, "GET "+p, code, body)
 	}

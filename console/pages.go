@@ -303,10 +303,12 @@ type confirmData struct {
 	Verb     string // "Replay", "Discard"
 	Op       string // "replay", "discard"
 	Scope    string // "selected", "filter", "pending"
+	Noun     string // what the action changes: "dead letters", "dead outbox events"
 	Count    int64  // messages the action will change now
 	Snapshot int64  // the bound: DeadCount.Before (dead) or UnclaimedCount.MaxID (pending)
+	Cursor   string // the bound of an action on dead outbox events: OutboxDeadCount.Before
 	IDs      []int64
-	F        deadFilter
+	Filter   []header // the filter's fields
 	Consumer string
 	Asked    int // ids selected
 	TooMany  bool
@@ -342,7 +344,7 @@ func (h *handler) deadConfirmData(ctx context.Context, w http.ResponseWriter, r 
 		h.fail(w, r, http.StatusBadRequest, err.Error())
 		return false
 	}
-	d.F = f
+	d.Noun, d.Filter = "dead letters", f.Fields()
 	d.Back = "/dead?" + string(f.Query())
 	switch d.Scope {
 	case "selected":

@@ -1,9 +1,10 @@
 // Package metrics exposes txinbox activity as Prometheus metrics and OpenTelemetry spans.
 //
-// One Metrics value observes both sides: give it to inbox.Config.Observer (receiving) and to
+// One Metrics value observes every side: give it to inbox.Config.Observer (receiving),
 // worker.Config.Observer (handling; a pool passes it on to the schema's maintainer it starts, or give
-// it to maintain.Config.Observer), and register a QueueCollector for the queue's depth and a
-// HealthCollector for the tables' dead row versions and the xmin horizon, all on the same
+// it to maintain.Config.Observer) and outbox.RelayConfig.Observer (publishing), and register a
+// QueueCollector for the queue's depth, a HealthCollector for the tables' dead row versions and the
+// xmin horizon, and an OutboxCollector for the outbox's unsent events and lag, all on the same
 // txinbox.Store (its Schema above all: a collector given another one reads another schema's tables):
 //
 //	store := txinbox.Store{DB: pool, Schema: "billing"}
@@ -13,7 +14,9 @@
 //	pool, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m})
 //	qc, err := metrics.NewQueueCollector(store, metrics.QueueConfig{Consumers: []string{"ledger"}})
 //	hc, err := metrics.NewHealthCollector(store, metrics.HealthConfig{})
-//	reg.MustRegister(qc, hc)
+//	relay, err := outbox.NewRelay(store, outbox.RelayConfig{Publisher: pub, Observer: m})
+//	oc, err := metrics.NewOutboxCollector(store, metrics.OutboxConfig{})
+//	reg.MustRegister(qc, hc, oc)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // The metrics (with the default namespace "txinbox"):
@@ -59,6 +62,16 @@
 //	txinbox_xmin_horizon_age_seconds{source}                 gauge (HealthCollector): how long the oldest
 //	                                                         holder's transaction has been open; source is
 //	                                                         backend or prepared_xact
+//	txinbox_outbox_published_total{topic}                    counter: outbox events sent (acknowledged by a
+//	                                                         relay's Publisher, and recorded)
+//	txinbox_outbox_retries_total{topic, reason}              counter: failed attempts to publish an event,
+//	                                                         to be retried; reason is timeout or error
+//	txinbox_outbox_dead_total{topic}                         counter: outbox events given up (dead)
+//	txinbox_outbox_unsent_events{topic, state}               gauge (OutboxCollector): events not sent and
+//	                                                         not dead; state is pending, retrying or claimed
+//	txinbox_outbox_lag_seconds{topic}                        gauge (OutboxCollector): age of the oldest
+//	                                                         unsent event (admin.OutboxTopicStats's
+//	                                                         OldestUnsentAge)
 //
 // Outcomes and reasons are the values of worker.Outcome and worker.Reason (reasons: error, panic,
 // timeout, permanent, decode, unknown_kind, crashed).
@@ -102,9 +115,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-// Metrics counts what receiving Clients, worker Pools and maintainers do. It implements
-// inbox.Observer, seen.Observer, worker.Observer, worker.TakeoverObserver and maintain.Observer and
-// is safe for concurrent use.
+// Metrics counts what receiving Clients, worker Pools, maintainers and outbox Relays do. It
+// implements inbox.Observer, seen.Observer, worker.Observer, worker.TakeoverObserver,
+// maintain.Observer and outbox.Observer and is safe for concurrent use.
 type Metrics struct {
 	received      *prometheus.CounterVec
 	receiveErrors prometheus.Counter
@@ -119,6 +132,7 @@ type Metrics struct {
 	unfinished    *prometheus.CounterVec
 	leader        *prometheus.GaugeVec
 	runs          *prometheus.CounterVec
+	outbox        outboxCounters // outbox.go
 	tracer        trace.Tracer
 }
 
@@ -194,6 +208,9 @@ func New(cfg Config) (*Metrics, error) {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("txinbox metrics: %w", err)
 		}
+	}
+	if err := m.outbox.register(cfg.Registerer, cfg.Namespace, cfg.ConstLabels); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -479,6 +479,12 @@ func printMessage(w io.Writer, m inbox.StoredMessage) error {
 }
 
 func parseIDs(cmd string, args []string) ([]int64, error) {
+	return parseIDsOf(cmd, "a message id", args)
+}
+
+// parseIDsOf reads the ids in args (each alone, or comma-separated), each of them what ("a message
+// id").
+func parseIDsOf(cmd, what string, args []string) ([]int64, error) {
 	ids := make([]int64, 0, len(args))
 	for _, s := range args {
 		for _, part := range strings.Split(s, ",") {
@@ -487,7 +493,7 @@ func parseIDs(cmd string, args []string) ([]int64, error) {
 			}
 			id, err := strconv.ParseInt(part, 10, 64)
 			if err != nil || id <= 0 {
-				return nil, usagef(cmd, "%q is not a message id (a positive integer)", part)
+				return nil, usagef(cmd, "%q is not %s (a positive integer)", part, what)
 			}
 			ids = append(ids, id)
 		}

@@ -1,5 +1,5 @@
 // Command txinbox administers a txinbox schema: migrations, statistics, dead letters, pending
-// messages and purging.
+// messages and purging, and the transactional outbox's events.
 //
 // Usage:
 //
@@ -18,12 +18,17 @@
 //	clean                    delete completed messages past their dedup window (one full pass)
 //	rotate                   begin a new generation of the inbox now (retires the generation before last)
 //	discard-older --older-than AGE   delete completed (and, with --state, dead) messages older than AGE (alias: purge)
+//	outbox stats             the outbox's events per topic: pending, retrying, claimed, sent, dead; the lag
+//	outbox dead list         list the outbox's dead events, newest first (filters: --topic --key --error --since --until)
+//	outbox dead show ID      show one outbox event with every field
+//	outbox dead replay ID...|--all   put dead outbox events back to pending (same event id, attempts reset)
+//	outbox dead discard ID...|--all  delete dead outbox events (--all needs --topic or --yes; --dry-run)
 //	ui [--addr HOST:PORT]    serve the operator console (package console); see 'txinbox ui --help'
 //
 // The database comes from --database-url or the DATABASE_URL environment variable; the schema
 // defaults to public. Output is a table by default and JSON with --json (in the JSON form of the
 // admin and inbox packages' types). Long commands (clean, rotate, discard-older, dead replay and
-// dead discard with --all) draw their progress on one line of stderr when stdout and stderr are
+// dead discard with --all, and the outbox's) draw their progress on one line of stderr when stdout and stderr are
 // terminals and --json is not given. Every command takes --help. Exit status: 0 on success, 1 when the
 // command failed (or a given id was not acted on), 2 for a usage error (nothing was written).
 package main
@@ -36,9 +41,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -158,13 +165,15 @@ func explain(err error, schema string) string {
 }
 
 var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, pendingDiscard, cleanCmd, rotateCmd, discardOlderCmd, purgeCmd,
-	uiCmd}
+	outboxStats, outboxDeadList, outboxDeadShow, outboxDeadReplay, outboxDeadDiscard, uiCmd}
 
 // groups are the commands that take a sub-command.
 var groups = map[string]string{
-	"migrate": "apply, roll back or list the schema migrations",
-	"dead":    "list, show, replay or discard dead letters",
-	"pending": "discard pending messages that no worker has claimed",
+	"migrate":     "apply, roll back or list the schema migrations",
+	"dead":        "list, show, replay or discard dead letters",
+	"pending":     "discard pending messages that no worker has claimed",
+	"outbox":      "count the outbox's events; list, show, replay or discard its dead events",
+	"outbox dead": "list, show, replay or discard the outbox's dead events",
 }
 
 func (a *app) globalFlags(fs *flag.FlagSet) {
@@ -223,7 +232,10 @@ func (a *app) dispatch(argv []string) error {
 		return errHelp{}
 	}
 	rest := args[1:]
-	if _, ok := groups[name]; ok {
+	for { // a group takes a sub-command, which may be a group itself ("outbox dead list")
+		if _, ok := groups[name]; !ok {
+			break
+		}
 		if len(rest) == 0 {
 			return usagef(name, "%s needs a sub-command: %s", name, strings.Join(subcommands(name), ", "))
 		}
@@ -235,8 +247,8 @@ func (a *app) dispatch(argv []string) error {
 	}
 	cmd := find(name)
 	if cmd == nil {
-		group := strings.Fields(name)[0]
-		if _, ok := groups[group]; ok {
+		if i := strings.LastIndex(name, " "); i > 0 {
+			group := name[:i]
 			return usagef(group, "unknown sub-command %q: use %s", name, strings.Join(subcommands(group), ", "))
 		}
 		return usagef("", "unknown command %q", name)
@@ -265,11 +277,14 @@ func find(name string) *command {
 	return nil
 }
 
+// subcommands returns the sub-commands of group: its commands and groups, by their next word.
 func subcommands(group string) []string {
 	var out []string
 	for _, c := range commands {
-		if g, sub, ok := strings.Cut(c.name, " "); ok && g == group {
-			out = append(out, sub)
+		if sub, ok := strings.CutPrefix(c.name, group+" "); ok {
+			if next := strings.Fields(sub)[0]; !slices.Contains(out, next) {
+				out = append(out, next)
+			}
 		}
 	}
 	return out
@@ -297,11 +312,13 @@ func (a *app) printUsage(w io.Writer, name string) {
 	}
 	if summary, ok := groups[name]; ok {
 		fmt.Fprintf(w, "Usage: txinbox %s <sub-command> [flags]\n\n%s\n\nSub-commands:\n", name, summary)
+		var lines [][2]string
 		for _, c := range commands {
 			if strings.HasPrefix(c.name, name+" ") {
-				fmt.Fprintf(w, "  %-22s %s\n", strings.TrimPrefix(c.name, name+" ")+" "+c.args, c.summary)
+				lines = append(lines, [2]string{strings.TrimPrefix(c.name, name+" ") + " " + c.args, c.summary})
 			}
 		}
+		printColumns(w, lines)
 		fmt.Fprintf(w, "\nRun 'txinbox %s <sub-command> --help' for its flags.\n", name)
 		return
 	}
@@ -311,9 +328,11 @@ txinbox administers a txinbox schema in PostgreSQL.
 
 Commands:
 `)
+	var lines [][2]string
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-28s %s\n", c.name+" "+c.args, c.summary)
+		lines = append(lines, [2]string{c.name + " " + c.args, c.summary})
 	}
+	printColumns(w, lines)
 	fmt.Fprintf(w, `
 Flags (accepted before or after the command):
 `)
@@ -325,6 +344,17 @@ Flags (accepted before or after the command):
 Run 'txinbox <command> --help' for the flags of a command.
 Exit status: 0 on success, 1 when the command failed, 2 for a usage error.
 `)
+}
+
+// printColumns writes each line's two cells indented, the second aligned after the longest first.
+func printColumns(w io.Writer, lines [][2]string) {
+	width := 0
+	for _, l := range lines {
+		width = max(width, utf8.RuneCountInString(l[0]))
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %-*s %s\n", width, l[0], l[1])
+	}
 }
 
 // databaseURL returns --database-url, or DATABASE_URL.

@@ -11,6 +11,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/txinbox/txinbox/console"
+	"github.com/txinbox/txinbox/internal/outboxtest"
+	"github.com/txinbox/txinbox/outbox"
 )
 
 // minContrast is WCAG 2's minimum contrast ratio of normal text (success criterion 1.4.3, level AA).
@@ -118,6 +120,10 @@ var pageMarks = map[string]string{
 	"confirm":  "#confirm",
 	"result":   "#result",
 	"error":    "#error",
+	// The outbox's pages.
+	"outbox":       "#topics",
+	"outbox_dead":  "#outbox-filters",
+	"outbox_event": "#outbox-event-search",
 }
 
 // Every button and link of every page of the console (seeded so that every action is offered: dead
@@ -133,6 +139,13 @@ func TestButtonsAndLinksContrast(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.receive(t, "retired", "p-1", "p-2")
+	// Outbox events: two dead (refused), one sent, one retrying.
+	deadEvents := outboxtest.Publish(t, e.DB,
+		outbox.Message{Topic: "orders", Key: "o-1", Payload: []byte(`{"n":1}`), Headers: map[string]string{"refuse": "no route"}},
+		outbox.Message{Topic: "orders", Key: "o-2", Payload: []byte(`{"n":2}`), Headers: map[string]string{"refuse": "no route"}},
+		outbox.Message{Topic: "mail", Payload: []byte(`{}`)},
+		outbox.Message{Topic: "mail", Payload: []byte(`{}`), Headers: map[string]string{"fail": "broker down"}})
+	outboxtest.Drain(t, e.DB, outboxtest.ByHeaders, nil)
 
 	templates, err := filepath.Glob(filepath.Join("..", "templates", "*.html"))
 	if err != nil || len(templates) == 0 {
@@ -177,6 +190,12 @@ func TestButtonsAndLinksContrast(t *testing.T) {
 		"/dead/confirm?op=replay&scope=filter",
 		"/pending/confirm?consumer=retired",
 		"/message?id=not-a-number",
+		"/outbox",
+		"/outbox/dead",
+		fmt.Sprintf("/outbox/event?id=%d", deadEvents[0]),
+		"/outbox/event",
+		fmt.Sprintf("/outbox/dead/confirm?op=discard&scope=selected&id=%d", deadEvents[0]),
+		"/outbox/dead/confirm?op=replay&scope=filter",
 	}
 	for _, p := range pages {
 		run(t, ctx, chromedp.Navigate(e.url+p))
@@ -187,6 +206,10 @@ func TestButtonsAndLinksContrast(t *testing.T) {
 		chromedp.WaitVisible("#confirm-button", chromedp.ByQuery), chromedp.Click("#confirm-button", chromedp.ByQuery),
 		chromedp.WaitVisible("#result", chromedp.ByQuery))
 	measure("the result of a replay")
+	run(t, ctx, chromedp.Navigate(fmt.Sprintf("%s/outbox/dead/confirm?op=replay&scope=selected&id=%d", e.url, deadEvents[1])),
+		chromedp.WaitVisible("#confirm-button", chromedp.ByQuery), chromedp.Click("#confirm-button", chromedp.ByQuery),
+		chromedp.WaitVisible("#result", chromedp.ByQuery))
+	measure("the result of an outbox replay")
 
 	for _, path := range templates {
 		name := strings.TrimSuffix(filepath.Base(path), ".html")
@@ -200,7 +223,8 @@ func TestButtonsAndLinksContrast(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"apply-filter", "replay-selected", "discard-selected", "replay-all", "discard-all",
-		"replay-one", "discard-one", "confirm-button"} {
+		"replay-one", "discard-one", "confirm-button", "outbox-apply-filter", "outbox-replay-selected", "outbox-discard-selected",
+		"outbox-replay-all", "outbox-discard-all", "outbox-replay-one", "outbox-discard-one", "outbox-dead-link"} {
 		if !slices.Contains(seenIDs, id) {
 			t.Errorf("no page showed #%s: the data does not offer every action", id)
 		}

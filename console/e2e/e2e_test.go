@@ -27,7 +27,9 @@ import (
 
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/outboxtest"
 	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -363,12 +365,17 @@ func TestReadOnlyHasNoWorkingMutation(t *testing.T) {
 		t.Fatal(err)
 	}
 	pending := e.receive(t, "billing", "r-2")
+	deadEvent := outboxtest.Publish(t, e.DB, outbox.Message{Topic: "orders", Payload: []byte(`{}`), Headers: map[string]string{"refuse": "no route"}})
+	outboxtest.Drain(t, e.DB, outboxtest.ByHeaders, nil)
 	for _, path := range []string{"/", "/dead", fmt.Sprintf("/message?id=%d", ids[0]), fmt.Sprintf("/dead/confirm?op=discard&scope=selected&id=%d", ids[0]),
-		"/dead/confirm?op=replay&scope=filter", "/pending/confirm?consumer=billing"} {
+		"/dead/confirm?op=replay&scope=filter", "/pending/confirm?consumer=billing",
+		"/outbox", "/outbox/dead", fmt.Sprintf("/outbox/event?id=%d", deadEvent[0]),
+		fmt.Sprintf("/outbox/dead/confirm?op=discard&scope=selected&id=%d", deadEvent[0]), "/outbox/dead/confirm?op=replay&scope=filter"} {
 		var forms, actions int
 		run(t, ctx, chromedp.Navigate(e.url+path), chromedp.WaitVisible("main", chromedp.ByQuery),
 			chromedp.Evaluate(`document.querySelectorAll('form[method=post]').length`, &forms),
-			chromedp.Evaluate(`document.querySelectorAll('#replay-selected, #discard-selected, #replay-all, #discard-all, #replay-one, #discard-one, #confirm-button, a.danger').length`, &actions))
+			chromedp.Evaluate(`document.querySelectorAll('#replay-selected, #discard-selected, #replay-all, #discard-all, #replay-one, #discard-one, #confirm-button, a.danger, `+
+				`#outbox-replay-selected, #outbox-discard-selected, #outbox-replay-all, #outbox-discard-all, #outbox-replay-one, #outbox-discard-one').length`, &actions))
 		if forms != 0 || actions != 0 {
 			t.Errorf("%s: %d POST forms and %d actions in read-only mode", path, forms, actions)
 		}
@@ -386,6 +393,12 @@ func TestReadOnlyHasNoWorkingMutation(t *testing.T) {
 	}
 	if h, msg := postFromPage(t, ctx, "/pending/apply", fmt.Sprintf("consumer=billing&count=1&snapshot=%d", pending[0])); h != "Forbidden" || !strings.Contains(msg, "read-only") {
 		t.Errorf("POST /pending/apply: %q %q, want Forbidden, read-only", h, msg)
+	}
+	if h, msg := postFromPage(t, ctx, "/outbox/dead/apply", fmt.Sprintf("op=discard&scope=selected&id=%d&count=1", deadEvent[0])); h != "Forbidden" || !strings.Contains(msg, "read-only") {
+		t.Errorf("POST /outbox/dead/apply: %q %q, want Forbidden, read-only", h, msg)
+	}
+	if n := e.count(t, `SELECT count(*) FROM {schema}.outbox WHERE state = 'dead'`); n != 1 {
+		t.Fatalf("after a refused POST: %d dead outbox events, want 1", n)
 	}
 	if a, b := e.state(t, ids[0]), e.state(t, pending[0]); a != "dead" || b != "pending" {
 		t.Fatalf("after refused POSTs: %s and %s, want dead and pending", a, b)

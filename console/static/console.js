@@ -1,11 +1,12 @@
-// txinbox console: the only script. It ticks every dead letter of the page at once, and disables a
-// confirmation button once clicked so that a double click posts once. The pages work without it.
+// txinbox console: the only script. It ticks every row of the page's list of dead letters (or dead
+// outbox events) at once, and disables a confirmation button once clicked so that a double click
+// posts once. The pages work without it.
 "use strict";
 document.addEventListener("DOMContentLoaded", function () {
   var all = document.getElementById("select-all");
   if (all) {
     all.addEventListener("change", function () {
-      document.querySelectorAll('#dead input[type=checkbox][name=id]').forEach(function (c) { c.checked = all.checked; });
+      all.closest("table").querySelectorAll('input[type=checkbox][name=id]').forEach(function (c) { c.checked = all.checked; });
     });
   }
   var form = document.getElementById("confirm-form");

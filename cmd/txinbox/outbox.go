@@ -1,0 +1,410 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/outbox"
+)
+
+// ---- outbox stats ----
+
+var outboxStats = &command{
+	name:    "outbox stats",
+	summary: "count the outbox's events per topic and state, with the lag",
+	details: `
+Columns: PENDING unsent, waiting and never claimed (for its first attempt, its NotBefore, or the
+event of its key before it); RETRYING unsent, waiting and claimed before (failed, handed back by a
+stopping relay, or replayed); CLAIMED held by a relay (in flight); SENT sent and kept for the
+retention window; DEAD dead events, kept until replayed or discarded; LAG the age of the oldest
+unsent event (since it was published, or since its NotBefore), not counting events whose NotBefore
+is ahead. Reads the queue and each queued event by id, and the whole outbox table once.
+
+With --json: the JSON array of admin.OutboxTopicStats, the lag as oldest_unsent_seconds (seconds,
+fractional).`,
+	run: func(a *app, fs *flag.FlagSet, args []string) error {
+		if len(args) > 0 {
+			return usagef("outbox stats", "unexpected arguments: %s", strings.Join(args, " "))
+		}
+		c, pool, err := a.client("outbox stats")
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		st, err := c.OutboxStats(a.ctx)
+		if err != nil {
+			return err
+		}
+		if a.json {
+			return a.writeJSON(st) // never null: OutboxStats returns a non-nil slice
+		}
+		if len(st) == 0 {
+			fmt.Fprintf(a.stdout, "no outbox events in schema %s\n", a.schema)
+			return nil
+		}
+		tw := a.table("TOPIC", "PENDING", "RETRYING", "CLAIMED", "SENT", "DEAD", "LAG")
+		for _, s := range st {
+			lag := "-"
+			if s.OldestUnsentAge > 0 {
+				lag = s.OldestUnsentAge.Round(time.Second).String()
+			}
+			row(tw, s.Topic, s.Pending, s.Retrying, s.Claimed, s.Sent, s.Dead, lag)
+		}
+		return tw.Flush()
+	},
+}
+
+// ---- outbox dead ----
+
+// outboxFlags are the filters of the outbox's dead events.
+type outboxFlags struct {
+	topic, key, errorContains, since, until string
+	limit                                   int
+	before                                  string
+	all                                     bool
+}
+
+func (d *outboxFlags) register(fs *flag.FlagSet, paging, all bool) {
+	fs.StringVar(&d.topic, "topic", "", "only dead events of this topic")
+	fs.StringVar(&d.key, "key", "", "only dead events of this ordering key")
+	fs.StringVar(&d.errorContains, "error", "", "only dead events whose last error contains this text, in any case (no wildcards)")
+	fs.StringVar(&d.since, "since", "", "only dead events that died at or after this time (RFC 3339, YYYY-MM-DD, or an age such as 24h or 7d)")
+	fs.StringVar(&d.until, "until", "", "only dead events that died before this time (same forms as --since)")
+	if paging {
+		fs.IntVar(&d.limit, "limit", admin.DefaultDeadListLimit, fmt.Sprintf("most dead events listed (at most %d)", admin.MaxDeadListLimit))
+		fs.StringVar(&d.before, "before", "", "list the dead events after the one of this cursor (the next page: the CURSOR of the last one listed)")
+	}
+	if all {
+		fs.BoolVar(&d.all, "all", false, "act on every dead event matching the filters instead of a list of ids")
+	}
+}
+
+func (d *outboxFlags) filter(cmd string) (admin.OutboxDeadFilter, error) {
+	f := admin.OutboxDeadFilter{Topic: d.topic, Key: d.key, ErrorContains: d.errorContains, Limit: d.limit, Before: d.before}
+	// Checked here, before any connection: a topic or key no event can have is a typo, not an empty
+	// result.
+	if d.topic != "" {
+		if err := txinbox.ValidateText(d.topic, outbox.MaxTopicBytes, false); err != nil {
+			return f, usagef(cmd, "--topic: %v", err)
+		}
+	}
+	if err := txinbox.ValidateText(d.key, outbox.MaxKeyBytes, true); err != nil {
+		return f, usagef(cmd, "--key: %v", err)
+	}
+	if !utf8.ValidString(d.errorContains) || strings.ContainsRune(d.errorContains, 0) {
+		return f, usagef(cmd, "--error: %q is not valid UTF-8 text without NUL", d.errorContains)
+	}
+	var err error
+	if f.Since, err = parseTime(d.since); err != nil {
+		return f, usagef(cmd, "--since: %v", err)
+	}
+	if f.Until, err = parseTime(d.until); err != nil {
+		return f, usagef(cmd, "--until: %v", err)
+	}
+	if d.limit < 1 || d.limit > admin.MaxDeadListLimit {
+		return f, usagef(cmd, "--limit must be between 1 and %d", admin.MaxDeadListLimit)
+	}
+	return f, nil
+}
+
+func (d *outboxFlags) filtered() bool {
+	return d.topic != "" || d.key != "" || d.errorContains != "" || d.since != "" || d.until != ""
+}
+
+var outboxDeadListFlags outboxFlags
+
+var outboxDeadList = &command{
+	name:    "outbox dead list",
+	summary: "list the outbox's dead events, newest first",
+	details: `
+Dead events are events no Publisher took: out of attempts, or refused with a permanent error. They
+are kept until replayed or discarded (rotations never remove them). They are listed newest first,
+by the time they died (then by id), as the console lists them for the same filters: --error matches
+a substring of the last error in any case. When the list is full, more may follow: pass --before
+with the CURSOR of the last one listed. With --json: an array of admin.OutboxDeadEvent (cursor, id,
+event_id, topic, key, died_at, attempts_started, attempts_failed, last_error); 'txinbox outbox dead
+show ID' shows every field of one.`,
+	flags: func(fs *flag.FlagSet) {
+		outboxDeadListFlags = outboxFlags{}
+		outboxDeadListFlags.register(fs, true, false)
+	},
+	run: func(a *app, fs *flag.FlagSet, args []string) error {
+		const name = "outbox dead list"
+		if len(args) > 0 {
+			return usagef(name, "unexpected arguments: %s", strings.Join(args, " "))
+		}
+		f, err := outboxDeadListFlags.filter(name)
+		if err != nil {
+			return err
+		}
+		c, pool, err := a.client(name)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		ls, err := c.ListOutboxDead(a.ctx, f)
+		if err != nil {
+			return err
+		}
+		if a.json {
+			return a.writeJSON(ls) // never null: ListOutboxDead returns a non-nil slice
+		}
+		if len(ls) == 0 {
+			fmt.Fprintf(a.stdout, "no dead outbox events\n")
+			return nil
+		}
+		tw := a.table("ID", "TOPIC", "KEY", "EVENT ID", "ATTEMPTS", "DIED", "LAST ERROR")
+		for _, e := range ls {
+			row(tw, e.ID, short(e.Topic, 30), dash(short(e.Key, 30)), e.EventID, e.AttemptsStarted, when(e.DiedAt), short(e.LastError, 60))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(ls) == f.Limit {
+			fmt.Fprintf(a.stderr, "more may follow: add --before %s\n", ls[len(ls)-1].Cursor)
+		}
+		return nil
+	},
+}
+
+var outboxDeadShow = &command{
+	name:    "outbox dead show",
+	args:    "ID",
+	summary: "show one outbox event (in any state) with every field",
+	details: `
+ID is the event's id in the outbox (the ID column of 'txinbox outbox dead list'), not its event id.
+The state is pending, claimed (a relay holds it), sent or dead. With --json: the JSON of
+admin.OutboxEvent.`,
+	run: func(a *app, fs *flag.FlagSet, args []string) error {
+		const name = "outbox dead show"
+		if len(args) != 1 {
+			return usagef(name, "outbox dead show needs exactly one event id")
+		}
+		ids, err := parseIDsOf(name, "an event id", args)
+		if err != nil {
+			return err
+		}
+		c, pool, err := a.client(name)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		e, err := c.GetOutboxEvent(a.ctx, ids[0])
+		if err != nil {
+			return err
+		}
+		if a.json {
+			return a.writeJSON(e)
+		}
+		return printOutboxEvent(a.stdout, e)
+	},
+}
+
+func printOutboxEvent(w io.Writer, e admin.OutboxEvent) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	field := func(name string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", name, v) }
+	field("id", e.ID)
+	field("event id", e.EventID)
+	field("topic", e.Topic)
+	field("key", dash(e.Key))
+	field("state", e.State)
+	field("attempts", fmt.Sprintf("%d started, %d failed", e.AttemptsStarted, e.AttemptsFailed))
+	field("published", when(e.CreatedAt))
+	field("next run", when(e.NextRunAt))
+	field("started", when(e.StartedAt))
+	switch e.State {
+	case admin.OutboxDead:
+		field("died", when(e.FinishedAt))
+	case admin.OutboxSent:
+		field("sent", when(e.FinishedAt))
+	}
+	field("owner", dash(e.Owner))
+	field("lease until", when(e.LeaseUntil))
+	field("token", e.Token)
+	if len(e.Headers) > 0 {
+		h, _ := json.Marshal(e.Headers)
+		field("headers", string(h))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if e.LastError != "" {
+		fmt.Fprintf(w, "last error:\n  %s\n", strings.ReplaceAll(strings.TrimRight(e.LastError, "\n"), "\n", "\n  "))
+	}
+	fmt.Fprintf(w, "payload:\n%s\n", indentJSON(e.Payload))
+	return nil
+}
+
+// outboxBulkSpec is outbox dead replay or outbox dead discard: ids, or --all with filters.
+type outboxBulkSpec struct {
+	verb, past, summary, details string
+	skipIDs                      string // why a given id is skipped
+	skipAll                      string // why a dead event listed by --all is skipped
+	// guarded: --all without --topic needs --yes, and --dry-run previews (with check).
+	guarded bool
+	do      func(c *admin.Admin, a *app, ids []int64) ([]int64, error)
+	check   func(c *admin.Admin, a *app, ids []int64) ([]int64, error) // the ids do would act on now
+}
+
+// outboxBulkCommand is an outbox dead replay or outbox dead discard command, with the conventions of
+// dead replay and dead discard.
+func outboxBulkCommand(b outboxBulkSpec) *command {
+	var d outboxFlags
+	var yes, dryRun bool
+	name := "outbox dead " + b.verb
+	return &command{
+		name:    name,
+		args:    "ID... | --all",
+		summary: b.summary,
+		details: b.details,
+		flags: func(fs *flag.FlagSet) {
+			d = outboxFlags{limit: admin.MaxDeadListLimit}
+			d.register(fs, false, true)
+			yes, dryRun = false, false
+			if b.guarded {
+				fs.BoolVar(&yes, "yes", false, "confirm --all without --topic: every matching dead event of every topic")
+				fs.BoolVar(&dryRun, "dry-run", false, "print what would be "+b.past+", and change nothing")
+			}
+		},
+		run: func(a *app, fs *flag.FlagSet, args []string) error {
+			switch {
+			case d.all && len(args) > 0:
+				return usagef(name, "pass either ids or --all, not both")
+			case !d.all && len(args) == 0:
+				return usagef(name, "%s needs event ids (from 'txinbox outbox dead list'), or --all to %s every dead event matching the filters", name, b.verb)
+			case !d.all && d.filtered():
+				return usagef(name, "the filters only apply with --all")
+			case yes && !d.all:
+				return usagef(name, "--yes only applies with --all")
+			}
+			var ids []int64
+			var f admin.OutboxDeadFilter
+			var err error
+			if d.all {
+				if f, err = d.filter(name); err != nil {
+					return err
+				}
+			} else if ids, err = parseIDsOf(name, "an event id", args); err != nil {
+				return err
+			}
+			if b.guarded && d.all && d.topic == "" && !yes && !dryRun {
+				return usagef(name, "%s --all without --topic would %s the matching dead events of every topic: add --topic, preview with --dry-run, or confirm with --yes", name, b.verb)
+			}
+			c, pool, err := a.client(name)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			act := b.do
+			if dryRun {
+				act = b.check
+			}
+			var done, skipped []int64
+			if d.all {
+				// The dead events matching now (not those that die meanwhile: CountOutboxDead's bound),
+				// a page at a time, newest first as ListOutboxDead lists them; each page acted on.
+				n, err := c.CountOutboxDead(a.ctx, f)
+				if err != nil {
+					return err
+				}
+				f.Before = n.Before
+				p := a.progress(name, "dead events")
+				defer p.end()
+				for {
+					ls, err := c.ListOutboxDead(a.ctx, f)
+					if err != nil {
+						return err
+					}
+					if len(ls) == 0 {
+						break
+					}
+					page := make([]int64, len(ls))
+					for i, e := range ls {
+						page[i] = e.ID
+					}
+					got := page // listed as dead: a dry run would act on each
+					if !dryRun {
+						if got, err = act(c, a, page); err != nil {
+							return err
+						}
+					}
+					done = append(done, got...)
+					skipped = append(skipped, missing(page, got)...)
+					f.Before = ls[len(ls)-1].Cursor
+					p.set(int64(len(done)+len(skipped)), n.Matching, 0, false)
+				}
+				p.end()
+				slices.Sort(done) // reported in id order
+				slices.Sort(skipped)
+			} else {
+				if done, err = act(c, a, ids); err != nil {
+					return err
+				}
+				skipped = missing(ids, done)
+			}
+			why := b.skipIDs
+			if d.all {
+				why = b.skipAll
+			}
+			if a.json {
+				out := map[string]any{b.past: nonNil(done), "skipped": nonNil(skipped)}
+				if dryRun {
+					out["dry_run"] = true
+				}
+				if err := a.writeJSON(out); err != nil {
+					return err
+				}
+			} else if dryRun {
+				fmt.Fprintf(a.stdout, "dry run: would %s %d dead outbox event(s)%s\n", b.verb, len(done), idList(done))
+				if len(skipped) > 0 {
+					fmt.Fprintf(a.stdout, "would skip %d (%s)%s\n", len(skipped), why, idList(skipped))
+				}
+				fmt.Fprintf(a.stdout, "nothing was changed\n")
+			} else {
+				fmt.Fprintf(a.stdout, "%s %d dead outbox event(s)%s\n", b.past, len(done), idList(done))
+				if len(skipped) > 0 {
+					fmt.Fprintf(a.stdout, "skipped %d (%s)%s\n", len(skipped), why, idList(skipped))
+				}
+			}
+			if !d.all && len(skipped) > 0 {
+				if dryRun {
+					return fmt.Errorf("%d of the ids would not be %s: check them with 'txinbox outbox dead show ID'", len(skipped), b.past)
+				}
+				return fmt.Errorf("%d of the ids were not %s: check them with 'txinbox outbox dead show ID'", len(skipped), b.past)
+			}
+			return nil
+		},
+	}
+}
+
+var (
+	outboxDeadReplay = outboxBulkCommand(outboxBulkSpec{verb: "replay", past: "replayed",
+		summary: "put dead outbox events back to pending (same event id, attempts reset)",
+		details: `
+A replayed event keeps its event id (its idempotency key downstream), payload and last error, starts
+again at attempt 1 and goes as soon as a relay claims it; an event with a key goes before the later
+queued events of its key. Exits 1 if a given id was not replayed.`,
+		skipIDs: "not dead, or not found",
+		skipAll: "no longer dead",
+		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.ReplayOutboxDead(a.ctx, ids...) },
+	})
+	outboxDeadDiscard = outboxBulkCommand(outboxBulkSpec{verb: "discard", past: "discarded", summary: "delete dead outbox events", details: `
+A discarded event is deleted: it is never published. --all without --topic needs --yes (it spans
+every topic). --dry-run prints what would be discarded and changes nothing. Exits 1 if a given id
+was not (with --dry-run: would not be) discarded.`,
+		skipIDs: "not dead, or not found",
+		skipAll: "no longer dead",
+		guarded: true,
+		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.DiscardOutboxDead(a.ctx, ids...) },
+		check:   func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.OutboxDeadAmong(a.ctx, ids...) },
+	})
+)

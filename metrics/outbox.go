@@ -1,0 +1,157 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/outbox"
+)
+
+var _ outbox.Observer = (*Metrics)(nil)
+
+// outboxCounters are the counters of the outbox's relays (Metrics.Finished).
+type outboxCounters struct {
+	published *prometheus.CounterVec
+	retries   *prometheus.CounterVec
+	dead      *prometheus.CounterVec
+}
+
+// register creates the outbox's counters and registers them with reg.
+func (c *outboxCounters) register(reg prometheus.Registerer, namespace string, constLabels prometheus.Labels) error {
+	opts := func(name, help string) prometheus.CounterOpts {
+		return prometheus.CounterOpts{Namespace: namespace, Subsystem: "outbox", Name: name, Help: help, ConstLabels: constLabels}
+	}
+	c.published = prometheus.NewCounterVec(opts("published_total",
+		"Outbox events sent: acknowledged by a relay's Publisher, and recorded."), []string{"topic"})
+	c.retries = prometheus.NewCounterVec(opts("retries_total",
+		"Failed attempts to publish an outbox event that will be retried, by reason: timeout (the Publish call ran out of time) or error."),
+		[]string{"topic", "reason"})
+	c.dead = prometheus.NewCounterVec(opts("dead_total",
+		"Outbox events given up (dead): refused with a permanent error, or out of attempts."), []string{"topic"})
+	for _, col := range []prometheus.Collector{c.published, c.retries, c.dead} {
+		if err := reg.Register(col); err != nil {
+			return fmt.Errorf("txinbox metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// Finished implements outbox.Observer: it counts each recorded attempt of a relay by its outcome
+// (sent, retry with its reason, dead) and its event's topic. Give Metrics to
+// outbox.RelayConfig.Observer.
+func (m *Metrics) Finished(r outbox.Result) {
+	topic := r.Event.Topic
+	switch r.Outcome {
+	case outbox.OutcomeSent:
+		m.outbox.published.WithLabelValues(topic).Inc()
+	case outbox.OutcomeRetry:
+		reason := "error"
+		if errors.Is(r.Err, context.DeadlineExceeded) {
+			reason = "timeout"
+		}
+		m.outbox.retries.WithLabelValues(topic, reason).Inc()
+	case outbox.OutcomeDead:
+		m.outbox.dead.WithLabelValues(topic).Inc()
+	}
+}
+
+// OutboxConfig configures an OutboxCollector. The zero value is valid.
+type OutboxConfig struct {
+	// Topics are always reported, with zeros when they have no unsent event (so that their series do
+	// not vanish when the outbox drains). Other topics are reported while they have unsent events.
+	// Default: none.
+	Topics []string
+	// Namespace prefixes the metric names. Default: "txinbox".
+	Namespace string
+	// ConstLabels are added to every metric. Default: none.
+	ConstLabels prometheus.Labels
+	// Timeout bounds the query run by each scrape. Default: 5s.
+	Timeout time.Duration
+}
+
+// OutboxCollector reports the outbox's unsent events and its lag per topic on every scrape, with the
+// query of admin.Admin.OutboxStats that reads the queue (outbox_queue: unsent events only, each read
+// by its id for its topic), so its cost grows with the backlog, not with the sent events kept. The
+// sent and dead events are not counted (that needs a scan of the outbox table): see
+// txinbox_outbox_published_total and txinbox_outbox_dead_total. A failed query is reported to the
+// scrape as an error.
+type OutboxCollector struct {
+	db     txinbox.DB
+	cfg    OutboxConfig
+	st     *store.Store
+	events *prometheus.Desc
+	lag    *prometheus.Desc
+}
+
+// NewOutboxCollector returns a collector of the outbox metrics of store (whose DB, a *pgxpool.Pool,
+// say, runs the scrapes' queries), to register with a prometheus.Registerer. It returns a
+// *[txinbox.ConfigError] if store or a topic is invalid.
+func NewOutboxCollector(store txinbox.Store, cfg OutboxConfig) (*OutboxCollector, error) {
+	store, err := store.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	for _, tp := range cfg.Topics {
+		if err := txinbox.ValidateText(tp, outbox.MaxTopicBytes, false); err != nil {
+			return nil, &txinbox.ConfigError{Field: "Topics", Reason: fmt.Sprintf("%q %v", tp, err)}
+		}
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "txinbox"
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	return &OutboxCollector{
+		db: store.DB, cfg: cfg, st: statements(store.Schema),
+		events: prometheus.NewDesc(prometheus.BuildFQName(cfg.Namespace, "outbox", "unsent_events"),
+			"Outbox events not sent yet and not dead, by state: pending (waiting, never claimed), retrying (waiting, claimed before: failed, handed back or replayed), claimed (held by a relay).",
+			[]string{"topic", "state"}, cfg.ConstLabels),
+		lag: prometheus.NewDesc(prometheus.BuildFQName(cfg.Namespace, "outbox", "lag_seconds"),
+			"Age of the oldest unsent outbox event: since it was published, or since its NotBefore if it was never claimed (0 when none; events whose NotBefore is ahead are not counted).",
+			[]string{"topic"}, cfg.ConstLabels),
+	}, nil
+}
+
+// Describe implements prometheus.Collector.
+func (c *OutboxCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.events
+	ch <- c.lag
+}
+
+// Collect implements prometheus.Collector.
+func (c *OutboxCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+	defer cancel()
+	rows, err := store.Queries.OutboxQueueStats(ctx, c.st.Wrap(c.db))
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.events, err)
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	seen := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		seen[r.Topic] = true
+		gauge(c.events, float64(r.Pending), r.Topic, "pending")
+		gauge(c.events, float64(r.Retrying), r.Topic, "retrying")
+		gauge(c.events, float64(r.Claimed), r.Topic, "claimed")
+		gauge(c.lag, max(r.OldestUnsentSeconds, 0), r.Topic)
+	}
+	for _, tp := range c.cfg.Topics {
+		if !seen[tp] {
+			seen[tp] = true
+			for _, s := range []string{"pending", "retrying", "claimed"} {
+				gauge(c.events, 0, tp, s)
+			}
+			gauge(c.lag, 0, tp)
+		}
+	}
+}
