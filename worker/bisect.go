@@ -55,32 +55,6 @@ func (p *Pool) units(batch []*claimed) []unit {
 	return out
 }
 
-// parts splits a claimed batch into the batches run in transactions of their own, one after the
-// other: a claim sized for batch handlers may hold more messages of single handlers than
-// Config.BatchSize (the subtransactions a transaction can afford); those beyond it go to further
-// transactions of at most Config.BatchSize each.
-func (p *Pool) parts(batch []*claimed) [][]*claimed {
-	if p.claimMax <= p.cfg.BatchSize {
-		return [][]*claimed{batch}
-	}
-	var first, singles []*claimed
-	for _, c := range batch {
-		if h := p.cfg.Handlers.byKind[c.Kind]; h != nil && h.batch != nil {
-			first = append(first, c)
-		} else {
-			singles = append(singles, c)
-		}
-	}
-	n := min(len(singles), p.cfg.BatchSize)
-	out := [][]*claimed{append(first, singles[:n]...)}
-	for singles = singles[n:]; len(singles) > 0; {
-		n := min(len(singles), p.cfg.BatchSize)
-		out = append(out, singles[:n])
-		singles = singles[n:]
-	}
-	return out
-}
-
 // batchItem is one message of a batch handler's calls.
 type batchItem struct {
 	c      *claimed

@@ -59,7 +59,7 @@ type Config struct {
 	// every session's snapshots slow down. A pool with batch handlers ([HandleBatch]) claims up to
 	// the largest of BatchSize and their HandlerConfig.BatchSize at once: a batch handler's call takes
 	// one savepoint, not one per message. Messages of single handlers beyond BatchSize in such a claim
-	// run in further transactions of at most BatchSize, one after the other.
+	// are left out of its batch, unchanged, for a later claim.
 	BatchSize int
 	// PollInterval is how often an idle pool looks for work when no notification wakes it (listening
 	// is off or its connection is down, or a message's NotBefore or retry delay has passed). A
