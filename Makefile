@@ -68,7 +68,7 @@ test-submodules:
 	@if [ -f chaos/go.mod ]; then echo "go test (chaos)"; cd chaos && $(GO) test -race -count=1 -timeout 20m ./...; fi
 	@if [ -f txinboxtest/go.mod ]; then echo "go test (txinboxtest)"; cd txinboxtest && $(GO) test -race -count=1 -timeout 10m ./...; fi
 	@if [ -f console/e2e/go.mod ]; then echo "go test (console/e2e: headless Chromium)"; cd console/e2e && $(GO) test -race -count=1 -timeout 15m ./...; fi
-	@echo "go test (tools/mutants: the mutant list parses)"; cd tools/mutants && $(GO) test -count=1 ./...
+	@echo "go test (tools/mutants: the mutant list parses and applies)"; cd tools/mutants && $(GO) test -count=1 ./...
 
 ## screenshot: the console's overview, taken by its browser test, into docs/console.png.
 screenshot:
@@ -105,9 +105,11 @@ fuzz:
 	done
 
 ## mutants: apply each mutation of a guarantee listed in tools/mutants/mutants.txt to a temporary copy,
-## run the tests that guard it, and fail if any mutant survives (MUTANTS=regexp runs only those).
+## run the tests that guard it, and fail if any mutant survives (MUTANTS=regexp runs only those;
+## MUTANTS_JOBS=N runs N at once, each in its own copy; MUTANTS_VERBOSE=1 shows the killing tests' output).
+MUTANTS_JOBS ?= 1
 mutants: $(BIN)/sqlc
-	cd tools/mutants && $(GO) run . -root '$(CURDIR)' -sqlc '$(BIN)/sqlc' $(if $(MUTANTS),-run '$(MUTANTS)',)
+	cd tools/mutants && $(GO) run . -root '$(CURDIR)' -sqlc '$(BIN)/sqlc' -j $(MUTANTS_JOBS) $(if $(MUTANTS_VERBOSE),-v,) $(if $(MUTANTS),-run '$(MUTANTS)',)
 
 ## citus: the acceptance run on a Citus coordinator (SCALING.md, "Beyond one node: Citus"): the tests of
 ## inbox, worker, admin and retention with every test schema distributed, the routing check and the

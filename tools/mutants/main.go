@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -46,6 +47,7 @@ type mutant struct {
 type result struct {
 	Status string // KILLED, SURVIVED or ERROR
 	Detail string // the failed tests, or why it is an error
+	Output string // what the failed tests printed (shown with -v)
 	Took   time.Duration
 }
 
@@ -57,15 +59,17 @@ func main() {
 	race := flag.Bool("race", false, "run the tests with -race")
 	timeout := flag.Duration("timeout", 4*time.Minute, "go test -timeout of each run")
 	baseline := flag.Bool("baseline", true, "first run the guarding tests on the unmutated copy (they must pass)")
-	keep := flag.Bool("keep", false, "keep the temporary copy")
+	keep := flag.Bool("keep", false, "keep the temporary copies")
+	verbose := flag.Bool("v", false, "print what the tests that killed each mutant printed (their last 25 lines each)")
+	jobs := flag.Int("j", 1, "mutants run at once, each in a copy of its own (the tests of each use schemas of their own)")
 	flag.Parse()
-	if err := run(*root, *list, *sqlc, *only, *race, *timeout, *baseline, *keep); err != nil {
+	if err := run(*root, *list, *sqlc, *only, *race, *timeout, *baseline, *keep, *verbose, max(*jobs, 1)); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
 	}
 }
 
-func run(root, list, sqlc, only string, race bool, timeout time.Duration, baseline, keep bool) error {
+func run(root, list, sqlc, only string, race bool, timeout time.Duration, baseline, keep, verbose bool, jobs int) error {
 	start := time.Now()
 	if root == "" {
 		out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
@@ -112,46 +116,78 @@ func run(root, list, sqlc, only string, race bool, timeout time.Duration, baseli
 		return errors.New("no mutant to run")
 	}
 
-	dir, err := os.MkdirTemp("", "txinbox-mutants-")
-	if err != nil {
-		return err
-	}
-	if keep {
-		fmt.Printf("copy kept in %s\n", dir)
-	} else {
-		defer os.RemoveAll(dir)
-		// Interrupted (the go test children get the signal too): remove the copy all the same.
+	jobs = min(jobs, len(mutants))
+	var dirs []string
+	if !keep {
+		defer func() {
+			for _, d := range dirs {
+				os.RemoveAll(d)
+			}
+		}()
+		// Interrupted (the go test children get the signal too): remove the copies all the same.
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 		go func() {
 			<-sig
-			os.RemoveAll(dir)
+			for _, d := range dirs {
+				os.RemoveAll(d)
+			}
 			os.Exit(2)
 		}()
 	}
-	files, err := copyRepo(root, dir)
-	if err != nil {
-		return err
+	for range jobs {
+		dir, err := os.MkdirTemp("", "txinbox-mutants-")
+		if err != nil {
+			return err
+		}
+		dirs = append(dirs, dir)
+		files, err := copyRepo(root, dir)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("copied %d files of %s to %s\n", len(files), root, dir)
+		if keep {
+			fmt.Printf("copy kept in %s\n", dir)
+		}
 	}
-	fmt.Printf("copied %d files of %s to %s\n", len(files), root, dir)
 
 	if baseline {
 		fmt.Println("baseline: the guarding tests on the unmutated copy")
-		if failed, err := baselineRun(dir, mutants, race, timeout); err != nil {
+		if failed, err := baselineRun(dirs[0], mutants, race, timeout); err != nil {
 			return fmt.Errorf("baseline: %v", err)
 		} else if len(failed) > 0 {
 			return fmt.Errorf("baseline: tests fail without any mutation, so no mutant can be judged: %s", strings.Join(failed, ", "))
 		}
 	}
 
+	// Each job takes the next mutant and runs it in its own copy; a line is printed as each ends.
 	results := make([]result, len(mutants))
-	for i, m := range mutants {
-		fmt.Printf("[%d/%d] %s ... ", i+1, len(mutants), m.Name)
-		t := time.Now()
-		results[i] = runMutant(dir, root, sqlc, m, race, timeout)
-		results[i].Took = time.Since(t).Round(time.Second)
-		fmt.Printf("%s (%v) %s\n", results[i].Status, results[i].Took, results[i].Detail)
+	next := make(chan int)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	done := 0
+	for _, dir := range dirs {
+		wg.Go(func() {
+			for i := range next {
+				t := time.Now()
+				r := runMutant(dir, root, sqlc, mutants[i], race, timeout)
+				r.Took = time.Since(t).Round(time.Second)
+				mu.Lock()
+				results[i] = r
+				done++
+				fmt.Printf("[%d/%d] %s: %s (%v) %s\n", done, len(mutants), mutants[i].Name, r.Status, r.Took, r.Detail)
+				if verbose && r.Output != "" {
+					fmt.Print(indent(r.Output, "    | "))
+				}
+				mu.Unlock()
+			}
+		})
 	}
+	for i := range mutants {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 
 	fmt.Printf("\n%-24s %-9s %6s  %s\n", "MUTANT", "RESULT", "TIME", "FAILED TESTS / ERROR")
 	bad := 0
@@ -401,6 +437,7 @@ func runMutant(dir, root, sqlc string, m mutant, race bool, timeout time.Duratio
 		}
 	}
 	var killedBy []string
+	var output strings.Builder
 	for _, g := range m.Tests {
 		r := goTest(dir, g, race, timeout, false)
 		switch {
@@ -411,6 +448,7 @@ func runMutant(dir, root, sqlc string, m mutant, race bool, timeout time.Duratio
 		case len(r.failed) > 0:
 			for _, f := range r.failed {
 				killedBy = append(killedBy, strings.TrimPrefix(g.Pkg, "./")+"."+f)
+				output.WriteString(tail(r.testOutput[f], 25))
 			}
 		case r.pkgFailed:
 			killedBy = append(killedBy, strings.TrimPrefix(g.Pkg, "./")+" (the test binary failed: "+lastLines(r.output, 3)+")")
@@ -419,7 +457,7 @@ func runMutant(dir, root, sqlc string, m mutant, race bool, timeout time.Duratio
 		}
 	}
 	if len(killedBy) > 0 {
-		return result{Status: "KILLED", Detail: strings.Join(killedBy, ", ")}
+		return result{Status: "KILLED", Detail: strings.Join(killedBy, ", "), Output: output.String()}
 	}
 	return result{Status: "SURVIVED", Detail: "no guarding test failed"}
 }
@@ -448,8 +486,9 @@ type testRun struct {
 	failed      []string // tests that failed (subtests included)
 	pkgFailed   bool     // the package failed (a failed test, a panic, a timeout or a failed build)
 	buildFailed bool
-	output      string // output not attributed to a test (build errors, panics)
-	err         error  // go test could not be run
+	output      string            // output not attributed to a test (build errors, panics)
+	testOutput  map[string]string // each failed test's own output, by name
+	err         error             // go test could not be run
 }
 
 // goTest runs the tests of g in dir with -json and reads their outcome.
@@ -476,6 +515,7 @@ func goTest(dir string, g guard, race bool, timeout time.Duration, failfast bool
 	}
 	var r testRun
 	var pkgOut strings.Builder
+	testOut := map[string]*strings.Builder{}
 	timedOut := false
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -494,6 +534,11 @@ func goTest(dir string, g guard, race bool, timeout time.Duration, failfast bool
 			r.buildFailed = true
 		case ev.Test != "" && ev.Action == "run":
 			r.ran++
+		case ev.Test != "" && ev.Action == "output":
+			if testOut[ev.Test] == nil {
+				testOut[ev.Test] = &strings.Builder{}
+			}
+			testOut[ev.Test].WriteString(ev.Output)
 		case ev.Test != "" && ev.Action == "fail":
 			r.failed = append(r.failed, ev.Test)
 		case ev.Test == "" && ev.Action == "fail":
@@ -511,6 +556,12 @@ func goTest(dir string, g guard, race bool, timeout time.Duration, failfast bool
 	waitErr := cmd.Wait()
 	pkgOut.WriteString(stderr.String())
 	r.output = pkgOut.String()
+	r.testOutput = map[string]string{}
+	for _, f := range r.failed {
+		if b := testOut[f]; b != nil {
+			r.testOutput[f] = b.String()
+		}
+	}
 	if timedOut && len(r.failed) == 0 {
 		// The tests still running when the timeout hit are listed after "running tests:".
 		for _, l := range regexp.MustCompile(`(?m)^\s+(Test\S*) \(`).FindAllStringSubmatch(r.output, -1) {
@@ -560,4 +611,22 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// tail returns the last n lines of s, one per line.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// indent prefixes every line of s.
+func indent(s, prefix string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(prefix + strings.TrimRight(l, "\n") + "\n")
+	}
+	return b.String()
 }

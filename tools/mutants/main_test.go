@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -53,5 +54,41 @@ func TestListParses(t *testing.T) {
 	}
 	if len(ms) == 0 {
 		t.Fatal("no mutant in mutants.txt")
+	}
+}
+
+// TestListApplies: every edit of every mutant applies to the repository as it is: its file exists and
+// its search text occurs exactly once there (after the mutant's earlier edits), so that code drifting
+// away from the list fails here, in make test, not only in a make mutants run.
+func TestListApplies(t *testing.T) {
+	t.Parallel()
+	text, err := os.ReadFile("mutants.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := parse(string(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join("..", "..")
+	for _, m := range ms {
+		files := map[string]string{}
+		for _, e := range m.Edits {
+			s, ok := files[e.File]
+			if !ok {
+				b, err := os.ReadFile(filepath.Join(root, e.File))
+				if err != nil {
+					t.Errorf("mutant %s (mutants.txt line %d): %v", m.Name, m.Line, err)
+					break
+				}
+				s = string(b)
+			}
+			if n := strings.Count(s, e.Search); n != 1 {
+				t.Errorf("mutant %s (mutants.txt line %d): %s: search text found %d times, want exactly once: %q",
+					m.Name, m.Line, filepath.ToSlash(e.File), n, firstLine(e.Search))
+				break
+			}
+			files[e.File] = strings.Replace(s, e.Search, e.Replace, 1)
+		}
 	}
 }
