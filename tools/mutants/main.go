@@ -153,7 +153,7 @@ func run(root, list, sqlc, only string, race bool, timeout time.Duration, baseli
 
 	if baseline {
 		fmt.Println("baseline: the guarding tests on the unmutated copy")
-		if failed, err := baselineRun(dirs[0], mutants, race, timeout); err != nil {
+		if failed, err := baselineRun(dirs, mutants, race, timeout); err != nil {
 			return fmt.Errorf("baseline: %v", err)
 		} else if len(failed) > 0 {
 			return fmt.Errorf("baseline: tests fail without any mutation, so no mutant can be judged: %s", strings.Join(failed, ", "))
@@ -359,9 +359,9 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 	return out.Close()
 }
 
-// baselineRun runs, per package, every guarding test of the mutants on the unmutated copy and returns
-// those that failed.
-func baselineRun(dir string, mutants []mutant, race bool, timeout time.Duration) ([]string, error) {
+// baselineRun runs, per package, every guarding test of the mutants on the unmutated copies (the
+// packages shared among them, one package per copy at a time) and returns those that failed.
+func baselineRun(dirs []string, mutants []mutant, race bool, timeout time.Duration) ([]string, error) {
 	byPkg := map[string][]string{}
 	for _, m := range mutants {
 		for _, g := range m.Tests {
@@ -373,23 +373,41 @@ func baselineRun(dir string, mutants []mutant, race bool, timeout time.Duration)
 		pkgs = append(pkgs, p)
 	}
 	sort.Strings(pkgs)
-	var failed []string
-	for _, p := range pkgs {
-		t := time.Now()
-		r := goTest(dir, guard{Pkg: p, Run: strings.Join(byPkg[p], "|")}, race, timeout, false)
-		fmt.Printf("  %s: %d tests run, %v\n", p, r.ran, time.Since(t).Round(time.Second))
-		if r.err != nil {
-			return nil, r.err
-		}
-		if r.buildFailed {
-			return nil, fmt.Errorf("%s does not build:\n%s", p, r.output)
-		}
-		failed = append(failed, r.failed...)
-		if len(r.failed) == 0 && r.pkgFailed {
-			failed = append(failed, p+" (package):\n"+r.output)
-		}
+	var (
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+		failed []string
+		errs   []error
+		next   = make(chan string)
+	)
+	for _, dir := range dirs {
+		wg.Go(func() {
+			for p := range next {
+				t := time.Now()
+				r := goTest(dir, guard{Pkg: p, Run: strings.Join(byPkg[p], "|")}, race, timeout, false)
+				mu.Lock()
+				fmt.Printf("  %s: %d tests run, %v\n", p, r.ran, time.Since(t).Round(time.Second))
+				switch {
+				case r.err != nil:
+					errs = append(errs, r.err)
+				case r.buildFailed:
+					errs = append(errs, fmt.Errorf("%s does not build:\n%s", p, r.output))
+				default:
+					failed = append(failed, r.failed...)
+					if len(r.failed) == 0 && r.pkgFailed {
+						failed = append(failed, p+" (package):\n"+r.output)
+					}
+				}
+				mu.Unlock()
+			}
+		})
 	}
-	return failed, nil
+	for _, p := range pkgs {
+		next <- p
+	}
+	close(next)
+	wg.Wait()
+	return failed, errors.Join(errs...)
 }
 
 // runMutant applies m in dir, runs its tests and puts dir back as it was (from root).
