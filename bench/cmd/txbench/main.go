@@ -68,8 +68,9 @@ type options struct {
 	rawClient         int
 
 	// outbox configures the outbox benchmark; outboxN is its backlog (0: outboxEvents' default).
-	outbox  bench.OutboxConfig
-	outboxN int
+	outbox   bench.OutboxConfig
+	outboxN  int
+	outboxAB int
 }
 
 // batchHandlerConfig is the pool configuration of the batch-handler drain: the txinbox drain's, with
@@ -114,6 +115,7 @@ func main() {
 	flag.StringVar(&o.outbox.AMQPURL, "amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ server of the outbox benchmark (each run declares a queue of its own and deletes it)")
 	flag.IntVar(&o.outboxN, "outbox-n", 0, "events per outbox drain (default 20000; quick 3000)")
 	flag.IntVar(&o.outbox.Workers, "outbox-workers", 0, "outbox benchmark: the relay's Concurrency and the raw loop's loops (0: the relay's default, 2)")
+	flag.IntVar(&o.outboxAB, "outbox-ab", 0, "run only this many interleaved pairs of relay drains (--outbox-n events, to each broker): the claim pipelined (the relay's) against the claim in an explicit transaction, and print them")
 	flag.IntVar(&o.outbox.Batch, "outbox-batch", 0, "outbox benchmark: events per claim of every system (0: the relay's default, 100)")
 	flag.StringVar(&o.citusURL, "citus-url", "", "run only the txinbox drains (single and batch handler) on --database-url and on this Citus coordinator (tables distributed by consumer), alternating, and print the table")
 	flag.Parse()
@@ -206,6 +208,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.citusURL != "" {
 		return runCitus(ctx, o, env, log, progress)
+	}
+	if o.outboxAB > 0 {
+		return outboxAB(ctx, o, env, progress)
 	}
 	if o.trace && len(o.only) == 1 && o.only["outbox"] {
 		return traceOutbox(ctx, o, env)
