@@ -147,8 +147,12 @@ func (r *report) outboxMD(p func(string, ...any)) {
 	for _, l := range r.outboxLat {
 		if l.Behind {
 			p("| %s | %s | %.0f | fell behind | | | | no |", l.System, l.Broker, l.Achieved)
-			behind = append(behind, fmt.Sprintf("%s → %s: %d of %d events acknowledged by the end of the wait after the last commit (p50 %s of those)",
-				l.System, l.Broker, l.Acked, l.Total, ms(l.P50)))
+			of := "none of them after the first second"
+			if l.Samples > 0 {
+				of = "p50 " + ms(l.P50) + " of those after the first second"
+			}
+			behind = append(behind, fmt.Sprintf("%s → %s: %d of %d events acknowledged by the end of the wait after the last commit (%s)",
+				l.System, l.Broker, l.Acked, l.Total, of))
 			continue
 		}
 		ok := "yes"
