@@ -12,3 +12,6 @@ func ListenerPID(r *Relay) uint32 { return r.listenPID.Load() }
 
 // Notifications returns the number of notifications r received.
 func Notifications(r *Relay) int64 { return r.notified.Load() }
+
+// ClaimLockKey returns the key of r's claim lock (OutboxClaimLock).
+func ClaimLockKey(r *Relay) int64 { return r.lockKey }

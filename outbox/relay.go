@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
@@ -432,29 +433,17 @@ type claimed struct {
 // again reports that it claimed nothing but snoozed events blocked behind their key: others may be
 // due behind them.
 func (r *Relay) claim(ctx context.Context) (batch []*claimed, again bool, err error) {
-	tx, err := r.db.Begin(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if r.cfg.ClaimTimeout > 0 {
-		ms := strconv.FormatInt(max(r.cfg.ClaimTimeout.Milliseconds(), 1), 10)
-		if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true)", ms); err != nil {
-			return nil, false, err
-		}
-	}
-	db := r.st.Wrap(tx)
-	if err := store.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
-		return nil, false, store.Err(err)
-	}
-	rows, err := store.Queries.OutboxClaim(ctx, db, sqlc.OutboxClaimParams{
+	p := sqlc.OutboxClaimParams{
 		Max: int32(r.cfg.BatchSize), SnoozeSeconds: r.snoozeFor().Seconds(), LeaseSeconds: r.cfg.Lease.Seconds(),
 		Owner: pgtype.Text{String: r.cfg.Owner, Valid: true},
-	})
-	if err != nil {
-		return nil, false, store.Err(err)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	var rows []sqlc.OutboxClaimRow
+	if b, ok := r.db.(batchSender); ok {
+		rows, err = r.claimPipelined(ctx, b, p)
+	} else {
+		rows, err = r.claimInTx(ctx, p)
+	}
+	if err != nil {
 		return nil, false, err
 	}
 	if len(rows) == 1 && rows[0].ID == 0 {
@@ -481,6 +470,122 @@ func (r *Relay) claim(ctx context.Context) (batch []*claimed, again bool, err er
 	}
 	return batch, false, nil
 }
+
+// claimTimeoutMS is the claim's statement_timeout in milliseconds, or "" for none.
+func (r *Relay) claimTimeoutMS() string {
+	if r.cfg.ClaimTimeout <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(max(r.cfg.ClaimTimeout.Milliseconds(), 1), 10)
+}
+
+// claimInTx claims in an explicit transaction: BEGIN, the statement_timeout, OutboxClaimLock,
+// OutboxClaim, COMMIT, each a round trip (a DB that cannot pipeline).
+func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams) ([]sqlc.OutboxClaimRow, error) {
+	tx, err := r.db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if ms := r.claimTimeoutMS(); ms != "" {
+		if _, err := tx.Exec(ctx, setClaimTimeout, ms); err != nil {
+			return nil, err
+		}
+	}
+	db := r.st.Wrap(tx)
+	if err := store.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
+		return nil, store.Err(err)
+	}
+	rows, err := store.Queries.OutboxClaim(ctx, db, p)
+	if err != nil {
+		return nil, store.Err(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// claimPipelined sends the claim's statements (the statement_timeout, OutboxClaimLock, OutboxClaim)
+// as one pipeline, in one round trip: they run in one implicit transaction, which commits at the
+// pipeline's end (its Sync; a failed statement rolls it back). So the claim lock is held only while
+// the server runs the claim and commits it, not across the client's round trips, and the runners'
+// claims wait less for one another. Each statement takes its own snapshot (read committed), so the
+// claim, which starts once the lock is granted, sees every claim committed before. Its rows are
+// returned only once the commit succeeded.
+func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.OutboxClaimParams) (rows []sqlc.OutboxClaimRow, err error) {
+	pl := &pipeline{db: b}
+	if ms := r.claimTimeoutMS(); ms != "" {
+		pl.b.Queue(setClaimTimeout, ms)
+	}
+	defer func() {
+		if cerr := pl.close(); err == nil && cerr != nil {
+			rows, err = nil, cerr
+		}
+	}()
+	db := r.st.Wrap(pl)
+	if err := store.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
+		return nil, store.Err(err)
+	}
+	rows, err = store.Queries.OutboxClaim(ctx, db, p)
+	if err != nil {
+		return nil, store.Err(err)
+	}
+	return rows, nil
+}
+
+const setClaimTimeout = "SELECT set_config('statement_timeout', $1, true)"
+
+// batchSender is a DB that pipelines statements (a *pgxpool.Pool).
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// pipeline is a sqlc.DBTX that queues the statements given to Exec and sends them with the one given
+// to Query, whose rows it returns, as one batch; close reads the batch's end (its commit). Exec's
+// results (and errors) are those of the batch: Query returns the first error among them.
+type pipeline struct {
+	db batchSender
+	b  pgx.Batch
+	br pgx.BatchResults
+}
+
+func (p *pipeline) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if p.br != nil {
+		return pgconn.CommandTag{}, errors.New("txinbox: pipeline already sent")
+	}
+	p.b.Queue(sql, args...)
+	return pgconn.CommandTag{}, nil
+}
+
+func (p *pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if p.br != nil {
+		return nil, errors.New("txinbox: pipeline already sent")
+	}
+	p.b.Queue(sql, args...)
+	p.br = p.db.SendBatch(ctx, &p.b)
+	for range p.b.Len() - 1 {
+		if _, err := p.br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	return p.br.Query()
+}
+
+func (p *pipeline) QueryRow(context.Context, string, ...any) pgx.Row {
+	return errRow{errors.New("txinbox: QueryRow in a pipeline")}
+}
+
+func (p *pipeline) close() error {
+	if p.br == nil {
+		return nil
+	}
+	return p.br.Close()
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 func (r *Relay) snoozeFor() time.Duration {
 	if r.snooze != 0 {

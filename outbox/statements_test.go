@@ -61,12 +61,27 @@ type nameTracer struct {
 
 type sqlKey struct{}
 
+// The statements of a pipelined batch (the relay's claim) are traced one by one too.
+func (tr *nameTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (tr *nameTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	tr.record(d.SQL, d.Err)
+}
+
+func (tr *nameTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 func (tr *nameTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	return context.WithValue(ctx, sqlKey{}, d.SQL)
 }
 
 func (tr *nameTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
 	sql, _ := ctx.Value(sqlKey{}).(string)
+	tr.record(sql, d.Err)
+}
+
+func (tr *nameTracer) record(sql string, err error) {
 	rest, ok := strings.CutPrefix(sql, "-- name: ")
 	if !ok {
 		return
@@ -74,8 +89,8 @@ func (tr *nameTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.Trac
 	name := strings.Fields(rest)[0]
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	if d.Err != nil {
-		tr.failed[name] = d.Err
+	if err != nil {
+		tr.failed[name] = err
 	} else {
 		tr.ran[name]++
 	}

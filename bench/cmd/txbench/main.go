@@ -13,12 +13,13 @@
 //
 // BENCH_QUICK=1 in the environment is the same as --quick. Each system runs in a fresh schema of its
 // own (txbench_*), created and dropped by the run; benchmarks run one at a time. The main run writes
-// the sections drain, ingest, latency, idle, growth, footprint and recovery (those --only selects);
+// the sections drain, ingest, latency, idle, growth, footprint, outbox and recovery (those --only
+// selects; --only outbox runs the outbox section alone);
 // --sustain writes sustain, --tune tune, --seen seen, --coalesce coalesce and coalesce-paced,
 // --recovery recovery; every run also writes machine. A section is the text between the lines
 // <!-- txbench:NAME:begin --> and <!-- txbench:NAME:end --> of the output file (bench.WriteSection):
 // each run replaces the sections it measured and keeps the others. The drain and latency sections
-// draw charts/drain.svg and charts/latency-cdf.svg. The recovery rows run this program again as
+// draw charts/drain.svg and charts/latency-cdf.svg, the outbox section charts/outbox.svg. The recovery rows run this program again as
 // child processes (bench.RecoveryChildEnv).
 package main
 
@@ -65,6 +66,11 @@ type options struct {
 	riverTx           bench.RiverConfig
 	riverNoop         bench.RiverConfig
 	rawClient         int
+
+	// outbox configures the outbox benchmark; outboxN is its backlog (0: outboxEvents' default).
+	outbox   bench.OutboxConfig
+	outboxN  int
+	outboxAB int
 }
 
 // batchHandlerConfig is the pool configuration of the batch-handler drain: the txinbox drain's, with
@@ -84,7 +90,7 @@ func main() {
 	flag.StringVar(&o.url, "database-url", bench.DefaultURL, "PostgreSQL server to benchmark (each system gets a fresh schema there)")
 	flag.BoolVar(&o.quick, "quick", os.Getenv("BENCH_QUICK") == "1", "quick mode (under 2 minutes): fewer messages, one run each; also BENCH_QUICK=1")
 	flag.StringVar(&o.out, "out", "RESULTS.md", "markdown file to write (its txbench section is replaced); empty: stdout only")
-	flag.StringVar(&only, "only", "drain,ingest,latency,growth,recovery", "comma-separated benchmarks of the main run (recovery: written to its own section)")
+	flag.StringVar(&only, "only", "drain,ingest,latency,growth,outbox,recovery", "comma-separated benchmarks of the main run (recovery: written to its own section; outbox: the outbox relay against Watermill and a raw loop, over NATS JetStream and RabbitMQ)")
 	flag.IntVar(&o.runs, "runs", 0, "runs per drain/ingest figure, the median is reported (default 3; quick 1)")
 	flag.IntVar(&o.n, "n", 0, "messages per drain (default 100000; quick 20000)")
 	flag.DurationVar(&o.sustain, "sustain", 0, "run only the sustained drain for this long (e.g. 10m)")
@@ -96,7 +102,7 @@ func main() {
 	flag.IntVar(&o.coalesceOn.Max, "coalesce-max", 0, "inbox.Config.CoalesceMax of the --coalesce rows with coalescing on (0: the default)")
 	flag.DurationVar(&o.coalesceOn.Wait, "coalesce-wait", 0, "inbox.Config.CoalesceWait of the --coalesce rows with coalescing on (0: the default)")
 	flag.BoolVar(&o.recovery, "recovery", false, "run only the recovery rows: a process holding claims killed with SIGKILL, taken over by a fresh one; then with a process-killing poison (not in quick mode)")
-	flag.BoolVar(&o.trace, "trace", false, "run only one txinbox drain with every statement traced, and print where the time goes")
+	flag.BoolVar(&o.trace, "trace", false, "run only one txinbox drain with every statement traced, and print where the time goes (with --only outbox: one relay drain per broker)")
 	flag.IntVar(&o.inbox.Concurrency, "inbox-concurrency", 4, "txinbox worker.Config.Concurrency")
 	flag.IntVar(&o.inbox.BatchSize, "inbox-batch", 64, "txinbox worker.Config.BatchSize")
 	flag.IntVar(&o.inboxBatchHandler, "inbox-batch-handler", worker.DefaultHandlerBatchSize, "txinbox HandlerConfig.BatchSize of the batch-handler drain")
@@ -105,6 +111,12 @@ func main() {
 	flag.IntVar(&o.riverNoop.MaxWorkers, "river-noop-workers", 2000, "River MaxWorkers, no-op workload")
 	riverNoopPool := flag.Int("river-noop-pool", 20, "River pgxpool MaxConns, no-op workload")
 	flag.IntVar(&o.rawClient, "raw-clients", 4, "raw SQL drain clients")
+	flag.StringVar(&o.outbox.NATSURL, "nats-url", "nats://127.0.0.1:4222", "NATS JetStream server of the outbox benchmark (each run creates a stream of its own and deletes it)")
+	flag.StringVar(&o.outbox.AMQPURL, "amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ server of the outbox benchmark (each run declares a queue of its own and deletes it)")
+	flag.IntVar(&o.outboxN, "outbox-n", 0, "events per outbox drain (default 20000; quick 3000)")
+	flag.IntVar(&o.outbox.Workers, "outbox-workers", 0, "outbox benchmark: the relay's Concurrency and the raw loop's loops (0: the relay's default, 2)")
+	flag.IntVar(&o.outboxAB, "outbox-ab", 0, "run only this many interleaved pairs of relay drains (--outbox-n events, to each broker): the claim pipelined (the relay's) against the claim in an explicit transaction, and print them")
+	flag.IntVar(&o.outbox.Batch, "outbox-batch", 0, "outbox benchmark: events per claim of every system (0: the relay's default, 100)")
 	flag.StringVar(&o.citusURL, "citus-url", "", "run only the txinbox drains (single and batch handler) on --database-url and on this Citus coordinator (tables distributed by consumer), alternating, and print the table")
 	flag.Parse()
 
@@ -196,6 +208,12 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.citusURL != "" {
 		return runCitus(ctx, o, env, log, progress)
+	}
+	if o.outboxAB > 0 {
+		return outboxAB(ctx, o, env, progress)
+	}
+	if o.trace && len(o.only) == 1 && o.only["outbox"] {
+		return traceOutbox(ctx, o, env)
 	}
 	if o.trace {
 		st := bench.NewStatementStats()
@@ -307,6 +325,11 @@ func (r *report) runMain(ctx context.Context, env *bench.Env, progress func(stri
 	}
 	if o.only["growth"] {
 		if err := r.noted(env, "growth", func() error { return r.runGrowth(ctx, env, progress) }); err != nil {
+			return err
+		}
+	}
+	if o.only["outbox"] {
+		if err := r.noted(env, "outbox", func() error { return r.runOutbox(ctx, env, progress) }); err != nil {
 			return err
 		}
 	}

@@ -94,6 +94,11 @@ type report struct {
 
 	recovery []*recoveryRow
 
+	outbox    []*outboxRow
+	outboxLat []bench.OutboxLatencyResult
+	// outboxFor is how long each outbox latency row wrote events.
+	outboxFor time.Duration
+
 	// latencyFor is how long each latency row received messages.
 	latencyFor time.Duration
 
@@ -116,6 +121,7 @@ var sectionTitles = map[string]string{
 	"coalesce":       "Coalesced receives",
 	"coalesce-paced": "Coalesced receives, paced",
 	"recovery":       "Recovery after a crash",
+	"outbox":         "Outbox relay",
 	"tune":           "Tuning sweep",
 }
 
@@ -132,7 +138,7 @@ func (r *report) noted(env *bench.Env, section string, f func() error) error {
 }
 
 // sectionOrder is the order of the sections txbench writes (machine aside).
-var sectionOrder = []string{"drain", "ingest", "latency", "idle", "growth", "footprint", "sustain", "seen", "coalesce", "coalesce-paced", "recovery", "tune"}
+var sectionOrder = []string{"drain", "ingest", "latency", "idle", "growth", "footprint", "outbox", "sustain", "seen", "coalesce", "coalesce-paced", "recovery", "tune"}
 
 // doneSections lists the sections whose benchmarks completed, in order; footprint is done when any
 // benchmark of the main run is.
@@ -188,6 +194,8 @@ func (r *report) markdown(section string) string {
 		r.coalescePacedMD(p)
 	case "recovery":
 		r.recoveryMD(p)
+	case "outbox":
+		r.outboxMD(p)
 	}
 	return b.String()
 }
