@@ -5,6 +5,7 @@
 //
 //	ledger serve [flags]   the HTTP API and, unless --workers 0, the inbox workers in the same process
 //	ledger work  [flags]   the inbox workers alone
+//	ledger relay [flags]   the outbox relay: AccountCredited events to NATS JetStream
 //	ledger demo  [flags]   a storm of duplicated events, failures, a worker crash and a replay, then a
 //	                       summary; exit status 1 if any invariant fails
 //
@@ -65,6 +66,7 @@ const usage = `usage: ledger <command> [flags]
 commands:
   serve   the HTTP API, GET /metrics and (unless --workers 0) the inbox workers
   work    the inbox workers alone
+  relay   the outbox relay: publishes the AccountCredited events to NATS JetStream (--nats-url)
   demo    the exactly-once storm demo (exit status 1 if an invariant fails)
 
 serve and work also consume OrderPaid events from RabbitMQ (--amqp-url, --amqp-queue) and/or
@@ -88,6 +90,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, child fun
 		err = serve(ctx, args[1:], stderr)
 	case "work":
 		err = work(ctx, args[1:], stdout, stderr)
+	case "relay":
+		err = relay(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr, child)
 	case "-h", "-help", "--help", "help":
@@ -210,7 +214,7 @@ func (w *workerFlags) pool(db *pgxpool.Pool, schema string, logger *slog.Logger,
 	if w.workers == 0 {
 		return nil, nil
 	}
-	l, err := ledger.New(schema)
+	l, err := ledger.New(db, schema)
 	if err != nil {
 		return nil, err
 	}
