@@ -68,7 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	durable := fs.String("nats-durable", "notifier", "durable JetStream consumer on "+stream+" (created or updated on start)")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "redelivery delay of a message whose batch was never acknowledged (a crash)")
 	workers := fs.Int("workers", 2, "batches handled at once, each in its own transaction")
-	lease := fs.Duration("lease", 30*time.Second, "after it, the messages claimed by a crashed process are taken over")
+	lease := fs.Duration("lease", 30*time.Second, "longest a batch transaction may sit idle (a frozen process) before the server ends it; the handler's time limit is a third of it")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	hangAfter := fs.Int64("hang-after", 0, "fault injection: after this many notifications, print \"HANG <event id>\" and hang for good inside the handler's transaction")
 	if err := fs.Parse(args); err != nil {
