@@ -80,8 +80,19 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := ensureStream(ctx, js, *stream); err != nil {
-		return err
+	for { // the broker may not answer yet: retry
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = ensureStream(sctx, js, *stream)
+		cancel()
+		if err == nil {
+			break
+		}
+		logger.Warn("ledger: cannot reach the JetStream stream yet; retrying in 1s", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 	var pub outbox.Publisher
 	pub, err = natsjs.NewPublisher(natsjs.PublisherConfig{JetStream: js, ExpectStream: *stream, AckTimeout: *timeout / 2})

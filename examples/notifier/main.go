@@ -131,10 +131,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	jc, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: *durable,
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: *ackWait, FilterSubject: subject})
-	if err != nil {
-		return fmt.Errorf("nats: consumer %s on stream %s (the ledger's relay creates the stream): %w", *durable, stream, err)
+	// The broker may not answer yet, nor the stream exist (the ledger's relay creates it): retry.
+	var jc jetstream.Consumer
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		jc, err = js.CreateOrUpdateConsumer(cctx, stream, jetstream.ConsumerConfig{Durable: *durable,
+			AckPolicy: jetstream.AckExplicitPolicy, AckWait: *ackWait, FilterSubject: subject})
+		cancel()
+		if err == nil {
+			break
+		}
+		logger.Warn("notifier: cannot create the JetStream consumer yet; retrying in 1s", "stream", stream, "durable", *durable, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 	cons, err := natsjs.New(natsjs.Config{Consumer: jc, BatchConfig: adapters.BatchConfig{Logger: logger},
 		Sink: adapters.SinkConfig{Store: store, Consumer: Consumer, DefaultKind: KindAccountCredited, Logger: logger}})

@@ -230,13 +230,25 @@ func waitHang(ctx context.Context, c *child, d time.Duration) (string, error) {
 }
 
 func (r *run) scenario(ctx context.Context) error {
+	// Credits during everything that follows, each in its own transaction with its event; one in ten
+	// is rolled back, with its event. The relay starts once three batches wait, so that its third
+	// batch, in which it hangs, is a full one.
+	pctx, stopProducing := context.WithCancel(ctx)
+	var made, rolledBack atomic.Int64
+	produced := make(chan error, 1)
+	go func() { produced <- r.produce(pctx, &made, &rolledBack) }()
+	defer stopProducing()
+	if err := r.waitPending(ctx, produced, 3*r.o.RelayBatch); err != nil {
+		return err
+	}
+
 	// The relay first: it creates the stream, which the notifier's consumer needs.
 	relay1, err := startChild("relay", r.o.RelayCommand(r.relayArgs(true)), r.o.ChildStderr)
 	if err != nil {
 		return err
 	}
 	defer stopIfRunning(relay1)
-	if err := r.waitStream(ctx, 30*time.Second); err != nil {
+	if err := r.waitStream(ctx, time.Minute); err != nil {
 		return err
 	}
 	notifier1, err := startChild("notifier", r.o.NotifierCommand(r.notifierArgs(true)), r.o.ChildStderr)
@@ -246,14 +258,6 @@ func (r *run) scenario(ctx context.Context) error {
 	defer stopIfRunning(notifier1)
 	r.say("started relay process %d (it hangs in its third batch) and notifier process %d (it hangs after %d notifications)",
 		relay1.pid(), notifier1.pid(), r.o.NotifierHangAfter)
-
-	// Credits during everything that follows, each in its own transaction with its event; one in ten
-	// is rolled back, with its event.
-	pctx, stopProducing := context.WithCancel(ctx)
-	var made, rolledBack atomic.Int64
-	produced := make(chan error, 1)
-	go func() { produced <- r.produce(pctx, &made, &rolledBack) }()
-	defer stopProducing()
 
 	line, err := waitHang(ctx, relay1, time.Minute)
 	if err != nil {
@@ -324,6 +328,23 @@ func (r *run) scenario(ctx context.Context) error {
 	}
 	r.say("stopped relay %d and notifier %d with SIGTERM", relay2.pid(), notifier2.pid())
 	return nil
+}
+
+// waitPending waits until at least n AccountCredited events wait in the outbox.
+func (r *run) waitPending(ctx context.Context, produced <-chan error, n int) error {
+	for {
+		var pending int
+		err := r.db.QueryRow(ctx, r.sql(`SELECT count(*) FROM {ledger}.outbox WHERE topic = $1 AND state = 'pending'`),
+			ledger.TopicAccountCredited).Scan(&pending)
+		if err != nil || pending >= n {
+			return err
+		}
+		select {
+		case err := <-produced:
+			return fmt.Errorf("making credits: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func stopIfRunning(c *child) {
