@@ -48,7 +48,7 @@ func TestTwoServicesExactlyOnce(t *testing.T) {
 	var logs lockedBuffer
 	rep, err := outboxdemo.Run(ctx, outboxdemo.Options{
 		URL: url, LedgerSchema: ledgerSchema, NotifierSchema: notifierSchema,
-		Credits: 300, Accounts: 10, RelayBatch: 10, NotifierHangAfter: 15,
+		Credits: 300, RelayBatch: 10, NotifierHangAfter: 15,
 		NATSServer: natsServer, RelayCommand: testChildCommand,
 		NotifierCommand: func(args []string) *exec.Cmd { return exec.Command(notifier, args...) },
 		ChildStderr:     &logs, LogLevel: "warn", Timeout: time.Minute,

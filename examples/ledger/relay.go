@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,7 +53,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	batchSize := fs.Int("batch-size", 100, "most events claimed at once and published together")
 	lease := fs.Duration("lease", time.Minute, "after it, another relay takes over the events of a relay that died")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound of one batch's publishing (must be below --lease)")
-	hangAfter := fs.Int64("hang-after-batches", 0, "fault injection: after this many batches, publish half of the next one, print \"HANG <published> <batch>\" and hang for good")
+	hangAfter := fs.Int64("hang-after-batches", 0, "fault injection: after this many batches, publish half of the next one of two events or more, print \"HANG <published> <batch>\" and hang for good")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -120,21 +119,31 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // hangingPublisher is the relay's fault injection: after `after` batches it publishes the first half
-// of the next batch, says so on out, and never returns (nor do the later calls), holding the claims of
+// of the next batch of two events or more, says so on out, and never returns (nor do the later calls), holding the claims of
 // its events, as a relay that froze mid-batch would. The demo then kills the process.
 type hangingPublisher struct {
 	outbox.Publisher
-	after   int64
-	out     io.Writer
-	batches atomic.Int64
-	once    sync.Once
+	after int64
+	out   io.Writer
+
+	mu      sync.Mutex
+	batches int64 // published
+	hanging bool
 }
 
 func (h *hangingPublisher) Publish(ctx context.Context, events []outbox.Event) error {
-	if h.batches.Add(1) <= h.after {
+	h.mu.Lock()
+	first := !h.hanging && h.batches >= h.after && len(events) >= 2
+	hang := h.hanging || first
+	h.hanging = hang
+	if !hang {
+		h.batches++
+	}
+	h.mu.Unlock()
+	if !hang {
 		return h.Publisher.Publish(ctx, events)
 	}
-	h.once.Do(func() {
+	if first {
 		half := events[:len(events)/2]
 		published := 0
 		if err := h.Publisher.Publish(ctx, half); err == nil {
@@ -144,6 +153,6 @@ func (h *hangingPublisher) Publish(ctx context.Context, events []outbox.Event) e
 		if f, ok := h.out.(*os.File); ok {
 			_ = f.Sync()
 		}
-	})
+	}
 	select {} // for good: the process is to be killed
 }

@@ -190,6 +190,13 @@ func (p *proxy) untrack(cs ...net.Conn) {
 	}
 }
 
+// clients returns the number of client connections the proxy carries.
+func (p *proxy) clients() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) / 2
+}
+
 // cut closes every connection and refuses new ones for d; it returns how many connections it cut
 // (two per client: the client's and the server's side).
 func (p *proxy) cut(d time.Duration) int {

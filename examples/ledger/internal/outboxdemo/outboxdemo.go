@@ -35,7 +35,8 @@ type Options struct {
 	LedgerSchema, NotifierSchema string
 	// Credits is the least number of credits made during the run, while the faults happen.
 	Credits int
-	// Accounts receive those credits (0: 20).
+	// Accounts receive those credits (0: 3 × RelayBatch, so that the relay's first batches are full:
+	// a batch holds one event per account at most).
 	Accounts int
 	// RelayBatch is the relay's batch size (0: 100). The first relay process hangs in its third batch.
 	RelayBatch int
@@ -59,7 +60,8 @@ type Options struct {
 
 // Report is what a run did and found.
 type Report struct {
-	Made, RolledBack int // credits made during the run, and credits rolled back (with their events)
+	Made       int64 // credits made during the run (committed; counted in the ledger)
+	RolledBack int   // credits rolled back during the run, with their events
 
 	RelayKilled    bool // a relay process was SIGKILLed while it held a batch
 	HangPublished  int  // events of that batch it had published (not recorded as sent)
@@ -115,8 +117,12 @@ func (r *Report) Print(w io.Writer) {
 		r.Credits, r.Notifications, r.Duplicates, r.Missing, verdict)
 }
 
-// rolledBackPrefix starts the account ids of the credits the run rolls back.
-const rolledBackPrefix = "rolled-back-"
+// The account ids of the credits the run makes start with accountPrefix, of those it rolls back with
+// rolledBackPrefix.
+const (
+	accountPrefix    = "outbox-acct-"
+	rolledBackPrefix = "rolled-back-"
+)
 
 type run struct {
 	o    Options
@@ -138,11 +144,11 @@ func (r *run) say(format string, args ...any) {
 // Run runs the services, the faults and the check. An error means it could not start (no
 // nats-server, say); what went wrong later is in Report.Failure.
 func Run(ctx context.Context, o Options) (*Report, error) {
-	if o.Accounts == 0 {
-		o.Accounts = 20
-	}
 	if o.RelayBatch == 0 {
 		o.RelayBatch = 100
+	}
+	if o.Accounts == 0 {
+		o.Accounts = 3 * o.RelayBatch
 	}
 	if o.NotifierHangAfter == 0 {
 		o.NotifierHangAfter = o.RelayBatch
@@ -294,6 +300,12 @@ func (r *run) scenario(ctx context.Context) error {
 	defer stopIfRunning(notifier2)
 	r.say("started notifier process %d", notifier2.pid())
 
+	// Both services connected (the notifier after its migration), then the cut.
+	for deadline := time.Now().Add(time.Minute); r.prx.clients() < 2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the relay and the notifier did not both connect to the broker within a minute (%d connections)", r.prx.clients())
+		}
+	}
 	time.Sleep(time.Second) // traffic through the new processes
 	r.rep.CutConns = r.prx.cut(time.Second)
 	r.say("cut the %d broker connections at the proxy (new ones refused for 1s)", r.rep.CutConns)
@@ -315,8 +327,8 @@ func (r *run) scenario(ctx context.Context) error {
 	if err := <-produced; err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("making credits: %w", err)
 	}
-	r.rep.Made, r.rep.RolledBack = int(made.Load()), int(rolledBack.Load())
-	r.say("made %d credits (and rolled back %d) during the above", r.rep.Made, r.rep.RolledBack)
+	r.rep.RolledBack = int(rolledBack.Load())
+	r.say("made about %d credits (and rolled back %d) during the above", made.Load(), r.rep.RolledBack)
 
 	if err := r.drain(ctx, []*child{relay2, notifier2}); err != nil {
 		return err
@@ -400,7 +412,7 @@ func (r *run) produce(ctx context.Context, made, rolledBack *atomic.Int64) error
 			return ctx.Err()
 		}
 		rollback := i%10 == 9
-		account := fmt.Sprintf("outbox-acct-%d", i%r.o.Accounts)
+		account := accountPrefix + strconv.Itoa(i%r.o.Accounts)
 		if rollback {
 			account = rolledBackPrefix + strconv.Itoa(i)
 		}
@@ -483,10 +495,10 @@ func (r *run) check(ctx context.Context) error {
 		(SELECT count(*) FROM {notifier}.notifications n WHERE NOT EXISTS (SELECT FROM {ledger}.ledger_entries e WHERE e.id = n.entry_id)),
 		(SELECT count(*) FROM {ledger}.outbox WHERE key LIKE $2) + (SELECT count(*) FROM {notifier}.notifications WHERE account_id LIKE $2)
 		    + (SELECT count(*) FROM {ledger}.ledger_entries WHERE account_id LIKE $2),
-		(SELECT count(*) FROM {notifier}.inbox WHERE state <> 'completed')`),
-		ledger.TopicAccountCredited, rolledBackPrefix+"%").Scan(
-		&rep.Credits, &rep.Events, &rep.EventEntries, &rep.Sent, &rep.Dead, &rep.Notifications, &rep.Notified,
-		&rep.Missing, &rep.Unknown, &rep.RolledBackOut, &rep.InboxPending)
+		(SELECT count(*) FROM {notifier}.inbox WHERE state <> 'completed'),
+		(SELECT count(*) FROM {ledger}.ledger_entries WHERE account_id LIKE $3)`),
+		ledger.TopicAccountCredited, rolledBackPrefix+"%", accountPrefix+"%").Scan(&rep.Credits, &rep.Events, &rep.EventEntries, &rep.Sent, &rep.Dead, &rep.Notifications, &rep.Notified,
+		&rep.Missing, &rep.Unknown, &rep.RolledBackOut, &rep.InboxPending, &rep.Made)
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
