@@ -7,7 +7,8 @@
 //	ledger work  [flags]   the inbox workers alone
 //	ledger relay [flags]   the outbox relay: AccountCredited events to NATS JetStream
 //	ledger demo  [flags]   a storm of duplicated events, failures, a worker crash and a replay, then a
-//	                       summary; exit status 1 if any invariant fails
+//	                       summary; then the relay and the notifier (examples/notifier) through a private
+//	                       NATS JetStream server, SIGKILLed and cut off; exit status 1 if any check fails
 //
 // Every command takes --database-url (default: $DATABASE_URL) and --schema, and migrates the schema on
 // start (txinbox's tables with migrate.Up, then the ledger's own, version table ledger_db_version).
@@ -69,7 +70,8 @@ commands:
   serve   the HTTP API, GET /metrics and (unless --workers 0) the inbox workers
   work    the inbox workers alone
   relay   the outbox relay: publishes the AccountCredited events to NATS JetStream (--nats-url)
-  demo    the exactly-once storm demo (exit status 1 if an invariant fails)
+  demo    the exactly-once storm demo, then the two services (relay and notifier) under faults
+          (exit status 1 if a check fails)
 
 serve and work also consume OrderPaid events from RabbitMQ (--amqp-url, --amqp-queue) and/or
 NATS JetStream (--nats-url, --nats-stream, --nats-subject) into the inbox when given those flags.
@@ -435,6 +437,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, child
 	if *drop && !strings.HasPrefix(c.schema, "ledger_demo") {
 		fmt.Fprintf(stderr, "ledger demo: refusing to drop schema %q: --drop only drops schemas named ledger_demo*\n", c.schema)
 		return 2
+	}
+	if *withOutbox { // before the ledger's part, which takes minutes
+		if _, err := outboxdemo.FindNATSServer(); err != nil {
+			fmt.Fprintf(stderr, "ledger demo: %v (or skip the two services with --outbox=false)\n", err)
+			return 1
+		}
 	}
 	mode, err := pgenv.ParseMode(*pgMode)
 	if err != nil {
