@@ -9,10 +9,10 @@ GOOSE_TAGS := no_clickhouse,no_libsql,no_mssql,no_azuresql,no_mysql,no_sqlite3,n
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 SCHEMA     ?= public
 # Modules other than the root one keep their dependencies apart: broker adapters, the Redis seen-key
-# cache, benchmarks (River), the ledger example (which uses the adapters), the chaos run, the public
+# cache, benchmarks (River), the ledger and notifier examples (which use the adapters), the chaos run, the public
 # test kit txinboxtest (testcontainers) and the console's browser tests (chromedp; they need Chromium:
 # Debian's chromium package), so that the root go.mod names no Docker, broker or browser client.
-SUBMODULES := adapters seenredis bench examples/ledger chaos txinboxtest console/e2e
+SUBMODULES := adapters seenredis bench examples/ledger examples/notifier chaos txinboxtest console/e2e
 
 .PHONY: all tools generate check-generated fmt-check vet lint test test-go test-submodules screenshot demo wrk-ledger migrate bench chaos fuzz mutants citus clean
 
@@ -65,6 +65,7 @@ test-submodules:
 	@if [ -f seenredis/go.mod ]; then echo "go test (seenredis)"; cd seenredis && $(GO) test -race -count=1 -timeout 10m ./...; fi
 	@if [ -f bench/go.mod ]; then echo "go test -run '^$$' (bench: compile only)"; cd bench && $(GO) test -count=1 -run '^$$' ./...; fi
 	@if [ -f examples/ledger/go.mod ]; then echo "go test (examples/ledger)"; cd examples/ledger && $(GO) test -race -count=1 -timeout 15m ./...; fi
+	@if [ -f examples/notifier/go.mod ]; then echo "go test (examples/notifier)"; cd examples/notifier && $(GO) test -race -count=1 -timeout 10m ./...; fi
 	@if [ -f chaos/go.mod ]; then echo "go test (chaos)"; cd chaos && $(GO) test -race -count=1 -timeout 20m ./...; fi
 	@if [ -f txinboxtest/go.mod ]; then echo "go test (txinboxtest)"; cd txinboxtest && $(GO) test -race -count=1 -timeout 10m ./...; fi
 	@if [ -f console/e2e/go.mod ]; then echo "go test (console/e2e: headless Chromium)"; cd console/e2e && $(GO) test -race -count=1 -timeout 15m ./...; fi
@@ -74,8 +75,11 @@ test-submodules:
 screenshot:
 	cd console/e2e && TXINBOX_UPDATE_SCREENSHOT=1 $(GO) test -count=1 -run TestOverviewCounts ./...
 
-## demo: the ledger example end to end (finds or starts PostgreSQL itself). It ends by naming what it leaves
-## (the schema ledger_demo) and the command that drops it; DEMO_FLAGS=--drop drops it instead.
+## demo: the ledger example end to end (finds or starts PostgreSQL itself), then the two services: the
+## ledger's outbox relayed to a private NATS JetStream server (nats-server) and consumed by the notifier
+## example, with processes SIGKILLed, connections cut and the broker restarted. It ends by naming what it
+## leaves (the schemas ledger_demo and ledger_demo_notifier) and the command that drops them;
+## DEMO_FLAGS=--drop drops them instead.
 demo:
 	cd examples/ledger && $(GO) run . demo $(DEMO_FLAGS)
 

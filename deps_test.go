@@ -116,7 +116,7 @@ func TestUserOfInboxAndWorkerGetsNoDockerOrBroker(t *testing.T) {
 
 // The core module's own go.mod and go.sum, which its tests are built from too, name no testcontainers,
 // Docker or broker module: internal/testdb finds a server without them, and the modules that need
-// them (txinboxtest, adapters, seenredis, chaos, bench, examples/ledger) are apart.
+// them (txinboxtest, adapters, seenredis, chaos, bench, examples/ledger, examples/notifier) are apart.
 func TestCoreModuleHasNoDockerOrBroker(t *testing.T) {
 	for _, f := range []string{"go.mod", "go.sum"} {
 		if bad := heavyIn(readFields(t, f)); len(bad) > 0 {

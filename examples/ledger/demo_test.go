@@ -113,8 +113,9 @@ func TestDemoLeavesItsSchemaOrDropsIt(t *testing.T) {
 	url := testdb.URL(t)
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	schema := "ledger_demo_" + hex.EncodeToString(b) // the demo creates it (--reset)
-	t.Cleanup(func() { dropSchema(t, url, schema) })
+	schema := "ledger_demo_" + hex.EncodeToString(b) // the demo creates it (--reset), and the notifier's
+	notifierSchema := schema + "_notifier"
+	t.Cleanup(func() { dropSchema(t, url, schema); dropSchema(t, url, notifierSchema) })
 	args := []string{"demo", "--database-url", url, "--schema", schema,
 		"--events", "60", "--credits", "10", "--producers", "4", "--workers", "2"}
 
@@ -122,14 +123,16 @@ func TestDemoLeavesItsSchemaOrDropsIt(t *testing.T) {
 	if code := run(context.Background(), args, &stdout, &stderr, testChildCommand); code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
-	_, left, ok := strings.Cut(stdout.String(), "Left: schema "+schema+" on ")
-	_, cmd, ok2 := strings.Cut(left, "To drop it:\n  ")
+	_, left, ok := strings.Cut(stdout.String(), "Left: schemas "+schema+" and "+notifierSchema+" on ")
+	_, cmd, ok2 := strings.Cut(left, "To drop them:\n  ")
 	cmd, _, ok3 := strings.Cut(cmd, "\n")
 	if !ok || !ok2 || !ok3 || !strings.HasPrefix(cmd, "psql ") {
-		t.Fatalf("the demo does not end with the schema it leaves and a psql command:\n%s", stdout.String())
+		t.Fatalf("the demo does not end with the schemas it leaves and a psql command:\n%s", stdout.String())
 	}
-	if !schemaExists(t, url, schema) {
-		t.Fatalf("schema %s is gone, though the demo says it is left", schema)
+	for _, s := range []string{schema, notifierSchema} {
+		if !schemaExists(t, url, s) {
+			t.Fatalf("schema %s is gone, though the demo says it is left", s)
+		}
 	}
 	if _, err := exec.LookPath("psql"); err != nil {
 		t.Fatalf("psql (PostgreSQL's client) is needed to run the printed command: %v", err)
@@ -137,16 +140,19 @@ func TestDemoLeavesItsSchemaOrDropsIt(t *testing.T) {
 	if out, err := exec.Command("bash", "-c", cmd).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", cmd, err, out)
 	}
-	if schemaExists(t, url, schema) {
-		t.Fatalf("schema %s is still there after %s", schema, cmd)
+	for _, s := range []string{schema, notifierSchema} {
+		if schemaExists(t, url, s) {
+			t.Fatalf("schema %s is still there after %s", s, cmd)
+		}
 	}
 
 	stdout, stderr = syncBuffer{}, syncBuffer{}
 	if code := run(context.Background(), append(args, "--drop"), &stdout, &stderr, testChildCommand); code != 0 {
 		t.Fatalf("--drop: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
-	if !strings.Contains(stdout.String(), "Dropped schema "+schema+" (--drop).") || schemaExists(t, url, schema) {
-		t.Fatalf("--drop: schema exists %v; stdout:\n%s", schemaExists(t, url, schema), stdout.String())
+	if !strings.Contains(stdout.String(), "Dropped schemas "+schema+" and "+notifierSchema+" (--drop).") ||
+		schemaExists(t, url, schema) || schemaExists(t, url, notifierSchema) {
+		t.Fatalf("--drop: schemas exist %v, %v; stdout:\n%s", schemaExists(t, url, schema), schemaExists(t, url, notifierSchema), stdout.String())
 	}
 }
 

@@ -5,8 +5,10 @@
 //
 //	ledger serve [flags]   the HTTP API and, unless --workers 0, the inbox workers in the same process
 //	ledger work  [flags]   the inbox workers alone
+//	ledger relay [flags]   the outbox relay: AccountCredited events to NATS JetStream
 //	ledger demo  [flags]   a storm of duplicated events, failures, a worker crash and a replay, then a
-//	                       summary; exit status 1 if any invariant fails
+//	                       summary; then the relay and the notifier (examples/notifier) through a private
+//	                       NATS JetStream server, SIGKILLed and cut off; exit status 1 if any check fails
 //
 // Every command takes --database-url (default: $DATABASE_URL) and --schema, and migrates the schema on
 // start (txinbox's tables with migrate.Up, then the ledger's own, version table ledger_db_version).
@@ -37,6 +39,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +52,7 @@ import (
 	"github.com/txinbox/txinbox/examples/ledger/internal/api"
 	"github.com/txinbox/txinbox/examples/ledger/internal/demo"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
+	"github.com/txinbox/txinbox/examples/ledger/internal/outboxdemo"
 	"github.com/txinbox/txinbox/examples/ledger/internal/pgenv"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -65,7 +69,9 @@ const usage = `usage: ledger <command> [flags]
 commands:
   serve   the HTTP API, GET /metrics and (unless --workers 0) the inbox workers
   work    the inbox workers alone
-  demo    the exactly-once storm demo (exit status 1 if an invariant fails)
+  relay   the outbox relay: publishes the AccountCredited events to NATS JetStream (--nats-url)
+  demo    the exactly-once storm demo, then the two services (relay and notifier) under faults
+          (exit status 1 if a check fails)
 
 serve and work also consume OrderPaid events from RabbitMQ (--amqp-url, --amqp-queue) and/or
 NATS JetStream (--nats-url, --nats-stream, --nats-subject) into the inbox when given those flags.
@@ -88,6 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, child fun
 		err = serve(ctx, args[1:], stderr)
 	case "work":
 		err = work(ctx, args[1:], stdout, stderr)
+	case "relay":
+		err = relay(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr, child)
 	case "-h", "-help", "--help", "help":
@@ -210,7 +218,7 @@ func (w *workerFlags) pool(db *pgxpool.Pool, schema string, logger *slog.Logger,
 	if w.workers == 0 {
 		return nil, nil
 	}
-	l, err := ledger.New(schema)
+	l, err := ledger.New(db, schema)
 	if err != nil {
 		return nil, err
 	}
@@ -410,7 +418,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, child
 	fs.Int64Var(&o.Seed, "seed", 0, "random seed (0: random; printed in the summary)")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "longest the drain may go without a message leaving the queue")
 	fs.BoolVar(&o.Reset, "reset", true, "drop and recreate the schema first (only schemas named ledger_demo*)")
-	drop := fs.Bool("drop", false, "drop the schema at the end instead of keeping it for inspection (only schemas named ledger_demo*)")
+	drop := fs.Bool("drop", false, "drop the schemas at the end instead of keeping them for inspection (only schemas named ledger_demo*)")
+	withOutbox := fs.Bool("outbox", true, "then run the two services: `ledger relay` publishing the AccountCredited events of the ledger's outbox to a private NATS JetStream server (nats-server), and the notifier (examples/notifier) consuming them into its inbox, with processes SIGKILLed, connections cut and the broker restarted; the notifier's schema is --schema followed by _notifier")
+	outboxCredits := fs.Int("outbox-credits", 500, "credits made while the two services are faulted")
+	notifierBin := fs.String("notifier", "", "the notifier's binary (default: built from ../notifier with go build)")
 	pgMode := fs.String("pg", envOr("LEDGER_DEMO_PG", "auto"),
 		"how to find PostgreSQL: auto (--database-url/DATABASE_URL, else 127.0.0.1:5432, else a throwaway cluster from local binaries, else Docker), url, local, cluster or container (default: $LEDGER_DEMO_PG or auto)")
 	if err := parse(fs, args); err != nil {
@@ -426,6 +437,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, child
 	if *drop && !strings.HasPrefix(c.schema, "ledger_demo") {
 		fmt.Fprintf(stderr, "ledger demo: refusing to drop schema %q: --drop only drops schemas named ledger_demo*\n", c.schema)
 		return 2
+	}
+	if *withOutbox { // before the ledger's part, which takes minutes
+		if _, err := outboxdemo.FindNATSServer(); err != nil {
+			fmt.Fprintf(stderr, "ledger demo: %v (or skip the two services with --outbox=false)\n", err)
+			return 1
+		}
 	}
 	mode, err := pgenv.ParseMode(*pgMode)
 	if err != nil {
@@ -460,6 +477,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, child
 			o.TTY = true // redraw one progress line with \r
 		}
 	}
+	schemas := []string{c.schema}
+	if *withOutbox {
+		schemas = append(schemas, c.schema+"_notifier")
+	}
 	rep, err := demo.Run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(stderr, "ledger demo:", err)
@@ -467,7 +488,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, child
 		rep.Print(stdout)
 	}
 	ok := err == nil && rep.OK()
-	if err := leave(srv, c.schema, *drop, stdout); err != nil {
+	if ok && *withOutbox {
+		ok = runOutboxDemo(ctx, outboxdemo.Options{URL: srv.URL, LedgerSchema: c.schema, NotifierSchema: schemas[1],
+			Credits: *outboxCredits, ChildStderr: stderr, Progress: stderr}, o.Reset, *notifierBin, child, stdout, stderr)
+	}
+	if err := leave(srv, schemas, *drop, stdout); err != nil {
 		fmt.Fprintln(stderr, "ledger demo:", err)
 		return 1
 	}
@@ -477,13 +502,65 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, child
 	return 0
 }
 
-// leave drops the demo's schema (drop), or says what the demo leaves on srv and how to drop it.
-func leave(srv *pgenv.Server, schema string, drop bool, w io.Writer) error {
+// runOutboxDemo runs the two-service part of the demo (package outboxdemo) after the ledger's own,
+// prints its report and says whether its check holds. With reset, the notifier's schema is dropped
+// first. notifierBin empty builds the notifier; child nil re-executes this binary for `ledger relay`.
+func runOutboxDemo(ctx context.Context, o outboxdemo.Options, reset bool, notifierBin string, child func([]string) *exec.Cmd,
+	stdout, stderr io.Writer) bool {
+	fail := func(err error) bool { fmt.Fprintln(stderr, "ledger demo:", err); return false }
+	if reset {
+		conn, err := pgx.Connect(ctx, o.URL)
+		if err != nil {
+			return fail(err)
+		}
+		err = ledger.DropSchema(ctx, conn, o.NotifierSchema)
+		_ = conn.Close(ctx)
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if notifierBin == "" {
+		dir, err := os.MkdirTemp("", "ledger-demo-notifier-")
+		if err != nil {
+			return fail(err)
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintln(stderr, "demo: building the notifier (go build in ../notifier)")
+		if notifierBin, err = buildNotifier(ctx, filepath.Join("..", "notifier"), dir); err != nil {
+			return fail(err)
+		}
+	}
+	o.NotifierCommand = func(args []string) *exec.Cmd { return exec.Command(notifierBin, args...) }
+	o.RelayCommand = child
+	if o.RelayCommand == nil {
+		exe, err := os.Executable()
+		if err != nil {
+			return fail(err)
+		}
+		o.RelayCommand = func(args []string) *exec.Cmd { return exec.Command(exe, args...) }
+	}
+	rep, err := outboxdemo.Run(ctx, o)
+	if err != nil {
+		return fail(err)
+	}
+	rep.Print(stdout)
+	return rep.OK()
+}
+
+// leave drops the demo's schemas (drop), or says what the demo leaves on srv and how to drop it.
+func leave(srv *pgenv.Server, schemas []string, drop bool, w io.Writer) error {
+	names, it, goes, quoted := " "+schemas[0], "it", "goes", make([]string, len(schemas))
+	if len(schemas) > 1 {
+		names, it, goes = "s "+strings.Join(schemas, " and "), "them", "go"
+	}
+	for i, s := range schemas {
+		quoted[i] = pgx.Identifier{s}.Sanitize()
+	}
 	if srv.Throwaway {
-		fmt.Fprintf(w, "Left: nothing (schema %s goes with the throwaway server).\n", schema)
+		fmt.Fprintf(w, "Left: nothing (schema%s %s with the throwaway server).\n", names, goes)
 		return nil
 	}
-	sql := "DROP SCHEMA IF EXISTS " + pgx.Identifier{schema}.Sanitize() + " CASCADE"
+	sql := "DROP SCHEMA IF EXISTS " + strings.Join(quoted, ", ") + " CASCADE"
 	if drop {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -495,15 +572,15 @@ func leave(srv *pgenv.Server, schema string, drop bool, w io.Writer) error {
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			return fmt.Errorf("--drop: %w", err)
 		}
-		fmt.Fprintf(w, "Dropped schema %s (--drop).\n", schema)
+		fmt.Fprintf(w, "Dropped schema%s (--drop).\n", names)
 		return nil
 	}
 	target := shellQuote(srv.URL)
 	if pgenv.HasPassword(srv.URL) {
 		target = `"$DATABASE_URL"` // not printed: the URL holds a password
 	}
-	fmt.Fprintf(w, "Left: schema %s on %s, for inspection. To drop it:\n  psql %s -c %s\n(or run the demo with --drop)\n",
-		schema, srv.Description, target, shellQuote(sql))
+	fmt.Fprintf(w, "Left: schema%s on %s, for inspection. To drop %s:\n  psql %s -c %s\n(or run the demo with --drop)\n",
+		names, srv.Description, it, target, shellQuote(sql))
 	return nil
 }
 

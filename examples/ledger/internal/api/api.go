@@ -87,7 +87,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := ledger.New(cfg.Schema)
+	l, err := ledger.New(cfg.DB, cfg.Schema)
 	if err != nil {
 		return nil, err
 	}

@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/outbox"
 )
 
 // Names used in the inbox.
@@ -174,30 +174,31 @@ func (e *OrderPaid) Validate() []*FieldError {
 	return out
 }
 
-// DB is what the ledger needs from a connection, pool or transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // Ledger runs the ledger's statements against one schema. It is safe for concurrent use.
 type Ledger struct {
 	schema                                         string
 	apply, applyEvents, existing, account, entries string
+	outbox                                         *outbox.Client // the schema's outbox: AccountCredited events
 }
 
-// New returns a Ledger for schema (a plain identifier, see txinbox.ValidateSchema).
-func New(schema string) (*Ledger, error) {
+// New returns a Ledger for schema (a plain identifier, see txinbox.ValidateSchema) whose credits
+// publish their AccountCredited events in the outbox of that schema; db is the service's pool (the
+// credits themselves run in the caller's transactions).
+func New(db txinbox.DB, schema string) (*Ledger, error) {
 	if schema == "" {
 		schema = txinbox.DefaultSchema
 	}
 	if err := txinbox.ValidateSchema(schema); err != nil {
 		return nil, err
 	}
+	out, err := outbox.New(txinbox.Store{DB: db, Schema: schema}, outbox.Config{})
+	if err != nil {
+		return nil, err
+	}
 	q := func(sql string) string { return strings.ReplaceAll(sql, "{schema}", pgx.Identifier{schema}.Sanitize()) }
 	return &Ledger{
 		schema:      schema,
+		outbox:      out,
 		apply:       q(sqlApply),
 		applyEvents: q(sqlApplyEvents),
 		existing:    q(sqlExisting),
@@ -270,10 +271,11 @@ WHERE account_id = $1
 ORDER BY id DESC
 LIMIT $2`
 
-// Apply credits c: it inserts the entry and adds the amount to the account's balance, both through db
-// (the caller's transaction, so that they commit together with whatever else it does). A credit for
-// an event that already has an entry credits nothing and reports AlreadyApplied.
-func (l *Ledger) Apply(ctx context.Context, db DB, c Credit) (Applied, error) {
+// Apply credits c: it inserts the entry, adds the amount to the account's balance and publishes an
+// AccountCredited event in the outbox, all in tx (the caller's transaction, so that they commit
+// together with whatever else it does, or not at all). A credit for an event that already has an
+// entry credits and publishes nothing and reports AlreadyApplied.
+func (l *Ledger) Apply(ctx context.Context, tx pgx.Tx, c Credit) (Applied, error) {
 	if err := ValidateAccountID(c.AccountID); err != nil {
 		return Applied{}, err
 	}
@@ -291,22 +293,26 @@ func (l *Ledger) Apply(ctx context.Context, db DB, c Credit) (Applied, error) {
 		at = time.Now()
 	}
 	a := Applied{AccountID: c.AccountID, AmountCents: c.AmountCents}
-	err := db.QueryRow(ctx, l.apply, c.AccountID, c.AmountCents, string(c.Source), c.EventID, c.OrderID,
+	err := tx.QueryRow(ctx, l.apply, c.AccountID, c.AmountCents, string(c.Source), c.EventID, c.OrderID,
 		c.IdempotencyKey, at).Scan(&a.EntryID, &a.BalanceCents)
 	if errors.Is(err, pgx.ErrNoRows) {
 		a = Applied{AlreadyApplied: true}
-		err = db.QueryRow(ctx, l.existing, c.EventID).Scan(&a.EntryID, &a.AccountID, &a.AmountCents)
+		err = tx.QueryRow(ctx, l.existing, c.EventID).Scan(&a.EntryID, &a.AccountID, &a.AmountCents)
 	}
 	if err != nil {
 		return Applied{}, fmt.Errorf("ledger: apply: %w", err)
 	}
+	if err := l.publishCredited(ctx, tx, c.Source, []Credit{c}, []Applied{a}); err != nil {
+		return Applied{}, err
+	}
 	return a, nil
 }
 
-// ApplyEvents credits a set of event credits (Source SourceEvent) with one statement through db, as
-// Apply does for one: it returns their Applied in the order of cs, AlreadyApplied for an event that
-// already had an entry. It checks every credit first and applies none if one is invalid.
-func (l *Ledger) ApplyEvents(ctx context.Context, db DB, cs []Credit) ([]Applied, error) {
+// ApplyEvents credits a set of event credits (Source SourceEvent) with one statement in tx, and
+// publishes their AccountCredited events with one more, as Apply does for one: it returns their
+// Applied in the order of cs, AlreadyApplied for an event that already had an entry (no event). It
+// checks every credit first and applies none if one is invalid.
+func (l *Ledger) ApplyEvents(ctx context.Context, tx pgx.Tx, cs []Credit) ([]Applied, error) {
 	n := len(cs)
 	accounts, amounts, events, orders, ats := make([]string, n), make([]int64, n), make([]string, n), make([]string, n), make([]time.Time, n)
 	for i, c := range cs {
@@ -324,7 +330,7 @@ func (l *Ledger) ApplyEvents(ctx context.Context, db DB, cs []Credit) ([]Applied
 			ats[i] = time.Now()
 		}
 	}
-	rows, err := db.Query(ctx, l.applyEvents, accounts, amounts, events, orders, ats)
+	rows, err := tx.Query(ctx, l.applyEvents, accounts, amounts, events, orders, ats)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: apply events: %w", err)
 	}
@@ -342,11 +348,14 @@ func (l *Ledger) ApplyEvents(ctx context.Context, db DB, cs []Credit) ([]Applied
 		got, ok := byEvent[c.EventID]
 		if !ok { // already applied: report the entry that holds it
 			got = Applied{AlreadyApplied: true}
-			if err := db.QueryRow(ctx, l.existing, c.EventID).Scan(&got.EntryID, &got.AccountID, &got.AmountCents); err != nil {
+			if err := tx.QueryRow(ctx, l.existing, c.EventID).Scan(&got.EntryID, &got.AccountID, &got.AmountCents); err != nil {
 				return nil, fmt.Errorf("ledger: apply events: %w", err)
 			}
 		}
 		out[i] = got
+	}
+	if err := l.publishCredited(ctx, tx, SourceEvent, cs, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

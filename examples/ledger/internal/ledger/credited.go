@@ -1,0 +1,52 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox/outbox"
+)
+
+// TopicAccountCredited is the outbox topic of AccountCredited events, and the NATS subject the
+// relay publishes them on (`ledger relay`).
+const TopicAccountCredited = "ledger.events.account-credited"
+
+// AccountCredited is the event the ledger publishes for every credit, through its outbox in the
+// credit's own transaction: it exists if and only if the credit committed. The outbox gives it an
+// event id (a UUID), which the relay sends as the broker's message id and consumers take as their
+// idempotency key. Its outbox key is the account: the events of one account are published in order.
+type AccountCredited struct {
+	EntryID      int64     `json:"entry_id"` // the ledger entry: one event per entry
+	AccountID    string    `json:"account_id"`
+	AmountCents  int64     `json:"amount_cents"`
+	BalanceCents int64     `json:"balance_cents"` // the account's balance right after this credit
+	Source       Source    `json:"source"`
+	EventID      string    `json:"event_id,omitempty"` // the OrderPaid event, for SourceEvent
+	CreditedAt   time.Time `json:"credited_at"`
+}
+
+// publishCredited writes one AccountCredited event per new entry of applied (none for an
+// AlreadyApplied credit: nothing was credited) into the outbox, in tx.
+func (l *Ledger) publishCredited(ctx context.Context, tx pgx.Tx, source Source, cs []Credit, applied []Applied) error {
+	now := time.Now().UTC()
+	msgs := make([]outbox.Message, 0, len(applied))
+	for i, a := range applied {
+		if a.AlreadyApplied {
+			continue
+		}
+		payload, err := json.Marshal(AccountCredited{EntryID: a.EntryID, AccountID: a.AccountID, AmountCents: a.AmountCents,
+			BalanceCents: a.BalanceCents, Source: source, EventID: cs[i].EventID, CreditedAt: now})
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, outbox.Message{Topic: TopicAccountCredited, Key: a.AccountID, Payload: payload})
+	}
+	if _, err := l.outbox.Publish(ctx, tx, msgs...); err != nil {
+		return fmt.Errorf("ledger: publish AccountCredited: %w", err)
+	}
+	return nil
+}
