@@ -16,8 +16,8 @@ import (
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/ledgertest"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 
@@ -367,8 +367,8 @@ func TestGetMessageAndStatsOfAClaim(t *testing.T) {
 // is in flight until tx ends.
 func claimBatch(db *testdb.DB, tx pgx.Tx, consumer string, limit int) ([]int64, error) {
 	ctx := context.Background()
-	st := store.New(db.Schema)
-	rows, err := store.Queries.ClaimBatch(ctx, st.Wrap(tx), consumer, int32(limit))
+	st := schemasql.New(db.Schema)
+	rows, err := schemasql.Queries.ClaimBatch(ctx, st.Wrap(tx), consumer, int32(limit))
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
@@ -376,7 +376,7 @@ func claimBatch(db *testdb.DB, tx pgx.Tx, consumer string, limit int) ([]int64, 
 	for i, r := range rows {
 		ids[i] = r.ID
 	}
-	_, err = store.Queries.RecordBatch(ctx, st.Wrap(db.Pool), sqlc.RecordBatchParams{Consumer: consumer, Xid: "1", Ids: ids, Owner: "test"})
+	_, err = schemasql.Queries.RecordBatch(ctx, st.Wrap(db.Pool), sqlc.RecordBatchParams{Consumer: consumer, Xid: "1", Ids: ids, Owner: "test"})
 	return ids, err
 }
 

@@ -12,13 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/seen"
 )
 
 // storeFor returns the statement rewriter of st's schema.
-func storeFor(st txinbox.Store) *store.Store { return store.New(st.Schema) }
+func storeFor(st txinbox.Store) *schemasql.Store { return schemasql.New(st.Schema) }
 
 // Config configures a Client. The zero value is valid.
 type Config struct {
@@ -191,7 +191,7 @@ type Receipt struct {
 type Client struct {
 	store  txinbox.Store
 	cfg    Config
-	st     *store.Store
+	st     *schemasql.Store
 	notify notifier   // debounces wake-up notifications (notify.go)
 	co     *coalescer // shares statements between concurrent Receive calls; nil when off (coalesce.go)
 	// registered holds the consumers this Client has registered (RegisterConsumer, see inGeneration).
@@ -289,7 +289,7 @@ func (c *Client) ReceiveUndecodableTx(ctx context.Context, tx pgx.Tx, u Undecoda
 	var row sqlc.InsertDeadRow
 	err := c.inGeneration(ctx, tx, u.Consumer, func() (bool, error) {
 		var err error
-		row, err = store.Queries.InsertDead(ctx, c.st.Wrap(tx), sqlc.InsertDeadParams{
+		row, err = schemasql.Queries.InsertDead(ctx, c.st.Wrap(tx), sqlc.InsertDeadParams{
 			Consumer: u.Consumer, Key: u.Key, Kind: u.Kind, Raw: u.Raw, Headers: headersJSON(u.Headers),
 			LastError: pgtype.Text{String: strings.ReplaceAll(reason, "\x00", ""), Valid: true},
 		})
@@ -345,10 +345,10 @@ func (c *Client) inGeneration(ctx context.Context, db sqlc.DBTX, consumer string
 // transaction: db's, or one of its own.
 func (c *Client) register(ctx context.Context, db sqlc.DBTX, consumer string) error {
 	return inTx(ctx, db, func(db sqlc.DBTX) error {
-		gen, err := store.Queries.LockRing(ctx, c.st.Wrap(db))
+		gen, err := schemasql.Queries.LockRing(ctx, c.st.Wrap(db))
 		if err != nil {
 			return err
 		}
-		return store.Queries.RegisterConsumer(ctx, c.st.Wrap(db), consumer, gen)
+		return schemasql.Queries.RegisterConsumer(ctx, c.st.Wrap(db), consumer, gen)
 	})
 }

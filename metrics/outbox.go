@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -84,7 +84,7 @@ type OutboxConfig struct {
 type OutboxCollector struct {
 	db     txinbox.DB
 	cfg    OutboxConfig
-	st     *store.Store
+	st     *schemasql.Store
 	events *prometheus.Desc
 	lag    *prometheus.Desc
 }
@@ -129,7 +129,7 @@ func (c *OutboxCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *OutboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 	defer cancel()
-	rows, err := store.Queries.OutboxQueueStats(ctx, c.st.Wrap(c.db))
+	rows, err := schemasql.Queries.OutboxQueueStats(ctx, c.st.Wrap(c.db))
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.events, err)
 		return

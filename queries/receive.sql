@@ -1,4 +1,4 @@
--- Every table name carries the schema template comment, which internal/store replaces with the
+-- Every table name carries the schema template comment, which internal/schemasql replaces with the
 -- configured schema, quoted, at run time.
 
 -- name: ReceiveBatch :many

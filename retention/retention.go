@@ -23,15 +23,15 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/internal/walk"
 )
 
 var _ txinbox.Service = (*Cleaner)(nil)
 
 // statements returns the statement rewriter of schema.
-func statements(schema string) *store.Store { return store.New(schema) }
+func statements(schema string) *schemasql.Store { return schemasql.New(schema) }
 
 // Defaults and limits of CleanOptions and Config.
 const (
@@ -156,7 +156,7 @@ type Config struct {
 // without the lock: of two at once, one rotates and the other reports Rotated false.
 type Cleaner struct {
 	store txinbox.Store
-	st    *store.Store
+	st    *schemasql.Store
 	cfg   Config
 	opt   CleanOptions
 	key   int64
@@ -231,13 +231,13 @@ func (cl *Cleaner) Clean(ctx context.Context, o CleanOptions) (CleanResult, erro
 		return CleanResult{}, err
 	}
 	db := cl.st.Wrap(cl.store.DB)
-	maxID, err := store.Queries.MaxMessageID(ctx, db)
+	maxID, err := schemasql.Queries.MaxMessageID(ctx, db)
 	if err != nil {
-		return CleanResult{}, store.Err(err)
+		return CleanResult{}, schemasql.Err(err)
 	}
-	consumers, err := store.Consumers(ctx, db)
+	consumers, err := schemasql.Consumers(ctx, db)
 	if err != nil {
-		return CleanResult{}, store.Err(err)
+		return CleanResult{}, schemasql.Err(err)
 	}
 	res := CleanResult{Done: true}
 	for _, consumer := range consumers {
@@ -257,14 +257,14 @@ func (cl *Cleaner) Clean(ctx context.Context, o CleanOptions) (CleanResult, erro
 }
 
 // walk returns the walk of one consumer's ids up to to: every statement names the consumer
-// (store.Consumers). ran is the number of statements the pass has already run, counted against
+// (schemasql.Consumers). ran is the number of statements the pass has already run, counted against
 // o.MaxBatches (see spent).
 func (cl *Cleaner) walk(o CleanOptions, consumer string, to int64, ran int) *walk.Walk {
 	db := cl.st.Wrap(cl.store.DB)
 	w := &walk.Walk{
-		From: 0, To: to, Batch: int64(o.BatchSize), Span: int64(o.BatchSize) * walk.SpanFactor, Err: store.Err,
+		From: 0, To: to, Batch: int64(o.BatchSize), Span: int64(o.BatchSize) * walk.SpanFactor, Err: schemasql.Err,
 		Delete: func(ctx context.Context, after, until int64) (picked, deleted, last int64, err error) {
-			r, err := store.Queries.CleanExpiredRange(ctx, db, sqlc.CleanExpiredRangeParams{
+			r, err := schemasql.Queries.CleanExpiredRange(ctx, db, sqlc.CleanExpiredRangeParams{
 				Consumer: consumer, AfterID: after, UntilID: until, MaxRows: int32(o.BatchSize)})
 			return r.Picked, r.Deleted, r.LastID, err
 		},
@@ -285,10 +285,10 @@ func spent(o CleanOptions, batches int) bool { return o.MaxBatches > 0 && batche
 func (cl *Cleaner) cleanKeys(ctx context.Context, batch int, check func(context.Context) error) (int64, error) {
 	var total int64
 	for {
-		n, err := store.Queries.IdemCleanExpired(ctx, cl.st.Wrap(cl.store.DB), int32(batch))
+		n, err := schemasql.Queries.IdemCleanExpired(ctx, cl.st.Wrap(cl.store.DB), int32(batch))
 		total += n
 		if err != nil {
-			return total, store.Err(err)
+			return total, schemasql.Err(err)
 		}
 		if n < int64(batch) {
 			return total, nil
@@ -316,13 +316,13 @@ func (cl *Cleaner) RunOnce(ctx context.Context) (res CleanResult, ran bool, err 
 	defer cl.mu.Unlock()
 	tx, err := cl.store.DB.Begin(ctx)
 	if err != nil {
-		return res, false, store.Err(err)
+		return res, false, schemasql.Err(err)
 	}
 	// Rolling back ends the transaction and releases the lock; it wrote nothing.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	locked, err := store.Queries.TryCleanerLock(ctx, tx, cl.key)
+	locked, err := schemasql.Queries.TryCleanerLock(ctx, tx, cl.key)
 	if err != nil {
-		return res, false, store.Err(err)
+		return res, false, schemasql.Err(err)
 	}
 	if !locked {
 		return res, false, nil
@@ -330,7 +330,7 @@ func (cl *Cleaner) RunOnce(ctx context.Context) (res CleanResult, ran bool, err 
 	// Between statements, make sure the lock is still held (its connection may have been cut). Taking
 	// an advisory lock again in the transaction that holds it succeeds at once.
 	check := func(ctx context.Context) error {
-		locked, err := store.Queries.TryCleanerLock(ctx, tx, cl.key)
+		locked, err := schemasql.Queries.TryCleanerLock(ctx, tx, cl.key)
 		if err == nil && !locked {
 			err = errors.New("lock taken by another cleaner")
 		}
@@ -393,11 +393,11 @@ func (cl *Cleaner) rotate(ctx context.Context, due *time.Duration) (Rotation, er
 				return err
 			}
 			var err error
-			row, err = store.Queries.Rotate(ctx, cl.st.Wrap(tx), period)
+			row, err = schemasql.Queries.Rotate(ctx, cl.st.Wrap(tx), period)
 			return err
 		})
 		if err != nil {
-			return Rotation{}, fmt.Errorf("txinbox: rotating generations: %w", store.Err(err))
+			return Rotation{}, fmt.Errorf("txinbox: rotating generations: %w", schemasql.Err(err))
 		}
 		if !row.Busy || attempt == maxBusyRotations-1 {
 			break

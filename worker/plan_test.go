@@ -12,8 +12,8 @@ import (
 
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/plantest"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/internal/testdb"
 )
 
@@ -78,10 +78,10 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st := store.New(db.Schema)
+	st := schemasql.New(db.Schema)
 	// A batch in flight: the n first messages, listed in an inbox_batch row; and n suspects after them
 	// (isolated, as after a crash of a batch of 2n).
-	rows, err := store.Queries.ClaimBatch(ctx, st.Wrap(db.Pool), "plans", n)
+	rows, err := schemasql.Queries.ClaimBatch(ctx, st.Wrap(db.Pool), "plans", n)
 	if err != nil || len(rows) != n {
 		t.Fatalf("claim: %d rows, %v", len(rows), err)
 	}
@@ -90,7 +90,7 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 	for i, r := range rows {
 		ids[i], keys[i], tokens[i], outcomes[i] = r.ID, r.Key, r.Token, "completed"
 	}
-	record, err := store.Queries.RecordBatch(ctx, st.Wrap(db.Pool), sqlc.RecordBatchParams{Consumer: "plans", Xid: "1", Ids: ids, Owner: "test"})
+	record, err := schemasql.Queries.RecordBatch(ctx, st.Wrap(db.Pool), sqlc.RecordBatchParams{Consumer: "plans", Xid: "1", Ids: ids, Owner: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,24 +108,24 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 	// Every statement that a batch runs in proportion to its size (QueueStats and StaleTables read
 	// whole tables by design, for scrapes and checks).
 	statements := map[string]func(db sqlc.DBTX){
-		"ClaimBatch": func(db sqlc.DBTX) { _, _ = store.Queries.ClaimBatch(ctx, db, "plans", n) },
+		"ClaimBatch": func(db sqlc.DBTX) { _, _ = schemasql.Queries.ClaimBatch(ctx, db, "plans", n) },
 		"ClaimSuspects": func(db sqlc.DBTX) {
-			_, _ = store.Queries.ClaimSuspects(ctx, db, sqlc.ClaimSuspectsParams{Consumer: "plans", Max: n, LockKey: 1})
+			_, _ = schemasql.Queries.ClaimSuspects(ctx, db, sqlc.ClaimSuspectsParams{Consumer: "plans", Max: n, LockKey: 1})
 		},
 		"RecordBatch": func(db sqlc.DBTX) {
-			_, _ = store.Queries.RecordBatch(ctx, db, sqlc.RecordBatchParams{Consumer: "plans", Xid: "2", Ids: ids, Owner: "test"})
+			_, _ = schemasql.Queries.RecordBatch(ctx, db, sqlc.RecordBatchParams{Consumer: "plans", Xid: "2", Ids: ids, Owner: "test"})
 		},
 		"FinishBatch": func(db sqlc.DBTX) {
-			_, _ = store.Queries.FinishBatch(ctx, db, sqlc.FinishBatchParams{Consumer: "plans", Ids: ids, Keys: keys, Tokens: tokens,
+			_, _ = schemasql.Queries.FinishBatch(ctx, db, sqlc.FinishBatchParams{Consumer: "plans", Ids: ids, Keys: keys, Tokens: tokens,
 				Outcomes: outcomes, Errors: texts, Results: texts, Delays: delays, Uncount: uncount, RetentionSeconds: 60,
 				StartedAt: pgtype.Timestamptz{Valid: true}, Batch: record})
 		},
 		"SettleBatch": func(db sqlc.DBTX) {
-			_, _ = store.Queries.SettleBatch(ctx, db, sqlc.SettleBatchParams{Consumer: "plans", Batch: record, HeldIds: ids, HeldTokens: tokens})
+			_, _ = schemasql.Queries.SettleBatch(ctx, db, sqlc.SettleBatchParams{Consumer: "plans", Batch: record, HeldIds: ids, HeldTokens: tokens})
 		},
-		"ChargeBatch": func(db sqlc.DBTX) { _, _ = store.Queries.ChargeBatch(ctx, db, "plans", record) },
+		"ChargeBatch": func(db sqlc.DBTX) { _, _ = schemasql.Queries.ChargeBatch(ctx, db, "plans", record) },
 		"SnoozeBlocked": func(db sqlc.DBTX) {
-			_, _ = store.Queries.SnoozeBlocked(ctx, db, sqlc.SnoozeBlockedParams{Consumer: "plans", SnoozeSeconds: 1, Max: n})
+			_, _ = schemasql.Queries.SnoozeBlocked(ctx, db, sqlc.SnoozeBlockedParams{Consumer: "plans", SnoozeSeconds: 1, Max: n})
 		},
 	}
 	for name, run := range statements {

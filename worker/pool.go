@@ -22,8 +22,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/maintain"
 )
 
@@ -240,7 +240,7 @@ func (c *Config) backoff(h *handler) Backoff {
 }
 
 // statements returns the statement rewriter of schema.
-func statements(schema string) *store.Store { return store.New(schema) }
+func statements(schema string) *schemasql.Store { return schemasql.New(schema) }
 
 var _ txinbox.Service = (*Pool)(nil)
 
@@ -249,7 +249,7 @@ type Pool struct {
 	db      txinbox.DB
 	store   txinbox.Store
 	cfg     Config
-	st      *store.Store
+	st      *schemasql.Store
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
 	snoozeKey int64
@@ -420,7 +420,7 @@ func (p *Pool) Start(ctx context.Context) error {
 
 // checkSchema returns an error matching txinbox.ErrNotMigrated unless both tables exist and may be used.
 func (p *Pool) checkSchema(ctx context.Context) error {
-	row, err := store.Queries.SchemaTables(ctx, p.db, p.st.Table("inbox"), p.st.Table("inbox_queue"))
+	row, err := schemasql.Queries.SchemaTables(ctx, p.db, p.st.Table("inbox"), p.st.Table("inbox_queue"))
 	if err != nil {
 		return fmt.Errorf("txinbox: checking the schema %q: %w", p.store.Schema, err)
 	}
@@ -578,7 +578,7 @@ func (p *Pool) release(ctx context.Context, records []int64) error {
 		db = conn
 	}
 	for _, r := range records {
-		if _, err := store.Queries.SettleBatch(ctx, p.st.Wrap(db), sqlc.SettleBatchParams{Consumer: p.cfg.Consumer, Batch: r}); err != nil {
+		if _, err := schemasql.Queries.SettleBatch(ctx, p.st.Wrap(db), sqlc.SettleBatchParams{Consumer: p.cfg.Consumer, Batch: r}); err != nil {
 			return err
 		}
 	}

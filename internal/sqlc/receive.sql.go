@@ -281,7 +281,7 @@ type ReceiveBatchRow struct {
 	Expired         bool
 }
 
-// Every table name carries the schema template comment, which internal/store replaces with the
+// Every table name carries the schema template comment, which internal/schemasql replaces with the
 // configured schema, quoted, at run time.
 // Inserts the messages of @consumer that are new and reports, for every input row, whether it was
 // inserted or which stored row holds its key. One consumer per statement, named in every reference

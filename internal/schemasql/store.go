@@ -1,10 +1,10 @@
-// Package store runs the sqlc queries of internal/sqlc against a configurable schema.
+// Package schemasql runs the sqlc queries of internal/sqlc against a configurable schema.
 //
 // Every table name in queries/ is written as `/* TEMPLATE: schema */inbox`. A Store wraps any
 // sqlc.DBTX so that each statement has that marker replaced by the quoted schema name before it is
 // sent. The rewritten text is cached, so prepared-statement caching in pgx still works (one cache
 // entry per schema and query).
-package store
+package schemasql
 
 import (
 	"context"
