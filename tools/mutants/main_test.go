@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -53,5 +54,47 @@ func TestListParses(t *testing.T) {
 	}
 	if len(ms) == 0 {
 		t.Fatal("no mutant in mutants.txt")
+	}
+}
+
+// TestListApplies checks the curated list against the repository (../../): every mutant's files
+// exist, each search text occurs exactly once where the mutant's edits before it have left the file
+// (as runMutant applies them), and every test: package is a directory. A rename or a move that
+// leaves the list behind fails here, not only in a full `make mutants` run.
+func TestListApplies(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	text, err := os.ReadFile("mutants.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := parse(string(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		files := map[string]string{}
+		for _, e := range m.Edits {
+			b, ok := files[e.File]
+			if !ok {
+				raw, err := os.ReadFile(filepath.Join(root, e.File))
+				if err != nil {
+					t.Errorf("mutants.txt:%d (%s): %v", m.Line, m.Name, err)
+					break
+				}
+				b = string(raw)
+			}
+			if n := strings.Count(b, e.Search); n != 1 {
+				t.Errorf("mutants.txt:%d (%s): %s: search text found %d times, want exactly once: %q",
+					m.Line, m.Name, e.File, n, firstLine(e.Search))
+				break
+			}
+			files[e.File] = strings.Replace(b, e.Search, e.Replace, 1)
+		}
+		for _, g := range m.Tests {
+			if fi, err := os.Stat(filepath.Join(root, filepath.FromSlash(g.Pkg))); err != nil || !fi.IsDir() {
+				t.Errorf("mutants.txt:%d (%s): test package %s is not a directory", m.Line, m.Name, g.Pkg)
+			}
+		}
 	}
 }
