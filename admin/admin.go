@@ -50,7 +50,7 @@ type Progress struct {
 type Admin struct {
 	store txinbox.Store
 	cfg   Config
-	st    *schemasql.Store
+	st    *schemasql.Schema
 }
 
 // New returns an Admin of store. An invalid store or cfg returns a *[txinbox.ConfigError].
@@ -68,7 +68,7 @@ func New(store txinbox.Store, cfg Config) (*Admin, error) {
 	return &Admin{store: store, cfg: cfg, st: storeFor(store)}, nil
 }
 
-func storeFor(st txinbox.Store) *schemasql.Store { return schemasql.New(st.Schema) }
+func storeFor(st txinbox.Store) *schemasql.Schema { return schemasql.New(st.Schema) }
 
 // seenInvalidate starts a new cache epoch after rows were deleted early, so that the cache never
 // answers a deleted key.

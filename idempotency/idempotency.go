@@ -233,13 +233,13 @@ func HeaderPrincipal(name string) func(*http.Request) (string, error) {
 type Middleware struct {
 	db      txinbox.DB
 	cfg     Config
-	st      *schemasql.Store
+	st      *schemasql.Schema
 	methods map[string]bool
 	headers []string
 }
 
 // statements returns the statement rewriter of schema.
-func statements(schema string) *schemasql.Store { return schemasql.New(schema) }
+func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
 
 // New returns a Middleware storing keys through store.DB (usually a *pgxpool.Pool) in the
 // idempotency_keys table of store.Schema (migration 00002, applied by package migrate). An invalid

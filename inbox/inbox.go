@@ -18,7 +18,7 @@ import (
 )
 
 // storeFor returns the statement rewriter of st's schema.
-func storeFor(st txinbox.Store) *schemasql.Store { return schemasql.New(st.Schema) }
+func storeFor(st txinbox.Store) *schemasql.Schema { return schemasql.New(st.Schema) }
 
 // Config configures a Client. The zero value is valid.
 type Config struct {
@@ -191,7 +191,7 @@ type Receipt struct {
 type Client struct {
 	store  txinbox.Store
 	cfg    Config
-	st     *schemasql.Store
+	st     *schemasql.Schema
 	notify notifier   // debounces wake-up notifications (notify.go)
 	co     *coalescer // shares statements between concurrent Receive calls; nil when off (coalesce.go)
 	// registered holds the consumers this Client has registered (RegisterConsumer, see inGeneration).

@@ -181,7 +181,7 @@ type Job struct {
 }
 
 // statements returns the statement rewriter of schema.
-func statements(schema string) *schemasql.Store { return schemasql.New(schema) }
+func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
 
 // leaderName is the row of inbox_leader the maintainers contend for.
 const leaderName = "maintainer"
@@ -192,7 +192,7 @@ var _ txinbox.Service = (*Maintainer)(nil)
 // Create it with New, then Start and Stop it.
 type Maintainer struct {
 	store   txinbox.Store
-	st      *schemasql.Store
+	st      *schemasql.Schema
 	cfg     Config
 	log     *slog.Logger
 	cleaner *retention.Cleaner // nil when Retention.Interval is negative

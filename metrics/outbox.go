@@ -84,7 +84,7 @@ type OutboxConfig struct {
 type OutboxCollector struct {
 	db     txinbox.DB
 	cfg    OutboxConfig
-	st     *schemasql.Store
+	st     *schemasql.Schema
 	events *prometheus.Desc
 	lag    *prometheus.Desc
 }

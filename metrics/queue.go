@@ -25,7 +25,7 @@ type QueueConfig struct {
 }
 
 // statements returns the statement rewriter of schema.
-func statements(schema string) *schemasql.Store { return schemasql.New(schema) }
+func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
 
 // QueueCollector reports the depth of the queue on every scrape, with one query reading the queue
 // table (inbox_queue: unfinished messages only, so its cost grows with the backlog, not with the
@@ -33,7 +33,7 @@ func statements(schema string) *schemasql.Store { return schemasql.New(schema) }
 type QueueCollector struct {
 	db       txinbox.DB
 	cfg      QueueConfig
-	st       *schemasql.Store
+	st       *schemasql.Schema
 	messages *prometheus.Desc
 	oldest   *prometheus.Desc
 }

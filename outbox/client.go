@@ -27,7 +27,7 @@ type Config struct {
 type Client struct {
 	store  txinbox.Store
 	cfg    Config
-	st     *schemasql.Store
+	st     *schemasql.Schema
 	notify notifier
 }
 

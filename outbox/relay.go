@@ -189,7 +189,7 @@ type Relay struct {
 	db      txinbox.DB
 	store   txinbox.Store
 	cfg     RelayConfig
-	st      *schemasql.Store
+	st      *schemasql.Schema
 	lockKey int64
 
 	wake       chan struct{}

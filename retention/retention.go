@@ -31,7 +31,7 @@ import (
 var _ txinbox.Service = (*Cleaner)(nil)
 
 // statements returns the statement rewriter of schema.
-func statements(schema string) *schemasql.Store { return schemasql.New(schema) }
+func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
 
 // Defaults and limits of CleanOptions and Config.
 const (
@@ -156,7 +156,7 @@ type Config struct {
 // without the lock: of two at once, one rotates and the other reports Rotated false.
 type Cleaner struct {
 	store txinbox.Store
-	st    *schemasql.Store
+	st    *schemasql.Schema
 	cfg   Config
 	opt   CleanOptions
 	key   int64

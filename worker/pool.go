@@ -240,7 +240,7 @@ func (c *Config) backoff(h *handler) Backoff {
 }
 
 // statements returns the statement rewriter of schema.
-func statements(schema string) *schemasql.Store { return schemasql.New(schema) }
+func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
 
 var _ txinbox.Service = (*Pool)(nil)
 
@@ -249,7 +249,7 @@ type Pool struct {
 	db      txinbox.DB
 	store   txinbox.Store
 	cfg     Config
-	st      *schemasql.Store
+	st      *schemasql.Schema
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
 	snoozeKey int64
