@@ -115,7 +115,7 @@ func TestUserOfInboxAndWorkerGetsNoDockerOrBroker(t *testing.T) {
 }
 
 // The core module's own go.mod and go.sum, which its tests are built from too, name no testcontainers,
-// Docker or broker module: internal/testdb finds a server without them, and the modules that need
+// Docker or broker module: internal/testkit/testdb finds a server without them, and the modules that need
 // them (txinboxtest, adapters, seenredis, chaos, bench, examples/ledger) are apart.
 func TestCoreModuleHasNoDockerOrBroker(t *testing.T) {
 	for _, f := range []string{"go.mod", "go.sum"} {

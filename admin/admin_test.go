@@ -15,10 +15,10 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/ledgertest"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // kill marks messages dead as the worker would (queue row deleted, three failed attempts, died at

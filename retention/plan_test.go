@@ -7,8 +7,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/ledgertest"
-	"github.com/txinbox/txinbox/internal/plantest"
+	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
+	"github.com/txinbox/txinbox/internal/testkit/plantest"
 	"github.com/txinbox/txinbox/retention"
 )
 

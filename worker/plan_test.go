@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/plantest"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/plantest"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 var errRecorded = errors.New("recorded, not run")
