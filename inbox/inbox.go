@@ -14,6 +14,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/seen"
 )
 
@@ -242,7 +243,7 @@ func (c *Client) validate(i int, m *Message) error {
 	if err := validateHeaders(m.Headers); err != nil {
 		return fail("headers", err)
 	}
-	if err := txinbox.ValidateText(m.OrderingKey, MaxOrderingKeyBytes, true); err != nil {
+	if err := textcheck.Check(m.OrderingKey, MaxOrderingKeyBytes, true); err != nil {
 		return fail("ordering_key", err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
+	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -98,7 +99,7 @@ func NewOutboxCollector(store txinbox.Store, cfg OutboxConfig) (*OutboxCollector
 		return nil, err
 	}
 	for _, tp := range cfg.Topics {
-		if err := txinbox.ValidateText(tp, outbox.MaxTopicBytes, false); err != nil {
+		if err := textcheck.Check(tp, outbox.MaxTopicBytes, false); err != nil {
 			return nil, &txinbox.ConfigError{Field: "Topics", Reason: fmt.Sprintf("%q %v", tp, err)}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -31,6 +32,14 @@ import (
 var _ txinbox.Service = (*Cleaner)(nil)
 
 // statements returns the statement rewriter of schema.
+// cleanerLockKey returns the key of the advisory lock a Cleaner of schema holds for the length of a
+// pass. It shows in pg_locks with locktype advisory, classid and objid its high and low 32 bits.
+func cleanerLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("txinbox.cleaner:" + schema))
+	return int64(h.Sum64() >> 1)
+}
+
 func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
 
 // Defaults and limits of CleanOptions and Config.
@@ -149,7 +158,8 @@ type Config struct {
 // keys with this code: a Cleaner is needed only where no maintainer runs, or by hand. Several
 // Cleaners may run, in any processes: only one Cleaner per schema
 // runs a pass at any time, across all processes, because a pass holds a transaction-scoped PostgreSQL
-// advisory lock (Store.CleanerLockKey) taken with pg_try_advisory_xact_lock; a Cleaner that finds it
+// advisory lock taken with pg_try_advisory_xact_lock (in pg_locks: locktype advisory, its key
+// derived from the schema name); a Cleaner that finds it
 // taken skips that pass. (The maintainer does not take this lock: it is one per schema by election.) The lock is held in an otherwise idle transaction on one connection of the
 // pool while the statements run on others, so the pool needs at least two connections; the lock ends
 // with that transaction, or with its connection if the process dies. A rotation is also safe
@@ -210,7 +220,7 @@ func New(store txinbox.Store, cfg Config) (*Cleaner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Cleaner{store: store, st: statements(store.Schema), cfg: cfg, opt: opt, key: store.CleanerLockKey(),
+	return &Cleaner{store: store, st: statements(store.Schema), cfg: cfg, opt: opt, key: cleanerLockKey(store.Schema),
 		log: log.With("schema", store.Schema)}, nil
 }
 
