@@ -136,31 +136,22 @@ type Message struct {
 	NotBefore time.Time
 }
 
-// Outcome says what receiving did with a message.
-type Outcome int
+// Outcome says what receiving did with a message. Like worker.Outcome and outbox.Outcome, it is a
+// typed string whose values are the words logs and metrics show (the outcome label of
+// txinbox_received_total); the zero value "" is no outcome.
+type Outcome string
 
+// The outcomes of receiving a message.
 const (
-	// Inserted means the message is new and stored as pending.
-	Inserted Outcome = iota + 1
-	// Duplicate means the key is stored with the same kind and payload; nothing was written.
-	// Receipt.State and Receipt.Result report the stored message.
-	Duplicate
-	// Conflict means the key is stored with a different kind or payload; nothing was written.
-	// Receipt.Err is a *KeyConflictError.
-	Conflict
+	// Inserted ("inserted") means the message is new and stored as pending.
+	Inserted Outcome = "inserted"
+	// Duplicate ("duplicate") means the key is stored with the same kind and payload; nothing was
+	// written. Receipt.State and Receipt.Result report the stored message.
+	Duplicate Outcome = "duplicate"
+	// Conflict ("conflict") means the key is stored with a different kind or payload; nothing was
+	// written. Receipt.Err is a *KeyConflictError.
+	Conflict Outcome = "conflict"
 )
-
-func (o Outcome) String() string {
-	switch o {
-	case Inserted:
-		return "inserted"
-	case Duplicate:
-		return "duplicate"
-	case Conflict:
-		return "conflict"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
 
 // State is the state of a stored message.
 type State string
