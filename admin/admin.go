@@ -215,6 +215,8 @@ type PendingFilter struct {
 	Consumer string  // exact consumer
 	Kind     string  // exact kind
 	IDs      []int64 // message ids; at most MaxAdminIDs
+	// DryRun: change and lock nothing, and return what would be discarded now.
+	DryRun bool
 }
 
 func (f PendingFilter) check() error {
@@ -248,7 +250,7 @@ type PendingDiscard struct {
 // discarded message is free again: a later delivery of it is accepted as a new message. When the
 // head of an ordering key is discarded, the next queued message of that key is made ready at once.
 //
-// With dryRun it changes and locks nothing: it returns the matching messages that are pending and
+// With f.DryRun it changes and locks nothing: it returns the matching messages that are pending and
 // unclaimed now (Discarded) and those claimed (Claimed).
 //
 // It walks the queue (pending and claimed messages only) in id order, DiscardBatchSize
@@ -256,7 +258,8 @@ type PendingDiscard struct {
 // when ctx ends, and the statements done stay done. A queue row is locked (FOR UPDATE SKIP LOCKED)
 // before its message is deleted, so a discard and a claim never both take a message. Bad arguments
 // return an *ArgumentError (errors.Is ErrInvalidArgument) and change nothing.
-func (a *Admin) DiscardPending(ctx context.Context, f PendingFilter, dryRun bool) (PendingDiscard, error) {
+func (a *Admin) DiscardPending(ctx context.Context, f PendingFilter) (PendingDiscard, error) {
+	dryRun := f.DryRun
 	out := PendingDiscard{Discarded: []int64{}, Claimed: []int64{}}
 	if err := f.check(); err != nil {
 		return out, err
@@ -424,17 +427,37 @@ func (a *Admin) Stats(ctx context.Context) ([]ConsumerStats, error) {
 // DiscardBatchSize is the most rows one statement of DiscardPending and DiscardOlder deletes.
 const DiscardBatchSize = 1000
 
-// DiscardOlder deletes the messages in one of states (inbox.StateCompleted and inbox.StateDead only;
-// inbox.StateCompleted when none is given) that completed or died more than olderThan ago, whatever
-// their dedup window, and returns how many it deleted. Like retention's cleaning pass, it walks the
+// OlderFilter selects the finished messages DiscardOlder deletes.
+type OlderFilter struct {
+	// OlderThan: messages that completed or died more than this long ago (not negative).
+	OlderThan time.Duration
+	// States: inbox.StateCompleted and inbox.StateDead only; inbox.StateCompleted when empty.
+	States []inbox.State
+}
+
+// OlderDiscard is what DiscardOlder did.
+type OlderDiscard struct {
+	// Discarded is how many messages it deleted (also when it returns an error: the statements done
+	// stay done).
+	Discarded int64 `json:"discarded"`
+}
+
+// DiscardOlder deletes the messages in one of f.States (inbox.StateCompleted and inbox.StateDead
+// only; inbox.StateCompleted when none is given) that completed or died more than f.OlderThan ago,
+// whatever their dedup window, and returns how many it deleted. Like retention's cleaning pass, it walks the
 // primary key in spans of ids, each statement deleting at most DiscardBatchSize rows in a short
 // transaction of its own, and stops between statements when ctx ends (the statements done stay
 // done). The key of a discarded message is accepted again as a new message, so discard completed
 // messages only past the longest time a duplicate can still arrive. Pending and processing messages
 // are never discarded by it (see DiscardPending). Bad arguments return a *[txinbox.ArgumentError].
-func (a *Admin) DiscardOlder(ctx context.Context, olderThan time.Duration, states ...inbox.State) (int64, error) {
+func (a *Admin) DiscardOlder(ctx context.Context, f OlderFilter) (OlderDiscard, error) {
+	n, err := a.discardOlder(ctx, f.OlderThan, f.States)
+	return OlderDiscard{Discarded: n}, err
+}
+
+func (a *Admin) discardOlder(ctx context.Context, olderThan time.Duration, states []inbox.State) (int64, error) {
 	if olderThan < 0 {
-		return 0, &txinbox.ArgumentError{Name: "olderThan", Reason: "must not be negative"}
+		return 0, &txinbox.ArgumentError{Name: "OlderThan", Reason: "must not be negative"}
 	}
 	if len(states) == 0 {
 		states = []inbox.State{inbox.StateCompleted}
@@ -442,7 +465,7 @@ func (a *Admin) DiscardOlder(ctx context.Context, olderThan time.Duration, state
 	var names []string
 	for _, s := range states {
 		if s != inbox.StateCompleted && s != inbox.StateDead {
-			return 0, &txinbox.ArgumentError{Name: "states", Reason: fmt.Sprintf("%q cannot be discarded by age (only %q and %q)", s, inbox.StateCompleted, inbox.StateDead)}
+			return 0, &txinbox.ArgumentError{Name: "States", Reason: fmt.Sprintf("%q cannot be discarded by age (only %q and %q)", s, inbox.StateCompleted, inbox.StateDead)}
 		}
 		names = append(names, string(s))
 	}

@@ -115,8 +115,8 @@ func TestDiscardOlderProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	ledgertest.Complete(t, db, time.Hour, r.ID)
-	n, err := a.DiscardOlder(context.Background(), 0)
-	if err != nil || n != 2501 {
+	d, err := a.DiscardOlder(context.Background(), admin.OlderFilter{OlderThan: 0})
+	if n := d.Discarded; err != nil || n != 2501 {
 		t.Fatalf("DiscardOlder: %d, %v", n, err)
 	}
 	if len(got) < 4 {

@@ -721,7 +721,7 @@ changes nothing. Exits 1 if a given id was not (with --dry-run: would not be) di
 			return err
 		}
 		defer pool.Close()
-		r, err := c.DiscardPending(a.ctx, admin.PendingFilter{Consumer: p.consumer, Kind: p.kind, IDs: ids}, p.dryRun)
+		r, err := c.DiscardPending(a.ctx, admin.PendingFilter{Consumer: p.consumer, Kind: p.kind, IDs: ids, DryRun: p.dryRun})
 		if err != nil {
 			if len(r.Discarded) > 0 && !p.dryRun {
 				fmt.Fprintf(a.stderr, "discarded %d pending message(s) before the error\n", len(r.Discarded))
@@ -855,7 +855,8 @@ shortening it once, or for dead letters. Pending and processing messages are nev
 			return err
 		}
 		defer pool.Close()
-		n, err := c.DiscardOlder(a.ctx, age, states...)
+		r, err := c.DiscardOlder(a.ctx, admin.OlderFilter{OlderThan: age, States: states})
+		n := r.Discarded
 		p.end()
 		if err != nil {
 			if n > 0 {
