@@ -89,7 +89,10 @@ type Config struct {
 	// (idle_in_transaction_session_timeout): a worker frozen or cut off inside its batch has its
 	// session terminated, its locks released and its batch left to the rescuer (see the package
 	// documentation, "Crash recovery"). A batch whose process dies is ended by the server at once,
-	// without waiting for the Lease. Must exceed every handler Timeout. Default: 1m.
+	// without waiting for the Lease. Must exceed every handler Timeout (the pool's Timeout and each
+	// kind's HandlerConfig.Timeout): a handler waiting outside the database leaves the transaction
+	// idle for up to its Timeout. Default: DefaultLease (1m), or twice the longest handler Timeout if
+	// that is more (a kind with a Timeout of 2m: 4m).
 	Lease time.Duration
 	// MaxAttempts is the number of attempts that may start before a message is dead; the crashes of
 	// groups of more than one message count as one attempt in all (package documentation, "Crash
@@ -171,8 +174,8 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	defd(&c.PollInterval, DefaultPollInterval)
 	defd(&c.HotPollInterval, DefaultHotPoll)
 	defd(&c.HotWindow, max(DefaultHotWindow, 2*st.NotifyInterval))
-	defd(&c.Lease, DefaultLease)
 	defd(&c.Timeout, DefaultTimeout)
+	defd(&c.Lease, max(DefaultLease, 2*c.longestTimeout()))
 	defd(&c.ClaimTimeout, min(DefaultClaimTimeout, c.Lease/2))
 	defd(&c.IdleWarnAfter, DefaultIdleWarnAfter)
 	switch {
@@ -216,6 +219,15 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// longestTimeout returns the longest handler Timeout: the pool's Timeout or a kind's.
+func (c *Config) longestTimeout() time.Duration {
+	longest := c.Timeout
+	for _, h := range c.Handlers.byKind {
+		longest = max(longest, c.timeout(h))
+	}
+	return longest
 }
 
 func (c *Config) timeout(h *handler) time.Duration {
