@@ -34,8 +34,10 @@ type Overview struct {
 }
 
 // ConsumerOverview is one consumer of an Overview. Pending, Retrying, Claimed and Dead are exact;
-// Minutes comes from the per-minute counts the worker pools add (inbox_rollup), which are
-// approximate: a pool that crashes loses its last few seconds of counts.
+// Minutes comes from the per-minute counts in inbox_rollup: each batch's transaction records its
+// counts with its outcomes (inbox_rollup_batch) and the schema's maintainer (package maintain) folds
+// them every maintain.Config.RollupInterval, so they are exact once folded and up to that interval
+// late.
 type ConsumerOverview struct {
 	Consumer string
 	Pending  int64 // waiting, never claimed

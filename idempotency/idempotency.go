@@ -89,8 +89,8 @@ type Config struct {
 	Fingerprint func(r *http.Request, body []byte) ([]byte, error)
 
 	// Expiry is how long a key is kept, from the moment its request was accepted. After it the key
-	// is treated as absent (a new request with it runs), whether or not retention's Cleaner has deleted
-	// it yet.
+	// is treated as absent (a new request with it runs), whether or not the schema's maintainer (package
+	// maintain) has deleted it yet.
 	// Default: DefaultExpiry (24 hours).
 	Expiry time.Duration
 
@@ -244,7 +244,7 @@ func statements(schema string) *schemasql.Schema { return schemasql.New(schema) 
 // New returns a Middleware storing keys through store.DB (usually a *pgxpool.Pool) in the
 // idempotency_keys table of store.Schema (migration 00002, applied by package migrate). An invalid
 // store or cfg returns a *[txinbox.ConfigError] (errors.Is [txinbox.ErrInvalidConfig]). Expired keys
-// are deleted by package retention's Cleaner.
+// are deleted by the schema's maintainer (package maintain), which worker pools start.
 func New(store txinbox.Store, cfg Config) (*Middleware, error) {
 	store, err := store.Resolve()
 	if err != nil {

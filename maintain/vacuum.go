@@ -58,7 +58,8 @@ var analyzed = []string{"inbox_queue", "inbox_s0", "inbox_s1", "inbox_s2"}
 // statistics describe (StaleTables). Autovacuum analyzes a table after 10% of it changed, but it may
 // be off or lag, and a generic plan of the worker's statements made while a table was small keeps
 // reading the whole table per message until the statistics change (every connection plans again
-// after an ANALYZE: bench/RESULTS.md, "generic plans frozen"). Errors are logged, never returned.
+// after an ANALYZE: docs/design/generic-plans.md, "Generic plans frozen while the tables were
+// small"). Errors are logged, never returned.
 func (m *Maintainer) analyze(ctx context.Context) {
 	v := &m.nets.analyze
 	db := m.store.DB

@@ -48,7 +48,8 @@ func (recordedRow) Scan(...any) error { return errRecorded }
 // sixth run on, made without the parameters' values) must do work proportional to the batch, not to
 // its square. LockClaims once joined its ids and tokens (unnest) to the queue rows inside a nested
 // loop, reading all n of them again for each of the n rows: 40,000 rows and 20 µs of server CPU per
-// message for a batch handler's batch of 200 (bench/RESULTS.md, "Generic plans"). Each statement is
+// message for a batch handler's batch of 200 (docs/design/generic-plans.md, "LockClaims and
+// ReleaseClaims"). Each statement is
 // run with EXPLAIN ANALYZE of its generic plan on a batch of n claimed messages, in a transaction
 // rolled back, and no node may handle more than a few rows per message.
 func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
@@ -71,7 +72,7 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 		}
 	}
 	// Statistics as autovacuum keeps them. (Before a partition's first ANALYZE, a plan of the claim
-	// may still read the inbox rows through the unique key by consumer alone: bench/RESULTS.md,
+	// may still read the inbox rows through the unique key by consumer alone: docs/design/generic-plans.md,
 	// "Still open".)
 	for _, table := range []string{"inbox", "inbox_queue"} {
 		if _, err := db.Pool.Exec(ctx, "ANALYZE "+pgx.Identifier{db.Schema, table}.Sanitize()); err != nil {
