@@ -1,7 +1,10 @@
 package txinbox_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,8 +78,8 @@ func checkGraph(t *testing.T, dir, self string) {
 	}
 }
 
-// A program that imports only inbox and worker builds from txinbox's core, pgx and OpenTelemetry
-// (goose comes only with package migrate): `go list -deps` has no testcontainers, Docker or broker client, and neither have the
+// A program that imports only inbox and worker builds from txinbox's core, pgx, golang-lru (the
+// seen-key cache) and OpenTelemetry (goose comes only with package migrate): `go list -deps` has no testcontainers, Docker or broker client, and neither have the
 // go.mod and go.sum that `go mod tidy` writes for it (the module cache serves the modules).
 func TestUserOfInboxAndWorkerGetsNoDockerOrBroker(t *testing.T) {
 	root, err := filepath.Abs(".")
@@ -115,8 +118,8 @@ func TestUserOfInboxAndWorkerGetsNoDockerOrBroker(t *testing.T) {
 }
 
 // The core module's own go.mod and go.sum, which its tests are built from too, name no testcontainers,
-// Docker or broker module: internal/testdb finds a server without them, and the modules that need
-// them (txinboxtest, adapters, seenredis, chaos, bench, examples/ledger, examples/notifier) are apart.
+// Docker or broker module: internal/testkit/testdb finds a server without them, and the modules that
+// need them (txinboxtest, adapters, seenredis, chaos, bench, examples/ledger, examples/notifier) are apart.
 func TestCoreModuleHasNoDockerOrBroker(t *testing.T) {
 	for _, f := range []string{"go.mod", "go.sum"} {
 		if bad := heavyIn(readFields(t, f)); len(bad) > 0 {
@@ -124,4 +127,173 @@ func TestCoreModuleHasNoDockerOrBroker(t *testing.T) {
 		}
 	}
 	checkGraph(t, ".", "github.com/txinbox/txinbox")
+}
+
+// moduleGroups names the modules beyond the standard library that txinbox's packages may need, in
+// the groups ARCHITECTURE.md names them by (a module may be in several groups).
+var moduleGroups = map[string][]string{
+	"pgx": {"github.com/jackc/pgx/v5", "github.com/jackc/pgpassfile", "github.com/jackc/pgservicefile",
+		"github.com/jackc/puddle/v2", "golang.org/x/text", "golang.org/x/sync"},
+	"golang-lru": {"github.com/hashicorp/golang-lru/v2"},
+	"OpenTelemetry": {"go.opentelemetry.io/otel", "go.opentelemetry.io/otel/metric", "go.opentelemetry.io/otel/trace",
+		"go.opentelemetry.io/auto/sdk", "github.com/go-logr/logr", "github.com/go-logr/stdr", "github.com/cespare/xxhash/v2"},
+	"Prometheus": {"github.com/prometheus/client_golang", "github.com/prometheus/client_model",
+		"github.com/prometheus/common", "github.com/prometheus/procfs", "github.com/beorn7/perks",
+		"github.com/munnerz/goautoneg", "google.golang.org/protobuf", "golang.org/x/sys", "github.com/cespare/xxhash/v2"},
+	"goose": {"github.com/pressly/goose/v3", "github.com/mfridman/interpolate", "github.com/sethvargo/go-retry",
+		"go.uber.org/multierr"},
+}
+
+// allowedGroups is ARCHITECTURE.md's list of the module groups each public package of the root
+// module (and the command) may depend on, directly or not.
+var allowedGroups = map[string][]string{
+	"":            {"pgx"},
+	"seen":        {"pgx", "golang-lru"},
+	"inbox":       {"pgx", "golang-lru"},
+	"worker":      {"pgx", "OpenTelemetry"},
+	"maintain":    {"pgx"},
+	"retention":   {"pgx"},
+	"idempotency": {"pgx"},
+	"outbox":      {"pgx", "OpenTelemetry"},
+	"migrate":     {"pgx", "goose"},
+	"migrations":  {},
+	"admin":       {"pgx", "golang-lru", "OpenTelemetry"},
+	"console":     {"pgx", "golang-lru", "OpenTelemetry"},
+	"metrics":     {"pgx", "golang-lru", "OpenTelemetry", "Prometheus"},
+	"cmd/txinbox": {"pgx", "golang-lru", "OpenTelemetry", "goose"},
+}
+
+// listedPackage is what TestArchitectureDependencies reads of `go list -deps -json`.
+type listedPackage struct {
+	ImportPath string
+	Standard   bool
+	Imports    []string
+	Deps       []string
+	Module     *struct{ Path string }
+}
+
+// TestArchitectureDependencies keeps ARCHITECTURE.md's "Packages" section true: for each public
+// package of the root module (and cmd/txinbox), the txinbox packages it imports are the ones its
+// arrow line lists (leaving out the root, internal/schemasql and internal/sqlc, which the section
+// names once), and every module beyond the standard library it depends on, directly or not, is in a
+// group allowedGroups (the section's module list) allows it.
+func TestArchitectureDependencies(t *testing.T) {
+	const self = "github.com/txinbox/txinbox"
+	cmd := exec.Command("go", "list", "-deps", "-json", "./...")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	pkgs := map[string]listedPackage{}
+	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs[p.ImportPath] = p
+	}
+	arrows := architectureArrows(t)
+
+	for name, groups := range allowedGroups {
+		path := strings.TrimSuffix(self+"/"+name, "/")
+		p, ok := pkgs[path]
+		if !ok {
+			t.Errorf("%s: not in go list ./... (allowedGroups and ARCHITECTURE.md list it)", path)
+			continue
+		}
+		allowed := map[string]bool{}
+		for _, g := range groups {
+			for _, m := range moduleGroups[g] {
+				allowed[m] = true
+			}
+		}
+		reported := map[string]bool{}
+		for _, d := range p.Deps {
+			dp := pkgs[d]
+			if dp.Standard || dp.Module == nil || dp.Module.Path == self || allowed[dp.Module.Path] || reported[dp.Module.Path] {
+				continue
+			}
+			reported[dp.Module.Path] = true
+			t.Errorf("package %s now depends on module %s (through %s), which ARCHITECTURE.md (\"Packages\": "+
+				"the modules each package may need) does not allow it: drop the dependency, or update ARCHITECTURE.md "+
+				"and allowedGroups in deps_test.go", path, dp.Module.Path, d)
+		}
+
+		show := name
+		if show == "" {
+			show = "txinbox"
+		}
+		var imports []string
+		for _, imp := range p.Imports {
+			rel, ok := strings.CutPrefix(imp, self+"/")
+			if !ok || rel == "internal/schemasql" || rel == "internal/sqlc" {
+				continue
+			}
+			imports = append(imports, rel)
+		}
+		slices.Sort(imports)
+		documented, ok := arrows[show]
+		if !ok {
+			t.Errorf("ARCHITECTURE.md (\"Packages\") has no arrow line for %s; it imports %v", show, imports)
+			continue
+		}
+		for _, imp := range imports {
+			if !slices.Contains(documented, imp) {
+				t.Errorf("package %s imports %s, which its arrow line in ARCHITECTURE.md does not list", show, imp)
+			}
+		}
+		for _, d := range documented {
+			if !slices.Contains(imports, d) {
+				t.Errorf("ARCHITECTURE.md draws %s → %s, but %s does not import it", show, d, show)
+			}
+		}
+	}
+	for name := range arrows {
+		if _, ok := allowedGroups[strings.TrimPrefix(name, "txinbox")]; !ok {
+			t.Errorf("ARCHITECTURE.md has an arrow line for %s, which this test does not know", name)
+		}
+	}
+}
+
+// architectureArrows reads the arrow lines of the first code block of ARCHITECTURE.md's "Packages"
+// section: "name → a, b (remark), c      (remark)", "-" for none.
+func architectureArrows(t *testing.T) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile("ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Packages\n")
+	if !ok {
+		t.Fatal(`ARCHITECTURE.md has no "## Packages" section`)
+	}
+	_, block, ok := strings.Cut(section, "\n```\n")
+	block, _, ok2 := strings.Cut(block, "\n```")
+	if !ok || !ok2 {
+		t.Fatal(`ARCHITECTURE.md's "Packages" section has no code block`)
+	}
+	arrows := map[string][]string{}
+	for _, line := range strings.Split(block, "\n") {
+		name, rest, ok := strings.Cut(line, "→")
+		if !ok {
+			continue
+		}
+		rest, _, _ = strings.Cut(rest, "      ") // a remark after wide space
+		var list []string
+		for _, e := range strings.Split(rest, ",") {
+			e = strings.TrimSpace(e)
+			if e != "-" && e != "" {
+				list = append(list, e)
+			}
+		}
+		arrows[strings.TrimSpace(name)] = list
+	}
+	return arrows
 }

@@ -60,14 +60,6 @@ func (s Store) Resolve() (Store, error) {
 	if s.DB == nil {
 		return s, &ConfigError{Field: "Store.DB", Reason: "is required (a *pgxpool.Pool, say)"}
 	}
-	return s.resolveSettings()
-}
-
-// ResolveSettings is [Store.Resolve] without the DB: for the few users of a Store that open
-// connections of their own (migrate.New).
-func (s Store) ResolveSettings() (Store, error) { return s.resolveSettings() }
-
-func (s Store) resolveSettings() (Store, error) {
 	if s.Schema == "" {
 		s.Schema = DefaultSchema
 	}
@@ -101,15 +93,6 @@ func (s Store) NotifyChannel() string {
 	h := fnv.New64a()
 	h.Write([]byte(schema))
 	return fmt.Sprintf("txinbox_%016x", h.Sum64())
-}
-
-// CleanerLockKey returns the key of the PostgreSQL advisory lock a retention.Cleaner of the Store's
-// schema holds for the length of a pass. It shows in pg_locks (locktype advisory, classid and objid
-// its high and low 32 bits). An empty Schema means DefaultSchema.
-func (s Store) CleanerLockKey() int64 {
-	h := fnv.New64a()
-	h.Write([]byte("txinbox.cleaner:" + s.schema()))
-	return int64(h.Sum64() >> 1)
 }
 
 func (s Store) schema() string {

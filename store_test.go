@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // TestStoreResolve: the defaults are filled in as documented, and each invalid field is named.
@@ -40,20 +40,17 @@ func TestStoreResolve(t *testing.T) {
 			t.Errorf("%s: %v, want a *ConfigError for it", field, err)
 		}
 	}
-	if _, err := (txinbox.Store{Schema: "ok_schema"}).ResolveSettings(); err != nil {
-		t.Errorf("ResolveSettings needs no DB: %v", err)
-	}
 }
 
-// TestStoreNames: the notify channel and the cleaner's lock key depend on the schema only, with the
-// default schema for an empty one.
+// TestStoreNames: the notify channel depends on the schema only, with the default schema for an
+// empty one.
 func TestStoreNames(t *testing.T) {
 	t.Parallel()
 	a, b := txinbox.Store{}, txinbox.Store{Schema: txinbox.DefaultSchema}
-	if a.NotifyChannel() != "txinbox_public" || a.NotifyChannel() != b.NotifyChannel() || a.CleanerLockKey() != b.CleanerLockKey() {
-		t.Fatalf("%q %q %d %d", a.NotifyChannel(), b.NotifyChannel(), a.CleanerLockKey(), b.CleanerLockKey())
+	if a.NotifyChannel() != "txinbox_public" || a.NotifyChannel() != b.NotifyChannel() {
+		t.Fatalf("%q %q", a.NotifyChannel(), b.NotifyChannel())
 	}
-	if c := (txinbox.Store{Schema: "other"}); c.CleanerLockKey() == a.CleanerLockKey() || c.NotifyChannel() == a.NotifyChannel() {
+	if c := (txinbox.Store{Schema: "other"}); c.NotifyChannel() == a.NotifyChannel() {
 		t.Fatal("two schemas share a name")
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/txinbox/txinbox/internal/textcheck"
 )
 
 // MaxKeyBytes is the longest idempotency key accepted, in bytes.
@@ -41,27 +41,7 @@ func ValidateName(name string) error {
 
 // ValidateKey checks an idempotency key: 1 to [MaxKeyBytes] bytes of valid UTF-8 with no control
 // characters.
-func ValidateKey(key string) error { return ValidateText(key, MaxKeyBytes, false) }
-
-// ValidateText checks text stored in a text column (a key, a header, an ordering key): at most
-// maxBytes bytes of valid UTF-8 with no control characters (which also excludes NUL, which
-// PostgreSQL text cannot hold); empty only if allowEmpty.
-func ValidateText(s string, maxBytes int, allowEmpty bool) error {
-	switch {
-	case s == "" && !allowEmpty:
-		return errors.New("must not be empty")
-	case len(s) > maxBytes:
-		return fmt.Errorf("is %d bytes, more than the limit of %d", len(s), maxBytes)
-	case !utf8.ValidString(s):
-		return errors.New("is not valid UTF-8")
-	}
-	for i, r := range s {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("contains control character %U at byte %d", r, i)
-		}
-	}
-	return nil
-}
+func ValidateKey(key string) error { return textcheck.Check(key, MaxKeyBytes, false) }
 
 func truncate(s string) string {
 	if len(s) > 40 {

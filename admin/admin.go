@@ -13,8 +13,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/internal/walk"
 	"github.com/txinbox/txinbox/seen"
 )
@@ -50,7 +50,7 @@ type Progress struct {
 type Admin struct {
 	store txinbox.Store
 	cfg   Config
-	st    *store.Store
+	st    *schemasql.Schema
 }
 
 // New returns an Admin of store. An invalid store or cfg returns a *[txinbox.ConfigError].
@@ -68,7 +68,7 @@ func New(store txinbox.Store, cfg Config) (*Admin, error) {
 	return &Admin{store: store, cfg: cfg, st: storeFor(store)}, nil
 }
 
-func storeFor(st txinbox.Store) *store.Store { return store.New(st.Schema) }
+func storeFor(st txinbox.Store) *schemasql.Schema { return schemasql.New(st.Schema) }
 
 // seenInvalidate starts a new cache epoch after rows were deleted early, so that the cache never
 // answers a deleted key.
@@ -137,12 +137,12 @@ func optTS(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, 
 // GetMessage returns the stored message id, in any state. An unknown id returns a *NotFoundError
 // (errors.Is ErrNotFound).
 func (a *Admin) GetMessage(ctx context.Context, id int64) (inbox.StoredMessage, error) {
-	r, err := store.Queries.GetMessage(ctx, a.st.Wrap(a.store.DB), id)
+	r, err := schemasql.Queries.GetMessage(ctx, a.st.Wrap(a.store.DB), id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return inbox.StoredMessage{}, &NotFoundError{ID: id}
 	}
 	if err != nil {
-		return inbox.StoredMessage{}, store.Err(err)
+		return inbox.StoredMessage{}, schemasql.Err(err)
 	}
 	return storedMessage(sqlc.Inbox{
 		ID: r.ID, Consumer: r.Consumer, Key: r.Key, Kind: r.Kind, Payload: r.Payload, Raw: r.Raw, Headers: r.Headers,
@@ -184,9 +184,9 @@ func (a *Admin) ReplayDead(ctx context.Context, ids ...int64) ([]int64, error) {
 	if a.store.NotifyInterval >= 0 {
 		channel = a.store.NotifyChannel()
 	}
-	done, err := store.Queries.ReplayDead(ctx, a.st.Wrap(a.store.DB), ids, channel)
+	done, err := schemasql.Queries.ReplayDead(ctx, a.st.Wrap(a.store.DB), ids, channel)
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	return done, nil
 }
@@ -199,9 +199,9 @@ func (a *Admin) DiscardDead(ctx context.Context, ids ...int64) ([]int64, error) 
 	if err := checkIDs(ids); err != nil || len(ids) == 0 {
 		return nil, err
 	}
-	done, err := store.Queries.DiscardDead(ctx, a.st.Wrap(a.store.DB), ids)
+	done, err := schemasql.Queries.DiscardDead(ctx, a.st.Wrap(a.store.DB), ids)
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	if len(done) > 0 {
 		a.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
@@ -215,6 +215,8 @@ type PendingFilter struct {
 	Consumer string  // exact consumer
 	Kind     string  // exact kind
 	IDs      []int64 // message ids; at most MaxAdminIDs
+	// DryRun: change and lock nothing, and return what would be discarded now.
+	DryRun bool
 }
 
 func (f PendingFilter) check() error {
@@ -248,7 +250,7 @@ type PendingDiscard struct {
 // discarded message is free again: a later delivery of it is accepted as a new message. When the
 // head of an ordering key is discarded, the next queued message of that key is made ready at once.
 //
-// With dryRun it changes and locks nothing: it returns the matching messages that are pending and
+// With f.DryRun it changes and locks nothing: it returns the matching messages that are pending and
 // unclaimed now (Discarded) and those claimed (Claimed).
 //
 // It walks the queue (pending and claimed messages only) in id order, DiscardBatchSize
@@ -256,7 +258,8 @@ type PendingDiscard struct {
 // when ctx ends, and the statements done stay done. A queue row is locked (FOR UPDATE SKIP LOCKED)
 // before its message is deleted, so a discard and a claim never both take a message. Bad arguments
 // return an *ArgumentError (errors.Is ErrInvalidArgument) and change nothing.
-func (a *Admin) DiscardPending(ctx context.Context, f PendingFilter, dryRun bool) (PendingDiscard, error) {
+func (a *Admin) DiscardPending(ctx context.Context, f PendingFilter) (PendingDiscard, error) {
+	dryRun := f.DryRun
 	out := PendingDiscard{Discarded: []int64{}, Claimed: []int64{}}
 	if err := f.check(); err != nil {
 		return out, err
@@ -272,11 +275,11 @@ func (a *Admin) DiscardPending(ctx context.Context, f PendingFilter, dryRun bool
 	consumers := []string{f.Consumer}
 	if f.Consumer == "" {
 		var err error
-		if consumers, err = store.Consumers(ctx, db); err != nil {
-			return out, store.Err(err)
+		if consumers, err = schemasql.Consumers(ctx, db); err != nil {
+			return out, schemasql.Err(err)
 		}
 	}
-	for _, consumer := range consumers { // each statement names its consumer (store.Consumers)
+	for _, consumer := range consumers { // each statement names its consumer (schemasql.Consumers)
 		if err := a.discardPending(ctx, db, consumer, f, dryRun, &out); err != nil {
 			return out, err
 		}
@@ -300,10 +303,10 @@ func (a *Admin) discardPending(ctx context.Context, db sqlc.DBTX, consumer strin
 		var seen int
 		var ready []string // ordering keys whose head was deleted
 		if dryRun {
-			rows, err := store.Queries.PreviewDiscardPending(ctx, db, sqlc.PreviewDiscardPendingParams{
+			rows, err := schemasql.Queries.PreviewDiscardPending(ctx, db, sqlc.PreviewDiscardPendingParams{
 				AfterID: after, Consumer: consumer, Kind: f.Kind, Ids: ids, MaxRows: DiscardBatchSize})
 			if err != nil {
-				return store.Err(err)
+				return schemasql.Err(err)
 			}
 			for _, r := range rows {
 				out.add(r.ID, r.Discarded)
@@ -313,10 +316,10 @@ func (a *Admin) discardPending(ctx context.Context, db sqlc.DBTX, consumer strin
 				after = rows[seen-1].ID
 			}
 		} else {
-			rows, err := store.Queries.DiscardPending(ctx, db, sqlc.DiscardPendingParams{
+			rows, err := schemasql.Queries.DiscardPending(ctx, db, sqlc.DiscardPendingParams{
 				AfterID: after, Consumer: consumer, Kind: f.Kind, Ids: ids, MaxRows: DiscardBatchSize})
 			if err != nil {
-				return store.Err(err)
+				return schemasql.Err(err)
 			}
 			for _, r := range rows {
 				out.add(r.ID, r.Discarded)
@@ -330,8 +333,8 @@ func (a *Admin) discardPending(ctx context.Context, db sqlc.DBTX, consumer strin
 			}
 		}
 		if len(ready) > 0 {
-			if err := store.Queries.ReadyNext(ctx, db, consumer, ready); err != nil {
-				return store.Err(err)
+			if err := schemasql.Queries.ReadyNext(ctx, db, consumer, ready); err != nil {
+				return schemasql.Err(err)
 			}
 		}
 		if seen < DiscardBatchSize {
@@ -394,9 +397,9 @@ func (s *ConsumerStats) UnmarshalJSON(b []byte) error {
 // inbox table (one sequential scan: there is no index on state, to keep updates HOT), so call it
 // for dashboards and the CLI, not on a hot path.
 func (a *Admin) Stats(ctx context.Context) ([]ConsumerStats, error) {
-	rows, err := store.Queries.ConsumerStats(ctx, a.st.Wrap(a.store.DB))
+	rows, err := schemasql.Queries.ConsumerStats(ctx, a.st.Wrap(a.store.DB))
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	var out []ConsumerStats
 	for _, r := range rows {
@@ -424,17 +427,37 @@ func (a *Admin) Stats(ctx context.Context) ([]ConsumerStats, error) {
 // DiscardBatchSize is the most rows one statement of DiscardPending and DiscardOlder deletes.
 const DiscardBatchSize = 1000
 
-// DiscardOlder deletes the messages in one of states (inbox.StateCompleted and inbox.StateDead only;
-// inbox.StateCompleted when none is given) that completed or died more than olderThan ago, whatever
-// their dedup window, and returns how many it deleted. Like retention's cleaning pass, it walks the
+// OlderFilter selects the finished messages DiscardOlder deletes.
+type OlderFilter struct {
+	// OlderThan: messages that completed or died more than this long ago (not negative).
+	OlderThan time.Duration
+	// States: inbox.StateCompleted and inbox.StateDead only; inbox.StateCompleted when empty.
+	States []inbox.State
+}
+
+// OlderDiscard is what DiscardOlder did.
+type OlderDiscard struct {
+	// Discarded is how many messages it deleted (also when it returns an error: the statements done
+	// stay done).
+	Discarded int64 `json:"discarded"`
+}
+
+// DiscardOlder deletes the messages in one of f.States (inbox.StateCompleted and inbox.StateDead
+// only; inbox.StateCompleted when none is given) that completed or died more than f.OlderThan ago,
+// whatever their dedup window, and returns how many it deleted. Like retention's cleaning pass, it walks the
 // primary key in spans of ids, each statement deleting at most DiscardBatchSize rows in a short
 // transaction of its own, and stops between statements when ctx ends (the statements done stay
 // done). The key of a discarded message is accepted again as a new message, so discard completed
 // messages only past the longest time a duplicate can still arrive. Pending and processing messages
 // are never discarded by it (see DiscardPending). Bad arguments return a *[txinbox.ArgumentError].
-func (a *Admin) DiscardOlder(ctx context.Context, olderThan time.Duration, states ...inbox.State) (int64, error) {
+func (a *Admin) DiscardOlder(ctx context.Context, f OlderFilter) (OlderDiscard, error) {
+	n, err := a.discardOlder(ctx, f.OlderThan, f.States)
+	return OlderDiscard{Discarded: n}, err
+}
+
+func (a *Admin) discardOlder(ctx context.Context, olderThan time.Duration, states []inbox.State) (int64, error) {
 	if olderThan < 0 {
-		return 0, &txinbox.ArgumentError{Name: "olderThan", Reason: "must not be negative"}
+		return 0, &txinbox.ArgumentError{Name: "OlderThan", Reason: "must not be negative"}
 	}
 	if len(states) == 0 {
 		states = []inbox.State{inbox.StateCompleted}
@@ -442,18 +465,18 @@ func (a *Admin) DiscardOlder(ctx context.Context, olderThan time.Duration, state
 	var names []string
 	for _, s := range states {
 		if s != inbox.StateCompleted && s != inbox.StateDead {
-			return 0, &txinbox.ArgumentError{Name: "states", Reason: fmt.Sprintf("%q cannot be discarded by age (only %q and %q)", s, inbox.StateCompleted, inbox.StateDead)}
+			return 0, &txinbox.ArgumentError{Name: "States", Reason: fmt.Sprintf("%q cannot be discarded by age (only %q and %q)", s, inbox.StateCompleted, inbox.StateDead)}
 		}
 		names = append(names, string(s))
 	}
 	db := a.st.Wrap(a.store.DB)
-	maxID, err := store.Queries.MaxMessageID(ctx, db)
+	maxID, err := schemasql.Queries.MaxMessageID(ctx, db)
 	if err != nil {
-		return 0, store.Err(err)
+		return 0, schemasql.Err(err)
 	}
-	consumers, err := store.Consumers(ctx, db)
+	consumers, err := schemasql.Consumers(ctx, db)
 	if err != nil {
-		return 0, store.Err(err)
+		return 0, schemasql.Err(err)
 	}
 	var deleted int64
 	defer func() {
@@ -461,12 +484,12 @@ func (a *Admin) DiscardOlder(ctx context.Context, olderThan time.Duration, state
 			a.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
 		}
 	}()
-	for i, consumer := range consumers { // each statement names its consumer (store.Consumers)
+	for i, consumer := range consumers { // each statement names its consumer (schemasql.Consumers)
 		var walked int64 // rows deleted by this walk so far
 		w := &walk.Walk{
-			To: maxID, Batch: DiscardBatchSize, Span: DiscardBatchSize * walk.SpanFactor, Err: store.Err,
+			To: maxID, Batch: DiscardBatchSize, Span: DiscardBatchSize * walk.SpanFactor, Err: schemasql.Err,
 			Delete: func(ctx context.Context, after, until int64) (int64, int64, int64, error) {
-				r, err := store.Queries.DiscardOlder(ctx, db, sqlc.DiscardOlderParams{AfterID: after, UntilID: until,
+				r, err := schemasql.Queries.DiscardOlder(ctx, db, sqlc.DiscardOlderParams{AfterID: after, UntilID: until,
 					Consumer: consumer, States: names, OlderThanSeconds: olderThan.Seconds(), MaxRows: DiscardBatchSize})
 				walked += r.Deleted
 				if err == nil && a.cfg.Progress != nil {

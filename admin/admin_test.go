@@ -15,10 +15,10 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/ledgertest"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // kill marks messages dead as the worker would (queue row deleted, three failed attempts, died at
@@ -282,27 +282,27 @@ func TestDiscardOlder(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	n, err := c.DiscardOlder(ctx, 24*time.Hour)
-	if err != nil || n != 2500 {
+	d, err := c.DiscardOlder(ctx, admin.OlderFilter{OlderThan: 24 * time.Hour})
+	if n := d.Discarded; err != nil || n != 2500 {
 		t.Fatalf("purge completed: %d, %v; want 2500", n, err)
 	}
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 3 {
 		t.Fatalf("rows left = %d, want fresh, dead-old and pending", got)
 	}
-	if n, err := c.DiscardOlder(ctx, 72*time.Hour, inbox.StateDead); err != nil || n != 0 {
-		t.Fatalf("purge dead older than 3 days: %d, %v", n, err)
+	if d, err := c.DiscardOlder(ctx, admin.OlderFilter{OlderThan: 72 * time.Hour, States: []inbox.State{inbox.StateDead}}); err != nil || d.Discarded != 0 {
+		t.Fatalf("purge dead older than 3 days: %d, %v", d.Discarded, err)
 	}
-	if n, err := c.DiscardOlder(ctx, 24*time.Hour, inbox.StateDead, inbox.StateCompleted); err != nil || n != 1 {
-		t.Fatalf("purge dead: %d, %v", n, err)
+	if d, err := c.DiscardOlder(ctx, admin.OlderFilter{OlderThan: 24 * time.Hour, States: []inbox.State{inbox.StateDead, inbox.StateCompleted}}); err != nil || d.Discarded != 1 {
+		t.Fatalf("purge dead: %d, %v", d.Discarded, err)
 	}
 	// Purged keys are accepted again as new messages.
 	if r, err := c.Receive(ctx, ledgertest.Message("old-7", `{"amount":1}`)); err != nil || r.Outcome != inbox.Inserted {
 		t.Fatalf("purged key: %+v, %v", r, err)
 	}
-	if n, err := c.DiscardOlder(ctx, 0, inbox.StatePending); !errors.Is(err, txinbox.ErrInvalidArgument) || n != 0 {
-		t.Fatalf("purge pending: %d, %v; want ErrInvalidArgument", n, err)
+	if d, err := c.DiscardOlder(ctx, admin.OlderFilter{OlderThan: 0, States: []inbox.State{inbox.StatePending}}); !errors.Is(err, txinbox.ErrInvalidArgument) || d.Discarded != 0 {
+		t.Fatalf("purge pending: %d, %v; want ErrInvalidArgument", d.Discarded, err)
 	}
-	if _, err := c.DiscardOlder(ctx, -time.Second); !errors.Is(err, txinbox.ErrInvalidArgument) {
+	if _, err := c.DiscardOlder(ctx, admin.OlderFilter{OlderThan: -time.Second}); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Fatalf("negative age: %v", err)
 	}
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE key IN ('fresh', 'pending')`); got != 2 {
@@ -367,8 +367,8 @@ func TestGetMessageAndStatsOfAClaim(t *testing.T) {
 // is in flight until tx ends.
 func claimBatch(db *testdb.DB, tx pgx.Tx, consumer string, limit int) ([]int64, error) {
 	ctx := context.Background()
-	st := store.New(db.Schema)
-	rows, err := store.Queries.ClaimBatch(ctx, st.Wrap(tx), consumer, int32(limit))
+	st := schemasql.New(db.Schema)
+	rows, err := schemasql.Queries.ClaimBatch(ctx, st.Wrap(tx), consumer, int32(limit))
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
@@ -376,7 +376,7 @@ func claimBatch(db *testdb.DB, tx pgx.Tx, consumer string, limit int) ([]int64, 
 	for i, r := range rows {
 		ids[i] = r.ID
 	}
-	_, err = store.Queries.RecordBatch(ctx, st.Wrap(db.Pool), sqlc.RecordBatchParams{Consumer: consumer, Xid: "1", Ids: ids, Owner: "test"})
+	_, err = schemasql.Queries.RecordBatch(ctx, st.Wrap(db.Pool), sqlc.RecordBatchParams{Consumer: consumer, Xid: "1", Ids: ids, Owner: "test"})
 	return ids, err
 }
 
@@ -403,7 +403,7 @@ func TestDiscardPending(t *testing.T) {
 
 	// A dry run changes nothing and reports what the discard does.
 	before := db.Count(t, `SELECT count(*) FROM {schema}.inbox`) + 1000*db.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`)
-	dry, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"}, true)
+	dry, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger", DryRun: true})
 	if err != nil || !slices.Equal(dry.Discarded, []int64{ids[1], ids[2], ids[3], refund.ID}) || !slices.Equal(dry.Claimed, ids[:1]) {
 		t.Fatalf("dry run: %+v, %v", dry, err)
 	}
@@ -412,7 +412,7 @@ func TestDiscardPending(t *testing.T) {
 	}
 
 	// By id: completed, dead, claimed, unknown and pending ids; only the pending one goes.
-	r, err := c.DiscardPending(ctx, admin.PendingFilter{IDs: []int64{ids[0], ids[1], ids[4], ids[5], 424242}}, false)
+	r, err := c.DiscardPending(ctx, admin.PendingFilter{IDs: []int64{ids[0], ids[1], ids[4], ids[5], 424242}})
 	if err != nil || !slices.Equal(r.Discarded, ids[1:2]) || !slices.Equal(r.Claimed, ids[:1]) {
 		t.Fatalf("by id: %+v, %v", r, err)
 	}
@@ -423,12 +423,12 @@ func TestDiscardPending(t *testing.T) {
 		t.Fatalf("claimed, completed and dead messages: %d inbox and %d queue rows, want 3 and 1", m, q)
 	}
 	// By consumer and kind.
-	r, err = c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger", Kind: "Refund"}, false)
+	r, err = c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger", Kind: "Refund"})
 	if err != nil || !slices.Equal(r.Discarded, []int64{refund.ID}) || len(r.Claimed) != 0 {
 		t.Fatalf("by consumer and kind: %+v, %v", r, err)
 	}
 	// By consumer: the rest of ledger; audit is left alone.
-	r, err = c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"}, false)
+	r, err = c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"})
 	if err != nil || !slices.Equal(r.Discarded, ids[2:4]) || !slices.Equal(r.Claimed, ids[:1]) {
 		t.Fatalf("by consumer: %+v, %v", r, err)
 	}
@@ -436,7 +436,7 @@ func TestDiscardPending(t *testing.T) {
 		t.Fatal("message of another consumer discarded")
 	}
 	// Nothing left to discard: empty, not nil.
-	if r, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger", Kind: "Refund"}, false); err != nil ||
+	if r, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger", Kind: "Refund"}); err != nil ||
 		r.Discarded == nil || r.Claimed == nil || len(r.Discarded)+len(r.Claimed) != 0 {
 		t.Fatalf("second discard: %+v, %v", r, err)
 	}
@@ -457,7 +457,8 @@ func TestDiscardPendingBadArguments(t *testing.T) {
 	} {
 		for _, dry := range []bool{false, true} {
 			var ae *txinbox.ArgumentError
-			r, err := c.DiscardPending(ctx, f, dry)
+			f.DryRun = dry
+			r, err := c.DiscardPending(ctx, f)
 			if !errors.Is(err, txinbox.ErrInvalidArgument) || !errors.As(err, &ae) || len(r.Discarded) != 0 {
 				t.Errorf("%+v: %+v, %v; want an *ArgumentError", f, r, err)
 			}
@@ -483,14 +484,14 @@ func TestDiscardPendingSkipsLockedRow(t *testing.T) {
 	if _, err := tx.Exec(ctx, db.SQL(`SELECT id FROM {schema}.inbox_queue WHERE id = $1 AND consumer = 'ledger' FOR UPDATE`), ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"}, false)
+	r, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"})
 	if err != nil || !slices.Equal(r.Discarded, ids[1:]) || !slices.Equal(r.Claimed, ids[:1]) {
 		t.Fatalf("discard beside a locked row: %+v, %v", r, err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err = c.DiscardPending(ctx, admin.PendingFilter{IDs: ids[:1]}, false)
+	r, err = c.DiscardPending(ctx, admin.PendingFilter{IDs: ids[:1]})
 	if err != nil || !slices.Equal(r.Discarded, ids[:1]) {
 		t.Fatalf("discard once unlocked: %+v, %v", r, err)
 	}
@@ -530,7 +531,7 @@ func TestDiscardPendingRacesClaims(t *testing.T) {
 			}
 		}()
 		<-started // the discard starts while claims go on
-		r, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"}, false)
+		r, err := c.DiscardPending(ctx, admin.PendingFilter{Consumer: "ledger"})
 		<-done
 		_ = tx.Rollback(ctx)
 		if err != nil || claimErr != nil {
@@ -580,7 +581,7 @@ func TestDiscardPendingReadiesNextOfKey(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.inbox_queue SET run_at = now() + interval '1 hour' WHERE id = $1`), ids[1]); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := c.DiscardPending(ctx, admin.PendingFilter{IDs: ids[:1]}, false); err != nil || !slices.Equal(r.Discarded, ids[:1]) {
+	if r, err := c.DiscardPending(ctx, admin.PendingFilter{IDs: ids[:1]}); err != nil || !slices.Equal(r.Discarded, ids[:1]) {
 		t.Fatalf("discard: %+v, %v", r, err)
 	}
 	if got := claim(t, db, "ledger", 10); !slices.Equal(got, ids[1:]) {

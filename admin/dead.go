@@ -8,8 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 )
 
 // MaxListIDs is the largest limit DeadIDs and UnclaimedIDs accept.
@@ -95,11 +95,11 @@ func (a *Admin) ListDead(ctx context.Context, f DeadFilter) ([]DeadLetter, error
 	if f.Limit == 0 {
 		f.Limit = DefaultDeadListLimit
 	}
-	rows, err := store.Queries.ListDead(ctx, a.st.Wrap(a.store.DB), sqlc.ListDeadParams{
+	rows, err := schemasql.Queries.ListDead(ctx, a.st.Wrap(a.store.DB), sqlc.ListDeadParams{
 		BeforeSeq: f.Before, Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.ErrorContains,
 		Since: optTS(f.Since), Until: optTS(f.Until), MaxRows: int32(f.Limit)})
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	out := make([]DeadLetter, len(rows))
 	for i, r := range rows {
@@ -126,11 +126,11 @@ func (a *Admin) CountDead(ctx context.Context, f DeadFilter) (DeadCount, error) 
 	if err := f.check(); err != nil {
 		return DeadCount{}, err
 	}
-	r, err := store.Queries.CountDead(ctx, a.st.Wrap(a.store.DB), sqlc.CountDeadParams{
+	r, err := schemasql.Queries.CountDead(ctx, a.st.Wrap(a.store.DB), sqlc.CountDeadParams{
 		BeforeSeq: f.Before, Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.ErrorContains,
 		Since: optTS(f.Since), Until: optTS(f.Until)})
 	if err != nil {
-		return DeadCount{}, store.Err(err)
+		return DeadCount{}, schemasql.Err(err)
 	}
 	c := DeadCount{Matching: r.Matching, Before: f.Before}
 	if c.Before == 0 {
@@ -148,11 +148,11 @@ func (a *Admin) DeadIDs(ctx context.Context, f DeadFilter, limit int) ([]int64, 
 	if limit < 1 || limit > MaxListIDs {
 		return nil, &txinbox.ArgumentError{Name: "limit", Reason: fmt.Sprintf("%d is not between 1 and %d", limit, MaxListIDs)}
 	}
-	ids, err := store.Queries.DeadIDs(ctx, a.st.Wrap(a.store.DB), sqlc.DeadIDsParams{
+	ids, err := schemasql.Queries.DeadIDs(ctx, a.st.Wrap(a.store.DB), sqlc.DeadIDsParams{
 		BeforeSeq: f.Before, Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.ErrorContains,
 		Since: optTS(f.Since), Until: optTS(f.Until), MaxRows: int32(limit)})
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	return nonNil(ids), nil
 }
@@ -166,9 +166,9 @@ func (a *Admin) DeadAmong(ctx context.Context, ids ...int64) ([]int64, error) {
 	if len(ids) == 0 {
 		return []int64{}, nil
 	}
-	got, err := store.Queries.DeadAmong(ctx, a.st.Wrap(a.store.DB), ids)
+	got, err := schemasql.Queries.DeadAmong(ctx, a.st.Wrap(a.store.DB), ids)
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	return nonNil(got), nil
 }

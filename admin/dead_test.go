@@ -10,7 +10,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/ledgertest"
+	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
 )
 
 func letterIDs(ls []admin.DeadLetter) []int64 {

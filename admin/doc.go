@@ -22,5 +22,13 @@
 //     replays and discards them ([Admin.ReplayOutboxDead], [Admin.DiscardOutboxDead]).
 //
 // Discard is an operator deleting chosen messages; the automatic deletion of expired records is
-// package retention's job (Clean).
+// the schema's maintainer's job (package maintain, with package retention's code).
+//
+// The replay and discard actions have one shape: the context, then what to act on, then the result
+// and an error. By ids: (ctx, ids ...int64) ([]int64, error), the ids acted on, in order
+// ([Admin.ReplayDead], [Admin.DiscardDead], [Admin.ReplayOutboxDead], [Admin.DiscardOutboxDead]).
+// By filter: (ctx, a filter struct holding every option, dry run included) (a result struct whose
+// Discarded field says what was deleted, error) ([Admin.DiscardPending] with [PendingFilter] and
+// [PendingDiscard], [Admin.DiscardOlder] with [OlderFilter] and [OlderDiscard]); on an error the
+// result still says what was done before it.
 package admin

@@ -18,9 +18,10 @@ type Health struct {
 	Tables []TableHealth `json:"tables"`
 	// Horizon is what holds back the xmin horizon of the whole cluster.
 	Horizon Horizon `json:"horizon"`
-	// Generation is the inbox's current generation (migration 00006): a retention.Cleaner begins a
-	// new one every Config.Generation, so a generation much older than that means no Cleaner runs
-	// (or its rotations fail: see its log). Nil in a schema migrated to an older version.
+	// Generation is the inbox's current generation (migration 00006): the schema's maintainer
+	// (package maintain) begins a new one every Retention.Generation of its Config, so a generation
+	// much older than that means no maintainer runs (or its rotations fail: see its log). Nil in a
+	// schema migrated to an older version.
 	Generation *Generation `json:"generation,omitempty"`
 }
 

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -93,13 +93,13 @@ func (s *OutboxTopicStats) UnmarshalJSON(b []byte) error {
 // the queue's part alone.
 func (a *Admin) OutboxStats(ctx context.Context) ([]OutboxTopicStats, error) {
 	db := a.st.Wrap(a.store.DB)
-	queued, err := store.Queries.OutboxQueueStats(ctx, db)
+	queued, err := schemasql.Queries.OutboxQueueStats(ctx, db)
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
-	done, err := store.Queries.OutboxStateCounts(ctx, db)
+	done, err := schemasql.Queries.OutboxStateCounts(ctx, db)
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	out := make([]OutboxTopicStats, 0, max(len(queued), len(done)))
 	i, j := 0, 0
@@ -243,11 +243,11 @@ func (a *Admin) ListOutboxDead(ctx context.Context, f OutboxDeadFilter) ([]Outbo
 	if f.Limit == 0 {
 		f.Limit = DefaultDeadListLimit
 	}
-	rows, err := store.Queries.ListOutboxDead(ctx, a.st.Wrap(a.store.DB), sqlc.ListOutboxDeadParams{
+	rows, err := schemasql.Queries.ListOutboxDead(ctx, a.st.Wrap(a.store.DB), sqlc.ListOutboxDeadParams{
 		BeforeAt: p.beforeAt, BeforeID: p.beforeID, Topic: f.Topic, Key: f.Key, ErrorContains: f.ErrorContains,
 		Since: p.since, Until: p.until, MaxRows: int32(f.Limit)})
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	out := make([]OutboxDeadEvent, len(rows))
 	for i, r := range rows {
@@ -276,11 +276,11 @@ func (a *Admin) CountOutboxDead(ctx context.Context, f OutboxDeadFilter) (Outbox
 	if err != nil {
 		return OutboxDeadCount{}, err
 	}
-	r, err := store.Queries.CountOutboxDead(ctx, a.st.Wrap(a.store.DB), sqlc.CountOutboxDeadParams{
+	r, err := schemasql.Queries.CountOutboxDead(ctx, a.st.Wrap(a.store.DB), sqlc.CountOutboxDeadParams{
 		BeforeAt: p.beforeAt, BeforeID: p.beforeID, Topic: f.Topic, Key: f.Key, ErrorContains: f.ErrorContains,
 		Since: p.since, Until: p.until})
 	if err != nil {
-		return OutboxDeadCount{}, store.Err(err)
+		return OutboxDeadCount{}, schemasql.Err(err)
 	}
 	c := OutboxDeadCount{Matching: r.Matching, Before: f.Before}
 	if c.Before == "" {
@@ -305,11 +305,11 @@ func (a *Admin) OutboxDeadIDs(ctx context.Context, f OutboxDeadFilter, limit int
 	if limit < 1 || limit > MaxListIDs {
 		return nil, &txinbox.ArgumentError{Name: "limit", Reason: fmt.Sprintf("%d is not between 1 and %d", limit, MaxListIDs)}
 	}
-	ids, err := store.Queries.OutboxDeadIDs(ctx, a.st.Wrap(a.store.DB), sqlc.OutboxDeadIDsParams{
+	ids, err := schemasql.Queries.OutboxDeadIDs(ctx, a.st.Wrap(a.store.DB), sqlc.OutboxDeadIDsParams{
 		BeforeAt: p.beforeAt, BeforeID: p.beforeID, Topic: f.Topic, Key: f.Key, ErrorContains: f.ErrorContains,
 		Since: p.since, Until: p.until, MaxRows: int32(limit)})
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	return nonNil(ids), nil
 }
@@ -323,9 +323,9 @@ func (a *Admin) OutboxDeadAmong(ctx context.Context, ids ...int64) ([]int64, err
 	if len(ids) == 0 {
 		return []int64{}, nil
 	}
-	got, err := store.Queries.OutboxDeadAmong(ctx, a.st.Wrap(a.store.DB), ids)
+	got, err := schemasql.Queries.OutboxDeadAmong(ctx, a.st.Wrap(a.store.DB), ids)
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	return nonNil(got), nil
 }
@@ -373,12 +373,12 @@ func (e *OutboxNotFoundError) Is(target error) bool { return target == ErrNotFou
 // GetOutboxEvent returns the outbox event id, in any state. An unknown id returns an
 // *OutboxNotFoundError (errors.Is ErrNotFound).
 func (a *Admin) GetOutboxEvent(ctx context.Context, id int64) (OutboxEvent, error) {
-	r, err := store.Queries.GetOutboxEvent(ctx, a.st.Wrap(a.store.DB), id)
+	r, err := schemasql.Queries.GetOutboxEvent(ctx, a.st.Wrap(a.store.DB), id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return OutboxEvent{}, &OutboxNotFoundError{ID: id}
 	}
 	if err != nil {
-		return OutboxEvent{}, store.Err(err)
+		return OutboxEvent{}, schemasql.Err(err)
 	}
 	ev := OutboxEvent{ID: r.ID, EventID: r.EventID, Topic: r.Topic, Key: r.Key, Payload: json.RawMessage(r.Payload),
 		State: OutboxState(r.State), AttemptsStarted: int(r.AttemptsStarted), AttemptsFailed: int(r.AttemptsFailed),
@@ -411,9 +411,9 @@ func (a *Admin) ReplayOutboxDead(ctx context.Context, ids ...int64) ([]int64, er
 	if a.store.NotifyInterval >= 0 {
 		channel = outbox.NotifyChannel(a.store)
 	}
-	done, err := store.Queries.ReplayOutboxDead(ctx, a.st.Wrap(a.store.DB), ids, channel)
+	done, err := schemasql.Queries.ReplayOutboxDead(ctx, a.st.Wrap(a.store.DB), ids, channel)
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	return done, nil
 }
@@ -425,9 +425,9 @@ func (a *Admin) DiscardOutboxDead(ctx context.Context, ids ...int64) ([]int64, e
 	if err := checkIDs(ids); err != nil || len(ids) == 0 {
 		return nil, err
 	}
-	done, err := store.Queries.DiscardOutboxDead(ctx, a.st.Wrap(a.store.DB), ids)
+	done, err := schemasql.Queries.DiscardOutboxDead(ctx, a.st.Wrap(a.store.DB), ids)
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	return done, nil
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 )
 
 // Limits of Overview.
@@ -34,8 +34,10 @@ type Overview struct {
 }
 
 // ConsumerOverview is one consumer of an Overview. Pending, Retrying, Claimed and Dead are exact;
-// Minutes comes from the per-minute counts the worker pools add (inbox_rollup), which are
-// approximate: a pool that crashes loses its last few seconds of counts.
+// Minutes comes from the per-minute counts in inbox_rollup: each batch's transaction records its
+// counts with its outcomes (inbox_rollup_batch) and the schema's maintainer (package maintain) folds
+// them every maintain.Config.RollupInterval, so they are exact once folded and up to that interval
+// late.
 type ConsumerOverview struct {
 	Consumer string
 	Pending  int64 // waiting, never claimed
@@ -67,9 +69,9 @@ func (a *Admin) Overview(ctx context.Context, minutes int) (Overview, error) {
 		return o, &txinbox.ArgumentError{Name: "minutes", Reason: fmt.Sprintf("%d is not between 1 and %d", minutes, MaxOverviewMinutes)}
 	}
 	db := a.st.Wrap(a.store.DB)
-	names, err := store.Queries.OverviewConsumers(ctx, db, MaxOverviewConsumers+1)
+	names, err := schemasql.Queries.OverviewConsumers(ctx, db, MaxOverviewConsumers+1)
 	if err != nil {
-		return o, store.Err(err)
+		return o, schemasql.Err(err)
 	}
 	if len(names) > MaxOverviewConsumers {
 		names, o.Truncated = names[:MaxOverviewConsumers], true
@@ -81,9 +83,9 @@ func (a *Admin) Overview(ctx context.Context, minutes int) (Overview, error) {
 		at[n] = &o.Consumers[i]
 	}
 	// Counts of consumers beyond the listed ones (Truncated) are left out.
-	queue, err := store.Queries.QueueCounts(ctx, db)
+	queue, err := schemasql.Queries.QueueCounts(ctx, db)
 	if err != nil {
-		return o, store.Err(err)
+		return o, schemasql.Err(err)
 	}
 	for _, q := range queue {
 		if c := at[q.Consumer]; c != nil {
@@ -91,18 +93,18 @@ func (a *Admin) Overview(ctx context.Context, minutes int) (Overview, error) {
 			c.OldestDue = time.Duration(q.OldestDueSeconds * float64(time.Second))
 		}
 	}
-	dead, err := store.Queries.DeadCounts(ctx, db)
+	dead, err := schemasql.Queries.DeadCounts(ctx, db)
 	if err != nil {
-		return o, store.Err(err)
+		return o, schemasql.Err(err)
 	}
 	for _, d := range dead {
 		if c := at[d.Consumer]; c != nil {
 			c.Dead = d.Dead
 		}
 	}
-	roll, err := store.Queries.RollupMinutes(ctx, db, int32(minutes))
+	roll, err := schemasql.Queries.RollupMinutes(ctx, db, int32(minutes))
 	if err != nil {
-		return o, store.Err(err)
+		return o, schemasql.Err(err)
 	}
 	for _, r := range roll {
 		if c := at[r.Consumer]; c != nil {
@@ -116,12 +118,12 @@ func (a *Admin) Overview(ctx context.Context, minutes int) (Overview, error) {
 // the key also has an expired row in an older generation, else the newest. None returns a
 // *NotFoundError (errors.Is ErrNotFound) naming consumer and key.
 func (a *Admin) FindMessage(ctx context.Context, consumer, key string) (inbox.StoredMessage, error) {
-	id, err := store.Queries.MessageIDByKey(ctx, a.st.Wrap(a.store.DB), consumer, key)
+	id, err := schemasql.Queries.MessageIDByKey(ctx, a.st.Wrap(a.store.DB), consumer, key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return inbox.StoredMessage{}, &NotFoundError{Consumer: consumer, Key: key}
 	}
 	if err != nil {
-		return inbox.StoredMessage{}, store.Err(err)
+		return inbox.StoredMessage{}, schemasql.Err(err)
 	}
 	m, err := a.GetMessage(ctx, id)
 	var nf *NotFoundError
@@ -143,9 +145,9 @@ type UnclaimedCount struct {
 
 // CountUnclaimed counts consumer's queued messages that no worker holds. It reads the queue only.
 func (a *Admin) CountUnclaimed(ctx context.Context, consumer string) (UnclaimedCount, error) {
-	r, err := store.Queries.CountUnclaimed(ctx, a.st.Wrap(a.store.DB), consumer)
+	r, err := schemasql.Queries.CountUnclaimed(ctx, a.st.Wrap(a.store.DB), consumer)
 	if err != nil {
-		return UnclaimedCount{}, store.Err(err)
+		return UnclaimedCount{}, schemasql.Err(err)
 	}
 	return UnclaimedCount{Matching: r.Matching, MaxID: r.MaxID}, nil
 }
@@ -157,10 +159,10 @@ func (a *Admin) UnclaimedIDs(ctx context.Context, consumer string, maxID int64, 
 	if limit < 1 || limit > MaxListIDs {
 		return nil, &txinbox.ArgumentError{Name: "limit", Reason: fmt.Sprintf("%d is not between 1 and %d", limit, MaxListIDs)}
 	}
-	ids, err := store.Queries.UnclaimedIDs(ctx, a.st.Wrap(a.store.DB), sqlc.UnclaimedIDsParams{
+	ids, err := schemasql.Queries.UnclaimedIDs(ctx, a.st.Wrap(a.store.DB), sqlc.UnclaimedIDsParams{
 		Consumer: consumer, MaxID: maxID, MaxRows: int32(limit)})
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	return nonNil(ids), nil
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/ledgertest"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // Overview counts each consumer's pending, retrying, claimed and dead messages exactly, and lists the
@@ -115,8 +115,8 @@ func TestDiscardOlderProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	ledgertest.Complete(t, db, time.Hour, r.ID)
-	n, err := a.DiscardOlder(context.Background(), 0)
-	if err != nil || n != 2501 {
+	d, err := a.DiscardOlder(context.Background(), admin.OlderFilter{OlderThan: 0})
+	if n := d.Discarded; err != nil || n != 2501 {
 		t.Fatalf("DiscardOlder: %d, %v", n, err)
 	}
 	if len(got) < 4 {

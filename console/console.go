@@ -24,8 +24,9 @@
 // Every figure and every change goes through package admin (admin.Admin.Overview, Health, ListDead,
 // ...): the console runs no statement of its own. Figures: pending, retrying, claimed and dead counts
 // are exact (read from the queue and the dead-letter set, never from the inbox table); the per-minute completed/failed/dead counts come from
-// the rollup the worker pools keep (approximate: a pool that crashes loses its last few seconds of
-// counts); table and horizon figures are PostgreSQL's statistics (estimates): Dead % is dead row
+// the roll-up (each batch's transaction records its counts with its outcomes, and the schema's
+// maintainer folds them every maintain.Config.RollupInterval: exact once folded, up to that interval
+// late); table and horizon figures are PostgreSQL's statistics (estimates): Dead % is dead row
 // versions / (live rows + dead row versions), at most 100%.
 //
 // Every change is a POST carrying a CSRF token (an HMAC of a random cookie; requests that a browser

@@ -549,7 +549,7 @@ func (h *handler) pendingApply(w http.ResponseWriter, r *http.Request) {
 	var discarded, claimed int
 	for chunk := range slices.Chunk(targets, maxAdminIDs) {
 		ctx, cancel := h.ctx(r)
-		res, err := h.admin.DiscardPending(ctx, admin.PendingFilter{Consumer: consumer, IDs: chunk}, false)
+		res, err := h.admin.DiscardPending(ctx, admin.PendingFilter{Consumer: consumer, IDs: chunk})
 		dis, cl := res.Discarded, res.Claimed
 		cancel()
 		if err != nil {

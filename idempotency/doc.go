@@ -16,7 +16,8 @@
 //	}
 //
 // The table is created by migration 00002 (migrate.Up, or goose with the files of package
-// migrations). Run a retention.Cleaner (package retention) to delete expired keys.
+// migrations). Expired keys are deleted by the schema's maintainer (package maintain), which every
+// worker.Pool starts; where no pool runs, run maintain.New (or a retention.Cleaner) yourself.
 //
 // # The key
 //
@@ -104,7 +105,7 @@
 // A key expires Config.Expiry (default 24 hours) after its request was accepted. Expiry is checked
 // on every read against the database clock: an expired key is treated as absent, so a new request
 // with it runs (whatever its fingerprint), and a retry after expiry is not deduplicated. The
-// retention Cleaner only reclaims space; when it runs never changes behaviour.
+// maintainer's deletion of expired keys only reclaims space; when it runs never changes behaviour.
 //
 // # Limits
 //

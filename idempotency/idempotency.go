@@ -20,8 +20,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 )
 
 // Defaults of Config.
@@ -89,8 +89,8 @@ type Config struct {
 	Fingerprint func(r *http.Request, body []byte) ([]byte, error)
 
 	// Expiry is how long a key is kept, from the moment its request was accepted. After it the key
-	// is treated as absent (a new request with it runs), whether or not retention's Cleaner has deleted
-	// it yet.
+	// is treated as absent (a new request with it runs), whether or not the schema's maintainer (package
+	// maintain) has deleted it yet.
 	// Default: DefaultExpiry (24 hours).
 	Expiry time.Duration
 
@@ -233,18 +233,18 @@ func HeaderPrincipal(name string) func(*http.Request) (string, error) {
 type Middleware struct {
 	db      txinbox.DB
 	cfg     Config
-	st      *store.Store
+	st      *schemasql.Schema
 	methods map[string]bool
 	headers []string
 }
 
 // statements returns the statement rewriter of schema.
-func statements(schema string) *store.Store { return store.New(schema) }
+func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
 
 // New returns a Middleware storing keys through store.DB (usually a *pgxpool.Pool) in the
 // idempotency_keys table of store.Schema (migration 00002, applied by package migrate). An invalid
 // store or cfg returns a *[txinbox.ConfigError] (errors.Is [txinbox.ErrInvalidConfig]). Expired keys
-// are deleted by package retention's Cleaner.
+// are deleted by the schema's maintainer (package maintain), which worker pools start.
 func New(store txinbox.Store, cfg Config) (*Middleware, error) {
 	store, err := store.Resolve()
 	if err != nil {
@@ -507,7 +507,7 @@ func (m *Middleware) claim(ctx context.Context, req request) (claimed, error) {
 	lease, expiry := m.cfg.Lease.Seconds(), m.cfg.Expiry.Seconds()
 	lockedToken := int64(-1) // token of a row we could not take over: held by a running handler
 	for range 4 {
-		row, err := store.Queries.IdemClaim(ctx, db, sqlc.IdemClaimParams{
+		row, err := schemasql.Queries.IdemClaim(ctx, db, sqlc.IdemClaimParams{
 			Principal: req.principal, Method: req.method, Route: req.route, Key: req.key,
 			Fingerprint: req.fingerprint, LeaseSeconds: lease, ExpirySeconds: expiry,
 		})
@@ -517,7 +517,7 @@ func (m *Middleware) claim(ctx context.Context, req request) (claimed, error) {
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return claimed{}, err
 		}
-		rec, err := store.Queries.IdemLookup(ctx, db, sqlc.IdemLookupParams{
+		rec, err := schemasql.Queries.IdemLookup(ctx, db, sqlc.IdemLookupParams{
 			Principal: req.principal, Method: req.method, Route: req.route, Key: req.key,
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -532,7 +532,7 @@ func (m *Middleware) claim(ctx context.Context, req request) (claimed, error) {
 		abandoned := rec.State == stateInFlight && rec.LeaseOver
 		if (rec.Expired || abandoned) && rec.Token != lockedToken {
 			// Absent by policy: take the row over, unless a running handler holds it locked.
-			t, err := store.Queries.IdemTakeOver(ctx, db, sqlc.IdemTakeOverParams{
+			t, err := schemasql.Queries.IdemTakeOver(ctx, db, sqlc.IdemTakeOverParams{
 				Fingerprint: req.fingerprint, LeaseSeconds: lease, ExpirySeconds: expiry,
 				ID: rec.ID, Token: rec.Token,
 			})
@@ -582,7 +582,7 @@ func (m *Middleware) run(next http.Handler, w http.ResponseWriter, r *http.Reque
 		}
 	}()
 
-	if _, err := store.Queries.IdemLock(ctx, m.st.Wrap(tx), c.id, c.token); err != nil {
+	if _, err := schemasql.Queries.IdemLock(ctx, m.st.Wrap(tx), c.id, c.token); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) { // our lease ended before we got here, and a retry took the key over
 			ended = true
 			_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -634,7 +634,7 @@ func (m *Middleware) run(next http.Handler, w http.ResponseWriter, r *http.Reque
 	headers, _ := json.Marshal(stored)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
 	defer cancel()
-	n, err := store.Queries.IdemComplete(sctx, m.st.Wrap(tx), sqlc.IdemCompleteParams{
+	n, err := schemasql.Queries.IdemComplete(sctx, m.st.Wrap(tx), sqlc.IdemCompleteParams{
 		Status: pgtype.Int4{Int32: int32(rec.status), Valid: true}, Headers: headers, Body: rec.body,
 		ID: c.id, Token: c.token,
 	})
@@ -663,7 +663,7 @@ func (m *Middleware) run(next http.Handler, w http.ResponseWriter, r *http.Reque
 // release deletes the in-flight row of a request that committed nothing. A failure is logged: the
 // row is then freed by its lease.
 func (m *Middleware) release(ctx context.Context, c claimed, log *slog.Logger) {
-	if _, err := store.Queries.IdemRelease(ctx, m.st.Wrap(m.db), c.id, c.token); err != nil {
+	if _, err := schemasql.Queries.IdemRelease(ctx, m.st.Wrap(m.db), c.id, c.token); err != nil {
 		log.Warn("idempotency: release key (it is freed when its lease ends)", "error", err, "lease", m.cfg.Lease)
 	}
 }

@@ -12,13 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/seen"
 )
 
 // storeFor returns the statement rewriter of st's schema.
-func storeFor(st txinbox.Store) *store.Store { return store.New(st.Schema) }
+func storeFor(st txinbox.Store) *schemasql.Schema { return schemasql.New(st.Schema) }
 
 // Config configures a Client. The zero value is valid.
 type Config struct {
@@ -135,31 +136,22 @@ type Message struct {
 	NotBefore time.Time
 }
 
-// Outcome says what receiving did with a message.
-type Outcome int
+// Outcome says what receiving did with a message. Like worker.Outcome and outbox.Outcome, it is a
+// typed string whose values are the words logs and metrics show (the outcome label of
+// txinbox_received_total); the zero value "" is no outcome.
+type Outcome string
 
+// The outcomes of receiving a message.
 const (
-	// Inserted means the message is new and stored as pending.
-	Inserted Outcome = iota + 1
-	// Duplicate means the key is stored with the same kind and payload; nothing was written.
-	// Receipt.State and Receipt.Result report the stored message.
-	Duplicate
-	// Conflict means the key is stored with a different kind or payload; nothing was written.
-	// Receipt.Err is a *KeyConflictError.
-	Conflict
+	// Inserted ("inserted") means the message is new and stored as pending.
+	Inserted Outcome = "inserted"
+	// Duplicate ("duplicate") means the key is stored with the same kind and payload; nothing was
+	// written. Receipt.State and Receipt.Result report the stored message.
+	Duplicate Outcome = "duplicate"
+	// Conflict ("conflict") means the key is stored with a different kind or payload; nothing was
+	// written. Receipt.Err is a *KeyConflictError.
+	Conflict Outcome = "conflict"
 )
-
-func (o Outcome) String() string {
-	switch o {
-	case Inserted:
-		return "inserted"
-	case Duplicate:
-		return "duplicate"
-	case Conflict:
-		return "conflict"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
 
 // State is the state of a stored message.
 type State string
@@ -191,7 +183,7 @@ type Receipt struct {
 type Client struct {
 	store  txinbox.Store
 	cfg    Config
-	st     *store.Store
+	st     *schemasql.Schema
 	notify notifier   // debounces wake-up notifications (notify.go)
 	co     *coalescer // shares statements between concurrent Receive calls; nil when off (coalesce.go)
 	// registered holds the consumers this Client has registered (RegisterConsumer, see inGeneration).
@@ -242,7 +234,7 @@ func (c *Client) validate(i int, m *Message) error {
 	if err := validateHeaders(m.Headers); err != nil {
 		return fail("headers", err)
 	}
-	if err := txinbox.ValidateText(m.OrderingKey, MaxOrderingKeyBytes, true); err != nil {
+	if err := textcheck.Check(m.OrderingKey, MaxOrderingKeyBytes, true); err != nil {
 		return fail("ordering_key", err)
 	}
 	return nil
@@ -289,7 +281,7 @@ func (c *Client) ReceiveUndecodableTx(ctx context.Context, tx pgx.Tx, u Undecoda
 	var row sqlc.InsertDeadRow
 	err := c.inGeneration(ctx, tx, u.Consumer, func() (bool, error) {
 		var err error
-		row, err = store.Queries.InsertDead(ctx, c.st.Wrap(tx), sqlc.InsertDeadParams{
+		row, err = schemasql.Queries.InsertDead(ctx, c.st.Wrap(tx), sqlc.InsertDeadParams{
 			Consumer: u.Consumer, Key: u.Key, Kind: u.Kind, Raw: u.Raw, Headers: headersJSON(u.Headers),
 			LastError: pgtype.Text{String: strings.ReplaceAll(reason, "\x00", ""), Valid: true},
 		})
@@ -345,10 +337,10 @@ func (c *Client) inGeneration(ctx context.Context, db sqlc.DBTX, consumer string
 // transaction: db's, or one of its own.
 func (c *Client) register(ctx context.Context, db sqlc.DBTX, consumer string) error {
 	return inTx(ctx, db, func(db sqlc.DBTX) error {
-		gen, err := store.Queries.LockRing(ctx, c.st.Wrap(db))
+		gen, err := schemasql.Queries.LockRing(ctx, c.st.Wrap(db))
 		if err != nil {
 			return err
 		}
-		return store.Queries.RegisterConsumer(ctx, c.st.Wrap(db), consumer, gen)
+		return schemasql.Queries.RegisterConsumer(ctx, c.st.Wrap(db), consumer, gen)
 	})
 }

@@ -16,13 +16,13 @@ import (
 // PostgreSQL serialises the commits of all notifying transactions of a cluster: each holds a global
 // lock from the start of its commit until its commit record is flushed to disk, so a NOTIFY in every
 // transaction divides a cluster's commit rate several times over (the measurement is in
-// bench/RESULTS.md, "Figures formerly in the docs"). So a Client notifies at most once per
+// docs/design/wake-up.md, "The cost of a NOTIFY"). So a Client notifies at most once per
 // Store.NotifyInterval for each consumer. The messages received in between are found by the pools'
 // polling, which stays fast (worker.Config.HotPollInterval, 10ms) for a while after any activity,
 // notifications included (worker.Config.HotWindow, 1s): as long as HotWindow exceeds NotifyInterval,
 // no message waits for a full poll interval, and a longer NotifyInterval costs no latency. At the default of 50ms a busy
 // Client sends at most 20 notifications a second per consumer, which holds the lock a small share of
-// the time (bench/RESULTS.md).
+// the time (docs/design/wake-up.md).
 //
 // One case is not covered: a message received in a transaction of the caller (ReceiveTx) that is
 // debounced by a notification whose own transaction commits much later waits until that commit or

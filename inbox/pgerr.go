@@ -5,11 +5,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
 // translateError turns database errors of receiving into txinbox errors where they mean bad input
-// (the Go-side validation should catch these first), and wraps the rest (store.Err: a missing table
+// (the Go-side validation should catch these first), and wraps the rest (schemasql.Err: a missing table
 // matches txinbox.ErrNotMigrated).
 func translateError(err error) error {
 	var pgErr *pgconn.PgError
@@ -21,5 +21,5 @@ func translateError(err error) error {
 			return &ValidationError{Field: "payload", Reason: "rejected by PostgreSQL: " + pgErr.Message}
 		}
 	}
-	return store.Err(err)
+	return schemasql.Err(err)
 }

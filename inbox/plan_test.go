@@ -10,15 +10,15 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/ledgertest"
-	"github.com/txinbox/txinbox/internal/plantest"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
+	"github.com/txinbox/txinbox/internal/testkit/plantest"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // The generic plan of ReceiveBatch (the one PostgreSQL uses from a prepared statement's sixth run on)
 // must probe the inbox a bounded number of times per message. One that ran the check for a live row
 // of each key in another slot inside an anti join, once per key for every key of the batch, made a
-// ReceiveMany of 1,000 new messages take over a second from its sixth call on (bench/RESULTS.md,
+// ReceiveMany of 1,000 new messages take over a second from its sixth call on (docs/design/generic-plans.md,
 // "ReceiveMany's generic plan"). The generic plan is run with EXPLAIN ANALYZE, in a transaction
 // rolled back, and no node may handle more than a few rows per message.
 func TestReceiveManyGenericPlanProbesEachKeyOnce(t *testing.T) {
@@ -71,7 +71,7 @@ func receiveArgsWithKeys(args []any, msgs []inbox.Message) error {
 // A receive of new messages must not read the queue. The generic plan of ReceiveBatch, made while the
 // queue was small and none of its rows claimed (so the statistics say a claimed row is never found),
 // read every queue row of the consumer once per statement, for as long as the plan lived (until the
-// next ANALYZE): bench/RESULTS.md, "The queue lookup of a receive". The plan is made at that point
+// next ANALYZE): docs/design/receive-queue-probe.md. The plan is made at that point
 // (plantest.Freeze) and run after the queue has grown. Only a key that has a stored row may probe
 // the claim state (now the batches in flight, inbox_batch).
 func TestReceiveManyGenericPlanReadsNoQueueForNewMessages(t *testing.T) {

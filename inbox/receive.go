@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/seen"
 )
 
@@ -514,7 +514,7 @@ func (c *Client) lookUpStored(ctx context.Context, db sqlc.DBTX, msgs []Message,
 		p.Keys = append(p.Keys, msgs[i].Key)
 		p.Fingerprints = append(p.Fingerprints, fps[i])
 	}
-	rows, err := store.Queries.LookupKeys(ctx, c.st.Wrap(db), p)
+	rows, err := schemasql.Queries.LookupKeys(ctx, c.st.Wrap(db), p)
 	if err != nil {
 		return nil, nil, translateError(err)
 	}
@@ -553,7 +553,7 @@ func (c *Client) renewExpired(ctx context.Context, db sqlc.DBTX, msgs []Message,
 		p.OrderingKeys = append(p.OrderingKeys, m.OrderingKey)
 		p.RunAts = append(p.RunAts, runAt(m.NotBefore))
 	}
-	ids, err := store.Queries.RenewExpired(ctx, c.st.Wrap(db), p)
+	ids, err := schemasql.Queries.RenewExpired(ctx, c.st.Wrap(db), p)
 	if err != nil {
 		return nil, translateError(err)
 	}
@@ -590,7 +590,7 @@ func (c *Client) receiveBatch(ctx context.Context, db sqlc.DBTX, p sqlc.ReceiveB
 		p.NotifyConsumers = append(p.NotifyConsumers, g.consumer)
 	}
 	p.NotifyChannel = c.notify.channel
-	rows, err := store.Queries.ReceiveBatch(ctx, c.st.Wrap(db), p)
+	rows, err := schemasql.Queries.ReceiveBatch(ctx, c.st.Wrap(db), p)
 	if len(grants) > 0 {
 		inserted := map[string]bool{}
 		if err == nil {

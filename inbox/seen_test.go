@@ -14,8 +14,8 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/ledgertest"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/seen"
 )
 
@@ -418,7 +418,7 @@ func TestSeenDeletedKeysAreNew(t *testing.T) {
 		t.Fatalf("%v %v", done, err)
 	}
 	check("dead")
-	if d, err := a.DiscardPending(ctx, admin.PendingFilter{IDs: ids[1:2]}, false); err != nil || len(d.Discarded) != 1 {
+	if d, err := a.DiscardPending(ctx, admin.PendingFilter{IDs: ids[1:2]}); err != nil || len(d.Discarded) != 1 {
 		t.Fatalf("%+v %v", d, err)
 	}
 	check("pending")
@@ -429,8 +429,8 @@ func TestSeenDeletedKeysAreNew(t *testing.T) {
 		}
 	}
 	ledgertest.Complete(t, db, time.Hour, ids[2])
-	if n, err := a.DiscardOlder(ctx, 0); err != nil || n != 1 {
-		t.Fatalf("discard older: %d %v", n, err)
+	if d, err := a.DiscardOlder(ctx, admin.OlderFilter{OlderThan: 0}); err != nil || d.Discarded != 1 {
+		t.Fatalf("discard older: %d %v", d.Discarded, err)
 	}
 	check("purged")
 	if o.errs(seen.OpInvalidate) != 0 {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // TestSeenTTLAtMostRetention: a seen-key cache entry must not outlive the key's dedup window, so a

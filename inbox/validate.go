@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/textcheck"
 )
 
 // Limits applied to every message (keys: [txinbox.MaxKeyBytes]). Keys and names are stored as text:
@@ -225,10 +225,10 @@ func numericPrintedLen(lit []byte) (int, error) {
 func validateHeaders(h map[string]string) error {
 	total := 0
 	for k, v := range h {
-		if err := txinbox.ValidateText(k, MaxHeaderNameBytes, false); err != nil {
+		if err := textcheck.Check(k, MaxHeaderNameBytes, false); err != nil {
 			return fmt.Errorf("name %q %v", truncate(k), err)
 		}
-		if err := txinbox.ValidateText(v, MaxHeaderValueBytes, true); err != nil {
+		if err := textcheck.Check(v, MaxHeaderValueBytes, true); err != nil {
 			return fmt.Errorf("%q value %v", truncate(k), err)
 		}
 		total += len(k) + len(v)

@@ -14,7 +14,7 @@ import (
 // A table the worker reads that has outgrown its statistics many times over is analyzed by the
 // maintainer the pool started (the statistics safety net), so that plans made while it was small are made again: generic plans
 // made from the statistics of a few dozen rows read the whole table per message once it has grown
-// (bench/RESULTS.md, "generic plans frozen"). Autovacuum is off for the table, as it is on this
+// (docs/design/generic-plans.md, "Generic plans frozen while the tables were small"). Autovacuum is off for the table, as it is on this
 // project's test server: nothing else analyzes it.
 func TestMaintainerAnalyzesTablesThatOutgrewTheirStatistics(t *testing.T) {
 	t.Parallel()

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 )
 
 // job is a job as the leader runs it.
@@ -73,7 +73,7 @@ func (m *Maintainer) expireKeys(ctx context.Context) error {
 
 // deleteGonePools deletes the heartbeats of pools that died without stopping.
 func (m *Maintainer) deleteGonePools(ctx context.Context) error {
-	_, err := store.Queries.DeleteGonePools(ctx, m.st.Wrap(m.store.DB), poolsGone.Seconds())
+	_, err := schemasql.Queries.DeleteGonePools(ctx, m.st.Wrap(m.store.DB), poolsGone.Seconds())
 	return err
 }
 
@@ -111,7 +111,7 @@ func (m *Maintainer) runJob(ctx context.Context, term int64, j *job) time.Time {
 		}
 	}
 	db := m.st.Wrap(m.store.DB)
-	c, err := store.Queries.ClaimRun(ctx, db, sqlc.ClaimRunParams{
+	c, err := schemasql.Queries.ClaimRun(ctx, db, sqlc.ClaimRunParams{
 		IntervalMs: j.interval.Milliseconds(), Owner: m.cfg.Owner, Term: term, Job: j.name,
 	})
 	if err != nil {
@@ -139,7 +139,7 @@ func (m *Maintainer) runJob(ctx context.Context, term int64, j *job) time.Time {
 		errText = truncate(err.Error())
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	if ferr := store.Queries.FinishRun(fctx, db, sqlc.FinishRunParams{Error: errText, Job: j.name, Period: c.Period, Owner: m.cfg.Owner}); ferr != nil {
+	if ferr := schemasql.Queries.FinishRun(fctx, db, sqlc.FinishRunParams{Error: errText, Job: j.name, Period: c.Period, Owner: m.cfg.Owner}); ferr != nil {
 		m.log.Debug("txinbox: recording the end of a maintenance job's run failed", "job", j.name, "err", ferr)
 	}
 	cancel()

@@ -79,8 +79,8 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/retention"
 )
 
@@ -181,7 +181,7 @@ type Job struct {
 }
 
 // statements returns the statement rewriter of schema.
-func statements(schema string) *store.Store { return store.New(schema) }
+func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
 
 // leaderName is the row of inbox_leader the maintainers contend for.
 const leaderName = "maintainer"
@@ -192,7 +192,7 @@ var _ txinbox.Service = (*Maintainer)(nil)
 // Create it with New, then Start and Stop it.
 type Maintainer struct {
 	store   txinbox.Store
-	st      *store.Store
+	st      *schemasql.Schema
 	cfg     Config
 	log     *slog.Logger
 	cleaner *retention.Cleaner // nil when Retention.Interval is negative
@@ -310,7 +310,7 @@ func (m *Maintainer) Start(ctx context.Context) error {
 	if m.done != nil {
 		return errors.New("txinbox: the maintainer was already started")
 	}
-	row, err := store.Queries.MaintainerTables(ctx, m.store.DB, m.st.Table("inbox_leader"), m.st.Table("inbox_maintenance"))
+	row, err := schemasql.Queries.MaintainerTables(ctx, m.store.DB, m.st.Table("inbox_leader"), m.st.Table("inbox_maintenance"))
 	switch {
 	case err != nil:
 		m.log.Warn("txinbox: could not check the maintainer's tables; starting anyway", "err", err)
@@ -373,9 +373,9 @@ func (m *Maintainer) run(ctx context.Context) {
 // ctx ends. It returns how long to wait before the next look.
 func (m *Maintainer) campaign(ctx context.Context) (time.Duration, error) {
 	db := m.st.Wrap(m.store.DB)
-	cur, err := store.Queries.LeaderRead(ctx, db, leaderName)
+	cur, err := schemasql.Queries.LeaderRead(ctx, db, leaderName)
 	if err != nil {
-		return m.look(), store.Err(err)
+		return m.look(), schemasql.Err(err)
 	}
 	if cur.Owner != "" && cur.SecondsLeft > 0 {
 		// Held: look again when it ends, or a third of the Lease from now if sooner (a leader that
@@ -383,9 +383,9 @@ func (m *Maintainer) campaign(ctx context.Context) (time.Duration, error) {
 		return min(m.look(), time.Duration(cur.SecondsLeft*float64(time.Second))+leaseSlack), nil
 	}
 	sent := time.Now()
-	terms, err := store.Queries.LeaderElect(ctx, db, sqlcElect(m.cfg.Owner, m.cfg.Lease))
+	terms, err := schemasql.Queries.LeaderElect(ctx, db, sqlcElect(m.cfg.Owner, m.cfg.Lease))
 	if err != nil {
-		return m.look(), store.Err(err)
+		return m.look(), schemasql.Err(err)
 	}
 	if len(terms) == 0 {
 		return m.look(), nil // another candidate took it first
@@ -430,7 +430,7 @@ func (m *Maintainer) lead(ctx context.Context, term int64, sent time.Time, previ
 		}
 		at := time.Now()
 		rctx, cancel := context.WithDeadline(ctx, valid.Add(-margin))
-		n, err := store.Queries.LeaderRenew(rctx, db, sqlcRenew(m.cfg.Owner, term, lease))
+		n, err := schemasql.Queries.LeaderRenew(rctx, db, sqlcRenew(m.cfg.Owner, term, lease))
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -451,7 +451,7 @@ func (m *Maintainer) lead(ctx context.Context, term int64, sent time.Time, previ
 	<-jobsDone
 	if reason == "stopped" {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		if _, err := store.Queries.LeaderResign(rctx, db, sqlcResign(m.cfg.Owner, term)); err != nil {
+		if _, err := schemasql.Queries.LeaderResign(rctx, db, sqlcResign(m.cfg.Owner, term)); err != nil {
 			m.log.Debug("txinbox: ending the maintainer's lease failed; another maintainer takes over when it ends", "owner", m.cfg.Owner, "err", err)
 		}
 		cancel()

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
 // The roll-ups: every batch's finish appends its counts of finished attempts (completed, failed, of
@@ -21,12 +21,12 @@ const rollupKeepMinutes = 2 * 24 * 60
 // its consumer: SCALING.md).
 func (m *Maintainer) foldRollup(ctx context.Context) error {
 	db := m.st.Wrap(m.store.DB)
-	consumers, err := store.Queries.RollupConsumers(ctx, db)
+	consumers, err := schemasql.Queries.RollupConsumers(ctx, db)
 	if err != nil {
-		return store.Err(err)
+		return schemasql.Err(err)
 	}
 	for _, c := range consumers {
-		if _, err := store.Queries.RollupFold(ctx, db, c, rollupKeepMinutes); err != nil {
+		if _, err := schemasql.Queries.RollupFold(ctx, db, c, rollupKeepMinutes); err != nil {
 			return fmt.Errorf("txinbox: folding the roll-up of consumer %q: %w", c, err)
 		}
 	}

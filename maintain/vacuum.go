@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
 // Intervals of the safety nets (Config.QueueVacuumThreshold): the period of their jobs. After a run
@@ -58,7 +58,8 @@ var analyzed = []string{"inbox_queue", "inbox_s0", "inbox_s1", "inbox_s2"}
 // statistics describe (StaleTables). Autovacuum analyzes a table after 10% of it changed, but it may
 // be off or lag, and a generic plan of the worker's statements made while a table was small keeps
 // reading the whole table per message until the statistics change (every connection plans again
-// after an ANALYZE: bench/RESULTS.md, "generic plans frozen"). Errors are logged, never returned.
+// after an ANALYZE: docs/design/generic-plans.md, "Generic plans frozen while the tables were
+// small"). Errors are logged, never returned.
 func (m *Maintainer) analyze(ctx context.Context) {
 	v := &m.nets.analyze
 	db := m.store.DB
@@ -66,12 +67,12 @@ func (m *Maintainer) analyze(ctx context.Context) {
 	for i, t := range analyzed {
 		tables[i] = m.st.Table(t)
 	}
-	stale, err := store.Queries.StaleTables(ctx, db, tables)
+	stale, err := schemasql.Queries.StaleTables(ctx, db, tables)
 	if err != nil || len(stale) == 0 {
 		return
 	}
 	for _, table := range stale {
-		// ANALYZE takes no parameters; the name is one of tables, quoted by pgx.Identifier (store.Table).
+		// ANALYZE takes no parameters; the name is one of tables, quoted by pgx.Identifier (schemasql.Schema.Table).
 		if _, err := db.Exec(ctx, "ANALYZE (SKIP_LOCKED) "+table); err != nil {
 			if ctx.Err() == nil {
 				m.log.Warn("txinbox: analyze of a grown table failed; retrying later", "table", table, "err", err)
@@ -81,7 +82,7 @@ func (m *Maintainer) analyze(ctx context.Context) {
 		}
 	}
 	m.log.Debug("txinbox: analyzed tables that outgrew their statistics", "tables", stale)
-	still, err := store.Queries.StaleTables(ctx, db, stale)
+	still, err := schemasql.Queries.StaleTables(ctx, db, stale)
 	if err != nil || len(still) == 0 {
 		v.helped()
 		return
@@ -102,12 +103,12 @@ func (m *Maintainer) vacuum(ctx context.Context) {
 	db := m.store.DB
 	threshold := int64(m.cfg.QueueVacuumThreshold)
 	table := m.st.Table("inbox_queue")
-	dead, err := store.Queries.QueueDeadRows(ctx, db, table)
+	dead, err := schemasql.Queries.QueueDeadRows(ctx, db, table)
 	if err != nil || dead <= threshold {
 		return
 	}
 	start := time.Now()
-	// VACUUM takes no parameters; the table name is quoted by pgx.Identifier (store.Table).
+	// VACUUM takes no parameters; the table name is quoted by pgx.Identifier (schemasql.Schema.Table).
 	// SKIP_LOCKED: if another session is vacuuming it right now, skip rather than wait.
 	if _, err := db.Exec(ctx, "VACUUM (SKIP_LOCKED) "+table); err != nil {
 		if ctx.Err() == nil {
@@ -116,7 +117,7 @@ func (m *Maintainer) vacuum(ctx context.Context) {
 		v.failed()
 		return
 	}
-	after, err := store.Queries.QueueDeadRows(ctx, db, table)
+	after, err := schemasql.Queries.QueueDeadRows(ctx, db, table)
 	m.log.Debug("txinbox: vacuumed the queue table", "table", table, "dead_before", dead, "dead_after", after,
 		"took", time.Since(start))
 	if err != nil || after <= threshold {

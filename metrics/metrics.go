@@ -85,6 +85,7 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -233,23 +234,24 @@ func (m *Metrics) ReceiveStart(ctx context.Context, msgs []inbox.Message) (conte
 			span.SetStatus(codes.Error, err.Error())
 			return
 		}
-		var counts [4]int // by inbox.Outcome
+		outcomes := [...]inbox.Outcome{inbox.Inserted, inbox.Duplicate, inbox.Conflict}
+		var counts [len(outcomes)]int // by index in outcomes
 		var last string
 		flush := func() {
-			for o, n := range counts {
+			for i, n := range counts {
 				if n > 0 {
-					m.received.WithLabelValues(last, inbox.Outcome(o).String()).Add(float64(n))
+					m.received.WithLabelValues(last, string(outcomes[i])).Add(float64(n))
 				}
 			}
-			counts = [4]int{}
+			counts = [len(outcomes)]int{}
 		}
 		for i, r := range rs {
 			if c := msgs[i].Consumer; c != last {
 				flush()
 				last = c
 			}
-			if r.Outcome >= inbox.Inserted && r.Outcome <= inbox.Conflict {
-				counts[r.Outcome]++
+			if j := slices.Index(outcomes[:], r.Outcome); j >= 0 {
+				counts[j]++
 			}
 		}
 		flush()

@@ -9,7 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/schemasql"
+	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -84,7 +85,7 @@ type OutboxConfig struct {
 type OutboxCollector struct {
 	db     txinbox.DB
 	cfg    OutboxConfig
-	st     *store.Store
+	st     *schemasql.Schema
 	events *prometheus.Desc
 	lag    *prometheus.Desc
 }
@@ -98,7 +99,7 @@ func NewOutboxCollector(store txinbox.Store, cfg OutboxConfig) (*OutboxCollector
 		return nil, err
 	}
 	for _, tp := range cfg.Topics {
-		if err := txinbox.ValidateText(tp, outbox.MaxTopicBytes, false); err != nil {
+		if err := textcheck.Check(tp, outbox.MaxTopicBytes, false); err != nil {
 			return nil, &txinbox.ConfigError{Field: "Topics", Reason: fmt.Sprintf("%q %v", tp, err)}
 		}
 	}
@@ -129,7 +130,7 @@ func (c *OutboxCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *OutboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 	defer cancel()
-	rows, err := store.Queries.OutboxQueueStats(ctx, c.st.Wrap(c.db))
+	rows, err := schemasql.Queries.OutboxQueueStats(ctx, c.st.Wrap(c.db))
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.events, err)
 		return

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
 // QueueConfig configures a QueueCollector. The zero value is valid.
@@ -25,7 +25,7 @@ type QueueConfig struct {
 }
 
 // statements returns the statement rewriter of schema.
-func statements(schema string) *store.Store { return store.New(schema) }
+func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
 
 // QueueCollector reports the depth of the queue on every scrape, with one query reading the queue
 // table (inbox_queue: unfinished messages only, so its cost grows with the backlog, not with the
@@ -33,7 +33,7 @@ func statements(schema string) *store.Store { return store.New(schema) }
 type QueueCollector struct {
 	db       txinbox.DB
 	cfg      QueueConfig
-	st       *store.Store
+	st       *schemasql.Schema
 	messages *prometheus.Desc
 	oldest   *prometheus.Desc
 }
@@ -77,7 +77,7 @@ func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 	defer cancel()
-	rows, err := store.Queries.QueueStats(ctx, c.st.Wrap(c.db))
+	rows, err := schemasql.Queries.QueueStats(ctx, c.st.Wrap(c.db))
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.messages, err)
 		return

@@ -48,16 +48,19 @@ type MigrationResult struct {
 // New returns a Migrator of store's schema. It opens a dedicated connection pool from connConfig
 // (usually pool.Config().ConnConfig) with search_path set to the schema; store.DB is not used and may
 // be nil. It writes nothing: [Migrator.Up] creates the schema if it is missing. Close it when done.
-// logger may be nil. An invalid store.Schema returns a *[txinbox.ConfigError].
+// logger may be nil. Of store, only Schema is used (empty: txinbox.DefaultSchema); an invalid one
+// returns a *[txinbox.ConfigError].
 func New(ctx context.Context, connConfig *pgx.ConnConfig, store txinbox.Store, logger *slog.Logger) (*Migrator, error) {
-	store, err := store.ResolveSettings()
-	if err != nil {
+	schema := store.Schema
+	if schema == "" {
+		schema = txinbox.DefaultSchema
+	}
+	if err := txinbox.ValidateSchema(schema); err != nil {
 		return nil, err
 	}
 	if connConfig == nil {
 		return nil, &txinbox.ConfigError{Field: "connConfig", Reason: "is required"}
 	}
-	schema := store.Schema
 	cfg := connConfig.Copy()
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 )
 
 // Config configures a Client. The zero value is valid.
@@ -27,7 +27,7 @@ type Config struct {
 type Client struct {
 	store  txinbox.Store
 	cfg    Config
-	st     *store.Store
+	st     *schemasql.Schema
 	notify notifier
 }
 
@@ -45,7 +45,7 @@ func New(st txinbox.Store, cfg Config) (*Client, error) {
 	if cfg.MaxPayloadBytes < 0 {
 		return nil, &txinbox.ConfigError{Field: "MaxPayloadBytes", Reason: "must not be negative"}
 	}
-	return &Client{store: st, cfg: cfg, st: store.New(st.Schema),
+	return &Client{store: st, cfg: cfg, st: schemasql.New(st.Schema),
 		notify: notifier{interval: st.NotifyInterval, channel: NotifyChannel(st)}}, nil
 }
 
@@ -101,12 +101,12 @@ func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]str
 	}
 	g, granted := c.notify.grant()
 	p.Notify = granted
-	written, err := store.Queries.OutboxPublish(ctx, c.st.Wrap(tx), p)
+	written, err := schemasql.Queries.OutboxPublish(ctx, c.st.Wrap(tx), p)
 	if err != nil {
 		if granted {
 			c.notify.giveBack(g)
 		}
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	if written != int64(n) {
 		return nil, fmt.Errorf("txinbox: publishing %d events wrote %d", n, written)

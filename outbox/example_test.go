@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
 )
 

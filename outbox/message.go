@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/textcheck"
 )
 
 // Message is one event to publish.
@@ -82,10 +83,10 @@ func validate(i int, m *Message, maxPayload int) error {
 	bad := func(field string, err error) error {
 		return &ValidationError{Index: i, Field: field, Reason: err.Error()}
 	}
-	if err := txinbox.ValidateText(m.Topic, MaxTopicBytes, false); err != nil {
+	if err := textcheck.Check(m.Topic, MaxTopicBytes, false); err != nil {
 		return bad("topic", err)
 	}
-	if err := txinbox.ValidateText(m.Key, MaxKeyBytes, true); err != nil {
+	if err := textcheck.Check(m.Key, MaxKeyBytes, true); err != nil {
 		return bad("key", err)
 	}
 	if err := validatePayload(m.Payload, maxPayload); err != nil {
@@ -120,10 +121,10 @@ func validateHeaders(h map[string]string) error {
 	}
 	total := 0
 	for k, v := range h {
-		if err := txinbox.ValidateText(k, MaxHeaderNameBytes, false); err != nil {
+		if err := textcheck.Check(k, MaxHeaderNameBytes, false); err != nil {
 			return fmt.Errorf("name %q %v", truncate(k), err)
 		}
-		if err := txinbox.ValidateText(v, MaxHeaderValueBytes, true); err != nil {
+		if err := textcheck.Check(v, MaxHeaderValueBytes, true); err != nil {
 			return fmt.Errorf("%q value %v", truncate(k), err)
 		}
 		total += len(k) + len(v)

@@ -23,8 +23,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -190,7 +190,7 @@ type Relay struct {
 	db      txinbox.DB
 	store   txinbox.Store
 	cfg     RelayConfig
-	st      *store.Store
+	st      *schemasql.Schema
 	lockKey int64
 
 	wake       chan struct{}
@@ -240,7 +240,7 @@ func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	}
 	h := fnv.New64a()
 	h.Write([]byte("txinbox.outbox.claim\x00" + st.Schema))
-	r := &Relay{db: st.DB, store: st, cfg: cfg, st: store.New(st.Schema), lockKey: int64(h.Sum64() >> 1),
+	r := &Relay{db: st.DB, store: st, cfg: cfg, st: schemasql.New(st.Schema), lockKey: int64(h.Sum64() >> 1),
 		wake: make(chan struct{}, cfg.Concurrency+1), epoch: time.Now(), stopDone: make(chan struct{})}
 	r.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
 	return r, nil
@@ -288,7 +288,7 @@ func (r *Relay) Start(ctx context.Context) error {
 }
 
 func (r *Relay) checkSchema(ctx context.Context) error {
-	row, err := store.Queries.OutboxTables(ctx, r.db, r.st.Table("outbox"), r.st.Table("outbox_queue"))
+	row, err := schemasql.Queries.OutboxTables(ctx, r.db, r.st.Table("outbox"), r.st.Table("outbox_queue"))
 	if err != nil {
 		return fmt.Errorf("txinbox: checking the schema %q: %w", r.store.Schema, err)
 	}
@@ -493,12 +493,12 @@ func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams) ([]sqlc
 		}
 	}
 	db := r.st.Wrap(tx)
-	if err := store.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
-		return nil, store.Err(err)
+	if err := schemasql.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
+		return nil, schemasql.Err(err)
 	}
-	rows, err := store.Queries.OutboxClaim(ctx, db, p)
+	rows, err := schemasql.Queries.OutboxClaim(ctx, db, p)
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
@@ -524,12 +524,12 @@ func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.Outbox
 		}
 	}()
 	db := r.st.Wrap(pl)
-	if err := store.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
-		return nil, store.Err(err)
+	if err := schemasql.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
+		return nil, schemasql.Err(err)
 	}
-	rows, err = store.Queries.OutboxClaim(ctx, db, p)
+	rows, err = schemasql.Queries.OutboxClaim(ctx, db, p)
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	return rows, nil
 }
@@ -697,7 +697,7 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 			p.Errors[i] = storable(f.err.Error())
 		}
 	}
-	ids, err := store.Queries.OutboxFinish(rctx, r.st.Wrap(r.db), p)
+	ids, err := schemasql.Queries.OutboxFinish(rctx, r.st.Wrap(r.db), p)
 	if err != nil {
 		r.cfg.Logger.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
 			"schema", r.store.Schema, "events", n, "err", err)
@@ -718,7 +718,7 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 		}
 	}
 	if len(keys) > 0 {
-		if err := store.Queries.OutboxReadyNext(rctx, r.st.Wrap(r.db), keys); err != nil {
+		if err := schemasql.Queries.OutboxReadyNext(rctx, r.st.Wrap(r.db), keys); err != nil {
 			r.cfg.Logger.Warn("txinbox: making the next outbox events of keys ready failed; they go when their snooze ends",
 				"schema", r.store.Schema, "keys", len(keys), "snooze", r.snoozeFor(), "err", err)
 		}

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
 // DefaultRotateLockTimeout is RotateOptions.LockTimeout when it is zero.
@@ -102,12 +102,12 @@ func Rotate(ctx context.Context, st txinbox.Store, opts RotateOptions) (Rotation
 		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", opts.LockTimeout.Milliseconds())); err != nil {
 			return err
 		}
-		row, err := store.Queries.OutboxRotate(ctx, store.New(st.Schema).Wrap(tx), period, keep)
+		row, err := schemasql.Queries.OutboxRotate(ctx, schemasql.New(st.Schema).Wrap(tx), period, keep)
 		r = Rotation{Rotated: row.Rotated, Generation: row.Generation, Copied: row.Copied}
 		return err
 	})
 	if err != nil {
-		return Rotation{}, fmt.Errorf("txinbox: rotating the outbox: %w", store.Err(err))
+		return Rotation{}, fmt.Errorf("txinbox: rotating the outbox: %w", schemasql.Err(err))
 	}
 	r.Duration = time.Since(start)
 	return r, nil

@@ -1,6 +1,6 @@
 -- Package admin's reading and actions on the transactional outbox (migration 00009): the operator's
 -- answers about it, which the console and the txinbox command present. Every table name carries the
--- schema template comment, which internal/store replaces with the configured schema, quoted, at run
+-- schema template comment, which internal/schemasql replaces with the configured schema, quoted, at run
 -- time.
 --
 -- The outbox table has no index but its primary key (id, slot), so that the relay's one write of a row

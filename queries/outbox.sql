@@ -1,5 +1,5 @@
 -- The transactional outbox (package outbox, migration 00009). Every table name carries the schema
--- template comment, which internal/store replaces with the configured schema, quoted, at run time.
+-- template comment, which internal/schemasql replaces with the configured schema, quoted, at run time.
 -- The outbox has no consumer column and is never distributed (00009).
 
 -- name: OutboxPublish :one

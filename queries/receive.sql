@@ -1,4 +1,4 @@
--- Every table name carries the schema template comment, which internal/store replaces with the
+-- Every table name carries the schema template comment, which internal/schemasql replaces with the
 -- configured schema, quoted, at run time.
 
 -- name: ReceiveBatch :many
@@ -51,9 +51,10 @@ WITH gl AS (
     -- and cannot deadlock. A key with a live row in another slot, under the statement's snapshot,
     -- is left out: one probe of the unique key (consumer, key) per key, a LATERAL with LIMIT, which
     -- a plan can run only once per key. Neither a join by consumer alone (a generic plan made while
-    -- the current slot looked empty read every row of the slot for every key: bench/RESULTS.md,
-    -- "Retention by generations") nor an anti join with the keys' list inside (a generic plan that
-    -- estimated one key ran the probes of every key once per key: "ReceiveMany's generic plan").
+    -- the current slot looked empty read every row of the slot for every key:
+    -- docs/design/retention-layout.md) nor an anti join with the keys' list inside (a generic plan
+    -- that estimated one key ran the probes of every key once per key: docs/design/generic-plans.md,
+    -- "ReceiveMany's generic plan").
     SELECT f.*, nextval('/* TEMPLATE: schema */inbox_id_seq') AS id
     FROM firsts f
     LEFT JOIN LATERAL (
@@ -112,7 +113,7 @@ LEFT JOIN LATERAL (
 -- filter of the probe, so a new message never reads it), a LATERAL with LIMIT, never a join. A join
 -- let a generic plan made while the queue was small read every queue row of the consumer once per
 -- statement; a LATERAL without the filter, made then, scanned the whole queue once per statement
--- (bench/RESULTS.md, "The queue lookup of a receive"). inbox_batch holds one row per batch in flight.
+-- (docs/design/receive-queue-probe.md). inbox_batch holds one row per batch in flight.
 LEFT JOIN LATERAL (
     SELECT true AS claimed FROM /* TEMPLATE: schema */inbox_batch b
     WHERE m.id IS NOT NULL AND b.consumer = @consumer AND m.id = ANY (b.ids)

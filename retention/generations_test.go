@@ -14,8 +14,8 @@ import (
 
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/ledgertest"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/retention"
 )
 
@@ -294,8 +294,8 @@ func TestPendingAndDeadSurviveRotations(t *testing.T) {
 		t.Fatalf("clean: %+v %v", r, err)
 	}
 	mustExec(t, db, `UPDATE {schema}.inbox SET completed_at = now() - interval '2 days' WHERE state = 'dead'`)
-	if n, err := ops.DiscardOlder(ctx, 24*time.Hour, inbox.StateDead); err != nil || n != 3 {
-		t.Fatalf("discard older: %d %v", n, err)
+	if d, err := ops.DiscardOlder(ctx, admin.OlderFilter{OlderThan: 24 * time.Hour, States: []inbox.State{inbox.StateDead}}); err != nil || d.Discarded != 3 {
+		t.Fatalf("discard older: %d %v", d.Discarded, err)
 	}
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`) + db.Count(t, `SELECT count(*) FROM {schema}.inbox_dead`); got != 0 {
 		t.Fatalf("%d rows left", got)

@@ -7,16 +7,16 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/ledgertest"
-	"github.com/txinbox/txinbox/internal/plantest"
+	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
+	"github.com/txinbox/txinbox/internal/testkit/plantest"
 	"github.com/txinbox/txinbox/retention"
 )
 
 // A generic plan of ReceiveBatch made while the current generation's partition looks empty (just
 // truncated by a rotation, never analyzed) must still find each key by the unique key (consumer, key):
 // one that joined the batch's keys by consumer alone read every row of the partition for every key,
-// and receives slowed as the partition filled (bench/RESULTS.md, "Retention by generations"). The
-// generic plan is read with plantest.ExplainGeneric.
+// and receives slowed as the partition filled (docs/design/retention-layout.md, "The receive's plan
+// after a rotation"). The generic plan is read with plantest.ExplainGeneric.
 func TestReceivePlanProbesKeysAfterRotation(t *testing.T) {
 	t.Parallel()
 	_, db := newClient(t)

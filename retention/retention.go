@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"sync"
 	"time"
@@ -23,15 +24,23 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/internal/walk"
 )
 
 var _ txinbox.Service = (*Cleaner)(nil)
 
 // statements returns the statement rewriter of schema.
-func statements(schema string) *store.Store { return store.New(schema) }
+// cleanerLockKey returns the key of the advisory lock a Cleaner of schema holds for the length of a
+// pass. It shows in pg_locks with locktype advisory, classid and objid its high and low 32 bits.
+func cleanerLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("txinbox.cleaner:" + schema))
+	return int64(h.Sum64() >> 1)
+}
+
+func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
 
 // Defaults and limits of CleanOptions and Config.
 const (
@@ -149,14 +158,15 @@ type Config struct {
 // keys with this code: a Cleaner is needed only where no maintainer runs, or by hand. Several
 // Cleaners may run, in any processes: only one Cleaner per schema
 // runs a pass at any time, across all processes, because a pass holds a transaction-scoped PostgreSQL
-// advisory lock (Store.CleanerLockKey) taken with pg_try_advisory_xact_lock; a Cleaner that finds it
+// advisory lock taken with pg_try_advisory_xact_lock (in pg_locks: locktype advisory, its key
+// derived from the schema name); a Cleaner that finds it
 // taken skips that pass. (The maintainer does not take this lock: it is one per schema by election.) The lock is held in an otherwise idle transaction on one connection of the
 // pool while the statements run on others, so the pool needs at least two connections; the lock ends
 // with that transaction, or with its connection if the process dies. A rotation is also safe
 // without the lock: of two at once, one rotates and the other reports Rotated false.
 type Cleaner struct {
 	store txinbox.Store
-	st    *store.Store
+	st    *schemasql.Schema
 	cfg   Config
 	opt   CleanOptions
 	key   int64
@@ -210,7 +220,7 @@ func New(store txinbox.Store, cfg Config) (*Cleaner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Cleaner{store: store, st: statements(store.Schema), cfg: cfg, opt: opt, key: store.CleanerLockKey(),
+	return &Cleaner{store: store, st: statements(store.Schema), cfg: cfg, opt: opt, key: cleanerLockKey(store.Schema),
 		log: log.With("schema", store.Schema)}, nil
 }
 
@@ -231,13 +241,13 @@ func (cl *Cleaner) Clean(ctx context.Context, o CleanOptions) (CleanResult, erro
 		return CleanResult{}, err
 	}
 	db := cl.st.Wrap(cl.store.DB)
-	maxID, err := store.Queries.MaxMessageID(ctx, db)
+	maxID, err := schemasql.Queries.MaxMessageID(ctx, db)
 	if err != nil {
-		return CleanResult{}, store.Err(err)
+		return CleanResult{}, schemasql.Err(err)
 	}
-	consumers, err := store.Consumers(ctx, db)
+	consumers, err := schemasql.Consumers(ctx, db)
 	if err != nil {
-		return CleanResult{}, store.Err(err)
+		return CleanResult{}, schemasql.Err(err)
 	}
 	res := CleanResult{Done: true}
 	for _, consumer := range consumers {
@@ -257,14 +267,14 @@ func (cl *Cleaner) Clean(ctx context.Context, o CleanOptions) (CleanResult, erro
 }
 
 // walk returns the walk of one consumer's ids up to to: every statement names the consumer
-// (store.Consumers). ran is the number of statements the pass has already run, counted against
+// (schemasql.Consumers). ran is the number of statements the pass has already run, counted against
 // o.MaxBatches (see spent).
 func (cl *Cleaner) walk(o CleanOptions, consumer string, to int64, ran int) *walk.Walk {
 	db := cl.st.Wrap(cl.store.DB)
 	w := &walk.Walk{
-		From: 0, To: to, Batch: int64(o.BatchSize), Span: int64(o.BatchSize) * walk.SpanFactor, Err: store.Err,
+		From: 0, To: to, Batch: int64(o.BatchSize), Span: int64(o.BatchSize) * walk.SpanFactor, Err: schemasql.Err,
 		Delete: func(ctx context.Context, after, until int64) (picked, deleted, last int64, err error) {
-			r, err := store.Queries.CleanExpiredRange(ctx, db, sqlc.CleanExpiredRangeParams{
+			r, err := schemasql.Queries.CleanExpiredRange(ctx, db, sqlc.CleanExpiredRangeParams{
 				Consumer: consumer, AfterID: after, UntilID: until, MaxRows: int32(o.BatchSize)})
 			return r.Picked, r.Deleted, r.LastID, err
 		},
@@ -285,10 +295,10 @@ func spent(o CleanOptions, batches int) bool { return o.MaxBatches > 0 && batche
 func (cl *Cleaner) cleanKeys(ctx context.Context, batch int, check func(context.Context) error) (int64, error) {
 	var total int64
 	for {
-		n, err := store.Queries.IdemCleanExpired(ctx, cl.st.Wrap(cl.store.DB), int32(batch))
+		n, err := schemasql.Queries.IdemCleanExpired(ctx, cl.st.Wrap(cl.store.DB), int32(batch))
 		total += n
 		if err != nil {
-			return total, store.Err(err)
+			return total, schemasql.Err(err)
 		}
 		if n < int64(batch) {
 			return total, nil
@@ -316,13 +326,13 @@ func (cl *Cleaner) RunOnce(ctx context.Context) (res CleanResult, ran bool, err 
 	defer cl.mu.Unlock()
 	tx, err := cl.store.DB.Begin(ctx)
 	if err != nil {
-		return res, false, store.Err(err)
+		return res, false, schemasql.Err(err)
 	}
 	// Rolling back ends the transaction and releases the lock; it wrote nothing.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	locked, err := store.Queries.TryCleanerLock(ctx, tx, cl.key)
+	locked, err := schemasql.Queries.TryCleanerLock(ctx, tx, cl.key)
 	if err != nil {
-		return res, false, store.Err(err)
+		return res, false, schemasql.Err(err)
 	}
 	if !locked {
 		return res, false, nil
@@ -330,7 +340,7 @@ func (cl *Cleaner) RunOnce(ctx context.Context) (res CleanResult, ran bool, err 
 	// Between statements, make sure the lock is still held (its connection may have been cut). Taking
 	// an advisory lock again in the transaction that holds it succeeds at once.
 	check := func(ctx context.Context) error {
-		locked, err := store.Queries.TryCleanerLock(ctx, tx, cl.key)
+		locked, err := schemasql.Queries.TryCleanerLock(ctx, tx, cl.key)
 		if err == nil && !locked {
 			err = errors.New("lock taken by another cleaner")
 		}
@@ -393,11 +403,11 @@ func (cl *Cleaner) rotate(ctx context.Context, due *time.Duration) (Rotation, er
 				return err
 			}
 			var err error
-			row, err = store.Queries.Rotate(ctx, cl.st.Wrap(tx), period)
+			row, err = schemasql.Queries.Rotate(ctx, cl.st.Wrap(tx), period)
 			return err
 		})
 		if err != nil {
-			return Rotation{}, fmt.Errorf("txinbox: rotating generations: %w", store.Err(err))
+			return Rotation{}, fmt.Errorf("txinbox: rotating generations: %w", schemasql.Err(err))
 		}
 		if !row.Busy || attempt == maxBusyRotations-1 {
 			break

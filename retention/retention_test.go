@@ -14,8 +14,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/ledgertest"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/retention"
 )
 
@@ -169,7 +169,7 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 	// Rolled back on every path: a failure that left it open would keep its connection, and the
 	// pool's Close at the end of the test would wait for it until the go test timeout.
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", (txinbox.Store{Schema: db.Schema}).CleanerLockKey()); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", retention.CleanerLockKey(db.Schema)); err != nil {
 		t.Fatal(err)
 	}
 	mustExec(t, db, `UPDATE {schema}.inbox_ring SET rotated_at = now() - interval '8 days'`)
@@ -182,7 +182,7 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 		t.Fatalf("rows = %d: a pass ran while the lock was held", got)
 	}
 	// The lock of another schema does not matter.
-	if (txinbox.Store{Schema: db.Schema}).CleanerLockKey() == (txinbox.Store{Schema: db.Schema + "x"}).CleanerLockKey() {
+	if retention.CleanerLockKey(db.Schema) == retention.CleanerLockKey(db.Schema+"x") {
 		t.Fatal("lock keys of two schemas collide")
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -227,7 +227,7 @@ func TestCleanerRunsOneAtATime(t *testing.T) {
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 100 {
 		t.Fatalf("rows = %d, want the 100 pending", got)
 	}
-	if got := db.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1`, (txinbox.Store{Schema: db.Schema}).CleanerLockKey()); got != 0 {
+	if got := db.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1`, retention.CleanerLockKey(db.Schema)); got != 0 {
 		t.Fatalf("cleaner lock still held after its passes")
 	}
 }

@@ -19,7 +19,7 @@ const (
 	// call costs about log2 of it in bisection calls; a bigger batch spreads each transaction's fixed
 	// cost (claim, lock, commit) over more messages, and holds more payloads in memory at once.
 	// Measured drains of 100,000 messages ran 46k msg/s at 200, 53-55k at 500 and 56-57k at 1000 on
-	// one machine, 53-58k at 500 and 65-67k at 1000 on another (bench/RESULTS.md).
+	// one machine, 53-58k at 500 and 65-67k at 1000 on another (docs/design/drain-limits.md, "The batch size").
 	DefaultHandlerBatchSize = 500
 	// MaxHandlerBatchSize is the largest HandlerConfig.BatchSize of a batch handler.
 	MaxHandlerBatchSize = 1000

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
 // unit is what a batch transaction runs in one step: one message of a single handler (h nil), or the
@@ -307,7 +307,7 @@ func (b *batchCall) lost(items []*batchItem, r callResult, err error) error {
 // what they committed). If it rolled back, a call of one message is dead at once (as a single
 // handler's), and the messages of a larger call are held for the rescuer, which runs them alone.
 func (b *batchCall) ended(ctx context.Context, items []*batchItem) error {
-	status, err := store.Queries.XactStatus(context.WithoutCancel(ctx), b.p.st.Wrap(b.p.db), b.xid)
+	status, err := schemasql.Queries.XactStatus(context.WithoutCancel(ctx), b.p.st.Wrap(b.p.db), b.xid)
 	if err != nil {
 		status = "unknown (" + err.Error() + ")"
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -80,7 +80,7 @@ func TestLeftBehindBatchIsChargedOnce(t *testing.T) {
 	e := newEnv(t)
 	e.receive(t, keys("c", 4)...)
 	ctx := context.Background()
-	st := store.New(e.Schema)
+	st := schemasql.New(e.Schema)
 	var ids []int64
 	rows, err := e.Pool.Query(ctx, e.SQL(`SELECT id FROM {schema}.inbox ORDER BY id`))
 	if err != nil {
@@ -89,11 +89,11 @@ func TestLeftBehindBatchIsChargedOnce(t *testing.T) {
 	if ids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
 		t.Fatal(err)
 	}
-	record, err := store.Queries.RecordBatch(ctx, st.Wrap(e.Pool), sqlc.RecordBatchParams{Consumer: "ledger", Xid: "3", Ids: ids, Owner: "killed"})
+	record, err := schemasql.Queries.RecordBatch(ctx, st.Wrap(e.Pool), sqlc.RecordBatchParams{Consumer: "ledger", Xid: "3", Ids: ids, Owner: "killed"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if statuses, err := store.Queries.XactStatuses(ctx, st.Wrap(e.Pool), []string{"3"}); err != nil || len(statuses) != 1 || statuses[0] != "" {
+	if statuses, err := schemasql.Queries.XactStatuses(ctx, st.Wrap(e.Pool), []string{"3"}); err != nil || len(statuses) != 1 || statuses[0] != "" {
 		t.Fatalf("status of transaction 3: %q, %v; want empty (too old)", statuses, err)
 	}
 
@@ -102,13 +102,13 @@ func TestLeftBehindBatchIsChargedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = first.Rollback(ctx) }()
-	charged, err := store.Queries.ChargeBatch(ctx, st.Wrap(first), "ledger", record)
+	charged, err := schemasql.Queries.ChargeBatch(ctx, st.Wrap(first), "ledger", record)
 	if err != nil || len(charged) != len(ids) {
 		t.Fatalf("first charge: %d messages, %v", len(charged), err)
 	}
 	second := make(chan int)
 	go func() {
-		c, err := store.Queries.ChargeBatch(ctx, st.Wrap(e.Pool), "ledger", record)
+		c, err := schemasql.Queries.ChargeBatch(ctx, st.Wrap(e.Pool), "ledger", record)
 		if err != nil {
 			t.Error(err)
 		}
@@ -142,7 +142,7 @@ func TestSettleAfterChargeChangesNothing(t *testing.T) {
 	e := newEnv(t)
 	e.receive(t, keys("h", 3)...)
 	ctx := context.Background()
-	st := store.New(e.Schema)
+	st := schemasql.New(e.Schema)
 	rows, err := e.Pool.Query(ctx, e.SQL(`SELECT id, token FROM {schema}.inbox_queue ORDER BY id`))
 	if err != nil {
 		t.Fatal(err)
@@ -156,11 +156,11 @@ func TestSettleAfterChargeChangesNothing(t *testing.T) {
 	for i, c := range claims {
 		ids[i], tokens[i] = c.ID, c.Token
 	}
-	record, err := store.Queries.RecordBatch(ctx, st.Wrap(e.Pool), sqlc.RecordBatchParams{Consumer: "ledger", Xid: "3", Ids: ids, Owner: "w"})
+	record, err := schemasql.Queries.RecordBatch(ctx, st.Wrap(e.Pool), sqlc.RecordBatchParams{Consumer: "ledger", Xid: "3", Ids: ids, Owner: "w"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Queries.ChargeBatch(ctx, st.Wrap(e.Pool), "ledger", record); err != nil {
+	if _, err := schemasql.Queries.ChargeBatch(ctx, st.Wrap(e.Pool), "ledger", record); err != nil {
 		t.Fatal(err)
 	}
 	snapshot := func() string {
@@ -177,12 +177,12 @@ func TestSettleAfterChargeChangesNothing(t *testing.T) {
 	for i := range ids {
 		keys[i], outcomes[i], texts[i], delays[i] = fmt.Sprint("h-", i), "retry", "the culprit's failure", 60
 	}
-	if n, err := store.Queries.FinishBatch(ctx, st.Wrap(e.Pool), sqlc.FinishBatchParams{Consumer: "ledger", Ids: ids, Keys: keys,
+	if n, err := schemasql.Queries.FinishBatch(ctx, st.Wrap(e.Pool), sqlc.FinishBatchParams{Consumer: "ledger", Ids: ids, Keys: keys,
 		Tokens: tokens, Outcomes: outcomes, Errors: texts, Results: make([]string, len(ids)), Delays: delays, Uncount: uncount,
 		RetentionSeconds: 60, StartedAt: pgtype.Timestamptz{Valid: true}}); err != nil || n != 0 {
 		t.Fatalf("a failure recorded after the charge: %d, %v", n, err)
 	}
-	if n, err := store.Queries.SettleBatch(ctx, st.Wrap(e.Pool), sqlc.SettleBatchParams{Consumer: "ledger", Batch: record, HeldIds: ids, HeldTokens: tokens}); err != nil || n != 0 {
+	if n, err := schemasql.Queries.SettleBatch(ctx, st.Wrap(e.Pool), sqlc.SettleBatchParams{Consumer: "ledger", Batch: record, HeldIds: ids, HeldTokens: tokens}); err != nil || n != 0 {
 		t.Fatalf("settle after the charge: %d, %v", n, err)
 	}
 	if after := snapshot(); after != before {

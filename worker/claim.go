@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 )
 
 // The life of a batch, one file each: its claim (this file), the run of its handlers (handle.go, with
@@ -77,7 +77,7 @@ func (p *Pool) claim(ctx context.Context, suspects bool) (*batch, error) {
 	b.msgs = p.runnable(msgs)
 	ids, _ := idsTokens(b.msgs)
 	err = p.records.do(ctx, p.db, func(db sqlc.DBTX) error {
-		record, err := store.Queries.RecordBatch(ctx, p.st.Wrap(db), sqlc.RecordBatchParams{
+		record, err := schemasql.Queries.RecordBatch(ctx, p.st.Wrap(db), sqlc.RecordBatchParams{
 			Consumer: p.cfg.Consumer, Xid: b.xid, Ids: ids, Owner: p.cfg.Owner})
 		p.mu.Lock() // Stop and the rescuer read it
 		b.record = record
@@ -103,18 +103,18 @@ func (p *Pool) claimIn(ctx context.Context, b *batch) ([]*claimed, error) {
 	var rows []sqlc.ClaimBatchRow
 	var limits sqlc.BatchLimitsRow
 	err := p.pipeline(ctx, b.tx, func(db sqlc.DBTX) []error {
-		errs := []error{store.Queries.ClaimLimits(ctx, db, claimTimeout, idle), nil, nil}
+		errs := []error{schemasql.Queries.ClaimLimits(ctx, db, claimTimeout, idle), nil, nil}
 		if b.suspects {
 			var srows []sqlc.ClaimSuspectsRow
-			srows, errs[1] = store.Queries.ClaimSuspects(ctx, db, suspects)
+			srows, errs[1] = schemasql.Queries.ClaimSuspects(ctx, db, suspects)
 			rows = rows[:0]
 			for _, r := range srows {
 				rows = append(rows, sqlc.ClaimBatchRow(r))
 			}
 		} else {
-			rows, errs[1] = store.Queries.ClaimBatch(ctx, db, p.cfg.Consumer, int32(p.claimMax))
+			rows, errs[1] = schemasql.Queries.ClaimBatch(ctx, db, p.cfg.Consumer, int32(p.claimMax))
 		}
-		limits, errs[2] = store.Queries.BatchLimits(ctx, db, statement)
+		limits, errs[2] = schemasql.Queries.BatchLimits(ctx, db, statement)
 		return errs
 	})
 	if err != nil {

@@ -19,8 +19,9 @@ type invoice struct {
 
 // The pool's Lease must exceed every handler's Timeout: the server ends a batch transaction left
 // idle longer than the Lease, and a handler waiting outside the database leaves it idle for up to
-// its Timeout. worker.New refuses a kind whose Timeout is not below the Lease; raising the Lease
-// with it is accepted. (New touches no database: the pgxpool here never connects.)
+// its Timeout. Unset, the Lease follows the longest Timeout (twice it, at least 1m); set, worker.New
+// refuses a kind whose Timeout is not below it. (New touches no database: the pgxpool here never
+// connects.)
 func Example_leaseAndTimeout() {
 	db, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:5432/postgres")
 	if err != nil {
@@ -37,14 +38,14 @@ func Example_leaseAndTimeout() {
 		return hs
 	}
 
-	_, err = worker.New(store, worker.Config{Consumer: "billing", Handlers: handlers()}) // Lease: 1m by default
+	_, err = worker.New(store, worker.Config{Consumer: "billing", Handlers: handlers()}) // Lease: 4m
+	fmt.Println(err)
+
+	_, err = worker.New(store, worker.Config{Consumer: "billing", Handlers: handlers(), Lease: time.Minute})
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, txinbox.ErrInvalidConfig))
-
-	_, err = worker.New(store, worker.Config{Consumer: "billing", Handlers: handlers(), Lease: 3 * time.Minute})
-	fmt.Println(err)
 	// Output:
+	// <nil>
 	// txinbox: invalid configuration: Lease: 1m0s must exceed the timeout of kind "SendInvoice" (2m0s)
 	// true
-	// <nil>
 }

@@ -30,5 +30,8 @@ func Notifications(p *Pool) int64 { return p.notifications.Load() }
 // missed) then never runs and the test fails.
 func SetOrderingSnooze(p *Pool, d time.Duration) { p.orderingSnooze = d }
 
+// LeaseOf returns p's Config.Lease after defaults.
+func LeaseOf(p *Pool) time.Duration { return p.cfg.Lease }
+
 // ClaimTimeoutOf returns p's Config.ClaimTimeout after defaults.
 func ClaimTimeoutOf(p *Pool) time.Duration { return p.cfg.ClaimTimeout }

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 )
 
 // finish is the recorded outcome of one message of a batch.
@@ -50,7 +50,7 @@ func (p *Pool) finish(ctx context.Context, db sqlc.DBTX, b *batch, done []*finis
 			arg.Uncount[i] = 1
 		}
 	}
-	rows, err := store.Queries.FinishBatch(ctx, db, arg)
+	rows, err := schemasql.Queries.FinishBatch(ctx, db, arg)
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func (p *Pool) settle(ctx context.Context, b *batch, err error) {
 			}
 		}
 		ids, tokens := idsTokens(held)
-		_, err := store.Queries.SettleBatch(bctx, db, sqlc.SettleBatchParams{
+		_, err := schemasql.Queries.SettleBatch(bctx, db, sqlc.SettleBatchParams{
 			Consumer: p.cfg.Consumer, Batch: b.record, HeldIds: ids, HeldTokens: tokens})
 		return err
 	})
@@ -116,7 +116,7 @@ func (p *Pool) committed(ctx context.Context, done []*finish) {
 	if len(keys) > 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		err := p.pipelined(rctx, func(db sqlc.DBTX) []error {
-			return []error{store.Queries.LockSnoozeShared(rctx, db, p.snoozeKey), store.Queries.ReadyNext(rctx, db, p.cfg.Consumer, keys)}
+			return []error{schemasql.Queries.LockSnoozeShared(rctx, db, p.snoozeKey), schemasql.Queries.ReadyNext(rctx, db, p.cfg.Consumer, keys)}
 		})
 		if err != nil {
 			p.cfg.Logger.Warn("txinbox: making the next messages of ordering keys ready failed; they run when their snooze ends",

@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
 // run runs b's handlers in its transaction, records every outcome with the batch's row (FinishBatch)
@@ -118,7 +118,7 @@ func txEnded(tx pgx.Tx) bool {
 // committed, or end the batch again.
 func (p *Pool) endedByHandler(ctx context.Context, xid string, done []*finish) error {
 	f := done[len(done)-1]
-	status, err := store.Queries.XactStatus(context.WithoutCancel(ctx), p.st.Wrap(p.db), xid)
+	status, err := schemasql.Queries.XactStatus(context.WithoutCancel(ctx), p.st.Wrap(p.db), xid)
 	if err != nil {
 		status = "unknown (" + err.Error() + ")"
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/txinbox/txinbox/internal/store"
+	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
 // Heartbeats: a running pool keeps a row of inbox_pools (migration 00010) naming its consumer and
@@ -58,7 +58,7 @@ func (p *Pool) heartbeat(ctx context.Context) {
 
 // beat writes the pool's heartbeat. Errors are logged at Debug.
 func (p *Pool) beat(ctx context.Context) {
-	if err := store.Queries.PoolHeartbeat(ctx, p.st.Wrap(p.db), p.cfg.Consumer, p.cfg.Owner); err != nil && ctx.Err() == nil {
+	if err := schemasql.Queries.PoolHeartbeat(ctx, p.st.Wrap(p.db), p.cfg.Consumer, p.cfg.Owner); err != nil && ctx.Err() == nil {
 		p.cfg.Logger.Debug("txinbox: writing the pool's heartbeat failed", "consumer", p.cfg.Consumer, "err", err)
 	}
 }
@@ -67,7 +67,7 @@ func (p *Pool) beat(ctx context.Context) {
 func (p *Pool) gone(ctx context.Context) {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := store.Queries.PoolGone(gctx, p.st.Wrap(p.db), p.cfg.Consumer, p.cfg.Owner); err != nil {
+	if err := schemasql.Queries.PoolGone(gctx, p.st.Wrap(p.db), p.cfg.Consumer, p.cfg.Owner); err != nil {
 		p.cfg.Logger.Debug("txinbox: deleting the pool's heartbeat failed", "consumer", p.cfg.Consumer, "err", err)
 	}
 }
@@ -76,7 +76,7 @@ func (p *Pool) gone(ctx context.Context) {
 // of consumers that no pool seen within heartbeatFresh serves.
 func (p *Pool) warnUnserved(ctx context.Context, idle time.Duration) bool {
 	db := p.st.Wrap(p.db)
-	served, err := store.Queries.ServedConsumers(ctx, db, heartbeatFresh.Seconds())
+	served, err := schemasql.Queries.ServedConsumers(ctx, db, heartbeatFresh.Seconds())
 	if err != nil {
 		if ctx.Err() == nil {
 			p.cfg.Logger.Debug("txinbox: reading the pools' heartbeats failed", "consumer", p.cfg.Consumer, "err", err)
@@ -90,7 +90,7 @@ func (p *Pool) warnUnserved(ctx context.Context, idle time.Duration) bool {
 	var unserved []string
 	after := ""
 	for range maxWaitingConsumers {
-		c, err := store.Queries.NextWaitingConsumer(ctx, db, after)
+		c, err := schemasql.Queries.NextWaitingConsumer(ctx, db, after)
 		if err != nil {
 			if ctx.Err() == nil {
 				p.cfg.Logger.Debug("txinbox: reading the queue's consumers failed", "consumer", p.cfg.Consumer, "err", err)

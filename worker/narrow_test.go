@@ -7,8 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 )
 
 // A claim is a row lock of the batch transaction and writes nothing (migration 00011): neither the
@@ -20,7 +20,7 @@ func TestClaimWritesNothingUntilTheFinish(t *testing.T) {
 	e := newEnv(t)
 	e.receive(t, "k")
 	ctx := context.Background()
-	st := store.New(e.Schema)
+	st := schemasql.New(e.Schema)
 	rowsNow := func() string {
 		t.Helper()
 		var s string
@@ -33,7 +33,7 @@ func TestClaimWritesNothingUntilTheFinish(t *testing.T) {
 	}
 	claim := func(tx pgx.Tx) sqlc.ClaimBatchRow {
 		t.Helper()
-		rows, err := store.Queries.ClaimBatch(ctx, st.Wrap(tx), "ledger", 10)
+		rows, err := schemasql.Queries.ClaimBatch(ctx, st.Wrap(tx), "ledger", 10)
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("claim: %v, %v", rows, err)
 		}
@@ -41,7 +41,7 @@ func TestClaimWritesNothingUntilTheFinish(t *testing.T) {
 	}
 	finish := func(db sqlc.DBTX, r sqlc.ClaimBatchRow) int64 {
 		t.Helper()
-		n, err := store.Queries.FinishBatch(ctx, st.Wrap(db), sqlc.FinishBatchParams{Consumer: "ledger", RetentionSeconds: 3600,
+		n, err := schemasql.Queries.FinishBatch(ctx, st.Wrap(db), sqlc.FinishBatchParams{Consumer: "ledger", RetentionSeconds: 3600,
 			StartedAt: pgtype.Timestamptz{Valid: true, Time: r.ReceivedAt.Time}, Ids: []int64{r.ID}, Keys: []string{r.Key},
 			Tokens: []int64{r.Token}, Outcomes: []string{"completed"}, Errors: []string{""}, Results: []string{""},
 			Delays: []float64{0}, Uncount: []int32{0}})
@@ -68,7 +68,7 @@ func TestClaimWritesNothingUntilTheFinish(t *testing.T) {
 	if err := tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xid); err != nil {
 		t.Fatal(err)
 	}
-	record, err := store.Queries.RecordBatch(ctx, st.Wrap(e.Pool), sqlc.RecordBatchParams{Consumer: "ledger", Xid: xid, Ids: []int64{first.ID}, Owner: "w1"})
+	record, err := schemasql.Queries.RecordBatch(ctx, st.Wrap(e.Pool), sqlc.RecordBatchParams{Consumer: "ledger", Xid: xid, Ids: []int64{first.ID}, Owner: "w1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestClaimWritesNothingUntilTheFinish(t *testing.T) {
 	if state, _, _, _ := e.state(t, "k"); state != "processing" {
 		t.Fatalf("listed in a batch's row: %s, want processing", state)
 	}
-	if charged, err := store.Queries.ChargeBatch(ctx, st.Wrap(e.Pool), "ledger", record); err != nil || len(charged) != 1 {
+	if charged, err := schemasql.Queries.ChargeBatch(ctx, st.Wrap(e.Pool), "ledger", record); err != nil || len(charged) != 1 {
 		t.Fatalf("charge: %v, %v", charged, err)
 	}
 	if n := finish(e.Pool, first); n != 0 {
@@ -91,7 +91,7 @@ func TestClaimWritesNothingUntilTheFinish(t *testing.T) {
 		t.Fatalf("charged: %s, %d started", state, started)
 	}
 
-	second, err := store.Queries.ClaimSuspects(ctx, st.Wrap(e.Pool), sqlc.ClaimSuspectsParams{Consumer: "ledger", Max: 10, LockKey: 1})
+	second, err := schemasql.Queries.ClaimSuspects(ctx, st.Wrap(e.Pool), sqlc.ClaimSuspectsParams{Consumer: "ledger", Max: 10, LockKey: 1})
 	if err != nil || len(second) != 1 || second[0].Token != first.Token+1 || second[0].AttemptsStarted != 1 {
 		t.Fatalf("suspect claim: %v, %v", second, err)
 	}

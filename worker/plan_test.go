@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/plantest"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/plantest"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 var errRecorded = errors.New("recorded, not run")
@@ -48,7 +48,8 @@ func (recordedRow) Scan(...any) error { return errRecorded }
 // sixth run on, made without the parameters' values) must do work proportional to the batch, not to
 // its square. LockClaims once joined its ids and tokens (unnest) to the queue rows inside a nested
 // loop, reading all n of them again for each of the n rows: 40,000 rows and 20 µs of server CPU per
-// message for a batch handler's batch of 200 (bench/RESULTS.md, "Generic plans"). Each statement is
+// message for a batch handler's batch of 200 (docs/design/generic-plans.md, "LockClaims and
+// ReleaseClaims"). Each statement is
 // run with EXPLAIN ANALYZE of its generic plan on a batch of n claimed messages, in a transaction
 // rolled back, and no node may handle more than a few rows per message.
 func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
@@ -71,17 +72,17 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 		}
 	}
 	// Statistics as autovacuum keeps them. (Before a partition's first ANALYZE, a plan of the claim
-	// may still read the inbox rows through the unique key by consumer alone: bench/RESULTS.md,
+	// may still read the inbox rows through the unique key by consumer alone: docs/design/generic-plans.md,
 	// "Still open".)
 	for _, table := range []string{"inbox", "inbox_queue"} {
 		if _, err := db.Pool.Exec(ctx, "ANALYZE "+pgx.Identifier{db.Schema, table}.Sanitize()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	st := store.New(db.Schema)
+	st := schemasql.New(db.Schema)
 	// A batch in flight: the n first messages, listed in an inbox_batch row; and n suspects after them
 	// (isolated, as after a crash of a batch of 2n).
-	rows, err := store.Queries.ClaimBatch(ctx, st.Wrap(db.Pool), "plans", n)
+	rows, err := schemasql.Queries.ClaimBatch(ctx, st.Wrap(db.Pool), "plans", n)
 	if err != nil || len(rows) != n {
 		t.Fatalf("claim: %d rows, %v", len(rows), err)
 	}
@@ -90,7 +91,7 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 	for i, r := range rows {
 		ids[i], keys[i], tokens[i], outcomes[i] = r.ID, r.Key, r.Token, "completed"
 	}
-	record, err := store.Queries.RecordBatch(ctx, st.Wrap(db.Pool), sqlc.RecordBatchParams{Consumer: "plans", Xid: "1", Ids: ids, Owner: "test"})
+	record, err := schemasql.Queries.RecordBatch(ctx, st.Wrap(db.Pool), sqlc.RecordBatchParams{Consumer: "plans", Xid: "1", Ids: ids, Owner: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,24 +109,24 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 	// Every statement that a batch runs in proportion to its size (QueueStats and StaleTables read
 	// whole tables by design, for scrapes and checks).
 	statements := map[string]func(db sqlc.DBTX){
-		"ClaimBatch": func(db sqlc.DBTX) { _, _ = store.Queries.ClaimBatch(ctx, db, "plans", n) },
+		"ClaimBatch": func(db sqlc.DBTX) { _, _ = schemasql.Queries.ClaimBatch(ctx, db, "plans", n) },
 		"ClaimSuspects": func(db sqlc.DBTX) {
-			_, _ = store.Queries.ClaimSuspects(ctx, db, sqlc.ClaimSuspectsParams{Consumer: "plans", Max: n, LockKey: 1})
+			_, _ = schemasql.Queries.ClaimSuspects(ctx, db, sqlc.ClaimSuspectsParams{Consumer: "plans", Max: n, LockKey: 1})
 		},
 		"RecordBatch": func(db sqlc.DBTX) {
-			_, _ = store.Queries.RecordBatch(ctx, db, sqlc.RecordBatchParams{Consumer: "plans", Xid: "2", Ids: ids, Owner: "test"})
+			_, _ = schemasql.Queries.RecordBatch(ctx, db, sqlc.RecordBatchParams{Consumer: "plans", Xid: "2", Ids: ids, Owner: "test"})
 		},
 		"FinishBatch": func(db sqlc.DBTX) {
-			_, _ = store.Queries.FinishBatch(ctx, db, sqlc.FinishBatchParams{Consumer: "plans", Ids: ids, Keys: keys, Tokens: tokens,
+			_, _ = schemasql.Queries.FinishBatch(ctx, db, sqlc.FinishBatchParams{Consumer: "plans", Ids: ids, Keys: keys, Tokens: tokens,
 				Outcomes: outcomes, Errors: texts, Results: texts, Delays: delays, Uncount: uncount, RetentionSeconds: 60,
 				StartedAt: pgtype.Timestamptz{Valid: true}, Batch: record})
 		},
 		"SettleBatch": func(db sqlc.DBTX) {
-			_, _ = store.Queries.SettleBatch(ctx, db, sqlc.SettleBatchParams{Consumer: "plans", Batch: record, HeldIds: ids, HeldTokens: tokens})
+			_, _ = schemasql.Queries.SettleBatch(ctx, db, sqlc.SettleBatchParams{Consumer: "plans", Batch: record, HeldIds: ids, HeldTokens: tokens})
 		},
-		"ChargeBatch": func(db sqlc.DBTX) { _, _ = store.Queries.ChargeBatch(ctx, db, "plans", record) },
+		"ChargeBatch": func(db sqlc.DBTX) { _, _ = schemasql.Queries.ChargeBatch(ctx, db, "plans", record) },
 		"SnoozeBlocked": func(db sqlc.DBTX) {
-			_, _ = store.Queries.SnoozeBlocked(ctx, db, sqlc.SnoozeBlockedParams{Consumer: "plans", SnoozeSeconds: 1, Max: n})
+			_, _ = schemasql.Queries.SnoozeBlocked(ctx, db, sqlc.SnoozeBlockedParams{Consumer: "plans", SnoozeSeconds: 1, Max: n})
 		},
 	}
 	for name, run := range statements {

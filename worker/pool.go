@@ -22,8 +22,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 	"github.com/txinbox/txinbox/maintain"
 )
 
@@ -89,7 +89,10 @@ type Config struct {
 	// (idle_in_transaction_session_timeout): a worker frozen or cut off inside its batch has its
 	// session terminated, its locks released and its batch left to the rescuer (see the package
 	// documentation, "Crash recovery"). A batch whose process dies is ended by the server at once,
-	// without waiting for the Lease. Must exceed every handler Timeout. Default: 1m.
+	// without waiting for the Lease. Must exceed every handler Timeout (the pool's Timeout and each
+	// kind's HandlerConfig.Timeout): a handler waiting outside the database leaves the transaction
+	// idle for up to its Timeout. Default: DefaultLease (1m), or twice the longest handler Timeout if
+	// that is more (a kind with a Timeout of 2m: 4m).
 	Lease time.Duration
 	// MaxAttempts is the number of attempts that may start before a message is dead; the crashes of
 	// groups of more than one message count as one attempt in all (package documentation, "Crash
@@ -171,8 +174,8 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	defd(&c.PollInterval, DefaultPollInterval)
 	defd(&c.HotPollInterval, DefaultHotPoll)
 	defd(&c.HotWindow, max(DefaultHotWindow, 2*st.NotifyInterval))
-	defd(&c.Lease, DefaultLease)
 	defd(&c.Timeout, DefaultTimeout)
+	defd(&c.Lease, max(DefaultLease, 2*c.longestTimeout()))
 	defd(&c.ClaimTimeout, min(DefaultClaimTimeout, c.Lease/2))
 	defd(&c.IdleWarnAfter, DefaultIdleWarnAfter)
 	switch {
@@ -218,6 +221,15 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	return c, nil
 }
 
+// longestTimeout returns the longest handler Timeout: the pool's Timeout or a kind's.
+func (c *Config) longestTimeout() time.Duration {
+	longest := c.Timeout
+	for _, h := range c.Handlers.byKind {
+		longest = max(longest, c.timeout(h))
+	}
+	return longest
+}
+
 func (c *Config) timeout(h *handler) time.Duration {
 	if h != nil && h.cfg.Timeout > 0 {
 		return h.cfg.Timeout
@@ -240,7 +252,7 @@ func (c *Config) backoff(h *handler) Backoff {
 }
 
 // statements returns the statement rewriter of schema.
-func statements(schema string) *store.Store { return store.New(schema) }
+func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
 
 var _ txinbox.Service = (*Pool)(nil)
 
@@ -249,7 +261,7 @@ type Pool struct {
 	db      txinbox.DB
 	store   txinbox.Store
 	cfg     Config
-	st      *store.Store
+	st      *schemasql.Schema
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
 	snoozeKey int64
@@ -420,7 +432,7 @@ func (p *Pool) Start(ctx context.Context) error {
 
 // checkSchema returns an error matching txinbox.ErrNotMigrated unless both tables exist and may be used.
 func (p *Pool) checkSchema(ctx context.Context) error {
-	row, err := store.Queries.SchemaTables(ctx, p.db, p.st.Table("inbox"), p.st.Table("inbox_queue"))
+	row, err := schemasql.Queries.SchemaTables(ctx, p.db, p.st.Table("inbox"), p.st.Table("inbox_queue"))
 	if err != nil {
 		return fmt.Errorf("txinbox: checking the schema %q: %w", p.store.Schema, err)
 	}
@@ -578,7 +590,7 @@ func (p *Pool) release(ctx context.Context, records []int64) error {
 		db = conn
 	}
 	for _, r := range records {
-		if _, err := store.Queries.SettleBatch(ctx, p.st.Wrap(db), sqlc.SettleBatchParams{Consumer: p.cfg.Consumer, Batch: r}); err != nil {
+		if _, err := schemasql.Queries.SettleBatch(ctx, p.st.Wrap(db), sqlc.SettleBatchParams{Consumer: p.cfg.Consumer, Batch: r}); err != nil {
 			return err
 		}
 	}

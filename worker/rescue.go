@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 )
 
 // The rescuer: one goroutine per pool that charges the batches of its consumer that never finished,
@@ -17,7 +17,7 @@ import (
 // frozen). Each is charged once (ChargeBatch), whichever pool's rescuer finds it first.
 func (p *Pool) charge(ctx context.Context) error {
 	db := p.st.Wrap(p.db)
-	batches, err := store.Queries.ListBatches(ctx, db, p.cfg.Consumer)
+	batches, err := schemasql.Queries.ListBatches(ctx, db, p.cfg.Consumer)
 	if err != nil || len(batches) == 0 {
 		return err
 	}
@@ -25,7 +25,7 @@ func (p *Pool) charge(ctx context.Context) error {
 	for i, b := range batches {
 		xids[i] = b.Xid
 	}
-	statuses, err := store.Queries.XactStatuses(ctx, db, xids)
+	statuses, err := schemasql.Queries.XactStatuses(ctx, db, xids)
 	if err != nil {
 		return err
 	}
@@ -33,7 +33,7 @@ func (p *Pool) charge(ctx context.Context) error {
 		if i >= len(statuses) || statuses[i] == "in progress" || p.running(b.ID) {
 			continue // running, or rolled back and being settled by this pool's runner
 		}
-		charged, err := store.Queries.ChargeBatch(ctx, db, p.cfg.Consumer, b.ID)
+		charged, err := schemasql.Queries.ChargeBatch(ctx, db, p.cfg.Consumer, b.ID)
 		if err != nil {
 			return err
 		}
@@ -74,8 +74,8 @@ func (p *Pool) snoozeBlocked(ctx context.Context) {
 	}
 	p.snoozedAt = time.Now()
 	err := p.pipelined(ctx, func(db sqlc.DBTX) []error {
-		lockErr := store.Queries.LockSnooze(ctx, db, p.snoozeKey)
-		_, err := store.Queries.SnoozeBlocked(ctx, db, sqlc.SnoozeBlockedParams{
+		lockErr := schemasql.Queries.LockSnooze(ctx, db, p.snoozeKey)
+		_, err := schemasql.Queries.SnoozeBlocked(ctx, db, sqlc.SnoozeBlockedParams{
 			Consumer: p.cfg.Consumer, SnoozeSeconds: p.snooze().Seconds(), Max: int32(10 * p.claimMax)})
 		return []error{lockErr, err}
 	})

@@ -721,7 +721,7 @@ changes nothing. Exits 1 if a given id was not (with --dry-run: would not be) di
 			return err
 		}
 		defer pool.Close()
-		r, err := c.DiscardPending(a.ctx, admin.PendingFilter{Consumer: p.consumer, Kind: p.kind, IDs: ids}, p.dryRun)
+		r, err := c.DiscardPending(a.ctx, admin.PendingFilter{Consumer: p.consumer, Kind: p.kind, IDs: ids, DryRun: p.dryRun})
 		if err != nil {
 			if len(r.Discarded) > 0 && !p.dryRun {
 				fmt.Fprintf(a.stderr, "discarded %d pending message(s) before the error\n", len(r.Discarded))
@@ -855,7 +855,8 @@ shortening it once, or for dead letters. Pending and processing messages are nev
 			return err
 		}
 		defer pool.Close()
-		n, err := c.DiscardOlder(a.ctx, age, states...)
+		r, err := c.DiscardOlder(a.ctx, admin.OlderFilter{OlderThan: age, States: states})
+		n := r.Discarded
 		p.end()
 		if err != nil {
 			if n > 0 {
@@ -887,8 +888,9 @@ var cleanCmd = &command{
 	details: `
 A completed message is kept as a dedup record until the end of its window (the Store's Retention,
 7 days by default); after it the key is accepted again as a new message whether or not the row was
-deleted. The Cleaner deletes expired rows in running services; this command makes one full pass
-now, in short statements that skip locked rows, so receiving and processing go on. Dead messages are
+deleted. The schema's maintainer (started by the worker pools) retires expired rows in running
+services, a generation at a time; this command makes one full pass now, in short statements that
+skip locked rows, so receiving and processing go on. Dead messages are
 never cleaned (see 'dead discard' and 'discard-older --state dead').`,
 	flags: func(fs *flag.FlagSet) {
 		cleanFlags.batchSize = retention.DefaultCleanBatchSize
@@ -938,9 +940,9 @@ var rotateCmd = &command{
 	name:    "rotate",
 	summary: "begin a new generation of the inbox now, retiring the generation before last",
 	details: `
-The inbox table is a ring of three generations (migration 00006). A running retention.Cleaner begins
-a new one every Generation (the Store's Retention by default); this command does it now: the
-messages of the generation before last that must stay (pending, dead, and completed ones still in
+The inbox table is a ring of three generations (migration 00006). The schema's maintainer (started
+by the worker pools) begins a new one every Generation (the Store's Retention by default); this
+command does it now: the messages of the generation before last that must stay (pending, dead, and completed ones still in
 their window) are copied into the new generation, and the rest leave with a TRUNCATE. Receives and
 workers of every consumer wait while it copies; it waits at most --lock-timeout for transactions
 that have touched the inbox.`,

@@ -19,7 +19,7 @@ import (
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // dead show labels a dead message's time as its death, and a completed message's as its completion.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // txinbox ui refuses a non-loopback address without a password (usage error, nothing served).

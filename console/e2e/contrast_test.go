@@ -11,7 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/txinbox/txinbox/console"
-	"github.com/txinbox/txinbox/internal/outboxtest"
+	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
 	"github.com/txinbox/txinbox/outbox"
 )
 

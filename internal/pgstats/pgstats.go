@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/store"
 )
 
 // Tables are the txinbox tables of a schema (migrations/), in name order.
@@ -62,9 +62,9 @@ type Horizon struct {
 
 // ReadTables returns the statistics of the txinbox tables of schema that exist, in name order.
 func ReadTables(ctx context.Context, db sqlc.DBTX, schema string) ([]Table, error) {
-	rows, err := store.Queries.TableHealth(ctx, db, schema, Tables)
+	rows, err := schemasql.Queries.TableHealth(ctx, db, schema, Tables)
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	out := make([]Table, len(rows))
 	for i, r := range rows {
@@ -81,9 +81,9 @@ func ReadTables(ctx context.Context, db sqlc.DBTX, schema string) ([]Table, erro
 // leaves out).
 func ReadHorizon(ctx context.Context, db sqlc.DBTX) (Horizon, error) {
 	var h Horizon
-	holders, err := store.Queries.XminHolder(ctx, db)
+	holders, err := schemasql.Queries.XminHolder(ctx, db)
 	if err != nil {
-		return h, store.Err(err)
+		return h, schemasql.Err(err)
 	}
 	if len(holders) > 0 {
 		r := holders[0]
@@ -93,9 +93,9 @@ func ReadHorizon(ctx context.Context, db sqlc.DBTX) (Horizon, error) {
 			Age: seconds(r.XactAgeSeconds), DetailsHidden: !r.DetailsVisible,
 		}
 	}
-	o, err := store.Queries.XminRetainers(ctx, db)
+	o, err := schemasql.Queries.XminRetainers(ctx, db)
 	if err != nil {
-		return h, store.Err(err)
+		return h, schemasql.Err(err)
 	}
 	h.SlotName, h.SlotXminAge = o.SlotName, o.SlotXminAge
 	h.PreparedGID, h.PreparedXminAge, h.PreparedAge = o.PreparedGid, o.PreparedXminAge, seconds(o.PreparedAgeSeconds)
@@ -112,13 +112,13 @@ type Generation struct {
 // ReadGeneration returns the current generation of schema's inbox (migration 00006), or nil when the
 // schema has no inbox_ring (it predates 00006).
 func ReadGeneration(ctx context.Context, db sqlc.DBTX, schema string) (*Generation, error) {
-	row, err := store.Queries.CurrentGeneration(ctx, store.New(schema).Wrap(db))
+	row, err := schemasql.Queries.CurrentGeneration(ctx, schemasql.New(schema).Wrap(db))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
 		return nil, nil
 	}
 	if err != nil {
-		return nil, store.Err(err)
+		return nil, schemasql.Err(err)
 	}
 	return &Generation{Number: row.Gen, BeganAt: ts(row.RotatedAt)}, nil
 }

@@ -274,7 +274,7 @@ type OutboxPublishParams struct {
 }
 
 // The transactional outbox (package outbox, migration 00009). Every table name carries the schema
-// template comment, which internal/store replaces with the configured schema, quoted, at run time.
+// template comment, which internal/schemasql replaces with the configured schema, quoted, at run time.
 // The outbox has no consumer column and is never distributed (00009).
 // Writes a batch of events in the caller's transaction: each gets an id from outbox_id_seq, in the
 // order of the arrays (a key's events are published in id order), goes into the slot of the current

@@ -193,9 +193,10 @@ WITH gl AS (
     -- and cannot deadlock. A key with a live row in another slot, under the statement's snapshot,
     -- is left out: one probe of the unique key (consumer, key) per key, a LATERAL with LIMIT, which
     -- a plan can run only once per key. Neither a join by consumer alone (a generic plan made while
-    -- the current slot looked empty read every row of the slot for every key: bench/RESULTS.md,
-    -- "Retention by generations") nor an anti join with the keys' list inside (a generic plan that
-    -- estimated one key ran the probes of every key once per key: "ReceiveMany's generic plan").
+    -- the current slot looked empty read every row of the slot for every key:
+    -- docs/design/retention-layout.md) nor an anti join with the keys' list inside (a generic plan
+    -- that estimated one key ran the probes of every key once per key: docs/design/generic-plans.md,
+    -- "ReceiveMany's generic plan").
     SELECT f.ord, f.consumer, f.key, f.kind, f.payload, f.headers, f.ordering_key, f.run_at, f.fingerprint, f.first_ord, f.first_fingerprint, nextval('/* TEMPLATE: schema */inbox_id_seq') AS id
     FROM firsts f
     LEFT JOIN LATERAL (
@@ -281,7 +282,7 @@ type ReceiveBatchRow struct {
 	Expired         bool
 }
 
-// Every table name carries the schema template comment, which internal/store replaces with the
+// Every table name carries the schema template comment, which internal/schemasql replaces with the
 // configured schema, quoted, at run time.
 // Inserts the messages of @consumer that are new and reports, for every input row, whether it was
 // inserted or which stored row holds its key. One consumer per statement, named in every reference
@@ -307,7 +308,7 @@ type ReceiveBatchRow struct {
 // filter of the probe, so a new message never reads it), a LATERAL with LIMIT, never a join. A join
 // let a generic plan made while the queue was small read every queue row of the consumer once per
 // statement; a LATERAL without the filter, made then, scanned the whole queue once per statement
-// (bench/RESULTS.md, "The queue lookup of a receive"). inbox_batch holds one row per batch in flight.
+// (docs/design/receive-queue-probe.md). inbox_batch holds one row per batch in flight.
 func (q *Queries) ReceiveBatch(ctx context.Context, db DBTX, arg ReceiveBatchParams) ([]ReceiveBatchRow, error) {
 	rows, err := db.Query(ctx, receiveBatch,
 		arg.Consumer,

@@ -57,11 +57,13 @@ func TestListParses(t *testing.T) {
 	}
 }
 
-// TestListApplies: every edit of every mutant applies to the repository as it is: its file exists and
-// its search text occurs exactly once there (after the mutant's earlier edits), so that code drifting
-// away from the list fails here, in make test, not only in a make mutants run.
+// TestListApplies checks the curated list against the repository (../../): every mutant's files
+// exist, each search text occurs exactly once where the mutant's edits before it have left the file
+// (as runMutant applies them), and every test: package is a directory. A rename or a move that
+// leaves the list behind fails here, not only in a full `make mutants` run.
 func TestListApplies(t *testing.T) {
 	t.Parallel()
+	root := filepath.Join("..", "..")
 	text, err := os.ReadFile("mutants.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -70,25 +72,29 @@ func TestListApplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := filepath.Join("..", "..")
 	for _, m := range ms {
 		files := map[string]string{}
 		for _, e := range m.Edits {
-			s, ok := files[e.File]
+			b, ok := files[e.File]
 			if !ok {
-				b, err := os.ReadFile(filepath.Join(root, e.File))
+				raw, err := os.ReadFile(filepath.Join(root, e.File))
 				if err != nil {
-					t.Errorf("mutant %s (mutants.txt line %d): %v", m.Name, m.Line, err)
+					t.Errorf("mutants.txt:%d (%s): %v", m.Line, m.Name, err)
 					break
 				}
-				s = string(b)
+				b = string(raw)
 			}
-			if n := strings.Count(s, e.Search); n != 1 {
-				t.Errorf("mutant %s (mutants.txt line %d): %s: search text found %d times, want exactly once: %q",
-					m.Name, m.Line, filepath.ToSlash(e.File), n, firstLine(e.Search))
+			if n := strings.Count(b, e.Search); n != 1 {
+				t.Errorf("mutants.txt:%d (%s): %s: search text found %d times, want exactly once: %q",
+					m.Line, m.Name, e.File, n, firstLine(e.Search))
 				break
 			}
-			files[e.File] = strings.Replace(s, e.Search, e.Replace, 1)
+			files[e.File] = strings.Replace(b, e.Search, e.Replace, 1)
+		}
+		for _, g := range m.Tests {
+			if fi, err := os.Stat(filepath.Join(root, filepath.FromSlash(g.Pkg))); err != nil || !fi.IsDir() {
+				t.Errorf("mutants.txt:%d (%s): test package %s is not a directory", m.Line, m.Name, g.Pkg)
+			}
 		}
 	}
 }

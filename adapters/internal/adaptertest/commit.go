@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/txinbox/txinbox/adapters"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // RefusedCommit is the text of the error that a transaction refused by [RefuseCommits] fails with at

@@ -1,5 +1,5 @@
 // Package pubtest holds what the tests of the outbox publishers share: a real outbox on a real
-// PostgreSQL (internal/testdb) with a relay over it, and the two checks every publisher runs against
+// PostgreSQL (internal/testkit/testdb) with a relay over it, and the two checks every publisher runs against
 // its broker: [Deliver] (a committed transaction's events arrive, each under its id as the broker's
 // dedup field, a key's in commit order, headers and trace context unchanged; a rolled-back one's
 // never) and [Acknowledgment] (an event the broker refuses is retried, never recorded as sent). A
@@ -22,7 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/worker"
 )

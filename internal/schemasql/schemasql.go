@@ -1,10 +1,10 @@
-// Package store runs the sqlc queries of internal/sqlc against a configurable schema.
+// Package schemasql runs the sqlc queries of internal/sqlc against a configurable schema.
 //
-// Every table name in queries/ is written as `/* TEMPLATE: schema */inbox`. A Store wraps any
+// Every table name in queries/ is written as `/* TEMPLATE: schema */inbox`. A Schema wraps any
 // sqlc.DBTX so that each statement has that marker replaced by the quoted schema name before it is
 // sent. The rewritten text is cached, so prepared-statement caching in pgx still works (one cache
 // entry per schema and query).
-package store
+package schemasql
 
 import (
 	"context"
@@ -25,20 +25,20 @@ const marker = "/* TEMPLATE: schema */"
 // Queries is the stateless sqlc query set; every method takes the DBTX to run on.
 var Queries = sqlc.New()
 
-// Store rewrites queries for one schema.
-type Store struct {
+// Schema rewrites queries for one schema.
+type Schema struct {
 	prefix string
 	cache  sync.Map // original SQL -> rewritten SQL
 }
 
-// New returns a Store for schema. The schema must already be validated by the caller; it is quoted
+// New returns a Schema for schema. The schema must already be validated by the caller; it is quoted
 // with pgx.Identifier here, so no value ever reaches the SQL text unquoted.
-func New(schema string) *Store {
-	return &Store{prefix: pgx.Identifier{schema}.Sanitize() + "."}
+func New(schema string) *Schema {
+	return &Schema{prefix: pgx.Identifier{schema}.Sanitize() + "."}
 }
 
 // SQL returns sql with the schema marker replaced.
-func (s *Store) SQL(sql string) string {
+func (s *Schema) SQL(sql string) string {
 	if v, ok := s.cache.Load(sql); ok {
 		return v.(string)
 	}
@@ -48,14 +48,14 @@ func (s *Store) SQL(sql string) string {
 }
 
 // Table returns the quoted, schema-qualified name of table.
-func (s *Store) Table(table string) string { return s.prefix + pgx.Identifier{table}.Sanitize() }
+func (s *Schema) Table(table string) string { return s.prefix + pgx.Identifier{table}.Sanitize() }
 
 // Wrap returns db with every statement rewritten for the schema.
-func (s *Store) Wrap(db sqlc.DBTX) sqlc.DBTX { return wrapped{db: db, s: s} }
+func (s *Schema) Wrap(db sqlc.DBTX) sqlc.DBTX { return wrapped{db: db, s: s} }
 
 type wrapped struct {
 	db sqlc.DBTX
-	s  *Store
+	s  *Schema
 }
 
 func (w wrapped) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {

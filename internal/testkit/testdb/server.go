@@ -166,7 +166,7 @@ func DefaultLauncher() (Launcher, error) {
 	if !ok {
 		return Launcher{}, errors.New("testdb: cannot locate the txinboxtest module: no caller information")
 	}
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "txinboxtest")
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "txinboxtest")
 	if _, err := os.Stat(filepath.Join(dir, "cmd", "txinbox-testpg")); err != nil {
 		return Launcher{}, fmt.Errorf("testdb: cannot locate txinboxtest/cmd/txinbox-testpg: %w", err)
 	}

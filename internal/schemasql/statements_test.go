@@ -1,4 +1,4 @@
-package store_test
+package schemasql_test
 
 import (
 	"os"
@@ -17,7 +17,8 @@ var subscriptOfArrayParameter = regexp.MustCompile(`\(\s*[@$]\w+::\w+\[\]\s*\)\s
 // subscript: PostgreSQL finds element i of an array of a variable-length type (text, jsonb, bytea)
 // by walking it from its first element, so a statement reading element i of each row of a batch of
 // n cost n²/2 steps per array. FinishBatch did so with four text arrays: about 5 µs of server CPU per
-// message at a batch of 500, 9% of a batch-handler drain's server CPU (bench/RESULTS.md).
+// message at a batch of 500, 9% of a batch-handler drain's server CPU (docs/design/drain-limits.md,
+// "Batch handler: the guarantees' statements").
 func TestStatementsReadArrayParametersSideBySide(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("..", "..", "queries", "*.sql"))
 	if err != nil {

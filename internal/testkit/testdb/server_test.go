@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txinbox/txinbox/internal/testdb"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // deadURL is a server that cannot answer (nothing listens on port 1).
