@@ -69,7 +69,7 @@ func (a *Admin) Overview(ctx context.Context, minutes int) (Overview, error) {
 		return o, &txinbox.ArgumentError{Name: "minutes", Reason: fmt.Sprintf("%d is not between 1 and %d", minutes, MaxOverviewMinutes)}
 	}
 	db := a.st.Wrap(a.store.DB)
-	names, err := schemasql.Queries.OverviewConsumers(ctx, db, MaxOverviewConsumers+1)
+	names, err := schemasql.ConsumersUpTo(ctx, db, MaxOverviewConsumers+1)
 	if err != nil {
 		return o, schemasql.Err(err)
 	}

@@ -279,7 +279,7 @@ func TestSeenConcurrentStorm(t *testing.T) {
 func TestSeenExpiry(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	const retention = time.Second
+	const retention = shortWindow
 	c, o := seenClient(t, db, newLRU(t), retention)
 	ctx := context.Background()
 	r, err := c.Receive(ctx, ledgertest.Message("exp", `{"a":1}`))
@@ -300,6 +300,11 @@ func TestSeenExpiry(t *testing.T) {
 	}
 }
 
+// shortWindow is the dedup window of the tests that wait for one to end: long enough for the
+// statements a test runs within it (a first receive on a Citus coordinator busy creating the other
+// tests' distributed schemas took more than a second), short enough to wait out.
+const shortWindow = 5 * time.Second
+
 func waitExpired(t *testing.T, db *testdb.DB, id int64) {
 	t.Helper()
 	for db.Count(t, fmt.Sprintf(`SELECT count(*) FROM {schema}.inbox WHERE id = %d AND expires_at < now()`, id)) == 0 {
@@ -318,7 +323,7 @@ func TestSeenCompletedDuplicateNotCached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledgertest.Complete(t, db, time.Second, r.ID)
+	ledgertest.Complete(t, db, shortWindow, r.ID)
 	c, o := seenClient(t, db, newLRU(t), time.Hour)
 	if d, err := c.Receive(ctx, ledgertest.Message("done", `1`)); err != nil || d.Outcome != inbox.Duplicate || d.Cached || d.State != inbox.StateCompleted {
 		t.Fatalf("duplicate of a completed message: %+v %v", d, err)

@@ -95,16 +95,21 @@ ORDER BY d.seq DESC;
 
 -- name: CountDead :one
 -- Counts the matching dead letters (no paging) and returns the highest seq of all dead letters now
--- (0 when there is none): what bounds an action to the letters counted.
-SELECT count(*)::bigint AS matching,
-       coalesce((SELECT max(x.seq) FROM /* TEMPLATE: schema */inbox_dead x), 0)::bigint AS max_seq
-FROM /* TEMPLATE: schema */inbox_dead d
-WHERE (@before_seq::bigint = 0 OR d.seq < @before_seq)
-  AND (@consumer::text = '' OR d.consumer = @consumer)
-  AND (@kind::text = '' OR d.kind = @kind)
-  AND (@error_contains::text = '' OR strpos(lower(d.error), lower(@error_contains)) > 0)
-  AND (sqlc.narg(since)::timestamptz IS NULL OR d.died_at >= sqlc.narg(since))
-  AND (sqlc.narg(until)::timestamptz IS NULL OR d.died_at < sqlc.narg(until));
+-- (0 when there is none): what bounds an action to the letters counted. The two aggregates are
+-- joined in FROM, not one a subquery in the other's select list, which Citus refuses on a
+-- distributed table ("cannot push down subquery on the target list").
+SELECT c.matching, coalesce(x.max_seq, 0)::bigint AS max_seq
+FROM (
+    SELECT count(*)::bigint AS matching
+    FROM /* TEMPLATE: schema */inbox_dead d
+    WHERE (@before_seq::bigint = 0 OR d.seq < @before_seq)
+      AND (@consumer::text = '' OR d.consumer = @consumer)
+      AND (@kind::text = '' OR d.kind = @kind)
+      AND (@error_contains::text = '' OR strpos(lower(d.error), lower(@error_contains)) > 0)
+      AND (sqlc.narg(since)::timestamptz IS NULL OR d.died_at >= sqlc.narg(since))
+      AND (sqlc.narg(until)::timestamptz IS NULL OR d.died_at < sqlc.narg(until))
+) c
+CROSS JOIN (SELECT max(x.seq) AS max_seq FROM /* TEMPLATE: schema */inbox_dead x) x;
 
 -- name: DeadIDs :many
 -- The ids of the matching dead letters, in id order, at most @max_rows.
@@ -268,21 +273,10 @@ SELECT r.rotated::boolean AS rotated, r.generation::bigint AS generation, r.copi
        r.busy::boolean AS busy
 FROM /* TEMPLATE: schema */inbox_rotate(sqlc.narg(period)::interval) r;
 
--- name: OverviewConsumers :many
--- Lists the consumers that have stored messages, in order, at most @max_rows: a loose index scan of
--- the unique key (consumer, key), one index descent per consumer, however many rows each has.
--- OverviewConsumers, QueueCounts, DeadCounts and RollupMinutes are Admin.Overview's reads: none of
--- them scans the inbox table (plans and times at 10M retained rows: README, "Console").
-WITH RECURSIVE c AS (
-    SELECT min(i.consumer) AS consumer FROM /* TEMPLATE: schema */inbox i
-    UNION ALL
-    SELECT (SELECT min(n.consumer) FROM /* TEMPLATE: schema */inbox n WHERE n.consumer > c.consumer)
-    FROM c
-    WHERE c.consumer IS NOT NULL
-)
-SELECT c.consumer::text AS consumer FROM c WHERE c.consumer IS NOT NULL LIMIT sqlc.arg(max_rows)::int;
-
 -- name: QueueCounts :many
+-- QueueCounts, DeadCounts and RollupMinutes are Admin.Overview's reads, after it lists the consumers
+-- (schemasql.ConsumersUpTo: one descent of the unique key (consumer, key) per consumer): none of them scans
+-- the inbox table (plans and times at 10M retained rows: README, "Console").
 -- Counts the queued messages per consumer from the queue alone: pending (waiting, never claimed),
 -- retrying (waiting, claimed before: failed, handed back by a stopping pool, or replayed; the queue
 -- row's fencing token is above 0 once a message has been claimed), claimed (held by a worker), and

@@ -57,6 +57,11 @@ var acceptance = []struct{ pkg, run, skip string }{
 	{"./retention", ".", "CleanBatchesInterleaveWithWork|ReceivePlanProbesKeysAfterRotation"},
 }
 
+// reportMargin is what a package's go test is given less than the time left: its -timeout counts
+// from the start of its test binary, after the build, which took over a minute with -race on a
+// loaded machine (the whole run then timed out before the package could report).
+const reportMargin = 5 * time.Minute
+
 func coordinator(t *testing.T) string {
 	t.Helper()
 	url := os.Getenv(EnvURL)
@@ -68,8 +73,8 @@ func coordinator(t *testing.T) string {
 
 // TestAcceptanceOnCitus runs the acceptance tests of the core packages against the coordinator, one
 // package after the other, with -race when this test has it. Each package's go test gets the time
-// left before this test's own deadline (-timeout), less a minute, so that a package that runs too
-// long fails with its own report and does not outlive this test.
+// left before this test's own deadline (-timeout), less reportMargin, so that a package that runs
+// too long fails with its own report and does not outlive this test.
 func TestAcceptanceOnCitus(t *testing.T) {
 	url := coordinator(t)
 	root := moduleRoot(t)
@@ -77,7 +82,7 @@ func TestAcceptanceOnCitus(t *testing.T) {
 		t.Run(strings.TrimPrefix(a.pkg, "./"), func(t *testing.T) {
 			timeout := 40 * time.Minute
 			if deadline, ok := t.Deadline(); ok {
-				timeout = time.Until(deadline) - time.Minute
+				timeout = time.Until(deadline) - reportMargin
 				if timeout < time.Minute {
 					t.Fatalf("%v left before -timeout: too little to run %s (make citus sets the timeout the run needs)", time.Until(deadline).Round(time.Second), a.pkg)
 				}

@@ -86,9 +86,17 @@ func Err(err error) error {
 // run once per consumer, so that each names its consumer (SCALING.md: a table distributed by
 // consumer runs such a statement on one shard only).
 func Consumers(ctx context.Context, db sqlc.DBTX) ([]string, error) {
+	return ConsumersUpTo(ctx, db, 0)
+}
+
+// ConsumersUpTo is Consumers, stopping after the first limit consumers when limit is above 0. It is how
+// Admin.Overview lists them: a recursive CTE would walk the unique key in one statement on one
+// server, but Citus refuses a recursive CTE on a distributed table ("recursive CTEs are only
+// supported when they contain a filter on the distribution column").
+func ConsumersUpTo(ctx context.Context, db sqlc.DBTX, limit int) ([]string, error) {
 	var out []string
 	after := ""
-	for {
+	for limit <= 0 || len(out) < limit {
 		next, err := Queries.NextConsumer(ctx, db, after)
 		if err != nil {
 			return out, err
@@ -99,4 +107,5 @@ func Consumers(ctx context.Context, db sqlc.DBTX) ([]string, error) {
 		out = append(out, next)
 		after = next
 	}
+	return out, nil
 }

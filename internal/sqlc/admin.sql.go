@@ -123,15 +123,18 @@ func (q *Queries) ConsumerStats(ctx context.Context, db DBTX) ([]ConsumerStatsRo
 }
 
 const countDead = `-- name: CountDead :one
-SELECT count(*)::bigint AS matching,
-       coalesce((SELECT max(x.seq) FROM /* TEMPLATE: schema */inbox_dead x), 0)::bigint AS max_seq
-FROM /* TEMPLATE: schema */inbox_dead d
-WHERE ($1::bigint = 0 OR d.seq < $1)
-  AND ($2::text = '' OR d.consumer = $2)
-  AND ($3::text = '' OR d.kind = $3)
-  AND ($4::text = '' OR strpos(lower(d.error), lower($4)) > 0)
-  AND ($5::timestamptz IS NULL OR d.died_at >= $5)
-  AND ($6::timestamptz IS NULL OR d.died_at < $6)
+SELECT c.matching, coalesce(x.max_seq, 0)::bigint AS max_seq
+FROM (
+    SELECT count(*)::bigint AS matching
+    FROM /* TEMPLATE: schema */inbox_dead d
+    WHERE ($1::bigint = 0 OR d.seq < $1)
+      AND ($2::text = '' OR d.consumer = $2)
+      AND ($3::text = '' OR d.kind = $3)
+      AND ($4::text = '' OR strpos(lower(d.error), lower($4)) > 0)
+      AND ($5::timestamptz IS NULL OR d.died_at >= $5)
+      AND ($6::timestamptz IS NULL OR d.died_at < $6)
+) c
+CROSS JOIN (SELECT max(x.seq) AS max_seq FROM /* TEMPLATE: schema */inbox_dead x) x
 `
 
 type CountDeadParams struct {
@@ -149,7 +152,9 @@ type CountDeadRow struct {
 }
 
 // Counts the matching dead letters (no paging) and returns the highest seq of all dead letters now
-// (0 when there is none): what bounds an action to the letters counted.
+// (0 when there is none): what bounds an action to the letters counted. The two aggregates are
+// joined in FROM, not one a subquery in the other's select list, which Citus refuses on a
+// distributed table ("cannot push down subquery on the target list").
 func (q *Queries) CountDead(ctx context.Context, db DBTX, arg CountDeadParams) (CountDeadRow, error) {
 	row := db.QueryRow(ctx, countDead,
 		arg.BeforeSeq,
@@ -685,41 +690,6 @@ func (q *Queries) NextConsumer(ctx context.Context, db DBTX, after string) (stri
 	return consumer, err
 }
 
-const overviewConsumers = `-- name: OverviewConsumers :many
-WITH RECURSIVE c AS (
-    SELECT min(i.consumer) AS consumer FROM /* TEMPLATE: schema */inbox i
-    UNION ALL
-    SELECT (SELECT min(n.consumer) FROM /* TEMPLATE: schema */inbox n WHERE n.consumer > c.consumer)
-    FROM c
-    WHERE c.consumer IS NOT NULL
-)
-SELECT c.consumer::text AS consumer FROM c WHERE c.consumer IS NOT NULL LIMIT $1::int
-`
-
-// Lists the consumers that have stored messages, in order, at most @max_rows: a loose index scan of
-// the unique key (consumer, key), one index descent per consumer, however many rows each has.
-// OverviewConsumers, QueueCounts, DeadCounts and RollupMinutes are Admin.Overview's reads: none of
-// them scans the inbox table (plans and times at 10M retained rows: README, "Console").
-func (q *Queries) OverviewConsumers(ctx context.Context, db DBTX, maxRows int32) ([]string, error) {
-	rows, err := db.Query(ctx, overviewConsumers, maxRows)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []string
-	for rows.Next() {
-		var consumer string
-		if err := rows.Scan(&consumer); err != nil {
-			return nil, err
-		}
-		items = append(items, consumer)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const previewDiscardPending = `-- name: PreviewDiscardPending :many
 SELECT q.id, (m.state = 'pending' AND NOT EXISTS (
            SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = $1 AND q.id = ANY (b.ids)))::boolean AS discarded
@@ -797,6 +767,9 @@ type QueueCountsRow struct {
 	OldestDueSeconds float64
 }
 
+// QueueCounts, DeadCounts and RollupMinutes are Admin.Overview's reads, after it lists the consumers
+// (schemasql.ConsumersUpTo: one descent of the unique key (consumer, key) per consumer): none of them scans
+// the inbox table (plans and times at 10M retained rows: README, "Console").
 // Counts the queued messages per consumer from the queue alone: pending (waiting, never claimed),
 // retrying (waiting, claimed before: failed, handed back by a stopping pool, or replayed; the queue
 // row's fencing token is above 0 once a message has been claimed), claimed (held by a worker), and
