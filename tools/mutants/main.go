@@ -145,6 +145,11 @@ func run(root, list, sqlc, only string, race bool, timeout time.Duration, baseli
 		if err != nil {
 			return err
 		}
+		// The generated code as copied, to put back after a mutant of queries/ or migrations/ (not
+		// from root: its work tree may change during the run).
+		if err := restoreDir(dir, filepath.Join(dir, pristine), sqlcDir); err != nil {
+			return err
+		}
 		fmt.Printf("copied %d files of %s to %s\n", len(files), root, dir)
 		if keep {
 			fmt.Printf("copy kept in %s\n", dir)
@@ -419,7 +424,7 @@ func runMutant(dir, root, sqlc string, m mutant, race bool, timeout time.Duratio
 			_ = os.WriteFile(filepath.Join(dir, f), b, 0o644)
 		}
 		if regenerate {
-			_ = restoreDir(root, dir, filepath.Join("internal", "sqlc"))
+			_ = restoreDir(filepath.Join(dir, pristine), dir, sqlcDir)
 		}
 	}()
 	for _, e := range m.Edits {
@@ -479,6 +484,12 @@ func runMutant(dir, root, sqlc string, m mutant, race bool, timeout time.Duratio
 	}
 	return result{Status: "SURVIVED", Detail: "no guarding test failed"}
 }
+
+// pristine is the directory of a copy that keeps its generated code (sqlcDir) as copied; the go
+// command ignores directories whose names begin with a dot.
+const pristine = ".mutants-pristine"
+
+var sqlcDir = filepath.Join("internal", "sqlc")
 
 // restoreDir makes rel under dir what it is under root: same files, same contents.
 func restoreDir(root, dir, rel string) error {
