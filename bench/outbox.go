@@ -562,7 +562,10 @@ func watermillTarget(ctx context.Context, s *Schema, b outboxBrokerConn, cfg Out
 		stop: func(context.Context) {
 			_ = fwd.Close()
 			if runErr != nil {
-				<-runErr
+				// Run's own return after Close: the run's figures are already taken.
+				if err := <-runErr; err != nil {
+					_ = err
+				}
 			}
 			_ = sub.Close()
 			_ = out.Close()

@@ -233,7 +233,10 @@ func (b *amqpBroker) stored(ctx context.Context, want int) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if q.Messages >= want || time.Now().After(deadline) || ctx.Err() != nil {
+		if err := ctx.Err(); err != nil {
+			return q.Messages, err
+		}
+		if q.Messages >= want || time.Now().After(deadline) {
 			return q.Messages, nil
 		}
 		time.Sleep(100 * time.Millisecond)
