@@ -455,7 +455,10 @@ func runMutant(dir, root, sqlc string, m mutant, race bool, timeout time.Duratio
 		}
 		cmd := exec.Command(sqlc, "generate")
 		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
+		sqlcMu.Lock() // one at a time: runs at once in several copies were seen to fail
+		out, err := cmd.CombinedOutput()
+		sqlcMu.Unlock()
+		if err != nil {
 			return result{Status: "ERROR", Detail: fmt.Sprintf("sqlc generate: %v\n%s", err, out)}
 		}
 	}
@@ -490,6 +493,9 @@ func runMutant(dir, root, sqlc string, m mutant, race bool, timeout time.Duratio
 const pristine = ".mutants-pristine"
 
 var sqlcDir = filepath.Join("internal", "sqlc")
+
+// sqlcMu serialises sqlc generate across the jobs.
+var sqlcMu sync.Mutex
 
 // restoreDir makes rel under dir what it is under root: same files, same contents.
 func restoreDir(root, dir, rel string) error {
