@@ -148,9 +148,15 @@ func (r *bisectRun) check(t *testing.T, poison ...string) {
 		defer r.mu.Unlock()
 		return r.broken
 	}
-	waitFor(t, "all settled", func() bool {
+	// The search of n messages makes up to batchBound calls in one transaction (about 2,000 for 500
+	// messages that fail in every call of several): progress is the handler calls made.
+	waitProgress(t, "all settled", func() bool {
 		return broken() != "" ||
 			e.Count(t, `SELECT count(*) FROM `+msgView+` m WHERE consumer = $1 AND state IN ('completed', 'dead')`, r.consumer) == int64(len(r.keys))
+	}, func() int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.calls)
 	})
 	if b := broken(); b != "" {
 		t.Fatalf("%s (%v)", b, r)

@@ -105,6 +105,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitProgress is waitFor for a long run that reports its progress (a count that grows while it
+// works): it gives up only when progress has not changed for waitFor's deadline, so a slow run on a
+// loaded machine is waited for and a stalled one still fails.
+func waitProgress(t *testing.T, what string, cond func() bool, progress func() int) {
+	t.Helper()
+	last, deadline := progress(), time.Now().Add(2*time.Minute)
+	for !cond() {
+		if n := progress(); n != last {
+			last, deadline = n, time.Now().Add(2*time.Minute)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s: no progress for 2 minutes (at %d)", what, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // msgView is the inbox as readers see it (migration 00011): a message listed in a batch in flight
 // (inbox_batch) is processing, and a queued message's attempts started and token are those of its
 // queue row.
