@@ -24,10 +24,15 @@ $(BIN)/sqlc: tools/sqlc/go.mod tools/sqlc/go.sum
 $(BIN)/goose: tools/goose/go.mod tools/goose/go.sum
 	cd tools/goose && GOFLAGS=-tags=$(GOOSE_TAGS) $(GO) build -o $(BIN)/goose github.com/pressly/goose/v3/cmd/goose
 
+# nats-server: the private NATS JetStream server of make demo and of the two-service test of
+# examples/ledger (found in PATH: those targets put ./bin first).
+$(BIN)/nats-server: tools/nats-server/go.mod tools/nats-server/go.sum
+	cd tools/nats-server && $(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+
 $(BIN)/golangci-lint: tools/golangci-lint/go.mod tools/golangci-lint/go.sum
 	cd tools/golangci-lint && $(GO) build -o $(BIN)/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
-tools: $(BIN)/sqlc $(BIN)/goose $(BIN)/golangci-lint
+tools: $(BIN)/sqlc $(BIN)/goose $(BIN)/golangci-lint $(BIN)/nats-server
 
 ## generate: regenerate internal/sqlc from queries/ and migrations/ (pinned sqlc).
 generate: $(BIN)/sqlc
@@ -60,11 +65,11 @@ test-go: $(BIN)/goose
 
 # Adapters run their tests against the real brokers, seenredis against redis-servers it starts itself;
 # benchmarks are compiled (tests and benchmarks) but not run: performance is measured by 'make bench' only.
-test-submodules:
+test-submodules: $(BIN)/nats-server
 	@if [ -f adapters/go.mod ]; then echo "go test (adapters)"; cd adapters && $(GO) test -race -count=1 -timeout 15m ./...; fi
 	@if [ -f seenredis/go.mod ]; then echo "go test (seenredis)"; cd seenredis && $(GO) test -race -count=1 -timeout 10m ./...; fi
 	@if [ -f bench/go.mod ]; then echo "go test -run '^$$' (bench: compile only)"; cd bench && $(GO) test -count=1 -run '^$$' ./...; fi
-	@if [ -f examples/ledger/go.mod ]; then echo "go test (examples/ledger)"; cd examples/ledger && $(GO) test -race -count=1 -timeout 15m ./...; fi
+	@if [ -f examples/ledger/go.mod ]; then echo "go test (examples/ledger)"; cd examples/ledger && PATH='$(BIN)':"$$PATH" $(GO) test -race -count=1 -timeout 15m ./...; fi
 	@if [ -f examples/notifier/go.mod ]; then echo "go test (examples/notifier)"; cd examples/notifier && $(GO) test -race -count=1 -timeout 10m ./...; fi
 	@if [ -f chaos/go.mod ]; then echo "go test (chaos)"; cd chaos && $(GO) test -race -count=1 -timeout 20m ./...; fi
 	@if [ -f txinboxtest/go.mod ]; then echo "go test (txinboxtest)"; cd txinboxtest && $(GO) test -race -count=1 -timeout 10m ./...; fi
@@ -80,8 +85,8 @@ screenshot:
 ## example, with processes SIGKILLed, connections cut and the broker restarted. It ends by naming what it
 ## leaves (the schemas ledger_demo and ledger_demo_notifier) and the command that drops them;
 ## DEMO_FLAGS=--drop drops them instead.
-demo:
-	cd examples/ledger && $(GO) run . demo $(DEMO_FLAGS)
+demo: $(BIN)/nats-server
+	cd examples/ledger && PATH='$(BIN)':"$$PATH" $(GO) run . demo $(DEMO_FLAGS)
 
 ## wrk-ledger: the ledger's POST /v1/events under wrk, coalescing off vs on (DURATION, ROUNDS, CONNS; not in make test).
 wrk-ledger:

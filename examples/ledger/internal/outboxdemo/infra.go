@@ -19,7 +19,9 @@ import (
 // NATSServerPath is where FindNATSServer looks when nats-server is not in PATH.
 const NATSServerPath = "/usr/sbin/nats-server"
 
-// FindNATSServer returns the path of the nats-server binary: in PATH, else NATSServerPath.
+// FindNATSServer returns the path of the nats-server binary: in PATH, else NATSServerPath. make demo
+// and make test build a pinned nats-server into the repository's bin/ (tools/nats-server) and put it
+// first in PATH.
 func FindNATSServer() (string, error) {
 	if p, err := exec.LookPath("nats-server"); err == nil {
 		return p, nil
@@ -28,7 +30,7 @@ func FindNATSServer() (string, error) {
 		return NATSServerPath, nil
 	}
 	return "", errors.New("nats-server not found (neither in PATH nor at " + NATSServerPath + "): the demo runs a private " +
-		"NATS server with JetStream; install it (Debian, Ubuntu: apt-get install nats-server) or put it in PATH")
+		"NATS server with JetStream; run it through make demo (which builds a pinned one into bin/), or put one in PATH")
 }
 
 // natsServer is a private nats-server with JetStream, on a port and store directory of its own, that
