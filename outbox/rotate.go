@@ -2,18 +2,14 @@ package outbox
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/schemasql"
+	"github.com/txinbox/txinbox/internal/outboxrot"
 )
 
-// DefaultRotateLockTimeout is RotateOptions.LockTimeout when it is zero.
-const DefaultRotateLockTimeout = 2 * time.Second
+// DefaultRotateLockTimeout is RotateOptions.LockTimeout when it is zero: 2s.
+const DefaultRotateLockTimeout = outboxrot.DefaultLockTimeout
 
 // RotateOptions configures [Rotate]. The zero value takes every default.
 type RotateOptions struct {
@@ -74,41 +70,14 @@ func Rotate(ctx context.Context, st txinbox.Store, opts RotateOptions) (Rotation
 	if err != nil {
 		return Rotation{}, err
 	}
-	if opts.Window == 0 {
-		opts.Window = st.Retention
+	o := outboxrot.Options{Window: opts.Window, Generation: opts.Generation, LockTimeout: opts.LockTimeout, Force: opts.Force}.
+		WithDefaults(st.Retention)
+	if field, reason := o.Check(); field != "" {
+		return Rotation{}, &txinbox.ArgumentError{Name: field, Reason: reason}
 	}
-	if opts.Generation == 0 {
-		opts.Generation = max(opts.Window, time.Second)
-	}
-	if opts.LockTimeout == 0 {
-		opts.LockTimeout = DefaultRotateLockTimeout
-	}
-	switch {
-	case opts.Window < 0:
-		return Rotation{}, &txinbox.ArgumentError{Name: "Window", Reason: "must not be negative"}
-	case opts.Generation < time.Second:
-		return Rotation{}, &txinbox.ArgumentError{Name: "Generation", Reason: "must be at least 1s"}
-	case opts.LockTimeout < time.Millisecond:
-		return Rotation{}, &txinbox.ArgumentError{Name: "LockTimeout", Reason: "must be at least 1ms"}
-	}
-	var period pgtype.Interval
-	if !opts.Force {
-		period = pgtype.Interval{Microseconds: opts.Generation.Microseconds(), Valid: true}
-	}
-	keep := pgtype.Interval{Microseconds: opts.Window.Microseconds(), Valid: true}
-	start := time.Now()
-	var r Rotation
-	err = pgx.BeginFunc(ctx, st.DB, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", opts.LockTimeout.Milliseconds())); err != nil {
-			return err
-		}
-		row, err := schemasql.Queries.OutboxRotate(ctx, schemasql.New(st.Schema).Wrap(tx), period, keep)
-		r = Rotation{Rotated: row.Rotated, Generation: row.Generation, Copied: row.Copied}
-		return err
-	})
+	r, err := outboxrot.Rotate(ctx, st.DB, st.Schema, o)
 	if err != nil {
-		return Rotation{}, fmt.Errorf("txinbox: rotating the outbox: %w", schemasql.Err(err))
+		return Rotation{}, err
 	}
-	r.Duration = time.Since(start)
-	return r, nil
+	return Rotation{Rotated: r.Rotated, Generation: r.Generation, Copied: r.Copied, Duration: r.Duration}, nil
 }
