@@ -46,8 +46,8 @@ type OutboxTopicStats struct {
 	Pending  int64 `json:"pending"`
 	Retrying int64 `json:"retrying"`
 	Claimed  int64 `json:"claimed"`
-	// Sent counts the sent events still kept: a rotation (outbox.Rotate) removes them once the
-	// retention window has passed.
+	// Sent counts the sent events still kept: a rotation (the maintainer's, or outbox.Rotate)
+	// removes them once the retention window has passed.
 	Sent int64 `json:"sent"`
 	// Dead counts the dead events, kept until replayed or discarded.
 	Dead int64 `json:"dead"`

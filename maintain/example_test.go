@@ -10,7 +10,6 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/maintain"
-	"github.com/txinbox/txinbox/outbox"
 )
 
 // A service that runs no worker pool (or runs its pools with worker.Config.DisableMaintainer) runs
@@ -36,16 +35,17 @@ func ExampleNew() {
 	_ = m.Stop(stopCtx) // ends the lease: another maintainer takes over at its next look
 }
 
-// More jobs run like the built-in ones, by the leader only, at most once per period: here the
-// outbox's rotation (give the same Config.Jobs to every maintainer of the schema, in
-// worker.Config.Maintainer where the pools start it).
+// More jobs run like the built-in ones (the outbox's rotation is one of them), by the leader only,
+// at most once per period: here a job of the service's own, the deletion of its expired sessions
+// (give the same Config.Jobs to every maintainer of the schema, in worker.Config.Maintainer where the
+// pools start it).
 func ExampleJob() {
 	var store txinbox.Store // the Store of the service's pools
 	cfg := maintain.Config{Jobs: []maintain.Job{{
-		Name:     "outbox-rotate",
+		Name:     "expire-sessions",
 		Interval: time.Minute,
 		Run: func(ctx context.Context) error {
-			_, err := outbox.Rotate(ctx, store, outbox.RotateOptions{})
+			_, err := store.DB.Exec(ctx, "DELETE FROM sessions WHERE expires_at < now()")
 			return err
 		},
 	}}}

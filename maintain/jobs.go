@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/txinbox/txinbox/internal/outboxrot"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 )
@@ -32,6 +33,9 @@ func (m *Maintainer) builtins() []*job {
 		jobs = append(jobs,
 			&job{name: "rotate", interval: every, run: m.rotate},
 			&job{name: "expire-keys", interval: every, run: m.expireKeys})
+		if m.outbox != nil {
+			jobs = append(jobs, &job{name: "outbox-rotate", interval: every, run: m.rotateOutbox})
+		}
 	}
 	if m.cfg.QueueVacuumThreshold >= 0 {
 		jobs = append(jobs,
@@ -58,6 +62,16 @@ func logged(run func(context.Context)) func(context.Context) error {
 // rotate begins a new generation if the current one is Retention.Generation old.
 func (m *Maintainer) rotate(ctx context.Context) error {
 	_, err := m.cleaner.RotateIfDue(ctx) // a rotation is logged by the Cleaner
+	return err
+}
+
+// rotateOutbox begins a new generation of the outbox if the current one is m.outbox.Generation old,
+// removing the sent events past m.outbox.Window with the generation it retires.
+func (m *Maintainer) rotateOutbox(ctx context.Context) error {
+	r, err := outboxrot.Rotate(ctx, m.store.DB, m.store.Schema, *m.outbox)
+	if r.Rotated {
+		m.log.Info("txinbox: rotated the outbox's generations", "generation", r.Generation, "copied", r.Copied, "duration", r.Duration)
+	}
 	return err
 }
 

@@ -1,13 +1,14 @@
 // Package maintain runs the maintenance of a txinbox schema once for the whole schema, in the one
 // maintainer elected among all those running: the rotation of the inbox's generations and the
-// deletion of expired idempotency keys (package retention's code), the vacuum and statistics safety
-// nets of the tables the workers read, the health warnings (dead row versions, the xmin horizon), the
-// fold of the console's roll-ups, and the deletion of the heartbeats of pools that died.
+// deletion of expired idempotency keys (package retention's code), the rotation of the outbox's
+// generations (package outbox's retention of sent events), the vacuum and statistics safety nets of
+// the tables the workers read, the health warnings (dead row versions, the xmin horizon), the fold of
+// the console's roll-ups, and the deletion of the heartbeats of pools that died.
 //
 // Every worker pool starts a Maintainer by default (worker.Config.Maintainer; DisableMaintainer turns
-// it off), so a service that runs pools keeps its inbox bounded with no other line; a service that
-// runs no pool, or wants the maintenance elsewhere, runs one with [New], then Start and Stop (a
-// [txinbox.Service]). However many run, one leads at a time and the others wait to take over.
+// it off), so a service that runs pools keeps its inbox and its outbox bounded with no other line; a
+// service that runs no pool, or wants the maintenance elsewhere, runs one with [New], then Start and
+// Stop (a [txinbox.Service]). However many run, one leads at a time and the others wait to take over.
 //
 // # Election
 //
@@ -46,22 +47,29 @@
 // change of leader. The row also records who ran it, when it ended and its error. The jobs, their
 // names and intervals:
 //
-//	rotate       Config.Retention.Interval  retention.Cleaner.RotateIfDue: a new generation once the
-//	                                        current one is Generation old (default: the Retention)
-//	expire-keys  Config.Retention.Interval  retention.Cleaner.DeleteExpiredKeys
-//	vacuum       5 s                        VACUUM of inbox_queue above QueueVacuumThreshold dead rows
-//	analyze      5 s                        ANALYZE of the worker's tables that outgrew their statistics
-//	health       HealthCheckInterval        warnings: the xmin horizon, dead row versions
-//	rollup       RollupInterval             inbox_rollup_batch folded into inbox_rollup (the console)
-//	pools        10 min                     heartbeats of pools not seen for an hour deleted
+//	rotate         Config.Retention.Interval  retention.Cleaner.RotateIfDue: a new generation of the
+//	                                          inbox once the current one is Generation old (default:
+//	                                          the Retention)
+//	expire-keys    Config.Retention.Interval  retention.Cleaner.DeleteExpiredKeys
+//	outbox-rotate  Config.Retention.Interval  the outbox's rotation (outbox.Rotate): a new generation
+//	                                          once the current one is Generation old (default: the
+//	                                          OutboxWindow), sent events past the OutboxWindow removed;
+//	                                          not with a negative OutboxWindow
+//	vacuum         5 s                        VACUUM of inbox_queue above QueueVacuumThreshold dead rows
+//	analyze        5 s                        ANALYZE of the worker's tables that outgrew their statistics
+//	health         HealthCheckInterval        warnings: the xmin horizon, dead row versions
+//	rollup         RollupInterval             inbox_rollup_batch folded into inbox_rollup (the console)
+//	pools          10 min                     heartbeats of pools not seen for an hour deleted
 //
-// Config.Jobs adds more, run the same way (package outbox's rotation, say).
+// Config.Jobs adds more, run the same way.
 //
 // # Observability
 //
 // The maintainer logs at Info when it becomes the leader and when it stops leading (with its owner,
-// term and the reason), at Debug every run of a job, and at Warn a job that failed. An Observer
-// (Config.Observer; package metrics implements it) is told the same, for the gauge
+// term and the reason), at Info each rotation of the inbox's or the outbox's generations (with the
+// new generation, the rows copied and the duration) and each run that deleted expired keys, at Debug
+// every run of a job, and at Warn a job that failed. An Observer (Config.Observer; package metrics
+// implements it) is told of the leadership and the runs, for the gauge
 // txinbox_maintainer_leader{schema, owner} and the counter txinbox_maintenance_runs_total{job, outcome}.
 package maintain
 
@@ -79,6 +87,7 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/outboxrot"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/retention"
@@ -109,12 +118,25 @@ type Config struct {
 	// Observer, if set, is told when this maintainer becomes the leader or stops, and about every run
 	// of a job (package metrics implements it). Default: none.
 	Observer Observer
-	// Retention configures the rotation of generations and the deletion of expired idempotency keys
-	// (package retention; its Logger defaults to this Logger). Its Interval is the period of both
-	// jobs: default retention.DefaultCleanInterval (1 min), or a sixth of the Generation if that is
-	// shorter (at least 1s), so that a generation lasts at most a sixth longer than Generation.
-	// Negative Interval: the maintainer neither rotates nor deletes keys (run a retention.Cleaner).
+	// Retention configures the rotation of the inbox's generations and the deletion of expired
+	// idempotency keys (package retention; its Logger defaults to this Logger), and the outbox's
+	// rotation (OutboxWindow). Its Interval is the period of the three jobs: default
+	// retention.DefaultCleanInterval (1 min), or a sixth of the inbox's Generation if that is shorter
+	// (at least 1s), so that a generation of the inbox lasts at most a sixth longer than Generation.
+	// Negative Interval: the maintainer neither rotates the inbox nor deletes keys (run a
+	// retention.Cleaner), nor rotates the outbox (call outbox.Rotate).
 	Retention retention.Config
+	// OutboxWindow is how long the outbox's sent events are kept after they were sent, for audit and
+	// replay. The job outbox-rotate runs the outbox's rotation (package outbox's Rotate: RotateOptions
+	// Window OutboxWindow, Generation Retention.Generation, LockTimeout Retention.RotateLockTimeout)
+	// every Retention.Interval: a new generation once the current one is Generation old (default:
+	// the OutboxWindow, at least 1s), whose rotation removes the sent events of the generation it
+	// retires that were sent more than OutboxWindow ago. An event sent at t is kept until at least
+	// t+OutboxWindow and removed by t+OutboxWindow+2×(Generation+Retention.Interval); events not sent
+	// yet and dead events are never removed. Default Store.Retention (7 days unless set). Negative:
+	// the maintainer does not rotate the outbox (call outbox.Rotate yourself). Give every maintainer
+	// of the schema the same OutboxWindow: the leader's decides.
+	OutboxWindow time.Duration
 	// QueueVacuumThreshold is the safety net for the inbox_queue table, whose rows churn (every
 	// message inserts, claims and deletes one): every 5 seconds the leader reads how many dead row
 	// versions PostgreSQL counts in it (pg_stat_user_tables.n_dead_tup) and, above this number, runs
@@ -196,6 +218,7 @@ type Maintainer struct {
 	cfg     Config
 	log     *slog.Logger
 	cleaner *retention.Cleaner // nil when Retention.Interval is negative
+	outbox  *outboxrot.Options // the outbox's rotation; nil when the maintainer does not rotate the outbox
 	jobs    []*job
 	nets    safetyNets // the safety nets' back-off (vacuum.go)
 
@@ -265,6 +288,15 @@ func New(store txinbox.Store, cfg Config) (*Maintainer, error) {
 		}
 		if cfg.Retention.Interval == 0 {
 			m.cfg.Retention.Interval = min(retention.DefaultCleanInterval, max(m.cleaner.Generation()/6, time.Second))
+		}
+		if cfg.OutboxWindow >= 0 {
+			o := outboxrot.Options{Window: cfg.OutboxWindow, Generation: cfg.Retention.Generation,
+				LockTimeout: cfg.Retention.RotateLockTimeout}.WithDefaults(store.Retention)
+			if field, reason := o.Check(); field != "" {
+				return bad(map[string]string{"Window": "OutboxWindow", "Generation": "Retention.Generation",
+					"LockTimeout": "Retention.RotateLockTimeout"}[field], reason)
+			}
+			m.outbox = &o
 		}
 	}
 	m.jobs = m.builtins()

@@ -200,7 +200,7 @@ func New(cfg Config) (*Metrics, error) {
 			"1 while this process's maintainer (owner) leads the schema's maintenance, 0 once it stopped leading; over all processes, one leads.")),
 			[]string{"schema", "owner"}),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts(opts("maintenance_runs_total",
-			"Runs of maintenance jobs (rotate, expire-keys, vacuum, analyze, health, rollup, pools, and added ones) by this process's leading maintainer, by outcome: ok or error.")),
+			"Runs of maintenance jobs (rotate, expire-keys, outbox-rotate, vacuum, analyze, health, rollup, pools, and added ones) by this process's leading maintainer, by outcome: ok or error.")),
 			[]string{"schema", "job", "outcome"}),
 		tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/metrics"),
 	}

@@ -7,7 +7,7 @@
 // only if that transaction commits, together with the service's own writes. A [Relay] (made by
 // [NewRelay]) claims the committed events, hands them to a [Publisher] (a broker adapter) and records
 // their outcome; it has the [txinbox.Service] shape (Start, Stop). [Rotate] removes the events sent
-// longer ago than a retention window.
+// longer ago than a retention window (the schema's maintainer runs it: see Retention below).
 //
 // # Semantics
 //
@@ -44,10 +44,14 @@
 // RelayConfig.MaxAttempts attempts have started; then, or at once for a [Permanent] error, it is
 // dead: kept in the outbox (state dead) and never handed over again.
 //
-// Retention: sent events are kept for a window (RotateOptions.Window, by default Store.Retention)
-// for audit and replay, then leave with their generation ([Rotate]): the outbox table is a ring of
-// three partitions, as the inbox's is (migration 00006), emptied by TRUNCATE, never by row DELETEs.
-// Unsent and dead events are never removed by a rotation.
+// Retention: sent events are kept for a window (by default Store.Retention) for audit and replay,
+// then leave with their generation: the outbox table is a ring of three partitions, as the inbox's
+// is (migration 00006), emptied by TRUNCATE, never by row DELETEs. Unsent and dead events are never
+// removed by a rotation. The schema's maintainer (package maintain, which every worker pool starts)
+// rotates the outbox by itself, as its built-in job outbox-rotate, with the window
+// maintain.Config.OutboxWindow: a service whose pools run the default maintainer keeps its outbox
+// bounded with no line of its own. Where no maintainer rotates the outbox (no pool, or a negative
+// OutboxWindow), call [Rotate] periodically (RotateOptions.Window).
 //
 // Wake-up: Publish also sends a PostgreSQL notification (on [NotifyChannel], debounced: at most once
 // per Store.NotifyInterval per Client) that wakes idle relays when the transaction commits; a relay

@@ -48,6 +48,10 @@ type Rotation struct {
 // (migration 00009, outbox_rotate), never a row DELETE: no dead row versions, no vacuum, and a
 // transaction holding back the xmin horizon does not stop it.
 //
+// The schema's maintainer (package maintain, which every worker pool starts) runs this rotation as
+// its built-in job outbox-rotate, with the window maintain.Config.OutboxWindow (default
+// Store.Retention): call Rotate yourself only where no maintainer rotates the outbox, or by hand.
+//
 // Contract, for the one who schedules it (a maintenance loop):
 //   - Call it periodically, every minute, say, from any number of processes: calls that find the
 //     generation not due return at once (Rotated false), and of two rotations at once one rotates

@@ -130,15 +130,17 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 	// Maintainer configures the schema's maintainer that the pool starts (package maintain): one
 	// maintainer per schema is elected among all those running, across processes, and it alone
-	// rotates the inbox's generations (so that the inbox stays bounded with no retention.Cleaner),
-	// deletes expired idempotency keys, runs the vacuum and statistics safety nets and the health
-	// warnings, and folds the console's roll-ups. Its Owner defaults to the pool's, its Logger to the
-	// pool's, and its Observer to the pool's if that implements maintain.Observer (package metrics
-	// does). Default: maintain's defaults.
+	// rotates the inbox's generations (so that the inbox stays bounded with no retention.Cleaner)
+	// and the outbox's (sent events leave after maintain.Config.OutboxWindow, with no outbox.Rotate
+	// of the service's), deletes expired idempotency keys, runs the vacuum and statistics safety nets
+	// and the health warnings, and folds the console's roll-ups. Its Owner defaults to the pool's, its
+	// Logger to the pool's, and its Observer to the pool's if that implements maintain.Observer
+	// (package metrics does). Default: maintain's defaults.
 	Maintainer maintain.Config
 	// DisableMaintainer: the pool starts no maintainer. Set it when the schema's maintainer runs
 	// elsewhere (maintain.New in a service of its own, or in other pools): without any maintainer,
-	// the inbox is never rotated and the console's counts are never folded. Default: false.
+	// neither the inbox nor the outbox is ever rotated and the console's counts are never folded.
+	// Default: false.
 	DisableMaintainer bool
 	// IdleWarnAfter: when the pool has claimed no message for this long while the queue holds
 	// messages of other consumers that no running pool serves (a mistyped Consumer, say), it logs one
