@@ -336,7 +336,7 @@ SELECT coalesce(has_table_privilege(to_regclass(@inbox_table::text), 'SELECT, IN
        coalesce(has_table_privilege(to_regclass(@queue_table::text), 'SELECT, INSERT, UPDATE, DELETE'), false)::bool AS queue;
 
 -- name: XactStatus :one
--- The status of a transaction by its id (as LockClaims returns it): committed, aborted or in progress;
+-- The status of a transaction by its id (as BatchLimits returns it): committed, aborted or in progress;
 -- empty if too old to be known.
 SELECT coalesce(pg_xact_status(CAST(sqlc.arg(xid) AS text)::xid8)::text, '')::text AS status;
 

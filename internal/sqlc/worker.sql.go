@@ -721,7 +721,7 @@ const xactStatus = `-- name: XactStatus :one
 SELECT coalesce(pg_xact_status(CAST($1 AS text)::xid8)::text, '')::text AS status
 `
 
-// The status of a transaction by its id (as LockClaims returns it): committed, aborted or in progress;
+// The status of a transaction by its id (as BatchLimits returns it): committed, aborted or in progress;
 // empty if too old to be known.
 func (q *Queries) XactStatus(ctx context.Context, db DBTX, xid string) (string, error) {
 	row := db.QueryRow(ctx, xactStatus, xid)
