@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,7 +37,8 @@ type bisectRun struct {
 	e        *env
 	consumer string
 	keys     []string
-	bound    int // the most handler calls the search may make
+	bound    int          // the most handler calls the search may make
+	claims   atomic.Int32 // batches claimed by its pool (claims that found messages)
 
 	mu        sync.Mutex
 	calls     []bisectCall
@@ -63,9 +65,10 @@ func newBisectRun(t *testing.T, e *env, consumer string, n int) *bisectRun {
 // maxAttempts) writes the effects of its messages, then returns fail(msgs, multi), multi being the
 // number of earlier calls of more than one message. A wrong call (messages out of claim order, a
 // message given again in an attempt after a call of it succeeded, more than bound calls) is noted
-// for check, and makes this call and every later one fail. The lease is short: a message the
-// bisection leaves undecided is run again by another claim soon, and is seen as an attempt started
-// twice.
+// for check, and makes this call and every later one fail. Every claim that takes messages is
+// counted: the messages are all received before the pool starts, so the first claim takes them all,
+// and a message the bisection leaves undecided (neither completed nor charged when the batch commits)
+// is claimed again by a second batch, which check sees.
 func (r *bisectRun) start(t *testing.T, maxAttempts, bound int, fail func(msgs []*worker.Message[credit], multi int) error) {
 	t.Helper()
 	r.bound = bound
@@ -116,12 +119,14 @@ func (r *bisectRun) start(t *testing.T, maxAttempts, bound int, fail func(msgs [
 		}
 		return err
 	}, worker.HandlerConfig{BatchSize: len(r.keys), MaxAttempts: maxAttempts})
-	run(t, batchPool(t, r.e, nil, hs, func(c *worker.Config) {
+	p := batchPool(t, r.e, nil, hs, func(c *worker.Config) {
 		c.Consumer = r.consumer
 		c.Concurrency = 1
 		c.Lease = 5 * time.Second
 		c.Timeout = 2 * time.Second
-	}))
+	})
+	worker.SetClaimHook(p, func(*worker.Pool, []string) { r.claims.Add(1) })
+	run(t, p)
 }
 
 // String describes r's first calls, for a failure.
@@ -160,6 +165,9 @@ func (r *bisectRun) check(t *testing.T, poison ...string) {
 	})
 	if b := broken(); b != "" {
 		t.Fatalf("%s (%v)", b, r)
+	}
+	if n := r.claims.Load(); n != 1 {
+		t.Fatalf("%d batches claimed the messages, want 1: the bisection left messages undecided, for another batch to run (%v)", n, r)
 	}
 	rows, err := e.Pool.Query(context.Background(), e.SQL(`SELECT key, state, attempts_started, attempts_failed, coalesce(last_error, '')
 		FROM `+msgView+` m WHERE consumer = $1 ORDER BY id`), r.consumer)

@@ -2,8 +2,9 @@ package worker
 
 import "time"
 
-// SetClaimHook makes fn run in p between each claim's commit and its batch transaction (nil removes
-// it), with p and the keys of the claimed messages. Call it before p.Start. Tests use it to freeze a
+// SetClaimHook makes fn run in p after each claim that took messages and before their handlers run,
+// in the batch transaction that claimed them (nil removes it), with p and the keys of the claimed
+// messages (suspects too). Call it before p.Start. Tests use it to freeze a
 // worker at the worst moment; it affects p only, so such tests may run in parallel.
 func SetClaimHook(p *Pool, fn func(p *Pool, keys []string)) {
 	if fn == nil {
