@@ -399,6 +399,9 @@ func baselineRun(dirs []string, mutants []mutant, race bool, timeout time.Durati
 					errs = append(errs, fmt.Errorf("%s does not build:\n%s", p, r.output))
 				default:
 					failed = append(failed, r.failed...)
+					for _, sk := range r.skipped {
+						failed = append(failed, "skipped, so it cannot judge a mutant: "+sk)
+					}
 					if len(r.failed) == 0 && r.pkgFailed {
 						failed = append(failed, p+" (package):\n"+r.output)
 					}
@@ -462,7 +465,7 @@ func runMutant(dir, root, sqlc string, m mutant, race bool, timeout time.Duratio
 			return result{Status: "ERROR", Detail: fmt.Sprintf("sqlc generate: %v\n%s", err, out)}
 		}
 	}
-	var killedBy []string
+	var killedBy, skipped []string
 	var output strings.Builder
 	for _, g := range m.Tests {
 		r := goTest(dir, g, race, timeout, false)
@@ -480,7 +483,12 @@ func runMutant(dir, root, sqlc string, m mutant, race bool, timeout time.Duratio
 			killedBy = append(killedBy, strings.TrimPrefix(g.Pkg, "./")+" (the test binary failed: "+lastLines(r.output, 3)+")")
 		case r.ran == 0:
 			return result{Status: "ERROR", Detail: fmt.Sprintf("no test of %s matches %q", g.Pkg, g.Run)}
+		case len(r.skipped) > 0:
+			skipped = append(skipped, r.skipped...)
 		}
+	}
+	if len(killedBy) == 0 && len(skipped) > 0 {
+		return result{Status: "ERROR", Detail: "guarding tests skipped, so nothing was judged: " + strings.Join(skipped, "; ")}
 	}
 	if len(killedBy) > 0 {
 		return result{Status: "KILLED", Detail: strings.Join(killedBy, ", "), Output: output.String()}
@@ -519,6 +527,7 @@ func restoreDir(root, dir, rel string) error {
 type testRun struct {
 	ran         int      // tests started
 	failed      []string // tests that failed (subtests included)
+	skipped     []string // tests that skipped (a browser or service they need is missing)
 	pkgFailed   bool     // the package failed (a failed test, a panic, a timeout or a failed build)
 	buildFailed bool
 	output      string            // output not attributed to a test (build errors, panics)
@@ -576,6 +585,11 @@ func goTest(dir string, g guard, race bool, timeout time.Duration, failfast bool
 			testOut[ev.Test].WriteString(ev.Output)
 		case ev.Test != "" && ev.Action == "fail":
 			r.failed = append(r.failed, ev.Test)
+		case ev.Test != "" && ev.Action == "skip":
+			r.skipped = append(r.skipped, ev.Test)
+			if b := testOut[ev.Test]; b != nil {
+				r.skipped[len(r.skipped)-1] += " (" + strings.TrimSpace(lastLines(b.String(), 2)) + ")"
+			}
 		case ev.Test == "" && ev.Action == "fail":
 			r.pkgFailed = true
 		case ev.Test == "" && ev.Action == "output":
