@@ -18,7 +18,7 @@ WITH candidates AS (
                 NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */outbox_queue h
                             WHERE h.key = q.key AND h.id < q.id)
                 AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */outbox_queue h
-                                WHERE h.key = q.key AND h.claimed))) AS head
+                                WHERE h.key = q.key AND h.claimed AND h.id <> q.id))) AS head
     FROM /* TEMPLATE: schema */outbox_queue q
     WHERE q.run_at <= now()
     ORDER BY q.run_at, q.id
@@ -90,7 +90,10 @@ type OutboxClaimRow struct {
 // The claim stamps owner, lease (run_at), a new fencing token and the attempt, and commits on its
 // own, before anything is published. Run it in a transaction holding OutboxClaimLock.
 // Plans: the redundant `q.id = ANY (ARRAY(...))` makes the updates look the rows up by primary key
-// even in a generic plan, which cannot see @max (the worker's ClaimBatch says why).
+// even in a generic plan, which cannot see @max (the worker's ClaimBatch says why). The redundant
+// `h.id <> q.id` (q is not claimed where it is evaluated) keeps "no other event of its key is
+// claimed" a probe of outbox_queue_key_claimed per keyed row: a subquery correlated by equality alone
+// may be hashed, and the hashed one read the whole queue at every claim.
 // Each outbox row is read by its id, once per claimed row (OFFSET 0 keeps the subquery from being
 // flattened into a join, as in the worker's ClaimBatch).
 func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParams) ([]OutboxClaimRow, error) {
