@@ -59,8 +59,9 @@ SELECT pg_advisory_xact_lock(@lock_key::bigint);
 -- A row that OutboxReadyNext marked (ready) is never snoozed: if this claim's snapshot still showed
 -- the event that has just left the queue, the next claim takes it. If the rows scanned were all
 -- snoozed, one placeholder row with id 0 says so (the caller claims again).
--- The claim stamps owner, lease (run_at), a new fencing token and the attempt, and commits on its
--- own, before anything is published. Run it in a transaction holding OutboxClaimLock.
+-- The claim stamps owner, lease (run_at), a new fencing token and the attempt, and commits before
+-- anything of it is published (its transaction may begin with the record of the relay's previous
+-- batch: OutboxFinish, OutboxReadyNext). Run it in a transaction holding OutboxClaimLock.
 -- Plans: the redundant `q.id = ANY (ARRAY(...))` makes the updates look the rows up by primary key
 -- even in a generic plan, which cannot see @max (the worker's ClaimBatch says why). The redundant
 -- `h.id <> q.id` (q is not claimed where it is evaluated) keeps "no other event of its key is
@@ -115,7 +116,9 @@ ORDER BY 1;
 -- goes back to it after its delay (seconds, server clock); release goes back to it at once without
 -- charging the attempt (@uncount) and leaves the outbox row as it was. Rows whose fencing token is
 -- no longer the caller's (another relay took the claim over after its lease ended), or that are no
--- longer claimed, are left alone: it returns the ids whose outcome was recorded.
+-- longer claimed, are left alone: it returns the ids whose outcome was recorded. The relay runs it
+-- (and OutboxReadyNext) at the start of its next claim's transaction, before OutboxClaimLock, or on
+-- its own.
 WITH c AS (
     SELECT s.id, s.token, s.outcome, s.error, now() + make_interval(secs => s.delay) AS run_at, s.uncount
     FROM ROWS FROM (unnest(@ids::bigint[]), unnest(@tokens::bigint[]), unnest(@outcomes::text[]),
@@ -163,7 +166,12 @@ SELECT f.id FROM fenced f ORDER BY f.id;
 -- it was snoozed behind an event that has just been sent or become dead, and marks it (ready) so that
 -- no claim snoozes it: a claim whose snapshot still showed the finished event, and that locks the row
 -- after this update, sees the mark. Run after the finishing statement, so that it sees every event
--- committed before it. The new run_at is never later than it was: a due row keeps its place.
+-- committed before it. The new run_at is never later than it was: a due row keeps its place. The
+-- relay passes the keys of all the events it reports sent or dead, recorded or not (a claim's
+-- pipeline cannot wait for OutboxFinish's answer): for a key whose event another relay took over,
+-- the oldest queued event is that claimed one (nothing changes), or the next one, which the other
+-- relay makes ready too, or an event committed late behind the claimed one, which claims then do not
+-- snooze but still never claim before the claimed one has left.
 UPDATE /* TEMPLATE: schema */outbox_queue q
 SET ready = true, run_at = least(q.run_at, greatest(m.next_run_at, now()))
 FROM unnest(@keys::text[]) AS k(key), /* TEMPLATE: schema */outbox m

@@ -87,8 +87,9 @@ type OutboxClaimRow struct {
 // A row that OutboxReadyNext marked (ready) is never snoozed: if this claim's snapshot still showed
 // the event that has just left the queue, the next claim takes it. If the rows scanned were all
 // snoozed, one placeholder row with id 0 says so (the caller claims again).
-// The claim stamps owner, lease (run_at), a new fencing token and the attempt, and commits on its
-// own, before anything is published. Run it in a transaction holding OutboxClaimLock.
+// The claim stamps owner, lease (run_at), a new fencing token and the attempt, and commits before
+// anything of it is published (its transaction may begin with the record of the relay's previous
+// batch: OutboxFinish, OutboxReadyNext). Run it in a transaction holding OutboxClaimLock.
 // Plans: the redundant `q.id = ANY (ARRAY(...))` makes the updates look the rows up by primary key
 // even in a generic plan, which cannot see @max (the worker's ClaimBatch says why). The redundant
 // `h.id <> q.id` (q is not claimed where it is evaluated) keeps "no other event of its key is
@@ -203,7 +204,9 @@ type OutboxFinishParams struct {
 // goes back to it after its delay (seconds, server clock); release goes back to it at once without
 // charging the attempt (@uncount) and leaves the outbox row as it was. Rows whose fencing token is
 // no longer the caller's (another relay took the claim over after its lease ended), or that are no
-// longer claimed, are left alone: it returns the ids whose outcome was recorded.
+// longer claimed, are left alone: it returns the ids whose outcome was recorded. The relay runs it
+// (and OutboxReadyNext) at the start of its next claim's transaction, before OutboxClaimLock, or on
+// its own.
 func (q *Queries) OutboxFinish(ctx context.Context, db DBTX, arg OutboxFinishParams) ([]int64, error) {
 	rows, err := db.Query(ctx, outboxFinish,
 		arg.Ids,
@@ -313,7 +316,12 @@ WHERE q.key = k.key AND NOT q.claimed AND m.id = q.id
 // it was snoozed behind an event that has just been sent or become dead, and marks it (ready) so that
 // no claim snoozes it: a claim whose snapshot still showed the finished event, and that locks the row
 // after this update, sees the mark. Run after the finishing statement, so that it sees every event
-// committed before it. The new run_at is never later than it was: a due row keeps its place.
+// committed before it. The new run_at is never later than it was: a due row keeps its place. The
+// relay passes the keys of all the events it reports sent or dead, recorded or not (a claim's
+// pipeline cannot wait for OutboxFinish's answer): for a key whose event another relay took over,
+// the oldest queued event is that claimed one (nothing changes), or the next one, which the other
+// relay makes ready too, or an event committed late behind the claimed one, which claims then do not
+// snooze but still never claim before the claimed one has left.
 func (q *Queries) OutboxReadyNext(ctx context.Context, db DBTX, keys []string) error {
 	_, err := db.Exec(ctx, outboxReadyNext, keys)
 	return err
