@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/testkit/plantest"
@@ -109,5 +112,48 @@ func TestRelayStatementsGenericPlansAreLinear(t *testing.T) {
 		rec := &stmtRecorder{}
 		run(rec)
 		plantest.CheckLinear(t, name, plantest.ExplainGeneric(t, conn, st.SQL(rec.sql), rec.args), 3*n)
+	}
+}
+
+// The claim runs with a custom plan whatever the server's plan_cache_mode (OutboxClaimLock sets it
+// for the claim's transaction): its generic plan, which cannot see the batch size, compiled itself
+// with JIT at every run on a large queue, and one made while the queue was nearly empty reads the
+// whole queue for each event once a backlog comes. Here the relay's connection prefers generic plans
+// (plan_cache_mode = force_generic_plan), and after a drain of a claim per event its prepared claim
+// has never run with one.
+func TestClaimRunsWithACustomPlan(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	for i := range 8 {
+		e.publish(t, msg("t", fmt.Sprintf("k%d", i%3), i))
+	}
+	cfg, err := pgxpool.ParseConfig(e.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // the relay's one runner claims and records on it; read its prepared statements after
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	r, err := outbox.NewRelay(txinbox.Store{DB: pool, Schema: e.Schema}, outbox.RelayConfig{
+		Publisher: newRecorder(t, nil), BatchSize: 1, Concurrency: 1, DisableListen: true, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outbox.SetSnooze(r, time.Hour)
+	run(t, r)
+	waitFor(t, "every event sent", func() bool { return e.count(t, "sent") == 8 })
+	stop(t, r)
+	var generic, custom int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(generic_plans), 0)::bigint, coalesce(sum(custom_plans), 0)::bigint
+		FROM pg_prepared_statements WHERE statement LIKE '-- name: OutboxClaim :many%'`).Scan(&generic, &custom); err != nil {
+		t.Fatal(err)
+	}
+	if generic != 0 || custom < 8 {
+		t.Fatalf("the claim ran with %d generic and %d custom plans, want only custom ones (at least 8)", generic, custom)
 	}
 }
