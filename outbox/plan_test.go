@@ -53,7 +53,8 @@ func (recordedRow) Scan(...any) error { return errRecorded }
 // sequential scan of outbox_queue) at every claim that met a keyed event: most of the claim's time
 // on a backlog of keyed events. Each statement is run with EXPLAIN ANALYZE of its generic plan, on a
 // queue of 10,000 events (keyed and not) of which other relays hold 3n, in a transaction rolled
-// back, and no node may handle more than a few rows per event of the batch.
+// back, and no node may handle more than a few rows per event of the batch. (The relay runs the
+// claim with a custom plan, TestClaimRunsWithACustomPlan; the hashed subquery was in both.)
 func TestRelayStatementsGenericPlansAreLinear(t *testing.T) {
 	t.Parallel()
 	const n = 100
