@@ -170,10 +170,10 @@ var _ txinbox.Service = (*Relay)(nil)
 // (an event committed late, older by id than the one the other claim took). The runner hands the
 // batch to the Publisher, outside any transaction, then records each event's outcome in one
 // statement: sent and dead events leave the queue, failed ones come back after their backoff. That
-// statement, and the one that makes the next event of each key whose event left the queue ready, run
-// at the start of the runner's next claim, in its transaction (before it takes the claim lock): one
-// round trip and one commit for a batch's record and the next claim; a runner that stops, or whose
-// claim fails, records on its own. Only claims still holding the runner's token are recorded: a
+// statement runs at the start of the runner's next claim, in its transaction (before it takes the
+// claim lock), and the one that makes the next event of each key whose event left the queue ready
+// runs there once the lock is taken: one round trip and one commit for a batch's record and the
+// next claim; a runner that stops, or whose claim fails, records on its own. Only claims still holding the runner's token are recorded: a
 // relay whose lease ended (its Publish call hung, or it was frozen) and whose events another relay
 // took over changes nothing of the other relay's claim.
 //
@@ -506,8 +506,8 @@ func (r *Relay) claimTimeoutMS() string {
 }
 
 // claimInTx claims in an explicit transaction: BEGIN, the statement_timeout, the record of the last
-// batch's outcomes (rec, if any: OutboxFinish and OutboxReadyNext), OutboxClaimLock, OutboxClaim,
-// COMMIT, each a round trip (a DB that cannot pipeline).
+// batch's outcomes (rec, if any: OutboxFinish), OutboxClaimLock, OutboxReadyNext (rec's keys, if
+// any), OutboxClaim, COMMIT, each a round trip (a DB that cannot pipeline).
 func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams, rec *recordInClaim) ([]sqlc.OutboxClaimRow, error) {
 	tx, err := r.db.Begin(ctx)
 	if err != nil {
@@ -524,14 +524,14 @@ func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams, rec *re
 		if rec.ids, err = schemasql.Queries.OutboxFinish(ctx, db, rec.finish); err != nil {
 			return nil, schemasql.Err(err)
 		}
-		if len(rec.keys) > 0 {
-			if err := schemasql.Queries.OutboxReadyNext(ctx, db, rec.keys); err != nil {
-				return nil, schemasql.Err(err)
-			}
-		}
 	}
 	if err := schemasql.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
 		return nil, schemasql.Err(err)
+	}
+	if rec != nil && len(rec.keys) > 0 {
+		if err := schemasql.Queries.OutboxReadyNext(ctx, db, rec.keys); err != nil {
+			return nil, schemasql.Err(err)
+		}
 	}
 	rows, err := schemasql.Queries.OutboxClaim(ctx, db, p)
 	if err != nil {
@@ -544,13 +544,17 @@ func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams, rec *re
 }
 
 // claimPipelined sends the claim's statements (the statement_timeout; the record of the last batch's
-// outcomes, if any: OutboxFinish and OutboxReadyNext; OutboxClaimLock, OutboxClaim) as one
-// pipeline, in one round trip: they run in one implicit transaction, which commits at the pipeline's
-// end (its Sync; a failed statement rolls it back). So the claim lock is held only while the server
-// runs the claim and commits it, not across the client's round trips, and the runners' claims wait
-// less for one another. Each statement takes its own snapshot (read committed), so the claim, which
-// starts once the lock is granted, sees every claim committed before, and the record before it in its
-// own transaction. Its rows (and rec's ids) are returned only once the commit succeeded.
+// outcomes, if any: OutboxFinish; OutboxClaimLock; OutboxReadyNext for rec's keys, if any;
+// OutboxClaim) as one pipeline, in one round trip: they run in one implicit transaction, which
+// commits at the pipeline's end (its Sync; a failed statement rolls it back). So the claim lock is
+// held only while the server runs the claim and commits it, not across the client's round trips,
+// and the runners' claims wait less for one another. Each statement takes its own snapshot (read
+// committed), so the claim, which starts once the lock is granted, sees every claim committed
+// before, and the record before it in its own transaction. OutboxReadyNext runs after the lock too:
+// a claim that snoozed the next event of a key while it still saw the recorded event queued has
+// committed before (claims take turns), so its snooze, and the event, are seen and undone; a claim
+// after this transaction's commit no longer sees the recorded event. Its rows (and rec's ids) are
+// returned only once the commit succeeded.
 func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.OutboxClaimParams, rec *recordInClaim) (rows []sqlc.OutboxClaimRow, err error) {
 	pl := &pipeline{db: b}
 	if ms := r.claimTimeoutMS(); ms != "" {
@@ -562,11 +566,6 @@ func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.Outbox
 			rec.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 			return err
 		})
-		if len(rec.keys) > 0 {
-			if err := schemasql.Queries.OutboxReadyNext(ctx, r.st.Wrap(pl), rec.keys); err != nil {
-				return nil, schemasql.Err(err)
-			}
-		}
 	}
 	defer func() {
 		if cerr := pl.close(); err == nil && cerr != nil {
@@ -576,6 +575,11 @@ func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.Outbox
 	db := r.st.Wrap(pl)
 	if err := schemasql.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
 		return nil, schemasql.Err(err)
+	}
+	if rec != nil && len(rec.keys) > 0 {
+		if err := schemasql.Queries.OutboxReadyNext(ctx, db, rec.keys); err != nil {
+			return nil, schemasql.Err(err)
+		}
 	}
 	rows, err = schemasql.Queries.OutboxClaim(ctx, db, p)
 	if err != nil {
@@ -800,7 +804,7 @@ func finishParams(fs []finish) sqlc.OutboxFinishParams {
 }
 
 // recordInClaim is the record of a batch's outcomes in the transaction of the next claim:
-// OutboxFinish, then OutboxReadyNext for the key of every event sent or dead. Its keys are not
+// OutboxFinish, then, after OutboxClaimLock, OutboxReadyNext for the key of every event sent or dead. Its keys are not
 // narrowed to the events whose outcome was recorded (that is known only once the pipeline has run):
 // for a key whose event another relay took over, OutboxReadyNext finds that event, claimed, as the
 // oldest of its key and changes nothing, or finds the next event made ready by that relay already.

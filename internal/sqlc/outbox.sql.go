@@ -88,8 +88,9 @@ type OutboxClaimRow struct {
 // the event that has just left the queue, the next claim takes it. If the rows scanned were all
 // snoozed, one placeholder row with id 0 says so (the caller claims again).
 // The claim stamps owner, lease (run_at), a new fencing token and the attempt, and commits before
-// anything of it is published (its transaction may begin with the record of the relay's previous
-// batch: OutboxFinish, OutboxReadyNext). Run it in a transaction holding OutboxClaimLock.
+// anything of it is published (its transaction may also record the relay's previous batch:
+// OutboxFinish before OutboxClaimLock, OutboxReadyNext after it). Run it in a transaction holding
+// OutboxClaimLock.
 // Plans: the redundant `q.id = ANY (ARRAY(...))` makes the updates look the rows up by primary key
 // even in a generic plan, which cannot see @max (the worker's ClaimBatch says why). The redundant
 // `h.id <> q.id` (q is not claimed where it is evaluated) keeps "no other event of its key is
@@ -212,8 +213,7 @@ type OutboxFinishParams struct {
 // charging the attempt (@uncount) and leaves the outbox row as it was. Rows whose fencing token is
 // no longer the caller's (another relay took the claim over after its lease ended), or that are no
 // longer claimed, are left alone: it returns the ids whose outcome was recorded. The relay runs it
-// (and OutboxReadyNext) at the start of its next claim's transaction, before OutboxClaimLock, or on
-// its own.
+// at the start of its next claim's transaction, before OutboxClaimLock, or on its own.
 func (q *Queries) OutboxFinish(ctx context.Context, db DBTX, arg OutboxFinishParams) ([]int64, error) {
 	rows, err := db.Query(ctx, outboxFinish,
 		arg.Ids,
@@ -322,8 +322,11 @@ WHERE q.key = k.key AND NOT q.claimed AND m.id = q.id
 // Makes the oldest queued event of each of @keys ready at once (its own next-run time permitting) if
 // it was snoozed behind an event that has just been sent or become dead, and marks it (ready) so that
 // no claim snoozes it: a claim whose snapshot still showed the finished event, and that locks the row
-// after this update, sees the mark. Run after the finishing statement, so that it sees every event
-// committed before it. The new run_at is never later than it was: a due row keeps its place. The
+// after this update, sees the mark. Run it after the finishing statement committed, or in the
+// finishing statement's transaction after OutboxClaimLock, so that every claim that may have snoozed
+// an event of a key while it saw the finished one has committed before this statement's snapshot
+// (otherwise a claim could see an event committed after this snapshot, with the finished event still
+// queued, and snooze it unseen). The new run_at is never later than it was: a due row keeps its place. The
 // relay passes the keys of all the events it reports sent or dead, recorded or not (a claim's
 // pipeline cannot wait for OutboxFinish's answer): for a key whose event another relay took over,
 // the oldest queued event is that claimed one (nothing changes), or the next one, which the other
