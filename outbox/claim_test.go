@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -80,5 +84,122 @@ func TestClaimTimeoutBoundsAPipelinedClaimWaitingForTheLock(t *testing.T) {
 	evs := rec.ackedEvents()
 	if len(evs) != 1 || evs[0].Attempt != 1 {
 		t.Fatalf("acknowledged %+v, want the event once, at attempt 1", evs)
+	}
+}
+
+// finishTracer counts OutboxFinish statements sent in a pipeline (a claim's) and on their own.
+type finishTracer struct {
+	mu                  sync.Mutex
+	inBatch, standalone int
+}
+
+func (f *finishTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (f *finishTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if strings.HasPrefix(d.SQL, "-- name: OutboxFinish ") {
+		f.mu.Lock()
+		f.inBatch++
+		f.mu.Unlock()
+	}
+}
+
+func (f *finishTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+func (f *finishTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(d.SQL, "-- name: OutboxFinish ") {
+		f.mu.Lock()
+		f.standalone++
+		f.mu.Unlock()
+	}
+	return ctx
+}
+
+func (f *finishTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (f *finishTracer) counts() (inBatch, standalone int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.inBatch, f.standalone
+}
+
+// A runner records a batch's outcomes at the start of its next claim's pipeline (one round trip and
+// one commit for both): while a backlog drains, no OutboxFinish goes on its own, and every event is
+// recorded sent, each key's events in order.
+func TestRelayRecordsEachBatchInItsNextClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	var msgs []outbox.Message
+	for i := range 60 {
+		msgs = append(msgs, msg("t", []string{"", "a", "b"}[i%3], i))
+	}
+	e.publish(t, msgs...)
+	cfg, err := pgxpool.ParseConfig(e.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &finishTracer{}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	rec := newRecorder(t, nil)
+	r, err := outbox.NewRelay(txinbox.Store{DB: pool, Schema: e.Schema}, outbox.RelayConfig{Publisher: rec, BatchSize: 10, Concurrency: 1, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outbox.SetSnooze(r, time.Hour)
+	run(t, r)
+	waitFor(t, "every event sent", func() bool { return e.count(t, "sent") == 60 })
+	stop(t, r)
+	inBatch, standalone := tr.counts()
+	if inBatch == 0 || standalone != 0 {
+		t.Fatalf("OutboxFinish ran %d times in a claim's pipeline and %d times on its own, want only in pipelines", inBatch, standalone)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.outbox_queue`); n != 0 {
+		t.Fatalf("%d events still queued", n)
+	}
+}
+
+// When the claim that carries a batch's record fails (here: its wait for the claim lock, held
+// elsewhere, outlasts ClaimTimeout), the record is rolled back with it, and the runner records the
+// batch on its own at once: the event is sent while the lock is still held.
+func TestRecordOfAFailedClaimGoesOnItsOwn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	e.publish(t, msg("t", "k", 1))
+	holder, err := e.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	logs := &logRecords{errs: map[string][]string{}}
+	var r *outbox.Relay
+	published := make(chan struct{})
+	rec := newRecorder(t, func(outbox.Event) error {
+		// The next claim, which carries this event's record, waits for the lock taken now.
+		if _, err := holder.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", outbox.ClaimLockKey(r)); err != nil {
+			t.Error(err)
+		}
+		close(published)
+		return nil
+	})
+	r = e.relay(t, rec, func(c *outbox.RelayConfig) {
+		c.Lease, c.ClaimTimeout, c.Concurrency, c.DisableListen = 2*time.Second, 200*time.Millisecond, 1, true
+		c.Logger = slog.New(logs)
+	})
+	run(t, r)
+	await(t, "the event published", published)
+	waitFor(t, "the event sent while the claim lock is held elsewhere", func() bool { return e.count(t, "sent") == 1 })
+	if !logs.has("txinbox: outbox claim failed", "57014") {
+		t.Fatal("no claim cancelled by statement_timeout (SQLSTATE 57014) logged: the test proves nothing")
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/txinbox/txinbox/internal/schemasql"
+	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -265,4 +269,65 @@ func TestClaimSkipsLockedEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the other event sent once its row is free", func() bool { return e.count(t, "sent") == 2 })
+}
+
+// A runner records a sent event in its next claim's transaction, and makes the next event of its key
+// ready there after taking the claim lock: a claim that snoozed that next event while it still saw the
+// sent one queued took its turn before, so the mark sees the snooze. Here the test holds the claim
+// lock while the runner's transaction (event 1 recorded sent) waits for it; event 2 of the key
+// commits, and the test's own claim, under the lock, still sees event 1 and snoozes event 2 for an
+// hour. Once the lock is free, the runner's transaction must make event 2 ready and claim it.
+func TestNextEventOfAKeySnoozedWhileItsRecordWaitsForTheClaimLockGoes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	e.publish(t, msg("t", "k", 1))
+	holder, err := e.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	var r *outbox.Relay
+	first := make(chan struct{})
+	var once sync.Once
+	rec := newRecorder(t, func(ev outbox.Event) error {
+		once.Do(func() {
+			// The runner's next transaction, which records this event, waits for the lock taken now.
+			if _, err := holder.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", outbox.ClaimLockKey(r)); err != nil {
+				t.Error(err)
+			}
+			close(first)
+		})
+		return nil
+	})
+	r = e.relay(t, rec, func(c *outbox.RelayConfig) {
+		c.Concurrency, c.DisableListen, c.ClaimTimeout = 1, true, 40*time.Second
+	})
+	run(t, r)
+	await(t, "event 1 published", first)
+	waitFor(t, "the runner's transaction waiting for the claim lock", func() bool {
+		return e.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND ((classid::bigint << 32) | objid::bigint) = $1`, outbox.ClaimLockKey(r)) == 1
+	})
+	m2 := msg("t", "k", 2)
+	m2.NotBefore = time.Now().Add(-time.Hour) // due for the test's claim, whose now() is its transaction's start
+	e.publish(t, m2)
+	rows, err := schemasql.Queries.OutboxClaim(ctx, schemasql.New(e.Schema).Wrap(holder), sqlc.OutboxClaimParams{
+		Max: 10, SnoozeSeconds: 3600, LeaseSeconds: 60, Owner: pgtype.Text{String: "test", Valid: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].ID != 0 {
+		t.Fatalf("the test's claim returned %+v, want only the placeholder of a snooze", rows)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second) // the snooze is an hour
+	for e.count(t, "sent") != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("event 2 stayed snoozed: its key's next event was not made ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

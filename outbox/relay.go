@@ -81,8 +81,9 @@ type RelayConfig struct {
 	// Timeout bounds each Publish call (its ctx). Default DefaultTimeout (30s); less than Lease.
 	Timeout time.Duration
 	// ClaimTimeout bounds each claim on the server (statement_timeout in the claim's transaction,
-	// its wait for the other relays' claims included). Default DefaultClaimTimeout (10s), or half
-	// the Lease if that is less; less than the Lease. Negative: no bound.
+	// its wait for the other relays' claims and the record of the runner's last batch in it
+	// included). Default DefaultClaimTimeout (10s), or half the Lease if that is less; less than the
+	// Lease. Negative: no bound.
 	ClaimTimeout time.Duration
 	// MaxAttempts is the number of attempts that may start before an event is dead. Default
 	// DefaultMaxAttempts (10).
@@ -168,10 +169,13 @@ var _ txinbox.Service = (*Relay)(nil)
 // claim sees the claims before it: otherwise two claims at once could each take an event of one key
 // (an event committed late, older by id than the one the other claim took). The runner hands the
 // batch to the Publisher, outside any transaction, then records each event's outcome in one
-// statement: sent and dead events leave the queue, failed ones come back after their backoff. Only
-// claims still holding the runner's token are recorded: a relay whose lease ended (its Publish call
-// hung, or it was frozen) and whose events another relay took over changes nothing of the other
-// relay's claim.
+// statement: sent and dead events leave the queue, failed ones come back after their backoff. That
+// statement runs at the start of the runner's next claim, in its transaction (before it takes the
+// claim lock), and the one that makes the next event of each key whose event left the queue ready
+// runs there once the lock is taken: one round trip and one commit for a batch's record and the
+// next claim; a runner that stops, or whose claim fails, records on its own. Only claims still holding the runner's token are recorded: a
+// relay whose lease ended (its Publish call hung, or it was frozen) and whose events another relay
+// took over changes nothing of the other relay's claim.
 //
 // Crash recovery: a relay that dies (or hangs, or loses its database) leaves its claims; each is
 // taken over by the next claim after its lease ends (at most PollInterval later), and its events are
@@ -216,7 +220,8 @@ type Relay struct {
 // only bounds the wait if that relay dies between its record and that statement.
 const defaultSnooze = 30 * time.Second
 
-// finishTimeout bounds the statements that record a batch's outcomes.
+// finishTimeout bounds the statements that record a batch's outcomes on their own (Relay.record; a
+// record in a claim's transaction is bounded by RelayConfig.ClaimTimeout).
 const finishTimeout = 10 * time.Second
 
 // NewRelay returns a relay of st's outbox. st.DB must be a connection pool (a *pgxpool.Pool, say), of
@@ -386,30 +391,43 @@ func (r *Relay) sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// loop is a runner: it claims, publishes and records batches until Stop. It claims again at once
-// after a batch; when it finds nothing it sleeps HotPollInterval if the relay is hot and no other
-// runner polls fast, else PollInterval, until woken.
+// loop is a runner: it claims, publishes and records batches until Stop. The outcomes of a batch are
+// recorded in the transaction of the next claim, which follows at once (one round trip and one
+// commit for both), or on their own when the runner stops or that claim fails. It claims again at
+// once after a batch; when it finds nothing it sleeps HotPollInterval if the relay is hot and no
+// other runner polls fast, else PollInterval, until woken.
 func (r *Relay) loop(ctx context.Context) {
 	firstErrDelay := min(r.cfg.PollInterval, time.Second)
 	errDelay := firstErrDelay
+	var fs []finish // the outcomes of the last batch, not yet recorded
+	defer func() {
+		if len(fs) > 0 {
+			r.record(ctx, fs)
+		}
+	}()
 	for !r.stopped() {
-		batch, again, err := r.claim(ctx)
+		batch, again, err := r.claim(ctx, fs)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.cfg.Logger.Warn("txinbox: outbox claim failed", "schema", r.store.Schema, "err", err)
+			}
+			if len(fs) > 0 { // rolled back with the claim
+				r.record(ctx, fs)
+				fs = nil
 			}
 			r.sleep(ctx, errDelay)
 			errDelay = min(errDelay*2, 30*time.Second)
 			continue
 		}
 		errDelay = firstErrDelay
+		fs = nil
 		switch {
 		case len(batch) > 0:
 			r.active()
 			if len(batch) == r.cfg.BatchSize || !r.hotPoller.Load() {
 				r.wakeOne() // more may be waiting, or nobody watches for new events meanwhile
 			}
-			r.run(ctx, batch)
+			fs = r.run(ctx, batch)
 		case again:
 		case r.hot() && r.hotPoller.CompareAndSwap(false, true):
 			r.sleep(ctx, min(r.cfg.HotPollInterval, r.cfg.PollInterval))
@@ -429,22 +447,30 @@ type claimed struct {
 	ev        Event
 }
 
-// claim claims a batch in a transaction of its own that holds the claim lock (OutboxClaimLock).
-// again reports that it claimed nothing but snoozed events blocked behind their key: others may be
-// due behind them.
-func (r *Relay) claim(ctx context.Context) (batch []*claimed, again bool, err error) {
+// claim claims a batch in a transaction of its own that holds the claim lock (OutboxClaimLock),
+// after recording the outcomes fs of the last batch in it (see recordInClaim). again reports that
+// it claimed nothing but snoozed events blocked behind their key: others may be due behind them. On
+// an error nothing of it is committed (fs included), but for a commit whose answer was lost.
+func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again bool, err error) {
 	p := sqlc.OutboxClaimParams{
 		Max: int32(r.cfg.BatchSize), SnoozeSeconds: r.snoozeFor().Seconds(), LeaseSeconds: r.cfg.Lease.Seconds(),
 		Owner: pgtype.Text{String: r.cfg.Owner, Valid: true},
 	}
+	var rec *recordInClaim
+	if len(fs) > 0 {
+		rec = r.newRecordInClaim(fs)
+	}
 	var rows []sqlc.OutboxClaimRow
 	if b, ok := r.db.(batchSender); ok {
-		rows, err = r.claimPipelined(ctx, b, p)
+		rows, err = r.claimPipelined(ctx, b, p, rec)
 	} else {
-		rows, err = r.claimInTx(ctx, p)
+		rows, err = r.claimInTx(ctx, p, rec)
 	}
 	if err != nil {
 		return nil, false, err
+	}
+	if rec != nil {
+		r.recorded(fs, rec.ids)
 	}
 	if len(rows) == 1 && rows[0].ID == 0 {
 		return nil, true, nil
@@ -479,9 +505,10 @@ func (r *Relay) claimTimeoutMS() string {
 	return strconv.FormatInt(max(r.cfg.ClaimTimeout.Milliseconds(), 1), 10)
 }
 
-// claimInTx claims in an explicit transaction: BEGIN, the statement_timeout, OutboxClaimLock,
-// OutboxClaim, COMMIT, each a round trip (a DB that cannot pipeline).
-func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams) ([]sqlc.OutboxClaimRow, error) {
+// claimInTx claims in an explicit transaction: BEGIN, the statement_timeout, the record of the last
+// batch's outcomes (rec, if any: OutboxFinish), OutboxClaimLock, OutboxReadyNext (rec's keys, if
+// any), OutboxClaim, COMMIT, each a round trip (a DB that cannot pipeline).
+func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams, rec *recordInClaim) ([]sqlc.OutboxClaimRow, error) {
 	tx, err := r.db.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -493,8 +520,18 @@ func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams) ([]sqlc
 		}
 	}
 	db := r.st.Wrap(tx)
+	if rec != nil {
+		if rec.ids, err = schemasql.Queries.OutboxFinish(ctx, db, rec.finish); err != nil {
+			return nil, schemasql.Err(err)
+		}
+	}
 	if err := schemasql.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
 		return nil, schemasql.Err(err)
+	}
+	if rec != nil && len(rec.keys) > 0 {
+		if err := schemasql.Queries.OutboxReadyNext(ctx, db, rec.keys); err != nil {
+			return nil, schemasql.Err(err)
+		}
 	}
 	rows, err := schemasql.Queries.OutboxClaim(ctx, db, p)
 	if err != nil {
@@ -506,17 +543,29 @@ func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams) ([]sqlc
 	return rows, nil
 }
 
-// claimPipelined sends the claim's statements (the statement_timeout, OutboxClaimLock, OutboxClaim)
-// as one pipeline, in one round trip: they run in one implicit transaction, which commits at the
-// pipeline's end (its Sync; a failed statement rolls it back). So the claim lock is held only while
-// the server runs the claim and commits it, not across the client's round trips, and the runners'
-// claims wait less for one another. Each statement takes its own snapshot (read committed), so the
-// claim, which starts once the lock is granted, sees every claim committed before. Its rows are
+// claimPipelined sends the claim's statements (the statement_timeout; the record of the last batch's
+// outcomes, if any: OutboxFinish; OutboxClaimLock; OutboxReadyNext for rec's keys, if any;
+// OutboxClaim) as one pipeline, in one round trip: they run in one implicit transaction, which
+// commits at the pipeline's end (its Sync; a failed statement rolls it back). So the claim lock is
+// held only while the server runs the claim and commits it, not across the client's round trips,
+// and the runners' claims wait less for one another. Each statement takes its own snapshot (read
+// committed), so the claim, which starts once the lock is granted, sees every claim committed
+// before, and the record before it in its own transaction. OutboxReadyNext runs after the lock too:
+// a claim that snoozed the next event of a key while it still saw the recorded event queued has
+// committed before (claims take turns), so its snooze, and the event, are seen and undone; a claim
+// after this transaction's commit no longer sees the recorded event. Its rows (and rec's ids) are
 // returned only once the commit succeeded.
-func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.OutboxClaimParams) (rows []sqlc.OutboxClaimRow, err error) {
+func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.OutboxClaimParams, rec *recordInClaim) (rows []sqlc.OutboxClaimRow, err error) {
 	pl := &pipeline{db: b}
 	if ms := r.claimTimeoutMS(); ms != "" {
 		pl.b.Queue(setClaimTimeout, ms)
+	}
+	if rec != nil {
+		sql, args := capture(func(db sqlc.DBTX) { _, _ = schemasql.Queries.OutboxFinish(ctx, r.st.Wrap(db), rec.finish) })
+		pl.queueRows(sql, args, func(rows pgx.Rows) (err error) {
+			rec.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			return err
+		})
 	}
 	defer func() {
 		if cerr := pl.close(); err == nil && cerr != nil {
@@ -526,6 +575,11 @@ func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.Outbox
 	db := r.st.Wrap(pl)
 	if err := schemasql.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
 		return nil, schemasql.Err(err)
+	}
+	if rec != nil && len(rec.keys) > 0 {
+		if err := schemasql.Queries.OutboxReadyNext(ctx, db, rec.keys); err != nil {
+			return nil, schemasql.Err(err)
+		}
 	}
 	rows, err = schemasql.Queries.OutboxClaim(ctx, db, p)
 	if err != nil {
@@ -541,13 +595,15 @@ type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// pipeline is a sqlc.DBTX that queues the statements given to Exec and sends them with the one given
-// to Query, whose rows it returns, as one batch; close reads the batch's end (its commit). Exec's
-// results (and errors) are those of the batch: Query returns the first error among them.
+// pipeline is a sqlc.DBTX that queues the statements given to Exec (and queueRows) and sends them
+// with the one given to Query, whose rows it returns, as one batch; close reads the batch's end (its
+// commit). Exec's results (and errors) are those of the batch: Query returns the first error among
+// them, after handing the rows of each statement queued by queueRows to its read.
 type pipeline struct {
-	db batchSender
-	b  pgx.Batch
-	br pgx.BatchResults
+	db    batchSender
+	b     pgx.Batch
+	reads map[int]func(pgx.Rows) error // by position in b: how the rows of a queued statement are read
+	br    pgx.BatchResults
 }
 
 func (p *pipeline) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -558,14 +614,34 @@ func (p *pipeline) Exec(_ context.Context, sql string, args ...any) (pgconn.Comm
 	return pgconn.CommandTag{}, nil
 }
 
+// queueRows queues a statement whose rows read reads when the batch is sent.
+func (p *pipeline) queueRows(sql string, args []any, read func(pgx.Rows) error) {
+	if p.reads == nil {
+		p.reads = map[int]func(pgx.Rows) error{}
+	}
+	p.reads[p.b.Len()] = read
+	p.b.Queue(sql, args...)
+}
+
 func (p *pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if p.br != nil {
 		return nil, errors.New("txinbox: pipeline already sent")
 	}
 	p.b.Queue(sql, args...)
 	p.br = p.db.SendBatch(ctx, &p.b)
-	for range p.b.Len() - 1 {
-		if _, err := p.br.Exec(); err != nil {
+	for i := range p.b.Len() - 1 {
+		read := p.reads[i]
+		if read == nil {
+			if _, err := p.br.Exec(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		rows, err := p.br.Query()
+		if err == nil {
+			err = read(rows) // closes rows
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -587,6 +663,36 @@ type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
 
+// capture returns the text and arguments of the statement that call sends, without sending it: call
+// runs a generated query on a sqlc.DBTX that only keeps what it is given.
+func capture(call func(db sqlc.DBTX)) (sql string, args []any) {
+	c := &captured{}
+	call(c)
+	return c.sql, c.args
+}
+
+var errCaptured = errors.New("txinbox: statement captured, not sent")
+
+type captured struct {
+	sql  string
+	args []any
+}
+
+func (c *captured) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.sql, c.args = sql, args
+	return pgconn.CommandTag{}, errCaptured
+}
+
+func (c *captured) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.sql, c.args = sql, args
+	return nil, errCaptured
+}
+
+func (c *captured) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	c.sql, c.args = sql, args
+	return errRow{errCaptured}
+}
+
 func (r *Relay) snoozeFor() time.Duration {
 	if r.snooze != 0 {
 		return r.snooze
@@ -605,8 +711,8 @@ type finish struct {
 
 const maxErrorBytes = 8 << 10
 
-// run publishes a claimed batch and records the outcomes.
-func (r *Relay) run(ctx context.Context, batch []*claimed) {
+// run publishes a claimed batch and returns the outcomes, to be recorded.
+func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 	fs := make([]finish, len(batch))
 	var events []Event
 	var send []int // indexes into batch of the events handed over
@@ -646,7 +752,7 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) {
 			}
 		}
 	}
-	r.record(ctx, fs)
+	return fs
 }
 
 // callPublisher calls p, turning a panic into the error of every event.
@@ -679,11 +785,8 @@ func eventErrors(err error, n int) []error {
 	return errs
 }
 
-// record records the outcomes fs in one statement (fenced by token), then makes the next event of
-// each key whose event left the queue ready, logs and tells the Observer.
-func (r *Relay) record(ctx context.Context, fs []finish) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	defer cancel()
+// finishParams returns OutboxFinish's parameters for the outcomes fs.
+func finishParams(fs []finish) sqlc.OutboxFinishParams {
 	n := len(fs)
 	p := sqlc.OutboxFinishParams{Ids: make([]int64, n), Tokens: make([]int64, n), Outcomes: make([]string, n),
 		Errors: make([]string, n), Delays: make([]float64, n), Uncount: make([]int32, n)}
@@ -697,10 +800,40 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 			p.Errors[i] = storable(f.err.Error())
 		}
 	}
-	ids, err := schemasql.Queries.OutboxFinish(rctx, r.st.Wrap(r.db), p)
+	return p
+}
+
+// recordInClaim is the record of a batch's outcomes in the transaction of the next claim:
+// OutboxFinish, then, after OutboxClaimLock, OutboxReadyNext for the key of every event sent or dead. Its keys are not
+// narrowed to the events whose outcome was recorded (that is known only once the pipeline has run):
+// for a key whose event another relay took over, OutboxReadyNext finds that event, claimed, as the
+// oldest of its key and changes nothing, or finds the next event made ready by that relay already.
+type recordInClaim struct {
+	finish sqlc.OutboxFinishParams
+	keys   []string
+	ids    []int64 // the ids whose outcome was recorded, once the claim committed
+}
+
+func (r *Relay) newRecordInClaim(fs []finish) *recordInClaim {
+	rec := &recordInClaim{finish: finishParams(fs)}
+	for _, f := range fs {
+		if (f.outcome == OutcomeSent || f.outcome == OutcomeDead) && f.c.ev.Key != "" && !slices.Contains(rec.keys, f.c.ev.Key) {
+			rec.keys = append(rec.keys, f.c.ev.Key)
+		}
+	}
+	return rec
+}
+
+// record records the outcomes fs in one statement (fenced by token), then makes the next event of
+// each key whose event left the queue ready, logs and tells the Observer. It is the record of a
+// batch on its own: when the runner stops, or when the claim that was to record it failed.
+func (r *Relay) record(ctx context.Context, fs []finish) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	ids, err := schemasql.Queries.OutboxFinish(rctx, r.st.Wrap(r.db), finishParams(fs))
 	if err != nil {
 		r.cfg.Logger.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
-			"schema", r.store.Schema, "events", n, "err", err)
+			"schema", r.store.Schema, "events", len(fs), "err", err)
 		return
 	}
 	recorded := make(map[int64]bool, len(ids))
@@ -709,11 +842,7 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 	}
 	var keys []string
 	for _, f := range fs {
-		switch {
-		case !recorded[f.c.id]:
-			r.cfg.Logger.Warn("txinbox: outbox event taken over by another relay after its lease ended; its outcome here was not recorded",
-				"schema", r.store.Schema, "event_id", f.c.ev.ID, "token", f.c.token, "outcome", f.outcome)
-		case (f.outcome == OutcomeSent || f.outcome == OutcomeDead) && f.c.ev.Key != "" && !slices.Contains(keys, f.c.ev.Key):
+		if recorded[f.c.id] && (f.outcome == OutcomeSent || f.outcome == OutcomeDead) && f.c.ev.Key != "" && !slices.Contains(keys, f.c.ev.Key) {
 			keys = append(keys, f.c.ev.Key)
 		}
 	}
@@ -723,8 +852,23 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 				"schema", r.store.Schema, "keys", len(keys), "snooze", r.snoozeFor(), "err", err)
 		}
 	}
+	r.recorded(fs, ids)
+}
+
+// recorded logs the outcomes fs and tells the Observer, once their record committed; ids are those
+// whose outcome was recorded (the others were taken over by another relay).
+func (r *Relay) recorded(fs []finish, ids []int64) {
+	recorded := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		recorded[id] = true
+	}
 	for _, f := range fs {
-		if !recorded[f.c.id] || f.outcome == "" {
+		if !recorded[f.c.id] {
+			r.cfg.Logger.Warn("txinbox: outbox event taken over by another relay after its lease ended; its outcome here was not recorded",
+				"schema", r.store.Schema, "event_id", f.c.ev.ID, "token", f.c.token, "outcome", f.outcome)
+			continue
+		}
+		if f.outcome == "" {
 			continue
 		}
 		switch f.outcome {

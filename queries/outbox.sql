@@ -45,7 +45,14 @@ FROM notified;
 -- transaction before OutboxClaim), so that each claim's snapshot sees the claims committed before it:
 -- two claims at once could otherwise each take an event of one key (one of them an event committed
 -- after the other's snapshot), and the key would have two events in flight.
-SELECT pg_advisory_xact_lock(@lock_key::bigint);
+-- It also makes the rest of the transaction (OutboxClaim) run with a custom plan and without JIT. The
+-- claim's generic plan cannot see @max and guesses that LIMIT keeps 10% of the queue: on a queue of
+-- 100,000 events its estimated cost passes jit_above_cost, and each run compiled it (60 ms of JIT
+-- for a claim that runs in 2 ms); and a generic plan made while the queue was nearly empty reads the
+-- whole queue once per event when a backlog comes. A custom plan sees @max and the queue as it is.
+SELECT pg_advisory_xact_lock(@lock_key::bigint),
+       set_config('plan_cache_mode', 'force_custom_plan', true),
+       set_config('jit', 'off', true);
 
 -- name: OutboxClaim :many
 -- Claims due events: of the @max oldest due queue rows (unclaimed ones whose not-before or backoff
@@ -59,17 +66,22 @@ SELECT pg_advisory_xact_lock(@lock_key::bigint);
 -- A row that OutboxReadyNext marked (ready) is never snoozed: if this claim's snapshot still showed
 -- the event that has just left the queue, the next claim takes it. If the rows scanned were all
 -- snoozed, one placeholder row with id 0 says so (the caller claims again).
--- The claim stamps owner, lease (run_at), a new fencing token and the attempt, and commits on its
--- own, before anything is published. Run it in a transaction holding OutboxClaimLock.
+-- The claim stamps owner, lease (run_at), a new fencing token and the attempt, and commits before
+-- anything of it is published (its transaction may also record the relay's previous batch:
+-- OutboxFinish before OutboxClaimLock, OutboxReadyNext after it). Run it in a transaction holding
+-- OutboxClaimLock.
 -- Plans: the redundant `q.id = ANY (ARRAY(...))` makes the updates look the rows up by primary key
--- even in a generic plan, which cannot see @max (the worker's ClaimBatch says why).
+-- even in a generic plan, which cannot see @max (the worker's ClaimBatch says why). The redundant
+-- `h.id <> q.id` (q is not claimed where it is evaluated) keeps "no other event of its key is
+-- claimed" a probe of outbox_queue_key_claimed per keyed row: a subquery correlated by equality alone
+-- may be hashed, and the hashed one read the whole queue at every claim.
 WITH candidates AS (
     SELECT q.id, q.claimed, q.ready,
            (q.key IS NULL OR q.claimed OR (
                 NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */outbox_queue h
                             WHERE h.key = q.key AND h.id < q.id)
                 AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */outbox_queue h
-                                WHERE h.key = q.key AND h.claimed))) AS head
+                                WHERE h.key = q.key AND h.claimed AND h.id <> q.id))) AS head
     FROM /* TEMPLATE: schema */outbox_queue q
     WHERE q.run_at <= now()
     ORDER BY q.run_at, q.id
@@ -112,7 +124,8 @@ ORDER BY 1;
 -- goes back to it after its delay (seconds, server clock); release goes back to it at once without
 -- charging the attempt (@uncount) and leaves the outbox row as it was. Rows whose fencing token is
 -- no longer the caller's (another relay took the claim over after its lease ended), or that are no
--- longer claimed, are left alone: it returns the ids whose outcome was recorded.
+-- longer claimed, are left alone: it returns the ids whose outcome was recorded. The relay runs it
+-- at the start of its next claim's transaction, before OutboxClaimLock, or on its own.
 WITH c AS (
     SELECT s.id, s.token, s.outcome, s.error, now() + make_interval(secs => s.delay) AS run_at, s.uncount
     FROM ROWS FROM (unnest(@ids::bigint[]), unnest(@tokens::bigint[]), unnest(@outcomes::text[]),
@@ -159,8 +172,16 @@ SELECT f.id FROM fenced f ORDER BY f.id;
 -- Makes the oldest queued event of each of @keys ready at once (its own next-run time permitting) if
 -- it was snoozed behind an event that has just been sent or become dead, and marks it (ready) so that
 -- no claim snoozes it: a claim whose snapshot still showed the finished event, and that locks the row
--- after this update, sees the mark. Run after the finishing statement, so that it sees every event
--- committed before it. The new run_at is never later than it was: a due row keeps its place.
+-- after this update, sees the mark. Run it after the finishing statement committed, or in the
+-- finishing statement's transaction after OutboxClaimLock, so that every claim that may have snoozed
+-- an event of a key while it saw the finished one has committed before this statement's snapshot
+-- (otherwise a claim could see an event committed after this snapshot, with the finished event still
+-- queued, and snooze it unseen). The new run_at is never later than it was: a due row keeps its place. The
+-- relay passes the keys of all the events it reports sent or dead, recorded or not (a claim's
+-- pipeline cannot wait for OutboxFinish's answer): for a key whose event another relay took over,
+-- the oldest queued event is that claimed one (nothing changes), or the next one, which the other
+-- relay makes ready too, or an event committed late behind the claimed one, which claims then do not
+-- snooze but still never claim before the claimed one has left.
 UPDATE /* TEMPLATE: schema */outbox_queue q
 SET ready = true, run_at = least(q.run_at, greatest(m.next_run_at, now()))
 FROM unnest(@keys::text[]) AS k(key), /* TEMPLATE: schema */outbox m
