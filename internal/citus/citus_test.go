@@ -101,7 +101,7 @@ func TestAcceptanceOnCitus(t *testing.T) {
 			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 			t.Logf("go %s\n%s", strings.Join(cmd.Args[1:], " "), tail(lines, 3))
 			if err != nil {
-				t.Fatalf("on Citus: %v\n%s", err, tail(lines, 80))
+				t.Fatalf("on Citus: %v\nfailures:\n%s\nlast lines:\n%s", err, failures(lines, 120), tail(lines, 40))
 			}
 		})
 	}
@@ -328,6 +328,33 @@ func moduleRoot(t *testing.T) string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
+
+// failures returns, of a go test's output, the lines that report a failure (a failed test, a test's
+// own error lines, a panic and the lines after it, a timeout), at most n: the logs of the tests
+// running beside it (a pool's, a maintainer's) bury them before the output's tail.
+func failures(lines []string, n int) string {
+	var out []string
+	after := 0 // lines still to keep after a panic
+	for _, l := range lines {
+		t := strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(t, "panic:"):
+			after = 30
+		case after > 0:
+			after--
+		case strings.HasPrefix(t, "--- FAIL"), testErrorLine.MatchString(t):
+		default:
+			continue
+		}
+		if out = append(out, l); len(out) >= n {
+			break
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// testErrorLine is a line that t.Error, t.Fatal or t.Log wrote: file_test.go:line: text.
+var testErrorLine = regexp.MustCompile(`^\S+_test\.go:\d+: `)
 
 func tail(lines []string, n int) string {
 	if len(lines) > n {
