@@ -40,7 +40,9 @@ func ExampleCleaner() {
 	}
 	handlers := worker.NewHandlers()
 	worker.Handle(handlers, "Ping", func(context.Context, pgx.Tx, *worker.Message[struct{}]) error { return nil })
-	pool, err := worker.New(store, worker.Config{Consumer: "audit", Handlers: handlers})
+	// The pool's maintainer would rotate too (every second, with this Retention): this example
+	// rotates by hand, so it runs none.
+	pool, err := worker.New(store, worker.Config{Consumer: "audit", Handlers: handlers, DisableMaintainer: true})
 	if err != nil {
 		panic(err)
 	}

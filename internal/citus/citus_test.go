@@ -110,7 +110,9 @@ func TestAcceptanceOnCitus(t *testing.T) {
 // TestStatementsRouteToOneShard receives, runs, retries, kills and cleans messages of two consumers
 // on the coordinator while recording every statement txinbox sends, then EXPLAINs each with its
 // arguments: every statement that touches a distributed table runs as a single task on one shard,
-// but for the two reads that list consumers and the highest id (MaxMessageID, NextConsumer).
+// but for the reads that list consumers or find the highest id, which span the consumers by nature:
+// MaxMessageID, NextConsumer, and RollupConsumers (the maintainer's list of the consumers whose
+// counts it folds, once per RollupInterval).
 func TestStatementsRouteToOneShard(t *testing.T) {
 	url := coordinator(t)
 	ctx := context.Background()
@@ -224,7 +226,7 @@ func TestStatementsRouteToOneShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer explain.Close(ctx)
-	multiShardReads := map[string]bool{"MaxMessageID": true, "NextConsumer": true}
+	multiShardReads := map[string]bool{"MaxMessageID": true, "NextConsumer": true, "RollupConsumers": true}
 	tasks := regexp.MustCompile(`Task Count: (\d+)`)
 	var names []string
 	for name, q := range rec.snapshot() {
