@@ -102,7 +102,8 @@ func (r *fenceRig) snapshot(t *testing.T) string {
 	err := r.e.Pool.QueryRow(context.Background(), r.e.SQL(`SELECT row(m.state, m.owner, m.token,
 		m.attempts_started, m.attempts_failed, m.last_error, m.lease_until, m.next_run_at, m.completed_at,
 		m.expires_at, m.result, q.id, q.alone, q.token, q.run_at, q.attempts_started, q.isolate, q.group_size,
-		q.group_crashes, (SELECT array_agg(b.id ORDER BY b.id) FROM {schema}.inbox_batch b WHERE m.id = ANY (b.ids)))::text
+		q.group_crashes, (SELECT array_agg(b.id ORDER BY b.id) FROM {schema}.inbox_batch b
+			WHERE b.consumer = m.consumer AND m.id = ANY (b.ids)))::text
 		FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q USING (id, consumer)
 		WHERE m.consumer = 'ledger' AND m.key = 'fenced'`)).Scan(&s)
 	if err != nil {
@@ -118,7 +119,8 @@ func (r *fenceRig) token(t *testing.T) (token int64, owner string, qToken int64,
 	err := r.e.Pool.QueryRow(context.Background(), r.e.SQL(`SELECT coalesce(q.token, m.token), coalesce(b.owner, m.owner, ''),
 		coalesce(q.token, -1), b.id IS NOT NULL
 		FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q USING (id, consumer)
-		LEFT JOIN LATERAL (SELECT b.id, b.owner FROM {schema}.inbox_batch b WHERE m.id = ANY (b.ids) ORDER BY b.id DESC LIMIT 1) b ON true
+		LEFT JOIN LATERAL (SELECT b.id, b.owner FROM {schema}.inbox_batch b
+			WHERE b.consumer = m.consumer AND m.id = ANY (b.ids) ORDER BY b.id DESC LIMIT 1) b ON true
 		WHERE m.consumer = 'ledger' AND m.key = 'fenced'`)).Scan(&token, &owner, &qToken, &qClaimed)
 	if err != nil {
 		t.Fatal(err)

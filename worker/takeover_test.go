@@ -99,11 +99,21 @@ func (o *takeovers) sum() (rounds, messages, batches int) {
 // killed process end when the server notices its connections closed).
 func (e *env) waitAborted(t *testing.T) {
 	t.Helper()
-	// The statuses are asked in a statement without tables, as the rescuer asks: on Citus it runs on
-	// the coordinator, whose transaction ids the rows hold.
+	// The ids are read first, and their statuses asked in a statement without tables, as the rescuer
+	// does (ListBatches, then XactStatuses): on Citus only such a statement runs on the coordinator,
+	// whose transaction ids the rows hold (in one statement with the table, pg_xact_status ran on the
+	// worker holding the shard, which refused the coordinator's ids as in its future).
 	waitFor(t, "the killed process's transactions to end", func() bool {
-		return e.Count(t, `SELECT count(*) FROM unnest(ARRAY(SELECT xid::text FROM {schema}.inbox_batch)) AS x(xid)
-			WHERE pg_xact_status(x.xid::xid8) = 'in progress'`) == 0
+		rows, err := e.Pool.Query(context.Background(), e.SQL(`SELECT xid::text FROM {schema}.inbox_batch`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		xids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Count(t, `SELECT count(*) FROM unnest($1::text[]) AS x(xid)
+			WHERE pg_xact_status(x.xid::xid8) = 'in progress'`, xids) == 0
 	})
 }
 
