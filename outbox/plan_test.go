@@ -2,13 +2,11 @@ package outbox_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -18,33 +16,6 @@ import (
 	"github.com/txinbox/txinbox/internal/testkit/plantest"
 	"github.com/txinbox/txinbox/outbox"
 )
-
-var errRecorded = errors.New("recorded, not run")
-
-// stmtRecorder is a sqlc.DBTX that records a statement instead of running it.
-type stmtRecorder struct {
-	sql  string
-	args []any
-}
-
-func (r *stmtRecorder) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	r.sql, r.args = sql, args
-	return pgconn.CommandTag{}, errRecorded
-}
-
-func (r *stmtRecorder) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
-	r.sql, r.args = sql, args
-	return nil, errRecorded
-}
-
-func (r *stmtRecorder) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
-	r.sql, r.args = sql, args
-	return recordedRow{}
-}
-
-type recordedRow struct{}
-
-func (recordedRow) Scan(...any) error { return errRecorded }
 
 // The generic plans of the relay's statements (PostgreSQL's plan of a prepared statement from its
 // sixth run on, made without the parameters' values) do work in proportion to the batch, not to the
@@ -110,9 +81,8 @@ func TestRelayStatementsGenericPlansAreLinear(t *testing.T) {
 		"OutboxReadyNext": func(db sqlc.DBTX) { _ = schemasql.Queries.OutboxReadyNext(ctx, db, keys) },
 	}
 	for name, run := range statements {
-		rec := &stmtRecorder{}
-		run(rec)
-		plantest.CheckLinear(t, name, plantest.ExplainGeneric(t, conn, st.SQL(rec.sql), rec.args), 3*n)
+		sql, args := schemasql.Capture(run)
+		plantest.CheckLinear(t, name, plantest.ExplainGeneric(t, conn, st.SQL(sql), args), 3*n)
 	}
 }
 

@@ -561,7 +561,7 @@ func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.Outbox
 		pl.b.Queue(setClaimTimeout, ms)
 	}
 	if rec != nil {
-		sql, args := capture(func(db sqlc.DBTX) { _, _ = schemasql.Queries.OutboxFinish(ctx, r.st.Wrap(db), rec.finish) })
+		sql, args := schemasql.Capture(func(db sqlc.DBTX) { _, _ = schemasql.Queries.OutboxFinish(ctx, r.st.Wrap(db), rec.finish) })
 		pl.queueRows(sql, args, func(rows pgx.Rows) (err error) {
 			rec.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 			return err
@@ -662,36 +662,6 @@ func (p *pipeline) close() error {
 type errRow struct{ err error }
 
 func (r errRow) Scan(...any) error { return r.err }
-
-// capture returns the text and arguments of the statement that call sends, without sending it: call
-// runs a generated query on a sqlc.DBTX that only keeps what it is given.
-func capture(call func(db sqlc.DBTX)) (sql string, args []any) {
-	c := &captured{}
-	call(c)
-	return c.sql, c.args
-}
-
-var errCaptured = errors.New("txinbox: statement captured, not sent")
-
-type captured struct {
-	sql  string
-	args []any
-}
-
-func (c *captured) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	c.sql, c.args = sql, args
-	return pgconn.CommandTag{}, errCaptured
-}
-
-func (c *captured) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
-	c.sql, c.args = sql, args
-	return nil, errCaptured
-}
-
-func (c *captured) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
-	c.sql, c.args = sql, args
-	return errRow{errCaptured}
-}
 
 func (r *Relay) snoozeFor() time.Duration {
 	if r.snooze != 0 {
