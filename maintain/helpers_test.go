@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/maintain"
@@ -103,7 +104,13 @@ func run(t *testing.T, p *worker.Pool) {
 // maintainer starts a Maintainer of e's schema and stops it when t ends.
 func (e *env) maintainer(t *testing.T, cfg maintain.Config) *maintain.Maintainer {
 	t.Helper()
-	m, err := maintain.New(e.Store(), cfg)
+	return maintainerOf(t, e.Store(), cfg)
+}
+
+// maintainerOf starts a Maintainer of store and stops it when t ends.
+func maintainerOf(t *testing.T, store txinbox.Store, cfg maintain.Config) *maintain.Maintainer {
+	t.Helper()
+	m, err := maintain.New(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,18 +90,7 @@ func TestMaintainerRotatesTheOutbox(t *testing.T) {
 	var logs logBuffer
 	store := e.Store()
 	store.Retention = time.Hour
-	m, err := maintain.New(store, maintain.Config{Lease: time.Second, Retention: retentionEvery(time.Second), Logger: logs.logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = m.Stop(ctx)
-	})
+	maintainerOf(t, store, maintain.Config{Lease: time.Second, Retention: retentionEvery(time.Second), Logger: logs.logger()})
 
 	// Generation 0's partition, where every event is, is retired by the rotation to generation 2.
 	waitFor(t, "two rotations of the outbox", func() bool { return e.outboxGeneration(t) >= 2 })
@@ -147,19 +136,8 @@ func TestMaintainerOutboxWindowNegativeLeavesTheOutbox(t *testing.T) {
 	runs := &leaderLog{}
 	store := e.Store()
 	store.Retention = time.Hour
-	m, err := maintain.New(store, maintain.Config{Lease: time.Second, Retention: retentionEvery(time.Second),
+	maintainerOf(t, store, maintain.Config{Lease: time.Second, Retention: retentionEvery(time.Second),
 		OutboxWindow: -1, Observer: runs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = m.Stop(ctx)
-	})
 	ran := func(job string) int {
 		runs.mu.Lock()
 		defer runs.mu.Unlock()
