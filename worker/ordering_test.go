@@ -311,3 +311,62 @@ func TestDelayedMessages(t *testing.T) {
 		t.Fatalf("far: %d of 2 messages still pending", n)
 	}
 }
+
+// A long snooze of blocked messages (here 500 rows, each update slowed to 25 ms by a trigger: 12.5 s,
+// as on a loaded server or a Citus cluster) must not keep a finished key's next message waiting for
+// its snooze: the finishing worker's ReadyNext waits for the snooze lock, for at most 10 s. Message
+// a/1, snoozed in the snooze's first rows, runs once a/0 completes, not after the snooze (an hour
+// here).
+func TestLongSnoozeLetsAFinishedKeyGoOn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if e.distributed(t) {
+		t.Skip("Citus has no triggers on distributed tables")
+	}
+	e.handledLog(t)
+	e.receiveSteps(t, []step{{"a", 0}, {"a", 1}}, nil)
+	blocked := []step{{"z", 0}}
+	for i := 1; i <= 600; i++ {
+		blocked = append(blocked, step{"z", i})
+	}
+	// z/0 waits an hour, so z/1..z/600 stay blocked behind it: the rows a snooze puts off.
+	e.receiveSteps(t, blocked, func(m *inbox.Message) {
+		if m.Key == "z/0" {
+			m.NotBefore = time.Now().Add(time.Hour)
+		}
+	})
+	for _, q := range []string{
+		`CREATE FUNCTION {schema}.slow_snooze() RETURNS trigger LANGUAGE plpgsql AS
+			$$ BEGIN PERFORM pg_sleep(0.025); RETURN NEW; END $$`,
+		`CREATE TRIGGER slow_snooze BEFORE UPDATE ON {schema}.inbox_queue FOR EACH ROW
+			WHEN (NEW.run_at > OLD.run_at + interval '10 minutes') EXECUTE FUNCTION {schema}.slow_snooze()`,
+	} {
+		if _, err := e.Pool.Exec(context.Background(), e.SQL(q)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	snoozing := func() bool {
+		return e.Count(t, `SELECT count(*) FROM pg_stat_activity WHERE state = 'active'
+			AND query LIKE '%SnoozeBlocked%' AND position($1 in query) > 0`, e.Schema) > 0
+	}
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "step", func(ctx context.Context, tx pgx.Tx, m *worker.Message[step]) error {
+		if m.Payload == (step{"a", 0}) {
+			// Finish a/0 while the snooze runs, after it has put off a/1 (its first row).
+			for !snoozing() {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		return logHandled(ctx, tx, e.Schema, m.Payload)
+	})
+	run(t, e.pool(t, hs, func(c *worker.Config) { c.BatchSize = 50 }))
+	waitFor(t, "a/1", func() bool { return e.count(t, "completed") == 2 })
+	if got := e.handledOrder(t)["a"]; !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("a handled %v, want [0 1]", got)
+	}
+}

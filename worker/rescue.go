@@ -67,19 +67,31 @@ func (p *Pool) tookOver(b *batch) {
 const snoozeEvery = time.Second
 
 // snoozeBlocked puts off, now and then, the ready messages blocked behind an older message of their
-// ordering key (SnoozeBlocked), so that claims stop scanning them.
+// ordering key (SnoozeBlocked), so that claims stop scanning them: up to ten claims' worth, one claim's
+// worth per transaction. Each transaction holds the consumer's snooze lock, which a finishing batch's
+// ReadyNext waits for (10 s at most): a short one keeps that wait short on a slow server.
 func (p *Pool) snoozeBlocked(ctx context.Context) {
 	if time.Since(p.snoozedAt) < snoozeEvery {
 		return
 	}
 	p.snoozedAt = time.Now()
-	err := p.pipelined(ctx, func(db sqlc.DBTX) []error {
-		lockErr := schemasql.Queries.LockSnooze(ctx, db, p.snoozeKey)
-		_, err := schemasql.Queries.SnoozeBlocked(ctx, db, sqlc.SnoozeBlockedParams{
-			Consumer: p.cfg.Consumer, SnoozeSeconds: p.snooze().Seconds(), Max: int32(10 * p.claimMax)})
-		return []error{lockErr, err}
-	})
-	if err != nil && ctx.Err() == nil {
-		p.cfg.Logger.Debug("txinbox: snoozing blocked messages failed", "consumer", p.cfg.Consumer, "err", err)
+	for range 10 {
+		var n int64
+		err := p.pipelined(ctx, func(db sqlc.DBTX) []error {
+			lockErr := schemasql.Queries.LockSnooze(ctx, db, p.snoozeKey)
+			var err error
+			n, err = schemasql.Queries.SnoozeBlocked(ctx, db, sqlc.SnoozeBlockedParams{
+				Consumer: p.cfg.Consumer, SnoozeSeconds: p.snooze().Seconds(), Max: int32(p.claimMax)})
+			return []error{lockErr, err}
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				p.cfg.Logger.Debug("txinbox: snoozing blocked messages failed", "consumer", p.cfg.Consumer, "err", err)
+			}
+			return
+		}
+		if n < int64(p.claimMax) {
+			return
+		}
 	}
 }
