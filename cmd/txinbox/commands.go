@@ -313,6 +313,8 @@ func (d *deadFlags) filtered() bool {
 	return d.consumer != "" || d.kind != "" || d.errorContains != "" || d.since != "" || d.until != ""
 }
 
+func (d *deadFlags) allScope() (bool, string) { return d.all, d.consumer }
+
 // parseTime reads an RFC 3339 time, a date (midnight UTC), or an age before now ("24h", "7d").
 func parseTime(s string) (time.Time, error) {
 	if s == "" {
@@ -504,59 +506,91 @@ func parseIDsOf(cmd, what string, args []string) ([]int64, error) {
 	return ids, nil
 }
 
-// bulkSpec is dead replay or dead discard: ids, or --all with filters.
+// bulkSpec is a replay or discard command of dead rows (dead replay and discard, outbox dead replay
+// and discard): ids, or --all with filters.
 type bulkSpec struct {
 	verb, past, summary, details string
 	skipIDs                      string // why a given id is skipped
-	skipAll                      string // why a dead letter listed by --all is skipped
-	// guarded: --all without --consumer needs --yes, and --dry-run previews (with check).
+	skipAll                      string // why a dead row listed by --all is skipped
+	// guarded: --all without the scope flag (--consumer, --topic) needs --yes, and --dry-run
+	// previews (with check).
 	guarded bool
 	do      func(c *admin.Admin, a *app, ids []int64) ([]int64, error)
 	check   func(c *admin.Admin, a *app, ids []int64) ([]int64, error) // the ids do would act on now
 }
 
-// bulkCommand is a dead replay or dead discard command.
-func bulkCommand(b bulkSpec) *command {
-	var d deadFlags
+// bulkFlags are the filter flags of the dead rows a bulk command acts on with --all (deadFlags,
+// outboxFlags), building the admin filter F.
+type bulkFlags[F any] interface {
+	register(fs *flag.FlagSet, paging, all bool)
+	filter(cmd string) (F, error)
+	filtered() bool
+	// allScope returns --all and the scope flag's value (--consumer, --topic; "": every one).
+	allScope() (all bool, scope string)
+}
+
+// bulkRows is what the bulk commands of the dead letters and of the outbox's dead events differ in,
+// besides their bulkSpec: the words of their output and errors, their flags, and how --all counts
+// and lists the rows matching the filter F.
+type bulkRows[F any] struct {
+	group   string // the commands' group: "dead", "outbox dead" (with list and show commands)
+	ids     string // the ids a command takes: "message ids", "event ids"
+	idWord  string // one of them, for parseIDsOf: "a message id", "an event id"
+	one     string // one row in errors and help: "dead letter", "dead event"
+	counted string // what a printed count counts: "dead letter(s)", "dead outbox event(s)"
+	scope   string // the flag that bounds --all to one owner: "consumer", "topic"
+	// flags returns new flags, with --limit at its most (the page size of --all).
+	flags func() bulkFlags[F]
+	// count counts the rows f matches now and bounds f to them (not those that die meanwhile).
+	count func(c *admin.Admin, a *app, f *F) (int64, error)
+	// page returns the ids of f's next page of rows, newest first (none after the last), and moves
+	// f past them.
+	page func(c *admin.Admin, a *app, f *F) ([]int64, error)
+}
+
+// bulkCommand is the replay or discard command b of the dead rows r.
+func bulkCommand[F any](r bulkRows[F], b bulkSpec) *command {
+	var d bulkFlags[F]
 	var yes, dryRun bool
-	name := "dead " + b.verb
+	name := r.group + " " + b.verb
 	return &command{
 		name:    name,
 		args:    "ID... | --all",
 		summary: b.summary,
 		details: b.details,
 		flags: func(fs *flag.FlagSet) {
-			d = deadFlags{limit: admin.MaxDeadListLimit}
+			d = r.flags()
 			d.register(fs, false, true)
 			yes, dryRun = false, false
 			if b.guarded {
-				fs.BoolVar(&yes, "yes", false, "confirm --all without --consumer: every matching dead letter of every consumer")
+				fs.BoolVar(&yes, "yes", false, fmt.Sprintf("confirm --all without --%s: every matching %s of every %s", r.scope, r.one, r.scope))
 				fs.BoolVar(&dryRun, "dry-run", false, "print what would be "+b.past+", and change nothing")
 			}
 		},
 		run: func(a *app, fs *flag.FlagSet, args []string) error {
+			all, scope := d.allScope()
 			switch {
-			case d.all && len(args) > 0:
+			case all && len(args) > 0:
 				return usagef(name, "pass either ids or --all, not both")
-			case !d.all && len(args) == 0:
-				return usagef(name, "%s needs message ids (from 'txinbox dead list'), or --all to %s every dead letter matching the filters", name, b.verb)
-			case !d.all && d.filtered():
+			case !all && len(args) == 0:
+				return usagef(name, "%s needs %s (from 'txinbox %s list'), or --all to %s every %s matching the filters", name, r.ids, r.group, b.verb, r.one)
+			case !all && d.filtered():
 				return usagef(name, "the filters only apply with --all")
-			case yes && !d.all:
+			case yes && !all:
 				return usagef(name, "--yes only applies with --all")
 			}
 			var ids []int64
-			var f admin.DeadFilter
+			var f F
 			var err error
-			if d.all {
+			if all {
 				if f, err = d.filter(name); err != nil {
 					return err
 				}
-			} else if ids, err = parseIDs(name, args); err != nil {
+			} else if ids, err = parseIDsOf(name, r.idWord, args); err != nil {
 				return err
 			}
-			if b.guarded && d.all && d.consumer == "" && !yes && !dryRun {
-				return usagef(name, "%s --all without --consumer would %s the matching dead letters of every consumer: add --consumer, preview with --dry-run, or confirm with --yes", name, b.verb)
+			if b.guarded && all && scope == "" && !yes && !dryRun {
+				return usagef(name, "%s --all without --%s would %s the matching %ss of every %s: add --%s, preview with --dry-run, or confirm with --yes", name, r.scope, b.verb, r.one, r.scope, r.scope)
 			}
 			c, pool, err := a.client(name)
 			if err != nil {
@@ -568,27 +602,21 @@ func bulkCommand(b bulkSpec) *command {
 				act = b.check
 			}
 			var done, skipped []int64
-			if d.all {
-				// The dead letters matching now (not those that die meanwhile: CountDead's bound), a
-				// page at a time, newest first as ListDead lists them; each page acted on.
-				n, err := c.CountDead(a.ctx, f)
+			if all {
+				// The rows matching now, a page at a time, newest first; each page acted on.
+				matching, err := r.count(c, a, &f)
 				if err != nil {
 					return err
 				}
-				f.Before = n.Before
-				p := a.progress(name, "dead letters")
+				p := a.progress(name, r.one+"s")
 				defer p.end()
 				for {
-					ls, err := c.ListDead(a.ctx, f)
+					page, err := r.page(c, a, &f)
 					if err != nil {
 						return err
 					}
-					if len(ls) == 0 {
+					if len(page) == 0 {
 						break
-					}
-					page := make([]int64, len(ls))
-					for i, l := range ls {
-						page[i] = l.ID
 					}
 					got := page // listed as dead: a dry run would act on each
 					if !dryRun {
@@ -598,8 +626,7 @@ func bulkCommand(b bulkSpec) *command {
 					}
 					done = append(done, got...)
 					skipped = append(skipped, missing(page, got)...)
-					f.Before = ls[len(ls)-1].Seq
-					p.set(int64(len(done)+len(skipped)), n.Matching, 0, false)
+					p.set(int64(len(done)+len(skipped)), matching, 0, false)
 				}
 				p.end()
 				slices.Sort(done) // reported in id order
@@ -611,7 +638,7 @@ func bulkCommand(b bulkSpec) *command {
 				skipped = missing(ids, done)
 			}
 			why := b.skipIDs
-			if d.all {
+			if all {
 				why = b.skipAll
 			}
 			if a.json {
@@ -623,30 +650,53 @@ func bulkCommand(b bulkSpec) *command {
 					return err
 				}
 			} else if dryRun {
-				fmt.Fprintf(a.stdout, "dry run: would %s %d dead letter(s)%s\n", b.verb, len(done), idList(done))
+				fmt.Fprintf(a.stdout, "dry run: would %s %d %s%s\n", b.verb, len(done), r.counted, idList(done))
 				if len(skipped) > 0 {
 					fmt.Fprintf(a.stdout, "would skip %d (%s)%s\n", len(skipped), why, idList(skipped))
 				}
 				fmt.Fprintf(a.stdout, "nothing was changed\n")
 			} else {
-				fmt.Fprintf(a.stdout, "%s %d dead letter(s)%s\n", b.past, len(done), idList(done))
+				fmt.Fprintf(a.stdout, "%s %d %s%s\n", b.past, len(done), r.counted, idList(done))
 				if len(skipped) > 0 {
 					fmt.Fprintf(a.stdout, "skipped %d (%s)%s\n", len(skipped), why, idList(skipped))
 				}
 			}
-			if !d.all && len(skipped) > 0 {
+			if !all && len(skipped) > 0 {
 				if dryRun {
-					return fmt.Errorf("%d of the ids would not be %s: check them with 'txinbox dead show ID'", len(skipped), b.past)
+					return fmt.Errorf("%d of the ids would not be %s: check them with 'txinbox %s show ID'", len(skipped), b.past, r.group)
 				}
-				return fmt.Errorf("%d of the ids were not %s: check them with 'txinbox dead show ID'", len(skipped), b.past)
+				return fmt.Errorf("%d of the ids were not %s: check them with 'txinbox %s show ID'", len(skipped), b.past, r.group)
 			}
 			return nil
 		},
 	}
 }
 
+// deadRows are the dead letters, for dead replay and dead discard.
+var deadRows = bulkRows[admin.DeadFilter]{group: "dead", ids: "message ids", idWord: "a message id",
+	one: "dead letter", counted: "dead letter(s)", scope: "consumer",
+	flags: func() bulkFlags[admin.DeadFilter] { return &deadFlags{limit: admin.MaxDeadListLimit} },
+	count: func(c *admin.Admin, a *app, f *admin.DeadFilter) (int64, error) {
+		n, err := c.CountDead(a.ctx, *f)
+		f.Before = n.Before // CountDead's bound
+		return n.Matching, err
+	},
+	page: func(c *admin.Admin, a *app, f *admin.DeadFilter) ([]int64, error) {
+		ls, err := c.ListDead(a.ctx, *f)
+		if err != nil || len(ls) == 0 {
+			return nil, err
+		}
+		f.Before = ls[len(ls)-1].Seq
+		page := make([]int64, len(ls))
+		for i, l := range ls {
+			page[i] = l.ID
+		}
+		return page, nil
+	},
+}
+
 var (
-	deadReplay = bulkCommand(bulkSpec{verb: "replay", past: "replayed",
+	deadReplay = bulkCommand(deadRows, bulkSpec{verb: "replay", past: "replayed",
 		summary: "put dead letters back to pending (same row and key, attempts reset)",
 		details: `
 A replayed message keeps its key, payload and last error, starts again at attempt 1 and runs as
@@ -656,7 +706,7 @@ are skipped (they can only die again: discard them). Exits 1 if a given id was n
 		skipAll: "stored undecodable, or no longer dead",
 		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.ReplayDead(a.ctx, ids...) },
 	})
-	deadDiscard = bulkCommand(bulkSpec{verb: "discard", past: "discarded", summary: "delete dead letters", details: `
+	deadDiscard = bulkCommand(deadRows, bulkSpec{verb: "discard", past: "discarded", summary: "delete dead letters", details: `
 A discarded message is deleted: its key is free again, so a later delivery of it is accepted as a
 new message. --all without --consumer needs --yes (it spans every consumer). --dry-run prints what
 would be discarded and changes nothing. Exits 1 if a given id was not (with --dry-run: would not

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -119,6 +118,8 @@ func (d *outboxFlags) filter(cmd string) (admin.OutboxDeadFilter, error) {
 func (d *outboxFlags) filtered() bool {
 	return d.topic != "" || d.key != "" || d.errorContains != "" || d.since != "" || d.until != ""
 }
+
+func (d *outboxFlags) allScope() (bool, string) { return d.all, d.topic }
 
 var outboxDeadListFlags outboxFlags
 
@@ -244,150 +245,31 @@ func printOutboxEvent(w io.Writer, e admin.OutboxEvent) error {
 	return nil
 }
 
-// outboxBulkSpec is outbox dead replay or outbox dead discard: ids, or --all with filters.
-type outboxBulkSpec struct {
-	verb, past, summary, details string
-	skipIDs                      string // why a given id is skipped
-	skipAll                      string // why a dead event listed by --all is skipped
-	// guarded: --all without --topic needs --yes, and --dry-run previews (with check).
-	guarded bool
-	do      func(c *admin.Admin, a *app, ids []int64) ([]int64, error)
-	check   func(c *admin.Admin, a *app, ids []int64) ([]int64, error) // the ids do would act on now
-}
-
-// outboxBulkCommand is an outbox dead replay or outbox dead discard command, with the conventions of
-// dead replay and dead discard.
-func outboxBulkCommand(b outboxBulkSpec) *command {
-	var d outboxFlags
-	var yes, dryRun bool
-	name := "outbox dead " + b.verb
-	return &command{
-		name:    name,
-		args:    "ID... | --all",
-		summary: b.summary,
-		details: b.details,
-		flags: func(fs *flag.FlagSet) {
-			d = outboxFlags{limit: admin.MaxDeadListLimit}
-			d.register(fs, false, true)
-			yes, dryRun = false, false
-			if b.guarded {
-				fs.BoolVar(&yes, "yes", false, "confirm --all without --topic: every matching dead event of every topic")
-				fs.BoolVar(&dryRun, "dry-run", false, "print what would be "+b.past+", and change nothing")
-			}
-		},
-		run: func(a *app, fs *flag.FlagSet, args []string) error {
-			switch {
-			case d.all && len(args) > 0:
-				return usagef(name, "pass either ids or --all, not both")
-			case !d.all && len(args) == 0:
-				return usagef(name, "%s needs event ids (from 'txinbox outbox dead list'), or --all to %s every dead event matching the filters", name, b.verb)
-			case !d.all && d.filtered():
-				return usagef(name, "the filters only apply with --all")
-			case yes && !d.all:
-				return usagef(name, "--yes only applies with --all")
-			}
-			var ids []int64
-			var f admin.OutboxDeadFilter
-			var err error
-			if d.all {
-				if f, err = d.filter(name); err != nil {
-					return err
-				}
-			} else if ids, err = parseIDsOf(name, "an event id", args); err != nil {
-				return err
-			}
-			if b.guarded && d.all && d.topic == "" && !yes && !dryRun {
-				return usagef(name, "%s --all without --topic would %s the matching dead events of every topic: add --topic, preview with --dry-run, or confirm with --yes", name, b.verb)
-			}
-			c, pool, err := a.client(name)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			act := b.do
-			if dryRun {
-				act = b.check
-			}
-			var done, skipped []int64
-			if d.all {
-				// The dead events matching now (not those that die meanwhile: CountOutboxDead's bound),
-				// a page at a time, newest first as ListOutboxDead lists them; each page acted on.
-				n, err := c.CountOutboxDead(a.ctx, f)
-				if err != nil {
-					return err
-				}
-				f.Before = n.Before
-				p := a.progress(name, "dead events")
-				defer p.end()
-				for {
-					ls, err := c.ListOutboxDead(a.ctx, f)
-					if err != nil {
-						return err
-					}
-					if len(ls) == 0 {
-						break
-					}
-					page := make([]int64, len(ls))
-					for i, e := range ls {
-						page[i] = e.ID
-					}
-					got := page // listed as dead: a dry run would act on each
-					if !dryRun {
-						if got, err = act(c, a, page); err != nil {
-							return err
-						}
-					}
-					done = append(done, got...)
-					skipped = append(skipped, missing(page, got)...)
-					f.Before = ls[len(ls)-1].Cursor
-					p.set(int64(len(done)+len(skipped)), n.Matching, 0, false)
-				}
-				p.end()
-				slices.Sort(done) // reported in id order
-				slices.Sort(skipped)
-			} else {
-				if done, err = act(c, a, ids); err != nil {
-					return err
-				}
-				skipped = missing(ids, done)
-			}
-			why := b.skipIDs
-			if d.all {
-				why = b.skipAll
-			}
-			if a.json {
-				out := map[string]any{b.past: nonNil(done), "skipped": nonNil(skipped)}
-				if dryRun {
-					out["dry_run"] = true
-				}
-				if err := a.writeJSON(out); err != nil {
-					return err
-				}
-			} else if dryRun {
-				fmt.Fprintf(a.stdout, "dry run: would %s %d dead outbox event(s)%s\n", b.verb, len(done), idList(done))
-				if len(skipped) > 0 {
-					fmt.Fprintf(a.stdout, "would skip %d (%s)%s\n", len(skipped), why, idList(skipped))
-				}
-				fmt.Fprintf(a.stdout, "nothing was changed\n")
-			} else {
-				fmt.Fprintf(a.stdout, "%s %d dead outbox event(s)%s\n", b.past, len(done), idList(done))
-				if len(skipped) > 0 {
-					fmt.Fprintf(a.stdout, "skipped %d (%s)%s\n", len(skipped), why, idList(skipped))
-				}
-			}
-			if !d.all && len(skipped) > 0 {
-				if dryRun {
-					return fmt.Errorf("%d of the ids would not be %s: check them with 'txinbox outbox dead show ID'", len(skipped), b.past)
-				}
-				return fmt.Errorf("%d of the ids were not %s: check them with 'txinbox outbox dead show ID'", len(skipped), b.past)
-			}
-			return nil
-		},
-	}
+// outboxRows are the outbox's dead events, for outbox dead replay and outbox dead discard.
+var outboxRows = bulkRows[admin.OutboxDeadFilter]{group: "outbox dead", ids: "event ids", idWord: "an event id",
+	one: "dead event", counted: "dead outbox event(s)", scope: "topic",
+	flags: func() bulkFlags[admin.OutboxDeadFilter] { return &outboxFlags{limit: admin.MaxDeadListLimit} },
+	count: func(c *admin.Admin, a *app, f *admin.OutboxDeadFilter) (int64, error) {
+		n, err := c.CountOutboxDead(a.ctx, *f)
+		f.Before = n.Before // CountOutboxDead's bound
+		return n.Matching, err
+	},
+	page: func(c *admin.Admin, a *app, f *admin.OutboxDeadFilter) ([]int64, error) {
+		ls, err := c.ListOutboxDead(a.ctx, *f)
+		if err != nil || len(ls) == 0 {
+			return nil, err
+		}
+		f.Before = ls[len(ls)-1].Cursor
+		page := make([]int64, len(ls))
+		for i, e := range ls {
+			page[i] = e.ID
+		}
+		return page, nil
+	},
 }
 
 var (
-	outboxDeadReplay = outboxBulkCommand(outboxBulkSpec{verb: "replay", past: "replayed",
+	outboxDeadReplay = bulkCommand(outboxRows, bulkSpec{verb: "replay", past: "replayed",
 		summary: "put dead outbox events back to pending (same event id, attempts reset)",
 		details: `
 A replayed event keeps its event id (its idempotency key downstream), payload and last error, starts
@@ -397,7 +279,7 @@ queued events of its key. Exits 1 if a given id was not replayed.`,
 		skipAll: "no longer dead",
 		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.ReplayOutboxDead(a.ctx, ids...) },
 	})
-	outboxDeadDiscard = outboxBulkCommand(outboxBulkSpec{verb: "discard", past: "discarded", summary: "delete dead outbox events", details: `
+	outboxDeadDiscard = bulkCommand(outboxRows, bulkSpec{verb: "discard", past: "discarded", summary: "delete dead outbox events", details: `
 A discarded event is deleted: it is never published. --all without --topic needs --yes (it spans
 every topic). --dry-run prints what would be discarded and changes nothing. Exits 1 if a given id
 was not (with --dry-run: would not be) discarded.`,
