@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/txinbox/txinbox/admin"
 )
@@ -37,60 +36,23 @@ func (h *handler) outboxOverview(w http.ResponseWriter, r *http.Request) {
 
 // ---- dead events ----
 
-// outboxFilter is the dead-event filter of a request, as typed (for the form) and parsed.
-type outboxFilter struct {
-	Topic, Key, Error, Since, Until string
-	since, until                    time.Time
-}
+// outboxFilter is the dead-event filter of a request: its own fields are topic and key.
+type outboxFilter struct{ filterForm }
 
 func parseOutboxFilter(v url.Values) (outboxFilter, error) {
-	f := outboxFilter{Topic: v.Get("topic"), Key: v.Get("key"), Error: v.Get("error"), Since: v.Get("since"), Until: v.Get("until")}
-	for _, x := range []struct{ name, v string }{{"topic", f.Topic}, {"key", f.Key}, {"error", f.Error}} {
-		if _, err := text(x.name, x.v); err != nil {
-			return f, err
-		}
-	}
-	var err error
-	if f.since, err = parseTime("since", f.Since); err != nil {
-		return f, err
-	}
-	if f.until, err = parseTime("until", f.Until); err != nil {
-		return f, err
-	}
-	if !f.since.IsZero() && !f.until.IsZero() && !f.until.After(f.since) {
-		return f, &inputError{"until", "must be after since"}
-	}
-	return f, nil
+	f, err := parseFilterForm(v, "topic", "key")
+	return outboxFilter{f}, err
 }
 
-// values returns the filter as query values (empty ones left out).
-func (f outboxFilter) values() url.Values {
-	v := url.Values{}
-	for k, x := range map[string]string{"topic": f.Topic, "key": f.Key, "error": f.Error, "since": f.Since, "until": f.Until} {
-		if x != "" {
-			v.Set(k, x)
-		}
-	}
-	return v
-}
+// Topic is the topic typed.
+func (f outboxFilter) Topic() string { return f.own[0].Value }
 
-// Query is the filter as a URL query string (already encoded: the templates insert it as is).
-func (f outboxFilter) Query() template.URL { return template.URL(f.values().Encode()) } //nolint:gosec // url.Values.Encode output
-
-// Fields lists the filter's non-empty fields, for hidden form inputs and descriptions.
-func (f outboxFilter) Fields() []header {
-	var out []header
-	for _, k := range []string{"topic", "key", "error", "since", "until"} {
-		if x := f.values().Get(k); x != "" {
-			out = append(out, header{Name: k, Value: x})
-		}
-	}
-	return out
-}
+// Key is the key typed.
+func (f outboxFilter) Key() string { return f.own[1].Value }
 
 // admin returns the filter as admin applies it, with the cursor before ("": none).
 func (f outboxFilter) admin(before string) admin.OutboxDeadFilter {
-	return admin.OutboxDeadFilter{Topic: f.Topic, Key: f.Key, ErrorContains: f.Error, Since: f.since, Until: f.until, Before: before}
+	return admin.OutboxDeadFilter{Topic: f.Topic(), Key: f.Key(), ErrorContains: f.Error, Since: f.since, Until: f.until, Before: before}
 }
 
 type outboxDeadData struct {
@@ -143,163 +105,37 @@ func (h *handler) outboxDeadList(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, http.StatusOK, "outbox_dead", "Dead outbox events", d)
 }
 
-func (h *handler) outboxDeadConfirm(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := h.ctx(r)
-	defer cancel()
-	q := r.URL.Query()
-	d := confirmData{Action: "/outbox/dead/apply", Op: q.Get("op"), Scope: q.Get("scope")}
-	if !h.outboxConfirmData(ctx, w, r, q, &d) {
-		return
+// outboxDead are the outbox's dead events, for the actions on them.
+func (h *handler) outboxDead() deadRows[outboxFilter] {
+	return deadRows[outboxFilter]{path: "/outbox/dead", noun: "dead outbox events", one: "dead event", logged: "outbox events ",
+		counting:  "counting the outbox's dead events",
+		unchanged: "%d were no longer dead (replayed or discarded meanwhile): left alone.",
+		gone:      "%d of the confirmed ones had left the dead events before the action.",
+		parse:     parseOutboxFilter, among: h.admin.OutboxDeadAmong, replay: h.admin.ReplayOutboxDead, discard: h.admin.DiscardOutboxDead,
+		count: func(ctx context.Context, f outboxFilter, d *confirmData) (int64, error) {
+			m, err := h.admin.CountOutboxDead(ctx, f.admin(""))
+			d.Cursor = m.Before
+			return m.Matching, err
+		},
+		ids: func(ctx context.Context, f outboxFilter, snapshot string, limit int) ([]int64, error) {
+			snapshot, err := text("snapshot", snapshot)
+			if err == nil && snapshot == "" {
+				err = &inputError{"snapshot", "missing: confirm the action first"}
+			}
+			if err != nil {
+				return nil, err
+			}
+			return h.admin.OutboxDeadIDs(ctx, f.admin(snapshot), limit)
+		},
 	}
-	h.render(w, r, http.StatusOK, "confirm", d.Verb+" dead outbox events?", d)
 }
 
-// outboxConfirmData fills d for an action on dead outbox events from the values v; false when it has
-// written an error page.
-func (h *handler) outboxConfirmData(ctx context.Context, w http.ResponseWriter, r *http.Request, v url.Values, d *confirmData) bool {
-	d.Noun = "dead outbox events"
-	switch d.Op {
-	case "replay":
-		d.Verb = "Replay"
-	case "discard":
-		d.Verb = "Discard"
-	default:
-		h.fail(w, r, http.StatusBadRequest, "op: must be replay or discard")
-		return false
-	}
-	f, err := parseOutboxFilter(v)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err.Error())
-		return false
-	}
-	d.Filter = f.Fields()
-	d.Back = "/outbox/dead?" + string(f.Query())
-	switch d.Scope {
-	case "selected":
-		sel, err := ids("id", v["id"])
-		if err != nil {
-			h.fail(w, r, http.StatusBadRequest, err.Error())
-			return false
-		}
-		if len(sel) == 0 {
-			h.fail(w, r, http.StatusBadRequest, "no dead event selected: tick the ones to act on")
-			return false
-		}
-		now, err := h.admin.OutboxDeadAmong(ctx, sel...)
-		if err != nil {
-			h.dbFail(w, r, "reading the selection", err)
-			return false
-		}
-		d.IDs, d.Count, d.Asked = now, int64(len(now)), len(sel)
-	case "filter":
-		m, err := h.admin.CountOutboxDead(ctx, f.admin(""))
-		if err != nil {
-			h.dbFail(w, r, "counting the outbox's dead events", err)
-			return false
-		}
-		d.Count, d.Cursor, d.TooMany = m.Matching, m.Before, m.Matching > MaxBulk
-	default:
-		h.fail(w, r, http.StatusBadRequest, "scope: must be selected or filter")
-		return false
-	}
-	return true
+func (h *handler) outboxDeadConfirm(w http.ResponseWriter, r *http.Request) {
+	h.outboxDead().confirm(h, w, r)
 }
 
 func (h *handler) outboxDeadApply(w http.ResponseWriter, r *http.Request) {
-	v := r.PostForm
-	d := confirmData{Action: "/outbox/dead/apply", Op: v.Get("op"), Scope: v.Get("scope")}
-	f, err := parseOutboxFilter(v)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err.Error())
-		return
-	}
-	confirmed, err := strconv.ParseInt(v.Get("count"), 10, 64)
-	if err != nil || confirmed < 0 {
-		h.fail(w, r, http.StatusBadRequest, "count: the confirmed count is missing: confirm the action first")
-		return
-	}
-	act := h.admin.ReplayOutboxDead
-	verb, done := "Replay", "replayed"
-	switch d.Op {
-	case "replay":
-	case "discard":
-		act, verb, done = h.admin.DiscardOutboxDead, "Discard", "discarded"
-	default:
-		h.fail(w, r, http.StatusBadRequest, "op: must be replay or discard")
-		return
-	}
-	var targets []int64
-	switch d.Scope {
-	case "selected":
-		if targets, err = ids("id", v["id"]); err != nil {
-			h.fail(w, r, http.StatusBadRequest, err.Error())
-			return
-		}
-		if int64(len(targets)) != confirmed {
-			h.fail(w, r, http.StatusBadRequest, "count: does not match the ids sent: confirm the action again")
-			return
-		}
-	case "filter":
-		snapshot, err := text("snapshot", v.Get("snapshot"))
-		if err == nil && snapshot == "" {
-			err = &inputError{"snapshot", "missing: confirm the action first"}
-		}
-		if err != nil {
-			h.fail(w, r, http.StatusBadRequest, err.Error())
-			return
-		}
-		ctx, cancel := h.ctx(r)
-		targets, err = h.admin.OutboxDeadIDs(ctx, f.admin(snapshot), int(min(confirmed, MaxBulk)+1))
-		cancel()
-		if badArgument(err) {
-			h.fail(w, r, http.StatusBadRequest, err.Error())
-			return
-		}
-		if err != nil {
-			h.dbFail(w, r, "selecting the dead outbox events", err)
-			return
-		}
-		if int64(len(targets)) > confirmed {
-			// More match than the operator saw: change nothing, show the new count.
-			ctx, cancel := h.ctx(r)
-			defer cancel()
-			if !h.outboxConfirmData(ctx, w, r, v, &d) {
-				return
-			}
-			d.Changed = fmt.Sprintf("More dead outbox events match than the %d you confirmed: nothing was changed. Confirm again:", confirmed)
-			h.render(w, r, http.StatusConflict, "confirm", verb+" dead outbox events?", d)
-			return
-		}
-	default:
-		h.fail(w, r, http.StatusBadRequest, "scope: must be selected or filter")
-		return
-	}
-	var changed []int64
-	for chunk := range slices.Chunk(targets, maxAdminIDs) {
-		ctx, cancel := h.ctx(r)
-		got, err := act(ctx, chunk...)
-		cancel()
-		if err != nil {
-			h.logAction(r, "outbox events "+done, len(changed), len(targets))
-			if badArgument(err) {
-				h.fail(w, r, http.StatusBadRequest, err.Error())
-				return
-			}
-			h.dbFail(w, r, fmt.Sprintf("%s (after %d %s)", verb, len(changed), done), err)
-			return
-		}
-		changed = append(changed, got...)
-	}
-	h.logAction(r, "outbox events "+done, len(changed), len(targets))
-	res := resultData{Heading: fmt.Sprintf("%s %d dead outbox events", capital(done), len(changed)), Back: "/outbox/dead?" + string(f.Query())}
-	res.Lines = append(res.Lines, fmt.Sprintf("Confirmed: %d. %s: %d.", confirmed, capital(done), len(changed)))
-	if n := len(targets) - len(changed); n > 0 {
-		res.Lines = append(res.Lines, fmt.Sprintf("%d were no longer dead (replayed or discarded meanwhile): left alone.", n))
-	}
-	if n := confirmed - int64(len(targets)); d.Scope == "filter" && n > 0 {
-		res.Lines = append(res.Lines, fmt.Sprintf("%d of the confirmed ones had left the dead events before the action.", n))
-	}
-	h.render(w, r, http.StatusOK, "result", res.Heading, res)
+	h.outboxDead().apply(h, w, r)
 }
 
 // ---- one event ----

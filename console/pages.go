@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"html/template"
 	"net/http"
 	"net/url"
 	"slices"
@@ -194,60 +193,23 @@ func (h *handler) showMessage(w http.ResponseWriter, r *http.Request, d messageD
 
 // ---- dead letters ----
 
-// deadFilter is the dead-letter filter of a request, as typed (for the form) and parsed.
-type deadFilter struct {
-	Consumer, Kind, Error, Since, Until string
-	since, until                        time.Time
-}
+// deadFilter is the dead-letter filter of a request: its own fields are consumer and kind.
+type deadFilter struct{ filterForm }
 
 func parseDeadFilter(v url.Values) (deadFilter, error) {
-	f := deadFilter{Consumer: v.Get("consumer"), Kind: v.Get("kind"), Error: v.Get("error"), Since: v.Get("since"), Until: v.Get("until")}
-	for _, x := range []struct{ name, v string }{{"consumer", f.Consumer}, {"kind", f.Kind}, {"error", f.Error}} {
-		if _, err := text(x.name, x.v); err != nil {
-			return f, err
-		}
-	}
-	var err error
-	if f.since, err = parseTime("since", f.Since); err != nil {
-		return f, err
-	}
-	if f.until, err = parseTime("until", f.Until); err != nil {
-		return f, err
-	}
-	if !f.since.IsZero() && !f.until.IsZero() && !f.until.After(f.since) {
-		return f, &inputError{"until", "must be after since"}
-	}
-	return f, nil
+	f, err := parseFilterForm(v, "consumer", "kind")
+	return deadFilter{f}, err
 }
 
-// values returns the filter as query values (empty ones left out).
-func (f deadFilter) values() url.Values {
-	v := url.Values{}
-	for k, x := range map[string]string{"consumer": f.Consumer, "kind": f.Kind, "error": f.Error, "since": f.Since, "until": f.Until} {
-		if x != "" {
-			v.Set(k, x)
-		}
-	}
-	return v
-}
+// Consumer is the consumer typed.
+func (f deadFilter) Consumer() string { return f.own[0].Value }
 
-// Query is the filter as a URL query string (already encoded: the templates insert it as is).
-func (f deadFilter) Query() template.URL { return template.URL(f.values().Encode()) } //nolint:gosec // url.Values.Encode output
-
-// Fields lists the filter's non-empty fields, for hidden form inputs and descriptions.
-func (f deadFilter) Fields() []header {
-	var out []header
-	for _, k := range []string{"consumer", "kind", "error", "since", "until"} {
-		if x := f.values().Get(k); x != "" {
-			out = append(out, header{Name: k, Value: x})
-		}
-	}
-	return out
-}
+// Kind is the kind typed.
+func (f deadFilter) Kind() string { return f.own[1].Value }
 
 // admin returns the filter as admin applies it, with before (0: none).
 func (f deadFilter) admin(before int64) admin.DeadFilter {
-	return admin.DeadFilter{Consumer: f.Consumer, Kind: f.Kind, ErrorContains: f.Error, Since: f.since, Until: f.until, Before: before}
+	return admin.DeadFilter{Consumer: f.Consumer(), Kind: f.Kind(), ErrorContains: f.Error, Since: f.since, Until: f.until, Before: before}
 }
 
 type deadData struct {
@@ -316,162 +278,37 @@ type confirmData struct {
 	Changed  string // set when an apply found the set changed
 }
 
-func (h *handler) deadConfirm(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := h.ctx(r)
-	defer cancel()
-	q := r.URL.Query()
-	d := confirmData{Action: "/dead/apply", Op: q.Get("op"), Scope: q.Get("scope")}
-	if !h.deadConfirmData(ctx, w, r, q, &d) {
-		return
+// deadLetters are the dead letters, for the actions on them.
+func (h *handler) deadLetters() deadRows[deadFilter] {
+	return deadRows[deadFilter]{path: "/dead", noun: "dead letters", one: "dead letter", counting: "counting dead letters",
+		unchanged: "%d were no longer dead (replayed or discarded meanwhile) or, for a replay, stored undecodable (discard those): left alone.",
+		gone:      "%d of the confirmed ones had left the dead letters before the action.",
+		parse:     parseDeadFilter, among: h.admin.DeadAmong, replay: h.admin.ReplayDead, discard: h.admin.DiscardDead,
+		count: func(ctx context.Context, f deadFilter, d *confirmData) (int64, error) {
+			m, err := h.admin.CountDead(ctx, f.admin(0))
+			d.Snapshot = m.Before
+			return m.Matching, err
+		},
+		ids: func(ctx context.Context, f deadFilter, snapshot string, limit int) ([]int64, error) {
+			before, err := positive("snapshot", snapshot)
+			if err != nil {
+				return nil, err
+			}
+			return h.admin.DeadIDs(ctx, f.admin(before), limit)
+		},
 	}
-	h.render(w, r, http.StatusOK, "confirm", d.Verb+" dead letters?", d)
 }
 
-// deadConfirmData fills d for a dead-letter action from the values v; false when it has written an
-// error page.
-func (h *handler) deadConfirmData(ctx context.Context, w http.ResponseWriter, r *http.Request, v url.Values, d *confirmData) bool {
-	switch d.Op {
-	case "replay":
-		d.Verb = "Replay"
-	case "discard":
-		d.Verb = "Discard"
-	default:
-		h.fail(w, r, http.StatusBadRequest, "op: must be replay or discard")
-		return false
-	}
-	f, err := parseDeadFilter(v)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err.Error())
-		return false
-	}
-	d.Noun, d.Filter = "dead letters", f.Fields()
-	d.Back = "/dead?" + string(f.Query())
-	switch d.Scope {
-	case "selected":
-		sel, err := ids("id", v["id"])
-		if err != nil {
-			h.fail(w, r, http.StatusBadRequest, err.Error())
-			return false
-		}
-		if len(sel) == 0 {
-			h.fail(w, r, http.StatusBadRequest, "no dead letter selected: tick the ones to act on")
-			return false
-		}
-		now, err := h.admin.DeadAmong(ctx, sel...)
-		if err != nil {
-			h.dbFail(w, r, "reading the selection", err)
-			return false
-		}
-		d.IDs, d.Count, d.Asked = now, int64(len(now)), len(sel)
-	case "filter":
-		m, err := h.admin.CountDead(ctx, f.admin(0))
-		if err != nil {
-			h.dbFail(w, r, "counting dead letters", err)
-			return false
-		}
-		d.Count, d.Snapshot, d.TooMany = m.Matching, m.Before, m.Matching > MaxBulk
-	default:
-		h.fail(w, r, http.StatusBadRequest, "scope: must be selected or filter")
-		return false
-	}
-	return true
+func (h *handler) deadConfirm(w http.ResponseWriter, r *http.Request) {
+	h.deadLetters().confirm(h, w, r)
 }
+
+func (h *handler) deadApply(w http.ResponseWriter, r *http.Request) { h.deadLetters().apply(h, w, r) }
 
 type resultData struct {
 	Heading string
 	Lines   []string
 	Back    string
-}
-
-func (h *handler) deadApply(w http.ResponseWriter, r *http.Request) {
-	v := r.PostForm
-	d := confirmData{Action: "/dead/apply", Op: v.Get("op"), Scope: v.Get("scope")}
-	f, err := parseDeadFilter(v)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err.Error())
-		return
-	}
-	confirmed, err := strconv.ParseInt(v.Get("count"), 10, 64)
-	if err != nil || confirmed < 0 {
-		h.fail(w, r, http.StatusBadRequest, "count: the confirmed count is missing: confirm the action first")
-		return
-	}
-	act := h.admin.ReplayDead
-	verb, done := "Replay", "replayed"
-	switch d.Op {
-	case "replay":
-	case "discard":
-		act, verb, done = h.admin.DiscardDead, "Discard", "discarded"
-	default:
-		h.fail(w, r, http.StatusBadRequest, "op: must be replay or discard")
-		return
-	}
-	var targets []int64
-	switch d.Scope {
-	case "selected":
-		if targets, err = ids("id", v["id"]); err != nil {
-			h.fail(w, r, http.StatusBadRequest, err.Error())
-			return
-		}
-		if int64(len(targets)) != confirmed {
-			h.fail(w, r, http.StatusBadRequest, "count: does not match the ids sent: confirm the action again")
-			return
-		}
-	case "filter":
-		snapshot, err := positive("snapshot", v.Get("snapshot"))
-		if err != nil {
-			h.fail(w, r, http.StatusBadRequest, err.Error())
-			return
-		}
-		ctx, cancel := h.ctx(r)
-		targets, err = h.admin.DeadIDs(ctx, f.admin(snapshot), int(min(confirmed, MaxBulk)+1))
-		cancel()
-		if err != nil {
-			h.dbFail(w, r, "selecting the dead letters", err)
-			return
-		}
-		if int64(len(targets)) > confirmed {
-			// More match than the operator saw: change nothing, show the new count.
-			ctx, cancel := h.ctx(r)
-			defer cancel()
-			d.Verb = verb
-			if !h.deadConfirmData(ctx, w, r, v, &d) {
-				return
-			}
-			d.Changed = fmt.Sprintf("More dead letters match than the %d you confirmed: nothing was changed. Confirm again:", confirmed)
-			h.render(w, r, http.StatusConflict, "confirm", verb+" dead letters?", d)
-			return
-		}
-	default:
-		h.fail(w, r, http.StatusBadRequest, "scope: must be selected or filter")
-		return
-	}
-	var changed []int64
-	for chunk := range slices.Chunk(targets, maxAdminIDs) {
-		ctx, cancel := h.ctx(r)
-		got, err := act(ctx, chunk...)
-		cancel()
-		if err != nil {
-			h.logAction(r, done, len(changed), len(targets))
-			if badArgument(err) {
-				h.fail(w, r, http.StatusBadRequest, err.Error())
-				return
-			}
-			h.dbFail(w, r, fmt.Sprintf("%s (after %d %s)", verb, len(changed), done), err)
-			return
-		}
-		changed = append(changed, got...)
-	}
-	h.logAction(r, done, len(changed), len(targets))
-	res := resultData{Heading: fmt.Sprintf("%s %d dead letters", capital(done), len(changed)), Back: "/dead?" + string(f.Query())}
-	res.Lines = append(res.Lines, fmt.Sprintf("Confirmed: %d. %s: %d.", confirmed, capital(done), len(changed)))
-	if n := len(targets) - len(changed); n > 0 {
-		res.Lines = append(res.Lines, fmt.Sprintf("%d were no longer dead (replayed or discarded meanwhile) or, for a replay, stored undecodable (discard those): left alone.", n))
-	}
-	if n := confirmed - int64(len(targets)); d.Scope == "filter" && n > 0 {
-		res.Lines = append(res.Lines, fmt.Sprintf("%d of the confirmed ones had left the dead letters before the action.", n))
-	}
-	h.render(w, r, http.StatusOK, "result", res.Heading, res)
 }
 
 func (h *handler) logAction(r *http.Request, done string, n, of int) {
