@@ -166,7 +166,7 @@ func (p deadRows[F]) confirmData(ctx context.Context, h *handler, w http.Respons
 	return true
 }
 
-// apply applies a confirmed action on the rows (a POST: its CSRF token is checked by the router).
+// apply applies a confirmed action on the rows (a POST: ServeHTTP has checked its CSRF token).
 func (p deadRows[F]) apply(h *handler, w http.ResponseWriter, r *http.Request) {
 	v := r.PostForm
 	d := confirmData{Action: p.path + "/apply", Op: v.Get("op"), Scope: v.Get("scope")}

@@ -118,12 +118,11 @@ func (h *handler) outboxDead() deadRows[outboxFilter] {
 			return m.Matching, err
 		},
 		ids: func(ctx context.Context, f outboxFilter, snapshot string, limit int) ([]int64, error) {
-			snapshot, err := text("snapshot", snapshot)
-			if err == nil && snapshot == "" {
-				err = &inputError{"snapshot", "missing: confirm the action first"}
-			}
-			if err != nil {
+			if _, err := text("snapshot", snapshot); err != nil {
 				return nil, err
+			}
+			if snapshot == "" {
+				return nil, &inputError{"snapshot", "missing: confirm the action first"}
 			}
 			return h.admin.OutboxDeadIDs(ctx, f.admin(snapshot), limit)
 		},
