@@ -92,7 +92,7 @@ func (c OutboxConfig) Describe(sys OutboxSystem) string {
 	c = c.WithDefaults()
 	switch sys {
 	case OutboxRelay:
-		return fmt.Sprintf("BatchSize=%d, Concurrency=%d, defaults otherwise (LISTEN, HotPollInterval 10ms); publishers' defaults (NATS: 16 PubAcks awaited at once)", c.Batch, c.Workers)
+		return fmt.Sprintf("BatchSize=%d, Concurrency=%d, defaults otherwise (LISTEN, HotPollInterval 10ms); publishers' defaults (NATS: PublishMsgAsync, up to 256 PubAcks pending per call)", c.Batch, c.Workers)
 	case OutboxWatermill:
 		return fmt.Sprintf("DefaultPostgreSQLSchema (SubscribeBatchSize=%d) + offsets adapter, PollInterval=%s, one forwarder; NATS: a message.Publisher of the bench awaiting each PubAck (no Watermill NATS package is available here); RabbitMQ: watermill-amqp durable queue, ConfirmDelivery", c.Batch, c.Poll)
 	default:

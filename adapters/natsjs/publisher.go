@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,7 +18,7 @@ import (
 // Defaults of PublisherConfig.
 const (
 	DefaultAckTimeout  = 5 * time.Second
-	DefaultConcurrency = 16
+	DefaultConcurrency = 256
 )
 
 // ErrNoStream is the error of an event whose subject no stream captures (JetStream did not answer
@@ -39,12 +38,16 @@ type PublisherConfig struct {
 	// ExpectStream, if set, makes JetStream refuse a message unless the stream that captures its
 	// subject has this name (jetstream.WithExpectStream): such an event fails, and is retried.
 	ExpectStream string
-	// AckTimeout bounds each message's wait for its PubAck. Default DefaultAckTimeout (5s); it
-	// should be less than the relay's Timeout, which bounds the whole Publish call.
+	// AckTimeout bounds each message's wait for its PubAck, from when it was published. Default
+	// DefaultAckTimeout (5s); it should be less than the relay's Timeout, which bounds the whole
+	// Publish call.
 	AckTimeout time.Duration
 	// Concurrency is the most messages of one Publish call awaiting their PubAck at once (the events
-	// of a call have distinct keys, so they need no order among them). Default DefaultConcurrency
-	// (16).
+	// of a call have distinct keys, so they need no order among them): they are published
+	// asynchronously (jetstream.PublishMsgAsync), and the oldest is awaited when this many are
+	// pending. Default DefaultConcurrency (256). Keep it times the relay's Concurrency within the
+	// JetStream's limit of pending asynchronous publishes (jetstream.WithPublishAsyncMaxPending,
+	// 4,000 by default): past it, PublishMsgAsync waits, then fails the event (retried).
 	Concurrency int
 }
 
@@ -101,65 +104,104 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	return p, nil
 }
 
-// Publish publishes each event (see [Publisher]), up to Concurrency at once, and returns once each
-// was acknowledged by a PubAck or failed: nil if all were acknowledged, else an *outbox.BatchError
-// with the error of each failed event. An event whose subject is not a valid publish subject (empty,
-// with whitespace, an empty token or a wildcard), whose header name is not an HTTP token, or that
-// exceeds the server's maximum payload is permanent (dead at once).
+// Publish publishes each event (see [Publisher]) asynchronously (jetstream.PublishMsgAsync), with up
+// to Concurrency of them awaiting their PubAck at once, and returns once each was acknowledged by a
+// PubAck or failed: nil if all were acknowledged, else an *outbox.BatchError with the error of each
+// failed event. An event whose subject is not a valid publish subject (empty, with whitespace, an
+// empty token or a wildcard), whose header name is not an HTTP token, or that exceeds the server's
+// maximum payload is permanent (dead at once).
 func (p *Publisher) Publish(ctx context.Context, events []outbox.Event) error {
 	errs := make([]error, len(events))
-	sem := make(chan struct{}, p.cfg.Concurrency)
-	var wg sync.WaitGroup
-	for i := range events {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			for j := i; j < len(events); j++ {
-				errs[j] = ctx.Err()
-			}
-			wg.Wait()
-			return outbox.Errors(errs)
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = p.publish(ctx, &events[i])
-		})
+	type inFlight struct {
+		i       int
+		subject string
+		f       jetstream.PubAckFuture
+		sent    time.Time
 	}
-	wg.Wait()
+	// The messages awaiting their PubAck, oldest first: JetStream answers in about the order it was
+	// sent, so the oldest is awaited when the window is full, and at the end.
+	window := make([]inFlight, 0, min(len(events), p.cfg.Concurrency))
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	await := func() {
+		m := window[0]
+		window = window[1:]
+		wait := time.Until(m.sent.Add(p.cfg.AckTimeout))
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-m.f.Ok():
+		case err := <-m.f.Err():
+			errs[m.i] = p.failed(m.subject, err)
+		case <-timer.C:
+			errs[m.i] = fmt.Errorf("txinbox/natsjs: no PubAck within %v: %w", p.cfg.AckTimeout, context.DeadlineExceeded)
+		case <-ctx.Done():
+			errs[m.i] = ctx.Err()
+		}
+		timer.Stop()
+	}
+	for i := range events {
+		if ctx.Err() != nil {
+			errs[i] = ctx.Err()
+			continue
+		}
+		for len(window) >= p.cfg.Concurrency {
+			await()
+		}
+		subject := p.cfg.Subject(events[i])
+		m, err := p.msg(subject, &events[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		f, err := p.cfg.JetStream.PublishMsgAsync(m, p.opts...)
+		if err != nil {
+			errs[i] = p.failed(subject, err)
+			continue
+		}
+		window = append(window, inFlight{i: i, subject: subject, f: f, sent: time.Now()})
+	}
+	for len(window) > 0 {
+		await()
+	}
 	return outbox.Errors(errs)
 }
 
-// publish makes one attempt of ev.
-func (p *Publisher) publish(ctx context.Context, ev *outbox.Event) error {
-	subject := p.cfg.Subject(*ev)
+// msg returns the message of ev, or the permanent error of an event that cannot be one.
+func (p *Publisher) msg(subject string, ev *outbox.Event) (*nats.Msg, error) {
 	if err := checkSubject(subject); err != nil {
-		return outbox.Permanent(err)
+		return nil, outbox.Permanent(err)
 	}
 	m := nats.NewMsg(subject)
 	m.Data = ev.Payload
 	for name, v := range ev.Headers {
 		if !hdr.Token(name) {
-			return outbox.Permanent(fmt.Errorf("txinbox/natsjs: header name %q is not a token", name))
+			return nil, outbox.Permanent(fmt.Errorf("txinbox/natsjs: header name %q is not a token", name))
 		}
 		if !strings.EqualFold(name, jetstream.MsgIDHeader) {
 			m.Header[name] = []string{v}
 		}
 	}
 	m.Header.Set(jetstream.MsgIDHeader, ev.ID)
-	actx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
-	defer cancel()
-	_, err := p.cfg.JetStream.PublishMsg(actx, m, p.opts...)
+	return m, nil
+}
+
+// failed returns the error of an event whose publish on subject failed with err.
+func (p *Publisher) failed(subject string, err error) error {
 	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		return fmt.Errorf("%w %q: %v", ErrNoStream, subject, err)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return outbox.Permanent(err)
-	case actx.Err() != nil:
-		return fmt.Errorf("txinbox/natsjs: no PubAck within %v: %w", p.cfg.AckTimeout, err)
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
+		return fmt.Errorf("txinbox/natsjs: no PubAck in time (the JetStream's async publish timeout): %w", err)
 	default:
 		return err
 	}

@@ -3,10 +3,13 @@ package natsjs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/txinbox"
@@ -18,6 +21,7 @@ import (
 // pubFixture is a JetStream connection and a stream name unique to the test; the stream is created
 // by createStream (deleted when the test ends) and captures name.>.
 type pubFixture struct {
+	nc   *nats.Conn
 	js   jetstream.JetStream
 	name string
 }
@@ -25,11 +29,12 @@ type pubFixture struct {
 func newPubFixture(t *testing.T) *pubFixture {
 	t.Helper()
 	url := adaptertest.Broker(t, "NATS", EnvURL, "nats://127.0.0.1:4222")
-	js, err := jetstream.New(connect(t, url))
+	nc := connect(t, url)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &pubFixture{js: js, name: strings.ReplaceAll(adaptertest.Name("txinbox_pub"), "-", "_")}
+	return &pubFixture{nc: nc, js: js, name: strings.ReplaceAll(adaptertest.Name("txinbox_pub"), "-", "_")}
 }
 
 func (f *pubFixture) createStream(t *testing.T) {
@@ -185,5 +190,134 @@ func TestNewPublisherChecksConfig(t *testing.T) {
 	var ce *txinbox.ConfigError
 	if !errors.As(err, &ce) || ce.Field != "JetStream" {
 		t.Errorf("NewPublisher without JetStream = %v, want a ConfigError naming JetStream", err)
+	}
+}
+
+// fakeStream answers the publishes on its subject with PubAcks as a stream would, but only once
+// hold of them are waiting (or the last ones, after a pause): so a Publish call completes only if it
+// keeps that many messages awaiting their PubAck at once. It records the most it saw waiting.
+type fakeStream struct {
+	mu      sync.Mutex
+	waiting []*nats.Msg
+	most    int
+	seq     int
+}
+
+func newFakeStream(t *testing.T, nc *nats.Conn, subject string, hold int) *fakeStream {
+	t.Helper()
+	fs := &fakeStream{}
+	reply := func(msgs []*nats.Msg) {
+		for _, m := range msgs {
+			fs.mu.Lock()
+			fs.seq++
+			seq := fs.seq
+			fs.mu.Unlock()
+			_ = m.Respond([]byte(fmt.Sprintf(`{"stream":"FAKE","seq":%d}`, seq)))
+		}
+	}
+	var timer *time.Timer
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		fs.mu.Lock()
+		fs.waiting = append(fs.waiting, m)
+		fs.most = max(fs.most, len(fs.waiting))
+		var now []*nats.Msg
+		if len(fs.waiting) >= hold {
+			now, fs.waiting = fs.waiting, nil
+		} else if timer == nil {
+			timer = time.AfterFunc(time.Second, func() {
+				fs.mu.Lock()
+				late := fs.waiting
+				fs.waiting, timer = nil, nil
+				fs.mu.Unlock()
+				reply(late)
+			})
+		}
+		fs.mu.Unlock()
+		reply(now)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+func events(n int, subject string) []outbox.Event {
+	evs := make([]outbox.Event, n)
+	for i := range evs {
+		evs[i] = outbox.Event{ID: fmt.Sprintf("01a21c6e-0000-7000-8000-%012d", i), Topic: subject, Payload: []byte(`{}`)}
+	}
+	return evs
+}
+
+// TestPublisherKeepsConcurrencyPending: a call keeps Concurrency messages awaiting their PubAck at
+// once, never more, DefaultConcurrency (256) by default: a stream that answers only once that many
+// publishes wait gets them that many at a time, and every event of the call is acknowledged well
+// before the stream's one-second fallback.
+func TestPublisherKeepsConcurrencyPending(t *testing.T) {
+	t.Parallel()
+	f := newPubFixture(t)
+	for _, c := range []int{8, 0} {
+		want := c
+		if c == 0 {
+			want = DefaultConcurrency
+		}
+		subject := fmt.Sprintf("fake_%s.c%d", f.name, c)
+		fs := newFakeStream(t, f.nc, subject, want)
+		pub := newPublisher(t, PublisherConfig{JetStream: f.js, Concurrency: c})
+		start := time.Now()
+		if err := pub.Publish(context.Background(), events(4*want, subject)); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > 900*time.Millisecond {
+			t.Errorf("Concurrency %d: %d events took %v: the publisher did not keep %d PubAcks pending", c, 4*want, took, want)
+		}
+		fs.mu.Lock()
+		if fs.seq != 4*want || fs.most != want {
+			t.Errorf("Concurrency %d: the stream acknowledged %d publishes with at most %d waiting, want %d with %d", c, fs.seq, fs.most, 4*want, want)
+		}
+		fs.mu.Unlock()
+	}
+	if DefaultConcurrency != 256 {
+		t.Errorf("DefaultConcurrency = %d, documented as 256", DefaultConcurrency)
+	}
+}
+
+// TestPublisherAckTimeout: a publish whose PubAck never comes (a subscriber that does not answer
+// holds the subject) fails after AckTimeout, counted from its own publish, and is retried (not
+// permanent); the call's other events are acknowledged.
+func TestPublisherAckTimeout(t *testing.T) {
+	t.Parallel()
+	f := newPubFixture(t)
+	f.createStream(t)
+	silent := "silent_" + f.name + ".x"
+	sub, err := f.nc.Subscribe(silent, func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	pub := newPublisher(t, PublisherConfig{JetStream: f.js, AckTimeout: 300 * time.Millisecond, Concurrency: 1})
+	evs := append(events(1, silent), events(2, f.name+".x")[1])
+	start := time.Now()
+	err = pub.Publish(context.Background(), evs)
+	took := time.Since(start)
+	var be *outbox.BatchError
+	if !errors.As(err, &be) || len(be.Errs) != 2 {
+		t.Fatalf("Publish = %v, want a BatchError of 2", err)
+	}
+	if !errors.Is(be.Errs[0], context.DeadlineExceeded) || outbox.IsPermanent(be.Errs[0]) || be.Errs[1] != nil {
+		t.Errorf("errors %v, want the silent subject's to be a timeout (retried) and the other event acknowledged", be.Errs)
+	}
+	if took < 300*time.Millisecond || took > 3*time.Second {
+		t.Errorf("the call took %v, want about the AckTimeout (300ms)", took)
+	}
+	if got := f.received(t); len(got) != 1 || got[0].ID != evs[1].ID {
+		t.Errorf("the stream holds %+v, want the second event", got)
 	}
 }
