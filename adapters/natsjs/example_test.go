@@ -56,7 +56,7 @@ func ExamplePublisher() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	js, _ := jetstream.New(nc)
+	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(natsjs.DefaultAckTimeout))
 	pub, err := natsjs.NewPublisher(natsjs.PublisherConfig{
 		JetStream:    js,
 		Subject:      func(ev outbox.Event) string { return "events." + ev.Topic },

@@ -30,7 +30,10 @@ var ErrNoStream = errors.New("txinbox/natsjs: no stream captures the subject")
 // or negative.
 type PublisherConfig struct {
 	// JetStream publishes the messages: jetstream.New over the caller's connection, which the caller
-	// closes after the relay stopped.
+	// closes after the relay stopped. Give it jetstream.WithPublishAsyncTimeout (AckTimeout, say):
+	// a message whose PubAck never comes fails its event after AckTimeout (retried), but keeps its
+	// place among the JetStream's pending asynchronous publishes until that timeout ends it, or the
+	// connection is lost.
 	JetStream jetstream.JetStream
 	// Subject maps an event to the subject it is published on. Default: the event's topic. A stream
 	// must capture the subject.

@@ -75,7 +75,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("nats: connect %s: %w", redact(*natsURL), err)
 	}
 	defer nc.Close() // after the relay stopped
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(natsjs.DefaultAckTimeout))
 	if err != nil {
 		return err
 	}
