@@ -173,9 +173,9 @@ var _ txinbox.Service = (*Relay)(nil)
 // statement runs at the start of the runner's next claim, in its transaction (before it takes the
 // claim lock), and the one that makes the next event of each key whose event left the queue ready
 // runs there once the lock is taken: one round trip and one commit for a batch's record and the
-// next claim; a runner that stops, or whose claim fails, records on its own. Only claims still holding the runner's token are recorded: a
-// relay whose lease ended (its Publish call hung, or it was frozen) and whose events another relay
-// took over changes nothing of the other relay's claim.
+// next claim; a runner that stops, or whose claim fails, records on its own. Only claims still
+// holding the runner's token are recorded: a relay whose lease ended (its Publish call hung, or it
+// was frozen) and whose events another relay took over changes nothing of the other relay's claim.
 //
 // Crash recovery: a relay that dies (or hangs, or loses its database) leaves its claims; each is
 // taken over by the next claim after its lease ends (at most PollInterval later), and its events are
@@ -470,7 +470,7 @@ func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again
 		return nil, false, err
 	}
 	if rec != nil {
-		r.recorded(fs, rec.ids)
+		r.recorded(fs, idSet(rec.ids))
 	}
 	if len(rows) == 1 && rows[0].ID == 0 {
 		return nil, true, nil
@@ -774,10 +774,11 @@ func finishParams(fs []finish) sqlc.OutboxFinishParams {
 }
 
 // recordInClaim is the record of a batch's outcomes in the transaction of the next claim:
-// OutboxFinish, then, after OutboxClaimLock, OutboxReadyNext for the key of every event sent or dead. Its keys are not
-// narrowed to the events whose outcome was recorded (that is known only once the pipeline has run):
-// for a key whose event another relay took over, OutboxReadyNext finds that event, claimed, as the
-// oldest of its key and changes nothing, or finds the next event made ready by that relay already.
+// OutboxFinish, then, after OutboxClaimLock, OutboxReadyNext for the key of every event sent or
+// dead. Its keys are not narrowed to the events whose outcome was recorded (that is known only once
+// the pipeline has run): for a key whose event another relay took over, OutboxReadyNext finds that
+// event, claimed, as the oldest of its key and changes nothing, or finds the next event made ready
+// by that relay already.
 type recordInClaim struct {
 	finish sqlc.OutboxFinishParams
 	keys   []string
@@ -785,13 +786,29 @@ type recordInClaim struct {
 }
 
 func (r *Relay) newRecordInClaim(fs []finish) *recordInClaim {
-	rec := &recordInClaim{finish: finishParams(fs)}
+	return &recordInClaim{finish: finishParams(fs), keys: leftKeys(fs, nil)}
+}
+
+// leftKeys returns the keys, each once, of the events of fs that leave the queue (sent or dead),
+// only those of recorded if it is not nil: the keys whose next event OutboxReadyNext makes ready.
+func leftKeys(fs []finish, recorded map[int64]bool) []string {
+	var keys []string
 	for _, f := range fs {
-		if (f.outcome == OutcomeSent || f.outcome == OutcomeDead) && f.c.ev.Key != "" && !slices.Contains(rec.keys, f.c.ev.Key) {
-			rec.keys = append(rec.keys, f.c.ev.Key)
+		if (recorded == nil || recorded[f.c.id]) && (f.outcome == OutcomeSent || f.outcome == OutcomeDead) &&
+			f.c.ev.Key != "" && !slices.Contains(keys, f.c.ev.Key) {
+			keys = append(keys, f.c.ev.Key)
 		}
 	}
-	return rec
+	return keys
+}
+
+// idSet returns ids as a set.
+func idSet(ids []int64) map[int64]bool {
+	set := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	return set
 }
 
 // record records the outcomes fs in one statement (fenced by token), then makes the next event of
@@ -806,32 +823,19 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 			"schema", r.store.Schema, "events", len(fs), "err", err)
 		return
 	}
-	recorded := make(map[int64]bool, len(ids))
-	for _, id := range ids {
-		recorded[id] = true
-	}
-	var keys []string
-	for _, f := range fs {
-		if recorded[f.c.id] && (f.outcome == OutcomeSent || f.outcome == OutcomeDead) && f.c.ev.Key != "" && !slices.Contains(keys, f.c.ev.Key) {
-			keys = append(keys, f.c.ev.Key)
-		}
-	}
-	if len(keys) > 0 {
+	recorded := idSet(ids)
+	if keys := leftKeys(fs, recorded); len(keys) > 0 {
 		if err := schemasql.Queries.OutboxReadyNext(rctx, r.st.Wrap(r.db), keys); err != nil {
 			r.cfg.Logger.Warn("txinbox: making the next outbox events of keys ready failed; they go when their snooze ends",
 				"schema", r.store.Schema, "keys", len(keys), "snooze", r.snoozeFor(), "err", err)
 		}
 	}
-	r.recorded(fs, ids)
+	r.recorded(fs, recorded)
 }
 
-// recorded logs the outcomes fs and tells the Observer, once their record committed; ids are those
-// whose outcome was recorded (the others were taken over by another relay).
-func (r *Relay) recorded(fs []finish, ids []int64) {
-	recorded := make(map[int64]bool, len(ids))
-	for _, id := range ids {
-		recorded[id] = true
-	}
+// recorded logs the outcomes fs and tells the Observer, once their record committed; recorded holds
+// the ids whose outcome was recorded (the others were taken over by another relay).
+func (r *Relay) recorded(fs []finish, recorded map[int64]bool) {
 	for _, f := range fs {
 		if !recorded[f.c.id] {
 			r.cfg.Logger.Warn("txinbox: outbox event taken over by another relay after its lease ended; its outcome here was not recorded",
