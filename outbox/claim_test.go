@@ -148,11 +148,7 @@ func TestRelayRecordsEachBatchInItsNextClaim(t *testing.T) {
 	}
 	defer pool.Close()
 	rec := newRecorder(t, nil)
-	r, err := outbox.NewRelay(txinbox.Store{DB: pool, Schema: e.Schema}, outbox.RelayConfig{Publisher: rec, BatchSize: 10, Concurrency: 1, PollInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	outbox.SetSnooze(r, time.Hour)
+	r := relayOn(t, txinbox.Store{DB: pool, Schema: e.Schema}, rec, func(c *outbox.RelayConfig) { c.BatchSize, c.Concurrency = 10, 1 })
 	run(t, r)
 	waitFor(t, "every event sent", func() bool { return e.count(t, "sent") == 60 })
 	stop(t, r)

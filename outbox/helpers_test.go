@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/worker"
@@ -56,12 +57,18 @@ func msg(topic, key string, n int) outbox.Message {
 // snooze safety net (an event left snoozed never goes, and its test fails).
 func (e *env) relay(t *testing.T, pub outbox.Publisher, mod func(*outbox.RelayConfig)) *outbox.Relay {
 	t.Helper()
+	return relayOn(t, e.Store(), pub, mod)
+}
+
+// relayOn is env.relay on st (a pool of the test's own, say).
+func relayOn(t *testing.T, st txinbox.Store, pub outbox.Publisher, mod func(*outbox.RelayConfig)) *outbox.Relay {
+	t.Helper()
 	cfg := outbox.RelayConfig{Publisher: pub, PollInterval: 20 * time.Millisecond,
 		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
 	}
-	r, err := outbox.NewRelay(e.Store(), cfg)
+	r, err := outbox.NewRelay(st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -110,12 +109,9 @@ func TestClaimRunsWithACustomPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	r, err := outbox.NewRelay(txinbox.Store{DB: pool, Schema: e.Schema}, outbox.RelayConfig{
-		Publisher: newRecorder(t, nil), BatchSize: 1, Concurrency: 1, DisableListen: true, PollInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	outbox.SetSnooze(r, time.Hour)
+	r := relayOn(t, txinbox.Store{DB: pool, Schema: e.Schema}, newRecorder(t, nil), func(c *outbox.RelayConfig) {
+		c.BatchSize, c.Concurrency, c.DisableListen = 1, 1, true
+	})
 	run(t, r)
 	waitFor(t, "every event sent", func() bool { return e.count(t, "sent") == 8 })
 	stop(t, r)
