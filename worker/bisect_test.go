@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -121,9 +120,9 @@ func (r *bisectRun) start(t *testing.T, maxAttempts, bound int, fail func(msgs [
 	}, worker.HandlerConfig{BatchSize: len(r.keys), MaxAttempts: maxAttempts})
 	p := batchPool(t, r.e, nil, hs, func(c *worker.Config) {
 		c.Consumer = r.consumer
+		// The default Timeout (30s) and Lease: on a loaded machine a statement of the search may
+		// stall for seconds, and a timeout would charge a message (these tests are of the search).
 		c.Concurrency = 1
-		c.Lease = 5 * time.Second
-		c.Timeout = 2 * time.Second
 	})
 	worker.SetClaimHook(p, func(*worker.Pool, []string) { r.claims.Add(1) })
 	run(t, p)
