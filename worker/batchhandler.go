@@ -175,3 +175,7 @@ func HandleBatch[T any](hs *Handlers, kind string, fn BatchHandlerFunc[T], cfg .
 
 // errLeftAborted is the failure of a call that returned nil but left the transaction aborted.
 var errLeftAborted = errors.New("the handler returned nil, but its transaction was left aborted by a failed statement")
+
+// errCallBrokeTx is the failure of a call that returned nil, although the context it gave a statement
+// ended while the message's savepoint was being established, which cost the batch its transaction.
+var errCallBrokeTx = errors.New("the handler returned nil, but the context of its statement ended while the statement was being sent, which cost the batch its transaction")

@@ -260,6 +260,14 @@ func (b *batchCall) call(ctx context.Context, items []*batchItem) (callResult, e
 	if txEnded(b.tx) {
 		return r, b.ended(ctx, items)
 	}
+	if sp.broken != nil && sp.byCall {
+		// The call's own context ended while its savepoint was being established: the call cost
+		// the transaction.
+		if r.err == nil {
+			r.err, r.reason = fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), ReasonError
+		}
+		return r, b.lost(items, r, sp.broken)
+	}
 	if sp.broken != nil {
 		return r, sp.broken // the connection was unusable before this call's first statement
 	}
@@ -291,11 +299,11 @@ func (b *batchCall) call(ctx context.Context, items []*batchItem) (callResult, e
 func (b *batchCall) lost(items []*batchItem, r callResult, err error) error {
 	if len(items) == 1 {
 		f := &finish{c: items[0].c, elapsed: r.elapsed}
-		cause := r.err
+		cause, reason := r.err, r.reason
 		if cause == nil {
-			cause = err
+			cause, reason = err, ReasonError
 		}
-		b.p.fail(f, f.c, cause, ReasonError)
+		b.p.fail(f, f.c, cause, reason)
 		return culpritError{f: f, err: err}
 	}
 	return culpritError{hold: claimsOf(items), err: fmt.Errorf("a batch handler call of %d messages left the transaction unusable (held for the rescuer): %w", len(items), err)}

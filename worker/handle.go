@@ -80,6 +80,14 @@ func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 				p.fail(prev, prev.c, errors.New("the handler returned nil, but its transaction was left aborted by a failed statement"), ReasonError)
 				return nil, culpritError{f: prev, err: sp.broken}
 			}
+			if sp.byCall {
+				// The handler's own context ended while its savepoint was being established: its
+				// call cost the transaction, and it is charged (a timeout if it returned its deadline).
+				if f.outcome == OutcomeCompleted {
+					p.fail(f, c, fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), ReasonError)
+				}
+				return nil, culpritError{f: f, err: sp.broken}
+			}
 			return nil, sp.broken
 		}
 		if f.outcome == OutcomeCompleted && sp.failed != nil {

@@ -1,9 +1,12 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/worker"
@@ -256,4 +260,121 @@ func TestExponentialBackoff(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A handler whose first statement goes out after its deadline, or whose deadline passes while that
+// statement (pipelined with the message's savepoint) is under way, fails its attempt as a timeout, as
+// any other handler that outruns its Timeout: it is charged, retried until MaxAttempts, then dead. Its
+// batch-mate completes once, never charged. (Its statement's failure was taken for the connection's
+// before the message ran: the batch rolled back, no one was charged, and the message ran again at
+// once, forever.) Both kinds of handler; the statement under way is held back by the test's
+// connections (stallingConn) until the deadline has passed.
+func TestStatementAfterDeadlineIsTheHandlersTimeout(t *testing.T) {
+	t.Parallel()
+	const slow, handlerTimeout = "slow-past-deadline", 300 * time.Millisecond
+	for _, batch := range []bool{false, true} {
+		for _, underWay := range []bool{false, true} {
+			t.Run(fmt.Sprintf("batch=%v/under way=%v", batch, underWay), func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				e.receive(t, slow, "bystander")
+				stall := &stallingConns{match: []byte(slow), delay: 3 * handlerTimeout}
+				first := func(ctx context.Context, key string) {
+					if key != slow {
+						return
+					}
+					if underWay {
+						stall.armed.Store(true)
+					} else {
+						<-ctx.Done()
+					}
+				}
+				var calls atomic.Int64
+				hs := worker.NewHandlers()
+				cfg := worker.HandlerConfig{Timeout: handlerTimeout, MaxAttempts: 2}
+				if batch {
+					worker.HandleBatch(hs, "credit", func(ctx context.Context, tx pgx.Tx, msgs []*worker.Message[credit]) error {
+						calls.Add(1)
+						for _, m := range msgs {
+							first(ctx, m.Key)
+						}
+						return applyCredits(ctx, tx, e.Schema, msgs)
+					}, cfg)
+				} else {
+					worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+						calls.Add(1)
+						first(ctx, m.Key)
+						return applyCredit(ctx, tx, e.Schema, m)
+					}, cfg)
+				}
+				p := batchPool(t, e, stall.pool(t, e), hs, func(c *worker.Config) {
+					c.Lease, c.MaxAttempts = 2*time.Second, 10
+				})
+				run(t, p)
+				waitFor(t, slow+" to be dead", func() bool {
+					s, _, _, _ := e.state(t, slow)
+					return s == "dead" || calls.Load() > 50
+				})
+				// A call of both messages that costs the transaction cannot tell them apart: they are
+				// held and run alone, that call's attempt started but charged to no one ("Crash
+				// recovery" in the package documentation).
+				wantFailed, bystanderStarted := 2, 1
+				if batch && underWay {
+					wantFailed, bystanderStarted = 1, 2
+				}
+				state, started, failed, lastErr := e.state(t, slow)
+				if state != "dead" || started != 2 || failed != wantFailed || !strings.Contains(lastErr, "timed out after 300ms") {
+					t.Fatalf("%s: %s, %d started, %d failed, error %q after %d handler calls; want dead after 2 attempts, %d failed, the last a timeout",
+						slow, state, started, failed, lastErr, calls.Load(), wantFailed)
+				}
+				waitFor(t, "bystander", func() bool { s, _, _, _ := e.state(t, "bystander"); return s == "completed" })
+				if s, started, failed, _ := e.state(t, "bystander"); started != bystanderStarted || failed != 0 {
+					t.Errorf("bystander: %s, %d started, %d failed; want %d started, never charged", s, started, failed, bystanderStarted)
+				}
+				if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != 1 {
+					t.Errorf("effects = %d, want the bystander's only", n)
+				}
+			})
+		}
+	}
+}
+
+// stallingConns makes the pool of connections whose next write holding match, once armed, is held
+// back for delay before it goes out.
+type stallingConns struct {
+	match []byte
+	delay time.Duration
+	armed atomic.Bool
+}
+
+// pool returns a pool on e's database whose connections stall as s says.
+func (s *stallingConns) pool(t *testing.T, e *env) *pgxpool.Pool {
+	t.Helper()
+	cfg := e.Pool.Config()
+	dial := cfg.ConnConfig.DialFunc
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &stallingConn{Conn: c, s: s}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+type stallingConn struct {
+	net.Conn
+	s *stallingConns
+}
+
+func (c *stallingConn) Write(b []byte) (int, error) {
+	if bytes.Contains(b, c.s.match) && c.s.armed.CompareAndSwap(true, false) {
+		time.Sleep(c.s.delay)
+	}
+	return c.Conn.Write(b)
 }

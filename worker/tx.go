@@ -26,6 +26,7 @@ type savepoints struct {
 	used   bool  // the current message established its savepoint, so it may have written
 	failed error // a statement of the current message failed (the handler may have ignored it)
 	broken error // the savepoint statements themselves failed: the batch transaction is unusable
+	byCall bool  // broken by the context the handler gave its statement (its deadline, or a cancel)
 }
 
 // next prepares for the next message.
@@ -79,14 +80,38 @@ func (s *savepoints) unobserved() {
 // flush establishes the savepoint now, in a round trip of its own (before statements that cannot be
 // pipelined).
 func (s *savepoints) flush(ctx context.Context) error {
-	for _, q := range s.prefix() {
-		if _, err := s.tx.Exec(ctx, q); err != nil {
-			s.broken = err
+	if pre := s.prefix(); len(pre) > 0 {
+		b := &pgx.Batch{}
+		for _, q := range pre {
+			b.Queue(q)
+		}
+		if err := s.tx.SendBatch(ctx, b).Close(); err != nil {
+			s.prefixFailed(ctx, err)
 			return err
 		}
 	}
 	s.established()
 	return nil
+}
+
+// prefixFailed records the failure (err) of the savepoint statements that were to go out before a
+// statement the handler sent on ctx.
+//   - ctx had ended before anything was sent (pgconn.SafeToRetry) and the connection is open: the
+//     transaction is as it was. The savepoint is still to be established, and the handler gets the
+//     error of its statement, as it would without a savepoint; its call fails as its own (a timeout
+//     if its deadline passed).
+//   - ctx ended while the statements were under way: the transaction is unusable (pgx closes the
+//     connection of a statement whose context ends), and it is the handler's call that cost it.
+//   - Otherwise the connection failed on its own: the transaction is unusable, by no one message.
+func (s *savepoints) prefixFailed(ctx context.Context, err error) {
+	switch {
+	case ctx.Err() == nil:
+		s.broken = err
+	case pgconn.SafeToRetry(err) && !s.tx.Conn().IsClosed():
+		s.needed = true
+	default:
+		s.broken, s.byCall = err, true
+	}
 }
 
 // handlerTx is the transaction given to handlers: the batch transaction with the message's savepoint
@@ -137,8 +162,8 @@ func (t *handlerTx) send(ctx context.Context, pre []string, sql string, args []a
 	br := t.Tx.SendBatch(ctx, b)
 	for range pre {
 		if _, err := br.Exec(); err != nil {
-			t.sp.broken = err
 			_ = br.Close()
+			t.sp.prefixFailed(ctx, err)
 			return nil, err
 		}
 	}
