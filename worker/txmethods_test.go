@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -232,5 +234,52 @@ func TestHandlerTxIgnoredFailureEveryMethod(t *testing.T) {
 				t.Errorf("effects: %s, want a-ok", got)
 			}
 		})
+	}
+}
+
+// Every method of the handler's transaction, used first in its message after the handler's deadline
+// has passed: the attempt fails as the handler's timeout (MaxAttempts 1: dead), and its batch-mates
+// complete in the same batch. (A statement whose context had ended before the message's savepoint
+// went out was taken for a lost connection: the batch rolled back uncharged and ran again forever.)
+func TestHandlerTxEveryMethodAfterDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	names := txtest.Names(txMethods)
+	msgs := []string{"ok-first"}
+	for _, name := range names {
+		msgs = append(msgs, "late-"+name, "ok-after-"+name)
+	}
+	e.receive(t, msgs...)
+
+	lo := &txtest.LargeObjects{}
+	var lateCalls atomic.Int64
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
+		name, late := strings.CutPrefix(m.Key, "late-")
+		if !late {
+			return applyCredit(ctx, tx, e.Schema, m)
+		}
+		lateCalls.Add(1)
+		<-ctx.Done()
+		return txMethods[name](ctx, tx, e.Schema, m.Key, lo)
+	}, worker.HandlerConfig{MaxAttempts: 1, Timeout: 100 * time.Millisecond})
+	run(t, e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 1 }))
+	waitFor(t, "settled", func() bool {
+		return e.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`) == 0 || lateCalls.Load() > int64(len(names))
+	})
+	if n := lateCalls.Load(); n != int64(len(names)) {
+		t.Fatalf("%d calls of the %d late messages, want one each: a late statement broke its batch, run again", n, len(names))
+	}
+	for _, k := range msgs {
+		s, started, _, le := e.state(t, k)
+		switch {
+		case strings.HasPrefix(k, "late-") && (s != "dead" || !strings.Contains(le, "timed out after 100ms")):
+			t.Errorf("%s: %s (%s), want dead, timed out", k, s, le)
+		case strings.HasPrefix(k, "ok-") && (s != "completed" || started != 1):
+			t.Errorf("%s: %s after %d attempts (%s), want completed in one", k, s, started, le)
+		}
+	}
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects WHERE key LIKE 'late-%'`); n != 0 {
+		t.Errorf("%d effects of late statements", n)
 	}
 }
