@@ -36,7 +36,6 @@ func TestRollupCountsEveryCompletionAcrossSIGKILLs(t *testing.T) {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
 	run(t, e.pool(t, hs, func(c *worker.Config) {
-		c.Lease, c.Timeout = 2*time.Second, time.Second
 		c.Maintainer.RollupInterval = 100 * time.Millisecond
 	}))
 	waitFor(t, "every message completed and every batch's counts folded", func() bool {

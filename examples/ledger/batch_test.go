@@ -51,7 +51,7 @@ func TestBatchHandlerPoisonInBatchOf200(t *testing.T) {
 	worker.HandleBatch(hs, ledger.KindOrderPaid, (&demo.Faults{Poison: map[string]bool{poison: true}}).Inject(db.Schema, l.Handler(nil)),
 		worker.HandlerConfig{MaxAttempts: 3})
 	p, err := worker.New(db.Store(), worker.Config{Consumer: ledger.Consumer, Handlers: hs,
-		Concurrency: 1, PollInterval: 20 * time.Millisecond, Lease: 3 * time.Second, Timeout: time.Second,
+		Concurrency: 1, PollInterval: 20 * time.Millisecond, // the default Timeout: a stalled statement does not time out
 		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)
