@@ -77,7 +77,7 @@ func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 			// the previous message (a failed statement it ignored), that message is the culprit.
 			if len(done) > 1 && prevWasSingle && isAborted(sp.broken) && done[len(done)-2].outcome == OutcomeCompleted {
 				prev := done[len(done)-2]
-				p.fail(prev, prev.c, errors.New("the handler returned nil, but its transaction was left aborted by a failed statement"), ReasonError)
+				p.fail(prev, prev.c, errLeftAborted, ReasonError)
 				return nil, culpritError{f: prev, err: sp.broken}
 			}
 			if sp.byCall {
@@ -94,7 +94,7 @@ func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 			// A statement failed but the handler returned nil: fine if it recovered (a nested
 			// savepoint), void if it left the transaction aborted.
 			if _, err := tx.Exec(ctx, "SELECT 1"); isAborted(err) {
-				p.fail(f, c, fmt.Errorf("the handler returned nil, but its transaction was left aborted by a failed statement: %w", sp.failed), ReasonError)
+				p.fail(f, c, fmt.Errorf("%w: %w", errLeftAborted, sp.failed), ReasonError)
 			} else if err != nil {
 				return nil, err
 			}
