@@ -339,8 +339,8 @@ func TestStatementAfterDeadlineIsTheHandlersTimeout(t *testing.T) {
 	}
 }
 
-// stallingConns makes the pool of connections whose next write holding match, once armed, is held
-// back for delay before it goes out.
+// stallingConns holds back for delay, once armed, the next write that holds match on any connection
+// of its pool.
 type stallingConns struct {
 	match []byte
 	delay time.Duration
