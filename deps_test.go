@@ -78,9 +78,10 @@ func checkGraph(t *testing.T, dir, self string) {
 	}
 }
 
-// A program that imports only inbox and worker builds from txinbox's core, pgx, golang-lru (the
-// seen-key cache) and OpenTelemetry (goose comes only with package migrate): `go list -deps` has no testcontainers, Docker or broker client, and neither have the
-// go.mod and go.sum that `go mod tidy` writes for it (the module cache serves the modules).
+// A program that imports only inbox and worker builds from txinbox's core, pgx and golang-lru (the
+// seen-key cache): goose comes only with package migrate, OpenTelemetry only with package txotel.
+// `go list -deps` has no testcontainers, Docker, broker client or OpenTelemetry, and neither have
+// the go.mod and go.sum that `go mod tidy` writes for it (the module cache serves the modules).
 func TestUserOfInboxAndWorkerGetsNoDockerOrBroker(t *testing.T) {
 	root, err := filepath.Abs(".")
 	if err != nil {
@@ -103,10 +104,16 @@ func TestUserOfInboxAndWorkerGetsNoDockerOrBroker(t *testing.T) {
 	if bad := heavyIn(deps); len(bad) > 0 {
 		t.Errorf("go list -deps of a program importing inbox and worker has %v", bad)
 	}
-	for _, want := range []string{"github.com/jackc/pgx/v5", "go.opentelemetry.io/otel",
+	for _, want := range []string{"github.com/jackc/pgx/v5",
 		"github.com/txinbox/txinbox/inbox", "github.com/txinbox/txinbox/worker"} {
 		if !slices.Contains(deps, want) {
 			t.Errorf("go list -deps lacks %s: the listing is not what this test expects", want)
+		}
+	}
+	for _, d := range deps {
+		if strings.HasPrefix(d, "go.opentelemetry.io/") {
+			t.Errorf("go list -deps of a program importing inbox and worker has %s: tracing belongs to package txotel", d)
+			break
 		}
 	}
 	for _, f := range []string{"go.mod", "go.sum"} {
@@ -150,17 +157,18 @@ var allowedGroups = map[string][]string{
 	"":            {"pgx"},
 	"seen":        {"pgx", "golang-lru"},
 	"inbox":       {"pgx", "golang-lru"},
-	"worker":      {"pgx", "OpenTelemetry"},
+	"worker":      {"pgx"},
 	"maintain":    {"pgx"},
 	"retention":   {"pgx"},
 	"idempotency": {"pgx"},
-	"outbox":      {"pgx", "OpenTelemetry"},
+	"outbox":      {"pgx"},
 	"migrate":     {"pgx", "goose"},
 	"migrations":  {},
-	"admin":       {"pgx", "golang-lru", "OpenTelemetry"},
-	"console":     {"pgx", "golang-lru", "OpenTelemetry"},
-	"metrics":     {"pgx", "golang-lru", "OpenTelemetry", "Prometheus"},
-	"cmd/txinbox": {"pgx", "golang-lru", "OpenTelemetry", "goose"},
+	"admin":       {"pgx", "golang-lru"},
+	"console":     {"pgx", "golang-lru"},
+	"metrics":     {"pgx", "golang-lru", "Prometheus"},
+	"txotel":      {"pgx", "OpenTelemetry"},
+	"cmd/txinbox": {"pgx", "golang-lru", "goose"},
 }
 
 // listedPackage is what TestArchitectureDependencies reads of `go list -deps -json`.

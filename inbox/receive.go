@@ -3,6 +3,8 @@ package inbox
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,12 +57,11 @@ func (c *Client) Receive(ctx context.Context, msg Message) (Receipt, error) {
 	if c.co == nil {
 		return c.receiveOne(ctx, c.store.DB, msg)
 	}
-	msgs := []Message{msg}
-	rs, err := c.observe(ctx, msgs, func(ctx context.Context) ([]Receipt, error) {
+	rs, err := c.observe(ctx, []Message{msg}, func(ctx context.Context, msgs []Message) ([]Receipt, error) {
 		if err := c.validateAll(msgs); err != nil {
 			return nil, err
 		}
-		return c.co.receive(ctx, msg)
+		return c.co.receive(ctx, msgs[0])
 	})
 	if err != nil {
 		return Receipt{}, err
@@ -103,26 +104,108 @@ func (c *Client) ReceiveManyTx(ctx context.Context, tx pgx.Tx, msgs []Message) (
 	return c.receive(ctx, tx, msgs)
 }
 
-// receive is layer 1: it runs the call, reporting it to the Observer if there is one.
+// receive is layer 1: it runs the call, reporting it to the Observer and the Store's Tracer if
+// there are any.
 func (c *Client) receive(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
-	return c.observe(ctx, msgs, func(ctx context.Context) ([]Receipt, error) {
+	return c.observe(ctx, msgs, func(ctx context.Context, msgs []Message) ([]Receipt, error) {
 		return c.validateAndStore(ctx, db, msgs)
 	})
 }
 
-// observe runs a receive call of msgs, reporting it to the Observer if there is one.
-func (c *Client) observe(ctx context.Context, msgs []Message, run func(ctx context.Context) ([]Receipt, error)) ([]Receipt, error) {
-	if c.cfg.Observer == nil {
-		return run(ctx)
+// observe runs a receive call of msgs, reporting it to the Observer and to the Store's
+// ReceiveTracer if there are any. With a Store.Tracer, run gets msgs with the trace context of the
+// call added to those whose headers hold no traceparent (copies: the caller's are not modified).
+func (c *Client) observe(ctx context.Context, msgs []Message, run func(ctx context.Context, msgs []Message) ([]Receipt, error)) ([]Receipt, error) {
+	if c.cfg.Observer == nil && c.store.Tracer == nil {
+		return run(ctx, msgs)
 	}
-	ctx, end := c.cfg.Observer.ReceiveStart(ctx, msgs)
-	rs, err := run(ctx)
-	if err != nil {
-		end(nil, err)
-	} else {
-		end(rs, nil)
+	var end func([]Receipt, error)
+	if c.cfg.Observer != nil {
+		ctx, end = c.cfg.Observer.ReceiveStart(ctx, msgs)
+	}
+	rt, traced := c.store.Tracer.(txinbox.ReceiveTracer)
+	if traced {
+		ctx = rt.TraceReceiveStart(ctx, receiveTraceData(msgs))
+	}
+	if c.store.Tracer != nil {
+		msgs = c.withTrace(ctx, msgs)
+	}
+	rs, err := run(ctx, msgs)
+	if end != nil {
+		if err != nil {
+			end(nil, err)
+		} else {
+			end(rs, nil)
+		}
+	}
+	if traced {
+		d := txinbox.TraceReceiveEndData{Err: err}
+		for _, r := range rs {
+			switch r.Outcome {
+			case Inserted:
+				d.Inserted++
+			case Duplicate:
+				d.Duplicates++
+			case Conflict:
+				d.Conflicts++
+			}
+		}
+		rt.TraceReceiveEnd(ctx, d)
 	}
 	return rs, err
+}
+
+// receiveTraceData describes a receive call of msgs to a ReceiveTracer.
+func receiveTraceData(msgs []Message) txinbox.TraceReceiveStartData {
+	d := txinbox.TraceReceiveStartData{Messages: make([]txinbox.TraceMessage, len(msgs))}
+	if len(msgs) > 0 {
+		d.Consumer = msgs[0].Consumer
+	}
+	for i := range msgs {
+		d.Messages[i] = txinbox.TraceMessage{ID: msgs[i].Key, Kind: msgs[i].Kind, Headers: msgs[i].Headers}
+	}
+	return d
+}
+
+// roomFor reports whether headers can take extra within MaxHeadersBytes (a message at its limit
+// keeps its headers as they are, untraced, rather than being refused).
+func roomFor(headers, extra map[string]string) bool {
+	size := 0
+	for k, v := range headers {
+		size += len(k) + len(v)
+	}
+	for k, v := range extra {
+		size += len(k) + len(v)
+	}
+	return size <= MaxHeadersBytes
+}
+
+// withTrace returns msgs with the trace context of ctx (the Store's Tracer.Inject) added to the
+// headers of each message that holds no traceparent, as copies; msgs itself is returned when ctx
+// carries none.
+func (c *Client) withTrace(ctx context.Context, msgs []Message) []Message {
+	trace := map[string]string{}
+	c.store.Tracer.Inject(ctx, trace)
+	if len(trace) == 0 {
+		return msgs
+	}
+	var out []Message
+	for i := range msgs {
+		if msgs[i].Headers[txinbox.HeaderTraceParent] != "" || !roomFor(msgs[i].Headers, trace) {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(msgs)
+		}
+		h := make(map[string]string, len(msgs[i].Headers)+len(trace))
+		maps.Copy(h, msgs[i].Headers)
+		maps.Copy(h, trace)
+		out[i].Headers = h
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
 }
 
 // validateAndStore runs layers 2 to 4.

@@ -1,4 +1,4 @@
-// Package metrics exposes txinbox activity as Prometheus metrics and OpenTelemetry spans.
+// Package metrics exposes txinbox activity as Prometheus metrics.
 //
 // One Metrics value observes every side: give it to inbox.Config.Observer (receiving),
 // worker.Config.Observer (handling; a pool passes it on to the schema's maintainer it starts, or give
@@ -76,10 +76,8 @@
 // Outcomes and reasons are the values of worker.Outcome and worker.Reason (reasons: error, panic,
 // timeout, permanent, decode, unknown_kind, crashed).
 //
-// Spans: Metrics makes a "txinbox.receive" span around every receive call (a child of the caller's
-// ctx). The worker pool makes the "txinbox.handle" spans itself (worker.Config.TracerProvider), as
-// children of the trace context found in the message headers: put it there when sending with
-// TraceHeaders.
+// Spans are not made here: give the Store a Tracer (txinbox.Store.Tracer; package txotel is the
+// OpenTelemetry one).
 package metrics
 
 import (
@@ -89,11 +87,6 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/maintain"
@@ -112,8 +105,6 @@ type Config struct {
 	// DurationBuckets are the handler duration histogram's buckets, in seconds. Default: 0.5ms to 10s
 	// (prometheus.ExponentialBuckets(0.0005, 2.5, 12)).
 	DurationBuckets []float64
-	// TracerProvider makes the receive spans. Default: otel.GetTracerProvider().
-	TracerProvider trace.TracerProvider
 }
 
 // Metrics counts what receiving Clients, worker Pools, maintainers and outbox Relays do. It
@@ -134,7 +125,6 @@ type Metrics struct {
 	leader        *prometheus.GaugeVec
 	runs          *prometheus.CounterVec
 	outbox        outboxCounters // outbox.go
-	tracer        trace.Tracer
 }
 
 var (
@@ -156,9 +146,6 @@ func New(cfg Config) (*Metrics, error) {
 	}
 	if cfg.DurationBuckets == nil {
 		cfg.DurationBuckets = prometheus.ExponentialBuckets(0.0005, 2.5, 12)
-	}
-	if cfg.TracerProvider == nil {
-		cfg.TracerProvider = otel.GetTracerProvider()
 	}
 	opts := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: cfg.Namespace, Name: name, Help: help, ConstLabels: cfg.ConstLabels}
@@ -202,7 +189,6 @@ func New(cfg Config) (*Metrics, error) {
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts(opts("maintenance_runs_total",
 			"Runs of maintenance jobs (rotate, expire-keys, outbox-rotate, vacuum, analyze, health, rollup, pools, and added ones) by this process's leading maintainer, by outcome: ok or error.")),
 			[]string{"schema", "job", "outcome"}),
-		tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/metrics"),
 	}
 	for _, c := range []prometheus.Collector{m.received, m.receiveErrors, m.processed, m.retries, m.dead, m.duration, m.seen, m.seenErrors,
 		m.takeovers, m.takenOver, m.unfinished, m.leader, m.runs} {
@@ -216,22 +202,12 @@ func New(cfg Config) (*Metrics, error) {
 	return m, nil
 }
 
-// ReceiveStart implements inbox.Observer: it starts a "txinbox.receive" span and, when the call
-// ends, counts its receipts by consumer and outcome.
+// ReceiveStart implements inbox.Observer: when the call ends, it counts its receipts by consumer and
+// outcome, or the error.
 func (m *Metrics) ReceiveStart(ctx context.Context, msgs []inbox.Message) (context.Context, func([]inbox.Receipt, error)) {
-	ctx, span := m.tracer.Start(ctx, "txinbox.receive", trace.WithSpanKind(trace.SpanKindInternal))
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String("messaging.system", "txinbox"), attribute.Int("txinbox.messages", len(msgs)))
-		if len(msgs) > 0 {
-			span.SetAttributes(attribute.String("messaging.consumer.group.name", msgs[0].Consumer))
-		}
-	}
 	return ctx, func(rs []inbox.Receipt, err error) {
-		defer span.End()
 		if err != nil {
 			m.receiveErrors.Inc()
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
 			return
 		}
 		outcomes := [...]inbox.Outcome{inbox.Inserted, inbox.Duplicate, inbox.Conflict}
@@ -255,20 +231,7 @@ func (m *Metrics) ReceiveStart(ctx context.Context, msgs []inbox.Message) (conte
 			}
 		}
 		flush()
-		if span.IsRecording() {
-			span.SetAttributes(attribute.Int("txinbox.inserted", countOutcome(rs, inbox.Inserted)))
-		}
 	}
-}
-
-func countOutcome(rs []inbox.Receipt, o inbox.Outcome) int {
-	n := 0
-	for _, r := range rs {
-		if r.Outcome == o {
-			n++
-		}
-	}
-	return n
 }
 
 // SeenLookup implements seen.Observer: it counts messages by consumer and seen-key cache result.
@@ -324,19 +287,4 @@ func (m *Metrics) Ran(e maintain.RunEvent) {
 		outcome = "error"
 	}
 	m.runs.WithLabelValues(e.Schema, e.Job, outcome).Inc()
-}
-
-// TraceHeaders returns headers with the trace context of ctx added (W3C traceparent and tracestate),
-// for inbox.Message.Headers: the handler's span then joins the sender's trace. headers is not modified;
-// without a valid span context in ctx it is returned as is.
-func TraceHeaders(ctx context.Context, headers map[string]string) map[string]string {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return headers
-	}
-	out := make(map[string]string, len(headers)+2)
-	for k, v := range headers {
-		out[k] = v
-	}
-	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(out))
-	return out
 }

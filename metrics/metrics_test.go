@@ -23,6 +23,7 @@ import (
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/metrics"
 	"github.com/txinbox/txinbox/seen"
+	"github.com/txinbox/txinbox/txotel"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -79,16 +80,18 @@ func TestMetricsAndSpans(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-	m, err := metrics.New(metrics.Config{Registerer: reg, TracerProvider: tp})
+	m, err := metrics.New(metrics.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	qc, err := metrics.NewQueueCollector(db.Store(), metrics.QueueConfig{Consumers: []string{"ledger", "idle"}})
+	store := db.Store()
+	store.Tracer = txotel.New(txotel.Config{TracerProvider: tp}) // the spans; metrics counts
+	qc, err := metrics.NewQueueCollector(store, metrics.QueueConfig{Consumers: []string{"ledger", "idle"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg.MustRegister(qc)
-	client, err := inbox.New(db.Store(), inbox.Config{Observer: m})
+	client, err := inbox.New(store, inbox.Config{Observer: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +107,8 @@ func TestMetricsAndSpans(t *testing.T) {
 	}
 	batch = append(batch, msg("undecodable", `{"amount":"x"}`))
 	traced := msg("traced", `{"amount":1}`)
-	traced.Headers = metrics.TraceHeaders(sendCtx, map[string]string{"source": "test"})
+	traced.Headers = map[string]string{"source": "test"}
+	store.Tracer.Inject(sendCtx, traced.Headers)
 	batch = append(batch, traced)
 	send.End()
 	if _, err := client.ReceiveMany(ctx, batch); err != nil { // 14 inserted
@@ -153,8 +157,8 @@ func TestMetricsAndSpans(t *testing.T) {
 		}
 		return nil
 	})
-	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Observer: m,
-		TracerProvider: tp, PollInterval: 20 * time.Millisecond,
+	p, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m,
+		PollInterval: 20 * time.Millisecond,
 		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)

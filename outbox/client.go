@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -79,22 +80,46 @@ func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]str
 	if len(msgs) > MaxMessages {
 		return nil, &txinbox.ArgumentError{Name: "msgs", Reason: fmt.Sprintf("%d messages, more than the limit of %d per call", len(msgs), MaxMessages)}
 	}
-	n := len(msgs)
-	p := sqlc.OutboxPublishParams{
-		EventIds: make([]string, n), Topics: make([]string, n), Keys: make([]string, n), Payloads: make([]string, n),
-		Headers: make([]string, n), NotBefores: make([]pgtype.Timestamptz, n), NotifyChannel: c.notify.channel,
-	}
 	if total := callBytes(msgs); total > MaxCallBytes {
 		return nil, &txinbox.ArgumentError{Name: "msgs", Reason: fmt.Sprintf("payloads and headers of %d bytes together, more than the limit of %d", total, MaxCallBytes)}
+	}
+	for i := range msgs {
+		if err := validate(i, &msgs[i], c.cfg.MaxPayloadBytes); err != nil {
+			return nil, err
+		}
+	}
+	if t, ok := c.store.Tracer.(txinbox.PublishTracer); ok {
+		data := txinbox.TracePublishStartData{Topics: make([]string, len(msgs)), Kinds: make([]string, len(msgs))}
+		for i := range msgs {
+			data.Topics[i], data.Kinds[i] = msgs[i].Topic, msgs[i].kind()
+		}
+		ctx = t.TracePublishStart(ctx, data)
+		ids, err := c.publish(ctx, tx, msgs)
+		t.TracePublishEnd(ctx, txinbox.TracePublishEndData{EventIDs: ids, Err: err})
+		return ids, err
+	}
+	return c.publish(ctx, tx, msgs)
+}
+
+// publish writes validated msgs, with the trace context of ctx when the Store has a Tracer.
+func (c *Client) publish(ctx context.Context, tx pgx.Tx, msgs []Message) ([]string, error) {
+	n := len(msgs)
+	p := sqlc.OutboxPublishParams{
+		EventIds: make([]string, n), Topics: make([]string, n), Keys: make([]string, n), Kinds: make([]string, n),
+		ContentTypes: make([]string, n), Payloads: make([]string, n), Headers: make([]string, n),
+		NotBefores: make([]pgtype.Timestamptz, n), NotifyChannel: c.notify.channel,
+	}
+	var trace map[string]string // the trace context of ctx, if the Store has a Tracer
+	if c.store.Tracer != nil {
+		trace = map[string]string{}
+		c.store.Tracer.Inject(ctx, trace)
 	}
 	now := time.Now()
 	for i := range msgs {
 		m := &msgs[i]
-		if err := validate(i, m, c.cfg.MaxPayloadBytes); err != nil {
-			return nil, err
-		}
 		p.EventIds[i], p.Topics[i], p.Keys[i], p.Payloads[i] = newEventID(now), m.Topic, m.Key, string(m.Payload)
-		p.Headers[i] = headersJSON(m.Headers)
+		p.Kinds[i], p.ContentTypes[i] = m.Kind, m.ContentType
+		p.Headers[i] = headersJSON(withTrace(m.Headers, trace))
 		if !m.NotBefore.IsZero() {
 			p.NotBefores[i] = pgtype.Timestamptz{Time: m.NotBefore, Valid: true}
 		}
@@ -112,6 +137,29 @@ func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]str
 		return nil, fmt.Errorf("txinbox: publishing %d events wrote %d", n, written)
 	}
 	return p.EventIds, nil
+}
+
+// withTrace returns headers with the trace context trace added, unless headers hold a traceparent
+// already (the caller's own wins), trace is empty, or it would take headers past [MaxHeaders] or
+// [MaxHeadersBytes] (the event is then written untraced rather than refused); headers is not
+// modified.
+func withTrace(headers, trace map[string]string) map[string]string {
+	if len(trace) == 0 || headers[txinbox.HeaderTraceParent] != "" || len(headers)+len(trace) > MaxHeaders {
+		return headers
+	}
+	size := 0
+	for _, h := range []map[string]string{headers, trace} {
+		for k, v := range h {
+			size += len(k) + len(v)
+		}
+	}
+	if size > MaxHeadersBytes {
+		return headers
+	}
+	out := make(map[string]string, len(headers)+len(trace))
+	maps.Copy(out, headers)
+	maps.Copy(out, trace)
+	return out
 }
 
 // callBytes returns the bytes of the payloads and headers of msgs.

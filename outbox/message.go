@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -23,18 +25,37 @@ type Message struct {
 	// published (see the package documentation), across topics. Empty: no order. At most
 	// [MaxKeyBytes] bytes of UTF-8 without control characters.
 	Key string
+	// Kind is the event's type: what happened ("order.created"). It is sent as the CloudEvents type,
+	// and a txinbox consumer takes it as the inbox message's kind, which picks its handler. 1 to 128
+	// letters, digits or _.:/- starting with a letter or digit ([txinbox.ValidateName]). Default: the
+	// Topic, which must then be a valid kind.
+	Kind string
+	// ContentType is the payload's media type, sent as the CloudEvents datacontenttype (and the
+	// broker's content type). The payload must be JSON whatever it says. Default
+	// [DefaultContentType] ("application/json").
+	ContentType string
 	// Payload is the event's body, a JSON document of at most Config.MaxPayloadBytes bytes, valid
 	// UTF-8. It is stored and published byte for byte.
 	Payload []byte
-	// Headers are stored with the event and handed to the Publisher (a trace context, a content
-	// type). At most [MaxHeaders] of them; names of 1 to [MaxHeaderNameBytes] bytes, values of at most
-	// [MaxHeaderValueBytes], all of them together at most [MaxHeadersBytes], each UTF-8 without
-	// control characters.
+	// Headers are stored with the event and sent with it, as the broker's headers. With a
+	// Store.Tracer, Publish adds the caller's trace context (traceparent, tracestate) unless they
+	// hold a traceparent already. At most [MaxHeaders] of them; names of 1 to [MaxHeaderNameBytes]
+	// bytes, values of at most [MaxHeaderValueBytes], all of them together at most
+	// [MaxHeadersBytes], each UTF-8 without control characters. A header named as one of the
+	// envelope's (see [Event.CloudEvent]) is replaced by the envelope's when the event is sent.
 	Headers map[string]string
 	// NotBefore delays the event's first attempt until that time (on the database clock); zero means
 	// at once. A delayed event keeps its place in its key: the later events of the key wait behind
 	// it. Its year must be between 1 and 9999.
 	NotBefore time.Time
+}
+
+// kind returns the message's kind, its default applied.
+func (m *Message) kind() string {
+	if m.Kind == "" {
+		return m.Topic
+	}
+	return m.Kind
 }
 
 // Limits of a [Message] and of a Publish call.
@@ -52,6 +73,10 @@ const (
 	MaxHeaderNameBytes  = 256
 	MaxHeaderValueBytes = 8192
 	MaxHeadersBytes     = 64 << 10
+	// DefaultContentType is Message.ContentType when it is empty.
+	DefaultContentType = "application/json"
+	// MaxContentTypeBytes is the longest content type accepted.
+	MaxContentTypeBytes = 255
 	// MaxMessages is the most events one Publish call takes.
 	MaxMessages = 1000
 	// MaxCallBytes bounds the payloads and headers of one Publish call together.
@@ -67,7 +92,7 @@ var ErrInvalidEvent = errors.New("txinbox: invalid event")
 // sent).
 type ValidationError struct {
 	Index  int    // position in the call's messages
-	Field  string // "topic", "key", "payload", "headers", "not_before"
+	Field  string // "topic", "key", "kind", "content_type", "payload", "headers", "not_before"
 	Reason string
 }
 
@@ -89,6 +114,16 @@ func validate(i int, m *Message, maxPayload int) error {
 	if err := textcheck.Check(m.Key, MaxKeyBytes, true); err != nil {
 		return bad("key", err)
 	}
+	if m.Kind != "" {
+		if err := txinbox.ValidateName(m.Kind); err != nil {
+			return bad("kind", err)
+		}
+	} else if err := txinbox.ValidateName(m.Topic); err != nil {
+		return bad("kind", fmt.Errorf("is empty, and its default, the topic, is not a valid kind: %w; set Kind", err))
+	}
+	if err := validateContentType(m.ContentType); err != nil {
+		return bad("content_type", err)
+	}
 	if err := validatePayload(m.Payload, maxPayload); err != nil {
 		return bad("payload", err)
 	}
@@ -97,6 +132,24 @@ func validate(i int, m *Message, maxPayload int) error {
 	}
 	if !m.NotBefore.IsZero() && (m.NotBefore.Year() < 1 || m.NotBefore.Year() > 9999) {
 		return bad("not_before", fmt.Errorf("year %d is not between 1 and 9999", m.NotBefore.Year()))
+	}
+	return nil
+}
+
+// validateContentType checks a media type (RFC 2045 syntax, parameters allowed); "" is the default.
+func validateContentType(ct string) error {
+	if ct == "" {
+		return nil
+	}
+	if err := textcheck.Check(ct, MaxContentTypeBytes, false); err != nil {
+		return err
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (strings.Count(mt, "/") != 1 || strings.HasPrefix(mt, "/") || strings.HasSuffix(mt, "/")) {
+		err = errors.New("want type/subtype")
+	}
+	if err != nil {
+		return fmt.Errorf("%q is not a media type: %v", truncate(ct), err)
 	}
 	return nil
 }

@@ -78,6 +78,52 @@ func TestRolledBackPublishesNothingCommittedPublishesEach(t *testing.T) {
 	}
 }
 
+// Every event is handed over with its kind and content type (or their defaults: the topic,
+// application/json) and the relay's Source, and its CloudEvents attributes say all of it: id,
+// type, source, time, datacontenttype, and the key as partitionkey only when it has one.
+func TestEventEnvelope(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ids := e.publish(t,
+		outbox.Message{Topic: "orders", Kind: "order.created", ContentType: "application/vnd.order+json; charset=utf-8",
+			Key: "order-1", Payload: []byte(`{"n":1}`), Headers: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "a=b"}},
+		outbox.Message{Topic: "orders.note", Payload: []byte(`{"n":2}`)},
+	)
+	rec := newRecorder(t, nil)
+	run(t, e.relay(t, rec, func(c *outbox.RelayConfig) { c.Source = "/orders" }))
+	waitFor(t, "both events sent", func() bool { return e.count(t, "sent") == 2 })
+	got := map[string]outbox.Event{}
+	for _, ev := range rec.ackedEvents() {
+		got[ev.ID] = ev
+	}
+	first, second := got[ids[0]], got[ids[1]]
+	if first.Kind != "order.created" || first.ContentType != "application/vnd.order+json; charset=utf-8" || first.Source != "/orders" {
+		t.Errorf("first event: kind %q, content type %q, source %q", first.Kind, first.ContentType, first.Source)
+	}
+	if second.Kind != "orders.note" || second.ContentType != outbox.DefaultContentType || second.Source != "/orders" {
+		t.Errorf("second event (defaults): kind %q, content type %q, source %q", second.Kind, second.ContentType, second.Source)
+	}
+	want := map[string]string{"specversion": "1.0", "id": ids[0], "source": "/orders", "type": "order.created",
+		"time": first.CreatedAt.UTC().Format(time.RFC3339Nano), "datacontenttype": "application/vnd.order+json; charset=utf-8",
+		"partitionkey": "order-1", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "a=b"}
+	if a := first.CloudEvent(); !maps.Equal(a, want) {
+		t.Errorf("first event's CloudEvents attributes:\n got %v\nwant %v", a, want)
+	}
+	a := second.CloudEvent()
+	if _, ok := a["partitionkey"]; ok || a["type"] != "orders.note" || a["datacontenttype"] != "application/json" || a["id"] != ids[1] {
+		t.Errorf("second event's CloudEvents attributes: %v", a)
+	}
+	// The default Source names the schema.
+	rec2 := newRecorder(t, nil)
+	e2 := newEnv(t)
+	e2.publish(t, msg("t", "", 1))
+	run(t, e2.relay(t, rec2, nil))
+	waitFor(t, "the event sent", func() bool { return e2.count(t, "sent") == 1 })
+	if evs := rec2.ackedEvents(); len(evs) != 1 || evs[0].Source != "/txinbox/"+e2.Store().Schema {
+		t.Errorf("default source: %+v, want /txinbox/%s", evs, e2.Store().Schema)
+	}
+}
+
 // An idle relay that only listens (no polling: PollInterval of an hour, no fast polling) is woken by
 // the notification the publishing transaction sends at its commit.
 func TestNotificationWakesIdleRelay(t *testing.T) {
@@ -148,6 +194,8 @@ func TestConfigErrors(t *testing.T) {
 		{"ClaimTimeout", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Lease, c.ClaimTimeout = time.Second, time.Second })},
 		{"BatchSize", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.BatchSize = outbox.MaxBatchSize + 1 })},
 		{"HotWindow", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.HotWindow = txinbox.DefaultNotifyInterval })},
+		{"Source", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Source = "orders service" })},
+		{"Source", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Source = "%zz" })},
 	} {
 		var ce *txinbox.ConfigError
 		if !errors.As(tc.err, &ce) || ce.Field != tc.field || !errors.Is(tc.err, txinbox.ErrInvalidConfig) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/txinbox/txinbox"
 )
 
 // Event is a committed event that a [Relay] hands to its [Publisher].
@@ -16,15 +18,70 @@ type Event struct {
 	// event once however often it arrives (txinbox's inbox: inbox.Message.Key).
 	ID string
 	// Topic, Key, Payload and Headers are the published [Message]'s; Key is "" when it had none.
+	// Headers carry the trace context of this hand-over (traceparent, tracestate) when the Store has
+	// a Tracer, else the one recorded by Publish, if any.
 	Topic   string
 	Key     string
 	Payload []byte
 	Headers map[string]string
+	// Kind and ContentType are the published Message's, defaults applied (the topic;
+	// DefaultContentType).
+	Kind        string
+	ContentType string
+	// Source names the service that published the event: RelayConfig.Source.
+	Source string
 	// CreatedAt is the start of the transaction that published the event.
 	CreatedAt time.Time
 	// Attempt is this attempt's number, from 1. It counts every attempt claimed, those of relays that
 	// died before finishing included.
 	Attempt int
+}
+
+// CloudEvents 1.0 attribute names of the envelope an event is sent in (see [Event.CloudEvent]).
+const (
+	AttrSpecVersion     = "specversion"
+	AttrID              = "id"
+	AttrSource          = "source"
+	AttrType            = "type"
+	AttrTime            = "time"
+	AttrDataContentType = "datacontenttype"
+	AttrPartitionKey    = "partitionkey" // the Partitioning extension
+	AttrTraceParent     = "traceparent"  // the Distributed Tracing extension
+	AttrTraceState      = "tracestate"
+)
+
+// CloudEvent returns the context attributes of the CloudEvents 1.0 event that ev is sent as, by
+// name (the payload is its data, byte for byte: binary content mode):
+//
+//	specversion      "1.0"
+//	id               ID
+//	source           Source
+//	type             Kind
+//	time             CreatedAt, RFC 3339 in UTC
+//	datacontenttype  ContentType
+//	partitionkey     Key (the Partitioning extension), only when Key is not ""
+//	traceparent      Headers["traceparent"] (the Distributed Tracing extension), when present
+//	tracestate       Headers["tracestate"], when present with a traceparent
+//
+// Every publisher of the adapters module writes them into its broker's headers as that broker's
+// CloudEvents protocol binding says (ce- headers for HTTP and NATS, ce_ headers for Kafka,
+// cloudEvents_ headers for AMQP), and every sink reads them back: the id as the inbox key, the type
+// as its kind, the partitionkey as its ordering key, the trace context as its headers'.
+func (e *Event) CloudEvent() map[string]string {
+	a := map[string]string{
+		AttrSpecVersion: "1.0", AttrID: e.ID, AttrSource: e.Source, AttrType: e.Kind,
+		AttrTime: e.CreatedAt.UTC().Format(time.RFC3339Nano), AttrDataContentType: e.ContentType,
+	}
+	if e.Key != "" {
+		a[AttrPartitionKey] = e.Key
+	}
+	if tp := e.Headers[txinbox.HeaderTraceParent]; tp != "" {
+		a[AttrTraceParent] = tp
+		if ts := e.Headers[txinbox.HeaderTraceState]; ts != "" {
+			a[AttrTraceState] = ts
+		}
+	}
+	return a
 }
 
 // Publisher sends events to a broker. Adapters (RabbitMQ with publisher confirms, NATS JetStream,

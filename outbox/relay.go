@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -95,6 +97,11 @@ type RelayConfig struct {
 	Logger *slog.Logger
 	// Owner names this relay in its claims (outbox_queue.owner). Default hostname:pid:random.
 	Owner string
+	// Source names the publishing service in every event it sends: the CloudEvents source
+	// (Event.Source), which a txinbox consumer shows with each message that came from this outbox. A
+	// URI-reference of 1 to 255 bytes, such as "/orders" or "urn:example:orders"; keep it the same
+	// across the service's processes and restarts. Default "/txinbox/" followed by the schema.
+	Source string
 	// Observer, if set, is told about every attempt whose outcome was recorded. Default none.
 	Observer Observer
 }
@@ -146,6 +153,12 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Source == "" {
+		c.Source = "/txinbox/" + st.Schema
+	}
+	if err := validateSource(c.Source); err != nil {
+		return bad("Source", err.Error())
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
@@ -479,7 +492,8 @@ func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again
 	batch = make([]*claimed, len(rows))
 	for i, row := range rows {
 		c := &claimed{id: row.ID, token: row.Token, failed: int(row.AttemptsFailed), takenOver: row.TakenOver, ev: Event{
-			ID: row.EventID, Topic: row.Topic, Key: row.Key, Payload: []byte(row.Payload),
+			ID: row.EventID, Topic: row.Topic, Key: row.Key, Kind: cmp.Or(row.Kind, row.Topic),
+			ContentType: cmp.Or(row.ContentType, DefaultContentType), Source: r.cfg.Source, Payload: []byte(row.Payload),
 			CreatedAt: row.CreatedAt.Time, Attempt: int(row.AttemptsStarted),
 		}}
 		if len(row.Headers) > 2 {
@@ -699,11 +713,13 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 	}
 	if len(events) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		traced := r.traceStart(pctx, events)
 		start := time.Now()
 		err := callPublisher(pctx, r.cfg.Publisher, events)
 		took := time.Since(start)
 		cancel()
 		errs := eventErrors(err, len(events))
+		defer r.traceEnd(traced, fs, send)
 		for k, i := range send {
 			f := &fs[i]
 			f.took, f.err = took, errs[k]
@@ -723,6 +739,65 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 		}
 	}
 	return fs
+}
+
+// traceStart tells the Store's RelayTracer, if any, that events are handed over, and gives each
+// event the trace context of its hand-over (the Store's Tracer injects it into a copy of its
+// headers). It returns the context of each hand-over (nil without a RelayTracer).
+func (r *Relay) traceStart(ctx context.Context, events []Event) []context.Context {
+	t, ok := r.store.Tracer.(txinbox.RelayTracer)
+	if !ok {
+		return nil
+	}
+	ctxs := make([]context.Context, len(events))
+	for i := range events {
+		ev := &events[i]
+		ctxs[i] = t.TraceRelayStart(ctx, txinbox.TraceRelayStartData{
+			Event: txinbox.TraceMessage{ID: ev.ID, Kind: ev.Kind, Headers: ev.Headers},
+			Topic: ev.Topic, Key: ev.Key, Attempt: ev.Attempt,
+		})
+		h := make(map[string]string, len(ev.Headers)+2)
+		for k, v := range ev.Headers {
+			if k != txinbox.HeaderTraceParent && k != txinbox.HeaderTraceState {
+				h[k] = v
+			}
+		}
+		r.store.Tracer.Inject(ctxs[i], h)
+		ev.Headers = h
+	}
+	return ctxs
+}
+
+// traceEnd ends the hand-overs traceStart began with their outcomes: ctxs[k] is the hand-over of
+// fs[send[k]].
+func (r *Relay) traceEnd(ctxs []context.Context, fs []finish, send []int) {
+	if ctxs == nil {
+		return
+	}
+	t := r.store.Tracer.(txinbox.RelayTracer)
+	for k, i := range send {
+		outcome := string(fs[i].outcome)
+		if outcome == "" {
+			outcome = "released"
+		}
+		t.TraceRelayEnd(ctxs[k], txinbox.TraceRelayEndData{Outcome: outcome, Err: fs[i].err})
+	}
+}
+
+// validateSource checks RelayConfig.Source: a URI-reference (RFC 3986) of 1 to 255 bytes.
+func validateSource(s string) error {
+	if s == "" || len(s) > 255 {
+		return errors.New("must be 1 to 255 bytes")
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return fmt.Errorf("%q holds a space, a control or a non-ASCII character: it must be a URI-reference", truncate(s))
+		}
+	}
+	if _, err := url.Parse(s); err != nil {
+		return fmt.Errorf("%q is not a URI-reference: %v", truncate(s), err)
+	}
+	return nil
 }
 
 // callPublisher calls p, turning a panic into the error of every event.

@@ -3,7 +3,8 @@
 -- The outbox has no consumer column and is never distributed (00009).
 
 -- name: OutboxPublish :one
--- Writes a batch of events in the caller's transaction: each gets an id from outbox_id_seq, in the
+-- Writes a batch of events in the caller's transaction (an empty kind or content type is stored as
+-- NULL: the default, see 00012): each gets an id from outbox_id_seq, in the
 -- order of the arrays (a key's events are published in id order), goes into the slot of the current
 -- generation (outbox_ring, read without a lock: see outbox_rotate), and is queued at its not-before
 -- time (NULL: now). With @notify, a notification on @notify_channel wakes the relays when the
@@ -14,19 +15,21 @@ WITH ring AS (
 ), input AS (
     -- ROWS FROM zips the arrays in one pass, in order (a subscript of a text array walks it from
     -- its start).
-    SELECT s.ord, s.event_id::uuid AS event_id, s.topic, NULLIF(s.key, '') AS key, s.payload,
-           s.headers::jsonb AS headers, coalesce(s.not_before, now()) AS next_run_at
+    SELECT s.ord, s.event_id::uuid AS event_id, s.topic, NULLIF(s.key, '') AS key, NULLIF(s.kind, '') AS kind,
+           NULLIF(s.content_type, '') AS content_type, s.payload, s.headers::jsonb AS headers,
+           coalesce(s.not_before, now()) AS next_run_at
     FROM ROWS FROM (unnest(@event_ids::text[]), unnest(@topics::text[]), unnest(@keys::text[]),
+                    unnest(@kinds::text[]), unnest(@content_types::text[]),
                     unnest(@payloads::text[]), unnest(@headers::text[]), unnest(@not_befores::timestamptz[]))
-         WITH ORDINALITY AS s(event_id, topic, key, payload, headers, not_before, ord)
+         WITH ORDINALITY AS s(event_id, topic, key, kind, content_type, payload, headers, not_before, ord)
 ), numbered AS (
     -- Ids are drawn in batch order: the volatile nextval is evaluated after the sort.
     SELECT i.*, nextval('/* TEMPLATE: schema */outbox_id_seq') AS id
     FROM input i
     ORDER BY i.ord
 ), inserted AS (
-    INSERT INTO /* TEMPLATE: schema */outbox (slot, id, event_id, topic, key, payload, headers, next_run_at)
-    SELECT ring.slot, n.id, n.event_id, n.topic, n.key, n.payload, n.headers, n.next_run_at
+    INSERT INTO /* TEMPLATE: schema */outbox (slot, id, event_id, topic, key, kind, content_type, payload, headers, next_run_at)
+    SELECT ring.slot, n.id, n.event_id, n.topic, n.key, n.kind, n.content_type, n.payload, n.headers, n.next_run_at
     FROM numbered n CROSS JOIN ring
     RETURNING id, key, next_run_at
 ), queued AS (
@@ -105,17 +108,18 @@ WITH candidates AS (
 )
 -- Each outbox row is read by its id, once per claimed row (OFFSET 0 keeps the subquery from being
 -- flattened into a join, as in the worker's ClaimBatch).
-SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key, m.payload, m.headers,
+SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key,
+       coalesce(m.kind, '')::text AS kind, coalesce(m.content_type, '')::text AS content_type, m.payload, m.headers,
        m.created_at, c.token, c.attempts_started, m.attempts_failed, c.taken_over
 FROM claimed c
 CROSS JOIN LATERAL (
-    SELECT i.id, i.event_id, i.topic, i.key, i.payload, i.headers, i.created_at, i.attempts_failed
+    SELECT i.id, i.event_id, i.topic, i.key, i.kind, i.content_type, i.payload, i.headers, i.created_at, i.attempts_failed
     FROM /* TEMPLATE: schema */outbox i
     WHERE i.id = c.id
     OFFSET 0
 ) m
 UNION ALL
-SELECT 0, '', '', '', '', '{}'::jsonb, now(), 0, 0, 0, false
+SELECT 0, '', '', '', '', '', '', '{}'::jsonb, now(), 0, 0, 0, false
 WHERE NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM snoozed)
 ORDER BY 1;
 

@@ -9,11 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
@@ -240,7 +237,7 @@ func (b *batchCall) call(ctx context.Context, items []*batchItem) (callResult, e
 		it.result = nil // a result set by an earlier call of it was rolled back with that call
 		msgs[i] = it.msg
 	}
-	sctx, span := p.startBatchSpan(ctx, items)
+	sctx := p.traceBatchStart(ctx, items)
 	hctx, cancel := context.WithTimeout(sctx, p.cfg.timeout(h))
 	start := time.Now()
 	err := callBatch(hctx, h, &handlerTx{Tx: b.tx, sp: sp}, msgs)
@@ -256,7 +253,7 @@ func (b *batchCall) call(ctx context.Context, items []*batchItem) (callResult, e
 	default:
 		r.reason = ReasonError
 	}
-	defer endBatchSpan(span, r)
+	defer p.traceBatchEnd(sctx, r)
 	if txEnded(b.tx) {
 		return r, b.ended(ctx, items)
 	}
@@ -367,35 +364,25 @@ func callBatch(ctx context.Context, h *handler, tx pgx.Tx, msgs []any) (err erro
 	return h.batch.call(ctx, tx, msgs)
 }
 
-// startBatchSpan starts the span of a batch handler call ("txinbox.handle_batch"), linked to the trace
-// context of each message that carries one.
-func (p *Pool) startBatchSpan(ctx context.Context, items []*batchItem) (context.Context, trace.Span) {
+// traceBatchStart tells the Store's HandleTracer, if any, that a batch handler call of items
+// starts, and returns the context the handler runs in.
+func (p *Pool) traceBatchStart(ctx context.Context, items []*batchItem) context.Context {
+	if p.tracer == nil {
+		return ctx
+	}
 	c := items[0].c
-	var links []trace.Link
-	for _, it := range items {
-		if len(it.c.Headers) > 0 {
-			if sc := trace.SpanContextFromContext(p.cfg.Propagator.Extract(context.Background(), propagation.MapCarrier(it.c.Headers))); sc.IsValid() {
-				links = append(links, trace.Link{SpanContext: sc})
-			}
-		}
+	d := txinbox.TraceHandleStartData{Consumer: c.Consumer, Kind: c.Kind, Attempt: c.Attempt, Batch: true,
+		Messages: make([]txinbox.TraceMessage, len(items))}
+	for i, it := range items {
+		d.Messages[i] = txinbox.TraceMessage{ID: it.c.Key, Kind: it.c.Kind, Headers: it.c.Headers}
 	}
-	ctx, span := p.tracer.Start(ctx, "txinbox.handle_batch", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...))
-	if span.IsRecording() {
-		span.SetAttributes(
-			attribute.String("messaging.system", "txinbox"),
-			attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.consumer.group.name", c.Consumer),
-			attribute.Int("messaging.batch.message_count", len(items)),
-			attribute.String("txinbox.kind", c.Kind),
-		)
-	}
-	return ctx, span
+	return p.tracer.TraceHandleStart(ctx, d)
 }
 
-func endBatchSpan(span trace.Span, r callResult) {
-	if span.IsRecording() && r.err != nil {
-		span.SetAttributes(attribute.String("txinbox.reason", string(r.reason)))
-		span.SetStatus(codes.Error, truncateError(r.err.Error()))
+// traceBatchEnd tells the HandleTracer that a batch handler call ended with r.
+func (p *Pool) traceBatchEnd(ctx context.Context, r callResult) {
+	if p.tracer == nil {
+		return
 	}
-	span.End()
+	p.tracer.TraceHandleEnd(ctx, txinbox.TraceHandleEndData{Reason: string(r.reason), Err: r.err})
 }

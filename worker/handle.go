@@ -10,11 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
@@ -178,8 +175,8 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 		p.fail(f, c, fmt.Errorf("%w: %q", ErrUnknownKind, c.Kind), ReasonUnknownKind)
 		return f
 	}
-	sctx, span := p.startSpan(ctx, c)
-	defer endSpan(span, f)
+	sctx := p.traceStart(ctx, c)
+	defer p.traceEnd(sctx, f)
 	hctx, cancel := context.WithTimeout(sctx, p.cfg.timeout(h))
 	defer cancel()
 	start := time.Now()
@@ -199,39 +196,28 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	return f
 }
 
-// startSpan starts the span of a handler call, a child of the trace context in the message headers.
-func (p *Pool) startSpan(ctx context.Context, c *claimed) (context.Context, trace.Span) {
-	if len(c.Headers) > 0 {
-		ctx = p.cfg.Propagator.Extract(ctx, propagation.MapCarrier(c.Headers))
+// traceStart tells the Store's HandleTracer, if any, that a single handler call of c starts, and
+// returns the context the handler runs in.
+func (p *Pool) traceStart(ctx context.Context, c *claimed) context.Context {
+	if p.tracer == nil {
+		return ctx
 	}
-	ctx, span := p.tracer.Start(ctx, "txinbox.handle", trace.WithSpanKind(trace.SpanKindConsumer))
-	if span.IsRecording() {
-		span.SetAttributes(
-			attribute.String("messaging.system", "txinbox"),
-			attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.consumer.group.name", c.Consumer),
-			attribute.String("messaging.message.id", c.Key),
-			attribute.String("txinbox.kind", c.Kind),
-			attribute.Int64("txinbox.message_id", c.ID),
-			attribute.Int("txinbox.attempt", c.Attempt),
-		)
-		if c.OrderingKey != "" {
-			span.SetAttributes(attribute.String("txinbox.ordering_key", c.OrderingKey))
-		}
-	}
-	return ctx, span
+	return p.tracer.TraceHandleStart(ctx, txinbox.TraceHandleStartData{
+		Consumer: c.Consumer, Kind: c.Kind, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
+		Messages: []txinbox.TraceMessage{{ID: c.Key, Kind: c.Kind, Headers: c.Headers}},
+	})
 }
 
-// endSpan ends a handler call's span with its outcome.
-func endSpan(span trace.Span, f *finish) {
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String("txinbox.outcome", string(f.outcome)))
-		if f.outcome != OutcomeCompleted {
-			span.SetAttributes(attribute.String("txinbox.reason", string(f.reason)))
-			span.SetStatus(codes.Error, f.err)
-		}
+// traceEnd tells the HandleTracer that the handler call of f ended.
+func (p *Pool) traceEnd(ctx context.Context, f *finish) {
+	if p.tracer == nil {
+		return
 	}
-	span.End()
+	d := txinbox.TraceHandleEndData{Outcome: string(f.outcome)}
+	if f.outcome != OutcomeCompleted {
+		d.Reason, d.Err = string(f.reason), f.cause
+	}
+	p.tracer.TraceHandleEnd(ctx, d)
 }
 
 // fail records a failed attempt: dead if permanent or out of attempts, else a retry after backoff.

@@ -17,9 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
@@ -120,14 +117,6 @@ type Config struct {
 	// Observer, if set, is told about every attempt finished (package metrics implements it).
 	// Default: none.
 	Observer Observer
-	// TracerProvider makes a span ("txinbox.handle", kind consumer) around each handler call; the
-	// handler's ctx carries it. Its parent is the trace context that Propagator finds in the message
-	// headers (a traceparent header), so a handler's work joins the trace of whoever sent the message.
-	// Default: otel.GetTracerProvider() (no spans unless the application installs a provider).
-	TracerProvider trace.TracerProvider
-	// Propagator reads the trace context from message headers. Default: propagation.TraceContext{}
-	// (W3C traceparent and tracestate).
-	Propagator propagation.TextMapPropagator
 	// Maintainer configures the schema's maintainer that the pool starts (package maintain): one
 	// maintainer per schema is elected among all those running, across processes, and it alone
 	// rotates the inbox's generations (so that the inbox stays bounded with no retention.Cleaner)
@@ -197,12 +186,6 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	if c.Backoff == nil {
 		c.Backoff = DefaultBackoff
 	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = otel.GetTracerProvider()
-	}
-	if c.Propagator == nil {
-		c.Propagator = propagation.TraceContext{}
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -267,8 +250,8 @@ type Pool struct {
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
 	snoozeKey int64
-	tracer    trace.Tracer
-	maxTO     time.Duration // longest handler timeout: the batch statement_timeout
+	tracer    txinbox.HandleTracer // the Store's Tracer, if it is one; else nil
+	maxTO     time.Duration        // longest handler timeout: the batch statement_timeout
 	// claimMax is the most messages claimed at once: Config.BatchSize, or the largest
 	// HandlerConfig.BatchSize of a batch handler if larger.
 	claimMax int
@@ -320,10 +303,10 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 	h.Reset()
 	h.Write([]byte("txinbox.snooze\x00" + store.Schema + "\x00" + cfg.Consumer))
 	p := &Pool{db: store.DB, store: store, cfg: cfg, st: statements(store.Schema), lockKey: lockKey, snoozeKey: int64(h.Sum64() >> 1),
-		tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/worker"),
-		wake:   make(chan struct{}, cfg.Concurrency+1), epoch: time.Now(),
+		wake: make(chan struct{}, cfg.Concurrency+1), epoch: time.Now(),
 		inflight: map[*batch]struct{}{}, stopDone: make(chan struct{})}
 	p.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
+	p.tracer, _ = store.Tracer.(txinbox.HandleTracer)
 	p.claimMax = cfg.BatchSize
 	p.records.connect = p.connector("txinbox recorder")
 	for _, hd := range cfg.Handlers.byKind {

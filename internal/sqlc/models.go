@@ -295,6 +295,10 @@ type Outbox struct {
 	StartedAt pgtype.Timestamptz
 	// when the event was sent or became dead
 	FinishedAt pgtype.Timestamptz
+	// the event's kind (CloudEvents type); NULL: its topic
+	Kind pgtype.Text
+	// the payload's media type (CloudEvents datacontenttype); NULL: application/json
+	ContentType pgtype.Text
 }
 
 // txinbox: events neither sent nor dead; relays claim here with SKIP LOCKED

@@ -40,17 +40,18 @@ WITH candidates AS (
       AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id, q.token, q.attempts_started, c.claimed AS taken_over
 )
-SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key, m.payload, m.headers,
+SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key,
+       coalesce(m.kind, '')::text AS kind, coalesce(m.content_type, '')::text AS content_type, m.payload, m.headers,
        m.created_at, c.token, c.attempts_started, m.attempts_failed, c.taken_over
 FROM claimed c
 CROSS JOIN LATERAL (
-    SELECT i.id, i.event_id, i.topic, i.key, i.payload, i.headers, i.created_at, i.attempts_failed
+    SELECT i.id, i.event_id, i.topic, i.key, i.kind, i.content_type, i.payload, i.headers, i.created_at, i.attempts_failed
     FROM /* TEMPLATE: schema */outbox i
     WHERE i.id = c.id
     OFFSET 0
 ) m
 UNION ALL
-SELECT 0, '', '', '', '', '{}'::jsonb, now(), 0, 0, 0, false
+SELECT 0, '', '', '', '', '', '', '{}'::jsonb, now(), 0, 0, 0, false
 WHERE NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM snoozed)
 ORDER BY 1
 `
@@ -67,6 +68,8 @@ type OutboxClaimRow struct {
 	EventID         string
 	Topic           string
 	Key             string
+	Kind            string
+	ContentType     string
 	Payload         string
 	Headers         []byte
 	CreatedAt       pgtype.Timestamptz
@@ -117,6 +120,8 @@ func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParam
 			&i.EventID,
 			&i.Topic,
 			&i.Key,
+			&i.Kind,
+			&i.ContentType,
 			&i.Payload,
 			&i.Headers,
 			&i.CreatedAt,
@@ -248,19 +253,21 @@ WITH ring AS (
 ), input AS (
     -- ROWS FROM zips the arrays in one pass, in order (a subscript of a text array walks it from
     -- its start).
-    SELECT s.ord, s.event_id::uuid AS event_id, s.topic, NULLIF(s.key, '') AS key, s.payload,
-           s.headers::jsonb AS headers, coalesce(s.not_before, now()) AS next_run_at
+    SELECT s.ord, s.event_id::uuid AS event_id, s.topic, NULLIF(s.key, '') AS key, NULLIF(s.kind, '') AS kind,
+           NULLIF(s.content_type, '') AS content_type, s.payload, s.headers::jsonb AS headers,
+           coalesce(s.not_before, now()) AS next_run_at
     FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), unnest($3::text[]),
-                    unnest($4::text[]), unnest($5::text[]), unnest($6::timestamptz[]))
-         WITH ORDINALITY AS s(event_id, topic, key, payload, headers, not_before, ord)
+                    unnest($4::text[]), unnest($5::text[]),
+                    unnest($6::text[]), unnest($7::text[]), unnest($8::timestamptz[]))
+         WITH ORDINALITY AS s(event_id, topic, key, kind, content_type, payload, headers, not_before, ord)
 ), numbered AS (
     -- Ids are drawn in batch order: the volatile nextval is evaluated after the sort.
-    SELECT i.ord, i.event_id, i.topic, i.key, i.payload, i.headers, i.next_run_at, nextval('/* TEMPLATE: schema */outbox_id_seq') AS id
+    SELECT i.ord, i.event_id, i.topic, i.key, i.kind, i.content_type, i.payload, i.headers, i.next_run_at, nextval('/* TEMPLATE: schema */outbox_id_seq') AS id
     FROM input i
     ORDER BY i.ord
 ), inserted AS (
-    INSERT INTO /* TEMPLATE: schema */outbox (slot, id, event_id, topic, key, payload, headers, next_run_at)
-    SELECT ring.slot, n.id, n.event_id, n.topic, n.key, n.payload, n.headers, n.next_run_at
+    INSERT INTO /* TEMPLATE: schema */outbox (slot, id, event_id, topic, key, kind, content_type, payload, headers, next_run_at)
+    SELECT ring.slot, n.id, n.event_id, n.topic, n.key, n.kind, n.content_type, n.payload, n.headers, n.next_run_at
     FROM numbered n CROSS JOIN ring
     RETURNING id, key, next_run_at
 ), queued AS (
@@ -268,8 +275,8 @@ WITH ring AS (
     SELECT i.id, i.key, i.next_run_at FROM inserted i
     RETURNING id
 ), notified AS (
-    SELECT count(pg_notify($7::text, '')) AS sent
-    WHERE $8::boolean AND EXISTS (SELECT 1 FROM queued)
+    SELECT count(pg_notify($9::text, '')) AS sent
+    WHERE $10::boolean AND EXISTS (SELECT 1 FROM queued)
 )
 SELECT (SELECT count(*) FROM queued)::bigint AS written
 FROM notified
@@ -279,6 +286,8 @@ type OutboxPublishParams struct {
 	EventIds      []string
 	Topics        []string
 	Keys          []string
+	Kinds         []string
+	ContentTypes  []string
 	Payloads      []string
 	Headers       []string
 	NotBefores    []pgtype.Timestamptz
@@ -289,7 +298,8 @@ type OutboxPublishParams struct {
 // The transactional outbox (package outbox, migration 00009). Every table name carries the schema
 // template comment, which internal/schemasql replaces with the configured schema, quoted, at run time.
 // The outbox has no consumer column and is never distributed (00009).
-// Writes a batch of events in the caller's transaction: each gets an id from outbox_id_seq, in the
+// Writes a batch of events in the caller's transaction (an empty kind or content type is stored as
+// NULL: the default, see 00012): each gets an id from outbox_id_seq, in the
 // order of the arrays (a key's events are published in id order), goes into the slot of the current
 // generation (outbox_ring, read without a lock: see outbox_rotate), and is queued at its not-before
 // time (NULL: now). With @notify, a notification on @notify_channel wakes the relays when the
@@ -300,6 +310,8 @@ func (q *Queries) OutboxPublish(ctx context.Context, db DBTX, arg OutboxPublishP
 		arg.EventIds,
 		arg.Topics,
 		arg.Keys,
+		arg.Kinds,
+		arg.ContentTypes,
 		arg.Payloads,
 		arg.Headers,
 		arg.NotBefores,

@@ -1,0 +1,284 @@
+// Package txotel traces txinbox with OpenTelemetry: a [Tracer] is the txinbox.Tracer of a Store
+// (txinbox.Store.Tracer), and every component made from that Store reports to it.
+//
+//	tr := txotel.New(txotel.Config{TracerProvider: tp})
+//	store := txinbox.Store{DB: pool, Schema: "orders", Tracer: tr}
+//
+// One trace runs from a request in one service to the handler in the next:
+//
+//	txinbox.publish        (producer) outbox.Client.Publish, a child of the caller's span; its trace
+//	                       context is recorded with each event (headers traceparent, tracestate)
+//	txinbox.relay          (producer) one event's hand-over to the relay's Publisher, a child of the
+//	                       context recorded with the event; the event is sent with this span's context
+//	                       (the traceparent and tracestate of its CloudEvents envelope)
+//	txinbox.receive        (consumer) a receive call of an inbox Client (a broker adapter's batch), a
+//	                       child of the caller's context, linked to the trace context each message
+//	                       arrived with; a message that arrived with none is stored with this span's
+//	                       context
+//	txinbox.handle         (consumer) a handler call, a child of the trace context stored with its
+//	                       message: the relay's span, for an event of a txinbox outbox
+//	txinbox.handle_batch   (consumer) a batch handler call, linked to each message's trace context
+//
+// So a handler's span is a descendant of the publishing request's span, across the broker; the
+// receive spans hang off the consumer's own context and are linked into the senders' traces.
+package txotel
+
+import (
+	"context"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/txinbox/txinbox"
+)
+
+// Config configures a Tracer. The zero value is valid.
+type Config struct {
+	// TracerProvider makes the spans. Default: otel.GetTracerProvider() (no spans unless the
+	// application installs a provider; the trace context still crosses services).
+	TracerProvider trace.TracerProvider
+	// Propagator writes a trace context into headers and reads it back. Default:
+	// propagation.TraceContext{} (W3C traceparent and tracestate, the names the CloudEvents envelope
+	// carries).
+	Propagator propagation.TextMapPropagator
+}
+
+// maxLinks bounds the links of one span (a receive or batch handler call of many messages).
+const maxLinks = 128
+
+// Tracer is a txinbox.Tracer that makes OpenTelemetry spans (see the package documentation). It
+// implements txinbox.ReceiveTracer, txinbox.HandleTracer, txinbox.PublishTracer and
+// txinbox.RelayTracer, and is safe for concurrent use.
+type Tracer struct {
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+}
+
+var (
+	_ txinbox.Tracer        = (*Tracer)(nil)
+	_ txinbox.ReceiveTracer = (*Tracer)(nil)
+	_ txinbox.HandleTracer  = (*Tracer)(nil)
+	_ txinbox.PublishTracer = (*Tracer)(nil)
+	_ txinbox.RelayTracer   = (*Tracer)(nil)
+)
+
+// New returns a Tracer.
+func New(cfg Config) *Tracer {
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
+	if cfg.Propagator == nil {
+		cfg.Propagator = propagation.TraceContext{}
+	}
+	return &Tracer{tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/txotel"), prop: cfg.Propagator}
+}
+
+// Inject implements txinbox.Tracer: it writes the trace context of ctx into headers with the
+// Propagator.
+func (t *Tracer) Inject(ctx context.Context, headers map[string]string) {
+	t.prop.Inject(ctx, propagation.MapCarrier(headers))
+}
+
+// Extract returns ctx carrying the trace context of headers (names matched without regard to case,
+// as brokers and HTTP may change it), or ctx if they hold none.
+func (t *Tracer) Extract(ctx context.Context, headers map[string]string) context.Context {
+	if len(headers) == 0 {
+		return ctx
+	}
+	return t.prop.Extract(ctx, foldCarrier(headers))
+}
+
+// remote returns the span context that headers carry; it is not valid if they carry none.
+func (t *Tracer) remote(headers map[string]string) trace.SpanContext {
+	return trace.SpanContextFromContext(t.Extract(context.Background(), headers))
+}
+
+// links returns a link to the trace context of each message that carries one, at most maxLinks.
+func (t *Tracer) links(msgs []txinbox.TraceMessage) []trace.Link {
+	var links []trace.Link
+	for _, m := range msgs {
+		if len(links) == maxLinks {
+			break
+		}
+		if sc := t.remote(m.Headers); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	return links
+}
+
+// TraceReceiveStart implements txinbox.ReceiveTracer: a "txinbox.receive" span, a child of ctx,
+// linked to the trace context of each message that carries one.
+func (t *Tracer) TraceReceiveStart(ctx context.Context, d txinbox.TraceReceiveStartData) context.Context {
+	ctx, span := t.tracer.Start(ctx, "txinbox.receive", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithLinks(t.links(d.Messages)...))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("messaging.system", "txinbox"),
+			attribute.String("messaging.operation.type", "receive"),
+			attribute.String("messaging.consumer.group.name", d.Consumer),
+			attribute.Int("messaging.batch.message_count", len(d.Messages)),
+		)
+		if len(d.Messages) == 1 {
+			span.SetAttributes(attribute.String("messaging.message.id", d.Messages[0].ID))
+		}
+	}
+	return ctx
+}
+
+// TraceReceiveEnd implements txinbox.ReceiveTracer.
+func (t *Tracer) TraceReceiveEnd(ctx context.Context, d txinbox.TraceReceiveEndData) {
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("txinbox.inserted", d.Inserted), attribute.Int("txinbox.duplicates", d.Duplicates),
+			attribute.Int("txinbox.conflicts", d.Conflicts))
+	}
+	end(span, d.Err)
+}
+
+// TraceHandleStart implements txinbox.HandleTracer: a "txinbox.handle" span whose parent is the trace
+// context in the message's headers (ctx's span if there is none), or, for a batch handler, a
+// "txinbox.handle_batch" span, a child of ctx linked to each message's trace context.
+func (t *Tracer) TraceHandleStart(ctx context.Context, d txinbox.TraceHandleStartData) context.Context {
+	var span trace.Span
+	if d.Batch {
+		ctx, span = t.tracer.Start(ctx, "txinbox.handle_batch", trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithLinks(t.links(d.Messages)...))
+	} else {
+		if len(d.Messages) == 1 {
+			ctx = t.Extract(ctx, d.Messages[0].Headers)
+		}
+		ctx, span = t.tracer.Start(ctx, "txinbox.handle", trace.WithSpanKind(trace.SpanKindConsumer))
+	}
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("messaging.system", "txinbox"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.consumer.group.name", d.Consumer),
+			attribute.String("txinbox.kind", d.Kind),
+			attribute.Int("txinbox.attempt", d.Attempt),
+		)
+		if d.Batch {
+			span.SetAttributes(attribute.Int("messaging.batch.message_count", len(d.Messages)))
+		} else if len(d.Messages) == 1 {
+			span.SetAttributes(attribute.String("messaging.message.id", d.Messages[0].ID))
+		}
+		if d.OrderingKey != "" {
+			span.SetAttributes(attribute.String("txinbox.ordering_key", d.OrderingKey))
+		}
+	}
+	return ctx
+}
+
+// TraceHandleEnd implements txinbox.HandleTracer.
+func (t *Tracer) TraceHandleEnd(ctx context.Context, d txinbox.TraceHandleEndData) {
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		if d.Outcome != "" {
+			span.SetAttributes(attribute.String("txinbox.outcome", d.Outcome))
+		}
+		if d.Reason != "" {
+			span.SetAttributes(attribute.String("txinbox.reason", d.Reason))
+		}
+	}
+	end(span, d.Err)
+}
+
+// TracePublishStart implements txinbox.PublishTracer: a "txinbox.publish" span, a child of ctx,
+// whose context is recorded with the events.
+func (t *Tracer) TracePublishStart(ctx context.Context, d txinbox.TracePublishStartData) context.Context {
+	ctx, span := t.tracer.Start(ctx, "txinbox.publish", trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("messaging.system", "txinbox"),
+			attribute.String("messaging.operation.type", "create"),
+			attribute.Int("messaging.batch.message_count", len(d.Topics)),
+		)
+		if len(d.Topics) > 0 {
+			span.SetAttributes(attribute.String("messaging.destination.name", d.Topics[0]),
+				attribute.String("txinbox.kind", d.Kinds[0]))
+		}
+	}
+	return ctx
+}
+
+// TracePublishEnd implements txinbox.PublishTracer.
+func (t *Tracer) TracePublishEnd(ctx context.Context, d txinbox.TracePublishEndData) {
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() && len(d.EventIDs) == 1 {
+		span.SetAttributes(attribute.String("messaging.message.id", d.EventIDs[0]))
+	}
+	end(span, d.Err)
+}
+
+// TraceRelayStart implements txinbox.RelayTracer: a "txinbox.relay" span, a child of the trace
+// context recorded with the event (ctx's span if there is none).
+func (t *Tracer) TraceRelayStart(ctx context.Context, d txinbox.TraceRelayStartData) context.Context {
+	ctx = t.Extract(ctx, d.Event.Headers)
+	ctx, span := t.tracer.Start(ctx, "txinbox.relay", trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("messaging.system", "txinbox"),
+			attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.destination.name", d.Topic),
+			attribute.String("messaging.message.id", d.Event.ID),
+			attribute.String("txinbox.kind", d.Event.Kind),
+			attribute.Int("txinbox.attempt", d.Attempt),
+		)
+		if d.Key != "" {
+			span.SetAttributes(attribute.String("txinbox.ordering_key", d.Key))
+		}
+	}
+	return ctx
+}
+
+// TraceRelayEnd implements txinbox.RelayTracer.
+func (t *Tracer) TraceRelayEnd(ctx context.Context, d txinbox.TraceRelayEndData) {
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("txinbox.outcome", d.Outcome))
+	}
+	end(span, d.Err)
+}
+
+// end ends span, with an error status if err is not nil.
+func end(span trace.Span, err error) {
+	if err != nil && span.IsRecording() {
+		msg := err.Error()
+		if len(msg) > 1024 {
+			msg = msg[:1024] + "…"
+		}
+		span.SetStatus(codes.Error, msg)
+	}
+	span.End()
+}
+
+// foldCarrier is a read-only TextMapCarrier over headers whose names it matches without regard to
+// case.
+type foldCarrier map[string]string
+
+func (c foldCarrier) Get(key string) string {
+	if v, ok := c[key]; ok {
+		return v
+	}
+	for k, v := range c {
+		if strings.EqualFold(k, key) {
+			return v
+		}
+	}
+	return ""
+}
+
+func (c foldCarrier) Set(string, string) {}
+
+func (c foldCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
