@@ -159,7 +159,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	})
 	p, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m,
 		PollInterval: 20 * time.Millisecond,
-		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
+		Backoff:      worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)
 	}
