@@ -15,10 +15,11 @@ import (
 	"github.com/txinbox/txinbox/outbox"
 )
 
-// logRecords keeps the warnings a relay logs.
+// logRecords keeps what a relay logs.
 type logRecords struct {
 	mu   sync.Mutex
 	errs map[string][]string // message -> the "err" attribute of each record
+	msgs []string            // every record's message, in order
 }
 
 func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
@@ -27,6 +28,7 @@ func (l *logRecords) WithGroup(string) slog.Handler            { return l }
 func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Message)
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "err" {
 			l.errs[r.Message] = append(l.errs[r.Message], a.Value.String())
@@ -34,6 +36,19 @@ func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
 		return true
 	})
 	return nil
+}
+
+// messages returns the messages logged that contain sub, in order.
+func (l *logRecords) messages(sub string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, m := range l.msgs {
+		if strings.Contains(m, sub) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func (l *logRecords) has(msg, sub string) bool {

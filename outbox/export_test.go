@@ -15,3 +15,6 @@ func Notifications(r *Relay) int64 { return r.notified.Load() }
 
 // ClaimLockKey returns the key of r's claim lock (OutboxClaimLock).
 func ClaimLockKey(r *Relay) int64 { return r.lockKey }
+
+// Stopping reports whether r's Stop has been called (its runners claim no more).
+func Stopping(r *Relay) bool { return r.stopped() }

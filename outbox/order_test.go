@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox/internal/schemasql"
@@ -327,6 +329,148 @@ func TestNextEventOfAKeySnoozedWhileItsRecordWaitsForTheClaimLockGoes(t *testing
 	for e.count(t, "sent") != 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("event 2 stayed snoozed: its key's next event was not made ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// holdClaim installs, in e's schema, a statement trigger on outbox_queue that holds a claim (a
+// statement updating the queue) of a session whose txinbox_test.hold_claim is set, once its snapshot
+// is taken and before it reads a row, until the advisory lock of that setting's key is free. The
+// claim reads the queue only through its two updates (snoozed, claimed), and an update fires its
+// BEFORE STATEMENT triggers before it reads a row.
+func (e *env) holdClaim(t *testing.T) {
+	t.Helper()
+	for _, sql := range []string{
+		`CREATE FUNCTION {schema}.hold_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF current_setting('txinbox_test.hold_claim', true) <> '' THEN
+				PERFORM pg_advisory_xact_lock_shared(current_setting('txinbox_test.hold_claim')::bigint);
+			END IF;
+			RETURN NULL;
+		END $$`,
+		`CREATE TRIGGER hold_claim BEFORE UPDATE ON {schema}.outbox_queue
+			FOR EACH STATEMENT EXECUTE FUNCTION {schema}.hold_claim()`,
+	} {
+		if _, err := e.Pool.Exec(context.Background(), e.SQL(sql)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A runner that stops records its last batch on its own (OutboxFinish, then OutboxReadyNext, each
+// committed at once, outside the claim lock) while another relay's claim is under way: that claim
+// took its snapshot before the record, so it still sees the sent event queued, and reaches the key's
+// next event after the record. The next event was made ready (OutboxReadyNext's mark), and the claim
+// must leave it so, not snooze it behind an event that has left: here the test's claim is held by a
+// trigger between its snapshot and its first row, the snooze is an hour, and the next relay sends
+// the event at once.
+func TestClaimSeeingAFinishedEventLeavesItsKeysReadyEventUnsnoozed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	e.holdClaim(t)
+	first := e.publish(t, msg("t", "k", 1))
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r := e.relay(t, newRecorder(t, func(ev outbox.Event) error {
+		if ev.ID == first[0] {
+			once.Do(func() { close(held); <-release })
+		}
+		return nil
+	}), func(c *outbox.RelayConfig) { c.Concurrency, c.DisableListen = 1, true })
+	run(t, r)
+	await(t, "event 1 in flight", held)
+	// Event 2 of the key, due, seen by no claim yet: the relay's only runner is publishing event 1.
+	second := e.publish(t, msg("t", "k", 2))
+
+	h := fnv.New64a()
+	h.Write([]byte("hold_claim\x00" + e.Schema))
+	holdKey := int64(h.Sum64() >> 1)
+	gate, err := e.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = gate.Rollback(ctx) }()
+	if _, err := gate.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", holdKey); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, e.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, "SELECT set_config('txinbox_test.hold_claim', $1, false)", strconv.FormatInt(holdKey, 10)); err != nil {
+		t.Fatal(err)
+	}
+	type claimResult struct {
+		rows []sqlc.OutboxClaimRow
+		err  error
+	}
+	claimDone := make(chan claimResult, 1)
+	go func() {
+		var res claimResult
+		res.err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			db := schemasql.New(e.Schema).Wrap(tx)
+			if err := schemasql.Queries.OutboxClaimLock(ctx, db, outbox.ClaimLockKey(r)); err != nil {
+				return err
+			}
+			var err error
+			res.rows, err = schemasql.Queries.OutboxClaim(ctx, db, sqlc.OutboxClaimParams{
+				Max: 10, SnoozeSeconds: 3600, LeaseSeconds: 60, Owner: pgtype.Text{String: "test", Valid: true}})
+			return err
+		})
+		claimDone <- res
+	}()
+	waitFor(t, "the test's claim held after its snapshot", func() bool {
+		return e.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND ((classid::bigint << 32) | objid::bigint) = $1`, holdKey) == 1
+	})
+
+	stopped := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute) // only keeps a hang from lasting
+		defer cancel()
+		stopped <- r.Stop(sctx)
+	}()
+	waitFor(t, "the relay stopping", func() bool { return outbox.Stopping(r) })
+	close(release) // event 1 acknowledged; the stopping runner records it on its own
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("stopping the relay: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("gave up waiting for the relay to stop")
+	}
+	if n := e.count(t, "sent"); n != 1 {
+		t.Fatalf("%d events sent after the relay's record, want event 1", n)
+	}
+	if err := gate.Rollback(ctx); err != nil { // the test's claim goes on
+		t.Fatal(err)
+	}
+	var res claimResult
+	select {
+	case res = <-claimDone:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("gave up waiting for the test's claim")
+	}
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if len(res.rows) != 0 {
+		t.Errorf("the test's claim returned %+v, want nothing (event 2 neither claimed behind event 1 nor snoozed)", res.rows)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.outbox_queue WHERE run_at > now()`); n != 0 {
+		t.Fatal("event 2 was put off (snoozed) by a claim that still saw event 1 queued")
+	}
+
+	rec := newRecorder(t, nil)
+	run(t, e.relay(t, rec, nil))
+	deadline := time.Now().Add(30 * time.Second) // the snooze is an hour
+	for !slices.Contains(rec.ackedIDs(), second[0]) {
+		if time.Now().After(deadline) {
+			t.Fatal("event 2 stayed snoozed")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

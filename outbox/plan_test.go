@@ -2,7 +2,9 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +17,8 @@ import (
 	"github.com/txinbox/txinbox/internal/testkit/plantest"
 	"github.com/txinbox/txinbox/outbox"
 )
+
+var errRollback = errors.New("rolled back")
 
 // The generic plans of the relay's statements (PostgreSQL's plan of a prepared statement from its
 // sixth run on, made without the parameters' values) do work in proportion to the batch, not to the
@@ -68,6 +72,27 @@ func TestRelayStatementsGenericPlansAreLinear(t *testing.T) {
 			keys = append(keys, r.Key)
 		}
 	}
+	// A record of claims no longer held (each token is the one before the claim's, which the outbox
+	// rows still hold): nothing is recorded, and every event is looked up in the outbox, as after a
+	// claim whose commit answer was lost.
+	stale := fin
+	stale.Tokens = make([]int64, n)
+	for i, r := range held[:n] {
+		stale.Tokens[i] = r.Token - 1
+	}
+
+	if err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
+		rows, err := schemasql.Queries.OutboxFinish(ctx, st.Wrap(tx), stale)
+		if err == nil && (len(rows) != n || slices.ContainsFunc(rows, func(r sqlc.OutboxFinishRow) bool { return !r.Earlier })) {
+			err = fmt.Errorf("%d rows, want %d, each recorded earlier", len(rows), n)
+		}
+		if err == nil {
+			err = errRollback
+		}
+		return err
+	}); !errors.Is(err, errRollback) {
+		t.Fatalf("OutboxFinish of claims no longer held: %v", err)
+	}
 
 	conn, err := pgx.Connect(ctx, e.URL)
 	if err != nil {
@@ -75,9 +100,10 @@ func TestRelayStatementsGenericPlansAreLinear(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 	statements := map[string]func(db sqlc.DBTX){
-		"OutboxClaim":     func(db sqlc.DBTX) { _, _ = schemasql.Queries.OutboxClaim(ctx, db, claim("me")) },
-		"OutboxFinish":    func(db sqlc.DBTX) { _, _ = schemasql.Queries.OutboxFinish(ctx, db, fin) },
-		"OutboxReadyNext": func(db sqlc.DBTX) { _ = schemasql.Queries.OutboxReadyNext(ctx, db, keys) },
+		"OutboxClaim":                           func(db sqlc.DBTX) { _, _ = schemasql.Queries.OutboxClaim(ctx, db, claim("me")) },
+		"OutboxFinish":                          func(db sqlc.DBTX) { _, _ = schemasql.Queries.OutboxFinish(ctx, db, fin) },
+		"OutboxFinish of claims no longer held": func(db sqlc.DBTX) { _, _ = schemasql.Queries.OutboxFinish(ctx, db, stale) },
+		"OutboxReadyNext":                       func(db sqlc.DBTX) { _ = schemasql.Queries.OutboxReadyNext(ctx, db, keys) },
 	}
 	for name, run := range statements {
 		sql, args := schemasql.Capture(run)

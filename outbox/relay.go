@@ -424,7 +424,7 @@ func (r *Relay) loop(ctx context.Context) {
 			if ctx.Err() == nil {
 				r.cfg.Logger.Warn("txinbox: outbox claim failed", "schema", r.store.Schema, "err", err)
 			}
-			if len(fs) > 0 { // rolled back with the claim
+			if len(fs) > 0 { // rolled back with the claim, or committed with it and its answer lost
 				r.record(ctx, fs)
 				fs = nil
 			}
@@ -483,7 +483,7 @@ func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again
 		return nil, false, err
 	}
 	if rec != nil {
-		r.recorded(fs, idSet(rec.ids))
+		r.recorded(fs, rec.rows)
 	}
 	if len(rows) == 1 && rows[0].ID == 0 {
 		return nil, true, nil
@@ -535,7 +535,7 @@ func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams, rec *re
 	}
 	db := r.st.Wrap(tx)
 	if rec != nil {
-		if rec.ids, err = schemasql.Queries.OutboxFinish(ctx, db, rec.finish); err != nil {
+		if rec.rows, err = schemasql.Queries.OutboxFinish(ctx, db, rec.finish); err != nil {
 			return nil, schemasql.Err(err)
 		}
 	}
@@ -577,7 +577,7 @@ func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.Outbox
 	if rec != nil {
 		sql, args := schemasql.Capture(func(db sqlc.DBTX) { _, _ = schemasql.Queries.OutboxFinish(ctx, r.st.Wrap(db), rec.finish) })
 		pl.queueRows(sql, args, func(rows pgx.Rows) (err error) {
-			rec.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			rec.rows, err = pgx.CollectRows(rows, pgx.RowToStructByPos[sqlc.OutboxFinishRow])
 			return err
 		})
 	}
@@ -857,7 +857,7 @@ func finishParams(fs []finish) sqlc.OutboxFinishParams {
 type recordInClaim struct {
 	finish sqlc.OutboxFinishParams
 	keys   []string
-	ids    []int64 // the ids whose outcome was recorded, once the claim committed
+	rows   []sqlc.OutboxFinishRow // OutboxFinish's answer (the ids recorded), once the claim committed
 }
 
 func (r *Relay) newRecordInClaim(fs []finish) *recordInClaim {
@@ -877,40 +877,51 @@ func leftKeys(fs []finish, recorded map[int64]bool) []string {
 	return keys
 }
 
-// idSet returns ids as a set.
-func idSet(ids []int64) map[int64]bool {
-	set := make(map[int64]bool, len(ids))
-	for _, id := range ids {
-		set[id] = true
-	}
-	return set
-}
-
 // record records the outcomes fs in one statement (fenced by token), then makes the next event of
-// each key whose event left the queue ready, logs and tells the Observer. It is the record of a
-// batch on its own: when the runner stops, or when the claim that was to record it failed.
+// each key whose event it made leave the queue ready, logs and tells the Observer. It is the record
+// of a batch on its own: when the runner stops, or when the claim that was to record it failed. That
+// claim may have committed with the record and lost its answer (the connection dropped before it
+// came): OutboxFinish then records nothing again, and reports the events whose outcome that claim
+// recorded (earlier), which are logged and told to the Observer here, once, as the claim would have.
 func (r *Relay) record(ctx context.Context, fs []finish) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	ids, err := schemasql.Queries.OutboxFinish(rctx, r.st.Wrap(r.db), finishParams(fs))
+	rows, err := schemasql.Queries.OutboxFinish(rctx, r.st.Wrap(r.db), finishParams(fs))
 	if err != nil {
 		r.cfg.Logger.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
 			"schema", r.store.Schema, "events", len(fs), "err", err)
 		return
 	}
-	recorded := idSet(ids)
-	if keys := leftKeys(fs, recorded); len(keys) > 0 {
+	now := make(map[int64]bool, len(rows)) // recorded by this statement, not earlier
+	for _, row := range rows {
+		now[row.ID] = !row.Earlier
+	}
+	if keys := leftKeys(fs, now); len(keys) > 0 {
 		if err := schemasql.Queries.OutboxReadyNext(rctx, r.st.Wrap(r.db), keys); err != nil {
 			r.cfg.Logger.Warn("txinbox: making the next outbox events of keys ready failed; they go when their snooze ends",
 				"schema", r.store.Schema, "keys", len(keys), "snooze", r.snoozeFor(), "err", err)
 		}
 	}
-	r.recorded(fs, recorded)
+	r.recorded(fs, rows)
 }
 
-// recorded logs the outcomes fs and tells the Observer, once their record committed; recorded holds
-// the ids whose outcome was recorded (the others were taken over by another relay).
-func (r *Relay) recorded(fs []finish, recorded map[int64]bool) {
+// recorded logs the outcomes fs and tells the Observer, once their record committed; rows is
+// OutboxFinish's answer: the ids whose outcome was recorded, now or earlier (by a claim whose commit
+// answer was lost). The outcomes of the other events were not recorded: another relay took their
+// claim over after its lease ended.
+func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
+	recorded := make(map[int64]bool, len(rows))
+	earlier := 0
+	for _, row := range rows {
+		recorded[row.ID] = true
+		if row.Earlier {
+			earlier++
+		}
+	}
+	if earlier > 0 {
+		r.cfg.Logger.Info("txinbox: outbox outcomes were recorded already, by the claim whose commit answer was lost",
+			"schema", r.store.Schema, "events", earlier)
+	}
 	for _, f := range fs {
 		if !recorded[f.c.id] {
 			r.cfg.Logger.Warn("txinbox: outbox event taken over by another relay after its lease ended; its outcome here was not recorded",

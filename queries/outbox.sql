@@ -128,8 +128,12 @@ ORDER BY 1;
 -- goes back to it after its delay (seconds, server clock); release goes back to it at once without
 -- charging the attempt (@uncount) and leaves the outbox row as it was. Rows whose fencing token is
 -- no longer the caller's (another relay took the claim over after its lease ended), or that are no
--- longer claimed, are left alone: it returns the ids whose outcome was recorded. The relay runs it
--- at the start of its next claim's transaction, before OutboxClaimLock, or on its own.
+-- longer claimed, are left alone. It returns the ids whose outcome it recorded (earlier false), and
+-- those whose outcome this claim had recorded before (earlier true: the outbox row holds the claim's
+-- token, written only with its outcome). The relay runs it at the start of its next claim's
+-- transaction, before OutboxClaimLock, or on its own: then it may be the second record of a batch
+-- (the claim that carried the first committed, but its answer was lost), and "still claimed" is what
+-- keeps it from counting a failed attempt twice and pushing its retry back again.
 WITH c AS (
     SELECT s.id, s.token, s.outcome, s.error, now() + make_interval(secs => s.delay) AS run_at, s.uncount
     FROM ROWS FROM (unnest(@ids::bigint[]), unnest(@tokens::bigint[]), unnest(@outcomes::text[]),
@@ -170,7 +174,16 @@ WITH c AS (
     FROM fenced f
     WHERE m.id = f.id AND f.outcome <> 'release'
 )
-SELECT f.id FROM fenced f ORDER BY f.id;
+SELECT f.id, false AS earlier FROM fenced f
+UNION ALL
+-- The events not recorded now (usually none, and nothing is looked up), each looked up by id (OFFSET
+-- 0 keeps the lookup from being flattened into a join that could read the whole outbox).
+SELECT c.id, true FROM c
+CROSS JOIN LATERAL (
+    SELECT 1 FROM /* TEMPLATE: schema */outbox m WHERE m.id = c.id AND m.token = c.token OFFSET 0
+) m
+WHERE NOT EXISTS (SELECT 1 FROM fenced f WHERE f.id = c.id)
+ORDER BY 1;
 
 -- name: OutboxReadyNext :exec
 -- Makes the oldest queued event of each of @keys ready at once (its own next-run time permitting) if

@@ -201,7 +201,14 @@ WITH c AS (
     FROM fenced f
     WHERE m.id = f.id AND f.outcome <> 'release'
 )
-SELECT f.id FROM fenced f ORDER BY f.id
+SELECT f.id, false AS earlier FROM fenced f
+UNION ALL
+SELECT c.id, true FROM c
+CROSS JOIN LATERAL (
+    SELECT 1 FROM /* TEMPLATE: schema */outbox m WHERE m.id = c.id AND m.token = c.token OFFSET 0
+) m
+WHERE NOT EXISTS (SELECT 1 FROM fenced f WHERE f.id = c.id)
+ORDER BY 1
 `
 
 type OutboxFinishParams struct {
@@ -213,13 +220,24 @@ type OutboxFinishParams struct {
 	Uncount  []int32
 }
 
+type OutboxFinishRow struct {
+	ID      int64
+	Earlier bool
+}
+
 // Records the outcome of each claimed event in one statement: sent and dead leave the queue; retry
 // goes back to it after its delay (seconds, server clock); release goes back to it at once without
 // charging the attempt (@uncount) and leaves the outbox row as it was. Rows whose fencing token is
 // no longer the caller's (another relay took the claim over after its lease ended), or that are no
-// longer claimed, are left alone: it returns the ids whose outcome was recorded. The relay runs it
-// at the start of its next claim's transaction, before OutboxClaimLock, or on its own.
-func (q *Queries) OutboxFinish(ctx context.Context, db DBTX, arg OutboxFinishParams) ([]int64, error) {
+// longer claimed, are left alone. It returns the ids whose outcome it recorded (earlier false), and
+// those whose outcome this claim had recorded before (earlier true: the outbox row holds the claim's
+// token, written only with its outcome). The relay runs it at the start of its next claim's
+// transaction, before OutboxClaimLock, or on its own: then it may be the second record of a batch
+// (the claim that carried the first committed, but its answer was lost), and "still claimed" is what
+// keeps it from counting a failed attempt twice and pushing its retry back again.
+// The events not recorded now (usually none, and nothing is looked up), each looked up by id (OFFSET
+// 0 keeps the lookup from being flattened into a join that could read the whole outbox).
+func (q *Queries) OutboxFinish(ctx context.Context, db DBTX, arg OutboxFinishParams) ([]OutboxFinishRow, error) {
 	rows, err := db.Query(ctx, outboxFinish,
 		arg.Ids,
 		arg.Tokens,
@@ -232,13 +250,13 @@ func (q *Queries) OutboxFinish(ctx context.Context, db DBTX, arg OutboxFinishPar
 		return nil, err
 	}
 	defer rows.Close()
-	var items []int64
+	var items []OutboxFinishRow
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var i OutboxFinishRow
+		if err := rows.Scan(&i.ID, &i.Earlier); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
