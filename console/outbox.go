@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 )
 
@@ -124,7 +125,13 @@ func (h *handler) outboxDead() deadRows[outboxFilter] {
 			if snapshot == "" {
 				return nil, &inputError{"snapshot", "missing: confirm the action first"}
 			}
-			return h.admin.OutboxDeadIDs(ctx, f.admin(snapshot), limit)
+			ids, err := h.admin.OutboxDeadIDs(ctx, f.admin(snapshot), limit)
+			var bad *txinbox.ArgumentError
+			if errors.As(err, &bad) && bad.Name == "Before" {
+				// The snapshot is the filter's Before: name it as the form does.
+				return nil, &inputError{"snapshot", strconv.Quote(snapshot) + " is not the snapshot of a confirmation: confirm the action again"}
+			}
+			return ids, err
 		},
 	}
 }

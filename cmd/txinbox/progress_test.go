@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -40,16 +41,28 @@ func TestProgressLine(t *testing.T) {
 func runIn(t *testing.T, databaseURL string, terminal bool, args ...string) result {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
+	code := runWith(databaseURL, &stdout, &stderr, terminal, args...)
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+}
+
+// inProcess lets one command line at a time run in this process: a command binds its flags to
+// variables of the command table's (the binary runs one command per process), so that two running
+// at once would set each other's.
+var inProcess sync.Mutex
+
+// runWith is runIn writing to stdout and stderr; it returns the exit status.
+func runWith(databaseURL string, stdout, stderr io.Writer, terminal bool, args ...string) int {
+	inProcess.Lock()
+	defer inProcess.Unlock()
 	getenv := func(k string) string {
 		if k == "DATABASE_URL" {
 			return databaseURL
 		}
 		return ""
 	}
-	a := newApp(context.Background(), &stdout, &stderr, getenv, func(io.Writer) bool { return terminal })
+	a := newApp(context.Background(), stdout, stderr, getenv, func(io.Writer) bool { return terminal })
 	a.every = 0
-	code := a.run(args)
-	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+	return a.run(args)
 }
 
 // progressLines returns the progress lines drawn on stderr (each starts with a carriage return and
