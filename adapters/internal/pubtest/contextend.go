@@ -137,7 +137,7 @@ func ContextEnd(t *testing.T, e *Env, h ContextEndHarness) {
 	for _, r := range h.Received() {
 		took[r.ID] = true
 	}
-	held = 0
+	held, lost := 0, 0
 	var example error
 	for i, id := range ids {
 		if took[id] {
@@ -145,6 +145,7 @@ func ContextEnd(t *testing.T, e *Env, h ContextEndHarness) {
 		}
 		held++
 		if r := e.Row(t, id); r.State != "pending" {
+			lost++
 			t.Errorf("event %d (%s) is %s though the broker never took it: the publisher reported it acknowledged when the relay's Timeout ended the call (last error %q)", i, id, r.State, r.LastError)
 		}
 		for _, a := range res.Of(id) {
@@ -156,6 +157,9 @@ func ContextEnd(t *testing.T, e *Env, h ContextEndHarness) {
 	}
 	if held == 0 {
 		t.Fatalf("the broker took every event through the relay: Hold held none")
+	}
+	if lost > 0 {
+		t.Fatalf("%d events the broker never took are recorded as sent: they will never arrive", lost)
 	}
 	t.Logf("relay: the broker held %d of %d events, each failed and retried (e.g. %v)", held, len(ids), example)
 	h.Release()
