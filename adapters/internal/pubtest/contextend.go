@@ -35,7 +35,8 @@ type ContextEndHarness struct {
 	// Holding reports whether the broker holds a message now (one the publisher may wait for).
 	Holding func() bool
 	// Release makes the broker take the messages of Topic again, from then on; those it held it may
-	// take now, or drop.
+	// take now, or drop. ContextEnd calls it once after each Hold: at the latest when the test ends,
+	// before the cleanups that the test registered before calling ContextEnd (closing the publisher).
 	Release func()
 	// Received returns every message of Topic the broker took so far (stored, whether or not its
 	// acknowledgment reached the publisher): exactly, as of the call, so that a message it does
@@ -61,13 +62,24 @@ type ContextEndHarness struct {
 // acknowledged when ctx ended would have the relay record it sent: the event would never arrive.
 func ContextEnd(t *testing.T, e *Env, h ContextEndHarness) {
 	t.Helper()
+	// The broker holds from hold to release; a check that stops in between releases it when the test
+	// ends, before the publisher is closed (which may need the broker's answer).
+	holding := false
+	hold := func() { holding = true; h.Hold() }
+	release := func() {
+		if holding {
+			holding = false
+			h.Release()
+		}
+	}
+	t.Cleanup(release)
 	prefix := rand.Uint32()
 	events := make([]outbox.Event, ContextEndEvents)
 	for i := range events {
 		events[i] = outbox.Event{ID: fmt.Sprintf("%08x-0000-4000-8000-%012d", prefix, i), Topic: h.Topic, Key: fmt.Sprintf("ctx-end-%d", i),
 			Payload: payload("cancelled", i), Headers: headers(i), CreatedAt: time.Now(), Attempt: 1}
 	}
-	h.Hold()
+	hold()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -107,9 +119,9 @@ func ContextEnd(t *testing.T, e *Env, h ContextEndHarness) {
 		t.Fatalf("the broker took every event of the call: Hold held none")
 	}
 	t.Logf("ctx cancelled: the broker took %d of %d events; Publish returned %v", len(took), len(events), err)
-	h.Release()
+	release()
 
-	h.Hold()
+	hold()
 	var msgs []outbox.Message
 	for i := range ContextEndEvents {
 		msgs = append(msgs, outbox.Message{Topic: h.Topic, Key: fmt.Sprintf("ctx-end-%d", i), Payload: payload("timed out", i), Headers: headers(i)})
@@ -162,7 +174,7 @@ func ContextEnd(t *testing.T, e *Env, h ContextEndHarness) {
 		t.Fatalf("%d events the broker never took are recorded as sent: they will never arrive", lost)
 	}
 	t.Logf("relay: the broker held %d of %d events, each failed and retried (e.g. %v)", held, len(ids), example)
-	h.Release()
+	release()
 	e.WaitSent(t, ids)
 	adaptertest.WaitFor(t, "every event to arrive once the broker takes them again", func() bool {
 		took := map[string]bool{}
