@@ -20,8 +20,9 @@ const (
 // publisher, present and future: it walks this module and, for each package outside internal/ whose
 // code declares a Publisher (a method Publish taking a []outbox.Event), fails unless a Test function
 // of that package calls pubtest.Acknowledgment (an event the broker refuses is retried, never
-// recorded as sent) and one calls pubtest.Deliver (committed events arrive under their ids, in
-// order per key; rolled-back ones never).
+// recorded as sent), one calls pubtest.Deliver (committed events arrive under their ids, in order per
+// key; rolled-back ones never) and one calls pubtest.ContextEnd (when a call's ctx ends part-way, the
+// events the broker did not acknowledge fail with ctx's error, never recorded as sent).
 func TestEveryPublisherChecksAcknowledgment(t *testing.T) {
 	t.Parallel()
 	var found []string
@@ -38,7 +39,7 @@ func TestEveryPublisherChecksAcknowledgment(t *testing.T) {
 		}
 		pkg := filepath.ToSlash(dir)
 		found = append(found, pkg+" ("+strings.Join(types, ", ")+")")
-		for _, fn := range []string{"Acknowledgment", "Deliver"} {
+		for _, fn := range []string{"Acknowledgment", "Deliver", "ContextEnd"} {
 			if !testCalls(t, dir, pubtestImport, fn) {
 				t.Errorf("package %s declares the outbox publisher %s but no Test function calls pubtest.%s",
 					pkg, strings.Join(types, ", "), fn)

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -196,4 +197,137 @@ func TestNewPublisherChecksConfig(t *testing.T) {
 			t.Errorf("NewPublisher(%d options) = %v, want a ConfigError naming Options", len(opts), err)
 		}
 	}
+}
+
+// holdingCluster is an in-process Kafka cluster (kfake) of two brokers with one topic of two
+// partitions, partition 0 led by broker 0 and partition 1 by broker 1. While holding, broker 1 leaves
+// every produce request unanswered (the records are not written) until released, then writes them:
+// the records of partition 1 wait, those of partition 0 are written.
+type holdingCluster struct {
+	c     *kfake.Cluster
+	topic string
+
+	mu      sync.Mutex
+	release chan struct{} // closed while not holding
+	waiting int           // produce requests held now
+
+	// next is, per partition, the offset after the last record consumed; got the records consumed.
+	next map[int32]int64
+	got  []pubtest.Received
+}
+
+func newHoldingCluster(t *testing.T) *holdingCluster {
+	t.Helper()
+	hc := &holdingCluster{topic: adaptertest.Name("txinbox-held"), release: make(chan struct{}), next: map[int32]int64{}}
+	close(hc.release)
+	c, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(2, hc.topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.c = c
+	t.Cleanup(func() { hc.unhold(); c.Close() })
+	for p := range int32(2) {
+		if err := c.MoveTopicPartition(hc.topic, p, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		hc.mu.Lock()
+		release := hc.release
+		hold := c.CurrentNode() == 1
+		select {
+		case <-release:
+			hold = false
+		default:
+		}
+		if hold {
+			hc.waiting++
+		}
+		hc.mu.Unlock()
+		if hold {
+			c.SleepControl(func() { <-release })
+			hc.mu.Lock()
+			hc.waiting--
+			hc.mu.Unlock()
+		}
+		return nil, nil, false
+	})
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(hc.topic), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+				h := map[string]string{}
+				for _, rh := range r.Headers {
+					h[rh.Key] = string(rh.Value)
+				}
+				hc.mu.Lock()
+				hc.got = append(hc.got, pubtest.Received{ID: h[adapters.IdempotencyKeyHeader], Key: string(r.Key), Payload: r.Value, Headers: h})
+				hc.next[r.Partition] = r.Offset + 1
+				hc.mu.Unlock()
+			})
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; cl.Close() })
+	return hc
+}
+
+func (hc *holdingCluster) hold() {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	hc.release = make(chan struct{})
+}
+
+func (hc *holdingCluster) holding() bool {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	return hc.waiting > 0
+}
+
+func (hc *holdingCluster) unhold() {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	select {
+	case <-hc.release:
+	default:
+		close(hc.release)
+	}
+}
+
+// received returns the records the cluster stored so far: it waits until the consumer read each
+// partition up to its high watermark as of the call.
+func (hc *holdingCluster) received(t *testing.T) []pubtest.Received {
+	t.Helper()
+	infos := hc.c.PartitionInfos(hc.topic)
+	var got []pubtest.Received
+	adaptertest.WaitFor(t, "the consumer to read every record stored", func() bool {
+		hc.mu.Lock()
+		defer hc.mu.Unlock()
+		for _, pi := range infos {
+			if hc.next[pi.Partition] < pi.HighWatermark {
+				return false
+			}
+		}
+		got = slices.Clone(hc.got)
+		return true
+	})
+	return got
+}
+
+// TestPublisherContextEnd: the broker leading one of the topic's two partitions leaves its produce
+// requests unanswered: when the call's ctx ends, the events whose records wait fail with ctx's error,
+// and through a relay none of them is recorded sent (pubtest.ContextEnd).
+func TestPublisherContextEnd(t *testing.T) {
+	t.Parallel()
+	hc := newHoldingCluster(t)
+	pub := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers(hc.c.ListenAddrs()...), kgo.RecordDeliveryTimeout(time.Minute)}})
+	pubtest.ContextEnd(t, pubtest.New(t), pubtest.ContextEndHarness{Publisher: pub, Topic: hc.topic,
+		Hold: hc.hold, Holding: hc.holding, Release: hc.unhold, Received: func() []pubtest.Received { return hc.received(t) }})
 }

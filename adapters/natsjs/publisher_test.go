@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -320,4 +321,92 @@ func TestPublisherAckTimeout(t *testing.T) {
 	if got := f.received(t); len(got) != 1 || got[0].ID != evs[1].ID {
 		t.Errorf("the stream holds %+v, want the second event", got)
 	}
+}
+
+// holdingStream answers the publishes on its subject with PubAcks as a stream would; once told to
+// hold, it answers the next three and holds every later one unanswered, until released (it then
+// answers those it held, and every later one).
+type holdingStream struct {
+	mu     sync.Mutex
+	budget int // answers left before holding; -1: not holding
+	held   []*nats.Msg
+	got    []pubtest.Received // the publishes answered
+}
+
+func newHoldingStream(t *testing.T, nc *nats.Conn, subject string) *holdingStream {
+	t.Helper()
+	hs := &holdingStream{budget: -1}
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		hs.mu.Lock()
+		if hs.budget == 0 {
+			hs.held = append(hs.held, m)
+			hs.mu.Unlock()
+			return
+		}
+		if hs.budget > 0 {
+			hs.budget--
+		}
+		hs.answer(m)
+		hs.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return hs
+}
+
+// answer records m and answers it with a PubAck; hs.mu is held.
+func (hs *holdingStream) answer(m *nats.Msg) {
+	h := map[string]string{}
+	for name := range m.Header {
+		h[name] = m.Header.Get(name)
+	}
+	hs.got = append(hs.got, pubtest.Received{ID: m.Header.Get(jetstream.MsgIDHeader), Payload: m.Data, Headers: h})
+	_ = m.Respond(fmt.Appendf(nil, `{"stream":"HELD","seq":%d}`, len(hs.got)))
+}
+
+func (hs *holdingStream) hold() {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	hs.budget = 3
+}
+
+func (hs *holdingStream) holding() bool {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return len(hs.held) > 0
+}
+
+func (hs *holdingStream) release() {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	hs.budget = -1
+	for _, m := range hs.held {
+		hs.answer(m)
+	}
+	hs.held = nil
+}
+
+func (hs *holdingStream) received() []pubtest.Received {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return slices.Clone(hs.got)
+}
+
+// TestPublisherContextEnd: a subject whose PubAcks are held back after the first three (a
+// subscriber answering as a stream would): when the call's ctx ends, the events not yet published
+// and those still awaiting their PubAck fail with ctx's error, and through a relay none of them is
+// recorded sent (pubtest.ContextEnd). Concurrency 4 keeps some events unpublished when ctx ends.
+func TestPublisherContextEnd(t *testing.T) {
+	t.Parallel()
+	f := newPubFixture(t)
+	subject := "held_" + f.name + ".x"
+	hs := newHoldingStream(t, f.nc, subject)
+	pub := newPublisher(t, PublisherConfig{JetStream: f.js, AckTimeout: time.Minute, Concurrency: 4})
+	pubtest.ContextEnd(t, pubtest.New(t), pubtest.ContextEndHarness{Publisher: pub, Topic: subject,
+		Hold: hs.hold, Holding: hs.holding, Release: hs.release, Received: hs.received})
 }

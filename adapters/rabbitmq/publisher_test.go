@@ -1,12 +1,15 @@
 package rabbitmq
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -361,4 +364,197 @@ func TestNewPublisherChecksConfig(t *testing.T) {
 	if _, err := publishing(&outbox.Event{ID: "x", Topic: "t", Headers: map[string]string{strings.Repeat("h", 256): "v"}}); !outbox.IsPermanent(err) {
 		t.Errorf("a header name of 256 bytes: %v, want a permanent error", err)
 	}
+}
+
+// publishGate forwards TCP connections to a broker, the client's side frame by frame. Once told to
+// hold, it forwards the next three basic.publish frames (and their content) and holds every later
+// frame of that connection but heartbeats: the broker never gets those messages, so it confirms
+// none of them. Released, it forwards what it held, in order, and holds nothing more.
+type publishGate struct {
+	ln net.Listener
+
+	mu     sync.Mutex
+	budget int // publishes to forward before holding; -1: not holding
+	conns  []*gateConn
+}
+
+type gateConn struct {
+	client, server net.Conn
+	holding        bool
+	held           [][]byte // the frames held, in order
+}
+
+// AMQP 0-9-1 frame types, and basic.publish's class and method ids.
+const (
+	frameMethod    = 1
+	frameHeartbeat = 8
+	classBasic     = 60
+	methodPublish  = 40
+)
+
+func newPublishGate(t *testing.T, target string) *publishGate {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &publishGate{ln: ln, budget: -1}
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			c := &gateConn{client: client, server: server}
+			g.mu.Lock()
+			g.conns = append(g.conns, c)
+			g.mu.Unlock()
+			go func() { _, _ = io.Copy(client, server); _ = client.Close() }()
+			go g.pipe(c)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, c := range g.conns {
+			_ = c.client.Close()
+			_ = c.server.Close()
+		}
+	})
+	return g
+}
+
+// pipe forwards c's client frames to its server, or holds them.
+func (g *publishGate) pipe(c *gateConn) {
+	defer c.server.Close()
+	r := bufio.NewReader(c.client)
+	proto := make([]byte, 8) // "AMQP" 0 0 9 1
+	if _, err := io.ReadFull(r, proto); err != nil {
+		return
+	}
+	if _, err := c.server.Write(proto); err != nil {
+		return
+	}
+	for {
+		head := make([]byte, 7) // type, channel, payload size
+		if _, err := io.ReadFull(r, head); err != nil {
+			return
+		}
+		frame := make([]byte, 7+int(binary.BigEndian.Uint32(head[3:]))+1) // and the frame-end octet
+		copy(frame, head)
+		if _, err := io.ReadFull(r, frame[7:]); err != nil {
+			return
+		}
+		g.mu.Lock()
+		if !c.holding && g.budget >= 0 && frame[0] == frameMethod && len(frame) >= 12 &&
+			binary.BigEndian.Uint16(frame[7:]) == classBasic && binary.BigEndian.Uint16(frame[9:]) == methodPublish {
+			if g.budget == 0 {
+				c.holding = true
+			} else {
+				g.budget--
+			}
+		}
+		var err error
+		if c.holding && frame[0] != frameHeartbeat {
+			c.held = append(c.held, frame)
+		} else {
+			_, err = c.server.Write(frame)
+		}
+		g.mu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (g *publishGate) hold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.budget = 3
+}
+
+func (g *publishGate) holding() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range g.conns {
+		if c.holding {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *publishGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.budget = -1
+	for _, c := range g.conns {
+		for _, f := range c.held {
+			if _, err := c.server.Write(f); err != nil {
+				break
+			}
+		}
+		c.holding, c.held = false, nil
+	}
+}
+
+// drain returns a function that takes every message waiting in the queue q (basic.get, on a
+// connection of its own) and returns all it took so far: a message the broker confirmed before the
+// call is among them.
+func drain(t *testing.T, url, q string) func() []pubtest.Received {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []pubtest.Received
+	return func() []pubtest.Received {
+		mu.Lock()
+		defer mu.Unlock()
+		for {
+			d, ok, err := ch.Get(q, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return slices.Clone(got)
+			}
+			h := map[string]string{}
+			for k, v := range d.Headers {
+				h[k] = fmt.Sprint(v)
+			}
+			got = append(got, pubtest.Received{ID: d.MessageId, Payload: d.Body, Headers: h})
+		}
+	}
+}
+
+// TestPublisherContextEnd: the broker gets only the first three publishes (a proxy holds the later
+// frames), so it confirms no later message: when the call's ctx ends, the events awaiting their
+// confirm fail with ctx's error, and through a relay none of them is recorded sent
+// (pubtest.ContextEnd).
+func TestPublisherContextEnd(t *testing.T) {
+	t.Parallel()
+	broker := brokerURL(t)
+	q, _ := declare(t, broker, nil)
+	u, err := url.Parse(broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newPublishGate(t, u.Host)
+	u.Host = g.ln.Addr().String()
+	pub := newPublisher(t, PublisherConfig{URL: u.String(), ConfirmTimeout: time.Minute})
+	pubtest.ContextEnd(t, pubtest.New(t), pubtest.ContextEndHarness{Publisher: pub, Topic: q,
+		Hold: g.hold, Holding: g.holding, Release: g.release, Received: drain(t, broker, q)})
 }

@@ -248,6 +248,77 @@ func TestAcknowledgment(t *testing.T) {
 		Refuse: set(true), Accept: set(false), Received: ep.received})
 }
 
+// holdingEndpoint is an endpoint that answers 200; once told to hold, it answers the next three
+// requests and leaves every later one waiting until released (then answers it 200) or abandoned by
+// the publisher (answers 503).
+type holdingEndpoint struct {
+	*endpoint
+
+	mu      sync.Mutex
+	budget  int // answers left before holding; -1: not holding
+	waiting int // requests held now
+	release chan struct{}
+}
+
+func newHoldingEndpoint(t *testing.T, secret string) *holdingEndpoint {
+	t.Helper()
+	h := &holdingEndpoint{budget: -1, release: make(chan struct{})}
+	h.endpoint = newEndpoint(t, secret, func(_ int, r *http.Request) int {
+		h.mu.Lock()
+		if h.budget != 0 {
+			if h.budget > 0 {
+				h.budget--
+			}
+			h.mu.Unlock()
+			return http.StatusOK
+		}
+		h.waiting++
+		release := h.release
+		h.mu.Unlock()
+		defer func() { h.mu.Lock(); h.waiting--; h.mu.Unlock() }()
+		select {
+		case <-release:
+			return http.StatusOK
+		case <-r.Context().Done():
+			return http.StatusServiceUnavailable
+		}
+	})
+	return h
+}
+
+func (h *holdingEndpoint) hold() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.budget = 3
+	h.release = make(chan struct{})
+}
+
+func (h *holdingEndpoint) holding() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.waiting > 0
+}
+
+func (h *holdingEndpoint) unhold() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.budget = -1
+	close(h.release)
+}
+
+// TestContextEnd: an endpoint that leaves the requests after the first three waiting: when the call's
+// ctx ends, the requests in flight are abandoned and their events, and those not yet sent (the
+// Concurrency of 8 is reached), fail with ctx's error; through a relay none of them is recorded sent
+// (pubtest.ContextEnd).
+func TestContextEnd(t *testing.T) {
+	t.Parallel()
+	secret := webhook.NewSecret()
+	ep := newHoldingEndpoint(t, secret)
+	pub := newPublisher(t, webhook.Config{URL: ep.srv.URL, Secret: secret, Timeout: time.Minute})
+	pubtest.ContextEnd(t, pubtest.New(t), pubtest.ContextEndHarness{Publisher: pub, Topic: "refunds",
+		Hold: ep.hold, Holding: ep.holding, Release: ep.unhold, Received: ep.received})
+}
+
 // publishOne publishes one event of topic in a committed transaction and runs a relay with pub; it
 // returns the event's id and the relay's attempts.
 func publishOne(t *testing.T, env *pubtest.Env, pub outbox.Publisher, topic string) (string, *pubtest.Results) {

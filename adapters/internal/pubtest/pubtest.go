@@ -1,9 +1,11 @@
 // Package pubtest holds what the tests of the outbox publishers share: a real outbox on a real
-// PostgreSQL (internal/testkit/testdb) with a relay over it, and the two checks every publisher runs against
-// its broker: [Deliver] (a committed transaction's events arrive, each under its id as the broker's
-// dedup field, a key's in commit order, headers and trace context unchanged; a rolled-back one's
-// never) and [Acknowledgment] (an event the broker refuses is retried, never recorded as sent). A
-// test of the adapters module fails for a publisher package that does not run Acknowledgment.
+// PostgreSQL (internal/testkit/testdb) with a relay over it, and the three checks every publisher runs
+// against its broker: [Deliver] (a committed transaction's events arrive, each under its id as the
+// broker's dedup field, a key's in commit order, headers and trace context unchanged; a rolled-back
+// one's never), [Acknowledgment] (an event the broker refuses is retried, never recorded as sent) and
+// [ContextEnd] (when a call's ctx ends part-way, the events the broker did not acknowledge fail with
+// ctx's error, never recorded as sent). A test of the adapters module fails for a publisher package
+// that does not run each of them.
 package pubtest
 
 import (
