@@ -8,13 +8,13 @@ import "time"
 func SetSnooze(r *Relay, d time.Duration) { r.snooze = d }
 
 // ListenerPID returns the backend pid of r's listening connection while it listens, else 0.
-func ListenerPID(r *Relay) uint32 { return r.listenPID.Load() }
+func ListenerPID(r *Relay) uint32 { return r.eng.ListenPID() }
 
 // Notifications returns the number of notifications r received.
-func Notifications(r *Relay) int64 { return r.notified.Load() }
+func Notifications(r *Relay) int64 { return r.eng.Notifications() }
 
 // ClaimLockKey returns the key of r's claim lock (OutboxClaimLock).
 func ClaimLockKey(r *Relay) int64 { return r.lockKey }
 
 // Stopping reports whether r's Stop has been called (its runners claim no more).
-func Stopping(r *Relay) bool { return r.stopped() }
+func Stopping(r *Relay) bool { return r.eng.Stopped() }

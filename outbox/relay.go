@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/worker"
@@ -209,21 +209,8 @@ type Relay struct {
 	cfg     RelayConfig
 	st      *schemasql.Schema
 	lockKey int64
-
-	wake       chan struct{}
-	epoch      time.Time
-	lastActive atomic.Int64  // ns since epoch of the last activity
-	hotPoller  atomic.Bool   // a runner is polling every HotPollInterval
-	listenPID  atomic.Uint32 // backend pid of the listening connection while it listens
-	notified   atomic.Int64  // notifications received
-
-	mu       sync.Mutex
-	started  bool
-	stopping chan struct{}      // closed by Stop: claim no more
-	cancel   context.CancelFunc // ends the Publish calls in flight
-	wg       sync.WaitGroup
-	stopDone chan struct{} // closed when the first Stop has finished; stopErr is its result
-	stopErr  error
+	eng     *engine.Engine // runners, wake-ups, listening, Start/Stop
+	startMu sync.Mutex
 
 	snooze time.Duration // set by tests (export_test.go); 0: defaultSnooze
 }
@@ -258,9 +245,13 @@ func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	}
 	h := fnv.New64a()
 	h.Write([]byte("txinbox.outbox.claim\x00" + st.Schema))
-	r := &Relay{db: st.DB, store: st, cfg: cfg, st: schemasql.New(st.Schema), lockKey: int64(h.Sum64() >> 1),
-		wake: make(chan struct{}, cfg.Concurrency+1), epoch: time.Now(), stopDone: make(chan struct{})}
-	r.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
+	r := &Relay{db: st.DB, store: st, cfg: cfg, st: schemasql.New(st.Schema), lockKey: int64(h.Sum64() >> 1)}
+	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotPollInterval: cfg.HotPollInterval,
+		HotWindow: cfg.HotWindow, Logger: cfg.Logger, Attrs: []any{"schema", st.Schema}, Name: "outbox "}
+	if !cfg.DisableListen {
+		ecfg.Listen = engine.Listen{Channel: NotifyChannel(st), Connect: r.listenConnector()}
+	}
+	r.eng = engine.New(ecfg)
 	return r, nil
 }
 
@@ -270,9 +261,9 @@ func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 // ends, the relay stops as with Stop on an expired ctx. Pass a ctx that outlives a SIGTERM, and call
 // Stop with a deadline, to let the batches in flight finish.
 func (r *Relay) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started {
+	r.startMu.Lock()
+	defer r.startMu.Unlock()
+	if r.eng.Started() {
 		return errors.New("txinbox: relay already started")
 	}
 	if err := r.checkSchema(ctx); errors.Is(err, txinbox.ErrNotMigrated) {
@@ -280,29 +271,12 @@ func (r *Relay) Start(ctx context.Context) error {
 	} else if err != nil {
 		r.cfg.Logger.Warn("txinbox: could not check the outbox tables; starting anyway", "schema", r.store.Schema, "err", err)
 	}
-	r.started = true
-	r.stopping = make(chan struct{})
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r.cancel = cancel
-	for range r.cfg.Concurrency {
-		r.wg.Go(func() { r.loop(runCtx) })
-	}
-	if !r.cfg.DisableListen {
-		if connect := r.listenConnector(); connect != nil {
-			r.wg.Go(func() { r.listen(runCtx, connect) })
-		} else {
-			r.cfg.Logger.Info("txinbox: no connection to LISTEN on (Store.DB is not a *pgxpool.Pool and ListenConnect is nil); polling only",
-				"schema", r.store.Schema, "poll_interval", r.cfg.PollInterval)
-		}
-	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			_ = r.Stop(ctx)
-		case <-r.stopping:
-		}
-	}()
-	return nil
+	return r.eng.Start(ctx, engine.Hooks{
+		NewRunner: func() engine.Runner { return &runner{r: r} },
+		OnDeadline: func(ctx context.Context) error {
+			return fmt.Errorf("txinbox: relay stopped at the deadline with batches in flight: %w", ctx.Err())
+		},
+	})
 }
 
 func (r *Relay) checkSchema(ctx context.Context) error {
@@ -323,131 +297,53 @@ func (r *Relay) checkSchema(ctx context.Context) error {
 // and hand the other events back without charging an attempt, in the background (an event whose
 // record fails, or whose Publisher ignores its ctx, is taken over after its lease). Every call
 // returns the result of the first; a later call waits for the first (or for its own ctx).
-func (r *Relay) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	if !r.started {
-		r.mu.Unlock()
-		return nil
-	}
-	first := false
-	select {
-	case <-r.stopping:
-	default:
-		close(r.stopping)
-		first = true
-	}
-	r.mu.Unlock()
-	if !first {
-		select {
-		case <-r.stopDone:
-			return r.stopErr
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		r.cancel()
-		r.stopErr = fmt.Errorf("txinbox: relay stopped at the deadline with batches in flight: %w", ctx.Err())
-	}
-	close(r.stopDone)
-	return r.stopErr
-}
+func (r *Relay) Stop(ctx context.Context) error { return r.eng.Stop(ctx) }
 
 // Wake tells an idle relay that events may be ready, so that it claims before its poll interval
 // ends. The relay's notifications do this for events committed by any process; call it after
 // publishing when listening is off.
-func (r *Relay) Wake() {
-	r.active()
-	for range cap(r.wake) {
-		select {
-		case r.wake <- struct{}{}:
-		default:
-			return
+func (r *Relay) Wake() { r.eng.Wake() }
+
+// runner is one runner of the relay (engine.Runner): it claims a batch, publishes it, and records
+// its outcomes in the transaction of its next claim, which follows at once (one round trip and one
+// commit for both), or on its own when the runner stops or that claim fails.
+type runner struct {
+	r     *Relay
+	batch []*claimed // claimed, to publish
+	fs    []finish   // the outcomes of the last batch, not yet recorded
+}
+
+func (u *runner) Claim(ctx context.Context) (engine.Outcome, error) {
+	batch, again, err := u.r.claim(ctx, u.fs)
+	if err != nil {
+		if len(u.fs) > 0 { // rolled back with the claim
+			u.r.record(ctx, u.fs)
+			u.fs = nil
 		}
+		return engine.Idle, err
 	}
-}
-
-func (r *Relay) stopped() bool {
-	select {
-	case <-r.stopping:
-		return true
-	default:
-		return false
+	u.fs = nil
+	switch {
+	case len(batch) == u.r.cfg.BatchSize:
+		u.batch = batch
+		return engine.Full, nil
+	case len(batch) > 0:
+		u.batch = batch
+		return engine.Partial, nil
+	case again:
+		return engine.Again, nil
 	}
+	return engine.Idle, nil
 }
 
-func (r *Relay) active() { r.lastActive.Store(int64(time.Since(r.epoch))) }
-
-func (r *Relay) hot() bool {
-	return int64(time.Since(r.epoch))-r.lastActive.Load() < int64(r.cfg.HotWindow)
+func (u *runner) Run(ctx context.Context) {
+	u.fs = u.r.run(ctx, u.batch)
+	u.batch = nil
 }
 
-func (r *Relay) wakeOne() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (r *Relay) sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-r.wake:
-	case <-r.stopping:
-	case <-ctx.Done():
-	}
-}
-
-// loop is a runner: it claims, publishes and records batches until Stop. The outcomes of a batch are
-// recorded in the transaction of the next claim, which follows at once (one round trip and one
-// commit for both), or on their own when the runner stops or that claim fails. It claims again at
-// once after a batch; when it finds nothing it sleeps HotPollInterval if the relay is hot and no
-// other runner polls fast, else PollInterval, until woken.
-func (r *Relay) loop(ctx context.Context) {
-	firstErrDelay := min(r.cfg.PollInterval, time.Second)
-	errDelay := firstErrDelay
-	var fs []finish // the outcomes of the last batch, not yet recorded
-	defer func() {
-		if len(fs) > 0 {
-			r.record(ctx, fs)
-		}
-	}()
-	for !r.stopped() {
-		batch, again, err := r.claim(ctx, fs)
-		if err != nil {
-			if ctx.Err() == nil {
-				r.cfg.Logger.Warn("txinbox: outbox claim failed", "schema", r.store.Schema, "err", err)
-			}
-			if len(fs) > 0 { // rolled back with the claim, or committed with it and its answer lost
-				r.record(ctx, fs)
-				fs = nil
-			}
-			r.sleep(ctx, errDelay)
-			errDelay = min(errDelay*2, 30*time.Second)
-			continue
-		}
-		errDelay = firstErrDelay
-		fs = nil
-		switch {
-		case len(batch) > 0:
-			r.active()
-			if len(batch) == r.cfg.BatchSize || !r.hotPoller.Load() {
-				r.wakeOne() // more may be waiting, or nobody watches for new events meanwhile
-			}
-			fs = r.run(ctx, batch)
-		case again:
-		case r.hot() && r.hotPoller.CompareAndSwap(false, true):
-			r.sleep(ctx, min(r.cfg.HotPollInterval, r.cfg.PollInterval))
-			r.hotPoller.Store(false)
-		default:
-			r.sleep(ctx, r.cfg.PollInterval)
-		}
+func (u *runner) Done(ctx context.Context) {
+	if len(u.fs) > 0 {
+		u.r.record(ctx, u.fs)
 	}
 }
 

@@ -21,10 +21,10 @@ func SetClaimHook(p *Pool, fn func(p *Pool, keys []string)) {
 }
 
 // ListenerPID returns the backend pid of p's listening connection while it listens, else 0.
-func ListenerPID(p *Pool) uint32 { return p.listenPID.Load() }
+func ListenerPID(p *Pool) uint32 { return p.eng.ListenPID() }
 
 // Notifications returns the number of notifications p received for its consumer.
-func Notifications(p *Pool) int64 { return p.notifications.Load() }
+func Notifications(p *Pool) int64 { return p.eng.Notifications() }
 
 // SetOrderingSnooze sets how long p's claims snooze messages blocked behind their ordering key (0:
 // the default). Call it before p.Start. Tests set it to hours: a message left snoozed (ReadyNext

@@ -33,7 +33,7 @@ func (p *Pool) heartbeat(ctx context.Context) {
 	for {
 		select {
 		case <-t.C:
-		case <-p.stopping:
+		case <-p.eng.Stopping():
 			return
 		case <-ctx.Done():
 			return

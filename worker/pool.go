@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/maintain"
@@ -256,25 +257,15 @@ type Pool struct {
 	// HandlerConfig.BatchSize of a batch handler if larger.
 	claimMax int
 
-	wake          chan struct{}
-	epoch         time.Time
-	lastActive    atomic.Int64         // ns since epoch of the last activity (claimed messages, notification, Wake)
-	hotPoller     atomic.Bool          // a runner is polling every HotPollInterval
-	listenPID     atomic.Uint32        // backend pid of the listening connection while it listens, else 0
-	notifications atomic.Int64         // notifications received for this consumer
-	lastMessage   atomic.Int64         // ns since epoch of the last claim that returned messages
-	maint         *maintain.Maintainer // the schema's maintainer this pool runs; nil with DisableMaintainer
-	snoozedAt     time.Time            // the rescuer's last SnoozeBlocked
-	records       records              // the connection batches are recorded on
+	eng         *engine.Engine // runners, wake-ups, listening, Start/Stop
+	epoch       time.Time
+	lastMessage atomic.Int64         // ns since epoch of the last claim that returned messages
+	maint       *maintain.Maintainer // the schema's maintainer this pool runs; nil with DisableMaintainer
+	snoozedAt   time.Time            // the rescuer's last SnoozeBlocked
+	records     records              // the connection batches are recorded on
 
 	mu       sync.Mutex
-	started  bool
-	stopping chan struct{}      // closed by Stop: claim no more
-	cancel   context.CancelFunc // cancels in-flight handlers
-	wg       sync.WaitGroup
 	inflight map[*batch]struct{} // batch transactions not yet ended (guarded by mu)
-	stopDone chan struct{}       // closed when the first Stop has finished; stopErr is its result
-	stopErr  error
 
 	// Set by tests only (export_test.go), before Start.
 	claimHook      func(msgs []*claimed) // runs between a batch's claim (recorded) and its handlers
@@ -303,9 +294,14 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 	h.Reset()
 	h.Write([]byte("txinbox.snooze\x00" + store.Schema + "\x00" + cfg.Consumer))
 	p := &Pool{db: store.DB, store: store, cfg: cfg, st: statements(store.Schema), lockKey: lockKey, snoozeKey: int64(h.Sum64() >> 1),
-		wake: make(chan struct{}, cfg.Concurrency+1), epoch: time.Now(),
-		inflight: map[*batch]struct{}{}, stopDone: make(chan struct{})}
-	p.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
+		epoch: time.Now(), inflight: map[*batch]struct{}{}}
+	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotPollInterval: cfg.HotPollInterval,
+		HotWindow: cfg.HotWindow, Logger: cfg.Logger, Attrs: []any{"consumer", cfg.Consumer}}
+	if !cfg.DisableListen {
+		ecfg.Listen = engine.Listen{Channel: store.NotifyChannel(), Connect: p.listenConnector(),
+			Wakes: func(payload string) bool { return payload == cfg.Consumer }}
+	}
+	p.eng = engine.New(ecfg)
 	p.tracer, _ = store.Tracer.(txinbox.HandleTracer)
 	p.claimMax = cfg.BatchSize
 	p.records.connect = p.connector("txinbox recorder")
@@ -370,7 +366,7 @@ func (p *Pool) Maintainer() *maintain.Maintainer { return p.maint }
 func (p *Pool) Start(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.started {
+	if p.eng.Started() {
 		return errors.New("txinbox: pool already started")
 	}
 	if err := p.checkSchema(ctx); errors.Is(err, txinbox.ErrNotMigrated) {
@@ -388,31 +384,19 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	p.beat(ctx)
 	p.warnPoolSize()
-	p.started = true
-	p.stopping = make(chan struct{})
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.cancel = cancel
-	for range p.cfg.Concurrency {
-		p.wg.Go(func() { p.loop(runCtx, false) })
-	}
-	p.wg.Go(func() { p.loop(runCtx, true) })
-	p.wg.Go(func() { p.heartbeat(runCtx) })
-	if !p.cfg.DisableListen {
-		if connect := p.listenConnector(); connect != nil {
-			p.wg.Go(func() { p.listen(runCtx, connect) })
-		} else {
-			p.cfg.Logger.Info("txinbox: no connection to LISTEN on (db is not a *pgxpool.Pool and ListenConnect is nil); polling only",
-				"consumer", p.cfg.Consumer, "poll_interval", p.cfg.PollInterval)
-		}
-	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			_ = p.Stop(ctx)
-		case <-p.stopping:
-		}
-	}()
-	return nil
+	return p.eng.Start(ctx, engine.Hooks{
+		NewRunner:  func() engine.Runner { return &runner{p: p} },
+		Extra:      []func(context.Context){p.rescue, p.heartbeat},
+		OnDeadline: p.atDeadline,
+		AfterStop: func(ctx context.Context) {
+			p.records.close()
+			p.gone(ctx)
+			if p.maint != nil {
+				// Its jobs stop at once and it ends its lease (bounded); Stop's result is the batches' alone.
+				_ = p.maint.Stop(ctx)
+			}
+		},
+	})
 }
 
 // checkSchema returns an error matching txinbox.ErrNotMigrated unless both tables exist and may be used.
@@ -477,52 +461,16 @@ func (e *StopError) Unwrap() error { return e.Err }
 //
 // Every call returns the result of the first: a Stop after the ctx given to Start ended reports what
 // that stop did. A later call waits for the first to finish (or for its own ctx).
-func (p *Pool) Stop(ctx context.Context) error {
-	p.mu.Lock()
-	if !p.started {
-		p.mu.Unlock()
-		return nil
-	}
-	first := false
-	select {
-	case <-p.stopping:
-	default:
-		close(p.stopping)
-		first = true
-	}
-	p.mu.Unlock()
-	if !first {
-		select {
-		case <-p.stopDone:
-			return p.stopErr
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	p.stopErr = p.stop(ctx)
-	p.records.close()
-	p.gone(ctx)
-	if p.maint != nil {
-		// Its jobs stop at once and it ends its lease (bounded); Stop's result is the batches' alone.
-		_ = p.maint.Stop(ctx)
-	}
-	close(p.stopDone)
-	return p.stopErr
-}
+func (p *Pool) Stop(ctx context.Context) error { return p.eng.Stop(ctx) }
 
-func (p *Pool) stop(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-	}
-	p.cancel()
+// atDeadline runs when Stop's ctx ends with batches still running (their handlers' contexts are
+// cancelled): it abandons them and returns a *StopError, or, if none was running, waits for the
+// runners' claims and sleeps to end with the cancelled context and returns nil.
+func (p *Pool) atDeadline(ctx context.Context) error {
 	if batches, messages := p.abandon(); batches > 0 {
 		return &StopError{Abandoned: batches, Messages: messages, Err: ctx.Err()}
 	}
-	<-done // no batch in flight: the runners' claims and sleeps end with the cancelled ctx
+	<-p.eng.Done()
 	return nil
 }
 
@@ -634,110 +582,69 @@ func (p *Pool) running(record int64) bool {
 // Wake tells an idle pool that a message may be ready, so it claims before its poll interval ends.
 // The pool's own notifications do this for messages received by any process; call it after receiving
 // a message when listening is off.
-func (p *Pool) Wake() {
-	p.active()
-	for range cap(p.wake) {
-		select {
-		case p.wake <- struct{}{}:
-		default:
-			return
-		}
-	}
+func (p *Pool) Wake() { p.eng.Wake() }
+
+// runner is one batch runner of the pool: it claims a batch (engine.Runner's Claim) and runs it.
+type runner struct {
+	p *Pool
+	b *batch // claimed, to run
 }
 
-func (p *Pool) stopped() bool {
-	select {
-	case <-p.stopping:
-		return true
-	default:
-		return false
+func (r *runner) Claim(ctx context.Context) (engine.Outcome, error) {
+	b, err := r.p.claim(ctx, false)
+	if err != nil || b == nil {
+		return engine.Idle, err
 	}
+	r.b = b
+	r.p.lastMessage.Store(int64(time.Since(r.p.epoch)))
+	if len(b.msgs) >= r.p.cfg.BatchSize {
+		return engine.Full, nil
+	}
+	return engine.Partial, nil
 }
 
-// loop claims and runs batches (or, for the rescuer, groups of suspects) until Stop. A runner claims
-// again as soon as it has run a batch; when it finds nothing it sleeps: HotPollInterval if the pool is
-// hot and no other runner is polling fast, else PollInterval, until woken. The rescuer charges the
-// batches that never finished, then takes their messages over group after group while any is due,
-// and sleeps PollInterval when none is.
-func (p *Pool) loop(ctx context.Context, rescuer bool) {
-	firstErrDelay := min(p.cfg.PollInterval, time.Second)
-	errDelay := firstErrDelay
-	for !p.stopped() {
-		var err error
-		if rescuer {
-			err = p.charge(ctx)
-		}
+func (r *runner) Run(ctx context.Context) {
+	b := r.b
+	r.b = nil
+	if r.p.claimHook != nil {
+		r.p.claimHook(b.msgs)
+	}
+	r.p.run(ctx, b)
+}
+
+func (r *runner) Done(context.Context) {}
+
+// rescue is the rescuer, until Stop: it charges the batches that never finished, then takes their
+// messages over group after group while any is due, and sleeps PollInterval when none is (a Wake
+// does not end its sleep: suspects appear when leases end, not when messages arrive).
+func (p *Pool) rescue(ctx context.Context) {
+	first := min(p.cfg.PollInterval, time.Second)
+	errDelay := first
+	for !p.eng.Stopped() {
+		err := p.charge(ctx)
 		var b *batch
 		if err == nil {
-			b, err = p.claim(ctx, rescuer)
+			b, err = p.claim(ctx, true)
 		}
 		if err != nil {
 			if ctx.Err() == nil {
 				p.cfg.Logger.Warn("txinbox: claim failed", "consumer", p.cfg.Consumer, "err", err)
 			}
-			p.sleep(ctx, errDelay, rescuer)
+			p.eng.Sleep(ctx, errDelay, false)
 			errDelay = min(errDelay*2, 30*time.Second)
 			continue
 		}
-		errDelay = firstErrDelay
+		errDelay = first
 		if b != nil {
-			if rescuer {
-				p.tookOver(b)
-			} else {
-				p.active()
-				p.lastMessage.Store(int64(time.Since(p.epoch)))
-				if len(b.msgs) >= p.cfg.BatchSize || !p.hotPoller.Load() {
-					// More may be waiting, or nobody watches for new messages while this batch runs.
-					p.wakeOne()
-				}
-			}
+			p.tookOver(b)
 			if p.claimHook != nil {
 				p.claimHook(b.msgs)
 			}
 			p.run(ctx, b)
 			continue // claim again at once
 		}
-		switch {
-		case rescuer:
-			p.snoozeBlocked(ctx)
-			p.sleep(ctx, p.cfg.PollInterval, true)
-		case p.hot() && p.hotPoller.CompareAndSwap(false, true):
-			p.sleep(ctx, min(p.cfg.HotPollInterval, p.cfg.PollInterval), false)
-			p.hotPoller.Store(false)
-		default:
-			p.sleep(ctx, p.cfg.PollInterval, false)
-		}
-	}
-}
-
-// active records activity: the pool is hot for HotWindow.
-func (p *Pool) active() { p.lastActive.Store(int64(time.Since(p.epoch))) }
-
-// hot reports whether the last activity is less than HotWindow ago.
-func (p *Pool) hot() bool {
-	return int64(time.Since(p.epoch))-p.lastActive.Load() < int64(p.cfg.HotWindow)
-}
-
-// wakeOne wakes one sleeping runner (or the next one to sleep).
-func (p *Pool) wakeOne() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (p *Pool) sleep(ctx context.Context, d time.Duration, rescuer bool) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	wake := p.wake
-	if rescuer {
-		wake = nil // suspects appear when leases end, not when messages arrive
-	}
-	select {
-	case <-t.C:
-	case <-wake:
-	case <-p.stopping:
-	case <-ctx.Done():
+		p.snoozeBlocked(ctx)
+		p.eng.Sleep(ctx, p.cfg.PollInterval, false)
 	}
 }
 

@@ -1,0 +1,339 @@
+// Package engine is the one claim → run → finish engine that txinbox's background workers run on:
+// the worker pool (package worker) and the outbox relay (package outbox). It owns what they share:
+// the runners' loop (claim at once after a batch, poll fast while hot, sleep PollInterval when idle,
+// back off after a failed claim), wake-ups (Wake, and LISTEN on a connection of its own, reopened
+// with backoff, with a check that notifications really come back: a pooler in transaction mode
+// swallows them), and one Start/Stop with the semantics of txinbox.Service. Its users keep what is
+// theirs: the claim, the run and the finish of a batch ([Runner]), and what Stop does at its
+// deadline.
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures an Engine. Every duration is its user's, defaults applied.
+type Config struct {
+	// Runners is the number of runner goroutines, each claiming and running batches in turn.
+	Runners int
+	// PollInterval is how long an idle runner sleeps when nothing wakes it.
+	PollInterval time.Duration
+	// HotPollInterval is how often one runner claims during HotWindow after any activity.
+	HotPollInterval time.Duration
+	// HotWindow is how long the engine stays hot after its last activity; negative: never.
+	HotWindow time.Duration
+	// Listen says where notifications wake the runners; its zero value: nowhere (polling only).
+	Listen Listen
+	// Logger receives the engine's logs, each with Attrs (such as "consumer", c).
+	Logger *slog.Logger
+	Attrs  []any
+	// Name prefixes the log message of a failed claim: "txinbox: " + Name + "claim failed" (such as
+	// "outbox "; "" for a worker pool).
+	Name string
+}
+
+// Listen says where an Engine listens for wake-ups.
+type Listen struct {
+	// Channel is the channel to LISTEN on.
+	Channel string
+	// Connect opens the listening connection; nil: no listening (Start logs that it polls only).
+	Connect func(ctx context.Context) (*pgx.Conn, error)
+	// Wakes reports whether a notification's payload is one for this engine; nil: every one is.
+	Wakes func(payload string) bool
+}
+
+// Outcome is what one step of a runner found.
+type Outcome int
+
+const (
+	// Idle: nothing to claim; the runner sleeps (HotPollInterval while hot, else PollInterval).
+	Idle Outcome = iota
+	// Again: nothing claimed, but more may be due at once (the claim put rows off): claim again.
+	Again
+	// Partial: a batch smaller than the claim's maximum was claimed and run.
+	Partial
+	// Full: a full batch was claimed and run: more may be waiting.
+	Full
+)
+
+// Runner is the work of one runner goroutine, until the engine stops: Claim claims a batch, and Run
+// runs what it claimed (its finish may be left for the next Claim, in the same round trip); then
+// Done is called once. A Claim that failed returns the error: the engine logs it and backs off
+// (from the lesser of PollInterval and 1s, doubling up to 30s) before the next Claim.
+type Runner interface {
+	Claim(ctx context.Context) (Outcome, error)
+	// Run runs the batch the last Claim claimed (it returned Partial or Full).
+	Run(ctx context.Context)
+	Done(ctx context.Context)
+}
+
+// Engine runs Runners (see the package documentation). Make it with New.
+type Engine struct {
+	cfg   Config
+	wake  chan struct{}
+	epoch time.Time
+
+	lastActive    atomic.Int64 // ns since epoch of the last activity
+	hotPoller     atomic.Bool  // a runner is polling every HotPollInterval
+	listenPID     atomic.Uint32
+	notifications atomic.Int64
+
+	mu       sync.Mutex
+	started  bool
+	hooks    Hooks
+	stopping chan struct{}      // closed by Stop: claim no more
+	cancel   context.CancelFunc // ends the runs in flight
+	wg       sync.WaitGroup
+	done     chan struct{} // closed when every goroutine of the engine has returned
+	stopDone chan struct{} // closed when the first Stop has finished; stopErr is its result
+	stopErr  error
+}
+
+// New returns an Engine of cfg.
+func New(cfg Config) *Engine {
+	e := &Engine{cfg: cfg, wake: make(chan struct{}, cfg.Runners+1), epoch: time.Now(),
+		stopping: make(chan struct{}), done: make(chan struct{}), stopDone: make(chan struct{})}
+	e.lastActive.Store(-int64(max(cfg.HotWindow, 0)) - 1) // cold until something happens
+	return e
+}
+
+// ErrAlreadyStarted is the error of a second Start.
+var ErrAlreadyStarted = errors.New("txinbox: already started")
+
+// Hooks are what an engine's user runs on it.
+type Hooks struct {
+	// NewRunner returns the Runner of one runner goroutine; it is called Config.Runners times.
+	NewRunner func() Runner
+	// Extra are goroutines of the user's that run alongside the runners (a rescuer, a heartbeat);
+	// each must return once Stopping is closed or its ctx ends.
+	Extra []func(ctx context.Context)
+	// OnDeadline runs when Stop's ctx ends before every goroutine has returned, after the context of
+	// the runs in flight was cancelled; Stop returns its result (nil OnDeadline: ctx's error). It may
+	// wait on Done.
+	OnDeadline func(ctx context.Context) error
+	// AfterStop runs once, at the end of the first Stop, whatever its result.
+	AfterStop func(ctx context.Context)
+}
+
+// Start starts the runners, the extra goroutines and the listener of h, and returns. ctx bounds the
+// engine's life: when it ends, the engine stops as with Stop on an ended ctx.
+func (e *Engine) Start(ctx context.Context, h Hooks) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started {
+		return ErrAlreadyStarted
+	}
+	e.started, e.hooks = true, h
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel = cancel
+	for range e.cfg.Runners {
+		r := h.NewRunner()
+		e.wg.Go(func() { e.loop(runCtx, r) })
+	}
+	for _, f := range h.Extra {
+		e.wg.Go(func() { f(runCtx) })
+	}
+	if e.cfg.Listen.Channel != "" {
+		if e.cfg.Listen.Connect != nil {
+			e.wg.Go(func() { e.listen(runCtx) })
+		} else {
+			e.cfg.Logger.Info("txinbox: no connection to LISTEN on (Store.DB is not a *pgxpool.Pool and ListenConnect is nil); polling only",
+				append(e.cfg.Attrs, "poll_interval", e.cfg.PollInterval)...)
+		}
+	}
+	go func() { e.wg.Wait(); close(e.done) }()
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = e.Stop(ctx)
+		case <-e.stopping:
+		}
+	}()
+	return nil
+}
+
+// Stop stops claiming and waits until every goroutine of the engine has returned or ctx ends. In the
+// second case it cancels the context of the runs in flight and returns what Hooks.OnDeadline
+// returns. Every call returns the result of the first; a later call waits for the first (or for its
+// own ctx). Stop before Start returns nil.
+func (e *Engine) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	if !e.started {
+		e.mu.Unlock()
+		return nil
+	}
+	first := false
+	select {
+	case <-e.stopping:
+	default:
+		close(e.stopping)
+		first = true
+	}
+	e.mu.Unlock()
+	if !first {
+		select {
+		case <-e.stopDone:
+			return e.stopErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		e.cancel()
+		if e.hooks.OnDeadline != nil {
+			e.stopErr = e.hooks.OnDeadline(ctx)
+		} else {
+			e.stopErr = ctx.Err()
+		}
+	}
+	if e.hooks.AfterStop != nil {
+		e.hooks.AfterStop(ctx)
+	}
+	close(e.stopDone)
+	return e.stopErr
+}
+
+// Done is closed once every goroutine of the engine has returned (after Stop).
+func (e *Engine) Done() <-chan struct{} { return e.done }
+
+// Stopping is closed when Stop is called: claim no more.
+func (e *Engine) Stopping() <-chan struct{} { return e.stopping }
+
+// Stopped reports whether Stop was called.
+func (e *Engine) Stopped() bool {
+	select {
+	case <-e.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// Started reports whether Start was called.
+func (e *Engine) Started() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.started
+}
+
+// Connector returns how to open a connection of one's own outside db, a *pgxpool.Pool, with its
+// configuration (named applicationName unless that names itself), or nil if db is not one.
+func Connector(db any, applicationName string) func(ctx context.Context) (*pgx.Conn, error) {
+	pool, ok := db.(*pgxpool.Pool)
+	if !ok {
+		return nil
+	}
+	cc := pool.Config().ConnConfig // a copy
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	if _, ok := cc.RuntimeParams["application_name"]; !ok {
+		cc.RuntimeParams["application_name"] = applicationName
+	}
+	return func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc) }
+}
+
+// Wake makes the engine hot and wakes every sleeping runner.
+func (e *Engine) Wake() {
+	e.Active()
+	for range cap(e.wake) {
+		select {
+		case e.wake <- struct{}{}:
+		default:
+			return
+		}
+	}
+}
+
+// Active records activity: the engine is hot for HotWindow.
+func (e *Engine) Active() { e.lastActive.Store(int64(time.Since(e.epoch))) }
+
+// hot reports whether the last activity is less than HotWindow ago.
+func (e *Engine) hot() bool {
+	return int64(time.Since(e.epoch))-e.lastActive.Load() < int64(e.cfg.HotWindow)
+}
+
+// wakeOne wakes one sleeping runner (or the next one to sleep).
+func (e *Engine) wakeOne() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Sleep waits d, or until Stop or ctx's end; a Wake ends it too if wakeable.
+func (e *Engine) Sleep(ctx context.Context, d time.Duration, wakeable bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	wake := e.wake
+	if !wakeable {
+		wake = nil
+	}
+	select {
+	case <-t.C:
+	case <-wake:
+	case <-e.stopping:
+	case <-ctx.Done():
+	}
+}
+
+// ListenPID returns the backend pid of the listening connection while it listens, else 0.
+func (e *Engine) ListenPID() uint32 { return e.listenPID.Load() }
+
+// Notifications returns the number of notifications that woke the engine.
+func (e *Engine) Notifications() int64 { return e.notifications.Load() }
+
+// firstErrDelay is the longest first wait after a failed claim (PollInterval if shorter); it doubles
+// after each failure in a row, up to maxErrDelay.
+const (
+	firstErrDelay = time.Second
+	maxErrDelay   = 30 * time.Second
+)
+
+// loop is a runner: it claims and runs batches with r until Stop. Before it runs a batch it wakes
+// another runner when the batch was full (more may be waiting) or when nobody polls fast meanwhile,
+// and it claims again at once after it; when it finds nothing it sleeps HotPollInterval if the
+// engine is hot and no other runner polls fast, else PollInterval, until woken.
+func (e *Engine) loop(ctx context.Context, r Runner) {
+	defer r.Done(ctx)
+	first := min(e.cfg.PollInterval, firstErrDelay)
+	errDelay := first
+	for !e.Stopped() {
+		out, err := r.Claim(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				e.cfg.Logger.Warn("txinbox: "+e.cfg.Name+"claim failed", append(e.cfg.Attrs, "err", err)...)
+			}
+			e.Sleep(ctx, errDelay, true)
+			errDelay = min(errDelay*2, maxErrDelay)
+			continue
+		}
+		errDelay = first
+		switch out {
+		case Partial, Full:
+			e.Active()
+			if out == Full || !e.hotPoller.Load() {
+				e.wakeOne() // more may be waiting, or nobody watches for new work meanwhile
+			}
+			r.Run(ctx)
+		case Again:
+		default:
+			if e.hot() && e.hotPoller.CompareAndSwap(false, true) {
+				e.Sleep(ctx, min(e.cfg.HotPollInterval, e.cfg.PollInterval), true)
+				e.hotPoller.Store(false)
+			} else {
+				e.Sleep(ctx, e.cfg.PollInterval, true)
+			}
+		}
+	}
+}
