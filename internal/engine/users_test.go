@@ -1,0 +1,261 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/worker"
+)
+
+// A user of the engine, as the shared tests drive it: started with a ListenConnect of the test's
+// and the test's logger, it must get one unit of work done that nothing but polling can find.
+type user struct {
+	// start starts the user on db with listen as its ListenConnect, logging to logger, polling every
+	// poll, never fast; it returns a function that makes one unit of work and returns a function
+	// that reports whether that work is done.
+	start func(t *testing.T, db *testdb.DB, listen func(context.Context) (*pgx.Conn, error), logger *slog.Logger, poll time.Duration) (work func() (done func() bool))
+}
+
+// users are the engine's users, by package: TestEveryEngineUserIsTested keeps the list whole.
+var users = map[string]user{
+	"github.com/txinbox/txinbox/worker": {start: startPool},
+	"github.com/txinbox/txinbox/outbox": {start: startRelay},
+}
+
+// TestEveryEngineUserIsTested: every package of the module that imports internal/engine (outside
+// tests) has an entry in users, so that the shared tests below run on it.
+func TestEveryEngineUserIsTested(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", "github.com/txinbox/txinbox/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var found []string
+	for dec := json.NewDecoder(strings.NewReader(string(out))); ; {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(p.Imports, "github.com/txinbox/txinbox/internal/engine") {
+			found = append(found, p.ImportPath)
+			if _, ok := users[p.ImportPath]; !ok {
+				t.Errorf("package %s runs on internal/engine but has no entry in users: the shared engine tests do not run on it", p.ImportPath)
+			}
+		}
+	}
+	if len(found) < 2 {
+		t.Fatalf("engine users found: %v; the walk is broken", found)
+	}
+	for p := range users {
+		if !slices.Contains(found, p) {
+			t.Errorf("users lists %s, which does not import internal/engine", p)
+		}
+	}
+}
+
+// Behind a pooler that drops notifications (here a proxy that drops every NotificationResponse, as
+// PgBouncer in transaction mode does to a LISTEN), every engine user notices that its own check
+// notification never comes back, says so, and finds its work by polling.
+func TestPoolerDroppingNotificationsFallsBackToPolling(t *testing.T) {
+	t.Parallel()
+	for name, u := range users {
+		t.Run(strings.TrimPrefix(name, "github.com/txinbox/txinbox/"), func(t *testing.T) {
+			t.Parallel()
+			db := testdb.New(t)
+			proxy := dropNotifications(t, db.Pool)
+			logs := &logLines{}
+			work := u.start(t, db, proxy, slog.New(slog.NewTextHandler(logs, nil)), 200*time.Millisecond)
+			waitFor(t, "the warning that LISTEN does not work", 60*time.Second, func() bool {
+				return logs.has("LISTEN does not work on this connection; polling")
+			})
+			done := work()
+			waitFor(t, "the work found by polling", 30*time.Second, done)
+		})
+	}
+}
+
+func startPool(t *testing.T, db *testdb.DB, listen func(context.Context) (*pgx.Conn, error), logger *slog.Logger, poll time.Duration) func() func() bool {
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "noop", func(context.Context, pgx.Tx, *worker.Message[json.RawMessage]) error { return nil })
+	p, err := worker.New(db.Store(), worker.Config{Consumer: "c", Handlers: hs, ListenConnect: listen, Logger: logger,
+		PollInterval: poll, HotWindow: -1, DisableMaintainer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runService(t, p)
+	client, err := inbox.New(db.Store(), inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := func() func() bool {
+		if _, err := client.Receive(context.Background(), inbox.Message{Consumer: "c", Key: "k", Kind: "noop", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		return func() bool {
+			return db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'completed'`) == 1
+		}
+	}
+	return work
+}
+
+func startRelay(t *testing.T, db *testdb.DB, listen func(context.Context) (*pgx.Conn, error), logger *slog.Logger, poll time.Duration) func() func() bool {
+	var mu sync.Mutex
+	sent := 0
+	pub := outbox.PublisherFunc(func(_ context.Context, evs []outbox.Event) error {
+		mu.Lock()
+		sent += len(evs)
+		mu.Unlock()
+		return nil
+	})
+	r, err := outbox.NewRelay(db.Store(), outbox.RelayConfig{Publisher: pub, ListenConnect: listen, Logger: logger,
+		PollInterval: poll, HotWindow: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runService(t, r)
+	client, err := outbox.New(db.Store(), outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := func() func() bool {
+		tx, err := db.Pool.Begin(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.Publish(context.Background(), tx, outbox.Message{Topic: "t", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return sent == 1
+		}
+	}
+	return work
+}
+
+// runService starts s and stops it when the test ends.
+func runService(t *testing.T, s interface {
+	Start(context.Context) error
+	Stop(context.Context) error
+}) {
+	t.Helper()
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = s.Stop(ctx)
+	})
+}
+
+// dropNotifications starts a TCP proxy to pool's server that drops every NotificationResponse the
+// server sends, and returns a ListenConnect that connects through it.
+func dropNotifications(t *testing.T, pool *pgxpool.Pool) func(context.Context) (*pgx.Conn, error) {
+	t.Helper()
+	cc := pool.Config().ConnConfig.Copy()
+	server := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				s, err := net.Dial("tcp", server)
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+				copyDroppingNotifications(c, s)
+			}()
+		}
+	}()
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	p, _ := strconv.Atoi(port)
+	cc.Host, cc.Port, cc.TLSConfig, cc.Fallbacks = host, uint16(p), nil, nil
+	return func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc) }
+}
+
+// copyDroppingNotifications copies the server's messages (a type byte and a length) from s to c,
+// leaving out every NotificationResponse ('A').
+func copyDroppingNotifications(c io.Writer, s io.Reader) {
+	var head [5]byte
+	for {
+		if _, err := io.ReadFull(s, head[:]); err != nil {
+			return
+		}
+		body := make([]byte, int(binary.BigEndian.Uint32(head[1:]))-4)
+		if _, err := io.ReadFull(s, body); err != nil {
+			return
+		}
+		if head[0] == 'A' {
+			continue
+		}
+		if _, err := c.Write(append(head[:], body...)); err != nil {
+			return
+		}
+	}
+}
+
+// logLines collects the lines a text logger writes.
+type logLines struct {
+	mu    sync.Mutex
+	lines strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lines.Write(p)
+}
+
+func (l *logLines) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.lines.String(), s)
+}
+
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s after %v", what, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
