@@ -125,6 +125,26 @@ func storedMessage(r sqlc.Inbox) inbox.StoredMessage {
 	return m
 }
 
+// The headers of an inbox message that name the event it was delivered as, when that was a
+// CloudEvents event (every event of a txinbox outbox is): the broker adapters' sinks store the
+// event's CloudEvents attributes in the message's headers under these names, whatever the broker.
+const (
+	// HeaderEventID holds the event's CloudEvents id: for an event of a txinbox outbox, its event id
+	// (OutboxEvent.EventID in the publishing service's database).
+	HeaderEventID = "ce-id"
+	// HeaderEventSource holds the event's CloudEvents source: for an event of a txinbox outbox, the
+	// publishing service (outbox.RelayConfig.Source).
+	HeaderEventSource = "ce-source"
+)
+
+// Upstream returns the id and source of the event that the stored message m was delivered as: the
+// values of its headers HeaderEventID and HeaderEventSource, each "" when absent. For a message
+// published by another service's txinbox outbox, eventID is that event's event id, which that
+// service's admin finds with FindOutboxEvent.
+func Upstream(m inbox.StoredMessage) (eventID, source string) {
+	return m.Headers[HeaderEventID], m.Headers[HeaderEventSource]
+}
+
 func ts(t pgtype.Timestamptz) time.Time {
 	if !t.Valid {
 		return time.Time{}

@@ -3,7 +3,8 @@
 // the same answer to the same question. An [Admin] (made by [New] from the same [txinbox.Store] as
 // the other components):
 //
-//   - reads a message by id or by consumer and key ([Admin.GetMessage], [Admin.FindMessage]);
+//   - reads a message by id or by consumer and key ([Admin.GetMessage], [Admin.FindMessage]), and
+//     names the event it was delivered as, from its CloudEvents headers ([Upstream]);
 //   - lists dead letters newest first, with one rule for every filter (the error text matches as a
 //     substring in any case) and a cursor for the next page ([Admin.ListDead], [DeadFilter]), counts
 //     them ([Admin.CountDead]) and lists their ids ([Admin.DeadIDs], [Admin.DeadAmong]), replays and
@@ -16,7 +17,8 @@
 //   - reads the dead row versions of the txinbox tables and what holds back PostgreSQL's xmin horizon
 //     ([Admin.Health]);
 //   - answers the same questions about the transactional outbox (package outbox): its events per
-//     topic and state with the lag ([Admin.OutboxStats]), one event ([Admin.GetOutboxEvent]), its
+//     topic and state with the lag ([Admin.OutboxStats]), one event by id or by event id, the UUID
+//     a consumer sees ([Admin.GetOutboxEvent], [Admin.FindOutboxEvent], [Admin.OutboxIDs]), its
 //     dead events with the dead letters' filter rules and order ([Admin.ListOutboxDead],
 //     [OutboxDeadFilter], [Admin.CountOutboxDead], [Admin.OutboxDeadIDs], [Admin.OutboxDeadAmong]),
 //     replays and discards them ([Admin.ReplayOutboxDead], [Admin.DiscardOutboxDead]).

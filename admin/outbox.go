@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -159,6 +160,9 @@ type OutboxDeadEvent struct {
 	EventID string `json:"event_id"` // the event's public id, its idempotency key downstream
 	Topic   string `json:"topic"`
 	Key     string `json:"key"` // ordering key; "" when none
+	// Kind and ContentType are as in OutboxEvent, their defaults applied.
+	Kind        string `json:"kind"`
+	ContentType string `json:"content_type"`
 	// DiedAt is when the event died (its finished_at).
 	DiedAt          time.Time `json:"died_at"`
 	AttemptsStarted int       `json:"attempts_started"`
@@ -253,7 +257,8 @@ func (a *Admin) ListOutboxDead(ctx context.Context, f OutboxDeadFilter) ([]Outbo
 	for i, r := range rows {
 		died := ts(r.DiedAt)
 		out[i] = OutboxDeadEvent{Cursor: outboxCursor{at: died, id: r.ID}.String(), ID: r.ID, EventID: r.EventID,
-			Topic: r.Topic, Key: r.Key, DiedAt: died, AttemptsStarted: int(r.AttemptsStarted),
+			Topic: r.Topic, Key: r.Key, Kind: cmp.Or(r.Kind, r.Topic), ContentType: cmp.Or(r.ContentType, outbox.DefaultContentType),
+			DiedAt: died, AttemptsStarted: int(r.AttemptsStarted),
 			AttemptsFailed: int(r.AttemptsFailed), LastError: r.LastError}
 	}
 	return out, nil
@@ -330,12 +335,22 @@ func (a *Admin) OutboxDeadAmong(ctx context.Context, ids ...int64) ([]int64, err
 	return nonNil(got), nil
 }
 
-// OutboxEvent is one event of the outbox with every field, as GetOutboxEvent reads it.
+// OutboxEvent is one event of the outbox with every field, as GetOutboxEvent and FindOutboxEvent read
+// it.
 type OutboxEvent struct {
-	ID      int64  `json:"id"`       // the outbox's id: the order of the events, and the id of the admin calls
-	EventID string `json:"event_id"` // the event's public id (a UUID), its idempotency key downstream
+	ID int64 `json:"id"` // the outbox's id: the order of the events, and the id of the admin calls
+	// EventID is the event's public id (a UUID): the CloudEvents id a consumer sees, and its
+	// idempotency key downstream. FindOutboxEvent looks an event up by it.
+	EventID string `json:"event_id"`
 	Topic   string `json:"topic"`
 	Key     string `json:"key,omitempty"` // ordering key; "" when none
+	// Kind is the event's kind, sent as the CloudEvents type: outbox.Message.Kind, or the topic when
+	// it was published without one.
+	Kind string `json:"kind"`
+	// ContentType is the payload's media type, sent as the CloudEvents datacontenttype:
+	// outbox.Message.ContentType, or outbox.DefaultContentType ("application/json") when it was
+	// published without one.
+	ContentType string `json:"content_type"`
 	// Payload is the JSON document byte for byte as published.
 	Payload json.RawMessage   `json:"payload"`
 	Headers map[string]string `json:"headers,omitempty"`
@@ -358,12 +373,17 @@ type OutboxEvent struct {
 }
 
 // OutboxNotFoundError reports an outbox event that is not stored (never was, was discarded, or was
-// sent and then removed by a rotation after the retention window). It matches ErrNotFound.
+// sent and then removed by a rotation after the retention window): by id (GetOutboxEvent), or by
+// event id (FindOutboxEvent; ID is then 0). It matches ErrNotFound.
 type OutboxNotFoundError struct {
-	ID int64
+	ID      int64
+	EventID string
 }
 
 func (e *OutboxNotFoundError) Error() string {
+	if e.ID == 0 {
+		return fmt.Sprintf("txinbox: no outbox event has event id %s", e.EventID)
+	}
 	return fmt.Sprintf("txinbox: outbox event %d not found", e.ID)
 }
 
@@ -380,7 +400,8 @@ func (a *Admin) GetOutboxEvent(ctx context.Context, id int64) (OutboxEvent, erro
 	if err != nil {
 		return OutboxEvent{}, schemasql.Err(err)
 	}
-	ev := OutboxEvent{ID: r.ID, EventID: r.EventID, Topic: r.Topic, Key: r.Key, Payload: json.RawMessage(r.Payload),
+	ev := OutboxEvent{ID: r.ID, EventID: r.EventID, Topic: r.Topic, Key: r.Key, Kind: cmp.Or(r.Kind, r.Topic),
+		ContentType: cmp.Or(r.ContentType, outbox.DefaultContentType), Payload: json.RawMessage(r.Payload),
 		State: OutboxState(r.State), AttemptsStarted: int(r.AttemptsStarted), AttemptsFailed: int(r.AttemptsFailed),
 		NextRunAt: ts(r.NextRunAt), Owner: r.Owner, LeaseUntil: ts(r.LeaseUntil), Token: r.Token, LastError: r.LastError,
 		CreatedAt: ts(r.CreatedAt), StartedAt: ts(r.StartedAt), FinishedAt: ts(r.FinishedAt)}
@@ -388,6 +409,101 @@ func (a *Admin) GetOutboxEvent(ctx context.Context, id int64) (OutboxEvent, erro
 		_ = json.Unmarshal(r.Headers, &ev.Headers) // written by Publish as a JSON object of strings
 	}
 	return ev, nil
+}
+
+// CheckEventID returns nil when s has the form of an outbox event's event id (OutboxEvent.EventID, the
+// CloudEvents id a consumer sees): a UUID in its text form, 32 hexadecimal digits (either case) in
+// groups of 8, 4, 4, 4 and 12 joined by hyphens. Otherwise it returns an *[txinbox.ArgumentError]
+// named "eventID".
+func CheckEventID(s string) error {
+	return checkEventID("eventID", s)
+}
+
+func checkEventID(name, s string) error {
+	ok := len(s) == 36
+	for i := 0; ok && i < len(s); i++ {
+		c := s[i]
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			ok = c == '-'
+		} else {
+			ok = '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+		}
+	}
+	if !ok {
+		return &txinbox.ArgumentError{Name: name, Reason: fmt.Sprintf("%q is not an event id (a UUID such as 0190a8c2-6a1b-7c3d-9e4f-0123456789ab)", truncate(s))}
+	}
+	return nil
+}
+
+// truncate cuts s to 64 bytes for an error message.
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// FindOutboxEvent returns the outbox event whose event id (OutboxEvent.EventID: the UUID a consumer
+// sees as the CloudEvents id) is eventID, in any state, with every field as GetOutboxEvent reads it.
+// The event id is found with one probe of the index on it (migration 00012), never a scan. An event
+// id that no stored event has returns an *OutboxNotFoundError naming it (errors.Is ErrNotFound); a
+// string that is not an event id (CheckEventID) an *[txinbox.ArgumentError], without a statement.
+func (a *Admin) FindOutboxEvent(ctx context.Context, eventID string) (OutboxEvent, error) {
+	ids, err := a.outboxIDs(ctx, "eventID", []string{eventID})
+	if err != nil {
+		return OutboxEvent{}, err
+	}
+	if ids[0] == 0 {
+		return OutboxEvent{}, &OutboxNotFoundError{EventID: eventID}
+	}
+	ev, err := a.GetOutboxEvent(ctx, ids[0])
+	var nf *OutboxNotFoundError
+	if errors.As(err, &nf) { // deleted in between
+		return ev, &OutboxNotFoundError{EventID: eventID}
+	}
+	return ev, err
+}
+
+// OutboxIDs returns the outbox id (OutboxEvent.ID, the id the other calls take) of the event of each
+// of eventIDs, in the order given: ids[i] is the id of the stored event whose event id is
+// eventIDs[i] (in either case), 0 when none has it. It runs one statement, which probes the index on
+// the event id (migration 00012) once per event id. A string that is not an event id (CheckEventID)
+// returns an *[txinbox.ArgumentError] named "eventIDs", without a statement. At most MaxAdminIDs
+// event ids per call.
+func (a *Admin) OutboxIDs(ctx context.Context, eventIDs ...string) ([]int64, error) {
+	return a.outboxIDs(ctx, "eventIDs", eventIDs)
+}
+
+// outboxIDs is OutboxIDs, its argument called name in errors.
+func (a *Admin) outboxIDs(ctx context.Context, name string, eventIDs []string) ([]int64, error) {
+	if len(eventIDs) > MaxAdminIDs {
+		return nil, &txinbox.ArgumentError{Name: name, Reason: fmt.Sprintf("%d event ids, more than the limit of %d per call", len(eventIDs), MaxAdminIDs)}
+	}
+	for _, s := range eventIDs {
+		if err := checkEventID(name, s); err != nil {
+			return nil, err
+		}
+	}
+	ids := make([]int64, len(eventIDs))
+	if len(eventIDs) == 0 {
+		return ids, nil
+	}
+	lower := make([]string, len(eventIDs))
+	for i, s := range eventIDs {
+		lower[i] = strings.ToLower(s) // the text form PostgreSQL returns
+	}
+	rows, err := schemasql.Queries.OutboxIDsOfEventIDs(ctx, a.st.Wrap(a.store.DB), lower)
+	if err != nil {
+		return nil, schemasql.Err(err)
+	}
+	found := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		found[r.EventID] = r.ID
+	}
+	for i, s := range lower {
+		ids[i] = found[s]
+	}
+	return ids, nil
 }
 
 // ReplayOutboxDead puts the dead outbox events ids back to pending, in one statement, and returns

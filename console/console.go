@@ -19,7 +19,12 @@
 //   - Dead outbox events ("/outbox/dead"): filtered by topic, key, error text and time of death,
 //     newest first, as admin.Admin.ListOutboxDead lists them (the txinbox command's outbox dead list
 //     gives the same answer), with replay and discard as for dead letters.
-//   - Outbox event ("/outbox/event?id=N"): every field of one outbox event.
+//   - Outbox event ("/outbox/event?id=N", or ?id= its event id, the UUID a consumer sees): every
+//     field of one outbox event.
+//
+// A message delivered as a CloudEvents event (every event of a txinbox outbox is) names that event on
+// its page: "from event <id> of <source>" (admin.Upstream: its headers ce-id and ce-source), the event
+// id to look up in the publishing service's console (not a link: another service's database).
 //
 // Every figure and every change goes through package admin (admin.Admin.Overview, Health, ListDead,
 // ...): the console runs no statement of its own. Figures: pending, retrying, claimed and dead counts
@@ -172,10 +177,10 @@ func newHandler(schema string, cfg Config, a *admin.Admin) (http.Handler, error)
 	if _, err := rand.Read(h.key); err != nil {
 		return nil, err
 	}
-	for _, p := range []string{"overview", "message", "dead", "confirm", "result", "error", "outbox", "outbox_dead", "outbox_event"} {
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
+	for _, p := range pageNames {
+		t, err := parsePage(p)
 		if err != nil {
-			return nil, fmt.Errorf("console: template %s: %w", p, err)
+			return nil, err
 		}
 		h.pages[p] = t
 	}
@@ -192,6 +197,18 @@ func newHandler(schema string, cfg Config, a *admin.Admin) (http.Handler, error)
 		h.fail(w, r, http.StatusForbidden, "cross-origin request refused")
 	}))
 	return cop.Handler(h), nil
+}
+
+// pageNames are the console's pages: each a template of its own in the layout.
+var pageNames = []string{"overview", "message", "dead", "confirm", "result", "error", "outbox", "outbox_dead", "outbox_event"}
+
+// parsePage returns the template of the page name, in the layout.
+func parsePage(name string) (*template.Template, error) {
+	t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+	if err != nil {
+		return nil, fmt.Errorf("console: template %s: %w", name, err)
+	}
+	return t, nil
 }
 
 // ServeHTTP sets the security headers and, for every method but GET and HEAD (a POST: the only

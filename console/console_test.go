@@ -230,7 +230,7 @@ func TestValuesEscaped(t *testing.T) {
 	e := newEnv(t, console.Config{})
 	const evil = `<script>alert(1)</script><img src=x onerror=alert(2)>`
 	r, err := e.c.Receive(context.Background(), inbox.Message{Consumer: "billing", Key: evil, Kind: "Invoice",
-		Payload: []byte(`{"note": "` + strings.ReplaceAll(evil, `"`, `\"`) + `"}`), Headers: map[string]string{"x-evil": evil}})
+		Payload: []byte(`{"note": "` + strings.ReplaceAll(evil, `"`, `\"`) + `"}`), Headers: map[string]string{"x-evil": evil, "ce-id": "id" + evil, "ce-source": "src" + evil}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +246,12 @@ func TestValuesEscaped(t *testing.T) {
 		if !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") {
 			t.Fatalf("GET %s: the value is not shown as text:\n%s", path, body)
 		}
+	}
+	// The upstream event's id and source (headers ce-id and ce-source) are shown as text.
+	_, body := e.get(t, fmt.Sprintf("/message?id=%d", r.ID))
+	shown := html.EscapeString(evil)
+	if m := regexp.MustCompile(`(?s)<td id="m-upstream">.*?</td>`).FindString(body); !strings.Contains(m, "id"+shown) || !strings.Contains(m, "src"+shown) {
+		t.Fatalf("the upstream event's id and source are not shown as text: %q", m)
 	}
 }
 

@@ -45,6 +45,7 @@ func newMessageView(m inbox.StoredMessage) messageView {
 		CompletedAt: m.CompletedAt, ExpiresAt: m.ExpiresAt,
 		Payload: prettyJSON(m.Payload), Result: prettyJSON(m.Result), Undecodable: m.Raw != nil,
 	}
+	v.UpstreamEventID, v.UpstreamSource = admin.Upstream(m)
 	if m.Raw != nil {
 		v.Raw = hex.Dump(m.Raw)
 	}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -167,14 +166,22 @@ func (h *handler) outboxEvent(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, http.StatusOK, "outbox_event", "Find an outbox event", d)
 		return
 	}
-	id, err := positive("id", d.ID)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err.Error())
+	// The id typed: the event's id in the outbox, or its event id (the UUID a consumer sees).
+	var e admin.OutboxEvent
+	var err error
+	var which string
+	if id, perr := positive("id", d.ID); perr == nil {
+		e, err = h.admin.GetOutboxEvent(ctx, id)
+		which = "id " + strconv.FormatInt(id, 10)
+	} else if admin.CheckEventID(d.ID) == nil {
+		e, err = h.admin.FindOutboxEvent(ctx, d.ID)
+		which = "event id " + d.ID
+	} else {
+		h.fail(w, r, http.StatusBadRequest, (&inputError{"id", strconv.Quote(d.ID) + " is neither an outbox event's id (a positive integer) nor its event id (a UUID)"}).Error())
 		return
 	}
-	e, err := h.admin.GetOutboxEvent(ctx, id)
 	if errors.Is(err, admin.ErrNotFound) {
-		d.NotFound = fmt.Sprintf("No outbox event has id %d (never published, discarded, or sent and removed after the retention window).", id)
+		d.NotFound = "No outbox event has " + which + " (never published, discarded, or sent and removed after the retention window)."
 		h.render(w, r, http.StatusNotFound, "outbox_event", "Outbox event", d)
 		return
 	}

@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"fmt"
+	"html"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -229,7 +230,7 @@ func TestOutboxBadInputReadOnlyAndEscaping(t *testing.T) {
 	e := newEnv(t, console.Config{})
 	const evil = `<script>alert(1)</script><img src=x onerror=alert(2)>`
 	ids := outboxtest.Publish(t, e.DB, outbox.Message{Topic: "t" + evil, Key: evil, Payload: []byte(`{"note": "` + strings.ReplaceAll(evil, `"`, `\"`) + `"}`),
-		Headers: map[string]string{"x-evil": evil, "refuse": evil}})
+		Kind: "t", ContentType: `application/json; note="` + evil + `"`, Headers: map[string]string{"x-evil": evil, "refuse": evil}})
 	outboxtest.Drain(t, e.DB, outboxtest.ByHeaders, nil)
 	for _, path := range []string{"/outbox", "/outbox/dead", fmt.Sprintf("/outbox/event?id=%d", ids[0]), "/outbox/dead?error=" + url.QueryEscape("<script>")} {
 		code, body := e.get(t, path)
@@ -242,6 +243,10 @@ func TestOutboxBadInputReadOnlyAndEscaping(t *testing.T) {
 		if !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") {
 			t.Fatalf("GET %s: the value is not shown as text:\n%s", path, body)
 		}
+	}
+	// The content type (a media type's quoted parameter may hold markup) is shown as text.
+	if _, body := e.get(t, fmt.Sprintf("/outbox/event?id=%d", ids[0])); !strings.Contains(body, `<td id="e-content-type"><code>application/json; note=&#34;`+html.EscapeString(evil)+`&#34;</code></td>`) {
+		t.Fatalf("the content type is not shown as text:\n%s", body)
 	}
 	for _, path := range []string{"/outbox/dead?since=yesterday", "/outbox/dead?before=x", "/outbox/dead/confirm?op=explode&scope=filter",
 		"/outbox/dead/confirm?op=replay&scope=selected", "/outbox/event?id=-1"} {

@@ -104,14 +104,17 @@ type header struct{ Name, Value string }
 
 // messageView is one stored message, ready to display.
 type messageView struct {
-	ID                                int64
-	Consumer, Key, Kind, State        string
-	OrderingKey                       string
-	AttemptsStarted, AttemptsFailed   int
-	Owner                             string
-	Token                             int64
-	LastError                         string
-	Fingerprint                       string
+	ID                              int64
+	Consumer, Key, Kind, State      string
+	OrderingKey                     string
+	AttemptsStarted, AttemptsFailed int
+	Owner                           string
+	Token                           int64
+	LastError                       string
+	Fingerprint                     string
+	// UpstreamEventID and UpstreamSource name the event the message was delivered as (admin.Upstream):
+	// another service's database, so not a link.
+	UpstreamEventID, UpstreamSource   string
 	NextRunAt, LeaseUntil, ReceivedAt time.Time
 	StartedAt, CompletedAt, ExpiresAt time.Time
 	Payload, Result                   string // indented JSON

@@ -3,10 +3,11 @@
 -- schema template comment, which internal/schemasql replaces with the configured schema, quoted, at run
 -- time.
 --
--- The outbox table has no index but its primary key (id, slot), so that the relay's one write of a row
--- stays a HOT update (00009): the statements that look for events by state (sent, dead) read the whole
--- table; those about queued events read the queue (as large as the backlog) and each queued event by
--- its id.
+-- The outbox table has no index on the state, so that the relay's one write of a row stays a HOT update
+-- (00009): the statements that look for events by state (sent, dead) read the whole table; those about
+-- queued events read the queue (as large as the backlog) and each queued event by its id (the primary
+-- key (id, slot)); those about events named by their event id probe the index outbox_event_id (00012),
+-- which the relay's writes never change.
 
 -- name: OutboxQueueStats :many
 -- Counts the queued events (neither sent nor dead) per topic from the queue, each queue row's event
@@ -54,6 +55,7 @@ ORDER BY m.topic;
 -- before until, and (time of death, id) below (before_at, @before_id) when before_at is not NULL (the
 -- cursor of the next page); an empty filter does not filter. One scan of the outbox table.
 SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key,
+       coalesce(m.kind, '')::text AS kind, coalesce(m.content_type, '')::text AS content_type,
        m.finished_at AS died_at, m.attempts_started, m.attempts_failed,
        coalesce(m.last_error, '')::text AS last_error
 FROM /* TEMPLATE: schema */outbox m
@@ -102,8 +104,10 @@ SELECT m.id FROM /* TEMPLATE: schema */outbox m WHERE m.id = ANY(@ids::bigint[])
 
 -- name: GetOutboxEvent :one
 -- Reads one event by id, with its claim from its queue row while it is queued: claimed while a relay
--- holds it, with the claim's owner, lease (run_at), token, attempts and start.
-SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key, m.payload, m.headers,
+-- holds it, with the claim's owner, lease (run_at), token, attempts and start. The kind and content
+-- type are empty when the event takes their defaults (stored NULL).
+SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key,
+       coalesce(m.kind, '')::text AS kind, coalesce(m.content_type, '')::text AS content_type, m.payload, m.headers,
        (CASE WHEN q.claimed THEN 'claimed' ELSE m.state END)::text AS state,
        coalesce(q.attempts_started, m.attempts_started)::int AS attempts_started, m.attempts_failed,
        coalesce(q.token, m.token)::bigint AS token, coalesce(q.owner, '')::text AS owner,
@@ -114,6 +118,14 @@ SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS
 FROM /* TEMPLATE: schema */outbox m
 LEFT JOIN /* TEMPLATE: schema */outbox_queue q ON q.id = m.id
 WHERE m.id = @id;
+
+-- name: OutboxIDsOfEventIDs :many
+-- The event id (lowercase text) and id of each stored event whose event id is among @event_ids: one
+-- probe of the index outbox_event_id per event id, never a scan. An event id that no stored event has
+-- returns no row.
+SELECT m.event_id::text AS event_id, m.id
+FROM /* TEMPLATE: schema */outbox m
+WHERE m.event_id = ANY((@event_ids::text[])::uuid[]);
 
 -- name: ReplayOutboxDead :many
 -- Puts dead events back to pending with their attempts reset, keeping their row (so their event id,

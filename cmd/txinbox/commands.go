@@ -407,8 +407,12 @@ var deadShow = &command{
 	details: `
 A dead message's time of death is labelled "died" (its dedup window does not apply: it is kept until
 replayed or discarded); a completed message's is "completed", with the end of its dedup window
-("expires"). With --json: the JSON of inbox.StoredMessage, where a dead message's completed_at is
-when it died.`,
+("expires"). A message delivered as a CloudEvents event (every event of a txinbox outbox is) names
+that event: its id and source ("upstream event", "upstream source"; admin.Upstream, from the headers
+ce-id and ce-source), the event id and service to look it up with in the publishing service (its
+'txinbox outbox dead show EVENT-ID'). With --json: the JSON of inbox.StoredMessage, where a dead
+message's completed_at is when it died, with upstream_event_id and upstream_source when the message
+has them.`,
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) != 1 {
 			return usagef("dead show", "dead show needs exactly one message id")
@@ -427,10 +431,23 @@ when it died.`,
 			return err
 		}
 		if a.json {
-			return a.writeJSON(m)
+			return a.writeJSON(newMessageJSON(m))
 		}
 		return printMessage(a.stdout, m)
 	},
+}
+
+// messageJSON is the JSON of dead show: the message's, and the event it was delivered as.
+type messageJSON struct {
+	inbox.StoredMessage
+	UpstreamEventID string `json:"upstream_event_id,omitempty"`
+	UpstreamSource  string `json:"upstream_source,omitempty"`
+}
+
+func newMessageJSON(m inbox.StoredMessage) messageJSON {
+	j := messageJSON{StoredMessage: m}
+	j.UpstreamEventID, j.UpstreamSource = admin.Upstream(m)
+	return j
 }
 
 func printMessage(w io.Writer, m inbox.StoredMessage) error {
@@ -456,6 +473,9 @@ func printMessage(w io.Writer, m inbox.StoredMessage) error {
 	field("lease until", when(m.LeaseUntil))
 	field("token", m.Token)
 	field("fingerprint", m.Fingerprint) // hex, as in the JSON form
+	upID, upSource := admin.Upstream(m)
+	field("upstream event", dash(upID))
+	field("upstream source", dash(upSource))
 	if len(m.Headers) > 0 {
 		h, _ := json.Marshal(m.Headers)
 		field("headers", string(h))
@@ -487,23 +507,74 @@ func parseIDs(cmd string, args []string) ([]int64, error) {
 // parseIDsOf reads the ids in args (each alone, or comma-separated), each of them what ("a message
 // id").
 func parseIDsOf(cmd, what string, args []string) ([]int64, error) {
-	ids := make([]int64, 0, len(args))
+	ids, _, err := parseIDArgs(cmd, what, args, false)
+	return ids, err
+}
+
+// parseIDArgs reads the ids in args (each alone, or comma-separated), each of them what ("a message
+// id"): a positive integer, or, with byEventID, an outbox event's event id (a UUID). The two slices
+// are aligned, one entry per id given: ids[i] is the id, or 0 where the argument was the event id
+// eventIDs[i] (resolveEventIDs fills those in once connected).
+func parseIDArgs(cmd, what string, args []string, byEventID bool) (ids []int64, eventIDs []string, err error) {
+	ids = make([]int64, 0, len(args))
+	eventIDs = make([]string, 0, len(args))
 	for _, s := range args {
 		for _, part := range strings.Split(s, ",") {
 			if part == "" {
 				continue
 			}
 			id, err := strconv.ParseInt(part, 10, 64)
-			if err != nil || id <= 0 {
-				return nil, usagef(cmd, "%q is not %s (a positive integer)", part, what)
+			switch {
+			case err == nil && id > 0:
+				ids, eventIDs = append(ids, id), append(eventIDs, "")
+			case byEventID && admin.CheckEventID(part) == nil:
+				ids, eventIDs = append(ids, 0), append(eventIDs, part)
+			case byEventID:
+				return nil, nil, usagef(cmd, "%q is not %s: give its ID (a positive integer) or its EVENT ID (a UUID), as 'txinbox outbox dead list' shows them", part, what)
+			default:
+				return nil, nil, usagef(cmd, "%q is not %s (a positive integer)", part, what)
 			}
-			ids = append(ids, id)
 		}
 	}
 	if len(ids) > admin.MaxAdminIDs {
-		return nil, usagef(cmd, "%d ids: at most %d at once (use --all with filters)", len(ids), admin.MaxAdminIDs)
+		return nil, nil, usagef(cmd, "%d ids: at most %d at once (use --all with filters)", len(ids), admin.MaxAdminIDs)
 	}
-	return ids, nil
+	return ids, eventIDs, nil
+}
+
+// resolveEventIDs fills in ids the id of each event id given in eventIDs (aligned as parseIDArgs
+// returns them), with one statement. An event id that no stored event has is an error, before
+// anything is done: there is no id to report it by.
+func resolveEventIDs(c *admin.Admin, a *app, ids []int64, eventIDs []string) error {
+	var given []string
+	for _, e := range eventIDs {
+		if e != "" {
+			given = append(given, e)
+		}
+	}
+	if len(given) == 0 {
+		return nil
+	}
+	found, err := c.OutboxIDs(a.ctx, given...)
+	if err != nil {
+		return err
+	}
+	var unknown []string
+	j := 0
+	for i, e := range eventIDs {
+		if e == "" {
+			continue
+		}
+		if ids[i] = found[j]; ids[i] == 0 {
+			unknown = append(unknown, e)
+		}
+		j++
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("no outbox event has event id %s (never published, discarded, or sent and removed after the retention window): nothing was done",
+			strings.Join(unknown, ", "))
+	}
+	return nil
 }
 
 // bulkSpec is a replay or discard command of dead rows (dead replay and discard, outbox dead replay
@@ -535,10 +606,13 @@ type bulkFlags[F any] interface {
 type bulkRows[F any] struct {
 	group   string // the commands' group: "dead", "outbox dead" (with list and show commands)
 	ids     string // the ids a command takes: "message ids", "event ids"
-	idWord  string // one of them, for parseIDsOf: "a message id", "an event id"
+	idWord  string // one of them, for parseIDArgs: "a message id", "an event id"
 	one     string // one row in errors and help: "dead letter", "dead event"
 	counted string // what a printed count counts: "dead letter(s)", "dead outbox event(s)"
 	scope   string // the flag that bounds --all to one owner: "consumer", "topic"
+	// byEventID: the commands also take event ids (UUIDs: the outbox's events), resolved to ids once
+	// connected.
+	byEventID bool
 	// flags returns new flags, with --limit at its most (the page size of --all).
 	flags func() bulkFlags[F]
 	// count counts the rows f matches now and bounds f to them (not those that die meanwhile).
@@ -580,13 +654,14 @@ func bulkCommand[F any](r bulkRows[F], b bulkSpec) *command {
 				return usagef(name, "--yes only applies with --all")
 			}
 			var ids []int64
+			var eventIDs []string // given instead of ids (byEventID), resolved once connected
 			var f F
 			var err error
 			if all {
 				if f, err = d.filter(name); err != nil {
 					return err
 				}
-			} else if ids, err = parseIDsOf(name, r.idWord, args); err != nil {
+			} else if ids, eventIDs, err = parseIDArgs(name, r.idWord, args, r.byEventID); err != nil {
 				return err
 			}
 			if b.guarded && all && scope == "" && !yes && !dryRun {
@@ -597,6 +672,9 @@ func bulkCommand[F any](r bulkRows[F], b bulkSpec) *command {
 				return err
 			}
 			defer pool.Close()
+			if err := resolveEventIDs(c, a, ids, eventIDs); err != nil {
+				return err
+			}
 			act := b.do
 			if dryRun {
 				act = b.check

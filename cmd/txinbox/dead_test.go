@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -208,5 +210,57 @@ func TestDeadListMatchesConsole(t *testing.T) {
 	}
 	if len(got) != 65 || !slices.Equal(all, got) {
 		t.Errorf("since: the CLI lists %d %v, the console %d %v", len(got), got, len(all), all)
+	}
+}
+
+// dead show names the event a message was delivered as, from its headers ce-id and ce-source (as the
+// adapters' sinks store a CloudEvents event's id and source): the upstream event and source, in the
+// text and the JSON; a message without them shows none.
+func TestDeadShowNamesTheUpstreamEvent(t *testing.T) {
+	t.Parallel()
+	db, ids := seed(t)
+	c, err := inbox.New(db.Store(), inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const eventID, source = "0190a8c2-6a1b-7c3d-9e4f-0123456789ab", "/txinbox/orders"
+	r, err := c.Receive(context.Background(), inbox.Message{Consumer: "ledger", Key: eventID, Kind: "order.created", Payload: []byte(`{}`),
+		Headers: map[string]string{"ce-id": eventID, "ce-source": source}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := fmt.Sprint(r.ID)
+	f := shownFields(cli(t, db.URL, "--schema", db.Schema, "dead", "show", from).stdout)
+	if f["upstream event"] != eventID || f["upstream source"] != source {
+		t.Fatalf("dead show: upstream event %q, source %q; want %q, %q", f["upstream event"], f["upstream source"], eventID, source)
+	}
+	j := decode[map[string]any](t, cli(t, db.URL, "--schema", db.Schema, "--json", "dead", "show", from))
+	if j["upstream_event_id"] != eventID || j["upstream_source"] != source || j["key"] != eventID {
+		t.Fatalf("dead show --json: %v", j)
+	}
+	f = shownFields(cli(t, db.URL, "--schema", db.Schema, "dead", "show", fmt.Sprint(ids["d1"])).stdout)
+	if f["upstream event"] != "-" || f["upstream source"] != "-" {
+		t.Fatalf("dead show of a message without ce- headers: upstream event %q, source %q; want -", f["upstream event"], f["upstream source"])
+	}
+	j = decode[map[string]any](t, cli(t, db.URL, "--schema", db.Schema, "--json", "dead", "show", fmt.Sprint(ids["d1"])))
+	if _, ok := j["upstream_event_id"]; ok {
+		t.Fatalf("dead show --json of a message without ce- headers: %v", j)
+	}
+	// Its other keys are inbox.StoredMessage's.
+	m, err := admin.New(db.Store(), admin.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, err := m.GetMessage(context.Background(), ids["d1"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(sm)
+	var want map[string]any
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	if got, w := slices.Sorted(maps.Keys(j)), slices.Sorted(maps.Keys(want)); !slices.Equal(got, w) {
+		t.Fatalf("dead show --json keys %v, inbox.StoredMessage's %v", got, w)
 	}
 }

@@ -20,10 +20,13 @@
 //	discard-older --older-than AGE   delete completed (and, with --state, dead) messages older than AGE (alias: purge)
 //	outbox stats             the outbox's events per topic: pending, retrying, claimed, sent, dead; the lag
 //	outbox dead list         list the outbox's dead events, newest first (filters: --topic --key --error --since --until)
-//	outbox dead show ID      show one outbox event with every field
+//	outbox dead show ID      show one outbox event with every field (by ID, or by EVENT ID: the UUID a consumer sees)
 //	outbox dead replay ID...|--all   put dead outbox events back to pending (same event id, attempts reset)
 //	outbox dead discard ID...|--all  delete dead outbox events (--all needs --topic or --yes; --dry-run)
 //	ui [--addr HOST:PORT]    serve the operator console (package console); see 'txinbox ui --help'
+//
+// The outbox commands that take event ids take each as its ID (a positive integer) or its EVENT ID
+// (a UUID), the two ids 'outbox dead list' shows.
 //
 // The database comes from --database-url or the DATABASE_URL environment variable; the schema
 // defaults to public. Output is a table by default and JSON with --json (in the JSON form of the

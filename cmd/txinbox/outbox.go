@@ -132,8 +132,8 @@ are kept until replayed or discarded (rotations never remove them). They are lis
 by the time they died (then by id), as the console lists them for the same filters: --error matches
 a substring of the last error in any case. When the list is full, more may follow: pass --before
 with the CURSOR of the last one listed. With --json: an array of admin.OutboxDeadEvent (cursor, id,
-event_id, topic, key, died_at, attempts_started, attempts_failed, last_error); 'txinbox outbox dead
-show ID' shows every field of one.`,
+event_id, topic, key, kind, content_type, died_at, attempts_started, attempts_failed, last_error);
+'txinbox outbox dead show ID' shows every field of one.`,
 	flags: func(fs *flag.FlagSet) {
 		outboxDeadListFlags = outboxFlags{}
 		outboxDeadListFlags.register(fs, true, false)
@@ -163,9 +163,9 @@ show ID' shows every field of one.`,
 			fmt.Fprintf(a.stdout, "no dead outbox events\n")
 			return nil
 		}
-		tw := a.table("ID", "TOPIC", "KEY", "EVENT ID", "ATTEMPTS", "DIED", "LAST ERROR")
+		tw := a.table("ID", "TOPIC", "KIND", "KEY", "EVENT ID", "ATTEMPTS", "DIED", "LAST ERROR")
 		for _, e := range ls {
-			row(tw, e.ID, short(e.Topic, 30), dash(short(e.Key, 30)), e.EventID, e.AttemptsStarted, when(e.DiedAt), short(e.LastError, 60))
+			row(tw, e.ID, short(e.Topic, 30), short(e.Kind, 30), dash(short(e.Key, 30)), e.EventID, e.AttemptsStarted, when(e.DiedAt), short(e.LastError, 60))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -179,18 +179,19 @@ show ID' shows every field of one.`,
 
 var outboxDeadShow = &command{
 	name:    "outbox dead show",
-	args:    "ID",
+	args:    "ID | EVENT ID",
 	summary: "show one outbox event (in any state) with every field",
 	details: `
-ID is the event's id in the outbox (the ID column of 'txinbox outbox dead list'), not its event id.
-The state is pending, claimed (a relay holds it), sent or dead. With --json: the JSON of
-admin.OutboxEvent.`,
+The event is named by its id in the outbox (the ID column of 'txinbox outbox dead list', a positive
+integer) or by its event id (the EVENT ID column, a UUID: the CloudEvents id a consumer sees). The
+state is pending, claimed (a relay holds it), sent or dead; the kind and content type are shown with
+their defaults applied (the topic, application/json). With --json: the JSON of admin.OutboxEvent.`,
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		const name = "outbox dead show"
-		if len(args) != 1 {
+		if len(args) != 1 || strings.Contains(args[0], ",") {
 			return usagef(name, "outbox dead show needs exactly one event id")
 		}
-		ids, err := parseIDsOf(name, "an event id", args)
+		ids, eventIDs, err := parseIDArgs(name, "an event id", args, true)
 		if err != nil {
 			return err
 		}
@@ -199,7 +200,12 @@ admin.OutboxEvent.`,
 			return err
 		}
 		defer pool.Close()
-		e, err := c.GetOutboxEvent(a.ctx, ids[0])
+		var e admin.OutboxEvent
+		if eventIDs[0] != "" {
+			e, err = c.FindOutboxEvent(a.ctx, eventIDs[0])
+		} else {
+			e, err = c.GetOutboxEvent(a.ctx, ids[0])
+		}
 		if err != nil {
 			return err
 		}
@@ -216,6 +222,8 @@ func printOutboxEvent(w io.Writer, e admin.OutboxEvent) error {
 	field("id", e.ID)
 	field("event id", e.EventID)
 	field("topic", e.Topic)
+	field("kind", e.Kind)
+	field("content type", e.ContentType)
 	field("key", dash(e.Key))
 	field("state", e.State)
 	field("attempts", fmt.Sprintf("%d started, %d failed", e.AttemptsStarted, e.AttemptsFailed))
@@ -247,7 +255,7 @@ func printOutboxEvent(w io.Writer, e admin.OutboxEvent) error {
 
 // outboxRows are the outbox's dead events, for outbox dead replay and outbox dead discard.
 var outboxRows = bulkRows[admin.OutboxDeadFilter]{group: "outbox dead", ids: "event ids", idWord: "an event id",
-	one: "dead event", counted: "dead outbox event(s)", scope: "topic",
+	byEventID: true, one: "dead event", counted: "dead outbox event(s)", scope: "topic",
 	flags: func() bulkFlags[admin.OutboxDeadFilter] { return &outboxFlags{limit: admin.MaxDeadListLimit} },
 	count: func(c *admin.Admin, a *app, f *admin.OutboxDeadFilter) (int64, error) {
 		n, err := c.CountOutboxDead(a.ctx, *f)
@@ -274,15 +282,19 @@ var (
 		details: `
 A replayed event keeps its event id (its idempotency key downstream), payload and last error, starts
 again at attempt 1 and goes as soon as a relay claims it; an event with a key goes before the later
-queued events of its key. Exits 1 if a given id was not replayed.`,
+queued events of its key. Each ID is an event's id in the outbox (a positive integer) or its event
+id (a UUID, the CloudEvents id a consumer sees); an event id that no stored event has fails the
+command before anything is replayed. Exits 1 if a given id was not replayed.`,
 		skipIDs: "not dead, or not found",
 		skipAll: "no longer dead",
 		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.ReplayOutboxDead(a.ctx, ids...) },
 	})
 	outboxDeadDiscard = bulkCommand(outboxRows, bulkSpec{verb: "discard", past: "discarded", summary: "delete dead outbox events", details: `
-A discarded event is deleted: it is never published. --all without --topic needs --yes (it spans
-every topic). --dry-run prints what would be discarded and changes nothing. Exits 1 if a given id
-was not (with --dry-run: would not be) discarded.`,
+A discarded event is deleted: it is never published. Each ID is an event's id in the outbox (a
+positive integer) or its event id (a UUID, the CloudEvents id a consumer sees); an event id that no
+stored event has fails the command before anything is discarded. --all without --topic needs --yes
+(it spans every topic). --dry-run prints what would be discarded and changes nothing. Exits 1 if a
+given id was not (with --dry-run: would not be) discarded.`,
 		skipIDs: "not dead, or not found",
 		skipAll: "no longer dead",
 		guarded: true,

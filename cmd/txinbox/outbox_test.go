@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"html"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -138,15 +140,32 @@ func TestOutboxDeadCommands(t *testing.T) {
 		e.Headers["refuse"] == "" || strings.Join(strings.Fields(string(e.Payload)), "") != `{"n":1}` {
 		t.Fatalf("show: %+v", e)
 	}
+	if e.Kind != "audit" || e.ContentType != "application/json" { // the defaults
+		t.Fatalf("show --json: kind %q, content type %q; want audit, application/json", e.Kind, e.ContentType)
+	}
 	r = cli(t, url, "--schema", s, "outbox", "dead", "show", fmt.Sprint(ids["d3"]))
 	r.want(t, 0, "last error:", "")
-	for _, want := range []string{"event id:     " + e.EventID, "died:", "state:        dead", "payload:"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Fatalf("show lacks %q:\n%s", want, r.stdout)
+	f := shownFields(r.stdout)
+	for name, want := range map[string]string{"event id": e.EventID, "state": "dead", "kind": "audit", "content type": "application/json"} {
+		if f[name] != want {
+			t.Fatalf("show: %s %q, want %q:\n%s", name, f[name], want, r.stdout)
 		}
+	}
+	if f["died"] == "" || !strings.Contains(r.stdout, "payload:") {
+		t.Fatalf("show lacks the time of death or the payload:\n%s", r.stdout)
+	}
+	// By event id (the UUID a consumer sees), in either case: the same event, in both forms.
+	for _, eventID := range []string{e.EventID, strings.ToUpper(e.EventID)} {
+		if byEventID := cli(t, url, "--schema", s, "outbox", "dead", "show", eventID); byEventID.stdout != r.stdout || byEventID.code != 0 {
+			t.Fatalf("show %s: exit %d\n%s\nwant show %d's\n%s", eventID, byEventID.code, byEventID.stdout, ids["d3"], r.stdout)
+		}
+	}
+	if j := cli(t, url, "--schema", s, "--json", "outbox", "dead", "show", e.EventID); j.stdout != cli(t, url, "--schema", s, "--json", "outbox", "dead", "show", fmt.Sprint(ids["d3"])).stdout {
+		t.Fatalf("show --json by event id differs from show --json by id:\n%s", j.stdout)
 	}
 	cli(t, url, "--schema", s, "outbox", "dead", "show", fmt.Sprint(ids["s1"])).want(t, 0, "sent:", "")
 	cli(t, url, "--schema", s, "outbox", "dead", "show", "999999").want(t, 1, "", "outbox event 999999 not found")
+	cli(t, url, "--schema", s, "outbox", "dead", "show", notStoredEventID).want(t, 1, "", "no outbox event has event id "+notStoredEventID)
 	cli(t, url, "--schema", s, "outbox", "dead", "show", "abc").want(t, 2, "", "not an event id")
 
 	// replay one by id; a non-dead id fails the command but the dead one is replayed.
@@ -209,6 +228,10 @@ func TestOutboxUsage(t *testing.T) {
 		{[]string{"outbox", "dead", "show"}, "exactly one event id"},
 		{[]string{"outbox", "dead", "show", d1, d1}, "exactly one event id"},
 		{[]string{"outbox", "dead", "replay", "0"}, "not an event id"},
+		{[]string{"outbox", "dead", "show", "5f0c6a523c1e4b7a9d2e8a1b2c3d4e5f"}, "not an event id"},
+		{[]string{"outbox", "dead", "show", d1 + "," + d1}, "exactly one event id"},
+		{[]string{"outbox", "dead", "replay", "{" + notStoredEventID + "}"}, "not an event id"},
+		{[]string{"outbox", "dead", "discard", notStoredEventID + ",x"}, "not an event id"},
 		{[]string{"outbox", "dead", "replay", d1, "--all"}, "either ids or --all"},
 		{[]string{"outbox", "dead", "replay", "--all", "--topic", "a\x01"}, "--topic:"},
 		{[]string{"outbox", "dead", "discard", "--all", "--error", "funds"}, "--yes"},
@@ -395,5 +418,187 @@ func TestOutboxDeadListMatchesConsole(t *testing.T) {
 	}
 	if got := outboxIDs(since); len(got) != 65 || !slices.Equal(all, got) {
 		t.Errorf("since: the CLI lists %d %v, the console %d %v", len(got), got, len(all), all)
+	}
+}
+
+// notStoredEventID is an event id no test publishes (the outbox's event ids are UUIDs of version 7;
+// this one is of version 4).
+const notStoredEventID = "5f0c6a52-3c1e-4b7a-9d2e-8a1b2c3d4e5f"
+
+// shownFields returns the "name: value" lines of a show command's text output, by name.
+func shownFields(stdout string) map[string]string {
+	out := map[string]string{}
+	for line := range strings.Lines(stdout) {
+		name, value, ok := strings.Cut(line, ":")
+		if ok && !strings.HasPrefix(line, " ") {
+			out[name] = strings.TrimSpace(value)
+		}
+	}
+	return out
+}
+
+// outboxSnapshot is a checksum of every row of db's outbox tables.
+func outboxSnapshot(t *testing.T, db *testdb.DB) string {
+	t.Helper()
+	var s string
+	if err := db.Pool.QueryRow(context.Background(), db.SQL(`SELECT
+		(SELECT count(*) || ':' || coalesce(md5(string_agg(m::text, '|' ORDER BY m.id)), '') FROM {schema}.outbox m) || '/' ||
+		(SELECT count(*) || ':' || coalesce(md5(string_agg(q::text, '|' ORDER BY q.id)), '') FROM {schema}.outbox_queue q)`)).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// outboxIDCommands returns the commands of the command table that take outbox events' ids: the
+// outbox's commands whose arguments name an ID.
+func outboxIDCommands() []*command {
+	var out []*command
+	for _, c := range commands {
+		if strings.HasPrefix(c.name, "outbox ") && strings.Contains(c.args, "ID") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Every command that takes an outbox event's id (every outbox command of the table whose arguments
+// name an ID: show, replay, discard, and discard's dry run) takes its event id as well, the UUID a
+// consumer sees: given the event id of a dead event it does exactly what it does given its id (the
+// same output, the same rows after it, each run on a schema seeded alike), exit 0; given the event
+// id of no stored event, alone or with one that is, it exits 1 naming it and changes nothing; given
+// a string that is neither, it exits 2 and changes nothing.
+func TestEveryOutboxIDCommandTakesTheEventID(t *testing.T) {
+	t.Parallel()
+	cmds := outboxIDCommands()
+	if len(cmds) < 3 {
+		t.Fatalf("the command table has %d outbox commands taking ids, want show, replay and discard at least", len(cmds))
+	}
+	for _, c := range cmds {
+		variants := [][]string{nil}
+		fs := newFlagSet(c.name)
+		if c.flags != nil {
+			c.flags(fs)
+		}
+		if fs.Lookup("dry-run") != nil {
+			variants = append(variants, []string{"--dry-run"})
+		}
+		for _, extra := range variants {
+			name := strings.Join(append(strings.Fields(c.name), extra...), "_")
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				run := func(db *testdb.DB, json bool, ids ...string) result {
+					args := append([]string{"--schema", db.Schema}, strings.Fields(c.name)...)
+					if json {
+						args = append(args, "--json")
+					}
+					return cli(t, db.URL, append(append(args, extra...), ids...)...)
+				}
+				byID, idsA := seedOutbox(t)
+				byEventID, idsB := seedOutbox(t)
+				if fmt.Sprint(idsA) != fmt.Sprint(idsB) {
+					t.Fatalf("two seeds gave the events different ids: %v, %v", idsA, idsB)
+				}
+				d1 := fmt.Sprint(idsA["d1"])
+				var eventID string
+				if err := byEventID.Pool.QueryRow(context.Background(), byEventID.SQL(`SELECT event_id::text FROM {schema}.outbox WHERE id = $1`), idsB["d1"]).Scan(&eventID); err != nil {
+					t.Fatal(err)
+				}
+				// Wrong event ids first: nothing changes.
+				before := outboxSnapshot(t, byEventID)
+				run(byEventID, false, notStoredEventID).want(t, 1, "", "no outbox event has event id "+notStoredEventID)
+				run(byEventID, true, notStoredEventID).want(t, 1, "", "no outbox event has event id "+notStoredEventID)
+				if !strings.HasSuffix(c.name, " show") {
+					run(byEventID, false, eventID, notStoredEventID).want(t, 1, "", "no outbox event has event id "+notStoredEventID)
+				}
+				r := run(byEventID, false, eventID[:35]+"x")
+				if r.code != 2 || !strings.Contains(r.stderr, "not an event id") {
+					t.Fatalf("txinbox %s with a malformed event id: exit %d, stderr:\n%s\nwant exit 2", c.name, r.code, r.stderr)
+				}
+				if after := outboxSnapshot(t, byEventID); after != before {
+					t.Fatalf("txinbox %s with a wrong event id changed rows: %s -> %s", c.name, before, after)
+				}
+				// The event id of a dead event: as its id.
+				want := run(byID, true, d1)
+				got := run(byEventID, true, eventID)
+				if want.code != 0 || got.code != 0 {
+					t.Fatalf("txinbox %s: exit %d by id, %d by event id\nstderr: %s\n%s", c.name, want.code, got.code, want.stderr, got.stderr)
+				}
+				if strings.HasSuffix(c.name, " show") { // the events differ in event id and times: compare the one event
+					e, ed := decode[admin.OutboxEvent](t, want), decode[admin.OutboxEvent](t, got)
+					if ed.ID != idsB["d1"] || ed.EventID != eventID || ed.Topic != e.Topic || ed.Key != e.Key || ed.State != e.State {
+						t.Fatalf("txinbox %s %s: %+v\nwant the event of %s's: %+v", c.name, eventID, ed, d1, e)
+					}
+				} else if got.stdout != want.stdout {
+					t.Fatalf("txinbox %s %s:\n%s\nwant as %s gives:\n%s", c.name, eventID, got.stdout, d1, want.stdout)
+				}
+				states := `SELECT string_agg(id || ' ' || state, ', ' ORDER BY id) FROM {schema}.outbox`
+				var a, b string
+				for _, x := range []struct {
+					db *testdb.DB
+					to *string
+				}{{byID, &a}, {byEventID, &b}} {
+					if err := x.db.Pool.QueryRow(context.Background(), x.db.SQL(states)).Scan(x.to); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if a != b {
+					t.Fatalf("txinbox %s: by id the events became %s, by event id %s", c.name, a, b)
+				}
+			})
+		}
+	}
+}
+
+// The JSON of outbox dead list and outbox dead show has the keys of the Go types' JSON
+// (admin.OutboxDeadEvent, admin.OutboxEvent), the kind and content type among them.
+func TestOutboxJSONMatchesGoTypes(t *testing.T) {
+	t.Parallel()
+	db, ids := seedOutbox(t)
+	c, err := admin.New(db.Store(), admin.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	keys := func(v any) []string {
+		t.Helper()
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return slices.Sorted(maps.Keys(m))
+	}
+	list, err := c.ListOutboxDead(ctx, admin.OutboxDeadFilter{})
+	if err != nil || len(list) == 0 {
+		t.Fatalf("ListOutboxDead: %v, %v", list, err)
+	}
+	e, err := c.GetOutboxEvent(ctx, ids["d1"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []struct {
+		args []string
+		goV  any
+	}{
+		{[]string{"outbox", "dead", "list"}, list[0]},
+		{[]string{"outbox", "dead", "show", fmt.Sprint(ids["d1"])}, e},
+		{[]string{"outbox", "dead", "show", e.EventID}, e},
+	} {
+		out := decode[any](t, cli(t, db.URL, append([]string{"--schema", db.Schema, "--json"}, x.args...)...))
+		if arr, ok := out.([]any); ok {
+			out = arr[0]
+		}
+		got, want := keys(out), keys(x.goV)
+		if !slices.Equal(got, want) {
+			t.Errorf("txinbox %q --json has the keys %v; the Go type's JSON %v", x.args, got, want)
+		}
+		for _, k := range []string{"kind", "content_type"} {
+			if !slices.Contains(got, k) {
+				t.Errorf("txinbox %q --json lacks %s", x.args, k)
+			}
+		}
 	}
 }

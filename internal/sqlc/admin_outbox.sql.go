@@ -88,7 +88,8 @@ func (q *Queries) DiscardOutboxDead(ctx context.Context, db DBTX, ids []int64) (
 }
 
 const getOutboxEvent = `-- name: GetOutboxEvent :one
-SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key, m.payload, m.headers,
+SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key,
+       coalesce(m.kind, '')::text AS kind, coalesce(m.content_type, '')::text AS content_type, m.payload, m.headers,
        (CASE WHEN q.claimed THEN 'claimed' ELSE m.state END)::text AS state,
        coalesce(q.attempts_started, m.attempts_started)::int AS attempts_started, m.attempts_failed,
        coalesce(q.token, m.token)::bigint AS token, coalesce(q.owner, '')::text AS owner,
@@ -106,6 +107,8 @@ type GetOutboxEventRow struct {
 	EventID         string
 	Topic           string
 	Key             string
+	Kind            string
+	ContentType     string
 	Payload         string
 	Headers         []byte
 	State           string
@@ -122,7 +125,8 @@ type GetOutboxEventRow struct {
 }
 
 // Reads one event by id, with its claim from its queue row while it is queued: claimed while a relay
-// holds it, with the claim's owner, lease (run_at), token, attempts and start.
+// holds it, with the claim's owner, lease (run_at), token, attempts and start. The kind and content
+// type are empty when the event takes their defaults (stored NULL).
 func (q *Queries) GetOutboxEvent(ctx context.Context, db DBTX, id int64) (GetOutboxEventRow, error) {
 	row := db.QueryRow(ctx, getOutboxEvent, id)
 	var i GetOutboxEventRow
@@ -131,6 +135,8 @@ func (q *Queries) GetOutboxEvent(ctx context.Context, db DBTX, id int64) (GetOut
 		&i.EventID,
 		&i.Topic,
 		&i.Key,
+		&i.Kind,
+		&i.ContentType,
 		&i.Payload,
 		&i.Headers,
 		&i.State,
@@ -150,6 +156,7 @@ func (q *Queries) GetOutboxEvent(ctx context.Context, db DBTX, id int64) (GetOut
 
 const listOutboxDead = `-- name: ListOutboxDead :many
 SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key,
+       coalesce(m.kind, '')::text AS kind, coalesce(m.content_type, '')::text AS content_type,
        m.finished_at AS died_at, m.attempts_started, m.attempts_failed,
        coalesce(m.last_error, '')::text AS last_error
 FROM /* TEMPLATE: schema */outbox m
@@ -180,6 +187,8 @@ type ListOutboxDeadRow struct {
 	EventID         string
 	Topic           string
 	Key             string
+	Kind            string
+	ContentType     string
 	DiedAt          pgtype.Timestamptz
 	AttemptsStarted int32
 	AttemptsFailed  int32
@@ -216,6 +225,8 @@ func (q *Queries) ListOutboxDead(ctx context.Context, db DBTX, arg ListOutboxDea
 			&i.EventID,
 			&i.Topic,
 			&i.Key,
+			&i.Kind,
+			&i.ContentType,
 			&i.DiedAt,
 			&i.AttemptsStarted,
 			&i.AttemptsFailed,
@@ -311,6 +322,40 @@ func (q *Queries) OutboxDeadIDs(ctx context.Context, db DBTX, arg OutboxDeadIDsP
 	return items, nil
 }
 
+const outboxIDsOfEventIDs = `-- name: OutboxIDsOfEventIDs :many
+SELECT m.event_id::text AS event_id, m.id
+FROM /* TEMPLATE: schema */outbox m
+WHERE m.event_id = ANY(($1::text[])::uuid[])
+`
+
+type OutboxIDsOfEventIDsRow struct {
+	EventID string
+	ID      int64
+}
+
+// The event id (lowercase text) and id of each stored event whose event id is among @event_ids: one
+// probe of the index outbox_event_id per event id, never a scan. An event id that no stored event has
+// returns no row.
+func (q *Queries) OutboxIDsOfEventIDs(ctx context.Context, db DBTX, eventIds []string) ([]OutboxIDsOfEventIDsRow, error) {
+	rows, err := db.Query(ctx, outboxIDsOfEventIDs, eventIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxIDsOfEventIDsRow
+	for rows.Next() {
+		var i OutboxIDsOfEventIDsRow
+		if err := rows.Scan(&i.EventID, &i.ID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxQueueStats = `-- name: OutboxQueueStats :many
 
 SELECT m.topic,
@@ -343,10 +388,11 @@ type OutboxQueueStatsRow struct {
 // schema template comment, which internal/schemasql replaces with the configured schema, quoted, at run
 // time.
 //
-// The outbox table has no index but its primary key (id, slot), so that the relay's one write of a row
-// stays a HOT update (00009): the statements that look for events by state (sent, dead) read the whole
-// table; those about queued events read the queue (as large as the backlog) and each queued event by
-// its id.
+// The outbox table has no index on the state, so that the relay's one write of a row stays a HOT update
+// (00009): the statements that look for events by state (sent, dead) read the whole table; those about
+// queued events read the queue (as large as the backlog) and each queued event by its id (the primary
+// key (id, slot)); those about events named by their event id probe the index outbox_event_id (00012),
+// which the relay's writes never change.
 // Counts the queued events (neither sent nor dead) per topic from the queue, each queue row's event
 // read by its id (the queue has no topic): pending (waiting, never claimed), retrying (waiting,
 // claimed before: failed, handed back by a stopping relay, or replayed; a queue row's fencing token
