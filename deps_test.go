@@ -168,6 +168,7 @@ var allowedGroups = map[string][]string{
 	"console":     {"pgx", "golang-lru"},
 	"metrics":     {"pgx", "golang-lru", "Prometheus"},
 	"txotel":      {"pgx", "OpenTelemetry"},
+	"runner":      {"pgx"},
 	"cmd/txinbox": {"pgx", "golang-lru", "goose"},
 }
 

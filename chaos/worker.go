@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
+	txrunner "github.com/txinbox/txinbox/runner"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -77,11 +78,12 @@ func WorkerMain() int {
 	}
 	defer db.Close()
 
-	p, err := worker.New(txinbox.Store{DB: db, Schema: spec.Schema}, worker.Config{
-		Consumer: Consumer, Handlers: handlers(spec),
-		Concurrency: spec.Concurrency, BatchSize: spec.BatchSize, Lease: spec.Lease, Timeout: spec.Timeout,
-		PollInterval: spec.PollInterval, Logger: log, Owner: spec.AppName,
-		Backoff: worker.Exponential{Base: 50 * time.Millisecond, Max: time.Second}})
+	p, err := txrunner.New(txinbox.Store{DB: db, Schema: spec.Schema}, txrunner.Config{Logger: log, Owner: spec.AppName,
+		Pools: []worker.Config{{
+			Consumer: Consumer, Handlers: handlers(spec),
+			Concurrency: spec.Concurrency, BatchSize: spec.BatchSize, Lease: spec.Lease, Timeout: spec.Timeout,
+			PollInterval: spec.PollInterval,
+			Backoff:      worker.Exponential{Base: 50 * time.Millisecond, Max: time.Second}}}})
 	if err != nil {
 		log.Error("txchaos worker: pool config", "err", err)
 		return 2

@@ -244,7 +244,7 @@ func statements(schema string) *schemasql.Schema { return schemasql.New(schema) 
 // New returns a Middleware storing keys through store.DB (usually a *pgxpool.Pool) in the
 // idempotency_keys table of store.Schema (migration 00002, applied by package migrate). An invalid
 // store or cfg returns a *[txinbox.ConfigError] (errors.Is [txinbox.ErrInvalidConfig]). Expired keys
-// are deleted by the schema's maintainer (package maintain), which worker pools start.
+// are deleted by the schema's maintainer (package maintain), which every runner (package runner) runs.
 func New(store txinbox.Store, cfg Config) (*Middleware, error) {
 	store, err := store.Resolve()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -46,13 +47,13 @@ func TestMaintainerAnalyzesAgainAfterAnotherSessionsAnalyze(t *testing.T) {
 	logs := &logBuffer{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error { return nil })
-	run(t, e.pool(t, hs, func(c *worker.Config) {
+	run(t, e.pool(t, hs, func(c *worker.Config, m *maintain.Config) {
 		c.Logger = logs.logger()
 		c.DisableListen = true
 		// No health check: it reads the whole server's xmin horizon, and warns about any session on it
 		// idle in a transaction for HorizonWarnAge. The warnings this test is about are the safety
 		// net's.
-		c.Maintainer.HealthCheckInterval = -1
+		m.HealthCheckInterval = -1
 	}))
 	waitFor(t, "the maintainer's ANALYZE while the other session holds the table", func() bool {
 		return len(logs.find(t, "txinbox: analyzed tables that outgrew their statistics")) > 0

@@ -6,17 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/retention"
-	"github.com/txinbox/txinbox/worker"
+	"github.com/txinbox/txinbox/runner"
 )
 
 // Bad configuration is a *txinbox.ConfigError naming the field, from maintain.New and, prefixed with
-// Maintainer, from worker.New; nothing touches the database.
+// Maintenance, from runner.New; nothing touches the database.
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -33,16 +31,9 @@ func TestConfigErrors(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Field != field {
 			t.Errorf("%s: err = %v, want a *txinbox.ConfigError for %s", field, err, field)
 		}
-		hs := worker.NewHandlers()
-		worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil })
-		_, err = worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Maintainer: cfg})
-		if !errors.As(err, &ce) || ce.Field != "Maintainer."+field {
-			t.Errorf("worker.New, %s: err = %v, want a *txinbox.ConfigError for Maintainer.%s", field, err, field)
-		}
-		hs = worker.NewHandlers()
-		worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil })
-		if _, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Maintainer: cfg, DisableMaintainer: true}); err != nil {
-			t.Errorf("worker.New with DisableMaintainer, %s: %v", field, err)
+		_, err = runner.New(db.Store(), runner.Config{Maintenance: cfg})
+		if !errors.As(err, &ce) || ce.Field != "Maintenance."+field {
+			t.Errorf("runner.New, %s: err = %v, want a *txinbox.ConfigError for Maintenance.%s", field, err, field)
 		}
 	}
 	for _, j := range []maintain.Job{{Name: "bad name", Interval: time.Second, Run: run}, {Name: "x", Run: run}, {Name: "x", Interval: time.Second}} {

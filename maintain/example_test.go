@@ -12,8 +12,8 @@ import (
 	"github.com/txinbox/txinbox/maintain"
 )
 
-// A service that runs no worker pool (or runs its pools with worker.Config.DisableMaintainer) runs
-// the schema's maintainer itself; any number of processes may, one leads.
+// A runner (package runner) runs the schema's maintainer candidate; a process may also run one on its
+// own. Any number of processes may, one leads.
 func ExampleNew() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/postgres")
@@ -37,8 +37,8 @@ func ExampleNew() {
 
 // More jobs run like the built-in ones (the outbox's rotation is one of them), by the leader only,
 // at most once per period: here a job of the service's own, the deletion of its expired sessions
-// (give the same Config.Jobs to every maintainer of the schema, in worker.Config.Maintainer where the
-// pools start it).
+// (give the same Config.Jobs to every maintainer of the schema: runner.Config.Maintenance where a
+// runner runs it).
 func ExampleJob() {
 	var store txinbox.Store // the Store of the service's pools
 	cfg := maintain.Config{Jobs: []maintain.Job{{

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -33,12 +34,12 @@ func TestHealthWarnings(t *testing.T) {
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
-	run(t, e.pool(t, hs, func(c *worker.Config) {
+	run(t, e.pool(t, hs, func(c *worker.Config, m *maintain.Config) {
 		c.Logger = logs.logger()
-		c.Maintainer.HealthCheckInterval = 10 * time.Millisecond
-		c.Maintainer.HorizonWarnAge = time.Nanosecond
-		c.Maintainer.DeadRowsWarnThreshold = n - 1 // every message leaves one dead queue row (deleted by its finish)
-		c.Maintainer.QueueVacuumThreshold = -1
+		m.HealthCheckInterval = 10 * time.Millisecond
+		m.HorizonWarnAge = time.Nanosecond
+		m.DeadRowsWarnThreshold = n - 1 // every message leaves one dead queue row (deleted by its finish)
+		m.QueueVacuumThreshold = -1
 	}))
 	waitFor(t, "every message completed", func() bool { return e.completed(t) == n })
 
@@ -86,12 +87,12 @@ func TestHorizonWarningOff(t *testing.T) {
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
-	run(t, e.pool(t, hs, func(c *worker.Config) {
+	run(t, e.pool(t, hs, func(c *worker.Config, m *maintain.Config) {
 		c.Logger = logs.logger()
-		c.Maintainer.HealthCheckInterval = 10 * time.Millisecond
-		c.Maintainer.HorizonWarnAge = -1
-		c.Maintainer.DeadRowsWarnThreshold = n - 1 // every message leaves one dead queue row (deleted by its finish)
-		c.Maintainer.QueueVacuumThreshold = -1
+		m.HealthCheckInterval = 10 * time.Millisecond
+		m.HorizonWarnAge = -1
+		m.DeadRowsWarnThreshold = n - 1 // every message leaves one dead queue row (deleted by its finish)
+		m.QueueVacuumThreshold = -1
 	}))
 	waitFor(t, "a warning about the queue table's dead rows", func() bool {
 		for _, r := range logs.find(t, deadRowsWarning) {

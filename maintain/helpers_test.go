@@ -17,6 +17,7 @@ import (
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/maintain"
+	"github.com/txinbox/txinbox/runner"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -73,31 +74,34 @@ func (e *env) receive(t *testing.T, keys ...string) {
 	}
 }
 
-// pool returns a pool of consumer ledger (polling fast), which starts the schema's maintainer.
-func (e *env) pool(t *testing.T, hs *worker.Handlers, mod func(*worker.Config)) *worker.Pool {
+// pool returns a Runner of one pool of consumer ledger (polling fast) and the schema's maintainer
+// candidate; mod, if not nil, changes the pool's and the maintainer's Config. The pool's Logger is
+// the maintainer's too.
+func (e *env) pool(t *testing.T, hs *worker.Handlers, mod func(*worker.Config, *maintain.Config)) *runner.Runner {
 	t.Helper()
 	cfg := worker.Config{Consumer: "ledger", Handlers: hs, PollInterval: 20 * time.Millisecond,
 		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
+	var mc maintain.Config
 	if mod != nil {
-		mod(&cfg)
+		mod(&cfg, &mc)
 	}
-	p, err := worker.New(e.Store(), cfg)
+	r, err := runner.New(e.Store(), runner.Config{Pools: []worker.Config{cfg}, Maintenance: mc, Logger: cfg.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return r
 }
 
-// run starts p and stops it when t ends.
-func run(t *testing.T, p *worker.Pool) {
+// run starts s and stops it when t ends.
+func run(t *testing.T, s txinbox.Service) {
 	t.Helper()
-	if err := p.Start(context.Background()); err != nil {
+	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = p.Stop(ctx)
+		_ = s.Stop(ctx)
 	})
 }
 

@@ -5,10 +5,10 @@
 // the tables the workers read, the health warnings (dead row versions, the xmin horizon), the fold of
 // the console's roll-ups, and the deletion of the heartbeats of pools that died.
 //
-// Every worker pool starts a Maintainer by default (worker.Config.Maintainer; DisableMaintainer turns
-// it off), so a service that runs pools keeps its inbox and its outbox bounded with no other line; a
-// service that runs no pool, or wants the maintenance elsewhere, runs one with [New], then Start and
-// Stop (a [txinbox.Service]). However many run, one leads at a time and the others wait to take over.
+// Every runner (package runner, runner.Config.Maintenance) runs one Maintainer, whatever it runs
+// besides, so a service made with a runner keeps its inbox and its outbox bounded with no other line;
+// [New], then Start and Stop (a [txinbox.Service]), run one on its own. However many run, one leads
+// at a time and the others wait to take over.
 //
 // # Election
 //

@@ -18,6 +18,8 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/maintain"
+	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/runner"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -39,9 +41,13 @@ const processLease = 2 * time.Second
 // childConsumers are the consumers each child process runs a pool of.
 var childConsumers = []string{"a", "b", "c"}
 
-// child runs one pool of each of childConsumers (each starting the schema's maintainer, with a Lease
-// of processLease and generations of one second) until it is killed, logging JSON at Debug to
-// stdout. TXINBOX_CHILD_URL and TXINBOX_CHILD_SCHEMA name the database.
+// childRelays is the number of outbox relays each child process runs.
+const childRelays = 2
+
+// child runs one Runner (package runner) with one pool of each of childConsumers and childRelays
+// outbox relays, and so one maintainer candidate (Lease processLease, generations of one second),
+// until it is killed, logging JSON at Debug to stdout. TXINBOX_CHILD_URL and TXINBOX_CHILD_SCHEMA name
+// the database.
 func child() int {
 	ctx := context.Background()
 	schema := os.Getenv("TXINBOX_CHILD_SCHEMA")
@@ -50,33 +56,41 @@ func child() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
 	}
-	pcfg.MaxConns = int32(len(childConsumers)*(1+2) + 2) // each pool's runner, rescuer and heartbeat; the maintainers
+	pcfg.MaxConns = int32(len(childConsumers)*(1+2) + childRelays + 2) // each pool's runner, rescuer and heartbeat; the relays; the maintainer
 	db, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug})).With("pid", os.Getpid())
+	cfg := runner.Config{Logger: log, Maintenance: maintain.Config{Lease: processLease, Retention: retentionEvery(time.Second),
+		HealthCheckInterval: 500 * time.Millisecond, RollupInterval: 500 * time.Millisecond}}
 	for _, consumer := range childConsumers {
 		hs := worker.NewHandlers()
 		worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 			return applyCredit(ctx, tx, schema, m)
 		})
-		p, err := worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{Consumer: consumer, Handlers: hs,
-			Concurrency: 1, PollInterval: 50 * time.Millisecond, Logger: log,
-			Maintainer: maintain.Config{Lease: processLease, Retention: retentionEvery(time.Second),
-				HealthCheckInterval: 500 * time.Millisecond, RollupInterval: 500 * time.Millisecond}})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 3
-		}
-		if err := p.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 3
-		}
+		cfg.Pools = append(cfg.Pools, worker.Config{Consumer: consumer, Handlers: hs, Concurrency: 1, PollInterval: 50 * time.Millisecond})
 	}
+	for range childRelays {
+		cfg.Relays = append(cfg.Relays, outbox.RelayConfig{Concurrency: 1, PollInterval: 50 * time.Millisecond,
+			Publisher: outbox.PublisherFunc(func(context.Context, []outbox.Event) error { return nil })})
+	}
+	r, err := runner.New(txinbox.Store{DB: db, Schema: schema}, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	if err := r.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	log.Info(childStarted, "owner", r.Maintainer().Owner())
 	select {} // until killed
 }
+
+// childStarted is the message a child logs once its Runner runs, with its maintainer's owner.
+const childStarted = "test child: runner started"
 
 // proc is a child process and the log records it wrote.
 type proc struct {
@@ -170,8 +184,8 @@ func recTime(t *testing.T, r map[string]any) time.Time {
 	return at
 }
 
-// Three processes, each running pools of three consumers (nine maintainers in all): exactly one
-// maintainer leads at a time; when the leader's process is killed (SIGKILL), another takes over once
+// Three processes, each running one Runner of pools of three consumers and two relays (three
+// maintainer candidates in all, one per process): exactly one maintainer leads at a time; when the leader's process is killed (SIGKILL), another takes over once
 // its lease has ended, and the rotations go on; no job runs twice for the same period, across all the
 // processes (each run is logged with its job and period).
 func TestOneMaintainerAcrossProcessesAndSIGKILL(t *testing.T) {
@@ -226,6 +240,23 @@ func TestOneMaintainerAcrossProcessesAndSIGKILL(t *testing.T) {
 	waitFor(t, "every message completed", func() bool { return e.completed(t) == 90 })
 	for _, p := range procs {
 		p.kill()
+	}
+
+	// One maintainer candidate per process, whatever it runs (three pools, two relays): every record
+	// of leadership a process wrote names the one owner its Runner started with.
+	for _, p := range procs {
+		started := p.find(childStarted)
+		if len(started) != 1 {
+			t.Fatalf("process %d logged %d starts, want 1", p.cmd.Process.Pid, len(started))
+		}
+		owner := fmt.Sprint(started[0]["owner"])
+		for _, msg := range []string{leadsMsg, stoppedMsg} {
+			for _, r := range p.find(msg) {
+				if got := fmt.Sprint(r["owner"]); got != owner {
+					t.Errorf("process %d: a maintainer of owner %q led, besides its runner's %q: more than one candidate in one process", p.cmd.Process.Pid, got, owner)
+				}
+			}
+		}
 	}
 
 	// Leadership intervals: from each "now leads" to its "stopped leading", or to the kill.

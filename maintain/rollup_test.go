@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -37,9 +38,9 @@ func TestRollupCountsFinishedAttempts(t *testing.T) {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
 	obs := &countingObserver{}
-	run(t, e.pool(t, hs, func(c *worker.Config) {
+	run(t, e.pool(t, hs, func(c *worker.Config, m *maintain.Config) {
 		c.Observer = obs
-		c.Maintainer.RollupInterval = 50 * time.Millisecond
+		m.RollupInterval = 50 * time.Millisecond
 	}))
 	waitFor(t, "six events", func() bool { return obs.n.Load() == 6 })
 	var completed, failed, dead int64
@@ -80,9 +81,9 @@ func TestRollupCountsOutcomesRecordedOutsideTheBatch(t *testing.T) {
 		}
 		return nil
 	})
-	run(t, e.pool(t, hs, func(c *worker.Config) {
+	run(t, e.pool(t, hs, func(c *worker.Config, m *maintain.Config) {
 		c.Concurrency, c.BatchSize = 1, 10
-		c.Maintainer.RollupInterval = 50 * time.Millisecond
+		m.RollupInterval = 50 * time.Millisecond
 	}))
 	var completed, failed, dead int64
 	waitFor(t, "the roll-up of the three messages", func() bool {

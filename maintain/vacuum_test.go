@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -75,11 +76,11 @@ func TestMaintainerVacuumsAgainAfterAnotherSessionsVacuum(t *testing.T) {
 	}
 	before := v.vacuums()
 	logs := &logBuffer{}
-	v.drain(600, func(c *worker.Config) {
+	v.drain(600, func(c *worker.Config, m *maintain.Config) {
 		c.Logger = logs.logger()
 		// No health check: it reads the whole server's xmin horizon, and warns about any session on it
 		// idle in a transaction for HorizonWarnAge. The warnings this test is about are the vacuum's.
-		c.Maintainer.HealthCheckInterval = -1
+		m.HealthCheckInterval = -1
 	})
 	waitFor(t, "the maintainer's vacuum while the other session holds the table", func() bool {
 		return len(logs.find(t, "txinbox: vacuumed the queue table")) > 0
@@ -126,12 +127,12 @@ func (v queueChurn) dead() int64 {
 
 // drain receives n messages and runs a pool (its maintainer's QueueVacuumThreshold 100, then mod)
 // until they are completed.
-func (v queueChurn) drain(n int64, mod ...func(*worker.Config)) {
+func (v queueChurn) drain(n int64, mod ...func(*worker.Config, *maintain.Config)) {
 	v.e.receive(v.t, keys("v", int(n))...)
-	run(v.t, v.e.pool(v.t, v.e.creditHandlers(), func(c *worker.Config) {
-		c.Maintainer.QueueVacuumThreshold = 100
-		for _, m := range mod {
-			m(c)
+	run(v.t, v.e.pool(v.t, v.e.creditHandlers(), func(c *worker.Config, m *maintain.Config) {
+		m.QueueVacuumThreshold = 100
+		for _, f := range mod {
+			f(c, m)
 		}
 	}))
 	waitFor(v.t, "every message completed", func() bool { return v.e.completed(v.t) == n })

@@ -47,7 +47,7 @@
 // Retention: sent events are kept for a window (by default Store.Retention) for audit and replay,
 // then leave with their generation: the outbox table is a ring of three partitions, as the inbox's
 // is (migration 00006), emptied by TRUNCATE, never by row DELETEs. Unsent and dead events are never
-// removed by a rotation. The schema's maintainer (package maintain, which every worker pool starts)
+// removed by a rotation. The schema's maintainer (package maintain, which every runner runs)
 // rotates the outbox by itself, as its built-in job outbox-rotate, with the window
 // maintain.Config.OutboxWindow: a service whose pools run the default maintainer keeps its outbox
 // bounded with no line of its own. Where no maintainer rotates the outbox (no pool, or a negative

@@ -48,7 +48,7 @@ type Rotation struct {
 // (migration 00009, outbox_rotate), never a row DELETE: no dead row versions, no vacuum, and a
 // transaction holding back the xmin horizon does not stop it.
 //
-// The schema's maintainer (package maintain, which every worker pool starts) runs this rotation as
+// The schema's maintainer (package maintain, which every runner runs) runs this rotation as
 // its built-in job outbox-rotate, with the window maintain.Config.OutboxWindow (default
 // Store.Retention): call Rotate yourself only where no maintainer rotates the outbox, or by hand.
 //

@@ -40,9 +40,9 @@ func ExampleCleaner() {
 	}
 	handlers := worker.NewHandlers()
 	worker.Handle(handlers, "Ping", func(context.Context, pgx.Tx, *worker.Message[struct{}]) error { return nil })
-	// The pool's maintainer would rotate too (every second, with this Retention): this example
-	// rotates by hand, so it runs none.
-	pool, err := worker.New(store, worker.Config{Consumer: "audit", Handlers: handlers, DisableMaintainer: true})
+	// A pool runs no maintainer (a runner.Runner does, and would rotate every second with this
+	// Retention): this example rotates by hand.
+	pool, err := worker.New(store, worker.Config{Consumer: "audit", Handlers: handlers})
 	if err != nil {
 		panic(err)
 	}

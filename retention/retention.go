@@ -1,6 +1,6 @@
 // Package retention keeps the inbox table bounded: completed messages past their dedup window
 // (Store.Retention) leave with their generation, and expired idempotency keys are deleted. The
-// schema's maintainer (package maintain), which every worker pool starts by default, does both with
+// schema's maintainer (package maintain), which every runner (package runner) runs, does both with
 // this package's code ([Cleaner.RotateIfDue], [Cleaner.DeleteExpiredKeys]): a service needs no
 // Cleaner of its own. A [Cleaner] (made by [New]) is for manual use (the CLI's `txinbox rotate` and
 // `txinbox clean`) and for services that run no maintainer: it rotates generations and deletes
@@ -154,7 +154,7 @@ type Config struct {
 // began before a rotation fails with a serialization error (SQLSTATE 40001) when it receives
 // afterwards; retry it, as any transaction at those levels.
 //
-// Worker pools start the schema's maintainer (package maintain), which rotates and deletes expired
+// Every runner (package runner) runs the schema's maintainer (package maintain), which rotates and deletes expired
 // keys with this code: a Cleaner is needed only where no maintainer runs, or by hand. Several
 // Cleaners may run, in any processes: only one Cleaner per schema
 // runs a pass at any time, across all processes, because a pass holds a transaction-scoped PostgreSQL

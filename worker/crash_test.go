@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -78,8 +77,7 @@ func child(mode string) int {
 		hs = batchHangHandlers(schema, target, marker)
 	}
 	return runChild(pool, schema, worker.Config{Consumer: "ledger", Handlers: hs,
-		Concurrency: 2, BatchSize: 20, PollInterval: 20 * time.Millisecond, Lease: 2 * time.Second, Timeout: time.Second,
-		Maintainer: maintain.Config{Lease: 2 * time.Second}})
+		Concurrency: 2, BatchSize: 20, PollInterval: 20 * time.Millisecond, Lease: 2 * time.Second, Timeout: time.Second})
 }
 
 // runChild runs a pool of cfg on pool and schema until the queue is empty, then stops it and returns

@@ -87,8 +87,8 @@
 //
 // # Maintenance
 //
-// A pool starts the schema's maintainer (package maintain) unless Config.DisableMaintainer: one is
-// elected among all the pools and processes of the schema, and it alone rotates the inbox's
+// A pool runs no maintainer: a runner (package runner) runs the schema's maintainer candidate beside
+// its pools and relays. One is elected among all the runners of the schema, and it alone rotates the inbox's
 // generations (the inbox stays bounded with no retention.Cleaner), deletes expired idempotency keys,
 // runs the vacuum and statistics safety nets and the health warnings, and folds the console's
 // roll-ups, which each batch's finish counts in its own transaction. A pool also keeps a heartbeat

@@ -31,8 +31,7 @@ func TestLeaseFollowsLongestTimeout(t *testing.T) {
 			worker.Handle(hs, "slow"+string(rune('a'+i)), func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil },
 				worker.HandlerConfig{Timeout: to})
 		}
-		return worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Lease: lease, Timeout: poolTimeout,
-			DisableMaintainer: true})
+		return worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Lease: lease, Timeout: poolTimeout})
 	}
 	for _, tc := range []struct {
 		name         string

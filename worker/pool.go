@@ -22,7 +22,6 @@ import (
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/maintain"
 )
 
 // Defaults of Config.
@@ -118,20 +117,6 @@ type Config struct {
 	// Observer, if set, is told about every attempt finished (package metrics implements it).
 	// Default: none.
 	Observer Observer
-	// Maintainer configures the schema's maintainer that the pool starts (package maintain): one
-	// maintainer per schema is elected among all those running, across processes, and it alone
-	// rotates the inbox's generations (so that the inbox stays bounded with no retention.Cleaner)
-	// and the outbox's (sent events leave after maintain.Config.OutboxWindow, with no outbox.Rotate
-	// of the service's), deletes expired idempotency keys, runs the vacuum and statistics safety nets
-	// and the health warnings, and folds the console's roll-ups. Its Owner defaults to the pool's, its
-	// Logger to the pool's, and its Observer to the pool's if that implements maintain.Observer
-	// (package metrics does). Default: maintain's defaults.
-	Maintainer maintain.Config
-	// DisableMaintainer: the pool starts no maintainer. Set it when the schema's maintainer runs
-	// elsewhere (maintain.New in a service of its own, or in other pools): without any maintainer,
-	// neither the inbox nor the outbox is ever rotated and the console's counts are never folded.
-	// Default: false.
-	DisableMaintainer bool
 	// IdleWarnAfter: when the pool has claimed no message for this long while the queue holds
 	// messages of other consumers that no running pool serves (a mistyped Consumer, say), it logs one
 	// warning at Warn naming its consumer and those consumers; once per such idle stretch. Pools know
@@ -260,7 +245,6 @@ type Pool struct {
 	eng         *engine.Engine // runners, wake-ups, listening, Start/Stop
 	epoch       time.Time
 	lastMessage atomic.Int64         // ns since epoch of the last claim that returned messages
-	maint       *maintain.Maintainer // the schema's maintainer this pool runs; nil with DisableMaintainer
 	snoozedAt   time.Time            // the rescuer's last SnoozeBlocked
 	records     records              // the connection batches are recorded on
 
@@ -311,42 +295,17 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 			p.claimMax = max(p.claimMax, hd.cfg.BatchSize)
 		}
 	}
-	if !cfg.DisableMaintainer {
-		mc := cfg.Maintainer
-		if mc.Owner == "" {
-			mc.Owner = cfg.Owner
-		}
-		if mc.Logger == nil {
-			mc.Logger = cfg.Logger
-		}
-		if o, ok := cfg.Observer.(maintain.Observer); ok && mc.Observer == nil {
-			mc.Observer = o
-		}
-		if p.maint, err = maintain.New(store, mc); err != nil {
-			var ce *txinbox.ConfigError
-			if errors.As(err, &ce) && !strings.HasPrefix(ce.Field, "Store.") {
-				ce.Field = "Maintainer." + ce.Field
-			}
-			return nil, err
-		}
-	}
 	return p, nil
 }
-
-// Maintainer returns the schema's maintainer that p runs (Config.Maintainer), or nil with
-// Config.DisableMaintainer.
-func (p *Pool) Maintainer() *maintain.Maintainer { return p.maint }
 
 // Start checks that the schema has txinbox's tables (an error matching txinbox.ErrNotMigrated if not;
 // if the database cannot be asked, it logs a warning and starts anyway, since claims retry), then
 // starts Concurrency batch runners, one rescuer (which charges the batches that never finished
 // and takes their messages over in groups: see the package documentation, "Crash recovery"), the
-// pool's heartbeat (Config.IdleWarnAfter) and, unless Config.DisableMaintainer, the schema's
-// maintainer (package maintain: an error matching txinbox.ErrNotMigrated if the schema lacks its
-// tables), and returns. Each runner holds one connection while it runs a batch; the rescuer and the
-// heartbeat one more now and then, and the maintainer one while it runs a statement (one at a time;
-// a VACUUM or a rotation may hold it for a while): a *pgxpool.Pool with Concurrency+2 connections
-// rarely makes a runner wait, and Concurrency+4 never. When its MaxConns is below Concurrency, Start
+// pool's heartbeat (Config.IdleWarnAfter), and returns. Each runner holds one connection while it
+// runs a batch; the rescuer and the heartbeat one more now and then: a *pgxpool.Pool with
+// Concurrency+2 connections rarely makes a runner wait. (The schema's maintainer is not the pool's:
+// package runner runs one per process.) When its MaxConns is below Concurrency, Start
 // logs a warning once: fewer batches than Concurrency can run at once. With a *pgxpool.Pool, the
 // pool also opens two connections of its own, outside it: one it listens on, and one its batches
 // are recorded on (RecordBatch), so that a runner holding its batch's connection never waits for
@@ -376,12 +335,6 @@ func (p *Pool) Start(ctx context.Context) error {
 		p.cfg.Logger.Warn("txinbox: could not check the schema's tables; starting anyway",
 			"consumer", p.cfg.Consumer, "schema", p.store.Schema, "err", err)
 	}
-	if p.maint != nil {
-		// The maintainer outlives Start's ctx as the runners do, and stops with the pool.
-		if err := p.maint.Start(context.WithoutCancel(ctx)); err != nil {
-			return err
-		}
-	}
 	p.beat(ctx)
 	p.warnPoolSize()
 	return p.eng.Start(ctx, engine.Hooks{
@@ -391,10 +344,6 @@ func (p *Pool) Start(ctx context.Context) error {
 		AfterStop: func(ctx context.Context) {
 			p.records.close()
 			p.gone(ctx)
-			if p.maint != nil {
-				// Its jobs stop at once and it ends its lease (bounded); Stop's result is the batches' alone.
-				_ = p.maint.Stop(ctx)
-			}
 		},
 	})
 }

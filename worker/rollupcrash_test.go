@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/maintain"
+	"github.com/txinbox/txinbox/runner"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -35,9 +37,16 @@ func TestRollupCountsEveryCompletionAcrossSIGKILLs(t *testing.T) {
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
-	run(t, e.pool(t, hs, func(c *worker.Config) {
-		c.Maintainer.RollupInterval = 100 * time.Millisecond
-	}))
+	run(t, e.pool(t, hs, nil))
+	// The roll-up fold is the schema's maintainer's job: a Runner of no pool runs one.
+	m, err := runner.New(e.Store(), runner.Config{Maintenance: maintain.Config{RollupInterval: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
 	waitFor(t, "every message completed and every batch's counts folded", func() bool {
 		return e.count(t, "completed") == n && e.Count(t, `SELECT count(*) FROM {schema}.inbox_rollup_batch`) == 0
 	})

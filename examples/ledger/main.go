@@ -54,6 +54,7 @@ import (
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
 	"github.com/txinbox/txinbox/examples/ledger/internal/outboxdemo"
 	"github.com/txinbox/txinbox/examples/ledger/internal/pgenv"
+	"github.com/txinbox/txinbox/runner"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -213,23 +214,25 @@ func (w *workerFlags) faults(stdout io.Writer) *demo.Faults {
 	return f
 }
 
-// pool returns the worker pool (nil with --workers 0). observer may be nil.
-func (w *workerFlags) pool(db *pgxpool.Pool, schema string, logger *slog.Logger, stdout io.Writer, observer worker.Observer) (*worker.Pool, error) {
-	if w.workers == 0 {
-		return nil, nil
+// runner returns the service's runner: the worker pool (none with --workers 0) and the schema's
+// maintainer candidate. observer may be nil.
+func (w *workerFlags) runner(db *pgxpool.Pool, schema string, logger *slog.Logger, stdout io.Writer, observer worker.Observer) (*runner.Runner, error) {
+	cfg := runner.Config{Logger: logger, Owner: w.owner}
+	if w.workers > 0 {
+		l, err := ledger.New(db, schema)
+		if err != nil {
+			return nil, err
+		}
+		hs := worker.NewHandlers()
+		// The demo's fault injection, if any, wraps the ledger's handler.
+		worker.HandleBatch(hs, ledger.KindOrderPaid, w.faults(stdout).Inject(schema, l.Handler(logger)))
+		cfg.Pools = []worker.Config{{
+			Consumer: ledger.Consumer, Handlers: hs,
+			Concurrency: w.workers, BatchSize: w.batchSize, PollInterval: w.poll, Lease: w.lease, Timeout: w.timeout,
+			MaxAttempts: w.maxAttempts, Observer: observer,
+			Backoff: worker.Exponential{Base: w.backoffBase, Max: w.backoffLimit}}}
 	}
-	l, err := ledger.New(db, schema)
-	if err != nil {
-		return nil, err
-	}
-	hs := worker.NewHandlers()
-	// The demo's fault injection, if any, wraps the ledger's handler.
-	worker.HandleBatch(hs, ledger.KindOrderPaid, w.faults(stdout).Inject(schema, l.Handler(logger)))
-	return worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{
-		Consumer: ledger.Consumer, Handlers: hs,
-		Concurrency: w.workers, BatchSize: w.batchSize, PollInterval: w.poll, Lease: w.lease, Timeout: w.timeout,
-		MaxAttempts: w.maxAttempts, Owner: w.owner, Logger: logger, Observer: observer,
-		Backoff: worker.Exponential{Base: w.backoffBase, Max: w.backoffLimit}})
+	return runner.New(txinbox.Store{DB: db, Schema: schema}, cfg)
 }
 
 func parse(fs *flag.FlagSet, args []string) error {
@@ -290,13 +293,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		closeSources(srcs)
 		return err
 	}
-	p, err := wf.pool(db, c.schema, logger, io.Discard, obs.metrics)
+	rn, err := wf.runner(db, c.schema, logger, io.Discard, obs.metrics)
 	if err != nil {
 		closeSources(srcs)
 		return err
 	}
 	wake := func() {}
-	if p != nil {
+	if p := rn.Pool(ledger.Consumer); p != nil {
 		wake = p.Wake
 	}
 	h, err := api.New(api.Config{DB: db, Schema: c.schema, Wake: wake, Logger: logger, Observer: obs.metrics, CoalesceMax: coalesceMax})
@@ -314,11 +317,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv := &http.Server{Handler: accessLog(logger, mux), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	if p != nil {
-		if err := p.Start(context.WithoutCancel(ctx)); err != nil {
-			closeSources(srcs)
-			return err
-		}
+	if err := rn.Start(context.WithoutCancel(ctx)); err != nil {
+		closeSources(srcs)
+		return err
 	}
 	logger.Info("ledger: serving", "addr", ln.Addr().String(), "schema", c.schema, "workers", wf.workers, "coalesce_max", coalesceMax)
 	cons := startConsuming(ctx, srcs, logger)
@@ -336,9 +337,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
-	if p != nil {
-		_ = p.Stop(sctx)
-	}
+	_ = rn.Stop(sctx)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
@@ -376,7 +375,7 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	p, err := wf.pool(db, c.schema, logger, stdout, nil)
+	p, err := wf.runner(db, c.schema, logger, stdout, nil)
 	if err != nil {
 		closeSources(srcs)
 		return err

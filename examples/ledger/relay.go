@@ -17,6 +17,7 @@ import (
 	"github.com/txinbox/txinbox/adapters/natsjs"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/runner"
 )
 
 // The JetStream stream of the ledger's events. Its duplicate window drops a message whose
@@ -41,7 +42,8 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, name string) erro
 	return nil
 }
 
-// relay runs `ledger relay`: an outbox.Relay that publishes the ledger's AccountCredited events to
+// relay runs `ledger relay`: a runner.Runner of one outbox.Relay (and the schema's maintainer
+// candidate) that publishes the ledger's AccountCredited events to
 // NATS JetStream (subject = topic, Nats-Msg-Id = event id) until SIGTERM.
 func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ledger relay", flag.ContinueOnError)
@@ -101,9 +103,9 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *hangAfter > 0 {
 		pub = &hangingPublisher{Publisher: pub, after: *hangAfter, out: stdout}
 	}
-	r, err := outbox.NewRelay(txinbox.Store{DB: db, Schema: c.schema}, outbox.RelayConfig{
-		Publisher: pub, BatchSize: *batchSize, Lease: *lease, Timeout: *timeout, Logger: logger,
-	})
+	r, err := runner.New(txinbox.Store{DB: db, Schema: c.schema}, runner.Config{Logger: logger, Relays: []outbox.RelayConfig{{
+		Publisher: pub, BatchSize: *batchSize, Lease: *lease, Timeout: *timeout,
+	}}})
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/natsjs"
+	"github.com/txinbox/txinbox/runner"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -114,8 +115,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, KindAccountCredited, Handler(*schema, hook))
-	pool, err := worker.New(store, worker.Config{Consumer: Consumer, Handlers: hs, Concurrency: *workers,
-		Lease: *lease, Timeout: *lease / 3, Logger: logger})
+	pool, err := runner.New(store, runner.Config{Logger: logger, Pools: []worker.Config{{Consumer: Consumer, Handlers: hs,
+		Concurrency: *workers, Lease: *lease, Timeout: *lease / 3}}})
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@
 //
 // TXINBOX_SCHEMA names the schema for the inbox tables and the example's own table (default: public);
 // TXINBOX_RETENTION the dedup window, Store.Retention (a Go duration such as 1m; default 7 days). The
-// worker pool starts the schema's maintainer, which begins a new generation of the inbox every
+// runner runs the schema's maintainer candidate, which begins a new generation of the inbox every
 // Retention: completed messages leave their window, then the table, with no other line of code.
 // Stop it with Ctrl-C.
 package main
@@ -28,6 +28,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/migrate"
+	"github.com/txinbox/txinbox/runner"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -121,20 +122,20 @@ func run() error {
 	})
 
 	// 4. Run the pool until SIGINT/SIGTERM, then stop it with a deadline (below a Kubernetes grace period).
-	//    It also keeps the inbox bounded: it starts the schema's maintainer (one per schema is elected),
-	//    which retires completed messages once their Retention has passed.
-	p, err := worker.New(store, worker.Config{Consumer: "billing", Handlers: handlers})
+	//    The runner also keeps the tables bounded: it runs the schema's maintainer candidate (one per
+	//    schema is elected), which retires completed messages once their Retention has passed.
+	r, err := runner.New(store, runner.Config{Pools: []worker.Config{{Consumer: "billing", Handlers: handlers}}})
 	if err != nil {
 		return err
 	}
-	if err := p.Start(ctx); err != nil {
+	if err := r.Start(ctx); err != nil {
 		return err // txinbox.ErrNotMigrated if the schema has no inbox tables
 	}
 	<-sigCtx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := p.Stop(stopCtx); err != nil {
-		// *worker.StopError: batches still running at the deadline were rolled back and their messages
+	if err := r.Stop(stopCtx); err != nil {
+		// A *worker.StopError: batches still running at the deadline were rolled back and their messages
 		// handed back. Exit without pool.Close, which would wait for handlers that ignore their ctx.
 		return err
 	}

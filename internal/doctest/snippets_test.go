@@ -98,6 +98,8 @@ var imports = map[string]string{
 	"migrations":  modulePath + "/migrations",
 	"outbox":      modulePath + "/outbox",
 	"retention":   modulePath + "/retention",
+	"runner":      modulePath + "/runner",
+	"txotel":      modulePath + "/txotel",
 	"seen":        modulePath + "/seen",
 	"worker":      modulePath + "/worker",
 	"adapters":    modulePath + "/adapters",

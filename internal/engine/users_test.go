@@ -100,7 +100,7 @@ func startPool(t *testing.T, db *testdb.DB, listen func(context.Context) (*pgx.C
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "noop", func(context.Context, pgx.Tx, *worker.Message[json.RawMessage]) error { return nil })
 	p, err := worker.New(db.Store(), worker.Config{Consumer: "c", Handlers: hs, ListenConnect: listen, Logger: logger,
-		PollInterval: poll, HotWindow: -1, DisableMaintainer: true})
+		PollInterval: poll, HotWindow: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
