@@ -145,7 +145,7 @@ func (e *Engine) Start(ctx context.Context, h Hooks) error {
 		if e.cfg.Listen.Connect != nil {
 			e.wg.Go(func() { e.listen(runCtx) })
 		} else {
-			e.cfg.Logger.Info("txinbox: no connection to LISTEN on (Store.DB is not a *pgxpool.Pool and ListenConnect is nil); polling only",
+			e.cfg.Logger.Info("txinbox: no connection to LISTEN on (db is not a *pgxpool.Pool and ListenConnect is nil); polling only",
 				append(e.cfg.Attrs, "poll_interval", e.cfg.PollInterval)...)
 		}
 	}
