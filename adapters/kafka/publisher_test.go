@@ -149,6 +149,13 @@ func TestPublisherPair(t *testing.T) {
 				r.Headers = append(r.Headers, kgo.RecordHeader{Key: name, Value: []byte(v)})
 			}
 			f.produce(t, r)
+		},
+		Foreign: func(brokerID string, attrs map[string]string, body []byte) {
+			r := &kgo.Record{Value: body, Headers: []kgo.RecordHeader{{Key: adapters.IdempotencyKeyHeader, Value: []byte(brokerID)}}}
+			for name, v := range attrs {
+				r.Headers = append(r.Headers, kgo.RecordHeader{Key: "ce_" + name, Value: []byte(v)})
+			}
+			f.produce(t, r)
 		}})
 }
 

@@ -133,6 +133,17 @@ func TestPublisherPair(t *testing.T) {
 			if _, err := f.js.PublishMsg(context.Background(), m); err != nil {
 				t.Fatal(err)
 			}
+		},
+		Foreign: func(brokerID string, attrs map[string]string, body []byte) {
+			m := nats.NewMsg(topic)
+			m.Data = body
+			for name, v := range attrs {
+				m.Header.Set("ce-"+name, v)
+			}
+			m.Header.Set(MsgIDHeader, brokerID)
+			if _, err := f.js.PublishMsg(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
 		}})
 }
 

@@ -155,6 +155,13 @@ func TestPublisherPair(t *testing.T) {
 				h[name] = v
 			}
 			publish(t, ch, q, amqp.Publishing{MessageId: id, Headers: h, Body: body})
+		},
+		Foreign: func(brokerID string, attrs map[string]string, body []byte) {
+			h := amqp.Table{}
+			for name, v := range attrs {
+				h["cloudEvents_"+name] = v
+			}
+			publish(t, ch, q, amqp.Publishing{MessageId: brokerID, ContentType: "application/json", Headers: h, Body: body})
 		}})
 }
 

@@ -91,6 +91,15 @@ func TestReceiverPair(t *testing.T) {
 			if status, _, b := post(t, srv.URL+"/plain", secret, id, body, h, true); status != http.StatusAccepted {
 				t.Fatalf("plain request answered %d %s", status, b)
 			}
+		},
+		Foreign: func(brokerID string, attrs map[string]string, body []byte) {
+			h := map[string]string{"Content-Type": "application/json"}
+			for name, v := range attrs {
+				h["ce-"+name] = v
+			}
+			if status, _, b := post(t, srv.URL+"/foreign", secret, brokerID, body, h, true); status != http.StatusAccepted {
+				t.Fatalf("foreign request answered %d %s", status, b)
+			}
 		}})
 }
 

@@ -32,6 +32,11 @@ type PairHarness struct {
 	// Kafka x-idempotency-key header, the webhook-id header of a signed request), kind as its x-kind
 	// header, headers as its other headers, body as its body.
 	Plain func(id, kind string, body []byte, headers map[string]string)
+	// Foreign sends a message of a CloudEvents producer that is not txinbox where Start's sink reads
+	// it: brokerID as the broker's message id (as for Plain), the attributes attrs in the broker's
+	// CloudEvents binding (ce- headers for NATS and HTTP, ce_ for Kafka, cloudEvents_ for AMQP; no
+	// percent-encoding is needed for their values), body as its body.
+	Foreign func(brokerID string, attrs map[string]string, body []byte)
 }
 
 // Pair checks that a publisher and its package's sink need no configuration but where to store:
@@ -43,7 +48,9 @@ type PairHarness struct {
 // ce-source, ce-type, ce-time, ce-datacontenttype and ce-partitionkey (when the event has a key), and
 // no other header named like an attribute (the broker's prefixed copies are dropped). A message of a
 // producer that is not txinbox, with the broker's message id and an x-kind header, is stored as
-// before: key = that id, kind = x-kind, no ordering key, its headers unchanged and no ce- header.
+// before: key = that id, kind = x-kind, no ordering key, its headers unchanged and no ce- header. A
+// message of another CloudEvents producer, whose broker message id differs from its id attribute, is
+// stored under the id attribute, with its type and partitionkey.
 func Pair(t *testing.T, e *Env, h PairHarness) {
 	t.Helper()
 	type sent struct {
@@ -65,14 +72,20 @@ func Pair(t *testing.T, e *Env, h PairHarness) {
 	e.WaitSent(t, ids)
 	plainHeaders := map[string]string{AppHeader: "plain", "Traceparent": TraceParent}
 	h.Plain("plain-1", "legacy.kind", []byte(`{"plain": true}`), maps.Clone(plainHeaders))
+	h.Foreign("foreign-broker-1", map[string]string{"specversion": "1.0", "id": "foreign-ce-1", "source": "urn:other",
+		"type": "other.happened", "partitionkey": "p-9"}, []byte(`{"foreign": true}`))
 
 	var rows map[string]stored
 	adaptertest.WaitFor(t, "every event and the plain message stored", func() bool {
 		rows = storedRows(t, e)
-		return len(rows) >= len(ids)+1
+		return len(rows) >= len(ids)+2
 	})
-	if len(rows) != len(ids)+1 {
-		t.Errorf("the inbox holds %d messages, want %d", len(rows), len(ids)+1)
+	if len(rows) != len(ids)+2 {
+		t.Errorf("the inbox holds %d messages %v, want %d", len(rows), slices.Sorted(maps.Keys(rows)), len(ids)+2)
+	}
+	if f, ok := rows["foreign-ce-1"]; !ok || f.state == "dead" || f.kind != "other.happened" || f.ordering != "p-9" || f.headers["ce-source"] != "urn:other" {
+		t.Errorf("the other CloudEvents producer's message stored %+v (found %v), want it under its id attribute foreign-ce-1, pending, kind other.happened, ordering key p-9, ce-source urn:other (stored keys %v)",
+			f, ok, slices.Sorted(maps.Keys(rows)))
 	}
 	for _, id := range ids {
 		r, ok := rows[id]
