@@ -21,8 +21,11 @@ const (
 // code declares a Publisher (a method Publish taking a []outbox.Event), fails unless a Test function
 // of that package calls pubtest.Acknowledgment (an event the broker refuses is retried, never
 // recorded as sent), one calls pubtest.Deliver (committed events arrive under their ids, in order per
-// key; rolled-back ones never) and one calls pubtest.ContextEnd (when a call's ctx ends part-way, the
-// events the broker did not acknowledge fail with ctx's error, never recorded as sent).
+// key, in a CloudEvents envelope that the CloudEvents SDK reads: id, source, type, time,
+// datacontenttype, partitionkey, trace context; rolled-back ones never), one calls pubtest.ContextEnd
+// (when a call's ctx ends part-way, the events the broker did not acknowledge fail with ctx's error,
+// never recorded as sent) and one calls pubtest.Pair (the package's own sink, given only where to
+// store, takes each event's id, kind, ordering key and trace context from the envelope).
 func TestEveryPublisherChecksAcknowledgment(t *testing.T) {
 	t.Parallel()
 	var found []string
@@ -39,7 +42,7 @@ func TestEveryPublisherChecksAcknowledgment(t *testing.T) {
 		}
 		pkg := filepath.ToSlash(dir)
 		found = append(found, pkg+" ("+strings.Join(types, ", ")+")")
-		for _, fn := range []string{"Acknowledgment", "Deliver", "ContextEnd"} {
+		for _, fn := range []string{"Acknowledgment", "Deliver", "ContextEnd", "Pair"} {
 			if !testCalls(t, dir, pubtestImport, fn) {
 				t.Errorf("package %s declares the outbox publisher %s but no Test function calls pubtest.%s",
 					pkg, strings.Join(types, ", "), fn)

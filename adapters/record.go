@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/outbox"
 )
 
 // Record is the broker-neutral view of one delivered message, as key functions see it.
@@ -36,12 +37,22 @@ type Record struct {
 	// Headers are the broker headers as text (values that are not text are formatted, see the broker
 	// packages). Headers that the inbox cannot store (control characters, too long) are left out.
 	Headers map[string]string
+	// CloudEvent holds the CloudEvents attributes the message carries in its broker's protocol
+	// binding, by attribute name ("id", "source", "type", "partitionkey", ...), decoded: the ce-
+	// headers of NATS (and of an HTTP request), the ce_ headers and content-type of Kafka, the
+	// cloudEvents_ headers and content-type property of AMQP. Nil when it carries none. A record is a
+	// CloudEvent when it has a "specversion" attribute (see [Record.IsCloudEvent]): the Sink then
+	// reads its key, kind, ordering key and trace context from the envelope (see [Sink.Store]).
+	CloudEvent map[string]string
 	// Body is the message body, which must be a JSON document.
 	Body []byte
 	// Raw is the broker's own message: amqp091.Delivery (rabbitmq), jetstream.Msg (natsjs) or
 	// *kgo.Record (kafka), for key functions that need more.
 	Raw any
 }
+
+// IsCloudEvent reports whether r carries a CloudEvents envelope: a specversion attribute.
+func (r *Record) IsCloudEvent() bool { return r.CloudEvent[outbox.AttrSpecVersion] != "" }
 
 // KeyFunc derives the idempotency key of a record. It returns an error (usually wrapping ErrNoKey) if
 // the record has no key of its kind; the Sink then stores the message dead (see Sink.Store).
@@ -68,6 +79,21 @@ func MessageID() KeyFunc {
 			return "", fmt.Errorf("%w: no message id", ErrNoKey)
 		}
 		return r.MessageID, nil
+	}
+}
+
+// CloudEventID reads the id attribute of a record that is a CloudEvent ([Record.IsCloudEvent]): the
+// event id of a txinbox outbox's publishers, whatever the broker. It is the first strategy of every
+// broker package's default key.
+func CloudEventID() KeyFunc {
+	return func(r *Record) (string, error) {
+		if !r.IsCloudEvent() {
+			return "", fmt.Errorf("%w: not a CloudEvent", ErrNoKey)
+		}
+		if id := r.CloudEvent[outbox.AttrID]; id != "" {
+			return id, nil
+		}
+		return "", fmt.Errorf("%w: no CloudEvents id", ErrNoKey)
 	}
 }
 

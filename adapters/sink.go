@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode"
@@ -14,7 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/seen"
 )
 
@@ -31,16 +34,19 @@ type SinkConfig struct {
 	MaxPayloadBytes int
 	// Consumer is the inbox consumer the messages are for (inbox.Message.Consumer). Required.
 	Consumer string
-	// Key derives the idempotency key. Default: chosen by the broker package (see its Config).
+	// Key derives the idempotency key. Default: chosen by the broker package (see its Config), which
+	// starts with CloudEventID(), the id attribute of a CloudEvent (the event id of a txinbox outbox's
+	// publishers).
 	Key KeyFunc
-	// KindHeader is the header holding the message kind when the record has no type property (only
-	// AMQP has one). Default: DefaultKindHeader ("x-kind").
+	// KindHeader is the header holding the message kind when the record is no CloudEvent with a type
+	// attribute and has no type property (only AMQP has one). Default: DefaultKindHeader ("x-kind").
 	KindHeader string
 	// DefaultKind is the kind of a record that names none. Default: "": such a record is stored dead.
 	DefaultKind string
 	// OrderingKey, if set, derives the ordering key (inbox.Message.OrderingKey); Coordinates-like
 	// strategies make no sense here, RecordKey (Kafka) or a Header do. If it returns an error, the
-	// message has no ordering key. Default: nil, no ordering key.
+	// message has no ordering key. Default: nil: the partitionkey attribute of a CloudEvent (the event
+	// key of a txinbox outbox's publishers), else no ordering key.
 	OrderingKey KeyFunc
 	// Logger receives key conflicts and undecodable messages. Default: slog.Default().
 	Logger *slog.Logger
@@ -145,7 +151,19 @@ type item struct {
 }
 
 // Store writes recs into the inbox in one transaction and returns after it committed; the caller may
-// then acknowledge every record of the batch. New messages are inserted (inbox.Client.ReceiveManyTx,
+// then acknowledge every record of the batch.
+//
+// Each record becomes an inbox message: its key is SinkConfig.Key's; its kind is, the first that is
+// not empty, the type attribute of a CloudEvent ([Record.IsCloudEvent]), the record's Type (AMQP),
+// the SinkConfig.KindHeader header, SinkConfig.DefaultKind; its ordering key is SinkConfig.OrderingKey's,
+// or without one the partitionkey attribute of a CloudEvent; its headers are the record's. A
+// CloudEvent's headers are stored without the broker's prefixed copies of its attributes (ce-id,
+// ce_id, cloudEvents_id, ...): each attribute is stored under "ce-" and its name instead (ce-id,
+// ce-source, ce-type, ce-time, ce-specversion, ce-datacontenttype, ce-partitionkey, decoded, the
+// same for every broker), but for the trace context, stored as the W3C headers "traceparent" and
+// "tracestate" (the broker's protocol headers, in any case, else the attributes), which a worker's
+// Tracer continues.
+// New messages are inserted (inbox.Client.ReceiveManyTx,
 // one statement for the batch); a duplicate is left alone; a key conflict (same key, other kind or
 // payload) is logged and dropped, the stored message unchanged. A record that cannot be decoded (its
 // body is not JSON, it has no valid key or kind) is stored dead with its raw bytes
@@ -319,7 +337,14 @@ func (s *Sink) logOutcomes(items []item) {
 // decode turns r into an inbox message, or into an undecodable one if it cannot be stored as such.
 func (s *Sink) decode(r *Record) item {
 	r.Headers = sanitizeHeaders(r.Headers)
-	kind := r.Type
+	ce := r.IsCloudEvent()
+	var kind string
+	if ce {
+		kind = r.CloudEvent[outbox.AttrType]
+	}
+	if kind == "" {
+		kind = r.Type
+	}
 	if kind == "" {
 		kind = HeaderValue(r.Headers, s.cfg.KindHeader)
 	}
@@ -327,32 +352,73 @@ func (s *Sink) decode(r *Record) item {
 		kind = s.cfg.DefaultKind
 	}
 	r.Kind = kind
-	it := item{rec: r}
 	key, kerr := s.cfg.Key(r)
 	if kerr == nil {
 		if err := txinbox.ValidateKey(key); err != nil {
 			kerr = fmt.Errorf("invalid key: %w", err)
 		}
 	}
-	if kerr != nil {
-		it.bad = s.undecodable(r, "", kind, fmt.Sprintf("no valid idempotency key: %v", kerr))
-		return it
-	}
-	if kind == "" {
-		it.bad = s.undecodable(r, key, "", fmt.Sprintf("no kind: no type property, no %s header, and no DefaultKind", s.cfg.KindHeader))
-		return it
-	}
 	var ordering string
 	if s.cfg.OrderingKey != nil {
 		if k, err := s.cfg.OrderingKey(r); err == nil {
 			ordering = k
 		}
+	} else if ce {
+		ordering = r.CloudEvent[outbox.AttrPartitionKey]
+	}
+	if ce {
+		r.Headers = envelopeHeaders(r.Headers, r.CloudEvent)
+	}
+	it := item{rec: r}
+	if kerr != nil {
+		it.bad = s.undecodable(r, "", kind, fmt.Sprintf("no valid idempotency key: %v", kerr))
+		return it
+	}
+	if kind == "" {
+		it.bad = s.undecodable(r, key, "", fmt.Sprintf("no kind: no CloudEvents type, no type property, no %s header, and no DefaultKind", s.cfg.KindHeader))
+		return it
 	}
 	it.msg = inbox.Message{Consumer: s.cfg.Consumer, Key: key, Kind: kind, Payload: r.Body, Headers: r.Headers, OrderingKey: ordering}
 	if err := s.client.Validate(it.msg); err != nil {
 		it.bad = s.undecodable(r, key, kind, err.Error())
 	}
 	return it
+}
+
+// envelopeHeaders returns the headers to store for a CloudEvent whose headers are h and attributes
+// attrs: h without the broker's prefixed copies of the attributes (ce-id, ce_id, cloudEvents_id,
+// ...), with each attribute under "ce-" + its name (decoded), but for the trace context, stored as
+// the W3C headers "traceparent" and "tracestate": the protocol's headers (in any case) if h has a
+// traceparent, else the envelope's. Those the inbox cannot store are dropped (sanitizeHeaders).
+func envelopeHeaders(h, attrs map[string]string) map[string]string {
+	out := make(map[string]string, len(h)+len(attrs))
+	var tp, ts string
+	for name, v := range h {
+		switch {
+		case envelope.IsCopy(name, attrs):
+		case strings.EqualFold(name, txinbox.HeaderTraceParent):
+			tp = v
+		case strings.EqualFold(name, txinbox.HeaderTraceState):
+			ts = v
+		default:
+			out[name] = v
+		}
+	}
+	if tp == "" {
+		tp, ts = attrs[outbox.AttrTraceParent], attrs[outbox.AttrTraceState]
+	}
+	for name, v := range attrs {
+		if name != outbox.AttrTraceParent && name != outbox.AttrTraceState {
+			out["ce-"+name] = v
+		}
+	}
+	if tp != "" {
+		out[txinbox.HeaderTraceParent] = tp
+		if ts != "" {
+			out[txinbox.HeaderTraceState] = ts
+		}
+	}
+	return sanitizeHeaders(out)
 }
 
 // undecodable builds the dead record of r: an invalid key or kind is replaced (by the content hash of

@@ -268,3 +268,81 @@ func TestSinkCommitFails(t *testing.T) {
 		t.Errorf("%d rows, want 3", n)
 	}
 }
+
+// TestSinkReadsTheEnvelope: a record that is a CloudEvent (a specversion attribute) is stored with its
+// id attribute as key (the broker packages' default key starts with CloudEventID), its type as kind
+// (before the AMQP type and the x-kind header), its partitionkey as ordering key, and its headers
+// without the broker's prefixed copies of the attributes but with each attribute under its ce- name
+// and the trace context as traceparent and tracestate: the protocol's headers (in any case) if it has
+// them, else the attributes. A record with attributes but no specversion is no CloudEvent and is
+// stored as before; an explicit Key or OrderingKey wins over the envelope.
+func TestSinkReadsTheEnvelope(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	store := txinbox.Store{DB: db.Pool, Schema: db.Schema}
+	const tp, tpAttr = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-0af7651916cd43dd8448eb211c80319c-b9c7c989f97918e1-01"
+	attrs := func(id string) map[string]string {
+		return map[string]string{"specversion": "1.0", "id": id, "source": "/shop", "type": "order.paid", "time": "2026-01-02T03:04:05Z",
+			"datacontenttype": "application/json", "partitionkey": "order 7", "traceparent": tpAttr, "tracestate": "attr=1", "ext": "x"}
+	}
+	protocol := rec("broker-id-1", "amqp.type", `{"n": 1}`, map[string]string{
+		"ce_id": "e1", "cloudEvents_type": "order.paid", "CE-SOURCE": "/shop", "ce-partitionkey": "order%207",
+		"Traceparent": tp, "TraceState": "proto=1", "x-kind": "header.kind", "x-tenant": "t1"})
+	protocol.CloudEvent = attrs("e1")
+	fallback := rec("broker-id-2", "", `{"n": 2}`, map[string]string{"x-tenant": "t2"})
+	fallback.CloudEvent = attrs("e2")
+	notCE := rec("broker-id-3", "", `{"n": 3}`, map[string]string{"x-kind": "header.kind", "ce-type": "order.paid", "Traceparent": tp})
+	notCE.CloudEvent = map[string]string{"type": "order.paid", "id": "e3"}
+
+	s, err := adapters.NewSink(adapters.SinkConfig{Store: store, Consumer: "env", Key: adapters.FirstOf(adapters.CloudEventID(), adapters.MessageID())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Store(context.Background(), []*adapters.Record{protocol, fallback, notCE}); err != nil {
+		t.Fatal(err)
+	}
+	ce := func(id string) map[string]string {
+		return map[string]string{"ce-specversion": "1.0", "ce-id": id, "ce-source": "/shop", "ce-type": "order.paid",
+			"ce-time": "2026-01-02T03:04:05Z", "ce-datacontenttype": "application/json", "ce-partitionkey": "order 7", "ce-ext": "x"}
+	}
+	with := func(a, b map[string]string) map[string]string {
+		for k, v := range b {
+			a[k] = v
+		}
+		return a
+	}
+	for key, want := range map[string]struct {
+		kind, ordering string
+		headers        map[string]string
+	}{
+		"e1":          {"order.paid", "order 7", with(ce("e1"), map[string]string{"traceparent": tp, "tracestate": "proto=1", "x-kind": "header.kind", "x-tenant": "t1"})},
+		"e2":          {"order.paid", "order 7", with(ce("e2"), map[string]string{"traceparent": tpAttr, "tracestate": "attr=1", "x-tenant": "t2"})},
+		"broker-id-3": {"header.kind", "", map[string]string{"x-kind": "header.kind", "ce-type": "order.paid", "Traceparent": tp}},
+	} {
+		var kind, ordering string
+		var headers map[string]string
+		err := db.Pool.QueryRow(context.Background(), db.SQL(`SELECT kind, coalesce(ordering_key, ''), headers FROM {schema}.inbox
+			WHERE consumer = 'env' AND key = $1 AND state = 'pending'`), key).Scan(&kind, &ordering, &headers)
+		if err != nil {
+			t.Errorf("message %s: %v", key, err)
+			continue
+		}
+		if kind != want.kind || ordering != want.ordering || fmt.Sprint(headers) != fmt.Sprint(want.headers) {
+			t.Errorf("message %s stored with kind %q, ordering key %q, headers\n%v\nwant %q, %q,\n%v", key, kind, ordering, headers, want.kind, want.ordering, want.headers)
+		}
+	}
+
+	explicit, err := adapters.NewSink(adapters.SinkConfig{Store: store, Consumer: "explicit", Key: adapters.MessageID(), OrderingKey: adapters.Header("x-tenant")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rec("broker-id-4", "", `{"n": 4}`, map[string]string{"x-tenant": "t4"})
+	r.CloudEvent = attrs("e4")
+	if _, err := explicit.Store(context.Background(), []*adapters.Record{r}); err != nil {
+		t.Fatal(err)
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE consumer = 'explicit' AND key = 'broker-id-4' AND kind = 'order.paid'
+		AND ordering_key = 't4'`); n != 1 {
+		t.Error("with an explicit Key and OrderingKey, the envelope's id and partitionkey won")
+	}
+}

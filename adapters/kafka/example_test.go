@@ -18,8 +18,10 @@ import (
 )
 
 // Consume the topic "payments" as a member of the group "ledger" into the inbox. Records carry their
-// key in x-idempotency-key (else their coordinates topic:partition:offset are the key) and their kind in
-// x-kind, or default to "PaymentReceived". (Compiled, not run: it needs a cluster.)
+// key, kind and ordering key in a CloudEvents envelope (ce_id, ce_type, ce_partitionkey: every
+// kafka.Publisher's), or their key in x-idempotency-key (else their coordinates
+// topic:partition:offset are the key) and their kind in x-kind, or default to "PaymentReceived".
+// (Compiled, not run: it needs a cluster.)
 func Example() {
 	ctx := context.Background()
 	pool, _ := pgxpool.New(ctx, "postgres://app@localhost/app")

@@ -15,6 +15,12 @@
 // The other way round, a [Publisher] publishes the events of a txinbox outbox (package outbox) to
 // Kafka with franz-go's idempotent producer: each event's Key is its record's key and its id is in
 // a header, and an event is acknowledged to the relay only once the cluster acknowledged its record.
+//
+// Each event travels as a CloudEvent in the binary content mode of the Kafka protocol binding: ce_
+// headers (ce_id, ce_source, ce_type, ce_time, ce_partitionkey, ce_traceparent, ...) and
+// datacontenttype as the content-type header. A Consumer reads them back (adapters.Record.CloudEvent),
+// so that a Publisher → Consumer pair needs no key, kind or ordering configuration: the key is ce_id,
+// the kind ce_type, the ordering key ce_partitionkey (see adapters.Sink.Store).
 package kafka
 
 import (
@@ -27,6 +33,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/adapters/internal/run"
 )
 
@@ -39,9 +46,12 @@ type Config struct {
 	// kgo.BlockRebalanceOnPoll.
 	Options []kgo.Opt
 	// Sink says where records are stored and how they become inbox messages. The kind is the
-	// Sink.KindHeader header, else Sink.DefaultKind. Sink.Key default: the x-idempotency-key header,
-	// else the record's coordinates "topic:partition:offset"
-	// (adapters.FirstOf(adapters.Header(adapters.IdempotencyKeyHeader), adapters.Coordinates())).
+	// CloudEvents type (ce_type, with ce_specversion), else the Sink.KindHeader header, else
+	// Sink.DefaultKind; the ordering key, unless Sink.OrderingKey is set, the CloudEvents
+	// partitionkey (ce_partitionkey). Sink.Key default: the CloudEvents id (ce_id), else the
+	// x-idempotency-key header, else the record's coordinates "topic:partition:offset"
+	// (adapters.FirstOf(adapters.CloudEventID(), adapters.Header(adapters.IdempotencyKeyHeader),
+	// adapters.Coordinates())).
 	// Coordinates are stable across redeliveries but do not catch a producer that sends the same
 	// message twice; adapters.RecordKey() uses the record key, when each message has its own.
 	// Sink.Logger default: BatchConfig.Logger.
@@ -69,7 +79,7 @@ func New(cfg Config) (*Consumer, error) {
 		return nil, &txinbox.ConfigError{Field: "Options", Reason: "required (seed brokers, consumer group, topics)"}
 	}
 	sink, err := run.Setup(&cfg.BatchConfig, &cfg.Sink,
-		adapters.FirstOf(adapters.Header(adapters.IdempotencyKeyHeader), adapters.Coordinates()))
+		adapters.FirstOf(adapters.CloudEventID(), adapters.Header(adapters.IdempotencyKeyHeader), adapters.Coordinates()))
 	if err != nil {
 		return nil, err
 	}
@@ -192,8 +202,9 @@ func (c *Consumer) handle(ctx, abort context.Context, cl *kgo.Client, recs []*kg
 	}
 }
 
-// record turns a Kafka record into a Record: its headers (the last value of a repeated key), key,
-// topic, partition and offset.
+// record turns a Kafka record into a Record: its headers (the last value of a repeated key), its ce_
+// headers and content-type as CloudEvent (the Kafka binding of CloudEvents), key, topic, partition
+// and offset.
 func record(r *kgo.Record) *adapters.Record {
 	h := make(map[string]string, len(r.Headers))
 	for _, hd := range r.Headers {
@@ -201,5 +212,6 @@ func record(r *kgo.Record) *adapters.Record {
 			h[hd.Key] = s
 		}
 	}
-	return &adapters.Record{Source: r.Topic, Partition: r.Partition, Offset: r.Offset, RecordKey: r.Key, Headers: h, Body: r.Value, Raw: r}
+	return &adapters.Record{Source: r.Topic, Partition: r.Partition, Offset: r.Offset, RecordKey: r.Key, Headers: h,
+		CloudEvent: envelope.Kafka.Attributes(h), Body: r.Value, Raw: r}
 }

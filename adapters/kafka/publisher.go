@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -41,14 +40,26 @@ type PublisherConfig struct {
 // idempotent producer; it implements outbox.Publisher. Make it with [NewPublisher], give it to an
 // outbox.Relay, and [Publisher.Close] it after the relay stopped. It is safe for concurrent use.
 //
-// Each event becomes one record:
+// Each event becomes one record, a CloudEvent in the binary content mode of the Kafka protocol
+// binding (the attributes of ev.CloudEvent() as ce_ headers):
 //
-//	topic     ev.Topic
-//	key       ev.Key (no key when it is ""): the default partitioner sends a key's records to one
-//	          partition, where they keep the order the relay hands them over in (commit order)
-//	headers   ev.Headers (traceparent and tracestate unchanged), by name, then IDHeader = ev.ID, the
-//	          consumer's dedup key (an event header of that name, in any case, is left out)
-//	value     ev.Payload, byte for byte
+//	topic            ev.Topic
+//	key              ev.Key (no key when it is ""): the default partitioner sends a key's records to
+//	                 one partition, where they keep the order the relay hands them over in (commit
+//	                 order)
+//	ce_specversion   1.0
+//	ce_id            ev.ID: the consumer's dedup key
+//	ce_source        ev.Source (the relay's RelayConfig.Source)
+//	ce_type          ev.Kind: the consumer's kind
+//	ce_time          ev.CreatedAt, RFC 3339 in UTC
+//	content-type     ev.ContentType (the datacontenttype attribute)
+//	ce_partitionkey  ev.Key, when not "": the consumer's ordering key
+//	ce_traceparent   the event's traceparent and tracestate headers (the Distributed Tracing
+//	ce_tracestate    extension), when it has them: the trace context of the relay's hand-over
+//	IDHeader         ev.ID (x-idempotency-key by default)
+//	other headers    ev.Headers (traceparent and tracestate among them), by name, first; but those
+//	                 named as one of the above (in any case), which it replaces
+//	value            ev.Payload, byte for byte
 //
 // An event is acknowledged when the cluster acknowledged its record (written to every in-sync
 // replica). The idempotent producer keeps the client's own retries of a request from writing a
@@ -133,18 +144,11 @@ func (p *Publisher) record(ev *outbox.Event) *kgo.Record {
 	if ev.Key != "" {
 		r.Key = []byte(ev.Key)
 	}
-	names := make([]string, 0, len(ev.Headers))
-	for name := range ev.Headers {
-		if !strings.EqualFold(name, p.idHeader) {
-			names = append(names, name)
-		}
+	hs := envelope.Kafka.Headers(ev, envelope.Header{Name: p.idHeader, Value: ev.ID})
+	r.Headers = make([]kgo.RecordHeader, len(hs))
+	for i, h := range hs {
+		r.Headers[i] = kgo.RecordHeader{Key: h.Name, Value: []byte(h.Value)}
 	}
-	slices.Sort(names)
-	r.Headers = make([]kgo.RecordHeader, 0, len(names)+1)
-	for _, name := range names {
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: name, Value: []byte(ev.Headers[name])})
-	}
-	r.Headers = append(r.Headers, kgo.RecordHeader{Key: p.idHeader, Value: []byte(ev.ID)})
 	return r
 }
 

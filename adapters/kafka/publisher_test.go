@@ -17,6 +17,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	"github.com/txinbox/txinbox/adapters/internal/cetest"
 	"github.com/txinbox/txinbox/adapters/internal/pubtest"
 	"github.com/txinbox/txinbox/outbox"
 )
@@ -87,8 +88,12 @@ func (pc *pubCluster) consume(t *testing.T) func() []pubtest.Received {
 				for _, rh := range r.Headers {
 					h[rh.Key] = string(rh.Value)
 				}
+				// A CloudEvents receiver of the SDK (its Kafka binding, over the sarama message it would
+				// have consumed) reads the record.
+				ce, err := cetest.Kafka(r)
 				mu.Lock()
-				got = append(got, pubtest.Received{ID: h[adapters.IdempotencyKeyHeader], Key: string(r.Key), Payload: r.Value, Headers: h})
+				got = append(got, pubtest.Received{ID: h[adapters.IdempotencyKeyHeader], Key: string(r.Key), Payload: r.Value, Headers: h,
+					CloudEvent: ce, CloudEventErr: err})
 				mu.Unlock()
 			})
 		}
@@ -113,8 +118,9 @@ func newPublisher(t *testing.T, cfg PublisherConfig) *Publisher {
 
 // TestPublisherDeliver: through a real relay over a real outbox (pubtest.Deliver), each committed
 // event is written to its topic with the event's Key as record key and its id in the
-// x-idempotency-key header, its headers (trace context included) kept; a key's events in commit
-// order (one partition per key); nothing of a rolled-back transaction.
+// x-idempotency-key header, its headers (trace context included) kept and its CloudEvents envelope
+// as ce_ headers and content-type, which the SDK's Kafka binding reads into a valid event; a key's
+// events in commit order (one partition per key); nothing of a rolled-back transaction.
 func TestPublisherDeliver(t *testing.T) {
 	t.Parallel()
 	pc := newPubCluster(t)
@@ -124,6 +130,33 @@ func TestPublisherDeliver(t *testing.T) {
 		t.Fatal("the publisher's client is not idempotent")
 	}
 	pubtest.Deliver(t, pubtest.New(t), pubtest.DeliverHarness{Publisher: pub, Topic: pc.topic, Received: received, RecordKey: true})
+}
+
+// TestPublisherPair: a Publisher and a Consumer of its topic whose Sink names only the store and the
+// consumer store each event under its id, with its kind, its key as ordering key and its trace
+// context, read from the envelope; a record of another producer (x-idempotency-key, x-kind) is stored
+// as before (pubtest.Pair).
+func TestPublisherPair(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	pub := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers(f.seeds...)}})
+	pubtest.Pair(t, pubtest.New(t), pubtest.PairHarness{Publisher: pub, Topic: f.topic,
+		Start: func(sink adapters.SinkConfig) { start(t, newConsumer(t, f.config(sink))) },
+		Plain: func(id, kind string, body []byte, headers map[string]string) {
+			r := &kgo.Record{Value: body, Headers: []kgo.RecordHeader{
+				{Key: adapters.IdempotencyKeyHeader, Value: []byte(id)}, {Key: adapters.DefaultKindHeader, Value: []byte(kind)}}}
+			for name, v := range headers {
+				r.Headers = append(r.Headers, kgo.RecordHeader{Key: name, Value: []byte(v)})
+			}
+			f.produce(t, r)
+		},
+		Foreign: func(brokerID string, attrs map[string]string, body []byte) {
+			r := &kgo.Record{Value: body, Headers: []kgo.RecordHeader{{Key: adapters.IdempotencyKeyHeader, Value: []byte(brokerID)}}}
+			for name, v := range attrs {
+				r.Headers = append(r.Headers, kgo.RecordHeader{Key: "ce_" + name, Value: []byte(v)})
+			}
+			f.produce(t, r)
+		}})
 }
 
 // TestPublisherAcknowledgment: while the cluster fails every produce request, every attempt fails and

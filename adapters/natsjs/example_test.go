@@ -19,8 +19,9 @@ import (
 )
 
 // Consume the durable consumer "ledger" of the stream PAYMENTS into the inbox. Messages carry their
-// key in Nats-Msg-Id or x-idempotency-key and their kind in x-kind. (Compiled, not run: it needs a
-// server.)
+// key, kind and ordering key in a CloudEvents envelope (ce-id, ce-type, ce-partitionkey: every
+// natsjs.Publisher's), or their key in Nats-Msg-Id or x-idempotency-key and their kind in x-kind.
+// (Compiled, not run: it needs a server.)
 func Example() {
 	ctx := context.Background()
 	pool, _ := pgxpool.New(ctx, "postgres://app@localhost/app")

@@ -9,6 +9,12 @@
 // The other way round, a [Publisher] publishes the events of a txinbox outbox (package outbox) to
 // JetStream: each event's id is its message's Nats-Msg-Id, and an event is acknowledged to the relay
 // only once JetStream answered with a PubAck.
+//
+// Each event travels as a CloudEvent in the binary content mode of the NATS protocol binding: ce-
+// headers (ce-id, ce-source, ce-type, ce-time, ce-datacontenttype, ce-partitionkey, ce-traceparent,
+// ...), percent-encoded. A Consumer reads them back (adapters.Record.CloudEvent), so that a Publisher
+// → Consumer pair needs no key, kind or ordering configuration: the key is ce-id, the kind ce-type,
+// the ordering key ce-partitionkey (see adapters.Sink.Store).
 package natsjs
 
 import (
@@ -21,6 +27,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/adapters/internal/run"
 )
 
@@ -38,9 +45,11 @@ type Config struct {
 	// cannot be stored while the database is down could be dropped by JetStream.
 	Consumer jetstream.Consumer
 	// Sink says where messages are stored and how they become inbox messages. The kind is the
-	// Sink.KindHeader header, else Sink.DefaultKind. Sink.Key default: the Nats-Msg-Id header, else
-	// the x-idempotency-key header (adapters.FirstOf(adapters.MessageID(),
-	// adapters.Header(adapters.IdempotencyKeyHeader))); a message with neither is stored dead.
+	// CloudEvents type (ce-type), else the Sink.KindHeader header, else Sink.DefaultKind; the ordering
+	// key, unless Sink.OrderingKey is set, the CloudEvents partitionkey. Sink.Key default: the
+	// CloudEvents id (ce-id, with ce-specversion), else the Nats-Msg-Id header, else the
+	// x-idempotency-key header (adapters.FirstOf(adapters.CloudEventID(), adapters.MessageID(),
+	// adapters.Header(adapters.IdempotencyKeyHeader))); a message with none is stored dead.
 	// adapters.Coordinates() keys by stream sequence instead. Sink.Logger default:
 	// BatchConfig.Logger.
 	Sink adapters.SinkConfig
@@ -70,7 +79,7 @@ func New(cfg Config) (*Consumer, error) {
 		return nil, &txinbox.ConfigError{Field: "Consumer", Reason: "required"}
 	}
 	sink, err := run.Setup(&cfg.BatchConfig, &cfg.Sink,
-		adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader)),
+		adapters.FirstOf(adapters.CloudEventID(), adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader)),
 		run.Size{Field: "Prefetch", Value: cfg.Prefetch})
 	if err != nil {
 		return nil, err
@@ -228,7 +237,8 @@ func (c *Consumer) release(it jetstream.MessagesContext) {
 }
 
 // record turns a message into a Record: the first value of each header, the Nats-Msg-Id header as
-// MessageID, the stream as Source and the stream sequence as Offset.
+// MessageID, the ce- headers as CloudEvent (the NATS binding of CloudEvents), the stream as Source and
+// the stream sequence as Offset.
 func record(m jetstream.Msg) *adapters.Record {
 	h := make(map[string]string, len(m.Headers()))
 	for k, vs := range m.Headers() {
@@ -236,7 +246,7 @@ func record(m jetstream.Msg) *adapters.Record {
 			h[k] = vs[0]
 		}
 	}
-	r := &adapters.Record{Offset: -1, MessageID: h[MsgIDHeader], Headers: h, Body: m.Data(), Raw: m}
+	r := &adapters.Record{Offset: -1, MessageID: h[MsgIDHeader], Headers: h, CloudEvent: envelope.NATS.Attributes(h), Body: m.Data(), Raw: m}
 	if md, err := m.Metadata(); err == nil {
 		r.Source = md.Stream
 		r.Offset = int64(md.Sequence.Stream)

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/adapters/internal/hdr"
 	"github.com/txinbox/txinbox/outbox"
 )
@@ -58,15 +59,27 @@ type PublisherConfig struct {
 // implements outbox.Publisher. Make it with [NewPublisher] and give it to an outbox.Relay. It is safe
 // for concurrent use.
 //
-// Each event becomes one message:
+// Each event becomes one message, a CloudEvent in the binary content mode of the NATS protocol
+// binding (the attributes of ev.CloudEvent() as ce- headers):
 //
-//	subject       PublisherConfig.Subject(ev), by default ev.Topic
-//	Nats-Msg-Id   ev.ID: JetStream drops a message whose id it saw within the stream's duplicate
-//	              window (StreamConfig.Duplicates, 2 minutes by default), and it is the consumer's
-//	              dedup key (the natsjs Consumer's default key)
-//	headers       ev.Headers, unchanged (traceparent and tracestate among them); an event header
-//	              named Nats-Msg-Id (in any case) is replaced by the event id
-//	data          ev.Payload, byte for byte
+//	subject              PublisherConfig.Subject(ev), by default ev.Topic
+//	ce-specversion       1.0
+//	ce-id                ev.ID: the consumer's dedup key (the natsjs Consumer's default key)
+//	ce-source            ev.Source (the relay's RelayConfig.Source)
+//	ce-type              ev.Kind: the consumer's kind
+//	ce-time              ev.CreatedAt, RFC 3339 in UTC
+//	ce-datacontenttype   ev.ContentType
+//	ce-partitionkey      ev.Key, when not "": the consumer's ordering key
+//	ce-traceparent       the event's traceparent and tracestate headers (the Distributed Tracing
+//	ce-tracestate        extension), when it has them: the trace context of the relay's hand-over
+//	Nats-Msg-Id          ev.ID: JetStream drops a message whose id it saw within the stream's
+//	                     duplicate window (StreamConfig.Duplicates, 2 minutes by default)
+//	other headers        ev.Headers (traceparent and tracestate among them), but those named as one
+//	                     of the above (in any case), which it replaces
+//	data                 ev.Payload, byte for byte
+//
+// The values of the ce- headers are percent-encoded as the binding says (a space, a double quote, a
+// percent sign and every byte outside printable ASCII become %XY): a natsjs Consumer decodes them.
 //
 // An event is acknowledged when JetStream answered its publish with a PubAck: the stream stored
 // the message (or, with PubAck.Duplicate, had stored it before under the same id). No answer within
@@ -182,17 +195,16 @@ func (p *Publisher) msg(subject string, ev *outbox.Event) (*nats.Msg, error) {
 	if err := checkSubject(subject); err != nil {
 		return nil, outbox.Permanent(err)
 	}
-	m := nats.NewMsg(subject)
-	m.Data = ev.Payload
-	for name, v := range ev.Headers {
+	for name := range ev.Headers {
 		if !hdr.Token(name) {
 			return nil, outbox.Permanent(fmt.Errorf("txinbox/natsjs: header name %q is not a token", name))
 		}
-		if !strings.EqualFold(name, jetstream.MsgIDHeader) {
-			m.Header[name] = []string{v}
-		}
 	}
-	m.Header.Set(jetstream.MsgIDHeader, ev.ID)
+	m := nats.NewMsg(subject)
+	m.Data = ev.Payload
+	for _, h := range envelope.NATS.Headers(ev, envelope.Header{Name: jetstream.MsgIDHeader, Value: ev.ID}) {
+		m.Header[h.Name] = []string{h.Value}
+	}
 	return m, nil
 }
 

@@ -14,7 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	"github.com/txinbox/txinbox/adapters/internal/cetest"
 	"github.com/txinbox/txinbox/adapters/internal/pubtest"
 	"github.com/txinbox/txinbox/outbox"
 )
@@ -72,7 +74,9 @@ func (f *pubFixture) received(t *testing.T) []pubtest.Received {
 		for name := range m.Header {
 			h[name] = m.Header.Get(name)
 		}
-		out = append(out, pubtest.Received{ID: m.Header.Get(jetstream.MsgIDHeader), Payload: m.Data, Headers: h})
+		// A CloudEvents receiver of the SDK (its NATS JetStream binding) reads the message.
+		ce, err := cetest.NATS(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+		out = append(out, pubtest.Received{ID: m.Header.Get(jetstream.MsgIDHeader), Payload: m.Data, Headers: h, CloudEvent: ce, CloudEventErr: err})
 	}
 	return out
 }
@@ -88,8 +92,9 @@ func newPublisher(t *testing.T, cfg PublisherConfig) *Publisher {
 
 // TestPublisherDeliver: through a real relay over a real outbox (pubtest.Deliver), each committed
 // event is stored in the stream under its id as Nats-Msg-Id, on the subject of its topic, with its
-// headers (trace context included); a key's events in commit order; nothing of a rolled-back
-// transaction.
+// headers (trace context included) and its CloudEvents envelope as ce- headers, which the SDK's
+// NATS JetStream binding reads into a valid event; a key's events in commit order; nothing of a
+// rolled-back transaction.
 func TestPublisherDeliver(t *testing.T) {
 	t.Parallel()
 	f := newPubFixture(t)
@@ -97,6 +102,49 @@ func TestPublisherDeliver(t *testing.T) {
 	pub := newPublisher(t, PublisherConfig{JetStream: f.js, ExpectStream: f.name})
 	pubtest.Deliver(t, pubtest.New(t), pubtest.DeliverHarness{Publisher: pub, Topic: f.name + ".orders",
 		Received: func() []pubtest.Received { return f.received(t) }})
+}
+
+// TestPublisherPair: a Publisher and a Consumer of its stream whose Sink names only the store and
+// the consumer store each event under its id, with its kind, its key as ordering key and its trace
+// context, read from the envelope; a message of another producer (Nats-Msg-Id, x-kind) is stored as
+// before (pubtest.Pair).
+func TestPublisherPair(t *testing.T) {
+	t.Parallel()
+	f := newPubFixture(t)
+	f.createStream(t)
+	pub := newPublisher(t, PublisherConfig{JetStream: f.js})
+	topic := f.name + ".orders"
+	pubtest.Pair(t, pubtest.New(t), pubtest.PairHarness{Publisher: pub, Topic: topic,
+		Start: func(sink adapters.SinkConfig) {
+			cons, err := f.js.CreateOrUpdateConsumer(context.Background(), f.name, jetstream.ConsumerConfig{Durable: "pair", AckPolicy: jetstream.AckExplicitPolicy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start(t, newConsumer(t, Config{Consumer: cons, Sink: sink}))
+		},
+		Plain: func(id, kind string, body []byte, headers map[string]string) {
+			m := nats.NewMsg(topic)
+			m.Data = body
+			for name, v := range headers {
+				m.Header.Set(name, v)
+			}
+			m.Header.Set(MsgIDHeader, id)
+			m.Header.Set(adapters.DefaultKindHeader, kind)
+			if _, err := f.js.PublishMsg(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Foreign: func(brokerID string, attrs map[string]string, body []byte) {
+			m := nats.NewMsg(topic)
+			m.Data = body
+			for name, v := range attrs {
+				m.Header.Set("ce-"+name, v)
+			}
+			m.Header.Set(MsgIDHeader, brokerID)
+			if _, err := f.js.PublishMsg(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+		}})
 }
 
 // TestPublisherAcknowledgment: while no stream captures the subject, JetStream does not answer the

@@ -17,8 +17,10 @@ import (
 	"github.com/txinbox/txinbox/outbox"
 )
 
-// Consume the queue "payments" into the inbox of the consumer "ledger". Deliveries carry their key in
-// the message-id property and their kind in the type property. (Compiled, not run: it needs a broker.)
+// Consume the queue "payments" into the inbox of the consumer "ledger". Deliveries carry their key,
+// kind and ordering key in a CloudEvents envelope (cloudEvents_id, cloudEvents_type,
+// cloudEvents_partitionkey: every rabbitmq.Publisher's), or their key in the message-id property and
+// their kind in the type property. (Compiled, not run: it needs a broker.)
 func Example() {
 	ctx := context.Background()
 	pool, _ := pgxpool.New(ctx, "postgres://app@localhost/app")

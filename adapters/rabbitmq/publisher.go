@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -70,16 +71,31 @@ type PublisherConfig struct {
 // Publish calls of a relay's runners share one connection and one channel in confirm mode, opened
 // at the first call and opened again after it is lost.
 //
-// Each event becomes one message:
+// Each event becomes one message, a CloudEvent in the binary content mode of the AMQP protocol
+// binding (the attributes of ev.CloudEvent() as cloudEvents_ application properties, which are
+// headers in AMQP 0-9-1):
 //
-//	exchange, routing key   PublisherConfig.Route(ev), by default (PublisherConfig.Exchange, ev.Topic)
-//	message-id              ev.ID: the consumer's dedup key (the rabbitmq Consumer's default key)
-//	delivery mode           persistent (2)
-//	content-type            application/json
-//	timestamp               ev.CreatedAt (seconds)
-//	headers                 ev.Headers, as AMQP long strings (traceparent and tracestate unchanged)
-//	body                    ev.Payload, byte for byte
-//	mandatory               unless AllowUnroutable
+//	exchange, routing key     PublisherConfig.Route(ev), by default (PublisherConfig.Exchange, ev.Topic)
+//	message-id                ev.ID: the consumer's dedup key
+//	type                      ev.Kind: the consumer's kind
+//	content-type              ev.ContentType (the datacontenttype attribute)
+//	timestamp                 ev.CreatedAt (seconds)
+//	delivery mode             persistent (2)
+//	cloudEvents_specversion   1.0
+//	cloudEvents_id            ev.ID
+//	cloudEvents_source        ev.Source (the relay's RelayConfig.Source)
+//	cloudEvents_type          ev.Kind
+//	cloudEvents_time          ev.CreatedAt, RFC 3339 in UTC
+//	cloudEvents_partitionkey  ev.Key, when not "": the consumer's ordering key
+//	cloudEvents_traceparent   the event's traceparent and tracestate headers (the Distributed
+//	cloudEvents_tracestate    Tracing extension), when it has them: the trace context of the
+//	                          relay's hand-over
+//	other headers             ev.Headers (traceparent and tracestate among them), but those named
+//	                          as one of the above (in any case), which it replaces
+//	body                      ev.Payload, byte for byte
+//	mandatory                 unless AllowUnroutable
+//
+// Every header is an AMQP long string (the canonical string form of the attribute).
 //
 // An event is acknowledged only when the broker confirmed its message with basic.ack (for a
 // persistent message to a durable queue: written to disk), and, being mandatory, did not return it
@@ -324,20 +340,21 @@ func (p *Publisher) Publish(ctx context.Context, events []outbox.Event) error {
 
 // publishing returns the message of ev.
 func publishing(ev *outbox.Event) (amqp.Publishing, error) {
-	var headers amqp.Table
-	if len(ev.Headers) > 0 {
-		headers = make(amqp.Table, len(ev.Headers))
-		for name, v := range ev.Headers {
-			if len(name) > 255 {
-				return amqp.Publishing{}, outbox.Permanent(fmt.Errorf("txinbox/rabbitmq: header name of %d bytes: AMQP allows 255", len(name)))
-			}
-			headers[name] = v
+	for name := range ev.Headers {
+		if len(name) > 255 {
+			return amqp.Publishing{}, outbox.Permanent(fmt.Errorf("txinbox/rabbitmq: header name of %d bytes: AMQP allows 255", len(name)))
 		}
+	}
+	hs := envelope.AMQP.Headers(ev)
+	headers := make(amqp.Table, len(hs))
+	for _, h := range hs {
+		headers[h.Name] = h.Value
 	}
 	return amqp.Publishing{
 		MessageId:    ev.ID,
+		Type:         ev.Kind,
 		DeliveryMode: amqp.Persistent,
-		ContentType:  "application/json",
+		ContentType:  envelope.ContentType(ev),
 		Timestamp:    ev.CreatedAt,
 		Headers:      headers,
 		Body:         ev.Payload,

@@ -18,7 +18,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	"github.com/txinbox/txinbox/adapters/internal/cetest"
 	"github.com/txinbox/txinbox/adapters/internal/pubtest"
 	"github.com/txinbox/txinbox/outbox"
 )
@@ -76,8 +78,12 @@ func collect(t *testing.T, url, q string) *collector {
 			for k, v := range d.Headers {
 				h[k] = fmt.Sprint(v)
 			}
+			// No SDK binding reads AMQP 0-9-1: cetest.AMQP maps the cloudEvents_ headers and the
+			// content-type property onto an event with the SDK's setters, as the AMQP binding says,
+			// and validates it.
+			ce, err := cetest.AMQP(d.Headers, d.ContentType, d.Body)
 			c.mu.Lock()
-			c.got = append(c.got, pubtest.Received{ID: d.MessageId, Payload: d.Body, Headers: h})
+			c.got = append(c.got, pubtest.Received{ID: d.MessageId, Payload: d.Body, Headers: h, CloudEvent: ce, CloudEventErr: err})
 			c.msgs = append(c.msgs, d)
 			c.mu.Unlock()
 		}
@@ -108,22 +114,55 @@ func newPublisher(t *testing.T, cfg PublisherConfig) *Publisher {
 }
 
 // TestPublisherDeliver: through a real relay over a real outbox (pubtest.Deliver), each committed
-// event arrives in the queue its topic names, with its id as message-id, persistent, as
-// application/json, its headers (trace context included) as AMQP headers; a key's events in commit
-// order; nothing of a rolled-back transaction.
+// event arrives in the queue its topic names, with its id as message-id, its kind as type, its
+// content type as content-type, its creation as timestamp, persistent, its headers (trace context
+// included) as AMQP headers and its CloudEvents envelope as cloudEvents_ headers, which map onto a
+// valid event of the SDK; a key's events in commit order; nothing of a rolled-back transaction.
 func TestPublisherDeliver(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
 	q, _ := declare(t, url, nil)
 	c := collect(t, url, q)
 	pub := newPublisher(t, PublisherConfig{URL: url})
-	pubtest.Deliver(t, pubtest.New(t), pubtest.DeliverHarness{Publisher: pub, Topic: q, Received: c.received})
-	for _, d := range c.deliveries() {
-		if d.DeliveryMode != amqp.Persistent || d.ContentType != "application/json" || d.Timestamp.IsZero() {
-			t.Errorf("message %s: delivery mode %d, content type %q, timestamp %v; want persistent, application/json, the event's time",
-				d.MessageId, d.DeliveryMode, d.ContentType, d.Timestamp)
-		}
-	}
+	pubtest.Deliver(t, pubtest.New(t), pubtest.DeliverHarness{Publisher: pub, Topic: q, Received: c.received,
+		Check: func(t testing.TB, r pubtest.Received, ev outbox.Event) {
+			for _, d := range c.deliveries() {
+				if d.MessageId != r.ID {
+					continue
+				}
+				if d.DeliveryMode != amqp.Persistent || d.Type != ev.Kind || d.ContentType != ev.ContentType || !d.Timestamp.Equal(ev.CreatedAt.Truncate(time.Second)) {
+					t.Errorf("message %s: delivery mode %d, type %q, content type %q, timestamp %v; want persistent, %q, %q, %v",
+						d.MessageId, d.DeliveryMode, d.Type, d.ContentType, d.Timestamp, ev.Kind, ev.ContentType, ev.CreatedAt.Truncate(time.Second))
+				}
+			}
+		}})
+}
+
+// TestPublisherPair: a Publisher and a Consumer of its queue whose Sink names only the store and the
+// consumer store each event under its id, with its kind, its key as ordering key and its trace
+// context, read from the envelope; a message of another producer (message-id, x-kind) is stored as
+// before (pubtest.Pair).
+func TestPublisherPair(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	q, ch := declare(t, url, nil)
+	pub := newPublisher(t, PublisherConfig{URL: url})
+	pubtest.Pair(t, pubtest.New(t), pubtest.PairHarness{Publisher: pub, Topic: q,
+		Start: func(sink adapters.SinkConfig) { start(t, newConsumer(t, Config{URL: url, Queue: q, Sink: sink})) },
+		Plain: func(id, kind string, body []byte, headers map[string]string) {
+			h := amqp.Table{adapters.DefaultKindHeader: kind}
+			for name, v := range headers {
+				h[name] = v
+			}
+			publish(t, ch, q, amqp.Publishing{MessageId: id, Headers: h, Body: body})
+		},
+		Foreign: func(brokerID string, attrs map[string]string, body []byte) {
+			h := amqp.Table{}
+			for name, v := range attrs {
+				h["cloudEvents_"+name] = v
+			}
+			publish(t, ch, q, amqp.Publishing{MessageId: brokerID, ContentType: "application/json", Headers: h, Body: body})
+		}})
 }
 
 // TestPublisherAcknowledgment: the queue is full (x-max-length with overflow reject-publish), so the

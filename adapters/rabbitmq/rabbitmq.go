@@ -9,6 +9,14 @@
 // The other way round, a [Publisher] publishes the events of a txinbox outbox (package outbox) with
 // publisher confirms: each event's id is its message's message-id, and an event is acknowledged to
 // the relay only once the broker confirmed its message.
+//
+// Each event travels as a CloudEvent in the binary content mode of the AMQP protocol binding: its
+// attributes as cloudEvents_ headers (cloudEvents_id, cloudEvents_source, cloudEvents_type,
+// cloudEvents_time, cloudEvents_partitionkey, cloudEvents_traceparent, ...: AMQP 0-9-1 has headers
+// where AMQP 1.0, which the binding is written for, has application properties), datacontenttype as
+// the content-type property. A Consumer reads them back (adapters.Record.CloudEvent), so that a
+// Publisher → Consumer pair needs no key, kind or ordering configuration: the key is cloudEvents_id,
+// the kind cloudEvents_type, the ordering key cloudEvents_partitionkey (see adapters.Sink.Store).
 package rabbitmq
 
 import (
@@ -21,7 +29,9 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/adapters/internal/run"
+	"github.com/txinbox/txinbox/outbox"
 )
 
 // Config configures a Consumer. URL, Queue, Sink.Store.DB and Sink.Consumer are required; every other zero
@@ -41,10 +51,13 @@ type Config struct {
 	// ConsumerTag names this consumer in the broker. Default: "" (the broker picks one).
 	ConsumerTag string
 	// Sink says where messages are stored and how deliveries become messages. The kind is the
-	// delivery's type property, else the Sink.KindHeader header, else Sink.DefaultKind. Sink.Key
-	// default: the message-id property, else the x-idempotency-key header
-	// (adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader))); a
-	// delivery with neither is stored dead. Sink.Logger default: BatchConfig.Logger.
+	// CloudEvents type (cloudEvents_type, with cloudEvents_specversion), else the delivery's type
+	// property, else the Sink.KindHeader header, else Sink.DefaultKind; the ordering key, unless
+	// Sink.OrderingKey is set, the CloudEvents partitionkey. Sink.Key default: the CloudEvents id
+	// (cloudEvents_id), else the message-id property, else the x-idempotency-key header
+	// (adapters.FirstOf(adapters.CloudEventID(), adapters.MessageID(),
+	// adapters.Header(adapters.IdempotencyKeyHeader))); a delivery with none is stored dead.
+	// Sink.Logger default: BatchConfig.Logger.
 	Sink adapters.SinkConfig
 	// Prefetch is the channel's prefetch count (basic.qos): deliveries in flight, unacknowledged. It
 	// is raised to BatchSize if lower. Default: 2 × BatchSize.
@@ -75,7 +88,7 @@ func New(cfg Config) (*Consumer, error) {
 		return nil, &txinbox.ConfigError{Field: "Queue", Reason: "required"}
 	}
 	sink, err := run.Setup(&cfg.BatchConfig, &cfg.Sink,
-		adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader)),
+		adapters.FirstOf(adapters.CloudEventID(), adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader)),
 		run.Size{Field: "Prefetch", Value: cfg.Prefetch})
 	if err != nil {
 		return nil, err
@@ -278,7 +291,9 @@ func (c *Consumer) handle(ctx, abort context.Context, ch *amqp.Channel, batch []
 }
 
 // record turns a delivery into a Record: headers as text (see run.Text), the message-id and type
-// properties, and no offset (RabbitMQ has no stable position).
+// properties, the cloudEvents_ headers and the content-type property as CloudEvent (the AMQP binding
+// of CloudEvents, application properties being headers in AMQP 0-9-1), and no offset (RabbitMQ has no
+// stable position).
 func record(queue string, d *amqp.Delivery) *adapters.Record {
 	h := make(map[string]string, len(d.Headers))
 	for k, v := range d.Headers {
@@ -286,5 +301,9 @@ func record(queue string, d *amqp.Delivery) *adapters.Record {
 			h[k] = s
 		}
 	}
-	return &adapters.Record{Source: queue, Offset: -1, MessageID: d.MessageId, Type: d.Type, Headers: h, Body: d.Body, Raw: *d}
+	ce := envelope.AMQP.Attributes(h)
+	if ce != nil && d.ContentType != "" {
+		ce[outbox.AttrDataContentType] = d.ContentType
+	}
+	return &adapters.Record{Source: queue, Offset: -1, MessageID: d.MessageId, Type: d.Type, Headers: h, CloudEvent: ce, Body: d.Body, Raw: *d}
 }

@@ -1,5 +1,7 @@
 // Package webhook publishes the events of a txinbox outbox (package outbox) as HTTP webhooks
-// following the Standard Webhooks specification (https://www.standardwebhooks.com).
+// following the Standard Webhooks specification (https://www.standardwebhooks.com), each a
+// CloudEvent in the binary content mode of the CloudEvents HTTP binding, and receives them into a
+// txinbox inbox.
 //
 // A [Publisher] POSTs each event's payload, byte for byte, as the body of a request to the endpoint
 // of its topic, with the headers
@@ -7,11 +9,24 @@
 //	webhook-id:        the event id (outbox.Event.ID), the same on every attempt: receivers deduplicate by it
 //	webhook-timestamp: the attempt's time, in Unix seconds
 //	webhook-signature: "v1," + base64(HMAC-SHA256(secret, id + "." + timestamp + "." + body))
-//	Content-Type:      application/json
+//	ce-specversion:    1.0
+//	ce-id:             the event id
+//	ce-source:         outbox.Event.Source (the relay's RelayConfig.Source)
+//	ce-type:           outbox.Event.Kind
+//	ce-time:           outbox.Event.CreatedAt, RFC 3339 in UTC
+//	ce-partitionkey:   outbox.Event.Key, when not "" (the Partitioning extension)
+//	ce-traceparent:    the event's traceparent and tracestate headers (the Distributed Tracing
+//	ce-tracestate:     extension), when it has them: the trace context of the relay's hand-over
+//	Content-Type:      outbox.Event.ContentType (the datacontenttype attribute)
 //
-// and the event's own headers (a trace context's traceparent and tracestate among them), unchanged.
-// An event is acknowledged when its endpoint answers 2xx. A receiver checks a request with [Verify]
-// and deduplicates by webhook-id.
+// and the event's own headers (the trace context's traceparent and tracestate among them),
+// unchanged. The values of the ce- headers are percent-encoded as the HTTP binding says. An event is
+// acknowledged when its endpoint answers 2xx. A receiver checks a request with [Verify] and
+// deduplicates by webhook-id (or ce-id, the same).
+//
+// A [Receiver] is such a receiver: an http.Handler that verifies each request and stores it into an
+// inbox through an adapters.Sink, reading key, kind, ordering key and trace context from the
+// envelope, and answers 2xx only after the commit.
 package webhook
 
 import (
@@ -28,6 +43,7 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/adapters/internal/hdr"
 	"github.com/txinbox/txinbox/outbox"
 )
@@ -157,8 +173,8 @@ func (e *StatusError) Error() string {
 //     name that is not an HTTP token): permanent too.
 //
 // Every attempt is signed anew, with its own webhook-timestamp. The event's headers are sent as
-// they are, except that the publisher's own (Content-Type, User-Agent and the webhook-* headers)
-// replace an event header of the same name, and that Go's HTTP client writes Host, Content-Length
+// they are, except that the publisher's own (the envelope's ce- headers, Content-Type, User-Agent and
+// the webhook-* headers) replace an event header of the same name, and that Go's HTTP client writes Host, Content-Length
 // and Transfer-Encoding itself. When ctx ends, requests in flight are cancelled and their events fail
 // with ctx's error.
 func (p *Publisher) Publish(ctx context.Context, events []outbox.Event) error {
@@ -199,18 +215,20 @@ func (p *Publisher) send(ctx context.Context, ev *outbox.Event) error {
 	if err != nil {
 		return outbox.Permanent(err)
 	}
-	for name, v := range ev.Headers {
+	for name := range ev.Headers {
 		if !hdr.Token(name) {
 			return outbox.Permanent(fmt.Errorf("txinbox/webhook: header name %q is not an HTTP token", name))
 		}
-		req.Header[http.CanonicalHeaderKey(name)] = []string{v}
 	}
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", p.cfg.UserAgent)
-	req.Header.Set(HeaderID, ev.ID)
-	req.Header.Set(HeaderTimestamp, ts)
-	req.Header.Set(HeaderSignature, "v1,"+sign(p.key, ev.ID, ts, ev.Payload))
+	hs := envelope.HTTP.Headers(ev,
+		envelope.Header{Name: "User-Agent", Value: p.cfg.UserAgent},
+		envelope.Header{Name: HeaderID, Value: ev.ID},
+		envelope.Header{Name: HeaderTimestamp, Value: ts},
+		envelope.Header{Name: HeaderSignature, Value: "v1," + sign(p.key, ev.ID, ts, ev.Payload)})
+	for _, h := range hs {
+		req.Header[http.CanonicalHeaderKey(h.Name)] = []string{h.Value}
+	}
 	resp, err := p.cfg.Client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -10,9 +10,10 @@
 // It migrates its schema (txinbox's tables and the notifications table), then runs until SIGTERM:
 //
 //   - a txinbox/adapters/natsjs consumer reads the durable JetStream consumer "notifier" of the
-//     stream LEDGER_EVENTS and stores each message in the inbox (consumer "notifier", kind
-//     AccountCredited, key = the Nats-Msg-Id header, which is the outbox's event id): one transaction
-//     per batch, acknowledged after it commits. A copy of a stored event is a duplicate of the inbox
+//     stream LEDGER_EVENTS and stores each message in the inbox (consumer "notifier"; kind
+//     AccountCredited, key = the outbox's event id and ordering key = the account, read from the
+//     CloudEvents envelope the ledger's relay sends): one transaction per batch, acknowledged after
+//     it commits. A copy of a stored event is a duplicate of the inbox
 //     and is acknowledged without being stored again;
 //   - a worker.Pool runs the handler once per stored event, in the transaction that completes it:
 //     the notification row and the completion commit together.
@@ -150,7 +151,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	cons, err := natsjs.New(natsjs.Config{Consumer: jc, BatchConfig: adapters.BatchConfig{Logger: logger},
-		Sink: adapters.SinkConfig{Store: store, Consumer: Consumer, DefaultKind: KindAccountCredited, Logger: logger}})
+		Sink: adapters.SinkConfig{Store: store, Consumer: Consumer, Logger: logger}})
 	if err != nil {
 		return err
 	}

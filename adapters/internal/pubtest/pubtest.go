@@ -1,14 +1,17 @@
 // Package pubtest holds what the tests of the outbox publishers share: a real outbox on a real
-// PostgreSQL (internal/testkit/testdb) with a relay over it, and the three checks every publisher runs
+// PostgreSQL (internal/testkit/testdb) with a relay over it, and the four checks every publisher runs
 // against its broker: [Deliver] (a committed transaction's events arrive, each under its id as the
-// broker's dedup field, a key's in commit order, headers and trace context unchanged; a rolled-back
-// one's never), [Acknowledgment] (an event the broker refuses is retried, never recorded as sent) and
-// [ContextEnd] (when a call's ctx ends part-way, the events the broker did not acknowledge fail with
-// ctx's error, never recorded as sent). A test of the adapters module fails for a publisher package
-// that does not run each of them.
+// broker's dedup field, a key's in commit order, headers and trace context unchanged, in a CloudEvents
+// envelope that a receiver of the CloudEvents SDK reads; a rolled-back one's never), [Acknowledgment]
+// (an event the broker refuses is retried, never recorded as sent), [ContextEnd] (when a call's ctx
+// ends part-way, the events the broker did not acknowledge fail with ctx's error, never recorded as
+// sent) and [Pair] (the package's own sink, configured with nothing but where to store, takes each
+// event's id, kind, ordering key and trace context from its envelope). A test of the adapters module
+// fails for a publisher package that does not run each of them.
 package pubtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -76,7 +79,18 @@ type Received struct {
 	Payload []byte
 	// Headers are the message's headers as the receiver read them (the broker's own included).
 	Headers map[string]string
+	// CloudEvent holds the CloudEvents context attributes of the message, by name, as a receiver
+	// that is not txinbox's code reads them: package internal/cetest, the CloudEvents SDK's
+	// protocol bindings, which also validate the event. [Deliver] requires it of every message.
+	CloudEvent map[string]string
+	// CloudEventErr is why that receiver could not read a valid event from the message, if it could
+	// not.
+	CloudEventErr error
 }
+
+// Source is the RelayConfig.Source of the relays of [Deliver] and [Pair]: the CloudEvents source of
+// their events.
+const Source = "urn:txinbox:pubtest"
 
 // Env is one test's outbox: a migrated schema of its own and a Client on it.
 type Env struct {
@@ -241,6 +255,57 @@ func headers(n int) map[string]string {
 	return h
 }
 
+// Kind is the kind of the events that [Deliver] and [Pair] publish (not their topic, which is the
+// default kind).
+const Kind = "order.placed"
+
+// contentType is the content type of the n-th event the checks publish: outbox.DefaultContentType,
+// or every other one a JSON media type with a parameter.
+func contentType(n int) string {
+	if n%2 == 0 {
+		return ""
+	}
+	return "application/json;charset=utf-8"
+}
+
+// handedOver returns the event id as the relay of res handed it over (its first recorded attempt).
+func handedOver(t testing.TB, res *Results, id string) outbox.Event {
+	t.Helper()
+	rs := res.Of(id)
+	if len(rs) == 0 {
+		t.Fatalf("event %s arrived, but the relay recorded no attempt of it", id)
+	}
+	return rs[0].Event
+}
+
+// checkEnvelope fails t unless the CloudEvents attributes r arrived with are those of ev's
+// envelope: specversion, id, source, type, time, datacontenttype, partitionkey (when ev has a key),
+// traceparent and tracestate (its trace context), and no other.
+func checkEnvelope(t testing.TB, r Received, ev outbox.Event) {
+	t.Helper()
+	if r.CloudEventErr != nil {
+		t.Errorf("event %s: a CloudEvents receiver cannot read it: %v", r.ID, r.CloudEventErr)
+		return
+	}
+	if r.CloudEvent == nil {
+		t.Fatalf("event %s: the harness read no CloudEvents attributes (Received.CloudEvent): read the message with internal/cetest", r.ID)
+	}
+	want := map[string]string{
+		outbox.AttrSpecVersion: "1.0", outbox.AttrID: ev.ID, outbox.AttrSource: Source, outbox.AttrType: Kind,
+		outbox.AttrTime: ev.CreatedAt.UTC().Format(time.RFC3339Nano), outbox.AttrDataContentType: cmp.Or(ev.ContentType, "?"),
+		outbox.AttrTraceParent: TraceParent, outbox.AttrTraceState: TraceState,
+	}
+	if ev.Key != "" {
+		want[outbox.AttrPartitionKey] = ev.Key
+	}
+	if ev.Source != Source || ev.Kind != Kind || ev.ContentType == "" {
+		t.Fatalf("event %s was handed over with source %q, kind %q, content type %q: want %q, %q and one", ev.ID, ev.Source, ev.Kind, ev.ContentType, Source, Kind)
+	}
+	if !maps.Equal(r.CloudEvent, want) {
+		t.Errorf("event %s arrived with the CloudEvents attributes\n%v\nwant\n%v", r.ID, r.CloudEvent, want)
+	}
+}
+
 // DeliverHarness is what a publisher's test gives [Deliver].
 type DeliverHarness struct {
 	// Publisher is the publisher under test, sending the events of Topic to where Received reads.
@@ -254,13 +319,19 @@ type DeliverHarness struct {
 	// RecordKey says that the broker carries the event's Key as the record key (Kafka): each
 	// message's Received.Key is then checked.
 	RecordKey bool
+	// Check, if set, checks the broker's own fields of a message r that arrived for the event ev
+	// (as the relay handed it over): the AMQP type, content-type and timestamp properties, say.
+	Check func(t testing.TB, r Received, ev outbox.Event)
 }
 
 // Deliver checks a publisher through a real relay over a real outbox: the events of committed
 // transactions (three keys, several events per key and per transaction, and events without a key,
 // some published before the relay starts and some while it runs) each arrive at least once, under
 // their event id as the broker's dedup field, with their payload byte for byte and their headers
-// (trace context included) unchanged; the first arrivals of a key's events follow the order of the
+// (trace context included) unchanged, in a CloudEvents envelope (Received.CloudEvent, as the SDK
+// reads it): specversion 1.0, id, source (the relay's Source), type (the event's kind), time (its
+// creation), datacontenttype, partitionkey (its key, when it has one), traceparent and tracestate
+// (its trace context), nothing else; the first arrivals of a key's events follow the order of the
 // commits (the relay is the only writer); the events of rolled-back transactions never arrive.
 func Deliver(t *testing.T, e *Env, h DeliverHarness) {
 	t.Helper()
@@ -280,7 +351,7 @@ func Deliver(t *testing.T, e *Env, h DeliverHarness) {
 			if !commit {
 				what = "rolled back"
 			}
-			msgs = append(msgs, outbox.Message{Topic: h.Topic, Key: key, Payload: payload(what, n), Headers: headers(n)})
+			msgs = append(msgs, outbox.Message{Topic: h.Topic, Key: key, Kind: Kind, ContentType: contentType(n), Payload: payload(what, n), Headers: headers(n)})
 		}
 		ids := e.Publish(t, commit, msgs...)
 		if !commit {
@@ -294,7 +365,7 @@ func Deliver(t *testing.T, e *Env, h DeliverHarness) {
 	for i := range 4 {
 		round(i != 1)
 	}
-	e.Relay(t, h.Publisher, nil)
+	res := e.Relay(t, h.Publisher, func(c *outbox.RelayConfig) { c.Source = Source })
 	for i := range 4 {
 		round(i != 2)
 	}
@@ -333,6 +404,11 @@ func Deliver(t *testing.T, e *Env, h DeliverHarness) {
 			}
 		}
 		checkTrace(t, r.ID, r.Headers)
+		ev := handedOver(t, res, r.ID)
+		checkEnvelope(t, r, ev)
+		if h.Check != nil {
+			h.Check(t, r, ev)
+		}
 		if h.RecordKey && r.Key != w.key {
 			t.Errorf("event %s arrived with record key %q, want %q", r.ID, r.Key, w.key)
 		}

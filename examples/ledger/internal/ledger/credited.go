@@ -15,6 +15,10 @@ import (
 // relay publishes them on (`ledger relay`).
 const TopicAccountCredited = "ledger.events.account-credited"
 
+// KindAccountCredited is the kind of AccountCredited events: their CloudEvents type, which a txinbox
+// consumer (examples/notifier) takes as its inbox message's kind.
+const KindAccountCredited = "AccountCredited"
+
 // AccountCredited is the event the ledger publishes for every credit, through its outbox in the
 // credit's own transaction: it exists if and only if the credit committed. The outbox gives it an
 // event id (a UUID), which the relay sends as the broker's message id and consumers take as their
@@ -43,7 +47,7 @@ func (l *Ledger) publishCredited(ctx context.Context, tx pgx.Tx, source Source, 
 		if err != nil {
 			return err
 		}
-		msgs = append(msgs, outbox.Message{Topic: TopicAccountCredited, Key: a.AccountID, Payload: payload})
+		msgs = append(msgs, outbox.Message{Topic: TopicAccountCredited, Kind: KindAccountCredited, Key: a.AccountID, Payload: payload})
 	}
 	if _, err := l.outbox.Publish(ctx, tx, msgs...); err != nil {
 		return fmt.Errorf("ledger: publish AccountCredited: %w", err)
