@@ -17,8 +17,8 @@
 //     retrying and claimed (in flight), sent (kept for the retention window) and dead, and the age of
 //     the oldest unsent event (the lag), as admin.Admin.OutboxStats counts them.
 //   - Dead outbox events ("/outbox/dead"): filtered by topic, key, error text and time of death,
-//     newest first, as admin.Admin.ListOutboxDead lists them (the txinbox command's outbox dead list
-//     gives the same answer), with replay and discard as for dead letters.
+//     newest first, as admin.Admin.ListDead lists them (admin.Outbox; the txinbox command's outbox
+//     dead list gives the same answer), with replay and discard as for dead letters.
 //   - Outbox event ("/outbox/event?id=N", or ?id= its event id, the UUID a consumer sees): every
 //     field of one outbox event.
 //
