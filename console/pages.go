@@ -55,15 +55,15 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 
 // loadOverview presents admin's Overview and Health.
 func (h *handler) loadOverview(ctx context.Context) (overviewData, error) {
-	d := overviewData{ChartMinutes: ChartMinutes}
-	o, err := h.admin.Overview(ctx, ChartMinutes)
+	d := overviewData{ChartMinutes: chartMinutes}
+	o, err := h.admin.Overview(ctx, chartMinutes)
 	if err != nil {
 		return d, err
 	}
 	d.Truncated, d.MaxConsumers = o.Truncated, len(o.Consumers) // truncated: as many as it lists
 	now := time.Now()
 	for _, c := range o.Consumers {
-		x := consumerRow{ConsumerOverview: c, Chart: newChart(c.Consumer, c.Minutes, now, ChartMinutes)}
+		x := consumerRow{ConsumerOverview: c, Chart: newChart(c.Consumer, c.Minutes, now, chartMinutes)}
 		for _, m := range c.Minutes {
 			x.Completed1h += m.Completed
 			x.Failed1h += m.Failed
