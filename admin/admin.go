@@ -76,29 +76,32 @@ func (a *Admin) seenInvalidate(ctx context.Context) {
 	seen.Invalidate(ctx, a.cfg.SeenCache, a.cfg.SeenTimeout, a.cfg.Observer)
 }
 
-// Limits of the administration calls.
-const (
-	// DefaultDeadListLimit is DeadFilter.Limit when it is zero.
-	DefaultDeadListLimit = 100
-	// MaxDeadListLimit is the largest DeadFilter.Limit accepted.
-	MaxDeadListLimit = 1000
-	// MaxAdminIDs is the largest number of ids ReplayDead, DiscardDead and DiscardPending accept in
-	// one call.
-	MaxAdminIDs = 10000
-)
+// MaxAdminIDs is the largest number of ids the calls taking ids (ReplayDead, DiscardDead, DeadAmong,
+// DiscardPending, OutboxIDs) accept in one call.
+const MaxAdminIDs = 10000
 
-// ErrNotFound is matched (errors.Is) by every *NotFoundError and *OutboxNotFoundError.
+// ErrNotFound is matched (errors.Is) by every *NotFoundError.
 var ErrNotFound = errors.New("txinbox: message not found")
 
-// NotFoundError reports a message that is not stored (never was, or was deleted): by id (GetMessage),
-// or by consumer and key (FindMessage; ID is then 0).
+// NotFoundError reports a message or an outbox event that is not stored. A message (View Inbox)
+// never was, or was deleted: looked up by id (GetMessage), or by consumer and key (FindMessage; ID
+// is then 0). An outbox event (View Outbox) never was, was discarded, or was sent and then removed by
+// a rotation after the retention window: looked up by id (GetOutboxEvent), or by event id
+// (FindOutboxEvent; ID is then 0).
 type NotFoundError struct {
+	View          View
 	ID            int64
-	Consumer, Key string
+	Consumer, Key string // Inbox, by consumer and key
+	EventID       string // Outbox, by event id
 }
 
 func (e *NotFoundError) Error() string {
-	if e.ID == 0 {
+	switch {
+	case e.View == Outbox && e.ID == 0:
+		return fmt.Sprintf("txinbox: no outbox event has event id %s", e.EventID)
+	case e.View == Outbox:
+		return fmt.Sprintf("txinbox: outbox event %d not found", e.ID)
+	case e.ID == 0:
 		return fmt.Sprintf("txinbox: no message of consumer %q has key %q", e.Consumer, e.Key)
 	}
 	return fmt.Sprintf("txinbox: message %d not found", e.ID)
@@ -129,20 +132,21 @@ func storedMessage(r sqlc.Inbox) inbox.StoredMessage {
 // CloudEvents event (every event of a txinbox outbox is): the broker adapters' sinks store the
 // event's CloudEvents attributes in the message's headers under these names, whatever the broker.
 const (
-	// HeaderEventID holds the event's CloudEvents id: for an event of a txinbox outbox, its event id
+	// headerEventID holds the event's CloudEvents id: for an event of a txinbox outbox, its event id
 	// (OutboxEvent.EventID in the publishing service's database).
-	HeaderEventID = "ce-id"
-	// HeaderEventSource holds the event's CloudEvents source: for an event of a txinbox outbox, the
+	headerEventID = "ce-id"
+	// headerEventSource holds the event's CloudEvents source: for an event of a txinbox outbox, the
 	// publishing service (outbox.RelayConfig.Source).
-	HeaderEventSource = "ce-source"
+	headerEventSource = "ce-source"
 )
 
 // Upstream returns the id and source of the event that the stored message m was delivered as: the
-// values of its headers HeaderEventID and HeaderEventSource, each "" when absent. For a message
+// values of its headers "ce-id" and "ce-source" (where the broker adapters' sinks store the
+// CloudEvents attributes id and source, whatever the broker), each "" when absent. For a message
 // published by another service's txinbox outbox, eventID is that event's event id, which that
 // service's admin finds with FindOutboxEvent.
 func Upstream(m inbox.StoredMessage) (eventID, source string) {
-	return m.Headers[HeaderEventID], m.Headers[HeaderEventSource]
+	return m.Headers[headerEventID], m.Headers[headerEventSource]
 }
 
 func ts(t pgtype.Timestamptz) time.Time {
@@ -159,7 +163,7 @@ func optTS(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, 
 func (a *Admin) GetMessage(ctx context.Context, id int64) (inbox.StoredMessage, error) {
 	r, err := schemasql.Queries.GetMessage(ctx, a.st.Wrap(a.store.DB), id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return inbox.StoredMessage{}, &NotFoundError{ID: id}
+		return inbox.StoredMessage{}, &NotFoundError{View: Inbox, ID: id}
 	}
 	if err != nil {
 		return inbox.StoredMessage{}, schemasql.Err(err)
@@ -183,50 +187,6 @@ func checkIDs(ids []int64) error {
 		}
 	}
 	return nil
-}
-
-// ReplayDead puts the dead messages ids back to pending, in one statement, and returns the ids it
-// replayed, in order. A replayed message keeps its row, key, payload, headers and last error (the
-// handler sees it as the previous error); its attempts are reset to zero and it runs as soon as a
-// worker is free. Because the row is reused, the replay is not rejected as a duplicate of itself, and
-// later deliveries of the same key are still deduplicated against it. Idle worker pools of the
-// replayed consumers are woken by a notification (unless Store.NotifyInterval is negative). A
-// message with an ordering key becomes again the head of that key (it was received first), so later
-// messages of the key wait for it.
-//
-// Ids that are not dead (any more), not stored, or stored undecodable (Raw set; they can only die
-// again: discard them) are skipped and absent from the result. At most MaxAdminIDs ids per call.
-func (a *Admin) ReplayDead(ctx context.Context, ids ...int64) ([]int64, error) {
-	if err := checkIDs(ids); err != nil || len(ids) == 0 {
-		return nil, err
-	}
-	channel := ""
-	if a.store.NotifyInterval >= 0 {
-		channel = a.store.NotifyChannel()
-	}
-	done, err := schemasql.Queries.ReplayDead(ctx, a.st.Wrap(a.store.DB), ids, channel)
-	if err != nil {
-		return nil, schemasql.Err(err)
-	}
-	return done, nil
-}
-
-// DiscardDead deletes the dead messages ids, in one statement, and returns the ids it deleted, in
-// order. Their keys are free again: a later delivery of one is accepted as a new message. Ids that are
-// not dead (any more) or not stored are skipped and absent from the result. At most MaxAdminIDs ids
-// per call.
-func (a *Admin) DiscardDead(ctx context.Context, ids ...int64) ([]int64, error) {
-	if err := checkIDs(ids); err != nil || len(ids) == 0 {
-		return nil, err
-	}
-	done, err := schemasql.Queries.DiscardDead(ctx, a.st.Wrap(a.store.DB), ids)
-	if err != nil {
-		return nil, schemasql.Err(err)
-	}
-	if len(done) > 0 {
-		a.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
-	}
-	return done, nil
 }
 
 // PendingFilter selects the pending messages DiscardPending deletes. Consumer or IDs must be set;
@@ -273,7 +233,7 @@ type PendingDiscard struct {
 // With f.DryRun it changes and locks nothing: it returns the matching messages that are pending and
 // unclaimed now (Discarded) and those claimed (Claimed).
 //
-// It walks the queue (pending and claimed messages only) in id order, DiscardBatchSize
+// It walks the queue (pending and claimed messages only) in id order, 1000
 // messages per statement, each statement its own short transaction; it stops between statements
 // when ctx ends, and the statements done stay done. A queue row is locked (FOR UPDATE SKIP LOCKED)
 // before its message is deleted, so a discard and a claim never both take a message. Bad arguments
@@ -324,7 +284,7 @@ func (a *Admin) discardPending(ctx context.Context, db sqlc.DBTX, consumer strin
 		var ready []string // ordering keys whose head was deleted
 		if dryRun {
 			rows, err := schemasql.Queries.PreviewDiscardPending(ctx, db, sqlc.PreviewDiscardPendingParams{
-				AfterID: after, Consumer: consumer, Kind: f.Kind, Ids: ids, MaxRows: DiscardBatchSize})
+				AfterID: after, Consumer: consumer, Kind: f.Kind, Ids: ids, MaxRows: discardBatchSize})
 			if err != nil {
 				return schemasql.Err(err)
 			}
@@ -337,7 +297,7 @@ func (a *Admin) discardPending(ctx context.Context, db sqlc.DBTX, consumer strin
 			}
 		} else {
 			rows, err := schemasql.Queries.DiscardPending(ctx, db, sqlc.DiscardPendingParams{
-				AfterID: after, Consumer: consumer, Kind: f.Kind, Ids: ids, MaxRows: DiscardBatchSize})
+				AfterID: after, Consumer: consumer, Kind: f.Kind, Ids: ids, MaxRows: discardBatchSize})
 			if err != nil {
 				return schemasql.Err(err)
 			}
@@ -357,7 +317,7 @@ func (a *Admin) discardPending(ctx context.Context, db sqlc.DBTX, consumer strin
 				return schemasql.Err(err)
 			}
 		}
-		if seen < DiscardBatchSize {
+		if seen < discardBatchSize {
 			return nil
 		}
 	}
@@ -444,8 +404,8 @@ func (a *Admin) Stats(ctx context.Context) ([]ConsumerStats, error) {
 	return out, nil
 }
 
-// DiscardBatchSize is the most rows one statement of DiscardPending and DiscardOlder deletes.
-const DiscardBatchSize = 1000
+// discardBatchSize is the most rows one statement of DiscardPending and DiscardOlder deletes.
+const discardBatchSize = 1000
 
 // OlderFilter selects the finished messages DiscardOlder deletes.
 type OlderFilter struct {
@@ -465,7 +425,7 @@ type OlderDiscard struct {
 // DiscardOlder deletes the messages in one of f.States (inbox.StateCompleted and inbox.StateDead
 // only; inbox.StateCompleted when none is given) that completed or died more than f.OlderThan ago,
 // whatever their dedup window, and returns how many it deleted. Like retention's cleaning pass, it walks the
-// primary key in spans of ids, each statement deleting at most DiscardBatchSize rows in a short
+// primary key in spans of ids, each statement deleting at most 1000 rows in a short
 // transaction of its own, and stops between statements when ctx ends (the statements done stay
 // done). The key of a discarded message is accepted again as a new message, so discard completed
 // messages only past the longest time a duplicate can still arrive. Pending and processing messages
@@ -507,14 +467,14 @@ func (a *Admin) discardOlder(ctx context.Context, olderThan time.Duration, state
 	for i, consumer := range consumers { // each statement names its consumer (schemasql.Consumers)
 		var walked int64 // rows deleted by this walk so far
 		w := &walk.Walk{
-			To: maxID, Batch: DiscardBatchSize, Span: DiscardBatchSize * walk.SpanFactor, Err: schemasql.Err,
+			To: maxID, Batch: discardBatchSize, Span: discardBatchSize * walk.SpanFactor, Err: schemasql.Err,
 			Delete: func(ctx context.Context, after, until int64) (int64, int64, int64, error) {
 				r, err := schemasql.Queries.DiscardOlder(ctx, db, sqlc.DiscardOlderParams{AfterID: after, UntilID: until,
-					Consumer: consumer, States: names, OlderThanSeconds: olderThan.Seconds(), MaxRows: DiscardBatchSize})
+					Consumer: consumer, States: names, OlderThanSeconds: olderThan.Seconds(), MaxRows: discardBatchSize})
 				walked += r.Deleted
 				if err == nil && a.cfg.Progress != nil {
 					at := until // where the walk goes on: past the span, or after the last row picked of a full one
-					if r.Picked >= DiscardBatchSize {
+					if r.Picked >= discardBatchSize {
 						at = r.LastID
 					}
 					share := (float64(i) + float64(at)/float64(maxID)) / float64(len(consumers))

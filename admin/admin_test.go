@@ -91,7 +91,7 @@ func TestReplayDead(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	done, err := c.ReplayDead(ctx, ids[0], ids[1], u.ID, 424242)
+	done, err := c.ReplayDead(ctx, admin.Inbox, ids[0], ids[1], u.ID, 424242)
 	if err != nil || !slices.Equal(done, []int64{ids[0]}) {
 		t.Fatalf("replay: %v, %v; want only %d", done, err, ids[0])
 	}
@@ -113,16 +113,16 @@ func TestReplayDead(t *testing.T) {
 		t.Fatalf("redelivery of a replayed key: %+v, %v", r, err)
 	}
 	// A second replay finds nothing dead.
-	if done, err := c.ReplayDead(ctx, ids[0]); err != nil || len(done) != 0 {
+	if done, err := c.ReplayDead(ctx, admin.Inbox, ids[0]); err != nil || len(done) != 0 {
 		t.Fatalf("second replay: %v, %v", done, err)
 	}
-	if done, err := c.ReplayDead(ctx); err != nil || done != nil {
+	if done, err := c.ReplayDead(ctx, admin.Inbox); err != nil || done != nil {
 		t.Fatalf("empty replay: %v, %v", done, err)
 	}
-	if _, err := c.ReplayDead(ctx, 0); !errors.Is(err, txinbox.ErrInvalidArgument) {
+	if _, err := c.ReplayDead(ctx, admin.Inbox, 0); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Fatalf("bad id: err = %v", err)
 	}
-	if _, err := c.ReplayDead(ctx, make([]int64, admin.MaxAdminIDs+1)...); !errors.Is(err, txinbox.ErrInvalidArgument) {
+	if _, err := c.ReplayDead(ctx, admin.Inbox, make([]int64, admin.MaxAdminIDs+1)...); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Fatalf("too many ids: err = %v", err)
 	}
 }
@@ -145,7 +145,7 @@ func TestReplayDeadCompletesOnce(t *testing.T) {
 	}
 
 	failing.Store(false)
-	if done, err := c.ReplayDead(ctx, id); err != nil || len(done) != 1 {
+	if done, err := c.ReplayDead(ctx, admin.Inbox, id); err != nil || len(done) != 1 {
 		t.Fatalf("replay: %v, %v", done, err)
 	}
 	ledgertest.WaitFor(t, "the replayed message to complete", func() bool {
@@ -182,7 +182,7 @@ func TestReplayDeadWakesWorkers(t *testing.T) {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{(txinbox.Store{Schema: db.Schema}).NotifyChannel()}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	if done, err := c.ReplayDead(ctx, id); err != nil || len(done) != 1 {
+	if done, err := c.ReplayDead(ctx, admin.Inbox, id); err != nil || len(done) != 1 {
 		t.Fatalf("replay: %v, %v", done, err)
 	}
 	n, err := conn.Conn().WaitForNotification(ctx)
@@ -200,7 +200,7 @@ func TestDiscardDead(t *testing.T) {
 	ctx := context.Background()
 	ids := ledgertest.Receive(t, c, "a", "b")
 	kill(t, db, "boom", time.Now(), ids[0])
-	done, err := c.DiscardDead(ctx, ids[0], ids[1])
+	done, err := c.DiscardDead(ctx, admin.Inbox, ids[0], ids[1])
 	if err != nil || !slices.Equal(done, []int64{ids[0]}) {
 		t.Fatalf("discard: %v, %v", done, err)
 	}

@@ -3,9 +3,15 @@ package admin_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
@@ -13,7 +19,17 @@ import (
 	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
 )
 
-func letterIDs(ls []admin.DeadLetter) []int64 {
+// seqOf returns the seq of an inbox dead letter: its cursor, a decimal number.
+func seqOf(t *testing.T, l txinbox.DeadLetter) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(l.Cursor, 10, 64)
+	if err != nil || n <= 0 {
+		t.Fatalf("cursor of an inbox dead letter %q: not a seq", l.Cursor)
+	}
+	return n
+}
+
+func letterIDs(ls []txinbox.DeadLetter) []int64 {
 	out := make([]int64, len(ls))
 	for i, l := range ls {
 		out[i] = l.ID
@@ -55,10 +71,10 @@ func TestListDeadFilters(t *testing.T) {
 	if want := []int64{audit, ids[2], ids[1], ids[0]}; !slices.Equal(letterIDs(all), want) {
 		t.Fatalf("all: %v, want %v (newest first)", letterIDs(all), want)
 	}
-	seq := map[int64]int64{}
+	seq := map[int64]string{} // each letter's cursor: its seq
 	for i, l := range all {
-		seq[l.ID] = l.Seq
-		if i > 0 && l.Seq >= all[i-1].Seq {
+		seq[l.ID] = l.Cursor
+		if i > 0 && seqOf(t, l) >= seqOf(t, all[i-1]) {
 			t.Fatalf("seqs not decreasing: %+v", all)
 		}
 	}
@@ -102,8 +118,9 @@ func TestListDeadFilters(t *testing.T) {
 		t.Errorf("listed dead letter: %+v", l)
 	}
 
-	for _, f := range []admin.DeadFilter{{Limit: -1}, {Limit: admin.MaxDeadListLimit + 1}, {Before: -1},
-		{Since: day, Until: day}, {ErrorContains: "a\x00"}, {Kind: "\xff"}} {
+	for _, f := range []admin.DeadFilter{{Limit: -1}, {Limit: admin.MaxDeadListLimit + 1}, {Before: "-1"}, {Before: "1:2"},
+		{Since: day, Until: day}, {ErrorContains: "a\x00"}, {Kind: "\xff"},
+		{Topic: "orders"}, {Key: "k1"}, {View: admin.View(7)}} { // the outbox's fields; no View
 		var ae *txinbox.ArgumentError
 		if _, err := c.ListDead(ctx, f); !errors.Is(err, txinbox.ErrInvalidArgument) || !errors.As(err, &ae) {
 			t.Errorf("%+v: err = %v, want an *ArgumentError", f, err)
@@ -142,14 +159,14 @@ func TestCountDeadBoundsDeadIDs(t *testing.T) {
 	if _, err := c.DeadIDs(ctx, f, 0); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Fatalf("DeadIDs max 0: %v, want an *ArgumentError", err)
 	}
-	if got, err := c.DeadAmong(ctx, ids[3], ids[1], 999999, ids[0]); err != nil || !slices.Equal(got, []int64{ids[0], ids[1], ids[3]}) {
+	if got, err := c.DeadAmong(ctx, admin.Inbox, ids[3], ids[1], 999999, ids[0]); err != nil || !slices.Equal(got, []int64{ids[0], ids[1], ids[3]}) {
 		t.Fatalf("DeadAmong: %v, %v", got, err)
 	}
-	if got, err := c.DeadAmong(ctx); err != nil || got == nil || len(got) != 0 {
+	if got, err := c.DeadAmong(ctx, admin.Inbox); err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("DeadAmong(): %v, %v; want an empty slice", got, err)
 	}
 	// A message that is replayed and dies again is a new letter: it sorts first.
-	if _, err := c.ReplayDead(ctx, ids[0]); err != nil {
+	if _, err := c.ReplayDead(ctx, admin.Inbox, ids[0]); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Pool.Exec(ctx, db.SQL(`DELETE FROM {schema}.inbox_queue WHERE id = $1`), ids[0]); err != nil {
@@ -174,5 +191,76 @@ func TestDeadShare(t *testing.T) {
 		if got != tc.want || got < 0 || got > 1 {
 			t.Errorf("live %d, dead %d: DeadShare %v, want %v", tc.live, tc.dead, got, tc.want)
 		}
+	}
+}
+
+// noDB is a txinbox.DB that fails the test on every statement.
+type noDB struct{ t *testing.T }
+
+var errNoDB = errors.New("no statement may run")
+
+func (d noDB) Begin(context.Context) (pgx.Tx, error) { d.t.Error("Begin called"); return nil, errNoDB }
+func (d noDB) Exec(_ context.Context, sql string, _ ...any) (pgconn.CommandTag, error) {
+	d.t.Errorf("Exec called: %s", sql)
+	return pgconn.CommandTag{}, errNoDB
+}
+func (d noDB) Query(_ context.Context, sql string, _ ...any) (pgx.Rows, error) {
+	d.t.Errorf("Query called: %s", sql)
+	return nil, errNoDB
+}
+func (d noDB) QueryRow(_ context.Context, sql string, _ ...any) pgx.Row {
+	d.t.Errorf("QueryRow called: %s", sql)
+	return errRow{}
+}
+
+type errRow struct{}
+
+func (errRow) Scan(...any) error { return errNoDB }
+
+// Every dead-letter call of an Admin (each method taking a View or a DeadFilter, found by reflection)
+// refuses a View that is neither Inbox nor Outbox with an *ArgumentError, before any statement.
+func TestEveryDeadCallChecksTheView(t *testing.T) {
+	t.Parallel()
+	a, err := admin.New(txinbox.Store{DB: noDB{t}}, admin.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxT, viewT, filterT := reflect.TypeFor[context.Context](), reflect.TypeFor[admin.View](), reflect.TypeFor[admin.DeadFilter]()
+	var checked []string
+	at := reflect.TypeOf(a)
+	for i := range at.NumMethod() {
+		m := at.Method(i)
+		args, takes := []reflect.Value{reflect.ValueOf(a)}, false
+		for j := 1; j < m.Type.NumIn(); j++ {
+			in := m.Type.In(j)
+			switch {
+			case in == ctxT:
+				args = append(args, reflect.ValueOf(context.Background()))
+			case in == viewT:
+				args, takes = append(args, reflect.ValueOf(admin.View(7))), true
+			case in == filterT:
+				args, takes = append(args, reflect.ValueOf(admin.DeadFilter{View: 7})), true
+			case m.Type.IsVariadic() && j == m.Type.NumIn()-1:
+				args = append(args, reflect.ValueOf(int64(1)).Convert(in.Elem()))
+			case in.Kind() == reflect.Int:
+				args = append(args, reflect.ValueOf(10))
+			default:
+				args = append(args, reflect.Zero(in))
+			}
+		}
+		if !takes {
+			continue
+		}
+		checked = append(checked, m.Name)
+		out := m.Func.Call(args)
+		err, _ := out[len(out)-1].Interface().(error)
+		var ae *txinbox.ArgumentError
+		if !errors.Is(err, txinbox.ErrInvalidArgument) || !errors.As(err, &ae) || !strings.EqualFold(ae.Name, "view") {
+			t.Errorf("%s with View 7: err = %v, want an *ArgumentError naming the view", m.Name, err)
+		}
+	}
+	slices.Sort(checked)
+	if want := []string{"CountDead", "DeadAmong", "DeadIDs", "DiscardDead", "ListDead", "ReplayDead"}; !slices.Equal(checked, want) {
+		t.Errorf("dead-letter calls found: %v, want %v", checked, want)
 	}
 }

@@ -71,7 +71,7 @@ func ExampleAdmin_ReplayDead() {
 	if _, err := client.Receive(ctx, msg); err != nil {
 		panic(err)
 	}
-	var dead []admin.DeadLetter
+	var dead []txinbox.DeadLetter
 	waitUntil(func() bool {
 		dead, err = ops.ListDead(ctx, admin.DeadFilter{Consumer: "billing"})
 		return err == nil && len(dead) == 1
@@ -84,7 +84,7 @@ func ExampleAdmin_ReplayDead() {
 	fmt.Println("redelivered:", r.Outcome, r.State)
 
 	accountOpened.Store(true)
-	replayed, err := ops.ReplayDead(ctx, d.ID)
+	replayed, err := ops.ReplayDead(ctx, admin.Inbox, d.ID)
 	if err != nil {
 		panic(err)
 	}

@@ -40,7 +40,7 @@ func newOutboxAdmin(t *testing.T) (*admin.Admin, *testdb.DB) {
 	return a, db
 }
 
-func eventIDs(evs []admin.OutboxDeadEvent) []int64 {
+func eventIDs(evs []txinbox.DeadLetter) []int64 {
 	out := make([]int64, len(evs))
 	for i, e := range evs {
 		out[i] = e.ID
@@ -159,7 +159,7 @@ func TestListOutboxDeadFilters(t *testing.T) {
 	t.Parallel()
 	a, _, ids, day := deadOutboxSet(t)
 	ctx := context.Background()
-	all, err := a.ListOutboxDead(ctx, admin.OutboxDeadFilter{})
+	all, err := a.ListDead(ctx, admin.DeadFilter{View: admin.Outbox})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,34 +176,34 @@ func TestListOutboxDeadFilters(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		f    admin.OutboxDeadFilter
+		f    admin.DeadFilter
 		want []int64
 	}{
-		{"topic", admin.OutboxDeadFilter{Topic: "orders"}, []int64{ids["c"], ids["b"], ids["a"]}},
-		{"key", admin.OutboxDeadFilter{Key: "k1"}, []int64{ids["d"], ids["a"]}},
-		{"error", admin.OutboxDeadFilter{ErrorContains: "funds"}, []int64{ids["d"], ids["b"], ids["a"]}},
-		{"error in another case", admin.OutboxDeadFilter{ErrorContains: "FUNDS"}, []int64{ids["d"], ids["b"], ids["a"]}},
-		{"error, mixed case", admin.OutboxDeadFilter{ErrorContains: "iNsUfFiCiEnT f"}, []int64{ids["d"], ids["b"], ids["a"]}},
-		{"error is literal", admin.OutboxDeadFilter{ErrorContains: "%"}, []int64{}},
-		{"error is literal _", admin.OutboxDeadFilter{ErrorContains: "timeout_"}, []int64{}},
-		{"since", admin.OutboxDeadFilter{Since: day.Add(time.Hour)}, []int64{ids["d"], ids["c"]}},
-		{"until", admin.OutboxDeadFilter{Until: day.Add(time.Hour)}, []int64{ids["b"], ids["a"]}},
-		{"window", admin.OutboxDeadFilter{Since: day.Add(time.Hour), Until: day.Add(25 * time.Hour)}, []int64{ids["c"]}},
-		{"page 1", admin.OutboxDeadFilter{Limit: 2}, []int64{ids["d"], ids["c"]}},
-		{"page 2", admin.OutboxDeadFilter{Limit: 2, Before: cursor["c"]}, []int64{ids["b"], ids["a"]}},
-		{"page 3", admin.OutboxDeadFilter{Limit: 2, Before: cursor["a"]}, []int64{}},
-		{"within a tie", admin.OutboxDeadFilter{Before: cursor["b"]}, []int64{ids["a"]}},
-		{"combined", admin.OutboxDeadFilter{Topic: "orders", ErrorContains: "FUNDS", Before: cursor["b"]}, []int64{ids["a"]}},
+		{"topic", admin.DeadFilter{View: admin.Outbox, Topic: "orders"}, []int64{ids["c"], ids["b"], ids["a"]}},
+		{"key", admin.DeadFilter{View: admin.Outbox, Key: "k1"}, []int64{ids["d"], ids["a"]}},
+		{"error", admin.DeadFilter{View: admin.Outbox, ErrorContains: "funds"}, []int64{ids["d"], ids["b"], ids["a"]}},
+		{"error in another case", admin.DeadFilter{View: admin.Outbox, ErrorContains: "FUNDS"}, []int64{ids["d"], ids["b"], ids["a"]}},
+		{"error, mixed case", admin.DeadFilter{View: admin.Outbox, ErrorContains: "iNsUfFiCiEnT f"}, []int64{ids["d"], ids["b"], ids["a"]}},
+		{"error is literal", admin.DeadFilter{View: admin.Outbox, ErrorContains: "%"}, []int64{}},
+		{"error is literal _", admin.DeadFilter{View: admin.Outbox, ErrorContains: "timeout_"}, []int64{}},
+		{"since", admin.DeadFilter{View: admin.Outbox, Since: day.Add(time.Hour)}, []int64{ids["d"], ids["c"]}},
+		{"until", admin.DeadFilter{View: admin.Outbox, Until: day.Add(time.Hour)}, []int64{ids["b"], ids["a"]}},
+		{"window", admin.DeadFilter{View: admin.Outbox, Since: day.Add(time.Hour), Until: day.Add(25 * time.Hour)}, []int64{ids["c"]}},
+		{"page 1", admin.DeadFilter{View: admin.Outbox, Limit: 2}, []int64{ids["d"], ids["c"]}},
+		{"page 2", admin.DeadFilter{View: admin.Outbox, Limit: 2, Before: cursor["c"]}, []int64{ids["b"], ids["a"]}},
+		{"page 3", admin.DeadFilter{View: admin.Outbox, Limit: 2, Before: cursor["a"]}, []int64{}},
+		{"within a tie", admin.DeadFilter{View: admin.Outbox, Before: cursor["b"]}, []int64{ids["a"]}},
+		{"combined", admin.DeadFilter{View: admin.Outbox, Topic: "orders", ErrorContains: "FUNDS", Before: cursor["b"]}, []int64{ids["a"]}},
 	}
 	for _, tc := range cases {
-		got, err := a.ListOutboxDead(ctx, tc.f)
+		got, err := a.ListDead(ctx, tc.f)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		if !slices.Equal(eventIDs(got), tc.want) {
 			t.Errorf("%s: ids %v, want %v", tc.name, eventIDs(got), tc.want)
 		}
-		n, err := a.CountOutboxDead(ctx, admin.OutboxDeadFilter{Topic: tc.f.Topic, Key: tc.f.Key, ErrorContains: tc.f.ErrorContains,
+		n, err := a.CountDead(ctx, admin.DeadFilter{View: admin.Outbox, Topic: tc.f.Topic, Key: tc.f.Key, ErrorContains: tc.f.ErrorContains,
 			Since: tc.f.Since, Until: tc.f.Until, Before: tc.f.Before})
 		if tc.f.Limit == 0 && (err != nil || n.Matching != int64(len(tc.want))) {
 			t.Errorf("%s: CountOutboxDead %+v, %v; want %d", tc.name, n, err, len(tc.want))
@@ -215,13 +215,15 @@ func TestListOutboxDeadFilters(t *testing.T) {
 		t.Errorf("listed dead event: %+v", e)
 	}
 
-	for _, f := range []admin.OutboxDeadFilter{{Limit: -1}, {Limit: admin.MaxDeadListLimit + 1}, {Before: "x"}, {Before: "12"},
-		{Before: "1:-2"}, {Since: day, Until: day}, {ErrorContains: "a\x00"}, {Topic: "\xff"}, {Key: "\xff"}} {
+	for _, f := range []admin.DeadFilter{{Limit: -1}, {Limit: admin.MaxDeadListLimit + 1}, {Before: "x"}, {Before: "12"},
+		{Before: "1:-2"}, {Since: day, Until: day}, {ErrorContains: "a\x00"}, {Topic: "\xff"}, {Key: "\xff"},
+		{Consumer: "ledger"}, {Kind: "Audit"}} { // the last two: the inbox's fields
+		f.View = admin.Outbox
 		var ae *txinbox.ArgumentError
-		if _, err := a.ListOutboxDead(ctx, f); !errors.Is(err, txinbox.ErrInvalidArgument) || !errors.As(err, &ae) {
+		if _, err := a.ListDead(ctx, f); !errors.Is(err, txinbox.ErrInvalidArgument) || !errors.As(err, &ae) {
 			t.Errorf("%+v: err = %v, want an *ArgumentError", f, err)
 		}
-		if _, err := a.CountOutboxDead(ctx, f); f.Limit == 0 && !errors.Is(err, txinbox.ErrInvalidArgument) {
+		if _, err := a.CountDead(ctx, f); f.Limit == 0 && !errors.Is(err, txinbox.ErrInvalidArgument) {
 			t.Errorf("CountOutboxDead %+v: err = %v, want an *ArgumentError", f, err)
 		}
 	}
@@ -236,46 +238,46 @@ func TestCountOutboxDeadBoundsIDs(t *testing.T) {
 	ctx := context.Background()
 	ids := outboxtest.Publish(t, db, ev("t", "", "timeout", ""), ev("t", "", "Timeout", ""), ev("t", "", "refused", ""), ev("t", "", "", ""))
 	outboxtest.Drain(t, db, outboxtest.ByHeaders, nil)
-	f := admin.OutboxDeadFilter{ErrorContains: "TIMEOUT"}
-	n, err := a.CountOutboxDead(ctx, f)
+	f := admin.DeadFilter{View: admin.Outbox, ErrorContains: "TIMEOUT"}
+	n, err := a.CountDead(ctx, f)
 	if err != nil || n.Matching != 2 {
 		t.Fatalf("CountOutboxDead: %+v, %v; want 2 matching", n, err)
 	}
 	later := outboxtest.Publish(t, db, ev("t", "", "timeout", ""))
 	// The first dies again after the count (replayed, and refused again).
-	if got, err := a.ReplayOutboxDead(ctx, ids[0]); err != nil || !slices.Equal(got, ids[:1]) {
+	if got, err := a.ReplayDead(ctx, admin.Outbox, ids[0]); err != nil || !slices.Equal(got, ids[:1]) {
 		t.Fatalf("ReplayOutboxDead: %v, %v", got, err)
 	}
 	outboxtest.Drain(t, db, outboxtest.ByHeaders, nil)
 	f.Before = n.Before
-	if got, err := a.OutboxDeadIDs(ctx, f, 100); err != nil || !slices.Equal(got, ids[1:2]) {
+	if got, err := a.DeadIDs(ctx, f, 100); err != nil || !slices.Equal(got, ids[1:2]) {
 		t.Fatalf("OutboxDeadIDs bounded by the count: %v, %v; want %v", got, err, ids[1:2])
 	}
-	if l, err := a.ListOutboxDead(ctx, admin.OutboxDeadFilter{Limit: 2}); err != nil || len(l) != 2 || !slices.Contains([]int64{ids[0], later[0]}, l[0].ID) ||
+	if l, err := a.ListDead(ctx, admin.DeadFilter{View: admin.Outbox, Limit: 2}); err != nil || len(l) != 2 || !slices.Contains([]int64{ids[0], later[0]}, l[0].ID) ||
 		!slices.Contains([]int64{ids[0], later[0]}, l[1].ID) {
 		t.Fatalf("newest: %+v, %v; want the two that died after the count", l, err)
 	}
-	if got, err := a.OutboxDeadIDs(ctx, admin.OutboxDeadFilter{ErrorContains: "timeout"}, 2); err != nil || !slices.Equal(got, ids[:2]) {
+	if got, err := a.DeadIDs(ctx, admin.DeadFilter{View: admin.Outbox, ErrorContains: "timeout"}, 2); err != nil || !slices.Equal(got, ids[:2]) {
 		t.Fatalf("OutboxDeadIDs, limit 2: %v, %v", got, err)
 	}
-	if _, err := a.OutboxDeadIDs(ctx, f, 0); !errors.Is(err, txinbox.ErrInvalidArgument) {
+	if _, err := a.DeadIDs(ctx, f, 0); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Fatalf("OutboxDeadIDs limit 0: %v, want an *ArgumentError", err)
 	}
-	if got, err := a.OutboxDeadAmong(ctx, ids[3], later[0], 999999, ids[2]); err != nil || !slices.Equal(got, []int64{ids[2], later[0]}) {
+	if got, err := a.DeadAmong(ctx, admin.Outbox, ids[3], later[0], 999999, ids[2]); err != nil || !slices.Equal(got, []int64{ids[2], later[0]}) {
 		t.Fatalf("OutboxDeadAmong: %v, %v", got, err)
 	}
-	if got, err := a.OutboxDeadAmong(ctx); err != nil || got == nil || len(got) != 0 {
+	if got, err := a.DeadAmong(ctx, admin.Outbox); err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("OutboxDeadAmong(): %v, %v; want an empty slice", got, err)
 	}
 	// With nothing dead, the count's bound matches nothing, even an event that dies after it.
 	b, db2 := newOutboxAdmin(t)
-	n, err = b.CountOutboxDead(ctx, admin.OutboxDeadFilter{})
+	n, err = b.CountDead(ctx, admin.DeadFilter{View: admin.Outbox})
 	if err != nil || n.Matching != 0 || n.Before == "" {
 		t.Fatalf("CountOutboxDead of nothing: %+v, %v", n, err)
 	}
 	outboxtest.Publish(t, db2, ev("t", "", "refused", ""))
 	outboxtest.Drain(t, db2, outboxtest.ByHeaders, nil)
-	if got, err := b.OutboxDeadIDs(ctx, admin.OutboxDeadFilter{Before: n.Before}, 10); err != nil || len(got) != 0 {
+	if got, err := b.DeadIDs(ctx, admin.DeadFilter{View: admin.Outbox, Before: n.Before}, 10); err != nil || len(got) != 0 {
 		t.Fatalf("OutboxDeadIDs bounded by a count of nothing: %v, %v", got, err)
 	}
 }
@@ -289,19 +291,19 @@ func TestReplayOutboxDead(t *testing.T) {
 	ids := outboxtest.Publish(t, db, ev("t", "k", "refused", ""), ev("t", "k", "", ""), ev("t", "", "", "down"))
 	outboxtest.Drain(t, db, outboxtest.ByHeaders, nil)
 	dead, err := a.GetOutboxEvent(ctx, ids[0])
-	if err != nil || dead.State != admin.OutboxDead {
+	if err != nil || dead.State != "dead" {
 		t.Fatalf("before: %+v, %v", dead, err)
 	}
-	got, err := a.ReplayOutboxDead(ctx, ids[2], ids[0], ids[1], 999999)
+	got, err := a.ReplayDead(ctx, admin.Outbox, ids[2], ids[0], ids[1], 999999)
 	if err != nil || !slices.Equal(got, ids[:1]) {
 		t.Fatalf("ReplayOutboxDead: %v, %v; want only the dead one", got, err)
 	}
 	r, err := a.GetOutboxEvent(ctx, ids[0])
-	if err != nil || r.State != admin.OutboxPending || r.AttemptsStarted != 0 || r.AttemptsFailed != 0 || r.EventID != dead.EventID ||
+	if err != nil || r.State != "pending" || r.AttemptsStarted != 0 || r.AttemptsFailed != 0 || r.EventID != dead.EventID ||
 		r.LastError != "permanent: refused" || !r.FinishedAt.IsZero() || r.NextRunAt.IsZero() || r.Token != dead.Token {
 		t.Fatalf("replayed: %+v, %v (dead: %+v)", r, err, dead)
 	}
-	if again, err := a.ReplayOutboxDead(ctx, ids[0]); err != nil || len(again) != 0 {
+	if again, err := a.ReplayDead(ctx, admin.Outbox, ids[0]); err != nil || len(again) != 0 {
 		t.Fatalf("replayed twice: %v, %v", again, err)
 	}
 	var handed []outbox.Event
@@ -310,15 +312,15 @@ func TestReplayOutboxDead(t *testing.T) {
 	if len(handed) != 1 || handed[0].ID != dead.EventID || handed[0].Attempt != 1 {
 		t.Fatalf("handed over after the replay: %+v; want the replayed event, attempt 1", handed)
 	}
-	if s, err := a.GetOutboxEvent(ctx, ids[0]); err != nil || s.State != admin.OutboxSent || s.AttemptsStarted != 1 || s.Token <= dead.Token {
+	if s, err := a.GetOutboxEvent(ctx, ids[0]); err != nil || s.State != "sent" || s.AttemptsStarted != 1 || s.Token <= dead.Token {
 		t.Fatalf("after the replay: %+v, %v", s, err)
 	}
 	for _, bad := range [][]int64{{0}, {-1}, make([]int64, admin.MaxAdminIDs+1)} {
-		if _, err := a.ReplayOutboxDead(ctx, bad...); !errors.Is(err, txinbox.ErrInvalidArgument) {
+		if _, err := a.ReplayDead(ctx, admin.Outbox, bad...); !errors.Is(err, txinbox.ErrInvalidArgument) {
 			t.Errorf("ReplayOutboxDead(%d ids): %v, want an *ArgumentError", len(bad), err)
 		}
 	}
-	if got, err := a.ReplayOutboxDead(ctx); err != nil || got != nil {
+	if got, err := a.ReplayDead(ctx, admin.Outbox); err != nil || got != nil {
 		t.Errorf("ReplayOutboxDead(): %v, %v", got, err)
 	}
 }
@@ -393,11 +395,11 @@ func TestReplayOutboxDeadIsFenced(t *testing.T) {
 	}), func(c *outbox.RelayConfig) { c.Owner = "relay-B" })
 	outboxtest.WaitFor(t, "relay B to take the event over and refuse it", func() bool {
 		e, err := a.GetOutboxEvent(ctx, id)
-		return err == nil && e.State == admin.OutboxDead
+		return err == nil && e.State == "dead"
 	})
 	stopRelay(t, rb)
 	dead, _ := a.GetOutboxEvent(ctx, id)
-	if got, err := a.ReplayOutboxDead(ctx, id); err != nil || !slices.Equal(got, []int64{id}) {
+	if got, err := a.ReplayDead(ctx, admin.Outbox, id); err != nil || !slices.Equal(got, []int64{id}) {
 		t.Fatalf("ReplayOutboxDead: %v, %v", got, err)
 	}
 	pc := newHolding()
@@ -405,14 +407,14 @@ func TestReplayOutboxDeadIsFenced(t *testing.T) {
 	runRelay(t, db, pc, func(c *outbox.RelayConfig) { c.Owner = "relay-C" })
 	await(t, "relay C's Publish call", pc.held)
 	held, err := a.GetOutboxEvent(ctx, id)
-	if err != nil || held.State != admin.OutboxClaimed || held.Owner != "relay-C" {
+	if err != nil || held.State != "claimed" || held.Owner != "relay-C" {
 		t.Fatalf("C's claim: %+v, %v; want claimed by relay-C", held, err)
 	}
 
 	pa.free()        // A's call returns, acknowledged, long after its lease
 	stopRelay(t, ra) // A has recorded what it would
 	now, err := a.GetOutboxEvent(ctx, id)
-	if err != nil || now.State != admin.OutboxClaimed || now.Owner != "relay-C" || now.Token != held.Token || now.AttemptsFailed != 0 {
+	if err != nil || now.State != "claimed" || now.Owner != "relay-C" || now.Token != held.Token || now.AttemptsFailed != 0 {
 		t.Fatalf("after relay A's stale call: %+v, %v; want C's claim untouched: %+v", now, err, held)
 	}
 	if held.Token <= dead.Token {
@@ -421,7 +423,7 @@ func TestReplayOutboxDeadIsFenced(t *testing.T) {
 	pc.free()
 	outboxtest.WaitFor(t, "relay C to send the event", func() bool {
 		e, err := a.GetOutboxEvent(ctx, id)
-		return err == nil && e.State == admin.OutboxSent && e.Token == held.Token
+		return err == nil && e.State == "sent" && e.Token == held.Token
 	})
 }
 
@@ -432,24 +434,24 @@ func TestDiscardOutboxDead(t *testing.T) {
 	ctx := context.Background()
 	ids := outboxtest.Publish(t, db, ev("t", "", "refused", ""), ev("t", "", "refused", ""), ev("t", "", "", ""), ev("t", "", "", "down"))
 	outboxtest.Drain(t, db, outboxtest.ByHeaders, nil)
-	got, err := a.DiscardOutboxDead(ctx, ids[3], ids[2], ids[1], 999999)
+	got, err := a.DiscardDead(ctx, admin.Outbox, ids[3], ids[2], ids[1], 999999)
 	if err != nil || !slices.Equal(got, ids[1:2]) {
 		t.Fatalf("DiscardOutboxDead: %v, %v; want only the dead one given", got, err)
 	}
 	if _, err := a.GetOutboxEvent(ctx, ids[1]); !errors.Is(err, admin.ErrNotFound) {
 		t.Fatalf("discarded event: %v, want ErrNotFound", err)
 	}
-	var nf *admin.OutboxNotFoundError
+	var nf *admin.NotFoundError
 	if _, err := a.GetOutboxEvent(ctx, 999999); !errors.As(err, &nf) || nf.ID != 999999 {
 		t.Fatalf("unknown id: %v, want an *OutboxNotFoundError", err)
 	}
 	if n := db.Count(t, `SELECT count(*) FROM {schema}.outbox`); n != 3 {
 		t.Fatalf("%d events left, want 3", n)
 	}
-	if again, err := a.DiscardOutboxDead(ctx, ids[1]); err != nil || len(again) != 0 {
+	if again, err := a.DiscardDead(ctx, admin.Outbox, ids[1]); err != nil || len(again) != 0 {
 		t.Fatalf("discarded twice: %v, %v", again, err)
 	}
-	if _, err := a.DiscardOutboxDead(ctx, 0); !errors.Is(err, txinbox.ErrInvalidArgument) {
+	if _, err := a.DiscardDead(ctx, admin.Outbox, 0); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Fatalf("DiscardOutboxDead(0): %v", err)
 	}
 }
@@ -470,20 +472,20 @@ func TestGetOutboxEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d.ID != ids[0] || d.Topic != "orders" || d.Key != "o-1" || string(d.Payload) != payload || d.Headers["traceparent"] != "00-x" ||
-		d.State != admin.OutboxDead || d.AttemptsStarted != 1 || d.AttemptsFailed != 1 || d.LastError != "permanent: no route" ||
+		d.State != "dead" || d.AttemptsStarted != 1 || d.AttemptsFailed != 1 || d.LastError != "permanent: no route" ||
 		d.CreatedAt.IsZero() || d.StartedAt.IsZero() || d.FinishedAt.IsZero() || !d.NextRunAt.IsZero() || d.Owner != "" || d.Token != 1 {
 		t.Errorf("dead: %+v", d)
 	}
-	if s, err := a.GetOutboxEvent(ctx, ids[1]); err != nil || s.State != admin.OutboxSent || s.Key != "" || s.FinishedAt.IsZero() || s.Headers != nil {
+	if s, err := a.GetOutboxEvent(ctx, ids[1]); err != nil || s.State != "sent" || s.Key != "" || s.FinishedAt.IsZero() || s.Headers != nil {
 		t.Errorf("sent: %+v, %v", s, err)
 	}
 	p := outboxtest.Publish(t, db, outbox.Message{Topic: "later", Payload: []byte(`1`), NotBefore: time.Now().Add(time.Hour)})[0]
-	if s, err := a.GetOutboxEvent(ctx, p); err != nil || s.State != admin.OutboxPending || s.NextRunAt.Before(time.Now().Add(50*time.Minute)) || s.Token != 0 {
+	if s, err := a.GetOutboxEvent(ctx, p); err != nil || s.State != "pending" || s.NextRunAt.Before(time.Now().Add(50*time.Minute)) || s.Token != 0 {
 		t.Errorf("pending: %+v, %v", s, err)
 	}
 	c := outboxtest.Publish(t, db, ev("now", "", "", ""))[0]
 	outboxtest.Hold(t, db, 1)
-	if s, err := a.GetOutboxEvent(ctx, c); err != nil || s.State != admin.OutboxClaimed || s.Owner == "" || s.LeaseUntil.Before(time.Now()) ||
+	if s, err := a.GetOutboxEvent(ctx, c); err != nil || s.State != "claimed" || s.Owner == "" || s.LeaseUntil.Before(time.Now()) ||
 		s.AttemptsStarted != 1 || s.Token != 1 || s.StartedAt.IsZero() {
 		t.Errorf("claimed: %+v, %v", s, err)
 	}

@@ -16,18 +16,17 @@ import (
 
 // Limits of Overview.
 const (
-	// MaxOverviewConsumers is the most consumers Overview lists.
-	MaxOverviewConsumers = 500
-	// MaxOverviewMinutes is the longest window of Overview's per-minute counts: two days, what the
+	// maxOverviewConsumers is the most consumers Overview lists.
+	maxOverviewConsumers = 500
+	// maxOverviewMinutes is the longest window of Overview's per-minute counts: two days, what the
 	// worker pools keep of them.
-	MaxOverviewMinutes = 2 * 24 * 60
+	maxOverviewMinutes = 2 * 24 * 60
 )
 
 // Overview is what the operator console's first page shows: per consumer, the queued messages, the
 // dead letters and the finished attempts of the last minutes.
 type Overview struct {
-	// Consumers are the consumers with stored messages, in name order; at most
-	// MaxOverviewConsumers of them.
+	// Consumers are the consumers with stored messages, in name order; at most 500 of them.
 	Consumers []ConsumerOverview
 	// Truncated is true when more consumers have stored messages than were listed.
 	Truncated bool
@@ -60,21 +59,21 @@ type MinuteCounts struct {
 
 // Overview returns, per consumer with stored messages, the counts of its queued messages and dead
 // letters and its finished attempts per minute over the last minutes minutes (the current one
-// included; 1 to MaxOverviewMinutes). It reads the queue (as large as the backlog), the dead-letter
+// included; 1 to 2880: two days, what the worker pools keep of them). It reads the queue (as large as the backlog), the dead-letter
 // set, the per-minute counts and one descent of the inbox's unique key per consumer: never a scan
 // of the inbox table, so its cost does not grow with the completed messages kept.
 func (a *Admin) Overview(ctx context.Context, minutes int) (Overview, error) {
 	var o Overview
-	if minutes < 1 || minutes > MaxOverviewMinutes {
-		return o, &txinbox.ArgumentError{Name: "minutes", Reason: fmt.Sprintf("%d is not between 1 and %d", minutes, MaxOverviewMinutes)}
+	if minutes < 1 || minutes > maxOverviewMinutes {
+		return o, &txinbox.ArgumentError{Name: "minutes", Reason: fmt.Sprintf("%d is not between 1 and %d", minutes, maxOverviewMinutes)}
 	}
 	db := a.st.Wrap(a.store.DB)
-	names, err := schemasql.ConsumersUpTo(ctx, db, MaxOverviewConsumers+1)
+	names, err := schemasql.ConsumersUpTo(ctx, db, maxOverviewConsumers+1)
 	if err != nil {
 		return o, schemasql.Err(err)
 	}
-	if len(names) > MaxOverviewConsumers {
-		names, o.Truncated = names[:MaxOverviewConsumers], true
+	if len(names) > maxOverviewConsumers {
+		names, o.Truncated = names[:maxOverviewConsumers], true
 	}
 	o.Consumers = make([]ConsumerOverview, len(names))
 	at := make(map[string]*ConsumerOverview, len(names))
@@ -120,7 +119,7 @@ func (a *Admin) Overview(ctx context.Context, minutes int) (Overview, error) {
 func (a *Admin) FindMessage(ctx context.Context, consumer, key string) (inbox.StoredMessage, error) {
 	id, err := schemasql.Queries.MessageIDByKey(ctx, a.st.Wrap(a.store.DB), consumer, key)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return inbox.StoredMessage{}, &NotFoundError{Consumer: consumer, Key: key}
+		return inbox.StoredMessage{}, &NotFoundError{View: Inbox, Consumer: consumer, Key: key}
 	}
 	if err != nil {
 		return inbox.StoredMessage{}, schemasql.Err(err)
@@ -128,7 +127,7 @@ func (a *Admin) FindMessage(ctx context.Context, consumer, key string) (inbox.St
 	m, err := a.GetMessage(ctx, id)
 	var nf *NotFoundError
 	if errors.As(err, &nf) { // deleted in between
-		return m, &NotFoundError{Consumer: consumer, Key: key}
+		return m, &NotFoundError{View: Inbox, Consumer: consumer, Key: key}
 	}
 	return m, err
 }
@@ -153,11 +152,11 @@ func (a *Admin) CountUnclaimed(ctx context.Context, consumer string) (UnclaimedC
 }
 
 // UnclaimedIDs returns the ids, up to maxID, of consumer's queued messages that no worker holds, in
-// increasing order, at most limit (1 to MaxListIDs). DiscardPending with them deletes those still
-// unclaimed then.
+// increasing order (never nil), at most limit (1 to 1,000,000). DiscardPending with them deletes
+// those still unclaimed then.
 func (a *Admin) UnclaimedIDs(ctx context.Context, consumer string, maxID int64, limit int) ([]int64, error) {
-	if limit < 1 || limit > MaxListIDs {
-		return nil, &txinbox.ArgumentError{Name: "limit", Reason: fmt.Sprintf("%d is not between 1 and %d", limit, MaxListIDs)}
+	if err := checkLimit(limit); err != nil {
+		return nil, err
 	}
 	ids, err := schemasql.Queries.UnclaimedIDs(ctx, a.st.Wrap(a.store.DB), sqlc.UnclaimedIDsParams{
 		Consumer: consumer, MaxID: maxID, MaxRows: int32(limit)})

@@ -10,6 +10,9 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 )
 
 // The dead letters' and the outbox's dead events' pages share their filter form and their actions
@@ -77,15 +80,14 @@ func (f filterForm) Query() template.URL { return template.URL(f.values().Encode
 type rowFilter interface {
 	Fields() []header
 	Query() template.URL
+	// admin returns the filter as admin applies it, with the cursor before ("": none).
+	admin(before string) admin.DeadFilter
 }
 
-// adminCall is an administration call on rows by id (returning those it changed, or those that are
-// dead now).
-type adminCall func(ctx context.Context, ids ...int64) ([]int64, error)
-
 // deadRows is what the actions on the dead letters and on the outbox's dead events differ in: their
-// words, their pages, their filter F, and package admin's calls.
+// admin.View, their words, their pages and their filter F.
 type deadRows[F rowFilter] struct {
+	view     admin.View
 	path     string // the list's page: "/dead", "/outbox/dead"; the actions' are path+"/apply"
 	noun     string // the rows: "dead letters", "dead outbox events"
 	one      string // one row, in the error of an empty selection: "dead letter", "dead event"
@@ -95,13 +97,31 @@ type deadRows[F rowFilter] struct {
 	// changed, and about the confirmed rows no longer matching at the action.
 	unchanged, gone string
 	parse           func(url.Values) (F, error)
-	among           adminCall // the rows of ids dead now (those a selection acts on)
-	replay, discard adminCall
-	// count counts the rows f matches now and sets d's bound to them (Snapshot or Cursor).
-	count func(ctx context.Context, f F, d *confirmData) (int64, error)
-	// ids returns up to limit ids of the rows f matches within the bound snapshot (as confirmed:
-	// an *inputError when it is not one).
-	ids func(ctx context.Context, f F, snapshot string, limit int) ([]int64, error)
+	// snapshot returns an *inputError when s is not the bound of a confirmation (confirmData.Snapshot).
+	snapshot func(s string) error
+}
+
+// count counts the rows f matches now and sets d's bound to them (d.Snapshot: admin's
+// DeadCount.Before).
+func (p deadRows[F]) count(ctx context.Context, h *handler, f F, d *confirmData) (int64, error) {
+	m, err := h.admin.CountDead(ctx, f.admin(""))
+	d.Snapshot = m.Before
+	return m.Matching, err
+}
+
+// ids returns up to limit ids of the rows f matches within the bound snapshot (as confirmed: an
+// *inputError when it is not one).
+func (p deadRows[F]) ids(ctx context.Context, h *handler, f F, snapshot string, limit int) ([]int64, error) {
+	if err := p.snapshot(snapshot); err != nil {
+		return nil, err
+	}
+	ids, err := h.admin.DeadIDs(ctx, f.admin(snapshot), limit)
+	var bad *txinbox.ArgumentError
+	if errors.As(err, &bad) && bad.Name == "Before" {
+		// The snapshot is the filter's Before: name it as the form does.
+		return nil, &inputError{"snapshot", strconv.Quote(snapshot) + " is not the snapshot of a confirmation: confirm the action again"}
+	}
+	return ids, err
 }
 
 // confirm renders the confirmation of an action on the rows.
@@ -146,14 +166,14 @@ func (p deadRows[F]) confirmData(ctx context.Context, h *handler, w http.Respons
 			h.fail(w, r, http.StatusBadRequest, "no "+p.one+" selected: tick the ones to act on")
 			return false
 		}
-		now, err := p.among(ctx, sel...)
+		now, err := h.admin.DeadAmong(ctx, p.view, sel...)
 		if err != nil {
 			h.dbFail(w, r, "reading the selection", err)
 			return false
 		}
 		d.IDs, d.Count, d.Asked = now, int64(len(now)), len(sel)
 	case "filter":
-		n, err := p.count(ctx, f, d)
+		n, err := p.count(ctx, h, f, d)
 		if err != nil {
 			h.dbFail(w, r, p.counting, err)
 			return false
@@ -180,12 +200,12 @@ func (p deadRows[F]) apply(h *handler, w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, "count: the confirmed count is missing: confirm the action first")
 		return
 	}
-	act := p.replay
+	act := h.admin.ReplayDead
 	verb, done := "Replay", "replayed"
 	switch d.Op {
 	case "replay":
 	case "discard":
-		act, verb, done = p.discard, "Discard", "discarded"
+		act, verb, done = h.admin.DiscardDead, "Discard", "discarded"
 	default:
 		h.fail(w, r, http.StatusBadRequest, "op: must be replay or discard")
 		return
@@ -203,7 +223,7 @@ func (p deadRows[F]) apply(h *handler, w http.ResponseWriter, r *http.Request) {
 		}
 	case "filter":
 		ctx, cancel := h.ctx(r)
-		targets, err = p.ids(ctx, f, v.Get("snapshot"), int(min(confirmed, MaxBulk)+1))
+		targets, err = p.ids(ctx, h, f, v.Get("snapshot"), int(min(confirmed, MaxBulk)+1))
 		cancel()
 		var bad *inputError
 		if errors.As(err, &bad) || badArgument(err) {
@@ -232,7 +252,7 @@ func (p deadRows[F]) apply(h *handler, w http.ResponseWriter, r *http.Request) {
 	var changed []int64
 	for chunk := range slices.Chunk(targets, maxAdminIDs) {
 		ctx, cancel := h.ctx(r)
-		got, err := act(ctx, chunk...)
+		got, err := act(ctx, p.view, chunk...)
 		cancel()
 		if err != nil {
 			h.logAction(r, p.logged+done, len(changed), len(targets))

@@ -17,8 +17,8 @@
 //     retrying and claimed (in flight), sent (kept for the retention window) and dead, and the age of
 //     the oldest unsent event (the lag), as admin.Admin.OutboxStats counts them.
 //   - Dead outbox events ("/outbox/dead"): filtered by topic, key, error text and time of death,
-//     newest first, as admin.Admin.ListOutboxDead lists them (the txinbox command's outbox dead list
-//     gives the same answer), with replay and discard as for dead letters.
+//     newest first, as admin.Admin.ListDead lists them (admin.Outbox; the txinbox command's outbox
+//     dead list gives the same answer), with replay and discard as for dead letters.
 //   - Outbox event ("/outbox/event?id=N", or ?id= its event id, the UUID a consumer sees): every
 //     field of one outbox event.
 //
@@ -70,19 +70,15 @@ import (
 	"github.com/txinbox/txinbox/admin"
 )
 
-// Defaults and limits.
+// Limits of the pages.
 const (
-	// DefaultRefreshInterval is Config.RefreshInterval when it is zero.
-	DefaultRefreshInterval = 10 * time.Second
-	// DefaultQueryTimeout is Config.QueryTimeout when it is zero.
-	DefaultQueryTimeout = 10 * time.Second
-	// DeadPageSize is the number of dead letters per page.
+	// DeadPageSize is the number of dead letters (or dead outbox events) per page.
 	DeadPageSize = 50
 	// MaxBulk is the most messages one confirmed action changes; a filter matching more must be
 	// narrowed (or the action repeated).
 	MaxBulk = 100_000
-	// ChartMinutes is the span of the overview's chart.
-	ChartMinutes = 60
+	// chartMinutes is the span of the overview's chart.
+	chartMinutes = 60
 )
 
 // Config configures the console. The zero value is valid.
@@ -92,11 +88,10 @@ type Config struct {
 	// Prefix is the path the handler is mounted under, with [http.StripPrefix], such as "/ops/inbox"
 	// (no trailing slash); links and the CSRF cookie's path start with it. Default: "" (the root).
 	Prefix string
-	// RefreshInterval is how often the overview reloads itself; negative: never. Default:
-	// DefaultRefreshInterval (10s).
+	// RefreshInterval is how often the overview reloads itself; negative: never. Default: 10s.
 	RefreshInterval time.Duration
 	// QueryTimeout bounds the statements of one page or action (an action's statements each).
-	// Default: DefaultQueryTimeout (10s).
+	// Default: 10s.
 	QueryTimeout time.Duration
 	// Logger receives the actions taken (Info: what, how many, from which address) and the errors of
 	// pages (Error). Default: slog.Default().
@@ -115,10 +110,10 @@ func (c *Config) check() *configError {
 		return &configError{"QueryTimeout", "must not be negative"}
 	}
 	if c.RefreshInterval == 0 {
-		c.RefreshInterval = DefaultRefreshInterval
+		c.RefreshInterval = 10 * time.Second
 	}
 	if c.QueryTimeout == 0 {
-		c.QueryTimeout = DefaultQueryTimeout
+		c.QueryTimeout = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

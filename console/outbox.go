@@ -2,7 +2,6 @@ package console
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"html/template"
 	"net/http"
@@ -51,13 +50,13 @@ func (f outboxFilter) Topic() string { return f.own[0].Value }
 func (f outboxFilter) Key() string { return f.own[1].Value }
 
 // admin returns the filter as admin applies it, with the cursor before ("": none).
-func (f outboxFilter) admin(before string) admin.OutboxDeadFilter {
-	return admin.OutboxDeadFilter{Topic: f.Topic(), Key: f.Key(), ErrorContains: f.Error, Since: f.since, Until: f.until, Before: before}
+func (f outboxFilter) admin(before string) admin.DeadFilter {
+	return admin.DeadFilter{View: admin.Outbox, Topic: f.Topic(), Key: f.Key(), ErrorContains: f.Error, Since: f.since, Until: f.until, Before: before}
 }
 
 type outboxDeadData struct {
 	F        outboxFilter
-	Rows     []admin.OutboxDeadEvent
+	Rows     []txinbox.DeadLetter
 	Before   string       // the page's start ("": newest)
 	Older    template.URL // the query of the next page ("": no older page)
 	Matching int64
@@ -79,7 +78,7 @@ func (h *handler) outboxDeadList(w http.ResponseWriter, r *http.Request) {
 	}
 	lf := f.admin(before)
 	lf.Limit = DeadPageSize + 1 // one more: is there an older page?
-	rows, err := h.admin.ListOutboxDead(ctx, lf)
+	rows, err := h.admin.ListDead(ctx, lf)
 	if badArgument(err) {
 		h.fail(w, r, http.StatusBadRequest, err.Error())
 		return
@@ -96,7 +95,7 @@ func (h *handler) outboxDeadList(w http.ResponseWriter, r *http.Request) {
 		d.Older = template.URL(v.Encode()) //nolint:gosec // url.Values.Encode output
 	}
 	d.Rows = rows
-	m, err := h.admin.CountOutboxDead(ctx, f.admin(""))
+	m, err := h.admin.CountDead(ctx, f.admin(""))
 	if err != nil {
 		h.dbFail(w, r, "counting the outbox's dead events", err)
 		return
@@ -107,30 +106,19 @@ func (h *handler) outboxDeadList(w http.ResponseWriter, r *http.Request) {
 
 // outboxDead are the outbox's dead events, for the actions on them.
 func (h *handler) outboxDead() deadRows[outboxFilter] {
-	return deadRows[outboxFilter]{path: "/outbox/dead", noun: "dead outbox events", one: "dead event", logged: "outbox events ",
+	return deadRows[outboxFilter]{view: admin.Outbox, path: "/outbox/dead", noun: "dead outbox events", one: "dead event", logged: "outbox events ",
 		counting:  "counting the outbox's dead events",
 		unchanged: "%d were no longer dead (replayed or discarded meanwhile): left alone.",
 		gone:      "%d of the confirmed ones had left the dead events before the action.",
-		parse:     parseOutboxFilter, among: h.admin.OutboxDeadAmong, replay: h.admin.ReplayOutboxDead, discard: h.admin.DiscardOutboxDead,
-		count: func(ctx context.Context, f outboxFilter, d *confirmData) (int64, error) {
-			m, err := h.admin.CountOutboxDead(ctx, f.admin(""))
-			d.Cursor = m.Before
-			return m.Matching, err
-		},
-		ids: func(ctx context.Context, f outboxFilter, snapshot string, limit int) ([]int64, error) {
-			if _, err := text("snapshot", snapshot); err != nil {
-				return nil, err
+		parse:     parseOutboxFilter,
+		snapshot: func(s string) error {
+			if _, err := text("snapshot", s); err != nil {
+				return err
 			}
-			if snapshot == "" {
-				return nil, &inputError{"snapshot", "missing: confirm the action first"}
+			if s == "" {
+				return &inputError{"snapshot", "missing: confirm the action first"}
 			}
-			ids, err := h.admin.OutboxDeadIDs(ctx, f.admin(snapshot), limit)
-			var bad *txinbox.ArgumentError
-			if errors.As(err, &bad) && bad.Name == "Before" {
-				// The snapshot is the filter's Before: name it as the form does.
-				return nil, &inputError{"snapshot", strconv.Quote(snapshot) + " is not the snapshot of a confirmation: confirm the action again"}
-			}
-			return ids, err
+			return nil
 		},
 	}
 }

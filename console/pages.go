@@ -36,7 +36,7 @@ type horizon struct {
 type overviewData struct {
 	Consumers    []consumerRow
 	Truncated    bool
-	MaxConsumers int
+	MaxConsumers int // when Truncated: the most consumers admin's Overview lists
 	Tables       []admin.TableHealth
 	Horizon      horizon
 	ChartMinutes int
@@ -55,15 +55,15 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 
 // loadOverview presents admin's Overview and Health.
 func (h *handler) loadOverview(ctx context.Context) (overviewData, error) {
-	d := overviewData{ChartMinutes: ChartMinutes, MaxConsumers: admin.MaxOverviewConsumers}
-	o, err := h.admin.Overview(ctx, ChartMinutes)
+	d := overviewData{ChartMinutes: chartMinutes}
+	o, err := h.admin.Overview(ctx, chartMinutes)
 	if err != nil {
 		return d, err
 	}
-	d.Truncated = o.Truncated
+	d.Truncated, d.MaxConsumers = o.Truncated, len(o.Consumers) // truncated: as many as it lists
 	now := time.Now()
 	for _, c := range o.Consumers {
-		x := consumerRow{ConsumerOverview: c, Chart: newChart(c.Consumer, c.Minutes, now, ChartMinutes)}
+		x := consumerRow{ConsumerOverview: c, Chart: newChart(c.Consumer, c.Minutes, now, chartMinutes)}
 		for _, m := range c.Minutes {
 			x.Completed1h += m.Completed
 			x.Failed1h += m.Failed
@@ -210,16 +210,16 @@ func (f deadFilter) Consumer() string { return f.own[0].Value }
 // Kind is the kind typed.
 func (f deadFilter) Kind() string { return f.own[1].Value }
 
-// admin returns the filter as admin applies it, with before (0: none).
-func (f deadFilter) admin(before int64) admin.DeadFilter {
-	return admin.DeadFilter{Consumer: f.Consumer(), Kind: f.Kind(), ErrorContains: f.Error, Since: f.since, Until: f.until, Before: before}
+// admin returns the filter as admin applies it, with the cursor before ("": none).
+func (f deadFilter) admin(before string) admin.DeadFilter {
+	return admin.DeadFilter{View: admin.Inbox, Consumer: f.Consumer(), Kind: f.Kind(), ErrorContains: f.Error, Since: f.since, Until: f.until, Before: before}
 }
 
 type deadData struct {
 	F          deadFilter
-	Rows       []admin.DeadLetter
-	Before     int64 // the page's start (0: newest)
-	NextBefore int64 // 0: no older page
+	Rows       []txinbox.DeadLetter
+	Before     int64  // the page's start (0: newest)
+	NextBefore string // the cursor of the next page ("": no older page)
 	Matching   int64
 }
 
@@ -236,7 +236,10 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	lf := f.admin(before)
+	lf := f.admin("")
+	if before > 0 {
+		lf.Before = strconv.FormatInt(before, 10) // an inbox letter's cursor is its seq
+	}
 	lf.Limit = DeadPageSize + 1 // one more: is there an older page?
 	rows, err := h.admin.ListDead(ctx, lf)
 	if badArgument(err) {
@@ -250,10 +253,10 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 	d := deadData{F: f, Before: before}
 	if len(rows) > DeadPageSize {
 		rows = rows[:DeadPageSize]
-		d.NextBefore = rows[len(rows)-1].Seq
+		d.NextBefore = rows[len(rows)-1].Cursor
 	}
 	d.Rows = rows
-	m, err := h.admin.CountDead(ctx, f.admin(0))
+	m, err := h.admin.CountDead(ctx, f.admin(""))
 	if err != nil {
 		h.dbFail(w, r, "counting dead letters", err)
 		return
@@ -270,8 +273,7 @@ type confirmData struct {
 	Scope    string // "selected", "filter", "pending"
 	Noun     string // what the action changes: "dead letters", "dead outbox events"
 	Count    int64  // messages the action will change now
-	Snapshot int64  // the bound: DeadCount.Before (dead) or UnclaimedCount.MaxID (pending)
-	Cursor   string // the bound of an action on dead outbox events: OutboxDeadCount.Before
+	Snapshot string // the bound: DeadCount.Before (dead letters, dead outbox events) or UnclaimedCount.MaxID (pending)
 	IDs      []int64
 	Filter   []header // the filter's fields
 	Consumer string
@@ -283,21 +285,13 @@ type confirmData struct {
 
 // deadLetters are the dead letters, for the actions on them.
 func (h *handler) deadLetters() deadRows[deadFilter] {
-	return deadRows[deadFilter]{path: "/dead", noun: "dead letters", one: "dead letter", counting: "counting dead letters",
+	return deadRows[deadFilter]{view: admin.Inbox, path: "/dead", noun: "dead letters", one: "dead letter", counting: "counting dead letters",
 		unchanged: "%d were no longer dead (replayed or discarded meanwhile) or, for a replay, stored undecodable (discard those): left alone.",
 		gone:      "%d of the confirmed ones had left the dead letters before the action.",
-		parse:     parseDeadFilter, among: h.admin.DeadAmong, replay: h.admin.ReplayDead, discard: h.admin.DiscardDead,
-		count: func(ctx context.Context, f deadFilter, d *confirmData) (int64, error) {
-			m, err := h.admin.CountDead(ctx, f.admin(0))
-			d.Snapshot = m.Before
-			return m.Matching, err
-		},
-		ids: func(ctx context.Context, f deadFilter, snapshot string, limit int) ([]int64, error) {
-			before, err := positive("snapshot", snapshot)
-			if err != nil {
-				return nil, err
-			}
-			return h.admin.DeadIDs(ctx, f.admin(before), limit)
+		parse:     parseDeadFilter,
+		snapshot: func(s string) error {
+			_, err := positive("snapshot", s) // an inbox letter's cursor is its seq
+			return err
 		},
 	}
 }
@@ -347,7 +341,10 @@ func (h *handler) pendingConfirmData(ctx context.Context, w http.ResponseWriter,
 		h.dbFail(w, r, "counting pending messages", err)
 		return false
 	}
-	d.Consumer, d.Count, d.Snapshot, d.TooMany = consumer, m.Matching, m.MaxID, m.Matching > MaxBulk
+	d.Consumer, d.Count, d.TooMany = consumer, m.Matching, m.Matching > MaxBulk
+	if m.MaxID > 0 {
+		d.Snapshot = strconv.FormatInt(m.MaxID, 10)
+	}
 	return true
 }
 

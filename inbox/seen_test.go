@@ -419,7 +419,7 @@ func TestSeenDeletedKeysAreNew(t *testing.T) {
 			t.Fatalf("%s after its deletion: %+v %v, want Inserted", key, r, err)
 		}
 	}
-	if done, err := a.DiscardDead(ctx, ids[0]); err != nil || len(done) != 1 {
+	if done, err := a.DiscardDead(ctx, admin.Inbox, ids[0]); err != nil || len(done) != 1 {
 		t.Fatalf("%v %v", done, err)
 	}
 	check("dead")

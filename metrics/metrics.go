@@ -1,22 +1,18 @@
 // Package metrics exposes txinbox activity as Prometheus metrics.
 //
-// One Metrics value observes every side: give it to inbox.Config.Observer (receiving),
-// worker.Config.Observer (handling; a pool passes it on to the schema's maintainer it starts, or give
-// it to maintain.Config.Observer) and outbox.RelayConfig.Observer (publishing), and register a
-// QueueCollector for the queue's depth, a HealthCollector for the tables' dead row versions and the
-// xmin horizon, and an OutboxCollector for the outbox's unsent events and lag, all on the same
-// txinbox.Store (its Schema above all: a collector given another one reads another schema's tables):
+// [New] registers every metric of a txinbox.Store at once. The Metrics value it returns observes every
+// side: give it to inbox.Config.Observer (receiving), worker.Config.Observer (handling; a pool passes
+// it on to the schema's maintainer it starts, or give it to maintain.Config.Observer) and
+// outbox.RelayConfig.Observer (publishing). The gauges (the queue's depth, the tables' dead row
+// versions and the xmin horizon, the outbox's unsent events and lag) are read from the Store's
+// database on every scrape, in the Store's schema; give it the same Store as the other components:
 //
 //	store := txinbox.Store{DB: pool, Schema: "billing"}
 //	reg := prometheus.NewRegistry()
-//	m, err := metrics.New(metrics.Config{Registerer: reg})
+//	m, err := metrics.New(store, metrics.Config{Registerer: reg, Consumers: []string{"ledger"}})
 //	client, err := inbox.New(store, inbox.Config{Observer: m})
 //	pool, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m})
-//	qc, err := metrics.NewQueueCollector(store, metrics.QueueConfig{Consumers: []string{"ledger"}})
-//	hc, err := metrics.NewHealthCollector(store, metrics.HealthConfig{})
 //	relay, err := outbox.NewRelay(store, outbox.RelayConfig{Publisher: pub, Observer: m})
-//	oc, err := metrics.NewOutboxCollector(store, metrics.OutboxConfig{})
-//	reg.MustRegister(qc, hc, oc)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // The metrics (with the default namespace "txinbox"):
@@ -46,32 +42,49 @@
 //	                                                         over all processes: 1
 //	txinbox_maintenance_runs_total{schema, job, outcome}     counter: runs of maintenance jobs by this
 //	                                                         process's leader; outcome is ok or error
-//	txinbox_queue_messages{consumer, state}                  gauge (QueueCollector): queued messages;
-//	                                                         state is ready, waiting or claimed
-//	txinbox_queue_oldest_age_seconds{consumer}               gauge (QueueCollector): age of the oldest
-//	                                                         queued (unfinished) message
-//	txinbox_table_live_rows{table}                           gauge (HealthCollector): estimated live rows
-//	                                                         of each txinbox table
-//	txinbox_table_dead_rows{table}                           gauge (HealthCollector): estimated dead row
-//	                                                         versions not yet reclaimed by vacuum
-//	txinbox_table_last_vacuum_timestamp_seconds{table}       gauge (HealthCollector): last (auto)vacuum,
-//	                                                         Unix time, 0 if never
-//	txinbox_xmin_horizon_age_xids{source}                    gauge (HealthCollector): age in transactions
-//	                                                         of the oldest xmin held; source is backend,
+//	txinbox_queue_messages{consumer, state}                  gauge (queue): queued messages; state is
+//	                                                         ready, waiting or claimed
+//	txinbox_queue_oldest_age_seconds{consumer}               gauge (queue): age of the oldest queued
+//	                                                         (unfinished) message
+//	txinbox_table_live_rows{table}                           gauge (health): estimated live rows of each
+//	                                                         txinbox table
+//	txinbox_table_dead_rows{table}                           gauge (health): estimated dead row versions
+//	                                                         not yet reclaimed by vacuum
+//	txinbox_table_last_vacuum_timestamp_seconds{table}       gauge (health): last (auto)vacuum, Unix
+//	                                                         time, 0 if never
+//	txinbox_generation                                       gauge (health): the inbox's current generation
+//	txinbox_generation_began_timestamp_seconds               gauge (health): when it began, Unix time
+//	txinbox_xmin_horizon_age_xids{source}                    gauge (health): age in transactions of the
+//	                                                         oldest xmin held; source is backend,
 //	                                                         replication_slot or prepared_xact
-//	txinbox_xmin_horizon_age_seconds{source}                 gauge (HealthCollector): how long the oldest
-//	                                                         holder's transaction has been open; source is
-//	                                                         backend or prepared_xact
+//	txinbox_xmin_horizon_age_seconds{source}                 gauge (health): how long the oldest holder's
+//	                                                         transaction has been open; source is backend
+//	                                                         or prepared_xact
 //	txinbox_outbox_published_total{topic}                    counter: outbox events sent (acknowledged by a
 //	                                                         relay's Publisher, and recorded)
 //	txinbox_outbox_retries_total{topic, reason}              counter: failed attempts to publish an event,
 //	                                                         to be retried; reason is timeout or error
 //	txinbox_outbox_dead_total{topic}                         counter: outbox events given up (dead)
-//	txinbox_outbox_unsent_events{topic, state}               gauge (OutboxCollector): events not sent and
-//	                                                         not dead; state is pending, retrying or claimed
-//	txinbox_outbox_lag_seconds{topic}                        gauge (OutboxCollector): age of the oldest
-//	                                                         unsent event (admin.OutboxTopicStats's
+//	txinbox_outbox_unsent_events{topic, state}               gauge (outbox): events not sent and not dead;
+//	                                                         state is pending, retrying or claimed
+//	txinbox_outbox_lag_seconds{topic}                        gauge (outbox): age of the oldest unsent
+//	                                                         event (admin.OutboxTopicStats's
 //	                                                         OldestUnsentAge)
+//
+// The gauges are read on every scrape, each group with its own statements: queue, one query of the
+// queue table (inbox_queue: unfinished messages only, so its cost grows with the backlog, not with the
+// history); health, three statements on PostgreSQL's statistics views (their cost does not grow with
+// the tables); outbox, one query of the outbox's queue (unsent events only, each read by its id for
+// its topic: the query of admin.Admin.OutboxStats that reads the queue; the sent and dead events are
+// not counted, which needs a scan of the outbox table: see txinbox_outbox_published_total and
+// txinbox_outbox_dead_total). A failed statement is reported to the scrape as an error.
+//
+// The xmin horizon is the oldest transaction whose effects some snapshot may still need: vacuum keeps
+// every row version deleted after it, in every table. A session left idle in a transaction, a
+// forgotten prepared transaction or an inactive replication slot holds it back, and the queue table
+// (every message inserts, claims and deletes a row in it) fills with dead row versions that every
+// claim reads through. Alert on txinbox_xmin_horizon_age_seconds (minutes, not hours) and on
+// txinbox_table_dead_rows of inbox_queue.
 //
 // Outcomes and reasons are the values of worker.Outcome and worker.Reason (reasons: error, panic,
 // timeout, permanent, decode, unknown_kind, crashed).
@@ -85,18 +98,22 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/maintain"
+	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/seen"
 	"github.com/txinbox/txinbox/worker"
 )
 
-// Config configures Metrics. The zero value is valid.
+// Config configures the metrics of New. The zero value is valid.
 type Config struct {
-	// Registerer receives the collectors. Default: prometheus.DefaultRegisterer.
+	// Registerer receives every metric. Default: prometheus.DefaultRegisterer.
 	Registerer prometheus.Registerer
 	// Namespace prefixes every metric name. Default: "txinbox".
 	Namespace string
@@ -105,6 +122,16 @@ type Config struct {
 	// DurationBuckets are the handler duration histogram's buckets, in seconds. Default: 0.5ms to 10s
 	// (prometheus.ExponentialBuckets(0.0005, 2.5, 12)).
 	DurationBuckets []float64
+	// Consumers are always reported by the queue gauges, with zeros when they have nothing queued (so
+	// that their series do not vanish when the queue drains). Other consumers are reported while they
+	// have messages queued. Each must pass txinbox.ValidateName. Default: none.
+	Consumers []string
+	// Topics are always reported by the outbox gauges, with zeros when they have no unsent event (so
+	// that their series do not vanish when the outbox drains). Other topics are reported while they
+	// have unsent events. Default: none.
+	Topics []string
+	// Timeout bounds the statements each group of gauges runs on a scrape. Default: 5s.
+	Timeout time.Duration
 }
 
 // Metrics counts what receiving Clients, worker Pools, maintainers and outbox Relays do. It
@@ -135,9 +162,22 @@ var (
 	_ maintain.Observer       = (*Metrics)(nil)
 )
 
-// New creates the collectors and registers them with cfg.Registerer. It fails if a collector of the
-// same name is registered already.
-func New(cfg Config) (*Metrics, error) {
+// New creates every metric of store (the counters and histogram that Metrics observes, and the gauges
+// read from store's database on every scrape: its DB, a *pgxpool.Pool, say, runs the scrapes'
+// statements; its Schema says which tables) and registers them with cfg.Registerer. It returns a
+// *[txinbox.ConfigError] if store, a consumer or a topic is invalid, registering nothing, and fails
+// if a metric of the same name is registered already.
+func New(store txinbox.Store, cfg Config) (*Metrics, error) {
+	store, err := store.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNames(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.DefaultRegisterer
 	}
@@ -199,7 +239,27 @@ func New(cfg Config) (*Metrics, error) {
 	if err := m.outbox.register(cfg.Registerer, cfg.Namespace, cfg.ConstLabels); err != nil {
 		return nil, err
 	}
+	for _, c := range []prometheus.Collector{newQueueCollector(store, cfg), newHealthCollector(store, cfg), newOutboxCollector(store, cfg)} {
+		if err := cfg.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("txinbox metrics: %w", err)
+		}
+	}
 	return m, nil
+}
+
+// checkNames returns a *txinbox.ConfigError for a consumer or topic of cfg that none can have.
+func checkNames(cfg Config) error {
+	for _, c := range cfg.Consumers {
+		if err := txinbox.ValidateName(c); err != nil {
+			return &txinbox.ConfigError{Field: "Consumers", Reason: err.Error()}
+		}
+	}
+	for _, tp := range cfg.Topics {
+		if err := textcheck.Check(tp, outbox.MaxTopicBytes, false); err != nil {
+			return &txinbox.ConfigError{Field: "Topics", Reason: fmt.Sprintf("%q %v", tp, err)}
+		}
+	}
+	return nil
 }
 
 // ReceiveStart implements inbox.Observer: when the call ends, it counts its receipts by consumer and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -48,6 +49,61 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 	return string(b)
 }
 
+// One Metrics value observes handling (worker.Config.Observer): a pool's event, fed to it by hand
+// here, is counted, and the registry gathered as a scrape would.
+func TestHandledCounts(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(db.Store(), metrics.Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Handled(worker.HandleEvent{Consumer: "ledger", Kind: "credit", Outcome: "dead", Reason: "permanent",
+		Attempt: 1, Duration: 3 * time.Millisecond})
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			if c := s.GetCounter(); c != nil && c.GetValue() > 0 {
+				var ls []string
+				for _, l := range s.GetLabel() {
+					ls = append(ls, l.GetName()+"="+l.GetValue())
+				}
+				got = append(got, fmt.Sprint(f.GetName(), " ", strings.Join(ls, " "), " ", c.GetValue()))
+			}
+		}
+	}
+	want := []string{
+		"txinbox_dead_letters_total consumer=ledger kind=credit reason=permanent 1",
+		"txinbox_processed_total consumer=ledger kind=credit outcome=dead 1",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("counters: %q, want %q", got, want)
+	}
+}
+
+// gatherErr gathers reg and returns the errors of the collection of the metric name (those naming its
+// Desc), nil when there is none.
+func gatherErr(reg *prometheus.Registry, name string) error {
+	_, err := reg.Gather()
+	errs := []error{err}
+	var me prometheus.MultiError
+	if errors.As(err, &me) {
+		errs = me
+	}
+	var out []error
+	for _, e := range errs {
+		if e != nil && strings.Contains(e.Error(), `fqName: "`+name+`"`) {
+			out = append(out, e)
+		}
+	}
+	return errors.Join(out...)
+}
+
 // value returns the value of the sample of metric name whose labels include every name="value" pair
 // given, or -1 if there is none.
 func value(t *testing.T, text, name string, labels ...string) float64 {
@@ -80,17 +136,12 @@ func TestMetricsAndSpans(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-	m, err := metrics.New(metrics.Config{Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
 	store := db.Store()
 	store.Tracer = txotel.New(txotel.Config{TracerProvider: tp}) // the spans; metrics counts
-	qc, err := metrics.NewQueueCollector(store, metrics.QueueConfig{Consumers: []string{"ledger", "idle"}})
+	m, err := metrics.New(store, metrics.Config{Registerer: reg, Consumers: []string{"ledger", "idle"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg.MustRegister(qc)
 	client, err := inbox.New(store, inbox.Config{Observer: m})
 	if err != nil {
 		t.Fatal(err)
@@ -227,11 +278,9 @@ func TestQueueOldestAge(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	qc, err := metrics.NewQueueCollector(db.Store(), metrics.QueueConfig{Consumers: []string{"ledger", "idle"}})
-	if err != nil {
+	if _, err := metrics.New(db.Store(), metrics.Config{Registerer: reg, Consumers: []string{"ledger", "idle"}}); err != nil {
 		t.Fatal(err)
 	}
-	reg.MustRegister(qc)
 	client, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +328,7 @@ func TestDeadLetterOutOfAttempts(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(metrics.Config{Registerer: reg})
+	m, err := metrics.New(db.Store(), metrics.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +419,7 @@ func TestSeenCacheMetrics(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(metrics.Config{Registerer: reg})
+	m, err := metrics.New(db.Store(), metrics.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +461,7 @@ func TestTakeoverMetrics(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(metrics.Config{Registerer: reg})
+	m, err := metrics.New(db.Store(), metrics.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +529,7 @@ func TestMaintainerMetrics(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(metrics.Config{Registerer: reg})
+	m, err := metrics.New(db.Store(), metrics.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

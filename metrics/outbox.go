@@ -10,7 +10,6 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
-	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -62,73 +61,40 @@ func (m *Metrics) Finished(r outbox.Result) {
 	}
 }
 
-// OutboxConfig configures an OutboxCollector. The zero value is valid.
-type OutboxConfig struct {
-	// Topics are always reported, with zeros when they have no unsent event (so that their series do
-	// not vanish when the outbox drains). Other topics are reported while they have unsent events.
-	// Default: none.
-	Topics []string
-	// Namespace prefixes the metric names. Default: "txinbox".
-	Namespace string
-	// ConstLabels are added to every metric. Default: none.
-	ConstLabels prometheus.Labels
-	// Timeout bounds the query run by each scrape. Default: 5s.
-	Timeout time.Duration
+// outboxCollector reports the outbox's unsent events and its lag per topic on every scrape (see the
+// package's documentation).
+type outboxCollector struct {
+	db      txinbox.DB
+	timeout time.Duration
+	topics  []string // always reported
+	st      *schemasql.Schema
+	events  *prometheus.Desc
+	lag     *prometheus.Desc
 }
 
-// OutboxCollector reports the outbox's unsent events and its lag per topic on every scrape, with the
-// query of admin.Admin.OutboxStats that reads the queue (outbox_queue: unsent events only, each read
-// by its id for its topic), so its cost grows with the backlog, not with the sent events kept. The
-// sent and dead events are not counted (that needs a scan of the outbox table): see
-// txinbox_outbox_published_total and txinbox_outbox_dead_total. A failed query is reported to the
-// scrape as an error.
-type OutboxCollector struct {
-	db     txinbox.DB
-	cfg    OutboxConfig
-	st     *schemasql.Schema
-	events *prometheus.Desc
-	lag    *prometheus.Desc
-}
-
-// NewOutboxCollector returns a collector of the outbox metrics of store (whose DB, a *pgxpool.Pool,
-// say, runs the scrapes' queries), to register with a prometheus.Registerer. It returns a
-// *[txinbox.ConfigError] if store or a topic is invalid.
-func NewOutboxCollector(store txinbox.Store, cfg OutboxConfig) (*OutboxCollector, error) {
-	store, err := store.Resolve()
-	if err != nil {
-		return nil, err
-	}
-	for _, tp := range cfg.Topics {
-		if err := textcheck.Check(tp, outbox.MaxTopicBytes, false); err != nil {
-			return nil, &txinbox.ConfigError{Field: "Topics", Reason: fmt.Sprintf("%q %v", tp, err)}
-		}
-	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = "txinbox"
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 5 * time.Second
-	}
-	return &OutboxCollector{
-		db: store.DB, cfg: cfg, st: statements(store.Schema),
+// newOutboxCollector returns the collector of the outbox gauges of store (resolved) with cfg
+// (checked, its defaults applied).
+func newOutboxCollector(store txinbox.Store, cfg Config) *outboxCollector {
+	return &outboxCollector{
+		db: store.DB, timeout: cfg.Timeout, topics: cfg.Topics, st: statements(store.Schema),
 		events: prometheus.NewDesc(prometheus.BuildFQName(cfg.Namespace, "outbox", "unsent_events"),
 			"Outbox events not sent yet and not dead, by state: pending (waiting, never claimed), retrying (waiting, claimed before: failed, handed back or replayed), claimed (held by a relay).",
 			[]string{"topic", "state"}, cfg.ConstLabels),
 		lag: prometheus.NewDesc(prometheus.BuildFQName(cfg.Namespace, "outbox", "lag_seconds"),
 			"Age of the oldest unsent outbox event: since it was published, or since its NotBefore if it was never claimed (0 when none; events whose NotBefore is ahead are not counted).",
 			[]string{"topic"}, cfg.ConstLabels),
-	}, nil
+	}
 }
 
 // Describe implements prometheus.Collector.
-func (c *OutboxCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.events
 	ch <- c.lag
 }
 
 // Collect implements prometheus.Collector.
-func (c *OutboxCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	rows, err := schemasql.Queries.OutboxQueueStats(ctx, c.st.Wrap(c.db))
 	if err != nil {
@@ -146,7 +112,7 @@ func (c *OutboxCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.events, float64(r.Claimed), r.Topic, "claimed")
 		gauge(c.lag, max(r.OldestUnsentSeconds, 0), r.Topic)
 	}
-	for _, tp := range c.cfg.Topics {
+	for _, tp := range c.topics {
 		if !seen[tp] {
 			seen[tp] = true
 			for _, s := range []string{"pending", "retrying", "claimed"} {

@@ -26,15 +26,10 @@ func TestOutboxMetrics(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(metrics.Config{Registerer: reg})
+	m, err := metrics.New(db.Store(), metrics.Config{Registerer: reg, Topics: []string{"orders", "idle"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	oc, err := metrics.NewOutboxCollector(db.Store(), metrics.OutboxConfig{Topics: []string{"orders", "idle"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.MustRegister(oc)
 
 	fate := map[string]error{
 		"refused": outbox.Permanent(errors.New("no route")),
@@ -109,16 +104,18 @@ func TestOutboxCollectorErrors(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	reg := prometheus.NewRegistry()
-	oc, err := metrics.NewOutboxCollector(txinbox.Store{DB: db.Pool, Schema: "txinbox_no_such_schema"}, metrics.OutboxConfig{Timeout: time.Minute})
-	if err != nil {
+	if _, err := metrics.New(txinbox.Store{DB: db.Pool, Schema: "txinbox_no_such_schema"}, metrics.Config{Registerer: reg, Timeout: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	reg.MustRegister(oc)
-	if _, err := reg.Gather(); err == nil {
+	if err := gatherErr(reg, "txinbox_outbox_unsent_events"); err == nil {
 		t.Fatal("a scrape of a schema without the outbox tables succeeded")
 	}
 	var ce *txinbox.ConfigError
-	if _, err := metrics.NewOutboxCollector(db.Store(), metrics.OutboxConfig{Topics: []string{""}}); !errors.As(err, &ce) || ce.Field != "Topics" {
+	reg2 := prometheus.NewRegistry()
+	if _, err := metrics.New(db.Store(), metrics.Config{Registerer: reg2, Topics: []string{""}}); !errors.As(err, &ce) || ce.Field != "Topics" {
 		t.Fatalf("empty topic: %v, want a *ConfigError of Topics", err)
+	}
+	if fs, _ := reg2.Gather(); len(fs) != 0 {
+		t.Fatalf("a configuration error registered %d metrics", len(fs))
 	}
 }

@@ -272,10 +272,10 @@ func TestPendingAndDeadSurviveRotations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := ops.ReplayDead(ctx, dead[0]); err != nil || len(got) != 1 {
+	if got, err := ops.ReplayDead(ctx, admin.Inbox, dead[0]); err != nil || len(got) != 1 {
 		t.Fatalf("replay: %v %v", got, err)
 	}
-	if got, err := ops.DiscardDead(ctx, dead[1]); err != nil || len(got) != 1 {
+	if got, err := ops.DiscardDead(ctx, admin.Inbox, dead[1]); err != nil || len(got) != 1 {
 		t.Fatalf("discard: %v %v", got, err)
 	}
 	mustExec(t, db, `UPDATE {schema}.inbox_queue SET run_at = now()`)

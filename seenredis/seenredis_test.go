@@ -253,7 +253,7 @@ func TestRedisSharedAndExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if done, err := ops.DiscardDead(ctx, r.ID); err != nil || len(done) != 1 {
+	if done, err := ops.DiscardDead(ctx, admin.Inbox, r.ID); err != nil || len(done) != 1 {
 		t.Fatalf("%v %v", done, err)
 	}
 	if again, err := b.Receive(ctx, msg("k", `1`)); err != nil || again.Outcome != inbox.Inserted {

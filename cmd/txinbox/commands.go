@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -251,8 +252,10 @@ func (a *app) printHealth(h admin.Health) error {
 
 // ---- dead ----
 
-// deadFilterFlags registers the dead-letter filters on fs and returns a function that builds the
-// filter once fs is parsed.
+// defaultListLimit is the default of the list commands' --limit (admin.DeadFilter.Limit's default).
+const defaultListLimit = 100
+
+// deadFlags are the filters of the dead letters.
 type deadFlags struct {
 	consumer, kind, errorContains, since, until string
 	limit                                       int
@@ -267,7 +270,7 @@ func (d *deadFlags) register(fs *flag.FlagSet, paging, all bool) {
 	fs.StringVar(&d.since, "since", "", "only dead letters that died at or after this time (RFC 3339, YYYY-MM-DD, or an age such as 24h or 7d)")
 	fs.StringVar(&d.until, "until", "", "only dead letters that died before this time (same forms as --since)")
 	if paging {
-		fs.IntVar(&d.limit, "limit", admin.DefaultDeadListLimit, fmt.Sprintf("most dead letters listed (at most %d)", admin.MaxDeadListLimit))
+		fs.IntVar(&d.limit, "limit", defaultListLimit, fmt.Sprintf("most dead letters listed (at most %d)", admin.MaxDeadListLimit))
 		fs.Int64Var(&d.before, "before", 0, "list the dead letters that died before the one of this seq (the next page: the seq of the last one listed)")
 		fs.Int64Var(&d.after, "after", 0, "no longer used: dead letters are listed newest first; page with --before SEQ")
 	}
@@ -277,7 +280,10 @@ func (d *deadFlags) register(fs *flag.FlagSet, paging, all bool) {
 }
 
 func (d *deadFlags) filter(cmd string) (admin.DeadFilter, error) {
-	f := admin.DeadFilter{Consumer: d.consumer, Kind: d.kind, ErrorContains: d.errorContains, Limit: d.limit, Before: d.before}
+	f := admin.DeadFilter{View: admin.Inbox, Consumer: d.consumer, Kind: d.kind, ErrorContains: d.errorContains, Limit: d.limit}
+	if d.before > 0 {
+		f.Before = strconv.FormatInt(d.before, 10) // an inbox letter's cursor is its seq
+	}
 	if d.after != 0 {
 		return f, usagef(cmd, "--after is gone: dead letters are listed newest first, and the next page is --before SEQ (the seq of the last one listed)")
 	}
@@ -359,8 +365,9 @@ undecodable. They are kept until replayed or discarded. They are listed newest f
 they died (SEQ; a message replayed and dead again gets a new one), as the console lists them for the
 same filters: --error matches a substring of the last error in any case. When the list is full,
 more may follow: pass --before with the SEQ of the last one listed. With --json: an array of
-admin.DeadLetter (seq, id, consumer, key, kind, died_at, attempts_started, attempts_failed,
-undecodable, last_error); 'txinbox dead show ID' shows every field of one.`,
+objects (seq, id, consumer, key, kind, died_at, attempts_started, attempts_failed, undecodable,
+last_error: admin.Admin.ListDead's txinbox.DeadLetter, its cursor as seq); 'txinbox dead show ID'
+shows every field of one.`,
 	flags: func(fs *flag.FlagSet) { deadListFlags = deadFlags{}; deadListFlags.register(fs, true, false) },
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
@@ -380,7 +387,11 @@ undecodable, last_error); 'txinbox dead show ID' shows every field of one.`,
 			return err
 		}
 		if a.json {
-			return a.writeJSON(ls) // never null: ListDead returns a non-nil slice
+			out := make([]deadLetterJSON, len(ls)) // never null
+			for i, l := range ls {
+				out[i] = newDeadLetterJSON(l)
+			}
+			return a.writeJSON(out)
 		}
 		if len(ls) == 0 {
 			fmt.Fprintf(a.stdout, "no dead letters\n")
@@ -388,16 +399,37 @@ undecodable, last_error); 'txinbox dead show ID' shows every field of one.`,
 		}
 		tw := a.table("SEQ", "ID", "CONSUMER", "KIND", "KEY", "ATTEMPTS", "DIED", "LAST ERROR")
 		for _, l := range ls {
-			row(tw, l.Seq, l.ID, l.Consumer, l.Kind, short(l.Key, 40), l.AttemptsStarted, when(l.DiedAt), short(l.LastError, 60))
+			row(tw, l.Cursor, l.ID, l.Consumer, l.Kind, short(l.Key, 40), l.AttemptsStarted, when(l.DiedAt), short(l.LastError, 60))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 		if len(ls) == f.Limit {
-			fmt.Fprintf(a.stderr, "more may follow: add --before %d\n", ls[len(ls)-1].Seq)
+			fmt.Fprintf(a.stderr, "more may follow: add --before %s\n", ls[len(ls)-1].Cursor)
 		}
 		return nil
 	},
+}
+
+// deadLetterJSON is one dead letter as dead list --json prints it: txinbox.DeadLetter's fields of an
+// inbox letter, its cursor as seq (a number: an inbox letter's cursor is its seq).
+type deadLetterJSON struct {
+	Seq             int64     `json:"seq"`
+	ID              int64     `json:"id"`
+	Consumer        string    `json:"consumer"`
+	Key             string    `json:"key"`
+	Kind            string    `json:"kind"`
+	DiedAt          time.Time `json:"died_at"`
+	AttemptsStarted int       `json:"attempts_started"`
+	AttemptsFailed  int       `json:"attempts_failed"`
+	Undecodable     bool      `json:"undecodable"`
+	LastError       string    `json:"last_error"`
+}
+
+func newDeadLetterJSON(l txinbox.DeadLetter) deadLetterJSON {
+	seq, _ := strconv.ParseInt(l.Cursor, 10, 64)
+	return deadLetterJSON{Seq: seq, ID: l.ID, Consumer: l.Consumer, Key: l.Key, Kind: l.Kind, DiedAt: l.DiedAt,
+		AttemptsStarted: l.AttemptsStarted, AttemptsFailed: l.AttemptsFailed, Undecodable: l.Undecodable, LastError: l.LastError}
 }
 
 var deadShow = &command{
@@ -586,24 +618,25 @@ type bulkSpec struct {
 	// guarded: --all without the scope flag (--consumer, --topic) needs --yes, and --dry-run
 	// previews (with check).
 	guarded bool
-	do      func(c *admin.Admin, a *app, ids []int64) ([]int64, error)
-	check   func(c *admin.Admin, a *app, ids []int64) ([]int64, error) // the ids do would act on now
+	// do acts on the dead rows ids of a view (admin.Admin.ReplayDead, DiscardDead); check returns
+	// the ids do would act on now (admin.Admin.DeadAmong).
+	do, check func(c *admin.Admin, ctx context.Context, v admin.View, ids ...int64) ([]int64, error)
 }
 
 // bulkFlags are the filter flags of the dead rows a bulk command acts on with --all (deadFlags,
-// outboxFlags), building the admin filter F.
-type bulkFlags[F any] interface {
+// outboxFlags), building the admin filter.
+type bulkFlags interface {
 	register(fs *flag.FlagSet, paging, all bool)
-	filter(cmd string) (F, error)
+	filter(cmd string) (admin.DeadFilter, error)
 	filtered() bool
 	// allScope returns --all and the scope flag's value (--consumer, --topic; "": every one).
 	allScope() (all bool, scope string)
 }
 
 // bulkRows is what the bulk commands of the dead letters and of the outbox's dead events differ in,
-// besides their bulkSpec: the words of their output and errors, their flags, and how --all counts
-// and lists the rows matching the filter F.
-type bulkRows[F any] struct {
+// besides their bulkSpec: their admin.View, the words of their output and errors, and their flags.
+type bulkRows struct {
+	view    admin.View
 	group   string // the commands' group: "dead", "outbox dead" (with list and show commands)
 	ids     string // the ids a command takes: "message ids", "event ids"
 	idWord  string // one of them, for parseIDArgs: "a message id", "an event id"
@@ -614,17 +647,34 @@ type bulkRows[F any] struct {
 	// connected.
 	byEventID bool
 	// flags returns new flags, with --limit at its most (the page size of --all).
-	flags func() bulkFlags[F]
-	// count counts the rows f matches now and bounds f to them (not those that die meanwhile).
-	count func(c *admin.Admin, a *app, f *F) (int64, error)
-	// page returns the ids of f's next page of rows, newest first (none after the last), and moves
-	// f past them.
-	page func(c *admin.Admin, a *app, f *F) ([]int64, error)
+	flags func() bulkFlags
+}
+
+// count counts the rows f matches now and bounds f to them (not those that die meanwhile).
+func (r bulkRows) count(c *admin.Admin, a *app, f *admin.DeadFilter) (int64, error) {
+	n, err := c.CountDead(a.ctx, *f)
+	f.Before = n.Before // CountDead's bound
+	return n.Matching, err
+}
+
+// page returns the ids of f's next page of rows, newest first (none after the last), and moves f
+// past them.
+func (r bulkRows) page(c *admin.Admin, a *app, f *admin.DeadFilter) ([]int64, error) {
+	ls, err := c.ListDead(a.ctx, *f)
+	if err != nil || len(ls) == 0 {
+		return nil, err
+	}
+	f.Before = ls[len(ls)-1].Cursor
+	page := make([]int64, len(ls))
+	for i, l := range ls {
+		page[i] = l.ID
+	}
+	return page, nil
 }
 
 // bulkCommand is the replay or discard command b of the dead rows r.
-func bulkCommand[F any](r bulkRows[F], b bulkSpec) *command {
-	var d bulkFlags[F]
+func bulkCommand(r bulkRows, b bulkSpec) *command {
+	var d bulkFlags
 	var yes, dryRun bool
 	name := r.group + " " + b.verb
 	return &command{
@@ -655,7 +705,7 @@ func bulkCommand[F any](r bulkRows[F], b bulkSpec) *command {
 			}
 			var ids []int64
 			var eventIDs []string // given instead of ids (byEventID), resolved once connected
-			var f F
+			var f admin.DeadFilter
 			var err error
 			if all {
 				if f, err = d.filter(name); err != nil {
@@ -698,7 +748,7 @@ func bulkCommand[F any](r bulkRows[F], b bulkSpec) *command {
 					}
 					got := page // listed as dead: a dry run would act on each
 					if !dryRun {
-						if got, err = act(c, a, page); err != nil {
+						if got, err = act(c, a.ctx, r.view, page...); err != nil {
 							return err
 						}
 					}
@@ -710,7 +760,7 @@ func bulkCommand[F any](r bulkRows[F], b bulkSpec) *command {
 				slices.Sort(done) // reported in id order
 				slices.Sort(skipped)
 			} else {
-				if done, err = act(c, a, ids); err != nil {
+				if done, err = act(c, a.ctx, r.view, ids...); err != nil {
 					return err
 				}
 				skipped = missing(ids, done)
@@ -751,26 +801,9 @@ func bulkCommand[F any](r bulkRows[F], b bulkSpec) *command {
 }
 
 // deadRows are the dead letters, for dead replay and dead discard.
-var deadRows = bulkRows[admin.DeadFilter]{group: "dead", ids: "message ids", idWord: "a message id",
+var deadRows = bulkRows{view: admin.Inbox, group: "dead", ids: "message ids", idWord: "a message id",
 	one: "dead letter", counted: "dead letter(s)", scope: "consumer",
-	flags: func() bulkFlags[admin.DeadFilter] { return &deadFlags{limit: admin.MaxDeadListLimit} },
-	count: func(c *admin.Admin, a *app, f *admin.DeadFilter) (int64, error) {
-		n, err := c.CountDead(a.ctx, *f)
-		f.Before = n.Before // CountDead's bound
-		return n.Matching, err
-	},
-	page: func(c *admin.Admin, a *app, f *admin.DeadFilter) ([]int64, error) {
-		ls, err := c.ListDead(a.ctx, *f)
-		if err != nil || len(ls) == 0 {
-			return nil, err
-		}
-		f.Before = ls[len(ls)-1].Seq
-		page := make([]int64, len(ls))
-		for i, l := range ls {
-			page[i] = l.ID
-		}
-		return page, nil
-	},
+	flags: func() bulkFlags { return &deadFlags{limit: admin.MaxDeadListLimit} },
 }
 
 var (
@@ -782,7 +815,7 @@ soon as a worker is free; a redelivery of its key is still a duplicate. Messages
 are skipped (they can only die again: discard them). Exits 1 if a given id was not replayed.`,
 		skipIDs: "not dead, not found, or stored undecodable",
 		skipAll: "stored undecodable, or no longer dead",
-		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.ReplayDead(a.ctx, ids...) },
+		do:      (*admin.Admin).ReplayDead,
 	})
 	deadDiscard = bulkCommand(deadRows, bulkSpec{verb: "discard", past: "discarded", summary: "delete dead letters", details: `
 A discarded message is deleted: its key is free again, so a later delivery of it is accepted as a
@@ -792,13 +825,10 @@ be) discarded.`,
 		skipIDs: "not dead, or not found",
 		skipAll: "no longer dead",
 		guarded: true,
-		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.DiscardDead(a.ctx, ids...) },
-		check:   deadNow,
+		do:      (*admin.Admin).DiscardDead,
+		check:   (*admin.Admin).DeadAmong,
 	})
 )
-
-// deadNow returns the ids that are dead now, in increasing order.
-func deadNow(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.DeadAmong(a.ctx, ids...) }
 
 // ---- pending ----
 

@@ -100,7 +100,7 @@ func cliPages(t *testing.T, db *testdb.DB, args ...string) [][]int64 {
 		if before != 0 {
 			a = append(a, "--before", fmt.Sprint(before))
 		}
-		ls := decode[[]admin.DeadLetter](t, cli(t, db.URL, a...))
+		ls := decode[[]deadLetterJSON](t, cli(t, db.URL, a...))
 		page := make([]int64, len(ls))
 		for i, l := range ls {
 			page[i] = l.ID
@@ -198,7 +198,7 @@ func TestDeadListMatchesConsole(t *testing.T) {
 		}
 	}
 	// A window of time: those that died in the last 12 hours (the second half).
-	since := decode[[]admin.DeadLetter](t, cli(t, db.URL, "--schema", db.Schema, "dead", "list", "--json", "--limit", "1000", "--since", recent))
+	since := decode[[]deadLetterJSON](t, cli(t, db.URL, "--schema", db.Schema, "dead", "list", "--json", "--limit", "1000", "--since", recent))
 	web, _ := consolePages(t, srv.URL, url.Values{"since": {since[len(since)-1].DiedAt.UTC().Format("2006-01-02T15:04:05.999999999Z07:00")}})
 	var all []int64
 	for _, p := range web {

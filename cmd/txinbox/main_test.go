@@ -275,21 +275,21 @@ func TestDeadLetters(t *testing.T) {
 	if strings.Count(r.stdout, "\n") != 4 { // header and three dead letters
 		t.Fatalf("list:\n%s", r.stdout)
 	}
-	list := decode[[]admin.DeadLetter](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--consumer", "ledger", "--error", "funds"))
+	list := decode[[]deadLetterJSON](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--consumer", "ledger", "--error", "funds"))
 	if len(list) != 1 || list[0].ID != ids["d1"] || list[0].Seq <= 0 || list[0].LastError != "insufficient funds" || list[0].DiedAt.IsZero() {
 		t.Fatalf("filtered list: %+v", list)
 	}
-	list = decode[[]admin.DeadLetter](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--limit", "1"))
+	list = decode[[]deadLetterJSON](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--limit", "1"))
 	if len(list) != 1 || list[0].ID != ids["d3"] {
 		t.Fatalf("limited list: %+v, want d3 (the newest)", list)
 	}
 	cli(t, url, "dead", "list", "--schema", s, "--limit", "1").want(t, 0, "LAST ERROR", fmt.Sprintf("--before %d", list[0].Seq))
-	next := decode[[]admin.DeadLetter](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--limit", "1", "--before", fmt.Sprint(list[0].Seq)))
+	next := decode[[]deadLetterJSON](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--limit", "1", "--before", fmt.Sprint(list[0].Seq)))
 	if len(next) != 1 || next[0].ID != ids["d2"] {
 		t.Fatalf("next page: %+v, want d2", next)
 	}
 	cli(t, url, "dead", "list", "--schema", s, "--after", "1").want(t, 2, "", "--before SEQ")
-	list = decode[[]admin.DeadLetter](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--since", "1h", "--kind", "Nope"))
+	list = decode[[]deadLetterJSON](t, cli(t, url, "dead", "list", "--schema", s, "--json", "--since", "1h", "--kind", "Nope"))
 	if len(list) != 0 {
 		t.Fatalf("list of nothing: %+v", list)
 	}
@@ -318,7 +318,7 @@ func TestDeadLetters(t *testing.T) {
 
 	// discard everything of consumer audit with --all.
 	cli(t, url, "--schema", s, "dead", "discard", "--all", "--consumer", "audit").want(t, 0, "discarded 1 dead letter(s): "+fmt.Sprint(ids["d3"]), "")
-	left := decode[[]admin.DeadLetter](t, cli(t, url, "dead", "list", "--schema", s, "--json"))
+	left := decode[[]deadLetterJSON](t, cli(t, url, "dead", "list", "--schema", s, "--json"))
 	if len(left) != 1 || left[0].ID != ids["d2"] {
 		t.Fatalf("dead letters left: %+v", left)
 	}
@@ -371,7 +371,7 @@ func TestDeadListUntil(t *testing.T) {
 	}
 	list := func(args ...string) []int64 {
 		t.Helper()
-		ms := decode[[]admin.DeadLetter](t, cli(t, db.URL, append([]string{"dead", "list", "--schema", db.Schema, "--json"}, args...)...))
+		ms := decode[[]deadLetterJSON](t, cli(t, db.URL, append([]string{"dead", "list", "--schema", db.Schema, "--json"}, args...)...))
 		var got []int64
 		for _, m := range ms {
 			got = append(got, m.ID)

@@ -79,7 +79,7 @@ func (d *outboxFlags) register(fs *flag.FlagSet, paging, all bool) {
 	fs.StringVar(&d.since, "since", "", "only dead events that died at or after this time (RFC 3339, YYYY-MM-DD, or an age such as 24h or 7d)")
 	fs.StringVar(&d.until, "until", "", "only dead events that died before this time (same forms as --since)")
 	if paging {
-		fs.IntVar(&d.limit, "limit", admin.DefaultDeadListLimit, fmt.Sprintf("most dead events listed (at most %d)", admin.MaxDeadListLimit))
+		fs.IntVar(&d.limit, "limit", defaultListLimit, fmt.Sprintf("most dead events listed (at most %d)", admin.MaxDeadListLimit))
 		fs.StringVar(&d.before, "before", "", "list the dead events after the one of this cursor (the next page: the CURSOR of the last one listed)")
 	}
 	if all {
@@ -87,8 +87,8 @@ func (d *outboxFlags) register(fs *flag.FlagSet, paging, all bool) {
 	}
 }
 
-func (d *outboxFlags) filter(cmd string) (admin.OutboxDeadFilter, error) {
-	f := admin.OutboxDeadFilter{Topic: d.topic, Key: d.key, ErrorContains: d.errorContains, Limit: d.limit, Before: d.before}
+func (d *outboxFlags) filter(cmd string) (admin.DeadFilter, error) {
+	f := admin.DeadFilter{View: admin.Outbox, Topic: d.topic, Key: d.key, ErrorContains: d.errorContains, Limit: d.limit, Before: d.before}
 	// Checked here, before any connection: a topic or key no event can have is a typo, not an empty
 	// result.
 	if d.topic != "" {
@@ -131,7 +131,7 @@ Dead events are events no Publisher took: out of attempts, or refused with a per
 are kept until replayed or discarded (rotations never remove them). They are listed newest first,
 by the time they died (then by id), as the console lists them for the same filters: --error matches
 a substring of the last error in any case. When the list is full, more may follow: pass --before
-with the CURSOR of the last one listed. With --json: an array of admin.OutboxDeadEvent (cursor, id,
+with the CURSOR of the last one listed. With --json: an array of txinbox.DeadLetter (cursor, id,
 event_id, topic, key, kind, content_type, died_at, attempts_started, attempts_failed, last_error);
 'txinbox outbox dead show ID' shows every field of one.`,
 	flags: func(fs *flag.FlagSet) {
@@ -152,12 +152,12 @@ event_id, topic, key, kind, content_type, died_at, attempts_started, attempts_fa
 			return err
 		}
 		defer pool.Close()
-		ls, err := c.ListOutboxDead(a.ctx, f)
+		ls, err := c.ListDead(a.ctx, f)
 		if err != nil {
 			return err
 		}
 		if a.json {
-			return a.writeJSON(ls) // never null: ListOutboxDead returns a non-nil slice
+			return a.writeJSON(ls) // never null: ListDead returns a non-nil slice
 		}
 		if len(ls) == 0 {
 			fmt.Fprintf(a.stdout, "no dead outbox events\n")
@@ -231,9 +231,9 @@ func printOutboxEvent(w io.Writer, e admin.OutboxEvent) error {
 	field("next run", when(e.NextRunAt))
 	field("started", when(e.StartedAt))
 	switch e.State {
-	case admin.OutboxDead:
+	case "dead":
 		field("died", when(e.FinishedAt))
-	case admin.OutboxSent:
+	case "sent":
 		field("sent", when(e.FinishedAt))
 	}
 	field("owner", dash(e.Owner))
@@ -254,26 +254,9 @@ func printOutboxEvent(w io.Writer, e admin.OutboxEvent) error {
 }
 
 // outboxRows are the outbox's dead events, for outbox dead replay and outbox dead discard.
-var outboxRows = bulkRows[admin.OutboxDeadFilter]{group: "outbox dead", ids: "event ids", idWord: "an event id",
+var outboxRows = bulkRows{view: admin.Outbox, group: "outbox dead", ids: "event ids", idWord: "an event id",
 	byEventID: true, one: "dead event", counted: "dead outbox event(s)", scope: "topic",
-	flags: func() bulkFlags[admin.OutboxDeadFilter] { return &outboxFlags{limit: admin.MaxDeadListLimit} },
-	count: func(c *admin.Admin, a *app, f *admin.OutboxDeadFilter) (int64, error) {
-		n, err := c.CountOutboxDead(a.ctx, *f)
-		f.Before = n.Before // CountOutboxDead's bound
-		return n.Matching, err
-	},
-	page: func(c *admin.Admin, a *app, f *admin.OutboxDeadFilter) ([]int64, error) {
-		ls, err := c.ListOutboxDead(a.ctx, *f)
-		if err != nil || len(ls) == 0 {
-			return nil, err
-		}
-		f.Before = ls[len(ls)-1].Cursor
-		page := make([]int64, len(ls))
-		for i, e := range ls {
-			page[i] = e.ID
-		}
-		return page, nil
-	},
+	flags: func() bulkFlags { return &outboxFlags{limit: admin.MaxDeadListLimit} },
 }
 
 var (
@@ -287,7 +270,7 @@ id (a UUID, the CloudEvents id a consumer sees); an event id that no stored even
 command before anything is replayed. Exits 1 if a given id was not replayed.`,
 		skipIDs: "not dead, or not found",
 		skipAll: "no longer dead",
-		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.ReplayOutboxDead(a.ctx, ids...) },
+		do:      (*admin.Admin).ReplayDead,
 	})
 	outboxDeadDiscard = bulkCommand(outboxRows, bulkSpec{verb: "discard", past: "discarded", summary: "delete dead outbox events", details: `
 A discarded event is deleted: it is never published. Each ID is an event's id in the outbox (a
@@ -298,7 +281,7 @@ given id was not (with --dry-run: would not be) discarded.`,
 		skipIDs: "not dead, or not found",
 		skipAll: "no longer dead",
 		guarded: true,
-		do:      func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.DiscardOutboxDead(a.ctx, ids...) },
-		check:   func(c *admin.Admin, a *app, ids []int64) ([]int64, error) { return c.OutboxDeadAmong(a.ctx, ids...) },
+		do:      (*admin.Admin).DiscardDead,
+		check:   (*admin.Admin).DeadAmong,
 	})
 )

@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
@@ -63,7 +64,7 @@ func seedOutbox(t *testing.T) (*testdb.DB, map[string]int64) {
 	return db, ids
 }
 
-func outboxIDs(evs []admin.OutboxDeadEvent) []int64 {
+func outboxIDs(evs []txinbox.DeadLetter) []int64 {
 	out := make([]int64, len(evs))
 	for i, e := range evs {
 		out[i] = e.ID
@@ -111,32 +112,32 @@ func TestOutboxDeadCommands(t *testing.T) {
 	if strings.Count(r.stdout, "\n") != 4 || !strings.Contains(r.stdout, "permanent: Insufficient funds") {
 		t.Fatalf("list:\n%s", r.stdout)
 	}
-	list := decode[[]admin.OutboxDeadEvent](t, cli(t, url, "outbox", "dead", "list", "--schema", s, "--json"))
+	list := decode[[]txinbox.DeadLetter](t, cli(t, url, "outbox", "dead", "list", "--schema", s, "--json"))
 	if got, want := outboxIDs(list), []int64{ids["d3"], ids["d2"], ids["d1"]}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("list --json: %v, want %v (newest first)", got, want)
 	}
-	list = decode[[]admin.OutboxDeadEvent](t, cli(t, url, "outbox", "dead", "list", "--schema", s, "--json", "--topic", "orders", "--error", "FUNDS", "--key", "k1"))
+	list = decode[[]txinbox.DeadLetter](t, cli(t, url, "outbox", "dead", "list", "--schema", s, "--json", "--topic", "orders", "--error", "FUNDS", "--key", "k1"))
 	if len(list) != 1 || list[0].ID != ids["d1"] || list[0].LastError != "permanent: Insufficient funds" || list[0].DiedAt.IsZero() || list[0].Cursor == "" {
 		t.Fatalf("filtered list: %+v", list)
 	}
-	list = decode[[]admin.OutboxDeadEvent](t, cli(t, url, "outbox", "dead", "list", "--schema", s, "--json", "--limit", "1"))
+	list = decode[[]txinbox.DeadLetter](t, cli(t, url, "outbox", "dead", "list", "--schema", s, "--json", "--limit", "1"))
 	if len(list) != 1 || list[0].ID != ids["d3"] {
 		t.Fatalf("limited list: %+v, want d3 (the newest)", list)
 	}
 	cli(t, url, "outbox", "dead", "list", "--schema", s, "--limit", "1").want(t, 0, "LAST ERROR", "--before "+list[0].Cursor)
-	next := decode[[]admin.OutboxDeadEvent](t, cli(t, url, "outbox", "dead", "list", "--schema", s, "--json", "--limit", "1", "--before", list[0].Cursor))
+	next := decode[[]txinbox.DeadLetter](t, cli(t, url, "outbox", "dead", "list", "--schema", s, "--json", "--limit", "1", "--before", list[0].Cursor))
 	if len(next) != 1 || next[0].ID != ids["d2"] {
 		t.Fatalf("next page: %+v, want d2", next)
 	}
 	cli(t, url, "outbox", "dead", "list", "--schema", s, "--before", "nope").want(t, 1, "", "not a cursor")
 	cli(t, url, "outbox", "dead", "list", "--schema", s, "--since", "yesterday").want(t, 2, "", "--since")
-	if l := decode[[]admin.OutboxDeadEvent](t, cli(t, url, "outbox", "dead", "list", "--schema", s, "--json", "--until", "1h")); len(l) != 0 {
+	if l := decode[[]txinbox.DeadLetter](t, cli(t, url, "outbox", "dead", "list", "--schema", s, "--json", "--until", "1h")); len(l) != 0 {
 		t.Fatalf("--until 1h: %+v, want none (they died just now)", l)
 	}
 
 	// show, in both forms; flags after the id work too.
 	e := decode[admin.OutboxEvent](t, cli(t, url, "outbox", "dead", "show", fmt.Sprint(ids["d3"]), "--schema", s, "--json"))
-	if e.Topic != "audit" || e.Key != "k1" || e.State != admin.OutboxDead || e.LastError != "permanent: timeout talking to the broker" ||
+	if e.Topic != "audit" || e.Key != "k1" || e.State != "dead" || e.LastError != "permanent: timeout talking to the broker" ||
 		e.Headers["refuse"] == "" || strings.Join(strings.Fields(string(e.Payload)), "") != `{"n":1}` {
 		t.Fatalf("show: %+v", e)
 	}
@@ -193,7 +194,7 @@ func TestOutboxDeadCommands(t *testing.T) {
 	}
 	cli(t, url, "--schema", s, "outbox", "dead", "discard", "--all", "--topic", "audit").want(t, 0, "discarded 1 dead outbox event(s): "+fmt.Sprint(ids["d3"]), "")
 	cli(t, url, "--schema", s, "outbox", "dead", "discard", fmt.Sprint(ids["s1"])).want(t, 1, "skipped 1", "not discarded")
-	left := decode[[]admin.OutboxDeadEvent](t, cli(t, url, "outbox", "dead", "list", "--schema", s, "--json"))
+	left := decode[[]txinbox.DeadLetter](t, cli(t, url, "outbox", "dead", "list", "--schema", s, "--json"))
 	if len(left) != 1 || left[0].ID != ids["d2"] {
 		t.Fatalf("dead events left: %+v", left)
 	}
@@ -323,7 +324,7 @@ func cliOutboxPages(t *testing.T, db *testdb.DB, args ...string) [][]int64 {
 		if before != "" {
 			a = append(a, "--before", before)
 		}
-		ls := decode[[]admin.OutboxDeadEvent](t, cli(t, db.URL, a...))
+		ls := decode[[]txinbox.DeadLetter](t, cli(t, db.URL, a...))
 		if page := outboxIDs(ls); len(page) > 0 || len(pages) == 0 {
 			pages = append(pages, page)
 		}
@@ -410,7 +411,7 @@ func TestOutboxDeadListMatchesConsole(t *testing.T) {
 		}
 	}
 	// A window of time: those that died in the last 12 hours (the second half).
-	since := decode[[]admin.OutboxDeadEvent](t, cli(t, db.URL, "--schema", db.Schema, "outbox", "dead", "list", "--json", "--limit", "1000", "--since", "12h"))
+	since := decode[[]txinbox.DeadLetter](t, cli(t, db.URL, "--schema", db.Schema, "outbox", "dead", "list", "--json", "--limit", "1000", "--since", "12h"))
 	web, _ := consoleOutboxPages(t, srv.URL, url.Values{"since": {since[len(since)-1].DiedAt.UTC().Format("2006-01-02T15:04:05.999999999Z07:00")}})
 	var all []int64
 	for _, p := range web {
@@ -550,7 +551,7 @@ func TestEveryOutboxIDCommandTakesTheEventID(t *testing.T) {
 }
 
 // The JSON of outbox dead list and outbox dead show has the keys of the Go types' JSON
-// (admin.OutboxDeadEvent, admin.OutboxEvent), the kind and content type among them.
+// (txinbox.DeadLetter, admin.OutboxEvent), the kind and content type among them.
 func TestOutboxJSONMatchesGoTypes(t *testing.T) {
 	t.Parallel()
 	db, ids := seedOutbox(t)
@@ -571,9 +572,9 @@ func TestOutboxJSONMatchesGoTypes(t *testing.T) {
 		}
 		return slices.Sorted(maps.Keys(m))
 	}
-	list, err := c.ListOutboxDead(ctx, admin.OutboxDeadFilter{})
+	list, err := c.ListDead(ctx, admin.DeadFilter{View: admin.Outbox})
 	if err != nil || len(list) == 0 {
-		t.Fatalf("ListOutboxDead: %v, %v", list, err)
+		t.Fatalf("ListDead: %v, %v", list, err)
 	}
 	e, err := c.GetOutboxEvent(ctx, ids["d1"])
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 )
 
 // observability is what serve exposes at GET /metrics: txinbox's metrics (package metrics: receives of
-// POST /v1/events, worker attempts, the queue's depth), the broker consumers' counts, and the Go
+// POST /v1/events, worker attempts, the queue's depth, the tables' health, the outbox), the broker consumers' counts, and the Go
 // runtime and process collectors, in a registry of its own.
 type observability struct {
 	reg     *prometheus.Registry
@@ -25,15 +25,11 @@ type observability struct {
 
 func newObservability(db txinbox.DB, schema string, srcs []*source) (*observability, error) {
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(metrics.Config{Registerer: reg})
+	m, err := metrics.New(txinbox.Store{DB: db, Schema: schema}, metrics.Config{Registerer: reg, Consumers: []string{ledger.Consumer}})
 	if err != nil {
 		return nil, err
 	}
-	qc, err := metrics.NewQueueCollector(txinbox.Store{DB: db, Schema: schema}, metrics.QueueConfig{Consumers: []string{ledger.Consumer}})
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range []prometheus.Collector{qc, brokerCollector(srcs),
+	for _, c := range []prometheus.Collector{brokerCollector(srcs),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
