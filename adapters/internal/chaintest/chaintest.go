@@ -546,6 +546,15 @@ func waitDone(orders, billing *testdb.DB, total int64, dead <-chan error) error 
 		if now[0] >= total && now[1] >= total {
 			return nil
 		}
+		var deadN int64
+		var deadErr *string
+		if err := billing.Pool.QueryRow(ctx, billing.SQL(`SELECT count(*), min(last_error) FROM {schema}.inbox
+			WHERE consumer = $1 AND state = 'dead'`), InboxConsumer).Scan(&deadN, &deadErr); err != nil {
+			return err
+		}
+		if deadN > 0 {
+			return fmt.Errorf("%d billing messages are dead, never to be applied (one's last error: %s)", deadN, *deadErr)
+		}
 		if now != last {
 			last, lastMove = now, time.Now()
 		}
