@@ -19,9 +19,10 @@ type BatchConfig struct {
 	// [DefaultBatchWait] (20ms).
 	BatchWait time.Duration
 	// RetryDelay is the wait after a batch could not be stored (the database is down) before it is
-	// offered again (RabbitMQ: rejected with requeue; JetStream: the delay of its negative
-	// acknowledgement; Kafka: stored again). It doubles after each failure in a row, up to
-	// MaxRetryDelay. RabbitMQ also waits it before reconnecting. Default: [DefaultRetryDelay] (1s).
+	// stored again. Meanwhile the batch stays in the consumer's hand, unacknowledged (JetStream: its
+	// ack deadline extended with InProgress), so that no later message is stored before it. It
+	// doubles after each failure in a row, up to MaxRetryDelay. RabbitMQ also waits it before
+	// reconnecting. Default: [DefaultRetryDelay] (1s).
 	RetryDelay time.Duration
 	// MaxRetryDelay caps RetryDelay (and RabbitMQ's reconnect delay). Default:
 	// [DefaultMaxRetryDelay] (30s).

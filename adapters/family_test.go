@@ -15,14 +15,28 @@ import (
 const (
 	sinkImport        = "github.com/txinbox/txinbox/adapters"
 	adaptertestImport = "github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	chaintestImport   = "github.com/txinbox/txinbox/adapters/internal/chaintest"
 )
 
-// TestEveryAdapterChecksCommitFailure keeps the guarantee "an adapter acknowledges only what is
-// stored" tested for every broker adapter, present and future: it walks this module and fails for
-// each adapter package (a package outside internal/ whose code imports this package, the Sink's)
-// without a Test function that calls adaptertest.CommitFailure, the shared check that runs the
-// adapter against its broker while the inbox commit fails.
-func TestEveryAdapterChecksCommitFailure(t *testing.T) {
+// sharedChecks are the checks every adapter package runs from a Test function of its own, and what
+// stays unchecked without them.
+var sharedChecks = []struct{ importPath, fn, name, unchecked string }{
+	{adaptertestImport, "CommitFailure", "adaptertest.CommitFailure",
+		"nothing checks that it acknowledges only what the inbox committed"},
+	{adaptertestImport, "StoreFailureKeepsOrder", "adaptertest.StoreFailureKeepsOrder",
+		"nothing checks that a batch it cannot store is held and stored before the messages behind it"},
+	{chaintestImport, "Run", "chaintest.Run",
+		"nothing checks it as the link between two services whose processes are SIGKILLed (exactly once, per-key order)"},
+}
+
+// TestEveryAdapterRunsTheSharedChecks keeps the adapters' shared guarantees tested for every broker
+// adapter, present and future: it walks this module and fails for each adapter package (a package
+// outside internal/ whose code imports this package, the Sink's) without a Test function calling
+// each shared check: adaptertest.CommitFailure (the adapter against its broker while the inbox
+// commit fails: it acknowledges only what is stored), adaptertest.StoreFailureKeepsOrder (a batch it
+// cannot store is held, and stored before the messages behind it) and chaintest.Run (the adapter
+// between two services whose processes are SIGKILLed: every event applied once, each key in order).
+func TestEveryAdapterRunsTheSharedChecks(t *testing.T) {
 	t.Parallel()
 	var found []string
 	err := filepath.WalkDir(".", func(dir string, d fs.DirEntry, err error) error {
@@ -36,9 +50,10 @@ func TestEveryAdapterChecksCommitFailure(t *testing.T) {
 			return nil
 		}
 		found = append(found, filepath.ToSlash(dir))
-		if !testCalls(t, dir, adaptertestImport, "CommitFailure") {
-			t.Errorf("adapter package %s has no Test function calling adaptertest.CommitFailure: "+
-				"nothing checks that it acknowledges only what the inbox committed", filepath.ToSlash(dir))
+		for _, c := range sharedChecks {
+			if !testCalls(t, dir, c.importPath, c.fn) {
+				t.Errorf("adapter package %s has no Test function calling %s: %s", filepath.ToSlash(dir), c.name, c.unchecked)
+			}
 		}
 		return nil
 	})

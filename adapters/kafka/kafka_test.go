@@ -349,22 +349,39 @@ func (f *fixture) uncommitted(t *testing.T) int {
 // each record is stored once and its offset committed. Kafka here is the in-process kfake cluster.
 func TestCommitFailure(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
 	db := testdb.New(t)
-	adaptertest.CommitFailure(t, db, adaptertest.Harness{
+	adaptertest.CommitFailure(t, db, harness(t))
+}
+
+// TestStoreFailureKeepsOrder runs the adapters' shared check (adaptertest.StoreFailureKeepsOrder):
+// a batch that cannot be stored is kept and stored again, never skipped, before the records fetched
+// behind it, so the inbox receives a partition's records in offset order.
+func TestStoreFailureKeepsOrder(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	adaptertest.StoreFailureKeepsOrder(t, db, harness(t))
+}
+
+// harness is the shared checks' view of a topic of the test's own: its records go to one partition
+// (one record key), in order.
+func harness(t *testing.T) adaptertest.Harness {
+	f := newFixture(t)
+	return adaptertest.Harness{
 		Publish: func(msgs []adaptertest.Msg) {
 			recs := make([]*kgo.Record, len(msgs))
 			for i, m := range msgs {
-				recs[i] = event(m.Key, m.Payload)
+				recs[i] = event("one-partition", m.Payload)
 				recs[i].Headers = append(recs[i].Headers, kgo.RecordHeader{Key: adapters.IdempotencyKeyHeader, Value: []byte(m.Key)})
 			}
 			f.produce(t, recs...)
 		},
-		Start: func(sink adapters.SinkConfig) adaptertest.Consumer {
-			c := newConsumer(t, f.config(sink))
+		Start: func(sink adapters.SinkConfig, batchSize int) adaptertest.Consumer {
+			cfg := f.config(sink)
+			cfg.BatchSize = batchSize
+			c := newConsumer(t, cfg)
 			start(t, c)
 			return c
 		},
 		Unacked: func() int { return f.uncommitted(t) },
-	})
+	}
 }

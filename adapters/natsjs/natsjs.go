@@ -1,10 +1,31 @@
 // Package natsjs consumes a NATS JetStream pull consumer into a txinbox inbox.
 //
 // Each batch of messages is stored in one transaction (adapters.Sink.Store), and each message is
-// acknowledged after that transaction committed. If the database cannot be reached, every message of
-// the batch is negatively acknowledged with a delay (NakWithDelay), and JetStream delivers it again
-// after it. A crash or a lost connection before the acks makes JetStream redeliver the batch after the
-// consumer's AckWait, and the inbox rejects the copies already stored as duplicates.
+// acknowledged after that transaction committed. If the database cannot be reached, the batch stays in
+// hand, unacknowledged, and is stored again after a delay (its ack deadline extended with InProgress
+// meanwhile), so that no later message is stored before it. A crash or a lost connection before the
+// acks makes JetStream redeliver the batch after the consumer's AckWait, and the inbox rejects the
+// copies already stored as duplicates.
+//
+// # Order
+//
+// One Consumer stores the messages in the order JetStream delivers them, one batch after the other,
+// so a worker.Pool runs the messages of an ordering key in stream order: through database outages (a
+// batch that cannot be stored is held, not handed back) and through Stop (what it hands back, it
+// hands back in order, and JetStream delivers it again first). A crash is different: JetStream
+// delivers the messages the dead process had in hand again only after AckWait, in the order their
+// deadlines end, and meanwhile it has newer messages ready. So Start asks JetStream how many messages
+// are pending acknowledgement, and if some are, the Consumer first gathers them: it takes what
+// JetStream has ready (after a Stop, all of them, at once), and if some are still in a dead process's
+// hands, it waits until AckWait has passed since Start, keeping the newer messages it got meanwhile in
+// hand, unstored. Then it stores everything it gathered in stream order, and goes on. A restart after
+// a crash therefore waits up to AckWait (plus a tenth of it, at least a second, for JetStream's
+// timer) before it stores anything: keep AckWait short. What it gathers is held in memory (at most
+// the JetStream consumer's MaxAckPending messages, plus a batch). Processes consuming one JetStream
+// consumer side by side have no such guarantee: a process starting while another runs waits for the
+// messages the other one holds, up to the same bound, then goes on without them; and when one of them
+// dies, the others get its messages after AckWait, behind newer ones of the same keys. Consume a
+// JetStream consumer with one process at a time where per-key order matters.
 //
 // The other way round, a [Publisher] publishes the events of a txinbox outbox (package outbox) to
 // JetStream: each event's id is its message's Nats-Msg-Id, and an event is acknowledged to the relay
@@ -18,9 +39,12 @@
 package natsjs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,8 +65,9 @@ const MsgIDHeader = "Nats-Msg-Id"
 type Config struct {
 	// Consumer is the JetStream pull consumer to read, with AckPolicy AckExplicitPolicy (the
 	// default). Its AckWait is how long a message delivered to a consumer that died stays invisible
-	// before it is redelivered; its MaxDeliver must stay unlimited (-1, the default), or a message that
-	// cannot be stored while the database is down could be dropped by JetStream.
+	// before it is redelivered, and so how long a restart after a crash may wait before storing newer
+	// messages (see Order in the package documentation); its MaxDeliver must stay unlimited (-1, the
+	// default), or a message redelivered after crashes could be dropped by JetStream.
 	Consumer jetstream.Consumer
 	// Sink says where messages are stored and how they become inbox messages. The kind is the
 	// CloudEvents type (ce-type), else the Sink.KindHeader header, else Sink.DefaultKind; the ordering
@@ -53,8 +78,8 @@ type Config struct {
 	// adapters.Coordinates() keys by stream sequence instead. Sink.Logger default:
 	// BatchConfig.Logger.
 	Sink adapters.SinkConfig
-	// Prefetch is how many messages the client keeps requested ahead (jetstream.PullMaxMessages). It
-	// is raised to BatchSize if lower. Default: 2 × BatchSize.
+	// Prefetch is the most messages one pull request asks for: how many may be delivered ahead of
+	// the batch being stored. It is raised to BatchSize if lower. Default: 2 × BatchSize.
 	Prefetch int
 	// BatchConfig holds the batch size, waits, retry delays, write timeout and logger, with their
 	// defaults.
@@ -67,10 +92,17 @@ type Consumer struct {
 	cfg  Config
 	sink *adapters.Sink
 	loop run.Loop
+	n    int // batches handled, numbered from 1 for the hooks below (the loop's goroutine only)
+	// held is a batch that could not be stored when consuming was asked to end: it is given back
+	// first (the loop's goroutine only).
+	held []jetstream.Msg
 
 	// afterStore, if set (by tests), runs after a batch committed and before it is acknowledged; an
 	// error ends the loop at once, as if the process had crashed (Stop returns it).
 	afterStore func(batch, size int) error
+	// beforeStore, if set (by tests), runs before a batch's first store; an error ends the loop at
+	// once, the batch neither stored nor handed back, as if the process had crashed (Stop returns it).
+	beforeStore func(batch, size int) error
 }
 
 // New checks cfg and returns a Consumer.
@@ -91,46 +123,135 @@ func New(cfg Config) (*Consumer, error) {
 // Stats returns what the consumer did so far.
 func (c *Consumer) Stats() adapters.Stats { return c.sink.Stats() }
 
-// Start starts pulling from the JetStream consumer (an error if it cannot: the connection is closed,
-// the consumer deleted) and returns; in the background the consumer stores and acknowledges batches
-// until [Consumer.Stop] is called or ctx ends. Disconnections are ridden out by the NATS client; if
-// consuming becomes impossible the consumer stops on its own: [Consumer.Done] is closed and Stop
-// returns why. A second Start returns an error matching [adapters.ErrAlreadyStarted].
+// Start reads the JetStream consumer's state (an error if it cannot: the connection is closed, the
+// consumer deleted) and returns; in the background the consumer stores and acknowledges batches
+// until [Consumer.Stop] is called or ctx ends. If the JetStream consumer had messages pending
+// acknowledgement, they are gathered and stored first, in stream order, with any newer message got
+// meanwhile (see Order in the package documentation: this may wait up to about AckWait); otherwise
+// pulling starts before Start returns. Disconnections are ridden out by the NATS client; if consuming
+// becomes impossible the consumer stops on its own: [Consumer.Done] is closed and Stop returns why. A
+// second Start returns an error matching [adapters.ErrAlreadyStarted].
 //
 // When ctx ends, the consumer stops as with Stop on an ended context: the batch in hand is abandoned.
 // To let it finish on SIGTERM, pass a ctx that outlives the signal and call Stop when it comes.
 func (c *Consumer) Start(ctx context.Context) error {
-	return c.loop.Start(ctx, func(context.Context) (run.Body, error) {
-		it, err := c.cfg.Consumer.Messages(jetstream.PullMaxMessages(c.cfg.Prefetch))
+	return c.loop.Start(ctx, func(ctx context.Context) (run.Body, error) {
+		started := time.Now()
+		info, err := c.cfg.Consumer.Info(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("consume: %w", err)
+			return nil, fmt.Errorf("consumer info: %w", err)
+		}
+		p := &puller{cons: c.cfg.Consumer, size: c.cfg.Prefetch, log: c.cfg.Logger}
+		if info.NumAckPending == 0 {
+			if err := p.pull(); err != nil {
+				return nil, err
+			}
 		}
 		return func(ctx, abort context.Context) error {
-			defer c.release(it)
-			return c.consume(ctx, abort, it)
+			retry := run.Backoff{Base: c.cfg.RetryDelay, Max: c.cfg.MaxRetryDelay}
+			if info.NumAckPending > 0 {
+				if err := c.takeBack(ctx, abort, info, started, &retry); err != nil || run.Stopped(ctx) {
+					return err
+				}
+			}
+			defer c.release(p)
+			return c.consume(ctx, abort, p, &retry)
 		}, nil
 	})
 }
 
+// pullExpiry is how long a pull request waits for messages: it bounds how long Stop waits for the
+// open request to end before it gives back what was prefetched.
+const pullExpiry = time.Second
+
+// puller pulls messages with one pull request at a time, each for up to size messages and open for
+// up to pullExpiry. A request ends on the server before the next is sent and before Stop gives
+// messages back: a request left open would take the messages given back (NAKed) after the consumer
+// stopped listening, and JetStream would deliver them again only after AckWait, behind newer ones.
+type puller struct {
+	cons jetstream.Consumer
+	size int
+	log  *slog.Logger
+	open jetstream.MessageBatch // the request being read, nil if none
+}
+
+// pull sends a pull request.
+func (p *puller) pull() error {
+	b, err := p.cons.Fetch(p.size, jetstream.FetchMaxWait(pullExpiry))
+	if err != nil {
+		return fmt.Errorf("pull: %w", err)
+	}
+	p.open = b
+	return nil
+}
+
+// next returns the next message, sending pull requests as needed. It returns nil and no error when
+// ctx ended first, and an error when no request can be sent or JetStream says the consumer is gone.
+func (p *puller) next(ctx context.Context) (jetstream.Msg, error) {
+	for {
+		if p.open == nil {
+			if err := p.pull(); err != nil {
+				return nil, err
+			}
+		}
+		select {
+		case m, ok := <-p.open.Messages():
+			if ok {
+				return m, nil
+			}
+			err := p.open.Error()
+			p.open = nil
+			switch {
+			case err == nil:
+			case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrBadRequest):
+				return nil, fmt.Errorf("pull: %w", err)
+			default:
+				p.log.Warn("txinbox/natsjs: pull", "err", err)
+				if !run.Sleep(ctx, pullExpiry) {
+					return nil, nil
+				}
+			}
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
+}
+
+// stop waits until the open request ended and returns the messages it delivered that next did not
+// return.
+func (p *puller) stop() []jetstream.Msg {
+	if p.open == nil {
+		return nil
+	}
+	var msgs []jetstream.Msg
+	for m := range p.open.Messages() {
+		msgs = append(msgs, m)
+	}
+	p.open = nil
+	return msgs
+}
+
 // Stop stops pulling, finishes the batch in hand (stores and acknowledges it), negatively
 // acknowledges the messages it had prefetched so that JetStream delivers them again at once, and
-// returns nil. If ctx ends first, it returns at once an error wrapping ctx.Err(), and the batch in
-// hand is abandoned: JetStream delivers it again after AckWait (the inbox drops what was stored). If
-// consuming had ended on its own, Stop returns why. Stop returns the same result on every call, and
-// nil before Start.
+// returns nil. A batch held because it could not be stored is negatively acknowledged too, before the
+// prefetched messages, and delivered again at once. The negative acknowledgements go out once the
+// open pull request ended (pull requests wait for messages up to a second), so that none of them is
+// delivered to it again. If ctx ends first, it returns at once an error wrapping ctx.Err(), and the
+// batch in hand is abandoned: JetStream delivers it again after AckWait (the inbox drops what was
+// stored). If consuming had ended on its own, Stop returns why. Stop returns the same result on every
+// call, and nil before Start.
 func (c *Consumer) Stop(ctx context.Context) error { return c.loop.Stop(ctx) }
 
 // Done returns a channel closed once the consumer stopped: after [Consumer.Stop] or the end of
 // Start's context, or when consuming ended on its own (Stop then returns why).
 func (c *Consumer) Done() <-chan struct{} { return c.loop.Done() }
 
-// consume collects and handles batches until ctx ends or the iterator closes.
-func (c *Consumer) consume(ctx, abort context.Context, it jetstream.MessagesContext) error {
-	retry := run.Backoff{Base: c.cfg.RetryDelay, Max: c.cfg.MaxRetryDelay}
-	for n := 1; ; n++ {
-		batch, err := c.collect(ctx, it)
+// consume collects and handles batches until ctx ends or pulling becomes impossible.
+func (c *Consumer) consume(ctx, abort context.Context, p *puller, retry *run.Backoff) error {
+	for {
+		batch, err := c.collect(ctx, p)
 		if len(batch) > 0 {
-			if herr := c.handle(ctx, abort, batch, n, &retry); herr != nil {
+			if herr := c.handle(ctx, abort, batch, retry); herr != nil {
 				return herr
 			}
 		}
@@ -144,67 +265,59 @@ func (c *Consumer) consume(ctx, abort context.Context, it jetstream.MessagesCont
 }
 
 // collect waits for a first message, then gathers more until BatchSize, BatchWait or the end of ctx.
-// It returns no messages and no error when ctx ended first, and an error when the iterator closed.
-func (c *Consumer) collect(ctx context.Context, it jetstream.MessagesContext) ([]jetstream.Msg, error) {
-	var batch []jetstream.Msg
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err == nil {
-			batch = append(batch, m)
-			break
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-			return nil, err
-		}
-		c.cfg.Logger.Warn("txinbox/natsjs: consume", "err", err)
+// It returns no messages and no error when ctx ended first, and an error when pulling became
+// impossible.
+func (c *Consumer) collect(ctx context.Context, p *puller) ([]jetstream.Msg, error) {
+	m, err := p.next(ctx)
+	if m == nil {
+		return nil, err
 	}
+	batch := []jetstream.Msg{m}
 	bctx, cancel := context.WithTimeout(ctx, c.cfg.BatchWait)
 	defer cancel()
 	for len(batch) < c.cfg.BatchSize {
-		m, err := it.Next(jetstream.NextContext(bctx))
-		if err != nil {
-			if bctx.Err() != nil {
-				return batch, nil
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return batch, err
-			}
-			c.cfg.Logger.Warn("txinbox/natsjs: consume", "err", err)
-			continue
+		m, err := p.next(bctx)
+		if m == nil {
+			return batch, err
 		}
 		batch = append(batch, m)
 	}
 	return batch, nil
 }
 
-// handle stores batch and acknowledges each message, or, if it cannot be stored, acknowledges each
-// negatively with the retry delay.
-func (c *Consumer) handle(ctx, abort context.Context, batch []jetstream.Msg, n int, retry *run.Backoff) error {
-	recs := make([]*adapters.Record, len(batch))
-	for i, m := range batch {
-		recs[i] = record(m)
-	}
-	wctx, cancel := context.WithTimeout(abort, c.cfg.WriteTimeout)
-	defer cancel()
-	if _, err := c.sink.Store(wctx, recs); err != nil {
-		d := retry.Next()
-		c.cfg.Logger.Error("txinbox/natsjs: cannot store batch; it will be redelivered", "messages", len(batch), "err", err, "delay", d)
-		for _, m := range batch {
-			if err := m.NakWithDelay(d); err != nil {
-				c.cfg.Logger.Warn("txinbox/natsjs: nak failed; JetStream redelivers after AckWait", "err", err)
-				break
-			}
+// handle stores batch and acknowledges each message. While the batch cannot be stored it holds it:
+// it waits the retry delay, extending the messages' ack deadline (InProgress) meanwhile, and stores it
+// again, so that no later message is stored before it. If ctx ends first, it returns nil with the
+// batch in c.held, for the caller to give back (handBack) once nothing is pulled any more:
+// JetStream then delivers it again at once, before the prefetched messages given back after it.
+func (c *Consumer) handle(ctx, abort context.Context, batch []jetstream.Msg, retry *run.Backoff) error {
+	c.n++
+	if c.beforeStore != nil {
+		if err := c.beforeStore(c.n, len(batch)); err != nil {
+			return err
 		}
-		// Pace the loop too: the prefetched messages would fail the same way at once.
-		run.Sleep(ctx, d)
-		return nil
+	}
+	for {
+		recs := make([]*adapters.Record, len(batch))
+		for i, m := range batch {
+			recs[i] = record(m)
+		}
+		wctx, cancel := context.WithTimeout(abort, c.cfg.WriteTimeout)
+		_, err := c.sink.Store(wctx, recs)
+		cancel()
+		if err == nil {
+			break
+		}
+		d := retry.Next()
+		c.cfg.Logger.Error("txinbox/natsjs: cannot store batch; holding it and storing it again", "messages", len(batch), "err", err, "delay", d)
+		if !run.Hold(ctx, d, func() { inProgress(batch) }, c.ackWait()/4) {
+			c.held = batch // given back by the caller, first
+			return nil
+		}
 	}
 	retry.Reset()
 	if c.afterStore != nil {
-		if err := c.afterStore(n, len(batch)); err != nil {
+		if err := c.afterStore(c.n, len(batch)); err != nil {
 			return err
 		}
 	}
@@ -221,18 +334,159 @@ func (c *Consumer) handle(ctx, abort context.Context, batch []jetstream.Msg, n i
 	return nil
 }
 
-// release stops pulling and negatively acknowledges what was prefetched but not handled, so that it
-// is delivered again at once rather than after AckWait.
-func (c *Consumer) release(it jetstream.MessagesContext) {
-	it.Drain()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
+// inProgress resets the ack deadline of msgs (a failure is left to the redelivery it lets happen: the
+// inbox drops the copy).
+func inProgress(msgs []jetstream.Msg) {
+	for _, m := range msgs {
+		if m.InProgress() != nil {
 			return
 		}
-		_ = m.Nak()
+	}
+}
+
+// ackWait returns the JetStream consumer's AckWait (JetStream's default, 30s, if it reports none).
+func (c *Consumer) ackWait() time.Duration {
+	if info := c.cfg.Consumer.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		return info.Config.AckWait
+	}
+	return 30 * time.Second
+}
+
+// takeBack runs before the first pull when the JetStream consumer had messages pending
+// acknowledgement at Start (info, read at started): messages delivered before, to a process that
+// stopped and handed them back (JetStream has them ready again) or that died with them in hand
+// (JetStream delivers them again once their AckWait has passed, in the order their deadlines end,
+// which need not be the stream's). It gathers those messages and stores them, with any newer one it
+// got meanwhile, in stream order, before anything else. It fetches what JetStream has ready, and
+// counts the messages delivered before (stream sequence up to info.Delivered.Stream) as they come; a
+// newer message means the missing ones are not ready. While some are missing it waits until AckWait
+// has passed since started (they have all expired by then), then fetches again, one message at a
+// time, until they are all back or a tenth of AckWait more (at least a second: JetStream's timer may
+// run late) has passed; the rest are then held by another live process, or were acknowledged.
+// Meanwhile it keeps what it gathered from being delivered again (InProgress). If ctx ends first, it
+// hands what it gathered back (NAK), in stream order.
+func (c *Consumer) takeBack(ctx, abort context.Context, info *jetstream.ConsumerInfo, started time.Time, retry *run.Backoff) error {
+	missing := info.NumAckPending
+	last := info.Delivered.Stream // every message after it is newer than every pending one
+	ackWait := c.ackWait()
+	expired := started.Add(ackWait)
+	giveUp := expired.Add(max(ackWait/10, time.Second))
+	seen := map[uint64]bool{}
+	var back []jetstream.Msg
+	keep := func() { inProgress(back) }
+	giveBack := func() {
+		slices.SortFunc(back, func(a, b jetstream.Msg) int { return cmp.Compare(streamSeq(a), streamSeq(b)) })
+		c.handBack(back)
+	}
+	newer := false
+	size := min(missing, c.cfg.BatchSize)
+	for missing > 0 {
+		if newer && time.Now().Before(expired) {
+			// The missing ones are held by a process that died: wait until they expired.
+			if !run.Hold(ctx, time.Until(expired), keep, ackWait/4) {
+				giveBack()
+				return nil
+			}
+			continue
+		}
+		now := time.Now()
+		msgs, err := c.fetchReady(ctx, size)
+		if err != nil {
+			return err
+		}
+		old := false
+		for _, m := range msgs {
+			seq := streamSeq(m)
+			if seen[seq] {
+				continue // a second copy: the first one's acknowledgement covers it
+			}
+			seen[seq] = true
+			back = append(back, m)
+			if seq > last {
+				newer = true
+			} else {
+				missing--
+				old = true
+			}
+		}
+		if old {
+			size = min(max(missing, 1), c.cfg.BatchSize)
+			continue
+		}
+		if now.After(giveUp) {
+			c.cfg.Logger.Warn("txinbox/natsjs: messages pending acknowledgement at start did not come back; going on without them",
+				"missing", missing, "waited", time.Since(started).Round(time.Millisecond))
+			break
+		}
+		if now.After(expired) {
+			size = 1 // each poll takes at most one more newer message
+		}
+		// Nothing delivered before is ready: they come back once expired.
+		if !run.Hold(ctx, max(time.Until(expired), 100*time.Millisecond), keep, ackWait/4) {
+			giveBack()
+			return nil
+		}
+	}
+	slices.SortFunc(back, func(a, b jetstream.Msg) int { return cmp.Compare(streamSeq(a), streamSeq(b)) })
+	for len(back) > 0 {
+		k := min(len(back), c.cfg.BatchSize)
+		if err := c.handle(ctx, abort, back[:k], retry); err != nil || run.Stopped(ctx) {
+			c.handBack(c.held)
+			c.held = nil
+			if err == nil {
+				c.handBack(back[k:])
+			}
+			return err
+		}
+		back = back[k:]
+	}
+	return nil
+}
+
+// fetchReady returns up to n messages that JetStream can deliver at once (none if it has none). An
+// error means the request could not be sent (the connection is closed); a failed answer is logged and
+// counts as none.
+func (c *Consumer) fetchReady(ctx context.Context, n int) ([]jetstream.Msg, error) {
+	b, err := c.cfg.Consumer.FetchNoWait(n)
+	if err != nil {
+		return nil, fmt.Errorf("txinbox/natsjs: fetch: %w", err)
+	}
+	var msgs []jetstream.Msg
+	for m := range b.Messages() {
+		msgs = append(msgs, m)
+	}
+	if err := b.Error(); err != nil && ctx.Err() == nil {
+		c.cfg.Logger.Warn("txinbox/natsjs: fetch", "err", err)
+	}
+	return msgs, nil
+}
+
+// streamSeq returns m's stream sequence (0 if its metadata cannot be read).
+func streamSeq(m jetstream.Msg) uint64 {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.Sequence.Stream
+}
+
+// release waits until the open pull request ended, then negatively acknowledges, so that JetStream
+// delivers them again at once and in this order, the batch handle held and gave back (c.held), then
+// what was prefetched but not handled.
+func (c *Consumer) release(p *puller) {
+	prefetched := p.stop()
+	c.handBack(c.held)
+	c.held = nil
+	c.handBack(prefetched)
+}
+
+// handBack negatively acknowledges msgs in order, so that JetStream delivers them again at once.
+func (c *Consumer) handBack(msgs []jetstream.Msg) {
+	for _, m := range msgs {
+		if err := m.Nak(); err != nil {
+			c.cfg.Logger.Warn("txinbox/natsjs: nak failed; JetStream redelivers after AckWait", "err", err)
+			return
+		}
 	}
 }
 

@@ -396,13 +396,27 @@ func TestNewNamesBadField(t *testing.T) {
 }
 
 // TestCommitFailure runs the adapters' shared check (adaptertest.CommitFailure): while the inbox
-// commit fails, the messages are negatively acknowledged, never acknowledged; once it succeeds, each
-// is stored once and acknowledged.
+// commit fails, the batch is held, never acknowledged; once it succeeds, each message is stored once
+// and acknowledged.
 func TestCommitFailure(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, time.Minute)
 	db := testdb.New(t)
-	adaptertest.CommitFailure(t, db, adaptertest.Harness{
+	adaptertest.CommitFailure(t, db, harness(t))
+}
+
+// TestStoreFailureKeepsOrder runs the adapters' shared check (adaptertest.StoreFailureKeepsOrder):
+// a batch that cannot be stored is held (its ack deadline extended) and stored again before the
+// messages prefetched behind it, so the inbox receives the stream's messages in their order.
+func TestStoreFailureKeepsOrder(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	adaptertest.StoreFailureKeepsOrder(t, db, harness(t))
+}
+
+// harness is the shared checks' view of a stream and durable consumer of the test's own.
+func harness(t *testing.T) adaptertest.Harness {
+	f := newFixture(t, time.Minute)
+	return adaptertest.Harness{
 		Publish: func(msgs []adaptertest.Msg) {
 			ms := make([]*nats.Msg, len(msgs))
 			for i, m := range msgs {
@@ -410,9 +424,9 @@ func TestCommitFailure(t *testing.T) {
 			}
 			f.publish(t, ms...)
 		},
-		Start: func(sink adapters.SinkConfig) adaptertest.Consumer {
+		Start: func(sink adapters.SinkConfig, batchSize int) adaptertest.Consumer {
 			jc, _ := f.consumer(t)
-			c := newConsumer(t, Config{Consumer: jc, Sink: sink})
+			c := newConsumer(t, Config{Consumer: jc, Sink: sink, BatchConfig: adapters.BatchConfig{BatchSize: batchSize}})
 			start(t, c)
 			return c
 		},
@@ -428,5 +442,5 @@ func TestCommitFailure(t *testing.T) {
 			}
 			return int(si.State.LastSeq - f.info(t).AckFloor.Stream)
 		},
-	})
+	}
 }

@@ -2,9 +2,15 @@
 //
 // Each batch of deliveries is stored in one transaction (adapters.Sink.Store) and then acknowledged
 // with one multiple ack up to its last delivery tag. If the database cannot be reached the batch is
-// not acknowledged: after RetryDelay it is rejected with requeue, and the broker delivers it again. A
-// crash or a lost connection before the ack makes the broker redeliver what it had delivered, and the
-// inbox rejects the copies already stored as duplicates.
+// not acknowledged: it stays in hand and is stored again after RetryDelay, so that no later delivery
+// is stored before it. A crash or a lost connection before the ack makes the broker redeliver what it
+// had delivered, and the inbox rejects the copies already stored as duplicates.
+//
+// One Consumer stores the deliveries of its queue in the order they come, one batch after the other,
+// so a worker.Pool runs the messages of an ordering key in queue order, through database outages. What
+// a crash, a lost connection or Stop leaves unacknowledged goes back to the queue, and RabbitMQ
+// delivers it again in its original place (classic queues) before newer messages. Several consumers
+// of one queue share its messages with no order between them.
 //
 // The other way round, a [Publisher] publishes the events of a txinbox outbox (package outbox) with
 // publisher confirms: each event's id is its message's message-id, and an event is acknowledged to
@@ -128,7 +134,8 @@ func (c *Consumer) Start(ctx context.Context) error {
 }
 
 // Stop stops consuming, finishes the batch in hand (stores and acknowledges it), closes the
-// connection and returns nil; deliveries prefetched but not yet in a batch go back to the queue. If
+// connection and returns nil; deliveries prefetched but not yet in a batch go back to the queue, and
+// so does a batch held because it could not be stored. If
 // ctx ends first, it returns at once an error wrapping ctx.Err(), and the batch in hand is abandoned:
 // unacknowledged, it goes back to the queue when the connection closes (the inbox drops what was
 // stored). Stop returns the same result on every call, and nil before Start.
@@ -255,27 +262,28 @@ func (c *Consumer) collect(ctx context.Context, deliveries <-chan amqp.Delivery)
 	return batch, nil
 }
 
-// handle stores batch and acknowledges it, or, if it cannot be stored, rejects it with requeue after
-// the retry delay.
+// handle stores batch and acknowledges it. While the batch cannot be stored it holds it, unacknowledged:
+// it waits the retry delay and stores it again, so that no later delivery is stored before it. If ctx
+// ends first, it returns nil with the batch unacknowledged: closing the channel gives it back to the
+// queue.
 func (c *Consumer) handle(ctx, abort context.Context, ch *amqp.Channel, batch []amqp.Delivery, n int, retry *run.Backoff) error {
-	recs := make([]*adapters.Record, len(batch))
-	for i := range batch {
-		recs[i] = record(c.cfg.Queue, &batch[i])
-	}
-	last := batch[len(batch)-1].DeliveryTag
-	wctx, cancel := context.WithTimeout(abort, c.cfg.WriteTimeout)
-	defer cancel()
-	if _, err := c.sink.Store(wctx, recs); err != nil {
+	for {
+		recs := make([]*adapters.Record, len(batch))
+		for i := range batch {
+			recs[i] = record(c.cfg.Queue, &batch[i])
+		}
+		wctx, cancel := context.WithTimeout(abort, c.cfg.WriteTimeout)
+		_, err := c.sink.Store(wctx, recs)
+		cancel()
+		if err == nil {
+			break
+		}
 		d := retry.Next()
-		c.cfg.Logger.Error("txinbox/rabbitmq: cannot store batch; it will be requeued", "queue", c.cfg.Queue,
+		c.cfg.Logger.Error("txinbox/rabbitmq: cannot store batch; holding it and storing it again", "queue", c.cfg.Queue,
 			"messages", len(batch), "err", err, "delay", d)
-		if !run.Sleep(ctx, d) {
+		if !run.Hold(ctx, d, nil, 0) {
 			return nil // shutting down: closing the channel requeues the batch
 		}
-		if err := ch.Nack(last, true, true); err != nil {
-			return fmt.Errorf("nack: %w", err)
-		}
-		return nil
 	}
 	retry.Reset()
 	if c.afterStore != nil {
@@ -283,7 +291,7 @@ func (c *Consumer) handle(ctx, abort context.Context, ch *amqp.Channel, batch []
 			return crashError{err}
 		}
 	}
-	if err := ch.Ack(last, true); err != nil {
+	if err := ch.Ack(batch[len(batch)-1].DeliveryTag, true); err != nil {
 		return fmt.Errorf("ack: %w", err)
 	}
 	c.sink.CountAcked(len(batch))

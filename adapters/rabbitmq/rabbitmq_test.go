@@ -351,14 +351,28 @@ func TestNewNamesBadField(t *testing.T) {
 }
 
 // TestCommitFailure runs the adapters' shared check (adaptertest.CommitFailure): while the inbox
-// commit fails, the batch is requeued, never acknowledged; once it succeeds, each message is stored
-// once and acknowledged.
+// commit fails, the batch is held, never acknowledged; once it succeeds, each message is stored once
+// and acknowledged.
 func TestCommitFailure(t *testing.T) {
 	t.Parallel()
-	url := brokerURL(t)
 	db := testdb.New(t)
+	adaptertest.CommitFailure(t, db, harness(t))
+}
+
+// TestStoreFailureKeepsOrder runs the adapters' shared check (adaptertest.StoreFailureKeepsOrder):
+// a batch that cannot be stored is held, unacknowledged, and stored again before the deliveries
+// prefetched behind it, so the inbox receives the queue's messages in their order.
+func TestStoreFailureKeepsOrder(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	adaptertest.StoreFailureKeepsOrder(t, db, harness(t))
+}
+
+// harness is the shared checks' view of a queue of the test's own.
+func harness(t *testing.T) adaptertest.Harness {
+	url := brokerURL(t)
 	q, ch := queue(t, url)
-	adaptertest.CommitFailure(t, db, adaptertest.Harness{
+	return adaptertest.Harness{
 		Publish: func(msgs []adaptertest.Msg) {
 			ps := make([]amqp.Publishing, len(msgs))
 			for i, m := range msgs {
@@ -366,11 +380,11 @@ func TestCommitFailure(t *testing.T) {
 			}
 			publish(t, ch, q, ps...)
 		},
-		Start: func(sink adapters.SinkConfig) adaptertest.Consumer {
-			c := newConsumer(t, Config{URL: url, Queue: q, Sink: sink})
+		Start: func(sink adapters.SinkConfig, batchSize int) adaptertest.Consumer {
+			c := newConsumer(t, Config{URL: url, Queue: q, Sink: sink, BatchConfig: adapters.BatchConfig{BatchSize: batchSize}})
 			start(t, c)
 			return c
 		},
 		Unacked: func() int { return ready(t, ch, q) },
-	})
+	}
 }

@@ -55,11 +55,13 @@ type Consumer interface {
 type Harness struct {
 	// Publish sends msgs to the source and returns once the broker stored them, each with kind
 	// "credit", its Payload as body and its Key where the adapter's default key strategy reads it
-	// (the message id, or the x-idempotency-key header).
+	// (the message id, or the x-idempotency-key header), in the order of msgs, which the broker keeps
+	// (one queue, one stream, one partition).
 	Publish func(msgs []Msg)
 	// Start starts a new consumer of the source that stores into sink (its Key left to the adapter's
-	// default) with short retry delays, and returns it; the test stops it.
-	Start func(sink adapters.SinkConfig) Consumer
+	// default) with short retry delays and batches of batchSize (0: the adapter's default, its
+	// prefetch left to its default), and returns it; the test stops it.
+	Start func(sink adapters.SinkConfig, batchSize int) Consumer
 	// Unacked returns how many of the published messages the broker holds unacknowledged, to be
 	// delivered again, while no consumer runs. CommitFailure polls it until it is what it must be (a
 	// broker may settle after Stop returned: RabbitMQ requeues when the channel closes, JetStream
@@ -81,7 +83,7 @@ func CommitFailure(t *testing.T, db *testdb.DB, h Harness) {
 	allow := RefuseCommits(t, db)
 	sink := adapters.SinkConfig{Store: db.Store(), Consumer: "ledger"}
 
-	c := h.Start(sink)
+	c := h.Start(sink, 0)
 	WaitFor(t, "failed stores or an acknowledgement", func() bool {
 		st := c.Stats()
 		return st.Failures >= 3 || st.Acked > 0
@@ -101,7 +103,7 @@ func CommitFailure(t *testing.T, db *testdb.DB, h Harness) {
 	})
 
 	allow()
-	c2 := h.Start(sink)
+	c2 := h.Start(sink, 0)
 	WaitFor(t, "every message acknowledged once commits succeed", func() bool { return c2.Stats().Acked >= int64(len(unique)) })
 	if err := c2.Stop(ctx); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,28 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// Hold waits d, or until ctx ends, while a batch that could not be stored stays in the consumer's
+// hand (unacknowledged, to be stored again after the wait, so that no later message is stored before
+// it). If keep is not nil it runs every keepEvery meanwhile, the first time at once: JetStream's
+// InProgress, which keeps the broker from delivering the held messages again. Hold reports whether
+// ctx is still alive.
+func Hold(ctx context.Context, d time.Duration, keep func(), keepEvery time.Duration) bool {
+	if keep == nil || keepEvery <= 0 {
+		return Sleep(ctx, d)
+	}
+	end := time.Now().Add(d)
+	for {
+		left := time.Until(end)
+		if left <= 0 {
+			return ctx.Err() == nil
+		}
+		keep()
+		if !Sleep(ctx, min(left, keepEvery)) {
+			return false
+		}
+	}
+}
+
 // Backoff is a delay that doubles from Base up to Max each time Next is called, until Reset.
 type Backoff struct {
 	Base, Max time.Duration

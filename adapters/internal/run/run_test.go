@@ -154,3 +154,32 @@ func TestLoopStartErrors(t *testing.T) {
 		t.Errorf("Stop: %v, want %v", err, errBody)
 	}
 }
+
+// TestHold checks that Hold waits the whole delay, keeping the held batch alive from the start, and
+// that an ended ctx ends the wait.
+func TestHold(t *testing.T) {
+	t.Parallel()
+	var kept int
+	t0 := time.Now()
+	if !Hold(context.Background(), 50*time.Millisecond, func() { kept++ }, 10*time.Millisecond) {
+		t.Fatal("Hold reported an ended ctx")
+	}
+	if d := time.Since(t0); d < 50*time.Millisecond {
+		t.Errorf("Hold returned after %v, before the wait of 50ms ended", d)
+	}
+	if kept < 1 {
+		t.Error("keep never ran")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	kept = 0
+	if Hold(ctx, time.Hour, func() { kept++ }, time.Minute) {
+		t.Error("Hold on an ended ctx reported it alive")
+	}
+	if kept != 1 {
+		t.Errorf("keep ran %d times, want once, at the start", kept)
+	}
+	if Hold(ctx, time.Hour, nil, 0) {
+		t.Error("Hold without keep on an ended ctx reported it alive")
+	}
+}
