@@ -107,6 +107,9 @@ func TestReceiverPair(t *testing.T) {
 // is answered 2xx: the queue a webhook Receiver acknowledges from, for adaptertest.CommitFailure.
 type sender struct {
 	url, secret string
+	// inOrder: a round stops at the first message not answered 2xx, so that none is sent before the
+	// ones ahead of it are acknowledged (as an outbox relay sends a key's events).
+	inOrder bool
 
 	mu      sync.Mutex
 	pending []adaptertest.Msg
@@ -132,10 +135,16 @@ func (s *sender) round(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
+			if s.inOrder {
+				return
+			}
 			continue // the receiver stopped
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
+		if resp.StatusCode/100 != 2 && s.inOrder {
+			return
+		}
 		if resp.StatusCode/100 == 2 {
 			s.mu.Lock()
 			for i, p := range s.pending {
@@ -166,21 +175,15 @@ func (c *receiving) Stop(context.Context) error {
 	return nil
 }
 
-// TestReceiverCommitFailure: while every commit of the inbox transaction fails, the Receiver answers
-// 503 and acknowledges (answers 2xx) nothing, and the sender keeps every message; once commits
-// succeed, each is stored exactly once (adaptertest.CommitFailure).
-func TestReceiverCommitFailure(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-	secret := webhook.NewSecret()
-	s := &sender{secret: secret}
-	adaptertest.CommitFailure(t, db, adaptertest.Harness{
+// receiverHarness is the adaptertest.Harness of a Receiver behind a server, fed by s.
+func receiverHarness(t *testing.T, secret string, s *sender) adaptertest.Harness {
+	return adaptertest.Harness{
 		Publish: func(msgs []adaptertest.Msg) {
 			s.mu.Lock()
 			s.pending = append(s.pending, msgs...)
 			s.mu.Unlock()
 		},
-		Start: func(sink adapters.SinkConfig) adaptertest.Consumer {
+		Start: func(sink adapters.SinkConfig, _ int) adaptertest.Consumer {
 			c := &receiving{r: newReceiver(t, webhook.ReceiverConfig{Secret: secret, Sink: sink}), stop: make(chan struct{}), done: make(chan struct{})}
 			c.srv = httptest.NewServer(c.r)
 			s.url = c.srv.URL
@@ -202,7 +205,28 @@ func TestReceiverCommitFailure(t *testing.T) {
 			defer s.mu.Unlock()
 			return len(s.pending)
 		},
-	})
+	}
+}
+
+// TestReceiverStoreFailureKeepsOrder: while the database refuses every connection, the Receiver
+// answers 503 and acknowledges nothing; a sender that sends in order (as the outbox relay sends a
+// key's events) then has each message stored once, in the order it was sent
+// (adaptertest.StoreFailureKeepsOrder).
+func TestReceiverStoreFailureKeepsOrder(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	secret := webhook.NewSecret()
+	adaptertest.StoreFailureKeepsOrder(t, db, receiverHarness(t, secret, &sender{secret: secret, inOrder: true}))
+}
+
+// TestReceiverCommitFailure: while every commit of the inbox transaction fails, the Receiver answers
+// 503 and acknowledges (answers 2xx) nothing, and the sender keeps every message; once commits
+// succeed, each is stored exactly once (adaptertest.CommitFailure).
+func TestReceiverCommitFailure(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	secret := webhook.NewSecret()
+	adaptertest.CommitFailure(t, db, receiverHarness(t, secret, &sender{secret: secret}))
 }
 
 // problem decodes an answer's RFC 9457 problem document and fails t unless it is one of type typ and

@@ -16,12 +16,6 @@
 // consumer), from a test function calling [Run] and a TestMain calling [Main]: the services are the
 // test binary itself, run again in a child role.
 //
-// TODO: the webhook case. The webhook publisher (webhook.New) needs a receiver: an http.Handler built
-// on adapters.Sink (webhook.Receiver). Its Broker: Setup picks a free local address and returns it,
-// with the endpoint URL as the topic's endpoint, in Params; Publisher makes webhook.New with that
-// URL; Consumer returns a Consumer whose Start serves the receiver on that address (http.Server with
-// its own listener) and whose Stop shuts it down. Then a TestChain in package webhook, like the other
-// brokers'.
 package chaintest
 
 import (
@@ -51,13 +45,6 @@ import (
 	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/worker"
 )
-
-// ExplicitSinkConfig is the one switch between a consumer configured for the events and one that
-// is not. True: the billing service's Sink is told how to read them (Key: the broker's message id or
-// the x-idempotency-key header; DefaultKind: [Kind]; OrderingKey: the "key" field of the payload).
-// False: the Sink gets no key, kind or ordering key configuration at all, and each must come with the
-// event itself (its id, its type and its key, as the publishers send them).
-const ExplicitSinkConfig = true
 
 // The shape of a run.
 const (
@@ -198,22 +185,12 @@ type event struct {
 	Seq int    `json:"seq"`
 }
 
-// SinkConfig returns the billing service's Sink configuration for store: with [ExplicitSinkConfig],
-// how to read each event's key, kind and ordering key; without, none.
+// SinkConfig returns the billing service's Sink configuration for store: where to store, and nothing
+// about the events. Their key, kind and ordering key come with each event, in its CloudEvents
+// envelope (its id, its type and its partitionkey), as every publisher sends it and every sink reads
+// it by default.
 func SinkConfig(store txinbox.Store) adapters.SinkConfig {
-	cfg := adapters.SinkConfig{Store: store, Consumer: InboxConsumer}
-	if ExplicitSinkConfig {
-		cfg.Key = adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader))
-		cfg.DefaultKind = Kind
-		cfg.OrderingKey = func(r *adapters.Record) (string, error) {
-			var ev event
-			if err := json.Unmarshal(r.Body, &ev); err != nil || ev.Key == "" {
-				return "", fmt.Errorf("%w: no key in the payload", adapters.ErrNoKey)
-			}
-			return ev.Key, nil
-		}
-	}
-	return cfg
+	return adapters.SinkConfig{Store: store, Consumer: InboxConsumer}
 }
 
 // consume starts the billing service: the broker's consumer into the inbox, and the worker pool
