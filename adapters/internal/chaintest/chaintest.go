@@ -15,7 +15,6 @@
 // A broker package runs it with its own [Broker] (the set-up of its broker, its publisher and its
 // consumer), from a test function calling [Run] and a TestMain calling [Main]: the services are the
 // test binary itself, run again in a child role.
-//
 package chaintest
 
 import (
