@@ -95,7 +95,7 @@ func TestFlags(t *testing.T) {
 
 // A notification records the order in which the notifier handled its account's credits: the
 // credit's place (account_seq) and the highest place notified before it (prev_seq). Credits handled
-// in order have prev_seq = account_seq - 1; credits stored out of order (#2 before #1: the ordering
+// in order have prev_seq = account_seq - 1; credits stored out of order (2 before 1: the ordering
 // key keeps the stored order) are recorded as handled out of order.
 func TestNotificationsRecordTheHandledOrder(t *testing.T) {
 	t.Parallel()
@@ -138,7 +138,7 @@ func TestNotificationsRecordTheHandledOrder(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	rows, err := db.Pool.Query(ctx, db.SQL(`SELECT account_id || ' #' || account_seq || ' after #' || prev_seq
+	rows, err := db.Pool.Query(ctx, db.SQL(`SELECT account_id || ' ' || account_seq || ' after ' || prev_seq
 		FROM {schema}.notifications ORDER BY account_id, id`))
 	if err != nil {
 		t.Fatal(err)
@@ -147,8 +147,8 @@ func TestNotificationsRecordTheHandledOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"in-order #1 after #0", "in-order #2 after #1", "in-order #3 after #2", "in-order #4 after #3",
-		"in-order #5 after #4", "in-order #6 after #5", "swapped #2 after #0", "swapped #1 after #2", "swapped #3 after #2"}
+	want := []string{"in-order 1 after 0", "in-order 2 after 1", "in-order 3 after 2", "in-order 4 after 3",
+		"in-order 5 after 4", "in-order 6 after 5", "swapped 2 after 0", "swapped 1 after 2", "swapped 3 after 2"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("handled order:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

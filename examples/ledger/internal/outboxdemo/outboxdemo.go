@@ -729,9 +729,9 @@ func (r *run) checkOrder(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	what := fmt.Sprintf("credit #%d was handled after credit #%d", seq, prev)
+	what := fmt.Sprintf("credit seq %d was handled after credit seq %d", seq, prev)
 	if prev < seq {
-		what = fmt.Sprintf("credit #%d was handled before credit #%d (the account's last notified credit was #%d)", seq, seq-1, prev)
+		what = fmt.Sprintf("credit seq %d was handled before credit seq %d (the account's last notified credit was seq %d)", seq, seq-1, prev)
 	}
 	inboxMsg := func(id *int64, at *time.Time) string {
 		if id == nil || at == nil {
@@ -739,7 +739,7 @@ func (r *run) checkOrder(ctx context.Context) error {
 		}
 		return fmt.Sprintf("message %d, stored at %s", *id, at.Local().Format("15:04:05.000"))
 	}
-	rep.OrderViolation = fmt.Sprintf("account %s: %s, at %s; in the notifier's inbox credit #%d is %s, credit #%d %s",
+	rep.OrderViolation = fmt.Sprintf("account %s: %s, at %s; in the notifier's inbox credit seq %d is %s, credit seq %d %s",
 		account, what, notified.Local().Format("15:04:05.000"), seq, inboxMsg(msgID, stored), seq-1, inboxMsg(beforeID, beforeStored))
 	return nil
 }

@@ -191,7 +191,7 @@ type step struct {
 	note string
 }
 
-// chain describes a credit's spans, e.g. "trace 4bf92f35…, account a-1, credit #3: POST /v1/credits
+// chain describes a credit's spans, e.g. "trace 4bf92f35… (ordering key a-1): POST /v1/credits
 // (ledger serve, pid 10) → txinbox.publish → txinbox.relay (ledger relay, pid 12) → ...": each
 // span's process is named where it changes.
 func chain(h *span, steps []step) string {
