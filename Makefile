@@ -117,8 +117,8 @@ fuzz:
 ## run the tests that guard it, and fail if any mutant survives (MUTANTS=regexp runs only those;
 ## MUTANTS_JOBS=N runs N at once, each in its own copy; MUTANTS_VERBOSE=1 shows the killing tests' output).
 MUTANTS_JOBS ?= 1
-mutants: $(BIN)/sqlc
-	cd tools/mutants && $(GO) run . -root '$(CURDIR)' -sqlc '$(BIN)/sqlc' -j $(MUTANTS_JOBS) $(if $(MUTANTS_VERBOSE),-v,) $(if $(MUTANTS),-run '$(MUTANTS)',)
+mutants: $(BIN)/sqlc $(BIN)/nats-server
+	cd tools/mutants && PATH='$(BIN)':"$$PATH" $(GO) run . -root '$(CURDIR)' -sqlc '$(BIN)/sqlc' -j $(MUTANTS_JOBS) $(if $(MUTANTS_VERBOSE),-v,) $(if $(MUTANTS),-run '$(MUTANTS)',)
 
 ## citus: the acceptance run on a Citus coordinator (SCALING.md, "Beyond one node: Citus"): the tests of
 ## inbox, worker, admin and retention with every test schema distributed, the routing check and the

@@ -43,7 +43,7 @@ func TestBatchHandlerPoisonInBatchOf200(t *testing.T) {
 	if _, err := c.ReceiveMany(ctx, msgs); err != nil {
 		t.Fatal(err)
 	}
-	l, err := ledger.New(db.Pool, db.Schema)
+	l, err := ledger.New(db.Store())
 	if err != nil {
 		t.Fatal(err)
 	}

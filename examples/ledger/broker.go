@@ -77,10 +77,10 @@ func bodyString(field string) adapters.KeyFunc {
 // body; the handler refuses (dead letter) a message whose key is not its event_id, so producers must
 // use the event_id as message id. The ordering key is the account_id, as for POST /v1/events: the
 // events of one account are credited one at a time, in arrival order. A message with no kind (AMQP
-// type property, x-kind header) is an OrderPaid.
-func sinkConfig(db txinbox.DB, schema string, logger *slog.Logger) adapters.SinkConfig {
+// type property, x-kind header) is an OrderPaid. The messages are stored in store.
+func sinkConfig(store txinbox.Store, logger *slog.Logger) adapters.SinkConfig {
 	return adapters.SinkConfig{
-		Store: txinbox.Store{DB: db, Schema: schema}, Consumer: ledger.Consumer, DefaultKind: ledger.KindOrderPaid,
+		Store: store, Consumer: ledger.Consumer, DefaultKind: ledger.KindOrderPaid,
 		MaxPayloadBytes: api.MaxBodyBytes,
 		Key:             adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader), bodyString("event_id")),
 		OrderingKey:     bodyString("account_id"),
@@ -105,14 +105,14 @@ type source struct {
 }
 
 // sources connects what needs connecting and returns the configured consumers (none without broker
-// flags). Call closeSources when done.
-func (b *brokerFlags) sources(ctx context.Context, db txinbox.DB, schema string, logger *slog.Logger) ([]*source, error) {
+// flags), which store into store. Call closeSources when done.
+func (b *brokerFlags) sources(ctx context.Context, store txinbox.Store, logger *slog.Logger) ([]*source, error) {
 	var out []*source
 	if b.amqpURL != "" {
 		queue, declare := b.amqpQueue, b.amqpDeclare
 		c, err := rabbitmq.New(rabbitmq.Config{
 			URL: b.amqpURL, Queue: queue, ConsumerTag: "", BatchConfig: adapters.BatchConfig{BatchSize: b.batchSize, Logger: logger},
-			Sink: sinkConfig(db, schema, logger),
+			Sink: sinkConfig(store, logger),
 			Setup: func(ch *amqp.Channel) error {
 				if !declare {
 					return nil
@@ -128,7 +128,7 @@ func (b *brokerFlags) sources(ctx context.Context, db txinbox.DB, schema string,
 			c: c, close: func() {}})
 	}
 	if b.natsURL != "" {
-		s, err := b.natsSource(ctx, db, schema, logger)
+		s, err := b.natsSource(ctx, store, logger)
 		if err != nil {
 			closeSources(out)
 			return nil, err
@@ -138,7 +138,7 @@ func (b *brokerFlags) sources(ctx context.Context, db txinbox.DB, schema string,
 	return out, nil
 }
 
-func (b *brokerFlags) natsSource(ctx context.Context, db txinbox.DB, schema string, logger *slog.Logger) (*source, error) {
+func (b *brokerFlags) natsSource(ctx context.Context, store txinbox.Store, logger *slog.Logger) (*source, error) {
 	nc, err := nats.Connect(b.natsURL, nats.Name("ledger"), nats.MaxReconnects(-1))
 	if err != nil {
 		return nil, fmt.Errorf("nats: connect %s: %w", redact(b.natsURL), err)
@@ -163,7 +163,7 @@ func (b *brokerFlags) natsSource(ctx context.Context, db txinbox.DB, schema stri
 	if err != nil {
 		return fail(fmt.Errorf("consumer %s on stream %s: %w", b.natsDurable, b.natsStream, err))
 	}
-	c, err := natsjs.New(natsjs.Config{Consumer: cons, BatchConfig: adapters.BatchConfig{BatchSize: b.batchSize, Logger: logger}, Sink: sinkConfig(db, schema, logger)})
+	c, err := natsjs.New(natsjs.Config{Consumer: cons, BatchConfig: adapters.BatchConfig{BatchSize: b.batchSize, Logger: logger}, Sink: sinkConfig(store, logger)})
 	if err != nil {
 		return fail(err)
 	}

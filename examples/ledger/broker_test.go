@@ -124,7 +124,7 @@ func (p *brokerPlan) check(t *testing.T, db *testdb.DB, log string) {
 	if fmt.Sprint(balances) != fmt.Sprint(p.want) {
 		t.Errorf("balances = %v\nwant       %v", balances, p.want)
 	}
-	l, err := ledger.New(db.Pool, db.Schema)
+	l, err := ledger.New(db.Store())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func newEnv(t *testing.T, workers bool) *env {
 	e := &env{DB: db}
 	wake := func() {}
 	if workers {
-		l, err := ledger.New(db.Pool, db.Schema)
+		l, err := ledger.New(db.Store())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,11 @@
 // The HTTP API is documented in package api: POST /v1/events, POST /v1/credits (Idempotency-Key),
 // GET /v1/accounts/{id}, GET /healthz; serve adds GET /metrics (Prometheus).
 //
+// serve, work and relay take --trace-file: the process's spans are appended to that file (package
+// tracing: txotel as the Store's Tracer, the OpenTelemetry SDK's stdout exporter), and serve runs
+// each request under a span, so that one trace runs from a credit's request to the handler of the
+// service that consumes its AccountCredited event.
+//
 // serve and work can also consume OrderPaid events from RabbitMQ (--amqp-url, --amqp-queue) and NATS
 // JetStream (--nats-url, --nats-stream, --nats-subject) through the txinbox adapters: each message is
 // stored in the inbox (consumer "ledger", kind "OrderPaid", key = message id, else x-idempotency-key,
@@ -54,6 +59,7 @@ import (
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
 	"github.com/txinbox/txinbox/examples/ledger/internal/outboxdemo"
 	"github.com/txinbox/txinbox/examples/ledger/internal/pgenv"
+	"github.com/txinbox/txinbox/examples/ledger/internal/tracing"
 	"github.com/txinbox/txinbox/runner"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -126,6 +132,28 @@ type common struct {
 	url      string
 	schema   string
 	logLevel string
+}
+
+// traceFlag is the --trace-file flag of the service commands (serve, work, relay).
+type traceFlag struct{ path string }
+
+func (t *traceFlag) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.path, "trace-file", "", "append this process's OpenTelemetry spans to this file, one JSON object a line (the stdout exporter's); "+
+		"with it, the process's txinbox Store is traced with txotel, and serve's requests run under spans (default: no spans)")
+}
+
+// open returns the tracing of `ledger <command>` (nil without --trace-file).
+func (t *traceFlag) open(command string) (*tracing.Tracing, error) {
+	return tracing.Open(t.path, "ledger "+command)
+}
+
+// closeTracing ends tr, after the process's work, and reports a failure to write its spans.
+func closeTracing(tr *tracing.Tracing, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.Close(ctx); err != nil {
+		logger.Warn("ledger: closing the trace file", "err", err)
+	}
 }
 
 func (c *common) register(fs *flag.FlagSet, schema string) {
@@ -214,25 +242,25 @@ func (w *workerFlags) faults(stdout io.Writer) *demo.Faults {
 	return f
 }
 
-// runner returns the service's runner: the worker pool (none with --workers 0) and the schema's
-// maintainer candidate. observer may be nil.
-func (w *workerFlags) runner(db *pgxpool.Pool, schema string, logger *slog.Logger, stdout io.Writer, observer worker.Observer) (*runner.Runner, error) {
+// runner returns the service's runner on store: the worker pool (none with --workers 0) and the
+// schema's maintainer candidate. observer may be nil.
+func (w *workerFlags) runner(store txinbox.Store, logger *slog.Logger, stdout io.Writer, observer worker.Observer) (*runner.Runner, error) {
 	cfg := runner.Config{Logger: logger, Owner: w.owner}
 	if w.workers > 0 {
-		l, err := ledger.New(db, schema)
+		l, err := ledger.New(store)
 		if err != nil {
 			return nil, err
 		}
 		hs := worker.NewHandlers()
 		// The demo's fault injection, if any, wraps the ledger's handler.
-		worker.HandleBatch(hs, ledger.KindOrderPaid, w.faults(stdout).Inject(schema, l.Handler(logger)))
+		worker.HandleBatch(hs, ledger.KindOrderPaid, w.faults(stdout).Inject(store.Schema, l.Handler(logger)))
 		cfg.Pools = []worker.Config{{
 			Consumer: ledger.Consumer, Handlers: hs,
 			Concurrency: w.workers, BatchSize: w.batchSize, PollInterval: w.poll, Lease: w.lease, Timeout: w.timeout,
 			MaxAttempts: w.maxAttempts, Observer: observer,
 			Backoff: worker.Exponential{Base: w.backoffBase, Max: w.backoffLimit}}}
 	}
-	return runner.New(txinbox.Store{DB: db, Schema: schema}, cfg)
+	return runner.New(store, cfg)
 }
 
 func parse(fs *flag.FlagSet, args []string) error {
@@ -255,9 +283,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	var c common
 	var wf workerFlags
 	var bf brokerFlags
+	var tf traceFlag
 	c.register(fs, "public")
 	wf.register(fs, 4)
 	bf.register(fs)
+	tf.register(fs)
 	addr := fs.String("addr", "127.0.0.1:8080", "HOST:PORT to listen on (GET /metrics serves the Prometheus metrics)")
 	coalesceMax := 0
 	if v := os.Getenv("LEDGER_COALESCE_MAX"); v != "" {
@@ -284,7 +314,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer db.Close()
-	srcs, err := bf.sources(ctx, db, c.schema, logger)
+	tr, err := tf.open("serve")
+	if err != nil {
+		return err
+	}
+	defer closeTracing(tr, logger)
+	store := txinbox.Store{DB: db, Schema: c.schema, Tracer: tr.StoreTracer()}
+	srcs, err := bf.sources(ctx, store, logger)
 	if err != nil {
 		return err
 	}
@@ -293,7 +329,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		closeSources(srcs)
 		return err
 	}
-	rn, err := wf.runner(db, c.schema, logger, io.Discard, obs.metrics)
+	rn, err := wf.runner(store, logger, io.Discard, obs.metrics)
 	if err != nil {
 		closeSources(srcs)
 		return err
@@ -302,7 +338,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if p := rn.Pool(ledger.Consumer); p != nil {
 		wake = p.Wake
 	}
-	h, err := api.New(api.Config{DB: db, Schema: c.schema, Wake: wake, Logger: logger, Observer: obs.metrics, CoalesceMax: coalesceMax})
+	h, err := api.New(api.Config{DB: db, Schema: c.schema, Wake: wake, Logger: logger, Observer: obs.metrics, CoalesceMax: coalesceMax,
+		Tracer: tr.StoreTracer(), TracerProvider: tr.TracerProvider()})
 	if err != nil {
 		closeSources(srcs)
 		return err
@@ -350,9 +387,11 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c common
 	var wf workerFlags
 	var bf brokerFlags
+	var tf traceFlag
 	c.register(fs, "public")
 	wf.register(fs, 4)
 	bf.register(fs)
+	tf.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -371,11 +410,17 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer db.Close()
-	srcs, err := bf.sources(ctx, db, c.schema, logger)
+	tr, err := tf.open("work")
 	if err != nil {
 		return err
 	}
-	p, err := wf.runner(db, c.schema, logger, stdout, nil)
+	defer closeTracing(tr, logger)
+	store := txinbox.Store{DB: db, Schema: c.schema, Tracer: tr.StoreTracer()}
+	srcs, err := bf.sources(ctx, store, logger)
+	if err != nil {
+		return err
+	}
+	p, err := wf.runner(store, logger, stdout, nil)
 	if err != nil {
 		closeSources(srcs)
 		return err
@@ -503,7 +548,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, child
 
 // runOutboxDemo runs the two-service part of the demo (package outboxdemo) after the ledger's own,
 // prints its report and says whether its check holds. With reset, the notifier's schema is dropped
-// first. notifierBin empty builds the notifier; child nil re-executes this binary for `ledger relay`.
+// first. notifierBin empty builds the notifier; child nil re-executes this binary for `ledger serve`
+// and `ledger relay`.
 func runOutboxDemo(ctx context.Context, o outboxdemo.Options, reset bool, notifierBin string, child func([]string) *exec.Cmd,
 	stdout, stderr io.Writer) bool {
 	fail := func(err error) bool { fmt.Fprintln(stderr, "ledger demo:", err); return false }
@@ -530,13 +576,13 @@ func runOutboxDemo(ctx context.Context, o outboxdemo.Options, reset bool, notifi
 		}
 	}
 	o.NotifierCommand = func(args []string) *exec.Cmd { return exec.Command(notifierBin, args...) }
-	o.RelayCommand = child
-	if o.RelayCommand == nil {
+	o.LedgerCommand = child
+	if o.LedgerCommand == nil {
 		exe, err := os.Executable()
 		if err != nil {
 			return fail(err)
 		}
-		o.RelayCommand = func(args []string) *exec.Cmd { return exec.Command(exe, args...) }
+		o.LedgerCommand = func(args []string) *exec.Cmd { return exec.Command(exe, args...) }
 	}
 	rep, err := outboxdemo.Run(ctx, o)
 	if err != nil {

@@ -44,12 +44,16 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, name string) erro
 
 // relay runs `ledger relay`: a runner.Runner of one outbox.Relay (and the schema's maintainer
 // candidate) that publishes the ledger's AccountCredited events to
-// NATS JetStream (subject = topic, Nats-Msg-Id = event id) until SIGTERM.
+// NATS JetStream (subject = topic, Nats-Msg-Id = event id, in the CloudEvents envelope whose
+// partitionkey is the event's outbox key, the account) until SIGTERM. With --trace-file, each event
+// is sent with the context of its txinbox.relay span, a child of the trace context the credit recorded.
 func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ledger relay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c common
+	var tf traceFlag
 	c.register(fs, "public")
+	tf.register(fs)
 	natsURL := fs.String("nats-url", "", "NATS server to publish to, e.g. nats://127.0.0.1:4222 (required)")
 	stream := fs.String("nats-stream", eventsStream, "JetStream stream capturing "+eventsSubjects+" (created if missing, with a "+eventsDupeWindow.String()+" duplicate window)")
 	batchSize := fs.Int("batch-size", 100, "most events claimed at once and published together")
@@ -71,6 +75,11 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer db.Close()
+	tr, err := tf.open("relay")
+	if err != nil {
+		return err
+	}
+	defer closeTracing(tr, logger) // after the relay stopped
 	nc, err := nats.Connect(*natsURL, nats.Name("ledger-relay"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.RetryOnFailedConnect(true))
 	if err != nil {
@@ -103,7 +112,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *hangAfter > 0 {
 		pub = &hangingPublisher{Publisher: pub, after: *hangAfter, out: stdout}
 	}
-	r, err := runner.New(txinbox.Store{DB: db, Schema: c.schema}, runner.Config{Logger: logger, Relays: []outbox.RelayConfig{{
+	r, err := runner.New(txinbox.Store{DB: db, Schema: c.schema, Tracer: tr.StoreTracer()}, runner.Config{Logger: logger, Relays: []outbox.RelayConfig{{
 		Publisher: pub, BatchSize: *batchSize, Lease: *lease, Timeout: *timeout,
 	}}})
 	if err != nil {

@@ -16,7 +16,14 @@
 //     it commits. A copy of a stored event is a duplicate of the inbox
 //     and is acknowledged without being stored again;
 //   - a worker.Pool runs the handler once per stored event, in the transaction that completes it:
-//     the notification row and the completion commit together.
+//     the notification row and the completion commit together. The pool runs --workers batches at
+//     once (each of up to --batch-size messages, in its own transaction); an account's events share
+//     an ordering key, so they are handled one at a time, in the order the ledger published them.
+//
+// With --trace-file, the process's spans are appended to that file (package txotel through the
+// Store's Tracer): each stored batch's txinbox.receive span, linked to the trace context each event
+// arrived with, and each event's txinbox.handle span, a child of it: the handler runs in the trace
+// of the ledger's request that made the credit.
 package main
 
 import (
@@ -69,9 +76,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	natsURL := fs.String("nats-url", "", "NATS server, e.g. nats://127.0.0.1:4222 (required)")
 	durable := fs.String("nats-durable", "notifier", "durable JetStream consumer on "+stream+" (created or updated on start)")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "redelivery delay of a message whose batch was never acknowledged (a crash)")
-	workers := fs.Int("workers", 2, "batches handled at once, each in its own transaction")
+	workers := fs.Int("workers", 4, "batches handled at once, each in its own transaction")
+	batchSize := fs.Int("batch-size", worker.DefaultBatchSize, "most messages claimed and handled per transaction (at most one per account)")
 	lease := fs.Duration("lease", 30*time.Second, "longest a batch transaction may sit idle (a frozen process) before the server ends it; the handler's time limit is a third of it")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	traceFile := fs.String("trace-file", "", "append this process's OpenTelemetry spans to this file, one JSON object a line (the stdout exporter's); default: no spans")
 	hangAfter := fs.Int64("hang-after", 0, "fault injection: after this many notifications, print \"HANG <event id>\" and hang for good inside the handler's transaction")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -98,7 +107,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := Migrate(ctx, db, *schema); err != nil {
 		return err
 	}
-	store := txinbox.Store{DB: db, Schema: *schema}
+	tr, err := openTracing(*traceFile)
+	if err != nil {
+		return err
+	}
+	defer func() { // after the consumer and the pool stopped
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tr.close(sctx); err != nil {
+			logger.Warn("notifier: closing the trace file", "err", err)
+		}
+	}()
+	store := txinbox.Store{DB: db, Schema: *schema, Tracer: tr.storeTracer()}
 
 	// The worker pool: one notification per stored event.
 	var hook func(m *worker.Message[AccountCredited])
@@ -117,12 +137,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	hs := worker.NewHandlers()
 	worker.Handle(hs, KindAccountCredited, Handler(*schema, hook))
 	pool, err := runner.New(store, runner.Config{Logger: logger, Pools: []worker.Config{{Consumer: Consumer, Handlers: hs,
-		Concurrency: *workers, Lease: *lease, Timeout: *lease / 3}}})
+		Concurrency: *workers, BatchSize: *batchSize, Lease: *lease, Timeout: *lease / 3}}})
 	if err != nil {
 		return err
 	}
 
-	// The JetStream consumer: messages into the inbox, keyed by Nats-Msg-Id (the natsjs default).
+	// The JetStream consumer: messages into the inbox with the natsjs defaults, read from the
+	// CloudEvents envelope: key = its id, kind = its type, ordering key = its partitionkey (the
+	// account), headers traceparent and tracestate = the relay's trace context.
 	nc, err := nats.Connect(*natsURL, nats.Name("notifier"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.RetryOnFailedConnect(true))
 	if err != nil {

@@ -26,6 +26,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
@@ -59,6 +63,15 @@ type Config struct {
 	// default ([inbox.DefaultCoalesceMax]); 1 turns coalescing off (a statement and a commit per
 	// request).
 	CoalesceMax int
+	// Tracer is the txinbox.Store.Tracer of the API's inbox, idempotency keys and outbox (package
+	// txotel's: POST /v1/credits then records its request's trace context with the AccountCredited
+	// event it publishes). Default: none.
+	Tracer txinbox.Tracer
+	// TracerProvider, if set, makes a server span for every request, named by its route
+	// ("POST /v1/credits"; the method alone for a request no route matches), a child of the W3C trace
+	// context of its traceparent header if it has one; the request's handlers run under it. Default:
+	// no request spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Server serves the API. It is an http.Handler.
@@ -67,6 +80,7 @@ type Server struct {
 	inbox  *inbox.Client
 	ledger *ledger.Ledger
 	mux    *http.ServeMux
+	tracer trace.Tracer // nil: no request spans
 }
 
 // New returns the API's handler. Idempotency keys of POST /v1/credits are scoped by caller: the
@@ -82,17 +96,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Wake == nil {
 		cfg.Wake = func() {}
 	}
-	ic, err := inbox.New(txinbox.Store{DB: cfg.DB, Schema: cfg.Schema}, inbox.Config{MaxPayloadBytes: MaxBodyBytes, Observer: cfg.Observer,
+	store := txinbox.Store{DB: cfg.DB, Schema: cfg.Schema, Tracer: cfg.Tracer}
+	ic, err := inbox.New(store, inbox.Config{MaxPayloadBytes: MaxBodyBytes, Observer: cfg.Observer,
 		CoalesceMax: cfg.CoalesceMax})
 	if err != nil {
 		return nil, err
 	}
-	l, err := ledger.New(cfg.DB, cfg.Schema)
+	l, err := ledger.New(store)
 	if err != nil {
 		return nil, err
 	}
 	authorization := idempotency.HeaderPrincipal("Authorization")
-	idem, err := idempotency.New(txinbox.Store{DB: cfg.DB, Schema: cfg.Schema}, idempotency.Config{
+	idem, err := idempotency.New(store, idempotency.Config{
 		Principal: func(r *http.Request) (string, error) {
 			if r.Header.Get("Authorization") == "" {
 				return "anonymous", nil
@@ -104,6 +119,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, inbox: ic, ledger: l, mux: http.NewServeMux()}
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/examples/ledger/internal/api")
+	}
 	s.mux.HandleFunc("POST /v1/events", s.postEvent)
 	s.mux.Handle("POST /v1/credits", idem.Handler(http.HandlerFunc(s.postCredit)))
 	s.mux.HandleFunc("GET /v1/accounts/{id}", s.getAccount)
@@ -112,7 +130,48 @@ func New(cfg Config) (*Server, error) {
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.tracer == nil {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	name := r.Method
+	if _, pattern := s.mux.Handler(r); pattern != "" {
+		name = pattern
+	}
+	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
+	defer span.End()
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	s.mux.ServeHTTP(sw, r.WithContext(ctx))
+	span.SetAttributes(attribute.Int("http.response.status_code", sw.status))
+	if sw.status >= 500 {
+		span.SetStatus(codes.Error, http.StatusText(sw.status))
+	}
+}
+
+// statusWriter records the status code of a response, for its request's span.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // EventResponse is the body of a 202 or 200 answer to POST /v1/events.
 type EventResponse struct {

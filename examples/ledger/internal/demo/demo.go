@@ -184,7 +184,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	// The in-process workers (started once the crash child is dead) and the HTTP API.
 	faults := &Faults{FailFirstPercent: o.FailPercent, Poison: map[string]bool{r.events[r.poison].ev.EventID: true}}
-	lg, err := ledger.New(r.db, o.Schema)
+	lg, err := ledger.New(txinbox.Store{DB: r.db, Schema: o.Schema})
 	if err != nil {
 		return nil, err
 	}

@@ -22,10 +22,14 @@ const KindAccountCredited = "AccountCredited"
 // AccountCredited is the event the ledger publishes for every credit, through its outbox in the
 // credit's own transaction: it exists if and only if the credit committed. The outbox gives it an
 // event id (a UUID), which the relay sends as the broker's message id and consumers take as their
-// idempotency key. Its outbox key is the account: the events of one account are published in order.
+// idempotency key. Its outbox key is the account, which the relay sends as the envelope's
+// partitionkey: the events of one account are published in order, and a txinbox consumer takes the
+// account as the events' ordering key, so that it handles them in that order too. AccountSeq numbers
+// that order.
 type AccountCredited struct {
 	EntryID      int64     `json:"entry_id"` // the ledger entry: one event per entry
 	AccountID    string    `json:"account_id"`
+	AccountSeq   int64     `json:"account_seq"` // the credit's place among the account's credits: 1, 2, ... (Applied.AccountSeq)
 	AmountCents  int64     `json:"amount_cents"`
 	BalanceCents int64     `json:"balance_cents"` // the account's balance right after this credit
 	Source       Source    `json:"source"`
@@ -42,7 +46,7 @@ func (l *Ledger) publishCredited(ctx context.Context, tx pgx.Tx, source Source, 
 		if a.AlreadyApplied {
 			continue
 		}
-		payload, err := json.Marshal(AccountCredited{EntryID: a.EntryID, AccountID: a.AccountID, AmountCents: a.AmountCents,
+		payload, err := json.Marshal(AccountCredited{EntryID: a.EntryID, AccountID: a.AccountID, AccountSeq: a.AccountSeq, AmountCents: a.AmountCents,
 			BalanceCents: a.BalanceCents, Source: source, EventID: cs[i].EventID, CreditedAt: now})
 		if err != nil {
 			return err

@@ -78,6 +78,9 @@ type Applied struct {
 	AccountID    string `json:"account_id"`
 	AmountCents  int64  `json:"amount_cents"`
 	BalanceCents int64  `json:"balance_cents"`
+	// AccountSeq is the credit's place among its account's entries: 1 for the account's first credit,
+	// n for its nth (the accounts row, locked by the credit, counts them). 0 when AlreadyApplied.
+	AccountSeq int64 `json:"account_seq,omitempty"`
 	// AlreadyApplied is true when the ledger already held an entry for this event: nothing was
 	// credited (the UNIQUE event_id caught a duplicate the inbox had not). BalanceCents is then 0.
 	AlreadyApplied bool `json:"already_applied,omitempty"`
@@ -181,17 +184,20 @@ type Ledger struct {
 	outbox                                         *outbox.Client // the schema's outbox: AccountCredited events
 }
 
-// New returns a Ledger for schema (a plain identifier, see txinbox.ValidateSchema) whose credits
-// publish their AccountCredited events in the outbox of that schema; db is the service's pool (the
-// credits themselves run in the caller's transactions).
-func New(db txinbox.DB, schema string) (*Ledger, error) {
+// New returns a Ledger for store's schema (a plain identifier, see txinbox.ValidateSchema; "" is
+// txinbox.DefaultSchema) whose credits publish their AccountCredited events in the outbox of that
+// schema, traced by store's Tracer if it has one (the caller's trace context is recorded with each
+// event); store's DB is the service's pool (the credits themselves run in the caller's transactions).
+func New(store txinbox.Store) (*Ledger, error) {
+	schema := store.Schema
 	if schema == "" {
 		schema = txinbox.DefaultSchema
 	}
 	if err := txinbox.ValidateSchema(schema); err != nil {
 		return nil, err
 	}
-	out, err := outbox.New(txinbox.Store{DB: db, Schema: schema}, outbox.Config{})
+	store.Schema = schema
+	out, err := outbox.New(store, outbox.Config{})
 	if err != nil {
 		return nil, err
 	}
@@ -223,14 +229,15 @@ WITH entry AS (
     SELECT account_id, amount_cents, 1 FROM entry
     ON CONFLICT (account_id) DO UPDATE
         SET balance_cents = a.balance_cents + EXCLUDED.balance_cents, entries = a.entries + 1, updated_at = now()
-    RETURNING balance_cents
+    RETURNING balance_cents, entries
 )
-SELECT entry.id, account.balance_cents FROM entry, account`
+SELECT entry.id, account.balance_cents, account.entries FROM entry, account`
 
 // sqlApplyEvents is sqlApply for a set of event credits, in one statement: the entries are inserted
 // from the arrays (events whose event_id is stored already insert nothing), the accounts get the sum
 // and number of their new entries in one upsert (in account order, so that concurrent calls lock them
-// in the same order), and each new entry comes back with the balance right after it.
+// in the same order), and each new entry comes back with the balance right after it and its place
+// among the account's entries.
 const sqlApplyEvents = `
 WITH entry AS (
     INSERT INTO {schema}.ledger_entries (account_id, amount_cents, source, event_id, order_id, occurred_at)
@@ -245,12 +252,13 @@ WITH entry AS (
     SELECT account_id, sum(amount_cents), count(*) FROM entry GROUP BY account_id ORDER BY account_id
     ON CONFLICT (account_id) DO UPDATE
         SET balance_cents = a.balance_cents + EXCLUDED.balance_cents, entries = a.entries + EXCLUDED.entries, updated_at = now()
-    RETURNING account_id, balance_cents
+    RETURNING account_id, balance_cents, entries
 )
 SELECT entry.event_id, entry.id, entry.account_id, entry.amount_cents,
-       account.balance_cents - coalesce(sum(entry.amount_cents) OVER (PARTITION BY entry.account_id ORDER BY entry.id
-           ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING), 0)::bigint
-FROM entry JOIN account USING (account_id)`
+       account.balance_cents - coalesce(sum(entry.amount_cents) OVER later, 0)::bigint,
+       account.entries - count(*) OVER later
+FROM entry JOIN account USING (account_id)
+WINDOW later AS (PARTITION BY entry.account_id ORDER BY entry.id ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)`
 
 const sqlExisting = `SELECT id, account_id, amount_cents FROM {schema}.ledger_entries WHERE event_id = $1`
 
@@ -294,7 +302,7 @@ func (l *Ledger) Apply(ctx context.Context, tx pgx.Tx, c Credit) (Applied, error
 	}
 	a := Applied{AccountID: c.AccountID, AmountCents: c.AmountCents}
 	err := tx.QueryRow(ctx, l.apply, c.AccountID, c.AmountCents, string(c.Source), c.EventID, c.OrderID,
-		c.IdempotencyKey, at).Scan(&a.EntryID, &a.BalanceCents)
+		c.IdempotencyKey, at).Scan(&a.EntryID, &a.BalanceCents, &a.AccountSeq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		a = Applied{AlreadyApplied: true}
 		err = tx.QueryRow(ctx, l.existing, c.EventID).Scan(&a.EntryID, &a.AccountID, &a.AmountCents)
@@ -337,7 +345,7 @@ func (l *Ledger) ApplyEvents(ctx context.Context, tx pgx.Tx, cs []Credit) ([]App
 	byEvent := make(map[string]Applied, n)
 	var ev string
 	var a Applied
-	if _, err := pgx.ForEachRow(rows, []any{&ev, &a.EntryID, &a.AccountID, &a.AmountCents, &a.BalanceCents}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&ev, &a.EntryID, &a.AccountID, &a.AmountCents, &a.BalanceCents, &a.AccountSeq}, func() error {
 		byEvent[ev] = a
 		return nil
 	}); err != nil {

@@ -1,9 +1,19 @@
-// Package outboxdemo runs the two-service part of the ledger demo: the ledger's AccountCredited
-// events go through its outbox, a relay process (`ledger relay`) publishes them to a private NATS
-// JetStream server, and the notifier service (examples/notifier) consumes them into its own inbox and
-// writes one notification per credit. Meanwhile the relay process is SIGKILLed mid-batch, the
-// notifier process is SIGKILLed inside a handler's transaction, every connection to the broker is
-// cut, and the broker is restarted; at the end every credit must have exactly one notification.
+// Package outboxdemo runs the two-service part of the ledger demo: credits made through the ledger's
+// API (a `ledger serve` process) publish AccountCredited events through its outbox, a relay process
+// (`ledger relay`) publishes them to a private NATS JetStream server, and the notifier service
+// (examples/notifier) consumes them into its own inbox and writes one notification per credit.
+// Meanwhile the relay process is SIGKILLed mid-batch, the notifier process is SIGKILLed inside a
+// handler's transaction, every connection to the broker is cut, and the broker is restarted. At the
+// end:
+//
+//   - every credit must have exactly one notification;
+//   - the notifier (4 workers, batches of 16) must have handled each account's credits in the order
+//     the ledger made them: the events carry the account as the envelope's partitionkey, which the
+//     notifier takes as their ordering key with no configuration;
+//   - the notifier's handler span of every credit made through the API must be in the trace of that
+//     credit's request: each process appends its spans to a file (--trace-file), and the check reads
+//     them and prints one credit's chain, from the ledger's POST /v1/credits to the notifier's
+//     txinbox.handle.
 package outboxdemo
 
 import (
@@ -11,8 +21,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -23,7 +35,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
+	"github.com/txinbox/txinbox/idempotency"
 )
 
 // Options configures a run.
@@ -33,7 +47,8 @@ type Options struct {
 	// LedgerSchema holds the ledger (migrated already; its credits so far are part of the check).
 	// NotifierSchema holds the notifier's inbox and notifications; the notifier migrates it.
 	LedgerSchema, NotifierSchema string
-	// Credits is the least number of credits made during the run, while the faults happen.
+	// Credits is the least number of credits made during the run, while the faults happen, through the
+	// ledger's API (POST /v1/credits).
 	Credits int
 	// Accounts receive those credits (0: 3 × RelayBatch, so that the relay's first batches are full:
 	// a batch holds one event per account at most).
@@ -45,8 +60,8 @@ type Options struct {
 	NotifierHangAfter int
 	// NATSServer is the nats-server binary (empty: FindNATSServer).
 	NATSServer string
-	// RelayCommand builds the command of `ledger <args>` (args start with "relay").
-	RelayCommand func(args []string) *exec.Cmd
+	// LedgerCommand builds the command of `ledger <args>` (args start with "serve" or "relay").
+	LedgerCommand func(args []string) *exec.Cmd
 	// NotifierCommand builds the command of the notifier with args.
 	NotifierCommand func(args []string) *exec.Cmd
 	// ChildStderr receives the services' logs (nil: discarded); LogLevel is theirs (empty: error).
@@ -60,7 +75,7 @@ type Options struct {
 
 // Report is what a run did and found.
 type Report struct {
-	Made       int64 // credits made during the run (committed; counted in the ledger)
+	Made       int64 // credits made during the run through the API (committed; counted in the ledger)
 	RolledBack int   // credits rolled back during the run, with their events
 
 	RelayKilled    bool // a relay process was SIGKILLed while it held a batch
@@ -83,16 +98,44 @@ type Report struct {
 	RolledBackOut int64 // events or notifications of a rolled back credit (must be 0)
 	InboxPending  int64 // notifier inbox messages not completed
 
+	// Per-account order, as the notifier recorded it (its notifications' account_seq and prev_seq).
+	OrderAccounts  int64  // accounts notified
+	OrderCredits   int64  // notifications whose handling order is known (account_seq > 0)
+	OrderViolation string // the first notification handled out of its account's order ("" if none)
+	OutOfOrder     int64  // notifications handled out of their account's order
+	OutOfOrderAccs int64  // accounts with such a notification
+
+	// One trace, from the spans the processes wrote.
+	TracedRequests int    // POST /v1/credits spans with their txinbox.publish span
+	TracedHandled  int    // of their events, those whose notifier handler spans are all in the request's trace
+	OtherTrace     int    // of their events, those with a handler span in another trace (must be 0)
+	TraceChain     string // one credit's chain of spans, from its request to the notifier's handler
+	TraceProblem   string // why the trace check failed ("" if it held)
+
 	Steps   []string
 	Elapsed time.Duration
 	Failure string // why the run could not finish, if so
 }
 
-// OK says whether every credit has exactly one notification and everything else adds up.
+// OK says whether every credit has exactly one notification and everything else adds up, each
+// account's credits were handled in order, and a credit's handler ran in its request's trace.
 func (r *Report) OK() bool {
 	return r.Failure == "" && r.Credits > 0 && r.Events == r.Credits && r.EventEntries == r.Credits &&
 		r.Sent == r.Events && r.Dead == 0 && r.Notifications == r.Credits && r.Notified == r.Credits &&
-		r.Duplicates == 0 && r.Missing == 0 && r.Unknown == 0 && r.RolledBackOut == 0 && r.InboxPending == 0
+		r.Duplicates == 0 && r.Missing == 0 && r.Unknown == 0 && r.RolledBackOut == 0 && r.InboxPending == 0 &&
+		r.OrderHeld() && r.TraceHeld()
+}
+
+// OrderHeld says whether the notifier handled every account's credits in order: each notification
+// was written when the account's previous credit, and no later one, was notified.
+func (r *Report) OrderHeld() bool {
+	return r.OrderViolation == "" && r.OrderCredits > 0 && r.OrderCredits == r.Notifications
+}
+
+// TraceHeld says whether the notifier's handler of a credit made through the API ran in the trace of
+// its request, and none in another trace.
+func (r *Report) TraceHeld() bool {
+	return r.TraceProblem == "" && r.TracedHandled > 0 && r.OtherTrace == 0 && r.TraceChain != ""
 }
 
 // Print writes the summary.
@@ -106,15 +149,44 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  broker:   %d messages in the stream (copies within the duplicate window are dropped by Nats-Msg-Id)\n", r.Stored)
 	fmt.Fprintf(w, "  notifier: notifications %d for %d credits, duplicates %d, missing %d, unknown %d; events of rolled back credits seen %d; inbox not completed %d\n",
 		r.Notifications, r.Notified, r.Duplicates, r.Missing, r.Unknown, r.RolledBackOut, r.InboxPending)
+	switch {
+	case r.OrderViolation != "":
+		fmt.Fprintf(w, "  per-account order: VIOLATED (%d notifications out of order, in %d accounts); the first: %s\n",
+			r.OutOfOrder, r.OutOfOrderAccs, r.OrderViolation)
+	case r.OrderHeld():
+		fmt.Fprintf(w, "  per-account order: held (%d accounts, %d credits)\n", r.OrderAccounts, r.OrderCredits)
+	default:
+		fmt.Fprintf(w, "  per-account order: not shown (%d of %d notifications with the credit's place in its account)\n",
+			r.OrderCredits, r.Notifications)
+	}
+	if r.TraceChain != "" {
+		fmt.Fprintf(w, "  %s\n", r.TraceChain)
+	}
+	verdict := "held"
+	if !r.TraceHeld() {
+		verdict = "FAILED"
+		if r.TraceProblem != "" {
+			verdict += ": " + r.TraceProblem
+		}
+	}
+	fmt.Fprintf(w, "  one trace: %s (%d credits made through the API, %d traced from their request; the notifier's handler spans of %d in their request's trace, %d in another)\n",
+		verdict, r.Made, r.TracedRequests, r.TracedHandled, r.OtherTrace)
 	if r.Failure != "" {
 		fmt.Fprintf(w, "  FAILED: %s\n", r.Failure)
 	}
-	verdict := "OK"
+	verdict = "OK"
 	if !r.OK() {
 		verdict = "FAILED"
 	}
-	fmt.Fprintf(w, "Check: credits %d, notifications %d, duplicates %d, missing %d: %s\n",
-		r.Credits, r.Notifications, r.Duplicates, r.Missing, verdict)
+	order, trace := "held", "held"
+	if !r.OrderHeld() {
+		order = "FAILED"
+	}
+	if !r.TraceHeld() {
+		trace = "FAILED"
+	}
+	fmt.Fprintf(w, "Check: credits %d, notifications %d, duplicates %d, missing %d, per-account order %s, one trace %s: %s\n",
+		r.Credits, r.Notifications, r.Duplicates, r.Missing, order, trace, verdict)
 }
 
 // The account ids of the credits the run makes start with accountPrefix, of those it rolls back with
@@ -125,16 +197,19 @@ const (
 )
 
 type run struct {
-	o    Options
-	rep  *Report
-	db   *pgxpool.Pool
-	nats *natsServer
-	prx  *proxy
-	dir  string
+	o      Options
+	rep    *Report
+	db     *pgxpool.Pool
+	nats   *natsServer
+	prx    *proxy
+	dir    string
+	apiURL string // the ledger's API (`ledger serve`)
+	client *http.Client
+	spans  int // trace files handed out
 }
 
 func (r *run) say(format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
+	s := time.Now().Format("15:04:05.000") + " " + fmt.Sprintf(format, args...)
 	r.rep.Steps = append(r.rep.Steps, s)
 	if r.o.Progress != nil {
 		fmt.Fprintf(r.o.Progress, "demo: %s\n", s)
@@ -162,8 +237,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.ChildStderr == nil {
 		o.ChildStderr = io.Discard
 	}
-	if o.RelayCommand == nil || o.NotifierCommand == nil {
-		return nil, errors.New("outboxdemo: RelayCommand and NotifierCommand are required")
+	if o.LedgerCommand == nil || o.NotifierCommand == nil {
+		return nil, errors.New("outboxdemo: LedgerCommand and NotifierCommand are required")
 	}
 	if o.NATSServer == "" {
 		bin, err := FindNATSServer()
@@ -173,7 +248,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		o.NATSServer = bin
 	}
 	start := time.Now()
-	r := &run{o: o, rep: &Report{}}
+	r := &run{o: o, rep: &Report{}, client: &http.Client{Timeout: 30 * time.Second}}
 	var err error
 	if r.dir, err = os.MkdirTemp("", "ledger-demo-nats-"); err != nil {
 		return nil, err
@@ -199,13 +274,32 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := r.check(ctx); err != nil && r.rep.Failure == "" {
 		r.rep.Failure = err.Error()
 	}
+	r.checkTrace()
 	r.rep.Elapsed = time.Since(start)
 	return r.rep, nil
 }
 
+// traceFile returns a new file name for a process's spans (name-N.spans), in the run's directory.
+func (r *run) traceFile(name string) string {
+	r.spans++
+	return filepath.Join(r.dir, fmt.Sprintf("%s-%d%s", name, r.spans, spansExt))
+}
+
+// The notifier's worker pool: batches handled at once, and most messages per batch.
+const (
+	notifierWorkers   = 4
+	notifierBatchSize = 16
+)
+
+func (r *run) serveArgs(addr string) []string {
+	return []string{"serve", "--database-url", r.o.URL, "--schema", r.o.LedgerSchema, "--addr", addr, "--workers", "0",
+		"--trace-file", r.traceFile("ledger-serve"), "--log-level", r.o.LogLevel}
+}
+
 func (r *run) relayArgs(hang bool) []string {
 	a := []string{"relay", "--database-url", r.o.URL, "--schema", r.o.LedgerSchema, "--nats-url", r.prx.url(),
-		"--batch-size", strconv.Itoa(r.o.RelayBatch), "--lease", "3s", "--timeout", "2s", "--log-level", r.o.LogLevel}
+		"--batch-size", strconv.Itoa(r.o.RelayBatch), "--lease", "3s", "--timeout", "2s", "--log-level", r.o.LogLevel,
+		"--trace-file", r.traceFile("ledger-relay")}
 	if hang {
 		a = append(a, "--hang-after-batches", "2")
 	}
@@ -214,7 +308,9 @@ func (r *run) relayArgs(hang bool) []string {
 
 func (r *run) notifierArgs(hang bool) []string {
 	a := []string{"--database-url", r.o.URL, "--schema", r.o.NotifierSchema, "--nats-url", r.prx.url(),
-		"--ack-wait", "3s", "--lease", "3s", "--log-level", r.o.LogLevel}
+		"--ack-wait", "3s", "--lease", "3s", "--log-level", r.o.LogLevel,
+		"--workers", strconv.Itoa(notifierWorkers), "--batch-size", strconv.Itoa(notifierBatchSize),
+		"--trace-file", r.traceFile("notifier")}
 	if hang {
 		a = append(a, "--hang-after", strconv.Itoa(r.o.NotifierHangAfter))
 	}
@@ -236,6 +332,23 @@ func waitHang(ctx context.Context, c *child, d time.Duration) (string, error) {
 }
 
 func (r *run) scenario(ctx context.Context) error {
+	// The ledger's API, whose requests and publishes are traced.
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	api, err := startChild("ledger serve", r.o.LedgerCommand(r.serveArgs(addr)), r.o.ChildStderr)
+	if err != nil {
+		return err
+	}
+	defer stopIfRunning(api)
+	r.apiURL = "http://" + addr
+	if err := r.waitAPI(ctx, api, time.Minute); err != nil {
+		return err
+	}
+	r.say("started the ledger's API, process %d (`ledger serve --workers 0` on %s): the credits below are POST /v1/credits requests, each traced from its request span", api.pid(), addr)
+
 	// Credits during everything that follows, each in its own transaction with its event; one in ten
 	// is rolled back, with its event. The relay starts once three batches wait, so that its third
 	// batch, in which it hangs, is a full one.
@@ -249,7 +362,7 @@ func (r *run) scenario(ctx context.Context) error {
 	}
 
 	// The relay first: it creates the stream, which the notifier's consumer needs.
-	relay1, err := startChild("relay", r.o.RelayCommand(r.relayArgs(true)), r.o.ChildStderr)
+	relay1, err := startChild("relay", r.o.LedgerCommand(r.relayArgs(true)), r.o.ChildStderr)
 	if err != nil {
 		return err
 	}
@@ -278,7 +391,7 @@ func (r *run) scenario(ctx context.Context) error {
 	r.rep.RelayKilled = true
 	r.say("SIGKILLed relay process %d mid-batch: %d of the %d events of its batch published to JetStream, none recorded as sent",
 		relay1.pid(), r.rep.HangPublished, r.rep.HangBatch)
-	relay2, err := startChild("relay", r.o.RelayCommand(r.relayArgs(false)), r.o.ChildStderr)
+	relay2, err := startChild("relay", r.o.LedgerCommand(r.relayArgs(false)), r.o.ChildStderr)
 	if err != nil {
 		return err
 	}
@@ -328,18 +441,46 @@ func (r *run) scenario(ctx context.Context) error {
 		return fmt.Errorf("making credits: %w", err)
 	}
 	r.rep.RolledBack = int(rolledBack.Load())
-	r.say("made about %d credits (and rolled back %d) during the above", made.Load(), r.rep.RolledBack)
+	r.say("made %d credits through the API (and rolled back %d) during the above", made.Load(), r.rep.RolledBack)
 
-	if err := r.drain(ctx, []*child{relay2, notifier2}); err != nil {
+	if err := r.drain(ctx, []*child{api, relay2, notifier2}); err != nil {
 		return err
 	}
-	for _, c := range []*child{relay2, notifier2} {
+	for _, c := range []*child{api, relay2, notifier2} {
 		if err := c.stop(); err != nil {
 			return fmt.Errorf("%s (pid %d): %w", c.name, c.pid(), err)
 		}
 	}
-	r.say("stopped relay %d and notifier %d with SIGTERM", relay2.pid(), notifier2.pid())
+	r.say("stopped the API %d, relay %d and notifier %d with SIGTERM", api.pid(), relay2.pid(), notifier2.pid())
 	return nil
+}
+
+// waitAPI waits until the ledger's API answers GET /healthz with 200.
+func (r *run) waitAPI(ctx context.Context, api *child, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.apiURL+"/healthz", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := r.client.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-api.done:
+			return fmt.Errorf("%s (pid %d) exited: %v", api.name, api.pid(), api.err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the ledger's API (pid %d) did not answer on %s within %v", api.pid(), r.apiURL, d)
+		}
+	}
 }
 
 // waitPending waits until at least n AccountCredited events wait in the outbox.
@@ -400,10 +541,11 @@ func (r *run) streamMessages(ctx context.Context) (int64, error) {
 	return int64(s.CachedInfo().State.Msgs), nil
 }
 
-// produce makes credits until ctx ends, each in a transaction of its own (ledger.Apply: the entry,
-// the balance and the AccountCredited event); every tenth is rolled back after its event was written.
+// produce makes credits until ctx ends: POST /v1/credits to the ledger's API (the entry, the
+// balance and the AccountCredited event in the request's transaction, under its span), except every
+// tenth, which the demo applies itself (ledger.Apply) and rolls back after its event was written.
 func (r *run) produce(ctx context.Context, made, rolledBack *atomic.Int64) error {
-	l, err := ledger.New(r.db, r.o.LedgerSchema)
+	l, err := ledger.New(txinbox.Store{DB: r.db, Schema: r.o.LedgerSchema})
 	if err != nil {
 		return err
 	}
@@ -411,30 +553,68 @@ func (r *run) produce(ctx context.Context, made, rolledBack *atomic.Int64) error
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		rollback := i%10 == 9
-		account := accountPrefix + strconv.Itoa(i%r.o.Accounts)
-		if rollback {
-			account = rolledBackPrefix + strconv.Itoa(i)
-		}
-		err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-			if _, err := l.Apply(ctx, tx, ledger.Credit{AccountID: account, AmountCents: int64(100 + i%900), Source: ledger.SourceCredit}); err != nil {
+		amount := int64(100 + i%900)
+		if i%10 == 9 {
+			err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+				if _, err := l.Apply(ctx, tx, ledger.Credit{AccountID: rolledBackPrefix + strconv.Itoa(i), AmountCents: amount,
+					Source: ledger.SourceCredit}); err != nil {
+					return err
+				}
+				return errRollback
+			})
+			if !errors.Is(err, errRollback) {
 				return err
 			}
-			if rollback {
-				return errRollback
-			}
-			return nil
-		})
-		switch {
-		case errors.Is(err, errRollback):
 			rolledBack.Add(1)
-		case err != nil:
-			return err
-		default:
+		} else {
+			if err := r.postCredit(ctx, "outbox-credit-"+strconv.Itoa(i), accountPrefix+strconv.Itoa(i%r.o.Accounts), amount); err != nil {
+				return err
+			}
 			made.Add(1)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// postCredit makes a credit through the ledger's API, with its Idempotency-Key: an answer lost or
+// refused for a while is asked again with the same key, which credits once.
+func (r *run) postCredit(ctx context.Context, key, account string, amount int64) error {
+	body := fmt.Sprintf(`{"account_id":%q,"amount_cents":%d}`, account, amount)
+	var last error
+	for attempt := 0; attempt < 10; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.apiURL+"/v1/credits", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(idempotency.HeaderKey, key)
+		resp, err := r.client.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			last = err
+			continue
+		}
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		_ = resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusCreated:
+			return nil
+		case resp.StatusCode >= 500 || resp.StatusCode == http.StatusConflict:
+			last = fmt.Errorf("POST /v1/credits: %s: %s", resp.Status, msg)
+		default:
+			return fmt.Errorf("POST /v1/credits: %s: %s", resp.Status, msg)
+		}
+	}
+	return last
 }
 
 var errRollback = errors.New("rolled back on purpose")
@@ -503,9 +683,66 @@ func (r *run) check(ctx context.Context) error {
 		return fmt.Errorf("check: %w", err)
 	}
 	rep.Duplicates = rep.Notifications - rep.Notified
+	if err := r.checkOrder(ctx); err != nil {
+		return fmt.Errorf("check: order: %w", err)
+	}
 	rep.Stored, err = r.streamMessages(ctx)
 	if err != nil {
 		return fmt.Errorf("check: stream: %w", err)
 	}
 	return nil
 }
+
+// checkOrder reads the order in which the notifier handled each account's credits: a notification
+// records the credit's place in its account (account_seq, from the event) and the account's highest
+// place notified when it was written (prev_seq). In order, every notification has prev_seq =
+// account_seq - 1. The first one that has not is described with the inbox messages of the credit and
+// of the one that should have come before it (their ids are the order in which the notifier stored
+// them).
+func (r *run) checkOrder(ctx context.Context) error {
+	rep := r.rep
+	err := r.db.QueryRow(ctx, r.sql(`SELECT count(DISTINCT account_id), count(*) FILTER (WHERE account_seq > 0),
+		count(*) FILTER (WHERE prev_seq <> account_seq - 1), count(DISTINCT account_id) FILTER (WHERE prev_seq <> account_seq - 1)
+		FROM {notifier}.notifications`)).Scan(&rep.OrderAccounts, &rep.OrderCredits, &rep.OutOfOrder, &rep.OutOfOrderAccs)
+	if err != nil {
+		return err
+	}
+	var (
+		account              string
+		seq, prev            int64
+		notified             time.Time
+		msgID, beforeID      *int64
+		stored, beforeStored *time.Time
+	)
+	err = r.db.QueryRow(ctx, r.sql(`SELECT n.account_id, n.account_seq, n.prev_seq, n.created_at, i.id, i.received_at, b.id, b.received_at
+		FROM {notifier}.notifications n
+		LEFT JOIN {notifier}.inbox i ON i.consumer = $1 AND i.key = n.event_id
+		LEFT JOIN LATERAL (SELECT id, received_at FROM {notifier}.inbox
+		                   WHERE consumer = $1 AND payload->>'account_id' = n.account_id
+		                     AND payload->>'account_seq' = (n.account_seq - 1)::text
+		                   ORDER BY id LIMIT 1) b ON true
+		WHERE n.prev_seq <> n.account_seq - 1
+		ORDER BY n.id LIMIT 1`), notifierConsumer).Scan(&account, &seq, &prev, &notified, &msgID, &stored, &beforeID, &beforeStored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	what := fmt.Sprintf("credit seq %d was handled after credit seq %d", seq, prev)
+	if prev < seq {
+		what = fmt.Sprintf("credit seq %d was handled before credit seq %d (the account's last notified credit was seq %d)", seq, seq-1, prev)
+	}
+	inboxMsg := func(id *int64, at *time.Time) string {
+		if id == nil || at == nil {
+			return "not in the inbox"
+		}
+		return fmt.Sprintf("message %d, stored at %s", *id, at.Local().Format("15:04:05.000"))
+	}
+	rep.OrderViolation = fmt.Sprintf("account %s: %s, at %s; in the notifier's inbox credit seq %d is %s, credit seq %d %s",
+		account, what, notified.Local().Format("15:04:05.000"), seq, inboxMsg(msgID, stored), seq-1, inboxMsg(beforeID, beforeStored))
+	return nil
+}
+
+// notifierConsumer is the notifier's inbox consumer (examples/notifier).
+const notifierConsumer = "notifier"
