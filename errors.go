@@ -46,3 +46,29 @@ func (e *ArgumentError) Error() string {
 
 // Is reports whether target is [ErrInvalidArgument].
 func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// PermanentError marks an error that no retry can fix: a worker handler's (its message is dead at
+// once) or an outbox Publisher's for an event (the broker refuses the event itself: it is dead at
+// once). Make one with [Permanent]; test for one with [IsPermanent].
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err in a *[PermanentError], so that its message or event is dead at once instead
+// of retried. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err is or wraps a *[PermanentError], however deep (errors.As: through
+// fmt.Errorf's %w, errors.Join and an outbox BatchError alike).
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}

@@ -126,7 +126,7 @@ func handlers(spec workerSpec) *worker.Handlers {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return worker.Permanent(fmt.Errorf("%s: the ledger already holds %s (message %d, attempt %d)", doubleApply, m.Key, m.ID, m.Attempt))
+			return txinbox.Permanent(fmt.Errorf("%s: the ledger already holds %s (message %d, attempt %d)", doubleApply, m.Key, m.ID, m.Attempt))
 		}
 		tag, err = tx.Exec(ctx, credit, m.Payload.Amount, spec.Shard)
 		if err == nil && tag.RowsAffected() != 1 {

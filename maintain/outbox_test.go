@@ -42,7 +42,7 @@ func (e *env) outboxEvents(t *testing.T) {
 		errs := make([]error, len(events))
 		for i, ev := range events {
 			if ev.Topic == "dead" {
-				errs[i] = outbox.Permanent(errors.New("refused"))
+				errs[i] = txinbox.Permanent(errors.New("refused"))
 			}
 		}
 		return outbox.Errors(errs)

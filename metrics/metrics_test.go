@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/metrics"
@@ -151,7 +152,7 @@ func TestMetricsAndSpans(t *testing.T) {
 				return errors.New("try again")
 			}
 		case "poison":
-			return worker.Permanent(errors.New("rejected"))
+			return txinbox.Permanent(errors.New("rejected"))
 		case "traced":
 			handlerTrace.Store(trace.SpanContextFromContext(ctx))
 		}

@@ -37,7 +37,7 @@ func TestOutboxMetrics(t *testing.T) {
 	reg.MustRegister(oc)
 
 	fate := map[string]error{
-		"refused": outbox.Permanent(errors.New("no route")),
+		"refused": txinbox.Permanent(errors.New("no route")),
 		"slow":    fmt.Errorf("broker: %w", context.DeadlineExceeded),
 		"down":    errors.New("connection refused"),
 	}

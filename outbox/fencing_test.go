@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -66,7 +67,7 @@ func TestFencedStaleRelayRecordsNothing(t *testing.T) {
 	for name, result := range map[string]error{
 		"acknowledged": nil,
 		"failed":       errors.New("broker unavailable"),
-		"refused":      outbox.Permanent(errors.New("refused")),
+		"refused":      txinbox.Permanent(errors.New("refused")),
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -91,7 +90,7 @@ func (e *Event) CloudEvent() map[string]string {
 // accepted: the relay then marks it sent and never hands it over again) or failed. It returns nil
 // when every event was acknowledged, a [*BatchError] (see [Errors]) when some failed, with the error of
 // each event at its index, and any other error when all of them failed. An error wrapped with
-// [Permanent] makes its event dead at once; every other error is retried after the relay's Backoff,
+// [txinbox.Permanent] makes its event dead at once; every other error is retried after the relay's Backoff,
 // until MaxAttempts attempts have started.
 //
 // The events of one call have distinct keys (or none): no event of one call must wait for another,
@@ -157,29 +156,6 @@ func Errors(errs []error) error {
 	return nil
 }
 
-// PermanentError marks a publishing error that no retry can fix (the broker refuses the event
-// itself): the event is dead at once.
-type PermanentError struct{ Err error }
-
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
-
-// Unwrap returns Err.
-func (e *PermanentError) Unwrap() error { return e.Err }
-
-// Permanent wraps err so that its event is dead at once instead of retried. Permanent(nil) is nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &PermanentError{Err: err}
-}
-
-// IsPermanent reports whether err is or wraps a *[PermanentError].
-func IsPermanent(err error) bool {
-	var p *PermanentError
-	return errors.As(err, &p)
-}
-
 // Outcome is how a finished attempt left its event.
 type Outcome string
 
@@ -189,7 +165,7 @@ const (
 	OutcomeSent Outcome = "sent"
 	// OutcomeRetry: the attempt failed and the event will be handed over again after its backoff.
 	OutcomeRetry Outcome = "retry"
-	// OutcomeDead: the attempt failed and the event will not be handed over again (a Permanent
+	// OutcomeDead: the attempt failed and the event will not be handed over again (a txinbox.Permanent
 	// error, or MaxAttempts attempts started). It leaves the queue, and the next event of its key
 	// goes.
 	OutcomeDead Outcome = "dead"

@@ -624,7 +624,7 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 				f.outcome = OutcomeSent
 			case ctx.Err() != nil:
 				f.outcome = "" // stopping: handed back, not charged
-			case IsPermanent(f.err):
+			case txinbox.IsPermanent(f.err):
 				f.outcome = OutcomeDead
 			case f.c.ev.Attempt >= r.cfg.MaxAttempts:
 				f.outcome = OutcomeDead

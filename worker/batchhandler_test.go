@@ -157,7 +157,7 @@ func TestBatchHandlerBatchErrorsSkipBisection(t *testing.T) {
 		for _, m := range msgs {
 			switch m.Key {
 			case "b-7":
-				failed[m.ID] = worker.Permanent(errors.New("rejected"))
+				failed[m.ID] = txinbox.Permanent(errors.New("rejected"))
 			case "b-30":
 				failed[m.ID] = errors.New("try later")
 			}

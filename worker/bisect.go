@@ -323,7 +323,7 @@ func (b *batchCall) ended(ctx context.Context, items []*batchItem) error {
 	}
 	for _, it := range items {
 		f := &finish{c: it.c}
-		b.p.fail(f, it.c, Permanent(fmt.Errorf("the batch handler ended the batch transaction itself (COMMIT or ROLLBACK through tx.Conn() or a statement) in a call of %d messages, "+
+		b.p.fail(f, it.c, txinbox.Permanent(fmt.Errorf("the batch handler ended the batch transaction itself (COMMIT or ROLLBACK through tx.Conn() or a statement) in a call of %d messages, "+
 			"which it must not do; that transaction %s", len(items), txFate(status))), ReasonError)
 		e.also = append(e.also, f)
 	}

@@ -28,7 +28,7 @@ const (
 	ReasonPanic Reason = "panic"
 	// ReasonTimeout: the handler's context ended at its Timeout.
 	ReasonTimeout Reason = "timeout"
-	// ReasonPermanent: the handler returned a Permanent error (dead at once).
+	// ReasonPermanent: the handler returned a txinbox.Permanent error (dead at once).
 	ReasonPermanent Reason = "permanent"
 	// ReasonDecode: the payload does not decode into the handler's type (dead at once).
 	ReasonDecode Reason = "decode"
@@ -56,7 +56,7 @@ type HandleEvent struct {
 	Outcome Outcome
 	// Reason is why the attempt failed; ReasonNone when completed.
 	Reason Reason
-	// Err is the attempt's error (nil when completed): what the handler returned, a *PermanentError, a
+	// Err is the attempt's error (nil when completed): what the handler returned, a *txinbox.PermanentError, a
 	// recovered panic, a timeout, a decode error, ErrUnknownKind, or, for ReasonCrashed, the error
 	// recorded by the last attempt that finished. Its text is what the message records as last_error
 	// (cut to 8 KiB).

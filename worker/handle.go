@@ -127,7 +127,7 @@ func (p *Pool) endedByHandler(ctx context.Context, xid string, done []*finish) e
 	if err != nil {
 		status = "unknown (" + err.Error() + ")"
 	}
-	p.fail(f, f.c, Permanent(fmt.Errorf("the handler ended the batch transaction itself (COMMIT or ROLLBACK through tx.Conn() or a statement), "+
+	p.fail(f, f.c, txinbox.Permanent(fmt.Errorf("the handler ended the batch transaction itself (COMMIT or ROLLBACK through tx.Conn() or a statement), "+
 		"which it must not do; that transaction %s", txFate(status))), ReasonError)
 	e := culpritError{f: f, err: errors.New("the handler of message " + strconv.FormatInt(f.c.ID, 10) + " ended the batch transaction")}
 	if status == "committed" {
@@ -229,7 +229,7 @@ func (p *Pool) fail(f *finish, c *claimed, err error, reason Reason) {
 	switch {
 	case errors.As(err, new(decodeError)):
 		f.outcome, f.reason = OutcomeDead, ReasonDecode
-	case IsPermanent(err):
+	case txinbox.IsPermanent(err):
 		f.outcome, f.reason = OutcomeDead, ReasonPermanent
 	case c.Attempt >= p.cfg.maxAttempts(h):
 		f.outcome = OutcomeDead

@@ -1,0 +1,11 @@
+package outbox
+
+import "github.com/txinbox/txinbox"
+
+// Forwarding names for the adapters module, removed once it is updated.
+
+// Deprecated: moved to txinbox.Permanent; removed once the adapters module is updated.
+var Permanent = txinbox.Permanent
+
+// Deprecated: moved to txinbox.IsPermanent; removed once the adapters module is updated.
+var IsPermanent = txinbox.IsPermanent
