@@ -81,7 +81,7 @@ func WorkerMain() int {
 		Consumer: Consumer, Handlers: handlers(spec),
 		Concurrency: spec.Concurrency, BatchSize: spec.BatchSize, Lease: spec.Lease, Timeout: spec.Timeout,
 		PollInterval: spec.PollInterval, Logger: log, Owner: spec.AppName,
-		Backoff: worker.Exponential{Base: 50 * time.Millisecond, Max: time.Second}})
+		Backoff: txinbox.Exponential{Base: 50 * time.Millisecond, Max: time.Second}})
 	if err != nil {
 		log.Error("txchaos worker: pool config", "err", err)
 		return 2

@@ -160,7 +160,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	})
 	p, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m,
 		PollInterval: 20 * time.Millisecond,
-		Backoff:      worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
+		Backoff:      txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func TestDeadLetterOutOfAttempts(t *testing.T) {
 		return ctx.Err()
 	}, worker.HandlerConfig{MaxAttempts: 2, Timeout: 100 * time.Millisecond})
 	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Observer: m,
-		PollInterval: 20 * time.Millisecond, Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
+		PollInterval: 20 * time.Millisecond, Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)
 	}

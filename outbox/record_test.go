@@ -15,7 +15,6 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/outbox"
-	"github.com/txinbox/txinbox/worker"
 )
 
 var errAnswerLost = errors.New("test: the connection was lost before the commit's answer came")
@@ -117,7 +116,7 @@ func TestRecordAfterAClaimsLostCommitAnswerRecordsNothingTwice(t *testing.T) {
 		return errors.New("broker unavailable")
 	}), func(c *outbox.RelayConfig) {
 		c.Concurrency, c.DisableListen, c.Observer, c.Logger = 1, true, obs, slog.New(logs)
-		c.Backoff = worker.BackoffFunc(func(int) time.Duration { return time.Hour }) // no second attempt in this test
+		c.Backoff = txinbox.BackoffFunc(func(int) time.Duration { return time.Hour }) // no second attempt in this test
 	})
 	run(t, r)
 	await(t, "the claim carrying the failed attempt's record, its answer lost", lost)

@@ -27,7 +27,6 @@ import (
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/worker"
 )
 
 // Defaults and limits of RelayConfig.
@@ -90,9 +89,9 @@ type RelayConfig struct {
 	// MaxAttempts is the number of attempts that may start before an event is dead. Default
 	// DefaultMaxAttempts (10).
 	MaxAttempts int
-	// Backoff sets the delay before a retry (failures counts the failed attempts, from 1). Default
-	// worker.DefaultBackoff (1s, 2s, 4s... capped at 10 minutes, ±20%).
-	Backoff worker.Backoff
+	// Backoff sets the delay before a retry (failures counts the failed attempts, from 1). Default:
+	// txinbox.Exponential{} (1s, 2s, 4s ... capped at 10 minutes, ±20%).
+	Backoff txinbox.Backoff
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Owner names this relay in its claims (outbox_queue.owner). Default hostname:pid:random.
@@ -149,7 +148,7 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 		return bad("HotWindow", fmt.Sprintf("%v must exceed Store.NotifyInterval (%v): events whose notification was debounced would wait a full PollInterval", c.HotWindow, st.NotifyInterval))
 	}
 	if c.Backoff == nil {
-		c.Backoff = worker.DefaultBackoff
+		c.Backoff = txinbox.Exponential{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

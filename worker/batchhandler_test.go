@@ -32,7 +32,7 @@ func batchPool(t *testing.T, e *env, db txinbox.DB, hs *worker.Handlers, mod fun
 		db = e.Pool
 	}
 	cfg := worker.Config{Consumer: "ledger", Handlers: hs, PollInterval: 20 * time.Millisecond,
-		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
 	}

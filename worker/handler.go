@@ -76,7 +76,7 @@ type HandlerConfig struct {
 	// Timeout bounds one attempt. Default: Config.Timeout.
 	Timeout time.Duration
 	// Backoff sets the delay before the next attempt. Default: Config.Backoff.
-	Backoff Backoff
+	Backoff txinbox.Backoff
 	// DisallowUnknownFields makes a payload with an object field that T does not have fail to decode
 	// (json.Decoder.DisallowUnknownFields), so a misspelled or renamed field makes the message dead at
 	// once (reason "decode") instead of leaving the field zero. Default: false (unknown fields are

@@ -108,8 +108,9 @@ type Config struct {
 	// DefaultClaimTimeout (10s), or half the Lease if that is less. Must be less than the Lease.
 	// Negative: no bound.
 	ClaimTimeout time.Duration
-	// Backoff sets the delay before a retry. Default: DefaultBackoff.
-	Backoff Backoff
+	// Backoff sets the delay before a retry. Default: txinbox.Exponential{} (1s, 2s, 4s ... capped at
+	// 10 minutes, ±20%).
+	Backoff txinbox.Backoff
 	// Logger receives the pool's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Owner names this pool in its batches (inbox_batch.owner; admin and the console show it as the
@@ -185,7 +186,7 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 		return bad("HotWindow", fmt.Sprintf("%v must exceed Store.NotifyInterval (%v): messages whose notification was debounced would wait a full PollInterval", c.HotWindow, st.NotifyInterval))
 	}
 	if c.Backoff == nil {
-		c.Backoff = DefaultBackoff
+		c.Backoff = txinbox.Exponential{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -230,7 +231,7 @@ func (c *Config) maxAttempts(h *handler) int {
 	return c.MaxAttempts
 }
 
-func (c *Config) backoff(h *handler) Backoff {
+func (c *Config) backoff(h *handler) txinbox.Backoff {
 	if h != nil && h.cfg.Backoff != nil {
 		return h.cfg.Backoff
 	}

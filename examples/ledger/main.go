@@ -229,7 +229,7 @@ func (w *workerFlags) pool(db *pgxpool.Pool, schema string, logger *slog.Logger,
 		Consumer: ledger.Consumer, Handlers: hs,
 		Concurrency: w.workers, BatchSize: w.batchSize, PollInterval: w.poll, Lease: w.lease, Timeout: w.timeout,
 		MaxAttempts: w.maxAttempts, Owner: w.owner, Logger: logger, Observer: observer,
-		Backoff: worker.Exponential{Base: w.backoffBase, Max: w.backoffLimit}})
+		Backoff: txinbox.Exponential{Base: w.backoffBase, Max: w.backoffLimit}})
 }
 
 func parse(fs *flag.FlagSet, args []string) error {

@@ -176,7 +176,7 @@ func TestStatementsRouteToOneShard(t *testing.T) {
 			return nil
 		})
 		p, err := worker.New(store, worker.Config{Consumer: consumer, Handlers: hs, PollInterval: 20 * time.Millisecond,
-			Backoff: worker.BackoffFunc(func(int) time.Duration { return time.Millisecond })})
+			Backoff: txinbox.BackoffFunc(func(int) time.Duration { return time.Millisecond })})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,6 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
-	"github.com/txinbox/txinbox/worker"
 )
 
 // Publish publishes msgs in one transaction of its own, committed, and returns their ids in the
@@ -123,7 +122,7 @@ func Hold(t testing.TB, db *testdb.DB, n int) {
 func relay(t testing.TB, db *testdb.DB, pub outbox.Publisher, mod func(*outbox.RelayConfig)) *outbox.Relay {
 	t.Helper()
 	cfg := outbox.RelayConfig{Publisher: pub, Concurrency: 1, PollInterval: 10 * time.Millisecond, DisableListen: true,
-		Logger: slog.New(slog.DiscardHandler), Backoff: worker.BackoffFunc(func(int) time.Duration { return time.Hour })}
+		Logger: slog.New(slog.DiscardHandler), Backoff: txinbox.BackoffFunc(func(int) time.Duration { return time.Hour })}
 	if mod != nil {
 		mod(&cfg)
 	}
