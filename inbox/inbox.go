@@ -136,7 +136,7 @@ type Message struct {
 	NotBefore time.Time
 }
 
-// Outcome says what receiving did with a message. Like worker.Outcome and outbox.Outcome, it is a
+// Outcome says what receiving did with a message. Like txinbox.Outcome (an attempt's), it is a
 // typed string whose values are the words logs and metrics show (the outcome label of
 // txinbox_received_total); the zero value "" is no outcome.
 type Outcome string

@@ -73,7 +73,7 @@
 //	                                                         unsent event (admin.OutboxTopicStats's
 //	                                                         OldestUnsentAge)
 //
-// Outcomes and reasons are the values of worker.Outcome and worker.Reason (reasons: error, panic,
+// Outcomes and reasons are the values of txinbox.Outcome and worker.Reason (reasons: error, panic,
 // timeout, permanent, decode, unknown_kind, crashed).
 //
 // Spans are not made here: give the Store a Tracer (txinbox.Store.Tracer; package txotel is the
@@ -88,6 +88,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/seen"
@@ -249,9 +250,9 @@ func (m *Metrics) Handled(e worker.HandleEvent) {
 	outcome := string(e.Outcome)
 	m.processed.WithLabelValues(e.Consumer, e.Kind, outcome).Inc()
 	switch e.Outcome {
-	case worker.OutcomeRetry:
+	case txinbox.OutcomeRetry:
 		m.retries.WithLabelValues(e.Consumer, e.Kind, string(e.Reason)).Inc()
-	case worker.OutcomeDead:
+	case txinbox.OutcomeDead:
 		m.dead.WithLabelValues(e.Consumer, e.Kind, string(e.Reason)).Inc()
 	}
 	if e.Duration > 0 {

@@ -9,3 +9,11 @@ var Permanent = txinbox.Permanent
 
 // Deprecated: moved to txinbox.IsPermanent; removed once the adapters module is updated.
 var IsPermanent = txinbox.IsPermanent
+
+// Deprecated: moved to txinbox.OutcomeSent, txinbox.OutcomeRetry and txinbox.OutcomeDead; removed
+// once the adapters module is updated.
+const (
+	OutcomeSent  = txinbox.OutcomeSent
+	OutcomeRetry = txinbox.OutcomeRetry
+	OutcomeDead  = txinbox.OutcomeDead
+)

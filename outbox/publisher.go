@@ -156,25 +156,12 @@ func Errors(errs []error) error {
 	return nil
 }
 
-// Outcome is how a finished attempt left its event.
-type Outcome string
-
-// The outcomes of an attempt.
-const (
-	// OutcomeSent: the Publisher acknowledged the event; it leaves the queue.
-	OutcomeSent Outcome = "sent"
-	// OutcomeRetry: the attempt failed and the event will be handed over again after its backoff.
-	OutcomeRetry Outcome = "retry"
-	// OutcomeDead: the attempt failed and the event will not be handed over again (a txinbox.Permanent
-	// error, or MaxAttempts attempts started). It leaves the queue, and the next event of its key
-	// goes.
-	OutcomeDead Outcome = "dead"
-)
-
 // Result is the recorded outcome of one attempt, as an [Observer] sees it.
 type Result struct {
-	Event   Event
-	Outcome Outcome
+	Event Event
+	// Outcome is how the attempt left the event: txinbox.OutcomeSent, txinbox.OutcomeRetry or
+	// txinbox.OutcomeDead.
+	Outcome txinbox.Outcome
 	// Err is the attempt's error: nil when sent.
 	Err error
 	// Duration is the time the Publish call took (0 if the event was not handed over: out of

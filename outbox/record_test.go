@@ -142,7 +142,7 @@ func TestRecordAfterAClaimsLostCommitAnswerRecordsNothingTwice(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Errorf("%d Publish calls, want 1", n)
 	}
-	if got := obs.heard(); len(got) != 1 || got[0].Outcome != outbox.OutcomeRetry || got[0].Event.Attempt != 1 {
+	if got := obs.heard(); len(got) != 1 || got[0].Outcome != txinbox.OutcomeRetry || got[0].Event.Attempt != 1 {
 		t.Errorf("the Observer heard %+v, want the one recorded retry of attempt 1", got)
 	}
 	if got := logs.messages("taken over"); len(got) != 0 {

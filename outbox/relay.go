@@ -582,7 +582,7 @@ func (r *Relay) snoozeFor() time.Duration {
 // finish is the outcome of one claimed event.
 type finish struct {
 	c       *claimed
-	outcome Outcome // or "" for a claim handed back (release)
+	outcome txinbox.Outcome // or "" for a claim handed back (release)
 	err     error
 	delay   time.Duration
 	took    time.Duration
@@ -598,7 +598,7 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 	for i, c := range batch {
 		fs[i].c = c
 		if c.ev.Attempt > r.cfg.MaxAttempts {
-			fs[i].outcome = OutcomeDead
+			fs[i].outcome = txinbox.OutcomeDead
 			fs[i].err = fmt.Errorf("%d attempts started (MaxAttempts %d) and the last never finished: the relay holding it died, hung or lost its connection",
 				c.ev.Attempt-1, r.cfg.MaxAttempts)
 			continue
@@ -620,15 +620,15 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 			f.took, f.err = took, errs[k]
 			switch {
 			case f.err == nil:
-				f.outcome = OutcomeSent
+				f.outcome = txinbox.OutcomeSent
 			case ctx.Err() != nil:
 				f.outcome = "" // stopping: handed back, not charged
 			case txinbox.IsPermanent(f.err):
-				f.outcome = OutcomeDead
+				f.outcome = txinbox.OutcomeDead
 			case f.c.ev.Attempt >= r.cfg.MaxAttempts:
-				f.outcome = OutcomeDead
+				f.outcome = txinbox.OutcomeDead
 			default:
-				f.outcome = OutcomeRetry
+				f.outcome = txinbox.OutcomeRetry
 				f.delay = r.cfg.Backoff.Delay(f.c.failed + 1)
 			}
 		}
@@ -764,7 +764,7 @@ func (r *Relay) newRecordInClaim(fs []finish) *recordInClaim {
 func leftKeys(fs []finish, recorded map[int64]bool) []string {
 	var keys []string
 	for _, f := range fs {
-		if (recorded == nil || recorded[f.c.id]) && (f.outcome == OutcomeSent || f.outcome == OutcomeDead) &&
+		if (recorded == nil || recorded[f.c.id]) && (f.outcome == txinbox.OutcomeSent || f.outcome == txinbox.OutcomeDead) &&
 			f.c.ev.Key != "" && !slices.Contains(keys, f.c.ev.Key) {
 			keys = append(keys, f.c.ev.Key)
 		}
@@ -827,10 +827,10 @@ func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 			continue
 		}
 		switch f.outcome {
-		case OutcomeDead:
+		case txinbox.OutcomeDead:
 			r.cfg.Logger.Warn("txinbox: outbox event is dead", "schema", r.store.Schema, "event_id", f.c.ev.ID,
 				"topic", f.c.ev.Topic, "key", f.c.ev.Key, "attempt", f.c.ev.Attempt, "err", f.err)
-		case OutcomeRetry:
+		case txinbox.OutcomeRetry:
 			r.cfg.Logger.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.store.Schema,
 				"event_id", f.c.ev.ID, "topic", f.c.ev.Topic, "attempt", f.c.ev.Attempt, "retry_in", f.delay, "err", f.err)
 		}

@@ -182,7 +182,7 @@ func compareIDs(a, b int64) int {
 // complete records items as completed by the call r.
 func (b *batchCall) complete(items []*batchItem, r callResult) {
 	for _, it := range items {
-		b.decided = append(b.decided, &finish{c: it.c, outcome: OutcomeCompleted, result: it.result, elapsed: r.elapsed})
+		b.decided = append(b.decided, &finish{c: it.c, outcome: txinbox.OutcomeCompleted, result: it.result, elapsed: r.elapsed})
 	}
 }
 
@@ -349,7 +349,7 @@ func (p *Pool) outOfAttempts(c *claimed, h *handler) *finish {
 	if c.Attempt <= maxAttempts {
 		return nil
 	}
-	f := &finish{c: c, outcome: OutcomeDead, reason: ReasonCrashed, uncount: true}
+	f := &finish{c: c, outcome: txinbox.OutcomeDead, reason: ReasonCrashed, uncount: true}
 	f.cause = fmt.Errorf("gave up after %d attempts: the last one never finished (its worker crashed, hung or lost its connection); previous error: %s", maxAttempts, c.PreviousError)
 	f.err = truncateError(f.cause.Error())
 	return f

@@ -1,19 +1,9 @@
 package worker
 
-import "time"
+import (
+	"time"
 
-// Outcome is how a finished attempt left its message.
-type Outcome string
-
-// The outcomes of an attempt.
-const (
-	// OutcomeCompleted: the handler returned nil; its writes and the "completed" mark committed together.
-	OutcomeCompleted Outcome = "completed"
-	// OutcomeRetry: the attempt failed and the message will be tried again after its backoff.
-	OutcomeRetry Outcome = "retry"
-	// OutcomeDead: the attempt failed and the message will not be tried again (a dead letter, kept for
-	// replay or discard).
-	OutcomeDead Outcome = "dead"
+	"github.com/txinbox/txinbox"
 )
 
 // Reason says why an attempt failed. It is ReasonNone for a completed attempt.
@@ -52,8 +42,9 @@ type HandleEvent struct {
 	// ID is the message's id (inbox.Receipt.ID) and Key its idempotency key.
 	ID  int64
 	Key string
-	// Outcome is how the attempt left the message.
-	Outcome Outcome
+	// Outcome is how the attempt left the message: txinbox.OutcomeCompleted, txinbox.OutcomeRetry or
+	// txinbox.OutcomeDead.
+	Outcome txinbox.Outcome
 	// Reason is why the attempt failed; ReasonNone when completed.
 	Reason Reason
 	// Err is the attempt's error (nil when completed): what the handler returned, a *txinbox.PermanentError, a

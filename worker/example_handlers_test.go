@@ -45,7 +45,7 @@ func handleAll(db *pgxpool.Pool, schema string, handlers *worker.Handlers, msgs 
 		panic(err)
 	}
 	for completed := 0; completed < len(msgs); {
-		if e := <-events; e.Outcome == worker.OutcomeCompleted {
+		if e := <-events; e.Outcome == txinbox.OutcomeCompleted {
 			completed++
 		}
 	}

@@ -66,7 +66,7 @@ func Example_orderingKey() {
 	}
 	defer func() { _ = pool.Stop(ctx) }()
 	for completed := 0; completed < len(msgs); {
-		if e := <-events; e.Outcome == worker.OutcomeCompleted {
+		if e := <-events; e.Outcome == txinbox.OutcomeCompleted {
 			completed++
 		}
 	}

@@ -72,7 +72,7 @@ func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 		if sp.broken != nil {
 			// The savepoint statements failed: the transaction is unusable. If it was left aborted by
 			// the previous message (a failed statement it ignored), that message is the culprit.
-			if len(done) > 1 && prevWasSingle && isAborted(sp.broken) && done[len(done)-2].outcome == OutcomeCompleted {
+			if len(done) > 1 && prevWasSingle && isAborted(sp.broken) && done[len(done)-2].outcome == txinbox.OutcomeCompleted {
 				prev := done[len(done)-2]
 				p.fail(prev, prev.c, errLeftAborted, ReasonError)
 				return nil, culpritError{f: prev, err: sp.broken}
@@ -80,14 +80,14 @@ func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 			if sp.byCall {
 				// The handler's own context ended while its savepoint was being established: its
 				// call cost the transaction, and it is charged (a timeout if it returned its deadline).
-				if f.outcome == OutcomeCompleted {
+				if f.outcome == txinbox.OutcomeCompleted {
 					p.fail(f, c, fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), ReasonError)
 				}
 				return nil, culpritError{f: f, err: sp.broken}
 			}
 			return nil, sp.broken
 		}
-		if f.outcome == OutcomeCompleted && sp.failed != nil {
+		if f.outcome == txinbox.OutcomeCompleted && sp.failed != nil {
 			// A statement failed but the handler returned nil: fine if it recovered (a nested
 			// savepoint), void if it left the transaction aborted.
 			if _, err := tx.Exec(ctx, "SELECT 1"); isAborted(err) {
@@ -96,7 +96,7 @@ func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 				return nil, err
 			}
 		}
-		if f.outcome != OutcomeCompleted {
+		if f.outcome != txinbox.OutcomeCompleted {
 			if err := sp.rollback(ctx); err != nil {
 				if ctx.Err() != nil {
 					return nil, err
@@ -185,7 +185,7 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	f.elapsed = time.Since(start)
 	switch {
 	case err == nil:
-		f.outcome, f.result = OutcomeCompleted, result
+		f.outcome, f.result = txinbox.OutcomeCompleted, result
 	case errors.As(err, new(*panicError)):
 		p.fail(f, c, err, ReasonPanic)
 	case hctx.Err() != nil && ctx.Err() == nil:
@@ -214,7 +214,7 @@ func (p *Pool) traceEnd(ctx context.Context, f *finish) {
 		return
 	}
 	d := txinbox.TraceHandleEndData{Outcome: string(f.outcome)}
-	if f.outcome != OutcomeCompleted {
+	if f.outcome != txinbox.OutcomeCompleted {
 		d.Reason, d.Err = string(f.reason), f.cause
 	}
 	p.tracer.TraceHandleEnd(ctx, d)
@@ -228,13 +228,13 @@ func (p *Pool) fail(f *finish, c *claimed, err error, reason Reason) {
 	f.reason = reason
 	switch {
 	case errors.As(err, new(decodeError)):
-		f.outcome, f.reason = OutcomeDead, ReasonDecode
+		f.outcome, f.reason = txinbox.OutcomeDead, ReasonDecode
 	case txinbox.IsPermanent(err):
-		f.outcome, f.reason = OutcomeDead, ReasonPermanent
+		f.outcome, f.reason = txinbox.OutcomeDead, ReasonPermanent
 	case c.Attempt >= p.cfg.maxAttempts(h):
-		f.outcome = OutcomeDead
+		f.outcome = txinbox.OutcomeDead
 	default:
-		f.outcome = OutcomeRetry
+		f.outcome = txinbox.OutcomeRetry
 		f.delay = p.cfg.backoff(h).Delay(c.Failed + 1)
 	}
 }
