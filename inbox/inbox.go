@@ -23,7 +23,7 @@ func storeFor(st txinbox.Store) *schemasql.Schema { return schemasql.New(st.Sche
 
 // Config configures a Client. The zero value is valid.
 type Config struct {
-	// MaxPayloadBytes rejects larger payloads with a *ValidationError. Default:
+	// MaxPayloadBytes rejects larger payloads with a *txinbox.ValidationError. Default:
 	// DefaultMaxPayloadBytes (1 MiB). A payload's size counts each JSON number at the length PostgreSQL
 	// numeric prints it (1e6 as 7 bytes), so that a few bytes of exponent cannot become megabytes of
 	// stored text; numbers numeric cannot hold, lone UTF-16 surrogate escapes and \u0000 are rejected.
@@ -217,7 +217,7 @@ func (c *Client) Validate(msg Message) error { return c.validate(0, &msg) }
 
 func (c *Client) validate(i int, m *Message) error {
 	fail := func(field string, err error) error {
-		return &ValidationError{Index: i, Field: field, Reason: err.Error()}
+		return &txinbox.ValidationError{Index: i, Field: field, Reason: err.Error()}
 	}
 	if err := txinbox.ValidateName(m.Consumer); err != nil {
 		return fail("consumer", err)
@@ -275,7 +275,7 @@ func (c *Client) ReceiveUndecodableTx(ctx context.Context, tx pgx.Tx, u Undecoda
 		return Receipt{}, err
 	}
 	if len(u.Raw) > c.cfg.MaxPayloadBytes {
-		return Receipt{}, &ValidationError{Field: "raw", Reason: fmt.Sprintf("is %d bytes, more than the limit of %d", len(u.Raw), c.cfg.MaxPayloadBytes)}
+		return Receipt{}, &txinbox.ValidationError{Field: "raw", Reason: fmt.Sprintf("is %d bytes, more than the limit of %d", len(u.Raw), c.cfg.MaxPayloadBytes)}
 	}
 	reason := strings.ToValidUTF8(u.Reason, "?")
 	var row sqlc.InsertDeadRow

@@ -183,8 +183,8 @@ func TestReceiveInvalidWritesNothing(t *testing.T) {
 	}
 	for name, m := range cases {
 		_, err := c.ReceiveMany(ctx, []inbox.Message{ledgertest.Message("fine", `1`), m})
-		var ve *inbox.ValidationError
-		if !errors.Is(err, inbox.ErrInvalidMessage) || !errors.As(err, &ve) || ve.Index != 1 {
+		var ve *txinbox.ValidationError
+		if !errors.Is(err, txinbox.ErrInvalidMessage) || !errors.As(err, &ve) || ve.Index != 1 {
 			t.Errorf("%s: err = %v, want a *ValidationError for index 1", name, err)
 		}
 	}

@@ -19,9 +19,9 @@ import (
 // The receive path. Every receive call goes through these layers, in this order:
 //
 //  1. receive: reports the call to the Config.Observer;
-//  2. validateAll: checks every message (a *ValidationError writes nothing); a Receive call then
-//     joins a shared statement with concurrent ones (coalesce.go), which runs layers 3 to 6 for all
-//     of them;
+//  2. validateAll: checks every message (a *txinbox.ValidationError writes nothing); a Receive call
+//     then joins a shared statement with concurrent ones (coalesce.go), which runs layers 3 to 6 for
+//     all of them;
 //  3. lookUpSeen: with a Config.SeenCache, answers the keys cached with the same fingerprint;
 //  4. insertOrCompare: one ReceiveBatch statement inserts the new keys and compares the others
 //     (and repeats within the batch) with the stored rows, in the database; lookUpStored and
@@ -33,7 +33,8 @@ import (
 // Receive stores msg unless its key is already stored for its consumer, and returns once that is
 // committed. A duplicate is not an error: see [Receipt].Outcome. A key reused with a different kind
 // or payload returns the receipt and a *[KeyConflictError] (errors.Is [ErrKeyConflict]). An invalid
-// message returns a *[ValidationError] (errors.Is [ErrInvalidMessage]) and writes nothing.
+// message returns a *[txinbox.ValidationError] (errors.Is [txinbox.ErrInvalidMessage]) and writes
+// nothing.
 //
 // Concurrent Receive calls of one Client share statements (Config.CoalesceMax, on by default): a
 // call arriving while another shared statement of the Client runs waits for that statement to
@@ -90,11 +91,11 @@ func (c *Client) receiveOne(ctx context.Context, db sqlc.DBTX, msg Message) (Rec
 
 // ReceiveMany stores a batch of messages in one round trip (one statement; messages of several
 // consumers take one statement per consumer, in one transaction) and returns a receipt per message,
-// in order. Conflicts are reported per receipt (Receipt.Err) and do not fail the batch. If
-// any message is invalid, it returns a *[ValidationError] naming the first one and writes nothing. A
-// key that appears twice in the batch is stored once, from its first occurrence; a later one is a
-// Duplicate of it when its kind and payload are the same as jsonb (compared by the database), and a
-// Conflict otherwise.
+// in order. Conflicts are reported per receipt (Receipt.Err) and do not fail the batch. If any
+// message is invalid, it returns a *[txinbox.ValidationError] naming the first one and writes
+// nothing. A key that appears twice in the batch is stored once, from its first occurrence; a later
+// one is a Duplicate of it when its kind and payload are the same as jsonb (compared by the
+// database), and a Conflict otherwise.
 func (c *Client) ReceiveMany(ctx context.Context, msgs []Message) ([]Receipt, error) {
 	return c.receive(ctx, c.store.DB, msgs)
 }
@@ -225,7 +226,7 @@ func (c *Client) storeValid(ctx context.Context, db sqlc.DBTX, msgs []Message) (
 	return c.insertOrCompare(ctx, db, msgs, 0)
 }
 
-// validateAll is layer 2: the first invalid message's *ValidationError, or nil.
+// validateAll is layer 2: the first invalid message's *txinbox.ValidationError, or nil.
 func (c *Client) validateAll(msgs []Message) error {
 	for i := range msgs {
 		if err := c.validate(i, &msgs[i]); err != nil {

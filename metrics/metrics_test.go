@@ -121,7 +121,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	if _, err := client.Receive(ctx, msg("m-0", `{"amount":2}`)); !errors.Is(err, inbox.ErrKeyConflict) { // 1 conflict
 		t.Fatalf("want a conflict, got %v", err)
 	}
-	if _, err := client.Receive(ctx, inbox.Message{Consumer: "ledger"}); !errors.Is(err, inbox.ErrInvalidMessage) { // 1 error
+	if _, err := client.Receive(ctx, inbox.Message{Consumer: "ledger"}); !errors.Is(err, txinbox.ErrInvalidMessage) { // 1 error
 		t.Fatalf("want invalid, got %v", err)
 	}
 

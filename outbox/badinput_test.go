@@ -108,9 +108,9 @@ func TestBadInputWritesNothing(t *testing.T) {
 					t.Errorf("%s: got %v, want a *txinbox.ArgumentError of %s", tc.name, err, tc.arg)
 				}
 			default:
-				var ve *outbox.ValidationError
-				if !errors.As(err, &ve) || ve.Field != tc.field || ve.Index != tc.index || !errors.Is(err, outbox.ErrInvalidEvent) {
-					t.Errorf("%s: got %v, want a *outbox.ValidationError of message %d, field %s", tc.name, err, tc.index, tc.field)
+				var ve *txinbox.ValidationError
+				if !errors.As(err, &ve) || ve.Field != tc.field || ve.Index != tc.index || !errors.Is(err, txinbox.ErrInvalidMessage) {
+					t.Errorf("%s: got %v, want a *txinbox.ValidationError of message %d, field %s", tc.name, err, tc.index, tc.field)
 				}
 			}
 			_, err = tx.Exec(ctx, "SELECT 1") // the transaction is still usable

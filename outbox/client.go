@@ -19,7 +19,7 @@ import (
 
 // Config configures a Client. The zero value is valid.
 type Config struct {
-	// MaxPayloadBytes rejects larger payloads with a *[ValidationError]. Default
+	// MaxPayloadBytes rejects larger payloads with a *[txinbox.ValidationError]. Default
 	// DefaultMaxPayloadBytes (1 MiB). Negative is a *[txinbox.ConfigError].
 	MaxPayloadBytes int
 }
@@ -62,10 +62,10 @@ func New(st txinbox.Store, cfg Config) (*Client, error) {
 //
 // Bad input returns an error before any statement is sent, so tx is left as it was: a nil tx or
 // more than [MaxMessages] messages, or messages whose payloads and headers exceed [MaxCallBytes]
-// together, a *[txinbox.ArgumentError]; an invalid message, a *[ValidationError] naming the first one
-// (errors.Is [ErrInvalidEvent]). No message is an empty call: no statement, no ids. An error of the
-// statement itself (the schema not migrated: errors.Is txinbox.ErrNotMigrated; a lost connection)
-// leaves tx aborted, as any failed statement does.
+// together, a *[txinbox.ArgumentError]; an invalid message, a *[txinbox.ValidationError] naming the
+// first one (errors.Is [txinbox.ErrInvalidMessage]). No message is an empty call: no statement, no
+// ids. An error of the statement itself (the schema not migrated: errors.Is txinbox.ErrNotMigrated;
+// a lost connection) leaves tx aborted, as any failed statement does.
 //
 // Wake-up: the statement also sends a notification that wakes idle relays when tx commits, at most
 // once per Store.NotifyInterval per Client; the relays' fast polling (RelayConfig.HotWindow) finds

@@ -83,30 +83,10 @@ const (
 	MaxCallBytes = 64 << 20
 )
 
-// ErrInvalidEvent is matched (errors.Is) by every *[ValidationError]: the call was rejected before
-// anything was written.
-var ErrInvalidEvent = errors.New("txinbox: invalid event")
-
-// ValidationError says which message of a Publish call (Index) and which field was rejected, and
-// why. Nothing of the call was written, and the caller's transaction is untouched (no statement was
-// sent).
-type ValidationError struct {
-	Index  int    // position in the call's messages
-	Field  string // "topic", "key", "kind", "content_type", "payload", "headers", "not_before"
-	Reason string
-}
-
-func (e *ValidationError) Error() string {
-	return fmt.Sprintf("txinbox: invalid event %d: %s: %s", e.Index, e.Field, e.Reason)
-}
-
-// Is reports whether target is [ErrInvalidEvent].
-func (e *ValidationError) Is(target error) bool { return target == ErrInvalidEvent }
-
 // validate checks m, the i-th message of a call.
 func validate(i int, m *Message, maxPayload int) error {
 	bad := func(field string, err error) error {
-		return &ValidationError{Index: i, Field: field, Reason: err.Error()}
+		return &txinbox.ValidationError{Index: i, Field: field, Reason: err.Error()}
 	}
 	if err := textcheck.Check(m.Topic, MaxTopicBytes, false); err != nil {
 		return bad("topic", err)

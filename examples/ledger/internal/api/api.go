@@ -150,7 +150,7 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, inbox.ErrKeyConflict):
 		writeProblem(w, http.StatusUnprocessableEntity, ProblemEventConflict, "event_id reused",
 			"An event with this event_id was received with different content. Event ids must identify one event.")
-	case errors.Is(err, inbox.ErrInvalidMessage):
+	case errors.Is(err, txinbox.ErrInvalidMessage):
 		writeProblem(w, http.StatusBadRequest, ProblemInvalidBody, "Invalid OrderPaid event", err.Error())
 	case err != nil:
 		s.unavailable(w, r, "store event", err)
