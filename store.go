@@ -52,8 +52,9 @@ type Store struct {
 	// by worker.New). It also decides whether admin's ReplayDead notifies. Default
 	// DefaultNotifyInterval (50ms). Negative: never notify.
 	NotifyInterval time.Duration
-	// Tracer, if set, carries traces across services and is told about receives, handler calls,
-	// publishes and relay hand-overs (see [Tracer]; package txotel is the OpenTelemetry one).
+	// Tracer, if set, carries traces across services and, if it is an [OperationTracer], is told
+	// about receives, handler calls, publishes and relay hand-overs (see [Tracer]; package txotel is
+	// the OpenTelemetry one).
 	// Default: none (no trace context is recorded with outbox events).
 	Tracer Tracer
 }

@@ -114,7 +114,7 @@ func (c *Client) receive(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]R
 }
 
 // observe runs a receive call of msgs, reporting it to the Observer and to the Store's
-// ReceiveTracer if there are any. With a Store.Tracer, run gets msgs with the trace context of the
+// OperationTracer if there are any. With a Store.Tracer, run gets msgs with the trace context of the
 // call added to those whose headers hold no traceparent (copies: the caller's are not modified).
 func (c *Client) observe(ctx context.Context, msgs []Message, run func(ctx context.Context, msgs []Message) ([]Receipt, error)) ([]Receipt, error) {
 	if c.cfg.Observer == nil && c.store.Tracer == nil {
@@ -124,9 +124,9 @@ func (c *Client) observe(ctx context.Context, msgs []Message, run func(ctx conte
 	if c.cfg.Observer != nil {
 		ctx, end = c.cfg.Observer.ReceiveStart(ctx, msgs)
 	}
-	rt, traced := c.store.Tracer.(txinbox.ReceiveTracer)
+	ot, traced := c.store.Tracer.(txinbox.OperationTracer)
 	if traced {
-		ctx = rt.TraceReceiveStart(ctx, receiveTraceData(msgs))
+		ctx = ot.TraceStart(ctx, receiveTraceData(msgs))
 	}
 	if c.store.Tracer != nil {
 		msgs = c.withTrace(ctx, msgs)
@@ -140,7 +140,7 @@ func (c *Client) observe(ctx context.Context, msgs []Message, run func(ctx conte
 		}
 	}
 	if traced {
-		d := txinbox.TraceReceiveEndData{Err: err}
+		d := txinbox.TraceEnd{Op: txinbox.OpReceive, Err: err}
 		for _, r := range rs {
 			switch r.Outcome {
 			case Inserted:
@@ -151,14 +151,14 @@ func (c *Client) observe(ctx context.Context, msgs []Message, run func(ctx conte
 				d.Conflicts++
 			}
 		}
-		rt.TraceReceiveEnd(ctx, d)
+		ot.TraceEnd(ctx, d)
 	}
 	return rs, err
 }
 
-// receiveTraceData describes a receive call of msgs to a ReceiveTracer.
-func receiveTraceData(msgs []Message) txinbox.TraceReceiveStartData {
-	d := txinbox.TraceReceiveStartData{Messages: make([]txinbox.TraceMessage, len(msgs))}
+// receiveTraceData describes a receive call of msgs to an OperationTracer.
+func receiveTraceData(msgs []Message) txinbox.TraceStart {
+	d := txinbox.TraceStart{Op: txinbox.OpReceive, Messages: make([]txinbox.TraceMessage, len(msgs))}
 	if len(msgs) > 0 {
 		d.Consumer = msgs[0].Consumer
 	}

@@ -88,14 +88,14 @@ func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]str
 			return nil, err
 		}
 	}
-	if t, ok := c.store.Tracer.(txinbox.PublishTracer); ok {
-		data := txinbox.TracePublishStartData{Topics: make([]string, len(msgs)), Kinds: make([]string, len(msgs))}
+	if t, ok := c.store.Tracer.(txinbox.OperationTracer); ok {
+		data := txinbox.TraceStart{Op: txinbox.OpPublish, Messages: make([]txinbox.TraceMessage, len(msgs))}
 		for i := range msgs {
-			data.Topics[i], data.Kinds[i] = msgs[i].Topic, msgs[i].kind()
+			data.Messages[i] = txinbox.TraceMessage{Kind: msgs[i].kind(), Topic: msgs[i].Topic, Headers: msgs[i].Headers}
 		}
-		ctx = t.TracePublishStart(ctx, data)
+		ctx = t.TraceStart(ctx, data)
 		ids, err := c.publish(ctx, tx, msgs)
-		t.TracePublishEnd(ctx, txinbox.TracePublishEndData{EventIDs: ids, Err: err})
+		t.TraceEnd(ctx, txinbox.TraceEnd{Op: txinbox.OpPublish, EventIDs: ids, Err: err})
 		return ids, err
 	}
 	return c.publish(ctx, tx, msgs)

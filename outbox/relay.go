@@ -636,20 +636,21 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 	return fs
 }
 
-// traceStart tells the Store's RelayTracer, if any, that events are handed over, and gives each
+// traceStart tells the Store's OperationTracer, if any, that events are handed over, and gives each
 // event the trace context of its hand-over (the Store's Tracer injects it into a copy of its
-// headers). It returns the context of each hand-over (nil without a RelayTracer).
+// headers). It returns the context of each hand-over (nil without an OperationTracer).
 func (r *Relay) traceStart(ctx context.Context, events []Event) []context.Context {
-	t, ok := r.store.Tracer.(txinbox.RelayTracer)
+	t, ok := r.store.Tracer.(txinbox.OperationTracer)
 	if !ok {
 		return nil
 	}
 	ctxs := make([]context.Context, len(events))
 	for i := range events {
 		ev := &events[i]
-		ctxs[i] = t.TraceRelayStart(ctx, txinbox.TraceRelayStartData{
-			Event: txinbox.TraceMessage{ID: ev.ID, Kind: ev.Kind, Headers: ev.Headers},
-			Topic: ev.Topic, Key: ev.Key, Attempt: ev.Attempt,
+		ctxs[i] = t.TraceStart(ctx, txinbox.TraceStart{
+			Op:       txinbox.OpRelay,
+			Messages: []txinbox.TraceMessage{{ID: ev.ID, Kind: ev.Kind, Topic: ev.Topic, Headers: ev.Headers}},
+			Attempt:  ev.Attempt, OrderingKey: ev.Key,
 		})
 		h := make(map[string]string, len(ev.Headers)+2)
 		for k, v := range ev.Headers {
@@ -669,13 +670,13 @@ func (r *Relay) traceEnd(ctxs []context.Context, fs []finish, send []int) {
 	if ctxs == nil {
 		return
 	}
-	t := r.store.Tracer.(txinbox.RelayTracer)
+	t := r.store.Tracer.(txinbox.OperationTracer)
 	for k, i := range send {
-		outcome := string(fs[i].outcome)
+		outcome := fs[i].outcome
 		if outcome == "" {
 			outcome = "released"
 		}
-		t.TraceRelayEnd(ctxs[k], txinbox.TraceRelayEndData{Outcome: outcome, Err: fs[i].err})
+		t.TraceEnd(ctxs[k], txinbox.TraceEnd{Op: txinbox.OpRelay, Outcome: outcome, Err: fs[i].err})
 	}
 }
 

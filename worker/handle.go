@@ -196,28 +196,28 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	return f
 }
 
-// traceStart tells the Store's HandleTracer, if any, that a single handler call of c starts, and
+// traceStart tells the Store's OperationTracer, if any, that a single handler call of c starts, and
 // returns the context the handler runs in.
 func (p *Pool) traceStart(ctx context.Context, c *claimed) context.Context {
 	if p.tracer == nil {
 		return ctx
 	}
-	return p.tracer.TraceHandleStart(ctx, txinbox.TraceHandleStartData{
-		Consumer: c.Consumer, Kind: c.Kind, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
+	return p.tracer.TraceStart(ctx, txinbox.TraceStart{
+		Op: txinbox.OpHandle, Consumer: c.Consumer, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
 		Messages: []txinbox.TraceMessage{{ID: c.Key, Kind: c.Kind, Headers: c.Headers}},
 	})
 }
 
-// traceEnd tells the HandleTracer that the handler call of f ended.
+// traceEnd tells the OperationTracer that the handler call of f ended.
 func (p *Pool) traceEnd(ctx context.Context, f *finish) {
 	if p.tracer == nil {
 		return
 	}
-	d := txinbox.TraceHandleEndData{Outcome: string(f.outcome)}
+	d := txinbox.TraceEnd{Op: txinbox.OpHandle, Outcome: f.outcome}
 	if f.outcome != txinbox.OutcomeCompleted {
 		d.Reason, d.Err = string(f.reason), f.cause
 	}
-	p.tracer.TraceHandleEnd(ctx, d)
+	p.tracer.TraceEnd(ctx, d)
 }
 
 // fail records a failed attempt: dead if permanent or out of attempts, else a retry after backoff.

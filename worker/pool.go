@@ -252,8 +252,8 @@ type Pool struct {
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
 	snoozeKey int64
-	tracer    txinbox.HandleTracer // the Store's Tracer, if it is one; else nil
-	maxTO     time.Duration        // longest handler timeout: the batch statement_timeout
+	tracer    txinbox.OperationTracer // the Store's Tracer, if it is one; else nil
+	maxTO     time.Duration           // longest handler timeout: the batch statement_timeout
 	// claimMax is the most messages claimed at once: Config.BatchSize, or the largest
 	// HandlerConfig.BatchSize of a batch handler if larger.
 	claimMax int
@@ -303,7 +303,7 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 			Wakes: func(payload string) bool { return payload == cfg.Consumer }}
 	}
 	p.eng = engine.New(ecfg)
-	p.tracer, _ = store.Tracer.(txinbox.HandleTracer)
+	p.tracer, _ = store.Tracer.(txinbox.OperationTracer)
 	p.claimMax = cfg.BatchSize
 	p.records.connect = p.connector("txinbox recorder")
 	for _, hd := range cfg.Handlers.byKind {
