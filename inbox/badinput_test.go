@@ -174,7 +174,7 @@ func badMessages(maxPayload int) []badMessage {
 				m.Headers[fmt.Sprintf("h%03d", i)] = strings.Repeat("v", inbox.MaxHeaderValueBytes-4)
 			}
 		})},
-		{"over-long ordering key", "ordering_key", with(func(m *inbox.Message) { m.OrderingKey = strings.Repeat("o", inbox.MaxOrderingKeyBytes+1) })},
+		{"over-long ordering key", "ordering_key", with(func(m *inbox.Message) { m.OrderingKey = strings.Repeat("o", 512+1) })},
 		{"NUL ordering key", "ordering_key", with(func(m *inbox.Message) { m.OrderingKey = "o\x00" })},
 	}
 }

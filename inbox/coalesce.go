@@ -22,13 +22,10 @@ import (
 // group runs in a goroutine of its own (one statement, as ReceiveMany, with its follow-up lookups),
 // and every call of the group waits for it or for its own ctx.
 
-// Defaults of Config's coalescing fields.
+// Defaults of Config's coalescing fields (documented on the fields).
 const (
-	// DefaultCoalesceMax is Config.CoalesceMax when it is zero: up to 64 Receive calls share a
-	// statement.
-	DefaultCoalesceMax = 64
-	// DefaultCoalesceWait is Config.CoalesceWait when it is zero.
-	DefaultCoalesceWait = 500 * time.Microsecond
+	defaultCoalesceMax  = 64
+	defaultCoalesceWait = 500 * time.Microsecond
 )
 
 // coalescer groups the concurrent Receive calls of one Client.

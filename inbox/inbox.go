@@ -23,8 +23,8 @@ func storeFor(st txinbox.Store) *schemasql.Schema { return schemasql.New(st.Sche
 
 // Config configures a Client. The zero value is valid.
 type Config struct {
-	// MaxPayloadBytes rejects larger payloads with a *txinbox.ValidationError. Default:
-	// DefaultMaxPayloadBytes (1 MiB). A payload's size counts each JSON number at the length PostgreSQL
+	// MaxPayloadBytes rejects larger payloads with a *txinbox.ValidationError. Default: 1 MiB
+	// (1 << 20). A payload's size counts each JSON number at the length PostgreSQL
 	// numeric prints it (1e6 as 7 bytes), so that a few bytes of exponent cannot become megabytes of
 	// stored text; numbers numeric cannot hold, lone UTF-16 surrogate escapes and \u0000 are rejected.
 	// Headers are bounded apart from the payload, whatever this limit: names of at most
@@ -67,23 +67,23 @@ type Config struct {
 	// Default: [seen.DefaultTimeout] (100ms).
 	SeenTimeout time.Duration
 	// CoalesceMax is the most concurrent [Client.Receive] calls whose messages share one statement
-	// and one commit (group commit). Default: [DefaultCoalesceMax] (64). 1 turns coalescing off: each
-	// Receive call runs a statement of its own. Negative is a *[txinbox.ConfigError]. Coalescing never
-	// applies to ReceiveTx, ReceiveMany and ReceiveManyTx, nor to a Client whose Store.DB is a pgx.Tx
-	// or a *pgx.Conn (a single connection cannot run the shared statements concurrently). The shared
+	// and one commit (group commit). Default: 64. 1 turns coalescing off: each Receive call runs a
+	// statement of its own. Negative is a *[txinbox.ConfigError]. Coalescing never applies to
+	// ReceiveTx, ReceiveMany and ReceiveManyTx, nor to a Client whose Store.DB is a pgx.Tx or a
+	// *pgx.Conn (a single connection cannot run the shared statements concurrently). The shared
 	// statements run on Store.DB from goroutines of their own, concurrently with each other.
 	CoalesceMax int
 	// CoalesceWait bounds how long a Receive call waits for a shared statement that is already
 	// running before its own is sent anyway: its group is sent when a running statement finishes, when
 	// it holds CoalesceMax calls, or CoalesceWait after its first call arrived, whichever comes first.
-	// A call on a Client with no shared statement running does not wait. Default:
-	// [DefaultCoalesceWait] (500µs). Negative is a *[txinbox.ConfigError].
+	// A call on a Client with no shared statement running does not wait. Default: 500µs. Negative is
+	// a *[txinbox.ConfigError].
 	CoalesceWait time.Duration
 }
 
 func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+		c.MaxPayloadBytes = defaultMaxPayloadBytes
 	}
 	if c.MaxPayloadBytes < 0 {
 		return c, &txinbox.ConfigError{Field: "MaxPayloadBytes", Reason: "must not be negative"}
@@ -101,13 +101,13 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 		return c, &txinbox.ConfigError{Field: "SeenTimeout", Reason: "must not be negative"}
 	}
 	if c.CoalesceMax == 0 {
-		c.CoalesceMax = DefaultCoalesceMax
+		c.CoalesceMax = defaultCoalesceMax
 	}
 	if c.CoalesceMax < 0 {
 		return c, &txinbox.ConfigError{Field: "CoalesceMax", Reason: "must not be negative (1 turns coalescing off)"}
 	}
 	if c.CoalesceWait == 0 {
-		c.CoalesceWait = DefaultCoalesceWait
+		c.CoalesceWait = defaultCoalesceWait
 	}
 	if c.CoalesceWait < 0 {
 		return c, &txinbox.ConfigError{Field: "CoalesceWait", Reason: "must not be negative"}
@@ -130,7 +130,8 @@ type Message struct {
 	// Headers are stored with the message and handed to the handler (trace context, for example).
 	Headers map[string]string
 	// OrderingKey, when set, makes messages with the same ordering key run one at a time, in the order
-	// they were received (an aggregate id, for example).
+	// they were received (an aggregate id, for example). At most 512 bytes of UTF-8 without control
+	// characters.
 	OrderingKey string
 	// NotBefore delays the first attempt until that time. Zero means now.
 	NotBefore time.Time
@@ -234,7 +235,7 @@ func (c *Client) validate(i int, m *Message) error {
 	if err := validateHeaders(m.Headers); err != nil {
 		return fail("headers", err)
 	}
-	if err := textcheck.Check(m.OrderingKey, MaxOrderingKeyBytes, true); err != nil {
+	if err := textcheck.Check(m.OrderingKey, maxOrderingKeyBytes, true); err != nil {
 		return fail("ordering_key", err)
 	}
 	return nil

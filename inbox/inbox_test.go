@@ -177,7 +177,7 @@ func TestReceiveInvalidWritesNothing(t *testing.T) {
 		"invalid json":     ledgertest.Message("k", `{"x":`),
 		"empty payload":    ledgertest.Message("k", ``),
 		"nul in json":      ledgertest.Message("k", `{"x":"a\u0000b"}`),
-		"huge payload":     ledgertest.Message("k", `"`+strings.Repeat("x", inbox.DefaultMaxPayloadBytes)+`"`),
+		"huge payload":     ledgertest.Message("k", `"`+strings.Repeat("x", 1<<20)+`"`),
 		"bad header":       {Consumer: "ledger", Key: "k", Kind: "K", Payload: []byte(`1`), Headers: map[string]string{"a\x00": "b"}},
 		"bad ordering key": {Consumer: "ledger", Key: "k", Kind: "K", Payload: []byte(`1`), OrderingKey: "a\nb"},
 	}

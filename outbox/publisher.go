@@ -36,19 +36,6 @@ type Event struct {
 	Attempt int
 }
 
-// CloudEvents 1.0 attribute names of the envelope an event is sent in (see [Event.CloudEvent]).
-const (
-	AttrSpecVersion     = "specversion"
-	AttrID              = "id"
-	AttrSource          = "source"
-	AttrType            = "type"
-	AttrTime            = "time"
-	AttrDataContentType = "datacontenttype"
-	AttrPartitionKey    = "partitionkey" // the Partitioning extension
-	AttrTraceParent     = "traceparent"  // the Distributed Tracing extension
-	AttrTraceState      = "tracestate"
-)
-
 // CloudEvent returns the context attributes of the CloudEvents 1.0 event that ev is sent as, by
 // name (the payload is its data, byte for byte: binary content mode):
 //
@@ -68,16 +55,16 @@ const (
 // as its kind, the partitionkey as its ordering key, the trace context as its headers'.
 func (e *Event) CloudEvent() map[string]string {
 	a := map[string]string{
-		AttrSpecVersion: "1.0", AttrID: e.ID, AttrSource: e.Source, AttrType: e.Kind,
-		AttrTime: e.CreatedAt.UTC().Format(time.RFC3339Nano), AttrDataContentType: e.ContentType,
+		"specversion": "1.0", "id": e.ID, "source": e.Source, "type": e.Kind,
+		"time": e.CreatedAt.UTC().Format(time.RFC3339Nano), "datacontenttype": e.ContentType,
 	}
 	if e.Key != "" {
-		a[AttrPartitionKey] = e.Key
+		a["partitionkey"] = e.Key
 	}
 	if tp := e.Headers[txinbox.HeaderTraceParent]; tp != "" {
-		a[AttrTraceParent] = tp
+		a[txinbox.HeaderTraceParent] = tp
 		if ts := e.Headers[txinbox.HeaderTraceState]; ts != "" {
-			a[AttrTraceState] = ts
+			a[txinbox.HeaderTraceState] = ts
 		}
 	}
 	return a

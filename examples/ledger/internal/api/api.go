@@ -56,7 +56,7 @@ type Config struct {
 	Observer inbox.Observer
 	// CoalesceMax is the inbox.Config.CoalesceMax of POST /v1/events: concurrent requests' events
 	// share one statement and one commit, up to this many (group commit). Default: 0, txinbox's
-	// default ([inbox.DefaultCoalesceMax]); 1 turns coalescing off (a statement and a commit per
+	// default (64); 1 turns coalescing off (a statement and a commit per
 	// request).
 	CoalesceMax int
 }
