@@ -37,7 +37,7 @@ type Config struct {
 	// SeenCache, if set, answers redeliveries of recently accepted messages without a database round
 	// trip ([seen.NewLRU] in process, module github.com/txinbox/txinbox/seenredis on Redis). Every
 	// receive call looks its keys up first: a message whose key is cached with the same kind and the
-	// same payload bytes ([seen.Fingerprint]) gets a Duplicate receipt with Cached set, its ID as cached,
+	// same payload bytes (seen.Entry.Fingerprint) gets a Duplicate receipt with Cached set, its ID as cached,
 	// and State and Result unknown (empty); every other message, and all of them when the cache fails
 	// or takes longer than SeenTimeout, goes to the database as without a cache.
 	//
@@ -64,7 +64,7 @@ type Config struct {
 	// *[txinbox.ConfigError] otherwise).
 	SeenTTL time.Duration
 	// SeenTimeout bounds each SeenCache call; a slower one counts as failed ([seen.Fallback]).
-	// Default: [seen.DefaultTimeout] (100ms).
+	// Default: 100ms.
 	SeenTimeout time.Duration
 	// CoalesceMax is the most concurrent [Client.Receive] calls whose messages share one statement
 	// and one commit (group commit). Default: 64. 1 turns coalescing off: each Receive call runs a
@@ -95,7 +95,7 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 		return c, &txinbox.ConfigError{Field: "SeenTTL", Reason: fmt.Sprintf("%v exceeds Store.Retention (%v): a cached key would outlive its dedup window", c.SeenTTL, st.Retention)}
 	}
 	if c.SeenTimeout == 0 {
-		c.SeenTimeout = seen.DefaultTimeout
+		c.SeenTimeout = defaultSeenTimeout
 	}
 	if c.SeenTimeout < 0 {
 		return c, &txinbox.ConfigError{Field: "SeenTimeout", Reason: "must not be negative"}

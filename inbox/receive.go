@@ -282,7 +282,7 @@ func (c *Client) lookUpSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) (
 			res[i] = seen.Fallback
 		case !found[j]:
 			res[i] = seen.Miss
-		case entries[j].Fingerprint != seen.Fingerprint(m.Kind, m.Payload):
+		case entries[j].Fingerprint != seenFingerprint(m.Kind, m.Payload):
 			res[i] = seen.Mismatch
 		default:
 			res[i] = seen.Hit
@@ -743,7 +743,7 @@ func (c *Client) remember(ctx context.Context, epoch uint64, start time.Time, ms
 		}
 		done[k] = true
 		keys = append(keys, k)
-		entries = append(entries, seen.Entry{ID: rs[i].ID, Fingerprint: seen.Fingerprint(m.Kind, m.Payload)})
+		entries = append(entries, seen.Entry{ID: rs[i].ID, Fingerprint: seenFingerprint(m.Kind, m.Payload)})
 		ttls = append(ttls, ttl)
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SeenTimeout)
