@@ -79,9 +79,9 @@ func (t *Tracer) Inject(ctx context.Context, headers map[string]string) {
 	t.prop.Inject(ctx, propagation.MapCarrier(headers))
 }
 
-// Extract returns ctx carrying the trace context of headers (names matched without regard to case,
+// extract returns ctx carrying the trace context of headers (names matched without regard to case,
 // as brokers and HTTP may change it), or ctx if they hold none.
-func (t *Tracer) Extract(ctx context.Context, headers map[string]string) context.Context {
+func (t *Tracer) extract(ctx context.Context, headers map[string]string) context.Context {
 	if len(headers) == 0 {
 		return ctx
 	}
@@ -90,7 +90,7 @@ func (t *Tracer) Extract(ctx context.Context, headers map[string]string) context
 
 // remote returns the span context that headers carry; it is not valid if they carry none.
 func (t *Tracer) remote(headers map[string]string) trace.SpanContext {
-	return trace.SpanContextFromContext(t.Extract(context.Background(), headers))
+	return trace.SpanContextFromContext(t.extract(context.Background(), headers))
 }
 
 // links returns a link to the trace context of each message that carries one, at most maxLinks.
@@ -193,7 +193,7 @@ func (t *Tracer) handleStart(ctx context.Context, d txinbox.TraceStart) context.
 			trace.WithLinks(t.links(d.Messages)...))
 	} else {
 		if len(d.Messages) == 1 {
-			ctx = t.Extract(ctx, d.Messages[0].Headers)
+			ctx = t.extract(ctx, d.Messages[0].Headers)
 		}
 		ctx, span = t.tracer.Start(ctx, "txinbox.handle", trace.WithSpanKind(trace.SpanKindConsumer))
 	}
@@ -244,7 +244,7 @@ func (t *Tracer) relayStart(ctx context.Context, d txinbox.TraceStart) context.C
 	if len(d.Messages) > 0 {
 		ev = d.Messages[0]
 	}
-	ctx = t.Extract(ctx, ev.Headers)
+	ctx = t.extract(ctx, ev.Headers)
 	ctx, span := t.tracer.Start(ctx, "txinbox.relay", trace.WithSpanKind(trace.SpanKindProducer))
 	if span.IsRecording() {
 		span.SetAttributes(

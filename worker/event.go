@@ -6,12 +6,11 @@ import (
 	"github.com/txinbox/txinbox"
 )
 
-// Reason says why an attempt failed. It is ReasonNone for a completed attempt.
+// Reason says why an attempt failed. It is "" for a completed attempt.
 type Reason string
 
 // The reasons of a failed attempt.
 const (
-	ReasonNone Reason = ""
 	// ReasonError: the handler returned an error.
 	ReasonError Reason = "error"
 	// ReasonPanic: the handler panicked (recovered; the error holds the stack).
@@ -45,7 +44,7 @@ type HandleEvent struct {
 	// Outcome is how the attempt left the message: txinbox.OutcomeCompleted, txinbox.OutcomeRetry or
 	// txinbox.OutcomeDead.
 	Outcome txinbox.Outcome
-	// Reason is why the attempt failed; ReasonNone when completed.
+	// Reason is why the attempt failed; "" when completed.
 	Reason Reason
 	// Err is the attempt's error (nil when completed): what the handler returned, a *txinbox.PermanentError, a
 	// recovered panic, a timeout, a decode error, ErrUnknownKind, or, for ReasonCrashed, the error
