@@ -4,9 +4,13 @@ import "github.com/txinbox/txinbox"
 
 // Forwarding names for the adapters module, removed once it is updated.
 
+// ErrInvalidMessage is txinbox.ErrInvalidMessage.
+//
 // Deprecated: moved to txinbox.ErrInvalidMessage; removed once the adapters module is updated.
 var ErrInvalidMessage = txinbox.ErrInvalidMessage
 
-// Deprecated: Config.MaxPayloadBytes documents its default (1 MiB); removed once the adapters module
-// is updated.
+// DefaultMaxPayloadBytes is Config.MaxPayloadBytes's default: 1 MiB.
+//
+// Deprecated: Config.MaxPayloadBytes documents its default; removed once the adapters module is
+// updated.
 const DefaultMaxPayloadBytes = defaultMaxPayloadBytes
