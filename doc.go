@@ -1,6 +1,8 @@
 // Package txinbox is the shared base of txinbox's packages: the [Store] that says once where the
-// tables are and how long dedup records live, the errors and name checks every package uses, and the
-// [Service] shape of every background job.
+// tables are and how long dedup records live, the errors and name checks every package uses, the
+// [Service] shape of every background job, and the words the worker and the outbox share: a
+// [Permanent] error, a [Backoff] ([Exponential] by default), the [Outcome] of an attempt, the
+// [ValidationError] of a rejected message, and the [Tracer] with its optional [OperationTracer].
 //
 // txinbox turns at-least-once delivery into exactly-once effects on PostgreSQL. Its packages each do
 // one job:

@@ -20,6 +20,10 @@ var ErrNotMigrated = errors.New("txinbox: the schema has no txinbox tables (run 
 // ends itself: a worker handler's transaction and the idempotency middleware's request transaction.
 var ErrTxManaged = errors.New("txinbox: the transaction is committed or rolled back by txinbox")
 
+// ErrInvalidMessage is matched (errors.Is) by every *[ValidationError]: a message was rejected
+// before anything of its call was written.
+var ErrInvalidMessage = errors.New("txinbox: invalid message")
+
 // ConfigError reports an invalid configuration field. Nothing was started or written.
 type ConfigError struct {
 	Field  string // such as "Store.Schema" or "HotWindow"
@@ -46,3 +50,49 @@ func (e *ArgumentError) Error() string {
 
 // Is reports whether target is [ErrInvalidArgument].
 func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// ValidationError says which message of a call (Index) and which of its fields was rejected, and
+// why: an inbox message of a receive call (inbox.Client.Receive and the others) or an outbox message
+// of a Publish call (outbox.Client.Publish). Nothing of the call that returned it was written.
+type ValidationError struct {
+	// Index is the message's position in the call's messages; 0 for a single message.
+	Index int
+	// Field names the field: for an inbox message "consumer", "key", "kind", "payload", "headers",
+	// "ordering_key" or "raw" (an undecodable message's); for an outbox message "topic", "key",
+	// "kind", "content_type", "payload", "headers" or "not_before".
+	Field  string
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("txinbox: invalid message %d: %s: %s", e.Index, e.Field, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidMessage].
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidMessage }
+
+// PermanentError marks an error that no retry can fix: a worker handler's (its message is dead at
+// once) or an outbox Publisher's for an event (the broker refuses the event itself: it is dead at
+// once). Make one with [Permanent]; test for one with [IsPermanent].
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err in a *[PermanentError], so that its message or event is dead at once instead
+// of retried. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err is or wraps a *[PermanentError], however deep (errors.As: through
+// fmt.Errorf's %w, errors.Join and an outbox BatchError alike).
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}

@@ -19,14 +19,13 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Defaults of [Store].
+// DefaultSchema is Store.Schema when it is empty.
+const DefaultSchema = "public"
+
+// Defaults of [Store] (documented on its fields).
 const (
-	// DefaultSchema is Store.Schema when it is empty.
-	DefaultSchema = "public"
-	// DefaultRetention is Store.Retention when it is zero: 7 days.
-	DefaultRetention = 7 * 24 * time.Hour
-	// DefaultNotifyInterval is Store.NotifyInterval when it is zero.
-	DefaultNotifyInterval = 50 * time.Millisecond
+	defaultRetention      = 7 * 24 * time.Hour
+	defaultNotifyInterval = 50 * time.Millisecond
 )
 
 // Store says where txinbox's tables are and the settings every component working on them must
@@ -38,22 +37,23 @@ const (
 type Store struct {
 	// DB runs the statements: usually a *pgxpool.Pool. Required.
 	DB DB
-	// Schema is the PostgreSQL schema holding the tables (see package migrate). Default
-	// DefaultSchema ("public"); it must pass [ValidateSchema].
+	// Schema is the PostgreSQL schema holding the tables (see package migrate). Default:
+	// [DefaultSchema] ("public"); it must pass [ValidateSchema].
 	Schema string
 	// Retention is the dedup window: a completed message's record is kept this long after it
 	// completes, and a redelivery of its key within it is a Duplicate; after it the key is accepted as
 	// a new message. The worker stamps it on each message it completes; package retention deletes the
-	// records past it. Default DefaultRetention (7 days). Must not be negative.
+	// records past it. Default: 7 days. Must not be negative.
 	Retention time.Duration
 	// NotifyInterval is the least time between two wake-up notifications (NOTIFY on
 	// [Store.NotifyChannel]) a receiving inbox Client sends for one consumer; messages received sooner
 	// are found by the worker pools' fast polling during their HotWindow, which must exceed it (checked
-	// by worker.New). It also decides whether admin's ReplayDead notifies. Default
-	// DefaultNotifyInterval (50ms). Negative: never notify.
+	// by worker.New). It also decides whether admin's ReplayDead notifies. Default: 50ms. Negative:
+	// never notify.
 	NotifyInterval time.Duration
-	// Tracer, if set, carries traces across services and is told about receives, handler calls,
-	// publishes and relay hand-overs (see [Tracer]; package txotel is the OpenTelemetry one).
+	// Tracer, if set, carries traces across services and, if it is an [OperationTracer], is told
+	// about receives, handler calls, publishes and relay hand-overs (see [Tracer]; package txotel is
+	// the OpenTelemetry one).
 	// Default: none (no trace context is recorded with outbox events).
 	Tracer Tracer
 }
@@ -71,13 +71,13 @@ func (s Store) Resolve() (Store, error) {
 		return s, err
 	}
 	if s.Retention == 0 {
-		s.Retention = DefaultRetention
+		s.Retention = defaultRetention
 	}
 	if s.Retention < 0 {
 		return s, &ConfigError{Field: "Store.Retention", Reason: "must not be negative"}
 	}
 	if s.NotifyInterval == 0 {
-		s.NotifyInterval = DefaultNotifyInterval
+		s.NotifyInterval = defaultNotifyInterval
 	}
 	return s, nil
 }

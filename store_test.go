@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -23,7 +24,7 @@ func TestStoreResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Schema != txinbox.DefaultSchema || s.Retention != txinbox.DefaultRetention || s.NotifyInterval != txinbox.DefaultNotifyInterval {
+	if s.Schema != "public" || s.Retention != 7*24*time.Hour || s.NotifyInterval != 50*time.Millisecond {
 		t.Fatalf("defaults: %+v", s)
 	}
 	if s, err := (txinbox.Store{DB: pool, NotifyInterval: -1}).Resolve(); err != nil || s.NotifyInterval != -1 {

@@ -11,7 +11,7 @@ import "context"
 // trace context with each event it writes, and the outbox relay calls it to send each event with
 // the context of its hand-over (the traceparent and tracestate of the CloudEvents envelope). The
 // operations' hooks are optional, as pgx's tracers are: a Tracer that also implements
-// [ReceiveTracer], [HandleTracer], [PublishTracer] or [RelayTracer] is told about those operations.
+// [OperationTracer] is told about every receive, handler call, publish and relay hand-over.
 //
 // Every method must be safe for concurrent use and fast: the hooks run on the operations' paths.
 type Tracer interface {
@@ -28,116 +28,87 @@ const (
 	HeaderTraceState  = "tracestate"
 )
 
+// OperationTracer is the optional hook interface of a [Tracer]: a Store's Tracer that implements it
+// is told when each operation starts and ends.
+//
+// TraceStart is called when an operation starts; the operation runs with the context it returns
+// (for OpHandle, the handler's ctx derives from it). TraceEnd is called exactly once for each
+// TraceStart, when that operation ends, with the context TraceStart returned and the same Op.
+type OperationTracer interface {
+	TraceStart(ctx context.Context, data TraceStart) context.Context
+	TraceEnd(ctx context.Context, data TraceEnd)
+}
+
+// Op names an operation an [OperationTracer] is told about.
+type Op string
+
+// The operations.
+const (
+	// OpReceive: a receive call of an inbox Client (Receive, ReceiveTx, ReceiveMany, ReceiveManyTx;
+	// a broker adapter's batch is one call).
+	OpReceive Op = "receive"
+	// OpHandle: a call of a worker pool's handler: a single message, or a batch handler's messages of
+	// one call.
+	OpHandle Op = "handle"
+	// OpPublish: an outbox.Client.Publish call, which writes events into the outbox in the caller's
+	// transaction. The trace context of the context TraceStart returns is the one recorded with the
+	// events (Tracer.Inject): the relay's hand-over of each event continues that trace.
+	OpPublish Op = "publish"
+	// OpRelay: one event's hand-over by an outbox relay to its Publisher. The context TraceStart
+	// returns is injected into the event's headers (Tracer.Inject), so that the event crosses the
+	// broker with the trace context of its hand-over.
+	OpRelay Op = "relay"
+)
+
 // TraceMessage is one message or event as the tracing hooks see it. Headers are its stored headers,
 // which hold its sender's trace context (traceparent, tracestate) when the sender recorded one; the
 // hooks must not modify them.
 type TraceMessage struct {
-	ID      string // the inbox message's key, or the outbox event's id
+	ID      string // the inbox message's key, or the outbox event's id ("" in a publish: not drawn yet)
 	Kind    string
+	Topic   string // the outbox event's topic; "" for an inbox message
 	Headers map[string]string
 }
 
-// ReceiveTracer is told about each receive call of an inbox Client (Receive, ReceiveTx, ReceiveMany,
-// ReceiveManyTx; a broker adapter's batch is one call).
-type ReceiveTracer interface {
-	// TraceReceiveStart is called when the call starts; the call runs with the context it returns.
-	TraceReceiveStart(ctx context.Context, data TraceReceiveStartData) context.Context
-	// TraceReceiveEnd is called once when the call returns, with the context TraceReceiveStart
-	// returned.
-	TraceReceiveEnd(ctx context.Context, data TraceReceiveEndData)
-}
-
-// TraceReceiveStartData describes a receive call: the consumer of its first message and its
-// messages, in order.
-type TraceReceiveStartData struct {
+// TraceStart describes an operation that starts. Which fields are set depends on Op.
+type TraceStart struct {
+	Op Op
+	// Consumer is, for OpReceive, the consumer of the call's first message; for OpHandle, the pool's
+	// consumer. "" for OpPublish and OpRelay.
 	Consumer string
+	// Messages are the operation's messages, in order: for OpReceive and OpPublish, the call's (for
+	// OpPublish, with their topics and kinds, the caller's headers and no ID); for OpHandle, the
+	// messages the handler call is given (one for a single handler; all of one kind); for OpRelay,
+	// the one event handed over (its headers carry the trace context recorded by Publish).
 	Messages []TraceMessage
-}
-
-// TraceReceiveEndData is the end of a receive call: how many of its messages were inserted,
-// duplicates or conflicts, or the error that failed it.
-type TraceReceiveEndData struct {
-	Inserted, Duplicates, Conflicts int
-	Err                             error
-}
-
-// HandleTracer is told about each call of a worker pool's handler: a single message, or a batch
-// handler's messages of one call.
-type HandleTracer interface {
-	// TraceHandleStart is called before the handler runs; the handler's ctx derives from the context
-	// it returns.
-	TraceHandleStart(ctx context.Context, data TraceHandleStartData) context.Context
-	// TraceHandleEnd is called once the call's outcome is known, with the context TraceHandleStart
-	// returned.
-	TraceHandleEnd(ctx context.Context, data TraceHandleEndData)
-}
-
-// TraceHandleStartData describes a handler call: the pool's consumer, the kind, and the messages the
-// call is given (one for a single handler). Attempt is the attempt's number, from 1 (the first
-// message's, for a batch); OrderingKey is the single message's ordering key ("" for none or for a
-// batch); Batch says whether the handler is a batch handler.
-type TraceHandleStartData struct {
-	Consumer    string
-	Kind        string
-	Messages    []TraceMessage
-	Attempt     int
-	OrderingKey string
-	Batch       bool
-}
-
-// TraceHandleEndData is the outcome of a handler call: Outcome "completed", "retry" or "dead"
-// (empty for a batch call, whose messages' outcomes may differ), Reason why it failed ("" when it
-// did not; see worker.Reason), and Err, the handler's error or nil.
-type TraceHandleEndData struct {
-	Outcome string
-	Reason  string
-	Err     error
-}
-
-// PublishTracer is told about each outbox.Client.Publish call, which writes events into the outbox
-// in the caller's transaction. The trace context of the context TracePublishStart returns is the
-// one recorded with the events (Tracer.Inject): the relay's hand-over of each event continues that
-// trace.
-type PublishTracer interface {
-	TracePublishStart(ctx context.Context, data TracePublishStartData) context.Context
-	TracePublishEnd(ctx context.Context, data TracePublishEndData)
-}
-
-// TracePublishStartData describes a Publish call: its events, with their topics and kinds (their
-// IDs are drawn by the call and not known yet).
-type TracePublishStartData struct {
-	Topics []string
-	Kinds  []string
-}
-
-// TracePublishEndData is the end of a Publish call: the ids of the events written, in order, or the
-// error. The events exist only if the caller's transaction commits.
-type TracePublishEndData struct {
-	EventIDs []string
-	Err      error
-}
-
-// RelayTracer is told about each event an outbox relay hands to its Publisher. The context
-// TraceRelayStart returns is injected into the event's headers (Tracer.Inject), so that the
-// event crosses the broker with the trace context of its hand-over.
-type RelayTracer interface {
-	TraceRelayStart(ctx context.Context, data TraceRelayStartData) context.Context
-	TraceRelayEnd(ctx context.Context, data TraceRelayEndData)
-}
-
-// TraceRelayStartData describes one event's hand-over: the event (its headers carry the trace
-// context recorded by Publish), its topic, ordering key and attempt number, from 1.
-type TraceRelayStartData struct {
-	Event   TraceMessage
-	Topic   string
-	Key     string
+	// Attempt is, for OpHandle and OpRelay, the attempt's number, from 1 (for a batch handler call,
+	// its first message's). 0 for the others.
 	Attempt int
+	// OrderingKey is, for OpHandle, the single message's ordering key ("" for none or for a batch
+	// handler call); for OpRelay, the event's key ("" for none).
+	OrderingKey string
+	// Batch reports, for OpHandle, a batch handler's call (worker.HandleBatch).
+	Batch bool
 }
 
-// TraceRelayEndData is the outcome of a hand-over: "sent", "retry" or "dead", and the Publisher's
-// error for the event (nil when sent). An event handed back because the relay stopped has Outcome
-// "released".
-type TraceRelayEndData struct {
-	Outcome string
-	Err     error
+// TraceEnd describes how an operation ended. Which fields are set depends on Op.
+type TraceEnd struct {
+	// Op is the operation's, as its TraceStart said.
+	Op Op
+	// Outcome is, for OpHandle, OutcomeCompleted, OutcomeRetry or OutcomeDead ("" for a batch
+	// handler call, whose messages' outcomes may differ); for OpRelay, OutcomeSent, OutcomeRetry or
+	// OutcomeDead, or "released" for an event handed back because the relay stopped. "" for
+	// OpReceive and OpPublish.
+	Outcome Outcome
+	// Reason is, for OpHandle, why the call failed ("" when it did not; see worker.Reason).
+	Reason string
+	// Inserted, Duplicates and Conflicts count, for OpReceive, the call's messages that were
+	// inserted, duplicates or conflicts.
+	Inserted, Duplicates, Conflicts int
+	// EventIDs are, for OpPublish, the ids of the events written, in order. The events exist only if
+	// the caller's transaction commits.
+	EventIDs []string
+	// Err is the error that failed the operation: the receive or publish call's, the handler's, or
+	// the Publisher's for the event; nil when it did not fail.
+	Err error
 }

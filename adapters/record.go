@@ -13,8 +13,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/outbox"
 )
 
 // Record is the broker-neutral view of one delivered message, as key functions see it.
@@ -52,7 +52,7 @@ type Record struct {
 }
 
 // IsCloudEvent reports whether r carries a CloudEvents envelope: a specversion attribute.
-func (r *Record) IsCloudEvent() bool { return r.CloudEvent[outbox.AttrSpecVersion] != "" }
+func (r *Record) IsCloudEvent() bool { return r.CloudEvent[envelope.AttrSpecVersion] != "" }
 
 // KeyFunc derives the idempotency key of a record. It returns an error (usually wrapping ErrNoKey) if
 // the record has no key of its kind; the Sink then stores the message dead (see Sink.Store).
@@ -90,7 +90,7 @@ func CloudEventID() KeyFunc {
 		if !r.IsCloudEvent() {
 			return "", fmt.Errorf("%w: not a CloudEvent", ErrNoKey)
 		}
-		if id := r.CloudEvent[outbox.AttrID]; id != "" {
+		if id := r.CloudEvent[envelope.AttrID]; id != "" {
 			return id, nil
 		}
 		return "", fmt.Errorf("%w: no CloudEvents id", ErrNoKey)

@@ -17,7 +17,6 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/seen"
 )
 
@@ -29,7 +28,7 @@ type SinkConfig struct {
 	// Store is where the messages go: the database (usually a *pgxpool.Pool, required) and the
 	// schema, the same [txinbox.Store] the service's inbox.Client and worker.Pool take.
 	Store txinbox.Store
-	// MaxPayloadBytes is the largest body accepted. Default: inbox.DefaultMaxPayloadBytes (1 MiB).
+	// MaxPayloadBytes is the largest body accepted. Default: 1 MiB (inbox.Config.MaxPayloadBytes's).
 	// A larger body is stored dead, its raw bytes truncated to this size.
 	MaxPayloadBytes int
 	// Consumer is the inbox consumer the messages are for (inbox.Message.Consumer). Required.
@@ -108,7 +107,7 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 		cfg.KindHeader = DefaultKindHeader
 	}
 	if cfg.MaxPayloadBytes == 0 {
-		cfg.MaxPayloadBytes = inbox.DefaultMaxPayloadBytes
+		cfg.MaxPayloadBytes = 1 << 20
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -207,7 +206,7 @@ func (s *Sink) store(ctx context.Context, items []item) (BatchResult, error) {
 		_ = tx.Rollback(rctx)
 	}()
 	res, err := s.write(ctx, tx, items, false)
-	if errors.Is(err, inbox.ErrInvalidMessage) {
+	if errors.Is(err, txinbox.ErrInvalidMessage) {
 		// PostgreSQL rejected a message that passed validation (a JSON escape jsonb cannot hold, say):
 		// find it by storing each message in a savepoint of its own.
 		_ = tx.Rollback(ctx)
@@ -286,7 +285,7 @@ func (s *Sink) write(ctx context.Context, tx pgx.Tx, items []item, alone bool) (
 				return res, fmt.Errorf("txinbox/adapters: savepoint: %w", err)
 			}
 			rcs, err := s.client.ReceiveManyTx(ctx, sp, []inbox.Message{it.msg})
-			if errors.Is(err, inbox.ErrInvalidMessage) {
+			if errors.Is(err, txinbox.ErrInvalidMessage) {
 				if err := sp.Rollback(ctx); err != nil {
 					return res, fmt.Errorf("txinbox/adapters: rollback to savepoint: %w", err)
 				}
@@ -340,7 +339,7 @@ func (s *Sink) decode(r *Record) item {
 	ce := r.IsCloudEvent()
 	var kind string
 	if ce {
-		kind = r.CloudEvent[outbox.AttrType]
+		kind = r.CloudEvent[envelope.AttrType]
 	}
 	if kind == "" {
 		kind = r.Type
@@ -364,7 +363,7 @@ func (s *Sink) decode(r *Record) item {
 			ordering = k
 		}
 	} else if ce {
-		ordering = r.CloudEvent[outbox.AttrPartitionKey]
+		ordering = r.CloudEvent[envelope.AttrPartitionKey]
 	}
 	if ce {
 		r.Headers = envelopeHeaders(r.Headers, r.CloudEvent)
@@ -405,10 +404,10 @@ func envelopeHeaders(h, attrs map[string]string) map[string]string {
 		}
 	}
 	if tp == "" {
-		tp, ts = attrs[outbox.AttrTraceParent], attrs[outbox.AttrTraceState]
+		tp, ts = attrs[envelope.AttrTraceParent], attrs[envelope.AttrTraceState]
 	}
 	for name, v := range attrs {
-		if name != outbox.AttrTraceParent && name != outbox.AttrTraceState {
+		if name != envelope.AttrTraceParent && name != envelope.AttrTraceState {
 			out["ce-"+name] = v
 		}
 	}

@@ -26,7 +26,7 @@ type Config struct {
 	// epoch) once they deleted something, since the deleted keys are new again. Without it, a Client's
 	// cache may answer a deleted key Duplicate for up to its SeenTTL. Default: none.
 	SeenCache seen.Cache
-	// SeenTimeout bounds each invalidation. Default: [seen.DefaultTimeout] (100ms).
+	// SeenTimeout bounds each invalidation. Default: 100ms.
 	SeenTimeout time.Duration
 	// Observer, if set, is told about invalidation errors (which never reach the caller). Default:
 	// none.
@@ -61,9 +61,6 @@ func New(store txinbox.Store, cfg Config) (*Admin, error) {
 	}
 	if cfg.SeenTimeout < 0 {
 		return nil, &txinbox.ConfigError{Field: "SeenTimeout", Reason: "must not be negative"}
-	}
-	if cfg.SeenTimeout == 0 {
-		cfg.SeenTimeout = seen.DefaultTimeout
 	}
 	return &Admin{store: store, cfg: cfg, st: storeFor(store)}, nil
 }

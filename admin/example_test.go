@@ -30,7 +30,7 @@ type charge struct {
 	Cents   int64  `json:"cents"`
 }
 
-// A message whose handler gave up (here with worker.Permanent) is dead: kept with its last error,
+// A message whose handler gave up (here with txinbox.Permanent) is dead: kept with its last error,
 // its key still taken. Once the cause is fixed, ReplayDead runs it again on the same row.
 func ExampleAdmin_ReplayDead() {
 	ctx := context.Background()
@@ -51,7 +51,7 @@ func ExampleAdmin_ReplayDead() {
 	handlers := worker.NewHandlers()
 	worker.Handle(handlers, "Charge", func(ctx context.Context, tx pgx.Tx, m *worker.Message[charge]) error {
 		if !accountOpened.Load() {
-			return worker.Permanent(fmt.Errorf("no account %s", m.Payload.Account)) // no retry can help
+			return txinbox.Permanent(fmt.Errorf("no account %s", m.Payload.Account)) // no retry can help
 		}
 		charged <- fmt.Sprintf("charged %s %d, attempt %d, previous error %q",
 			m.Payload.Account, m.Payload.Cents, m.Attempt, m.PreviousError)

@@ -391,7 +391,7 @@ func TestReplayOutboxDeadIsFenced(t *testing.T) {
 	})
 	await(t, "relay A's Publish call", pa.held)
 	rb := runRelay(t, db, outbox.PublisherFunc(func(context.Context, []outbox.Event) error {
-		return outbox.Permanent(errors.New("refused"))
+		return txinbox.Permanent(errors.New("refused"))
 	}), func(c *outbox.RelayConfig) { c.Owner = "relay-B" })
 	outboxtest.WaitFor(t, "relay B to take the event over and refuse it", func() bool {
 		e, err := a.GetOutboxEvent(ctx, id)

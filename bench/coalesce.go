@@ -53,10 +53,10 @@ func (c CoalesceConfig) String() string {
 		what = "set"
 	}
 	if cfg.CoalesceMax == 0 {
-		cfg.CoalesceMax = inbox.DefaultCoalesceMax
+		cfg.CoalesceMax = 64 // inbox.Config.CoalesceMax's default
 	}
 	if cfg.CoalesceWait == 0 {
-		cfg.CoalesceWait = inbox.DefaultCoalesceWait
+		cfg.CoalesceWait = 500 * time.Microsecond // inbox.Config.CoalesceWait's default
 	}
 	return fmt.Sprintf("on (%s: CoalesceMax %d, CoalesceWait %s)", what, cfg.CoalesceMax, cfg.CoalesceWait)
 }

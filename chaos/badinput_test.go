@@ -76,7 +76,7 @@ func TestWorkerUnknownKindIsAFailureNotACrash(t *testing.T) {
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[struct{}]) error { return nil })
 	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, MaxAttempts: 3,
-		PollInterval: 10 * time.Millisecond, Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
+		PollInterval: 10 * time.Millisecond, Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func (r *runner) send(ctx context.Context, c *inbox.Client, db *pgxpool.Pool, rn
 			}
 			return nil
 		}
-		if errors.Is(err, inbox.ErrInvalidMessage) || errors.Is(err, inbox.ErrKeyConflict) {
+		if errors.Is(err, txinbox.ErrInvalidMessage) || errors.Is(err, inbox.ErrKeyConflict) {
 			return fmt.Errorf("receive rejected a valid message: %w", err)
 		}
 		if ctx.Err() != nil {

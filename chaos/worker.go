@@ -83,7 +83,7 @@ func WorkerMain() int {
 			Consumer: Consumer, Handlers: handlers(spec),
 			Concurrency: spec.Concurrency, BatchSize: spec.BatchSize, Lease: spec.Lease, Timeout: spec.Timeout,
 			PollInterval: spec.PollInterval,
-			Backoff:      worker.Exponential{Base: 50 * time.Millisecond, Max: time.Second}}}})
+			Backoff:      txinbox.Exponential{Base: 50 * time.Millisecond, Max: time.Second}}}})
 	if err != nil {
 		log.Error("txchaos worker: pool config", "err", err)
 		return 2
@@ -128,7 +128,7 @@ func handlers(spec workerSpec) *worker.Handlers {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return worker.Permanent(fmt.Errorf("%s: the ledger already holds %s (message %d, attempt %d)", doubleApply, m.Key, m.ID, m.Attempt))
+			return txinbox.Permanent(fmt.Errorf("%s: the ledger already holds %s (message %d, attempt %d)", doubleApply, m.Key, m.ID, m.Attempt))
 		}
 		tag, err = tx.Exec(ctx, credit, m.Payload.Amount, spec.Shard)
 		if err == nil && tag.RowsAffected() != 1 {

@@ -113,8 +113,8 @@ func TestBadKeysThroughServeHTTP(t *testing.T) {
 		{"invalid UTF-8 bare", "\xff"},
 		{"invalid UTF-8 quoted", "\"k\xff\""},
 		{"UTF-8 bare", "clé"},
-		{"over-long bare", strings.Repeat("k", idempotency.MaxKeyLength+1)},
-		{"over-long quoted", `"` + strings.Repeat("k", idempotency.MaxKeyLength+1) + `"`},
+		{"over-long bare", strings.Repeat("k", maxKeyLength+1)},
+		{"over-long quoted", `"` + strings.Repeat("k", maxKeyLength+1) + `"`},
 		{"huge", strings.Repeat("k", 1<<16)},
 		{"SQL", `"x'); DELETE FROM idempotency_keys; --"x`},
 		{"two keys", `"stored-1", "other"`},
@@ -137,7 +137,7 @@ func TestBadRoutesThroughServeHTTP(t *testing.T) {
 			before := d.snapshot()
 			for _, target := range []string{
 				"/transfers%00", "/%00", "/transfers/%FF", "/a%C3", "/%ED%A0%80", "/x%00%FF",
-				"/" + strings.Repeat("r", idempotency.MaxRouteBytes),
+				"/" + strings.Repeat("r", maxRouteBytes),
 			} {
 				p := problem(t, d.serve(http.MethodPost, target, `"new-key"`, false), http.StatusBadRequest, idempotency.ProblemRequestInvalid)
 				if !strings.Contains(p.Detail, "route") {
@@ -146,9 +146,9 @@ func TestBadRoutesThroughServeHTTP(t *testing.T) {
 				d.unchanged(target, before, body)
 			}
 			// The longest route accepted is stored.
-			ok := "/" + strings.Repeat("r", idempotency.MaxRouteBytes-1)
+			ok := "/" + strings.Repeat("r", maxRouteBytes-1)
 			if r := d.serve(http.MethodPost, ok, `"new-key"`, false); r.status != http.StatusCreated {
-				t.Fatalf("route of %d bytes: %d %s", idempotency.MaxRouteBytes, r.status, r.body)
+				t.Fatalf("route of %d bytes: %d %s", maxRouteBytes, r.status, r.body)
 			}
 		})
 	}
@@ -162,14 +162,14 @@ func TestEmptyOrUnstorablePrincipal(t *testing.T) {
 	d := newDirect(t, idempotency.Config{Principal: func(*http.Request) (string, error) { return principal.Load().(string), nil }})
 	body := d.stored()
 	before := d.snapshot()
-	for _, p := range []string{"", "a\x00b", "\xff", strings.Repeat("p", idempotency.MaxPrincipalBytes+1)} {
+	for _, p := range []string{"", "a\x00b", "\xff", strings.Repeat("p", maxPrincipalBytes+1)} {
 		principal.Store(p)
 		problem(t, d.serve(http.MethodPost, "/transfers", `"stored-1"`, false), http.StatusUnauthorized, idempotency.ProblemUnauthenticated)
 		problem(t, d.serve(http.MethodPost, "/transfers", `"anon-1"`, false), http.StatusUnauthorized, idempotency.ProblemUnauthenticated)
 		principal.Store("alice")
 		d.unchanged(fmt.Sprintf("principal %q", p), before, body)
 	}
-	principal.Store(strings.Repeat("p", idempotency.MaxPrincipalBytes))
+	principal.Store(strings.Repeat("p", maxPrincipalBytes))
 	if r := d.serve(http.MethodPost, "/transfers", `"stored-1"`, false); r.status != http.StatusCreated || r.header.Get(idempotency.HeaderReplayed) != "" {
 		t.Fatalf("longest principal: %d %s (a new scope: it runs)", r.status, r.body)
 	}

@@ -64,7 +64,7 @@ func Example() {
 		}
 		defer res.Body.Close()
 		b, _ := io.ReadAll(res.Body)
-		if res.Header.Get("Content-Type") == idempotency.ContentTypeProblem {
+		if res.Header.Get("Content-Type") == "application/problem+json" {
 			b = []byte("(problem document)")
 		}
 		line := fmt.Sprint(res.StatusCode, " ", string(b))

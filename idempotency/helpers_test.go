@@ -17,6 +17,13 @@ import (
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
+// The limits documented on ParseKey, Config.Route and Config.Principal.
+const (
+	maxKeyLength      = 255
+	maxRouteBytes     = 1024
+	maxPrincipalBytes = 512
+)
+
 // env is one test's schema, a business table (transfers), and a server running the middleware in
 // front of a handler that inserts a transfer in the middleware's transaction.
 type env struct {
@@ -133,8 +140,8 @@ func problem(t *testing.T, r resp, status int, typ string) idempotency.Problem {
 	if r.status != status {
 		t.Fatalf("status %d, want %d (body %s)", r.status, status, r.body)
 	}
-	if ct := r.header.Get("Content-Type"); ct != idempotency.ContentTypeProblem {
-		t.Fatalf("Content-Type %q, want %q", ct, idempotency.ContentTypeProblem)
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want %q", ct, "application/problem+json")
 	}
 	var p idempotency.Problem
 	if err := json.Unmarshal([]byte(r.body), &p); err != nil {

@@ -24,39 +24,35 @@ import (
 	"github.com/txinbox/txinbox/internal/sqlc"
 )
 
-// Defaults of Config.
+// Defaults of Config (documented on its fields).
 const (
-	DefaultExpiry           = 24 * time.Hour
-	DefaultLease            = time.Minute
-	DefaultRetryAfter       = time.Second
-	DefaultMaxRequestBytes  = 1 << 20
-	DefaultMaxResponseBytes = 1 << 20
-	DefaultStoreTimeout     = 10 * time.Second
+	defaultExpiry           = 24 * time.Hour
+	defaultLease            = time.Minute
+	defaultRetryAfter       = time.Second
+	defaultMaxRequestBytes  = 1 << 20
+	defaultMaxResponseBytes = 1 << 20
+	defaultStoreTimeout     = 10 * time.Second
 )
 
 // Limits on what a request is scoped by, so that every accepted scope can be stored (the four
-// columns form the table's unique index, whose entries PostgreSQL limits to about 2.7 kB).
+// columns form the table's unique index, whose entries PostgreSQL limits to about 2.7 kB); documented
+// on Config.Principal and Config.Route.
 const (
-	// MaxPrincipalBytes is the longest principal (Config.Principal's result) accepted: a longer
-	// one, an empty one, or one that is not valid UTF-8 or holds NUL is answered 401.
-	MaxPrincipalBytes = 512
-	// MaxRouteBytes is the longest route (Config.Route's result) accepted: a longer one, or one that
-	// is not valid UTF-8 or holds NUL (a path with %00 or %FF), is answered 400.
-	MaxRouteBytes = 1024
+	maxPrincipalBytes = 512
+	maxRouteBytes     = 1024
 )
 
-// DefaultMethods is Config.Methods when it is nil: the methods that are not idempotent by nature.
-var DefaultMethods = []string{http.MethodPost, http.MethodPatch}
+// defaultMethods is Config.Methods when it is nil.
+var defaultMethods = []string{http.MethodPost, http.MethodPatch}
 
-// DefaultStoredHeaders is Config.StoredHeaders when it is nil: the response headers that describe
-// the stored body or the created resource.
-var DefaultStoredHeaders = []string{
+// defaultStoredHeaders is Config.StoredHeaders when it is nil.
+var defaultStoredHeaders = []string{
 	"Content-Type", "Content-Encoding", "Content-Language", "Content-Location", "Location",
 	"ETag", "Last-Modified",
 }
 
-// ErrNoPrincipal is returned by the function of HeaderPrincipal when the request lacks the header.
-var ErrNoPrincipal = errors.New("idempotency: no credentials in the request")
+// errNoPrincipal is returned by the function of HeaderPrincipal when the request lacks the header.
+var errNoPrincipal = errors.New("idempotency: no credentials in the request")
 
 // Config configures a Middleware. Only Principal is required.
 type Config struct {
@@ -64,18 +60,19 @@ type Config struct {
 	// credentials): keys are only ever looked up within one principal. An error answers 401
 	// (ProblemUnauthenticated) without running the handler, and so does an empty principal (it would
 	// put every such caller in one shared scope) or one that cannot be stored (not valid UTF-8, a
-	// NUL, longer than MaxPrincipalBytes). Required; see HeaderPrincipal.
+	// NUL, longer than 512 bytes). Required; see HeaderPrincipal.
 	Principal func(*http.Request) (string, error)
 
 	// Route returns the route the key is scoped to, together with the principal and the method.
 	// Default: r.Pattern when set (the handler is registered on an http.ServeMux), otherwise
 	// r.URL.Path. A route that cannot be stored (not valid UTF-8, a NUL, such as a path with %FF or
-	// %00, or longer than MaxRouteBytes) answers 400 (ProblemRequestInvalid) without running the
+	// %00, or longer than 1024 bytes) answers 400 (ProblemRequestInvalid) without running the
 	// handler or touching the store.
 	Route func(*http.Request) string
 
 	// Methods are the request methods the middleware applies to. Requests with other methods pass
-	// through untouched (and Tx reports false). Default: DefaultMethods (POST and PATCH).
+	// through untouched (and Tx reports false). Default: POST and PATCH, the methods that are not
+	// idempotent by nature.
 	Methods []string
 
 	// KeyOptional lets requests without an Idempotency-Key header pass through untouched (and Tx
@@ -84,24 +81,25 @@ type Config struct {
 
 	// Fingerprint returns the fingerprint stored with a key; a retry whose fingerprint differs is
 	// answered 422 (ProblemKeyReused). body is the whole request body (r.Body must not be read). An
-	// error answers 400 (ProblemRequestInvalid) with the error text as detail. Default:
-	// DefaultFingerprint (method, request target and body).
+	// error answers 400 (ProblemRequestInvalid) with the error text as detail. Default: the SHA-256
+	// of the method, the request target (path and query, as r.URL.RequestURI) and the body,
+	// separated by newlines.
 	Fingerprint func(r *http.Request, body []byte) ([]byte, error)
 
 	// Expiry is how long a key is kept, from the moment its request was accepted. After it the key
 	// is treated as absent (a new request with it runs), whether or not the schema's maintainer (package
 	// maintain) has deleted it yet.
-	// Default: DefaultExpiry (24 hours).
+	// Default: 24 hours.
 	Expiry time.Duration
 
 	// Lease bounds how long a key stays in flight when its request is not running any more but
 	// could not release it (the process died): after the lease a retry takes the key over. A
 	// request that is running holds its key locked, so a long handler is never taken over,
-	// whatever its duration. Default: DefaultLease (1 minute).
+	// whatever its duration. Default: 1 minute.
 	Lease time.Duration
 
 	// RetryAfter is the Retry-After of 409 (in flight) and 503 (store unavailable) answers,
-	// rounded up to whole seconds. Default: DefaultRetryAfter (1 second).
+	// rounded up to whole seconds. Default: 1 second.
 	RetryAfter time.Duration
 
 	// StoreStatus reports whether a response with status is stored. A stored response commits the
@@ -112,18 +110,19 @@ type Config struct {
 	StoreStatus func(status int) bool
 
 	// StoredHeaders are the response headers stored and replayed (canonicalised). The original
-	// response carries every header the handler set. Default: DefaultStoredHeaders.
+	// response carries every header the handler set. Default: the headers that describe the stored
+	// body or the created resource: Content-Type, Content-Encoding, Content-Language,
+	// Content-Location, Location, ETag and Last-Modified.
 	StoredHeaders []string
 
 	// MaxRequestBytes is the largest request body accepted; a larger one is answered 413
-	// (ProblemRequestTooLarge) without running the handler. Default: DefaultMaxRequestBytes (1 MiB).
+	// (ProblemRequestTooLarge) without running the handler. Default: 1 MiB.
 	MaxRequestBytes int64
 
 	// MaxResponseBytes is the largest response body the handler may write. A larger one cannot be
 	// stored: the handler's Write returns ErrResponseTooLarge, the transaction is rolled back, the
 	// key is released and the client gets 500 (ProblemResponseTooLarge). Nothing is committed, so
-	// nothing can run twice; set the limit above your largest response. Default:
-	// DefaultMaxResponseBytes (1 MiB).
+	// nothing can run twice; set the limit above your largest response. Default: 1 MiB.
 	MaxResponseBytes int
 
 	// FailOpen runs the request without idempotency protection (no stored key, and Tx reports
@@ -132,8 +131,8 @@ type Config struct {
 	FailOpen bool
 
 	// StoreTimeout bounds the statements that end a request (store, commit, roll back, release).
-	// They run even when the client has gone, so that a finished response is stored. Default:
-	// DefaultStoreTimeout (10 seconds).
+	// They run even when the client has gone, so that a finished response is stored. Default: 10
+	// seconds.
 	StoreTimeout time.Duration
 
 	// Logger receives store failures and keys released after errors. Default: slog.Default().
@@ -145,19 +144,19 @@ func (c Config) withDefaults() (Config, error) {
 		return c, &txinbox.ConfigError{Field: "Principal", Reason: "is required (keys are scoped by caller; see HeaderPrincipal)"}
 	}
 	if c.Route == nil {
-		c.Route = DefaultRoute
+		c.Route = defaultRoute
 	}
 	if c.Methods == nil {
-		c.Methods = DefaultMethods
+		c.Methods = defaultMethods
 	}
 	if c.Fingerprint == nil {
-		c.Fingerprint = DefaultFingerprint
+		c.Fingerprint = defaultFingerprint
 	}
 	if c.StoreStatus == nil {
 		c.StoreStatus = func(status int) bool { return status < 500 }
 	}
 	if c.StoredHeaders == nil {
-		c.StoredHeaders = DefaultStoredHeaders
+		c.StoredHeaders = defaultStoredHeaders
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -167,10 +166,10 @@ func (c Config) withDefaults() (Config, error) {
 		v     *time.Duration
 		def   time.Duration
 	}{
-		{"Expiry", &c.Expiry, DefaultExpiry},
-		{"Lease", &c.Lease, DefaultLease},
-		{"RetryAfter", &c.RetryAfter, DefaultRetryAfter},
-		{"StoreTimeout", &c.StoreTimeout, DefaultStoreTimeout},
+		{"Expiry", &c.Expiry, defaultExpiry},
+		{"Lease", &c.Lease, defaultLease},
+		{"RetryAfter", &c.RetryAfter, defaultRetryAfter},
+		{"StoreTimeout", &c.StoreTimeout, defaultStoreTimeout},
 	} {
 		if *d.v < 0 {
 			return c, &txinbox.ConfigError{Field: d.field, Reason: "must not be negative"}
@@ -183,28 +182,27 @@ func (c Config) withDefaults() (Config, error) {
 	case c.MaxRequestBytes < 0:
 		return c, &txinbox.ConfigError{Field: "MaxRequestBytes", Reason: "must not be negative"}
 	case c.MaxRequestBytes == 0:
-		c.MaxRequestBytes = DefaultMaxRequestBytes
+		c.MaxRequestBytes = defaultMaxRequestBytes
 	}
 	switch {
 	case c.MaxResponseBytes < 0:
 		return c, &txinbox.ConfigError{Field: "MaxResponseBytes", Reason: "must not be negative"}
 	case c.MaxResponseBytes == 0:
-		c.MaxResponseBytes = DefaultMaxResponseBytes
+		c.MaxResponseBytes = defaultMaxResponseBytes
 	}
 	return c, nil
 }
 
-// DefaultRoute returns r.Pattern when it is set, otherwise r.URL.Path.
-func DefaultRoute(r *http.Request) string {
+// defaultRoute returns r.Pattern when it is set, otherwise r.URL.Path.
+func defaultRoute(r *http.Request) string {
 	if r.Pattern != "" {
 		return r.Pattern
 	}
 	return r.URL.Path
 }
 
-// DefaultFingerprint is the SHA-256 of the method, the request target (path and query, as
-// r.URL.RequestURI) and the body, separated by newlines.
-func DefaultFingerprint(r *http.Request, body []byte) ([]byte, error) {
+// defaultFingerprint is Config.Fingerprint when it is nil (documented there).
+func defaultFingerprint(r *http.Request, body []byte) ([]byte, error) {
 	h := sha256.New()
 	h.Write([]byte(r.Method))
 	h.Write([]byte{'\n'})
@@ -216,12 +214,12 @@ func DefaultFingerprint(r *http.Request, body []byte) ([]byte, error) {
 
 // HeaderPrincipal returns a Config.Principal that identifies the caller by the value of the request
 // header name (usually "Authorization"): the principal is "sha256:" and the hex SHA-256 of the value,
-// so credentials are never stored. A request without the header gets ErrNoPrincipal (answered 401).
+// so credentials are never stored. A request without the header gets an error (answered 401).
 func HeaderPrincipal(name string) func(*http.Request) (string, error) {
 	return func(r *http.Request) (string, error) {
 		v := r.Header.Get(name)
 		if v == "" {
-			return "", ErrNoPrincipal
+			return "", errNoPrincipal
 		}
 		sum := sha256.Sum256([]byte(v))
 		return "sha256:" + hex.EncodeToString(sum[:]), nil
@@ -379,14 +377,14 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	key, err := ParseKey(strings.Join(values, ", "))
 	if err != nil {
-		var ke *KeyError
+		var ke *invalidKeyError
 		errors.As(err, &ke)
-		writeProblem(w, ProblemKeyInvalid, ke.Reason+". Send one key of 1 to 255 printable ASCII characters as a quoted string, for example: Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\".", 0)
+		writeProblem(w, ProblemKeyInvalid, ke.reason+". Send one key of 1 to 255 printable ASCII characters as a quoted string, for example: Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\".", 0)
 		return
 	}
 	principal, err := m.cfg.Principal(r)
 	if err == nil {
-		err = storable(principal, MaxPrincipalBytes)
+		err = storable(principal, maxPrincipalBytes)
 		if err != nil {
 			m.cfg.Logger.Warn("idempotency: Config.Principal returned an unusable principal: answered 401", "method", r.Method, "reason", err)
 		}
@@ -396,7 +394,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	route := m.cfg.Route(r)
-	if err := storable(route, MaxRouteBytes); err != nil {
+	if err := storable(route, maxRouteBytes); err != nil {
 		writeProblem(w, ProblemRequestInvalid, "The request target cannot be used as an idempotency scope: its route "+err.Error()+".", 0)
 		return
 	}

@@ -15,30 +15,30 @@ const HeaderKey = "Idempotency-Key"
 // HeaderReplayed is set to "true" on a response replayed from the store.
 const HeaderReplayed = "Idempotent-Replayed"
 
-// MaxKeyLength is the longest key accepted, in bytes (characters: keys are ASCII).
-const MaxKeyLength = 255
+// maxKeyLength is the longest key accepted, in bytes (characters: keys are ASCII).
+const maxKeyLength = 255
 
-// ErrInvalidKey is matched (errors.Is) by every *KeyError.
+// ErrInvalidKey is matched (errors.Is) by every error of [ParseKey].
 var ErrInvalidKey = errors.New("idempotency: invalid Idempotency-Key")
 
-// KeyError reports an Idempotency-Key header value that ParseKey rejected, and why.
-type KeyError struct {
-	Value  string // the header value, cut to 64 bytes
-	Reason string
+// invalidKeyError reports an Idempotency-Key header value that ParseKey rejected, and why.
+type invalidKeyError struct {
+	value  string // the header value, cut to 64 bytes
+	reason string
 }
 
-func (e *KeyError) Error() string {
-	return fmt.Sprintf("idempotency: invalid Idempotency-Key %q: %s", e.Value, e.Reason)
+func (e *invalidKeyError) Error() string {
+	return fmt.Sprintf("idempotency: invalid Idempotency-Key %q: %s", e.value, e.reason)
 }
 
 // Is reports whether target is ErrInvalidKey.
-func (e *KeyError) Is(target error) bool { return target == ErrInvalidKey }
+func (e *invalidKeyError) Is(target error) bool { return target == ErrInvalidKey }
 
 func keyError(value, format string, args ...any) error {
 	if len(value) > 64 {
 		value = value[:64] + "..."
 	}
-	return &KeyError{Value: value, Reason: fmt.Sprintf(format, args...)}
+	return &invalidKeyError{value: value, reason: fmt.Sprintf(format, args...)}
 }
 
 // ParseKey parses the value of an Idempotency-Key header (several field lines joined with ", ") and
@@ -51,9 +51,10 @@ func keyError(value, format string, args ...any) error {
 //     taken as is; it must consist of visible ASCII characters (0x21-0x7E) other than the double
 //     quote, backslash, comma and semicolon, and cannot carry parameters.
 //
-// Leading and trailing spaces and tabs are ignored. The key must be 1 to MaxKeyLength characters of
+// Leading and trailing spaces and tabs are ignored. The key must be 1 to 255 characters of
 // printable ASCII (0x20-0x7E; spaces only in the quoted form). Several values (a list, or the header
-// sent twice) are rejected. Every error is a *KeyError (errors.Is ErrInvalidKey).
+// sent twice) are rejected. Every error matches [ErrInvalidKey] (errors.Is) and says why the value
+// was rejected.
 func ParseKey(value string) (string, error) {
 	s := strings.Trim(value, " \t")
 	if s == "" {
@@ -98,8 +99,8 @@ func validateKey(key string) error {
 	switch {
 	case key == "":
 		return errors.New("the key is empty")
-	case len(key) > MaxKeyLength:
-		return fmt.Errorf("the key is %d characters, more than %d", len(key), MaxKeyLength)
+	case len(key) > maxKeyLength:
+		return fmt.Errorf("the key is %d characters, more than %d", len(key), maxKeyLength)
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] < 0x20 || key[i] > 0x7e {

@@ -42,8 +42,8 @@ const (
 	ProblemStoreUnavailable = problemBase + "ProblemStoreUnavailable"
 )
 
-// ContentTypeProblem is the media type of problem documents (RFC 9457).
-const ContentTypeProblem = "application/problem+json"
+// contentTypeProblem is the media type of problem documents (RFC 9457).
+const contentTypeProblem = "application/problem+json"
 
 // Problem is an RFC 9457 problem document, as written by the middleware.
 type Problem struct {
@@ -85,7 +85,7 @@ func writeProblem(w http.ResponseWriter, typ, detail string, retryAfter time.Dur
 	p := Problem{Type: typ, Title: titles[typ], Status: statuses[typ], Detail: detail}
 	body, _ := json.Marshal(p)
 	h := w.Header()
-	h.Set("Content-Type", ContentTypeProblem)
+	h.Set("Content-Type", contentTypeProblem)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")
 	if retryAfter > 0 {

@@ -81,9 +81,9 @@ func (e *badEnv) checksum(t *testing.T) string {
 // wantInvalid fails t unless err is a *ValidationError for field at index (errors.Is ErrInvalidMessage).
 func wantInvalid(t *testing.T, name string, err error, index int, field string) {
 	t.Helper()
-	var ve *inbox.ValidationError
+	var ve *txinbox.ValidationError
 	switch {
-	case !errors.Is(err, inbox.ErrInvalidMessage) || !errors.As(err, &ve):
+	case !errors.Is(err, txinbox.ErrInvalidMessage) || !errors.As(err, &ve):
 		t.Errorf("%s: err = %v (%T), want a *ValidationError", name, err, err)
 	case ve.Field != field || ve.Index != index:
 		t.Errorf("%s: %v: field %q index %d, want field %q index %d", name, err, ve.Field, ve.Index, field, index)
@@ -174,7 +174,7 @@ func badMessages(maxPayload int) []badMessage {
 				m.Headers[fmt.Sprintf("h%03d", i)] = strings.Repeat("v", inbox.MaxHeaderValueBytes-4)
 			}
 		})},
-		{"over-long ordering key", "ordering_key", with(func(m *inbox.Message) { m.OrderingKey = strings.Repeat("o", inbox.MaxOrderingKeyBytes+1) })},
+		{"over-long ordering key", "ordering_key", with(func(m *inbox.Message) { m.OrderingKey = strings.Repeat("o", 512+1) })},
 		{"NUL ordering key", "ordering_key", with(func(m *inbox.Message) { m.OrderingKey = "o\x00" })},
 	}
 }
@@ -268,7 +268,7 @@ func TestBadMessageInCallerTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := e.c.ReceiveTx(ctx, tx, okMsg("")); !errors.Is(err, inbox.ErrInvalidMessage) {
+	if _, err := e.c.ReceiveTx(ctx, tx, okMsg("")); !errors.Is(err, txinbox.ErrInvalidMessage) {
 		t.Fatalf("empty key: %v", err)
 	}
 	if r, err := e.c.ReceiveTx(ctx, tx, okMsg("good-after-bad")); err != nil || r.Outcome != inbox.Inserted {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/txinbox"
 )
 
 // Coalesced receives: concurrent Receive calls of one Client share ReceiveBatch statements, group
@@ -20,13 +22,10 @@ import (
 // group runs in a goroutine of its own (one statement, as ReceiveMany, with its follow-up lookups),
 // and every call of the group waits for it or for its own ctx.
 
-// Defaults of Config's coalescing fields.
+// Defaults of Config's coalescing fields (documented on the fields).
 const (
-	// DefaultCoalesceMax is Config.CoalesceMax when it is zero: up to 64 Receive calls share a
-	// statement.
-	DefaultCoalesceMax = 64
-	// DefaultCoalesceWait is Config.CoalesceWait when it is zero.
-	DefaultCoalesceWait = 500 * time.Microsecond
+	defaultCoalesceMax  = 64
+	defaultCoalesceWait = 500 * time.Microsecond
 )
 
 // coalescer groups the concurrent Receive calls of one Client.
@@ -187,8 +186,8 @@ func (co *coalescer) run(g *group) {
 
 // store runs layers 3 to 6 for msgs of many calls, as ReceiveMany. A panic fails every call instead
 // of the process. A statement that PostgreSQL refuses because of one message's value (a
-// *ValidationError: the Go-side checks let it through) is sent again one message at a time, so that
-// only its own caller gets the error.
+// *txinbox.ValidationError: the Go-side checks let it through) is sent again one message at a time,
+// so that only its own caller gets the error.
 // It returns the receipts, or per message errors (when sent one at a time), or the error of all.
 func (co *coalescer) store(ctx context.Context, msgs []Message) (rs []Receipt, errs []error, err error) {
 	defer func() {
@@ -198,7 +197,7 @@ func (co *coalescer) store(ctx context.Context, msgs []Message) (rs []Receipt, e
 	}()
 	errs = make([]error, len(msgs))
 	rs, err = co.c.storeValid(ctx, co.c.store.DB, msgs)
-	var ve *ValidationError
+	var ve *txinbox.ValidationError
 	if len(msgs) == 1 || !errors.As(err, &ve) {
 		return rs, errs, err
 	}

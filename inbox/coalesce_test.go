@@ -221,7 +221,7 @@ func TestCoalesceSharesOneStatement(t *testing.T) {
 		waitQueued(t, c, i+1) // one at a time: the group's order is the order of arrival
 	}
 	bad := ledgertest.Message("", `{}`)
-	if r := get(t, goReceive(ctx, c, bad)); !errors.Is(r.err, inbox.ErrInvalidMessage) {
+	if r := get(t, goReceive(ctx, c, bad)); !errors.Is(r.err, txinbox.ErrInvalidMessage) {
 		t.Fatalf("invalid message: %+v, want a ValidationError", r)
 	}
 	waitQueued(t, c, len(queued)) // the invalid one never joined
@@ -412,7 +412,7 @@ func TestCoalesceStatementErrors(t *testing.T) {
 		}
 	}
 	rs := run("b1", "refused", "b2")
-	if !errors.Is(rs[1].err, inbox.ErrInvalidMessage) {
+	if !errors.Is(rs[1].err, txinbox.ErrInvalidMessage) {
 		t.Errorf("refused value: %+v, want a ValidationError", rs[1])
 	}
 	for _, i := range []int{0, 2} {

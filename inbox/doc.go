@@ -7,9 +7,9 @@
 // atomically with its own writes. Each message gets a [Receipt]: Inserted, Duplicate (same key and
 // same kind and payload, compared as jsonb: the stored state and result are reported), or Conflict
 // (same key, different content: a *[KeyConflictError], nothing overwritten). Invalid input gets a
-// *[ValidationError] and writes nothing. Concurrent Receive calls of one Client share statements
-// and commits, group commit style (Config.CoalesceMax, Config.CoalesceWait), each still getting its
-// own receipt. The package also holds the records a receipt and an operator
+// *[txinbox.ValidationError] and writes nothing. Concurrent Receive calls of one Client share
+// statements and commits, group commit style (Config.CoalesceMax, Config.CoalesceWait), each still
+// getting its own receipt. The package also holds the records a receipt and an operator
 // see: [Message], [StoredMessage], [State], [Fingerprint], and the key strategies ([ProducerKey],
 // [ContentKey], [CompositeKey], [BrokerKey]).
 //

@@ -23,8 +23,8 @@ func storeFor(st txinbox.Store) *schemasql.Schema { return schemasql.New(st.Sche
 
 // Config configures a Client. The zero value is valid.
 type Config struct {
-	// MaxPayloadBytes rejects larger payloads with a *ValidationError. Default:
-	// DefaultMaxPayloadBytes (1 MiB). A payload's size counts each JSON number at the length PostgreSQL
+	// MaxPayloadBytes rejects larger payloads with a *txinbox.ValidationError. Default: 1 MiB
+	// (1 << 20). A payload's size counts each JSON number at the length PostgreSQL
 	// numeric prints it (1e6 as 7 bytes), so that a few bytes of exponent cannot become megabytes of
 	// stored text; numbers numeric cannot hold, lone UTF-16 surrogate escapes and \u0000 are rejected.
 	// Headers are bounded apart from the payload, whatever this limit: names of at most
@@ -37,7 +37,7 @@ type Config struct {
 	// SeenCache, if set, answers redeliveries of recently accepted messages without a database round
 	// trip ([seen.NewLRU] in process, module github.com/txinbox/txinbox/seenredis on Redis). Every
 	// receive call looks its keys up first: a message whose key is cached with the same kind and the
-	// same payload bytes ([seen.Fingerprint]) gets a Duplicate receipt with Cached set, its ID as cached,
+	// same payload bytes (seen.Entry.Fingerprint) gets a Duplicate receipt with Cached set, its ID as cached,
 	// and State and Result unknown (empty); every other message, and all of them when the cache fails
 	// or takes longer than SeenTimeout, goes to the database as without a cache.
 	//
@@ -64,26 +64,26 @@ type Config struct {
 	// *[txinbox.ConfigError] otherwise).
 	SeenTTL time.Duration
 	// SeenTimeout bounds each SeenCache call; a slower one counts as failed ([seen.Fallback]).
-	// Default: [seen.DefaultTimeout] (100ms).
+	// Default: 100ms.
 	SeenTimeout time.Duration
 	// CoalesceMax is the most concurrent [Client.Receive] calls whose messages share one statement
-	// and one commit (group commit). Default: [DefaultCoalesceMax] (64). 1 turns coalescing off: each
-	// Receive call runs a statement of its own. Negative is a *[txinbox.ConfigError]. Coalescing never
-	// applies to ReceiveTx, ReceiveMany and ReceiveManyTx, nor to a Client whose Store.DB is a pgx.Tx
-	// or a *pgx.Conn (a single connection cannot run the shared statements concurrently). The shared
+	// and one commit (group commit). Default: 64. 1 turns coalescing off: each Receive call runs a
+	// statement of its own. Negative is a *[txinbox.ConfigError]. Coalescing never applies to
+	// ReceiveTx, ReceiveMany and ReceiveManyTx, nor to a Client whose Store.DB is a pgx.Tx or a
+	// *pgx.Conn (a single connection cannot run the shared statements concurrently). The shared
 	// statements run on Store.DB from goroutines of their own, concurrently with each other.
 	CoalesceMax int
 	// CoalesceWait bounds how long a Receive call waits for a shared statement that is already
 	// running before its own is sent anyway: its group is sent when a running statement finishes, when
 	// it holds CoalesceMax calls, or CoalesceWait after its first call arrived, whichever comes first.
-	// A call on a Client with no shared statement running does not wait. Default:
-	// [DefaultCoalesceWait] (500µs). Negative is a *[txinbox.ConfigError].
+	// A call on a Client with no shared statement running does not wait. Default: 500µs. Negative is
+	// a *[txinbox.ConfigError].
 	CoalesceWait time.Duration
 }
 
 func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+		c.MaxPayloadBytes = defaultMaxPayloadBytes
 	}
 	if c.MaxPayloadBytes < 0 {
 		return c, &txinbox.ConfigError{Field: "MaxPayloadBytes", Reason: "must not be negative"}
@@ -95,19 +95,19 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 		return c, &txinbox.ConfigError{Field: "SeenTTL", Reason: fmt.Sprintf("%v exceeds Store.Retention (%v): a cached key would outlive its dedup window", c.SeenTTL, st.Retention)}
 	}
 	if c.SeenTimeout == 0 {
-		c.SeenTimeout = seen.DefaultTimeout
+		c.SeenTimeout = defaultSeenTimeout
 	}
 	if c.SeenTimeout < 0 {
 		return c, &txinbox.ConfigError{Field: "SeenTimeout", Reason: "must not be negative"}
 	}
 	if c.CoalesceMax == 0 {
-		c.CoalesceMax = DefaultCoalesceMax
+		c.CoalesceMax = defaultCoalesceMax
 	}
 	if c.CoalesceMax < 0 {
 		return c, &txinbox.ConfigError{Field: "CoalesceMax", Reason: "must not be negative (1 turns coalescing off)"}
 	}
 	if c.CoalesceWait == 0 {
-		c.CoalesceWait = DefaultCoalesceWait
+		c.CoalesceWait = defaultCoalesceWait
 	}
 	if c.CoalesceWait < 0 {
 		return c, &txinbox.ConfigError{Field: "CoalesceWait", Reason: "must not be negative"}
@@ -130,13 +130,14 @@ type Message struct {
 	// Headers are stored with the message and handed to the handler (trace context, for example).
 	Headers map[string]string
 	// OrderingKey, when set, makes messages with the same ordering key run one at a time, in the order
-	// they were received (an aggregate id, for example).
+	// they were received (an aggregate id, for example). At most 512 bytes of UTF-8 without control
+	// characters.
 	OrderingKey string
 	// NotBefore delays the first attempt until that time. Zero means now.
 	NotBefore time.Time
 }
 
-// Outcome says what receiving did with a message. Like worker.Outcome and outbox.Outcome, it is a
+// Outcome says what receiving did with a message. Like txinbox.Outcome (an attempt's), it is a
 // typed string whose values are the words logs and metrics show (the outcome label of
 // txinbox_received_total); the zero value "" is no outcome.
 type Outcome string
@@ -217,7 +218,7 @@ func (c *Client) Validate(msg Message) error { return c.validate(0, &msg) }
 
 func (c *Client) validate(i int, m *Message) error {
 	fail := func(field string, err error) error {
-		return &ValidationError{Index: i, Field: field, Reason: err.Error()}
+		return &txinbox.ValidationError{Index: i, Field: field, Reason: err.Error()}
 	}
 	if err := txinbox.ValidateName(m.Consumer); err != nil {
 		return fail("consumer", err)
@@ -234,7 +235,7 @@ func (c *Client) validate(i int, m *Message) error {
 	if err := validateHeaders(m.Headers); err != nil {
 		return fail("headers", err)
 	}
-	if err := textcheck.Check(m.OrderingKey, MaxOrderingKeyBytes, true); err != nil {
+	if err := textcheck.Check(m.OrderingKey, maxOrderingKeyBytes, true); err != nil {
 		return fail("ordering_key", err)
 	}
 	return nil
@@ -275,7 +276,7 @@ func (c *Client) ReceiveUndecodableTx(ctx context.Context, tx pgx.Tx, u Undecoda
 		return Receipt{}, err
 	}
 	if len(u.Raw) > c.cfg.MaxPayloadBytes {
-		return Receipt{}, &ValidationError{Field: "raw", Reason: fmt.Sprintf("is %d bytes, more than the limit of %d", len(u.Raw), c.cfg.MaxPayloadBytes)}
+		return Receipt{}, &txinbox.ValidationError{Field: "raw", Reason: fmt.Sprintf("is %d bytes, more than the limit of %d", len(u.Raw), c.cfg.MaxPayloadBytes)}
 	}
 	reason := strings.ToValidUTF8(u.Reason, "?")
 	var row sqlc.InsertDeadRow

@@ -177,14 +177,14 @@ func TestReceiveInvalidWritesNothing(t *testing.T) {
 		"invalid json":     ledgertest.Message("k", `{"x":`),
 		"empty payload":    ledgertest.Message("k", ``),
 		"nul in json":      ledgertest.Message("k", `{"x":"a\u0000b"}`),
-		"huge payload":     ledgertest.Message("k", `"`+strings.Repeat("x", inbox.DefaultMaxPayloadBytes)+`"`),
+		"huge payload":     ledgertest.Message("k", `"`+strings.Repeat("x", 1<<20)+`"`),
 		"bad header":       {Consumer: "ledger", Key: "k", Kind: "K", Payload: []byte(`1`), Headers: map[string]string{"a\x00": "b"}},
 		"bad ordering key": {Consumer: "ledger", Key: "k", Kind: "K", Payload: []byte(`1`), OrderingKey: "a\nb"},
 	}
 	for name, m := range cases {
 		_, err := c.ReceiveMany(ctx, []inbox.Message{ledgertest.Message("fine", `1`), m})
-		var ve *inbox.ValidationError
-		if !errors.Is(err, inbox.ErrInvalidMessage) || !errors.As(err, &ve) || ve.Index != 1 {
+		var ve *txinbox.ValidationError
+		if !errors.Is(err, txinbox.ErrInvalidMessage) || !errors.As(err, &ve) || ve.Index != 1 {
 			t.Errorf("%s: err = %v, want a *ValidationError for index 1", name, err)
 		}
 	}

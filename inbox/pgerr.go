@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
@@ -18,7 +19,7 @@ func translateError(err error) error {
 		case "22P02", "22P05", "22021", "22025", "2200N":
 			// invalid_text_representation, untranslatable_character, character_not_in_repertoire,
 			// invalid_escape_sequence, invalid_xml_content: a value the column type cannot hold.
-			return &ValidationError{Field: "payload", Reason: "rejected by PostgreSQL: " + pgErr.Message}
+			return &txinbox.ValidationError{Field: "payload", Reason: "rejected by PostgreSQL: " + pgErr.Message}
 		}
 	}
 	return schemasql.Err(err)

@@ -19,9 +19,9 @@ import (
 // The receive path. Every receive call goes through these layers, in this order:
 //
 //  1. receive: reports the call to the Config.Observer;
-//  2. validateAll: checks every message (a *ValidationError writes nothing); a Receive call then
-//     joins a shared statement with concurrent ones (coalesce.go), which runs layers 3 to 6 for all
-//     of them;
+//  2. validateAll: checks every message (a *txinbox.ValidationError writes nothing); a Receive call
+//     then joins a shared statement with concurrent ones (coalesce.go), which runs layers 3 to 6 for
+//     all of them;
 //  3. lookUpSeen: with a Config.SeenCache, answers the keys cached with the same fingerprint;
 //  4. insertOrCompare: one ReceiveBatch statement inserts the new keys and compares the others
 //     (and repeats within the batch) with the stored rows, in the database; lookUpStored and
@@ -33,7 +33,8 @@ import (
 // Receive stores msg unless its key is already stored for its consumer, and returns once that is
 // committed. A duplicate is not an error: see [Receipt].Outcome. A key reused with a different kind
 // or payload returns the receipt and a *[KeyConflictError] (errors.Is [ErrKeyConflict]). An invalid
-// message returns a *[ValidationError] (errors.Is [ErrInvalidMessage]) and writes nothing.
+// message returns a *[txinbox.ValidationError] (errors.Is [txinbox.ErrInvalidMessage]) and writes
+// nothing.
 //
 // Concurrent Receive calls of one Client share statements (Config.CoalesceMax, on by default): a
 // call arriving while another shared statement of the Client runs waits for that statement to
@@ -90,11 +91,11 @@ func (c *Client) receiveOne(ctx context.Context, db sqlc.DBTX, msg Message) (Rec
 
 // ReceiveMany stores a batch of messages in one round trip (one statement; messages of several
 // consumers take one statement per consumer, in one transaction) and returns a receipt per message,
-// in order. Conflicts are reported per receipt (Receipt.Err) and do not fail the batch. If
-// any message is invalid, it returns a *[ValidationError] naming the first one and writes nothing. A
-// key that appears twice in the batch is stored once, from its first occurrence; a later one is a
-// Duplicate of it when its kind and payload are the same as jsonb (compared by the database), and a
-// Conflict otherwise.
+// in order. Conflicts are reported per receipt (Receipt.Err) and do not fail the batch. If any
+// message is invalid, it returns a *[txinbox.ValidationError] naming the first one and writes
+// nothing. A key that appears twice in the batch is stored once, from its first occurrence; a later
+// one is a Duplicate of it when its kind and payload are the same as jsonb (compared by the
+// database), and a Conflict otherwise.
 func (c *Client) ReceiveMany(ctx context.Context, msgs []Message) ([]Receipt, error) {
 	return c.receive(ctx, c.store.DB, msgs)
 }
@@ -113,7 +114,7 @@ func (c *Client) receive(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]R
 }
 
 // observe runs a receive call of msgs, reporting it to the Observer and to the Store's
-// ReceiveTracer if there are any. With a Store.Tracer, run gets msgs with the trace context of the
+// OperationTracer if there are any. With a Store.Tracer, run gets msgs with the trace context of the
 // call added to those whose headers hold no traceparent (copies: the caller's are not modified).
 func (c *Client) observe(ctx context.Context, msgs []Message, run func(ctx context.Context, msgs []Message) ([]Receipt, error)) ([]Receipt, error) {
 	if c.cfg.Observer == nil && c.store.Tracer == nil {
@@ -123,9 +124,9 @@ func (c *Client) observe(ctx context.Context, msgs []Message, run func(ctx conte
 	if c.cfg.Observer != nil {
 		ctx, end = c.cfg.Observer.ReceiveStart(ctx, msgs)
 	}
-	rt, traced := c.store.Tracer.(txinbox.ReceiveTracer)
+	ot, traced := c.store.Tracer.(txinbox.OperationTracer)
 	if traced {
-		ctx = rt.TraceReceiveStart(ctx, receiveTraceData(msgs))
+		ctx = ot.TraceStart(ctx, receiveTraceData(msgs))
 	}
 	if c.store.Tracer != nil {
 		msgs = c.withTrace(ctx, msgs)
@@ -139,7 +140,7 @@ func (c *Client) observe(ctx context.Context, msgs []Message, run func(ctx conte
 		}
 	}
 	if traced {
-		d := txinbox.TraceReceiveEndData{Err: err}
+		d := txinbox.TraceEnd{Op: txinbox.OpReceive, Err: err}
 		for _, r := range rs {
 			switch r.Outcome {
 			case Inserted:
@@ -150,14 +151,14 @@ func (c *Client) observe(ctx context.Context, msgs []Message, run func(ctx conte
 				d.Conflicts++
 			}
 		}
-		rt.TraceReceiveEnd(ctx, d)
+		ot.TraceEnd(ctx, d)
 	}
 	return rs, err
 }
 
-// receiveTraceData describes a receive call of msgs to a ReceiveTracer.
-func receiveTraceData(msgs []Message) txinbox.TraceReceiveStartData {
-	d := txinbox.TraceReceiveStartData{Messages: make([]txinbox.TraceMessage, len(msgs))}
+// receiveTraceData describes a receive call of msgs to an OperationTracer.
+func receiveTraceData(msgs []Message) txinbox.TraceStart {
+	d := txinbox.TraceStart{Op: txinbox.OpReceive, Messages: make([]txinbox.TraceMessage, len(msgs))}
 	if len(msgs) > 0 {
 		d.Consumer = msgs[0].Consumer
 	}
@@ -225,7 +226,7 @@ func (c *Client) storeValid(ctx context.Context, db sqlc.DBTX, msgs []Message) (
 	return c.insertOrCompare(ctx, db, msgs, 0)
 }
 
-// validateAll is layer 2: the first invalid message's *ValidationError, or nil.
+// validateAll is layer 2: the first invalid message's *txinbox.ValidationError, or nil.
 func (c *Client) validateAll(msgs []Message) error {
 	for i := range msgs {
 		if err := c.validate(i, &msgs[i]); err != nil {
@@ -281,7 +282,7 @@ func (c *Client) lookUpSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) (
 			res[i] = seen.Fallback
 		case !found[j]:
 			res[i] = seen.Miss
-		case entries[j].Fingerprint != seen.Fingerprint(m.Kind, m.Payload):
+		case entries[j].Fingerprint != seenFingerprint(m.Kind, m.Payload):
 			res[i] = seen.Mismatch
 		default:
 			res[i] = seen.Hit
@@ -742,7 +743,7 @@ func (c *Client) remember(ctx context.Context, epoch uint64, start time.Time, ms
 		}
 		done[k] = true
 		keys = append(keys, k)
-		entries = append(entries, seen.Entry{ID: rs[i].ID, Fingerprint: seen.Fingerprint(m.Kind, m.Payload)})
+		entries = append(entries, seen.Entry{ID: rs[i].ID, Fingerprint: seenFingerprint(m.Kind, m.Payload)})
 		ttls = append(ttls, ttl)
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SeenTimeout)

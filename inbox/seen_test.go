@@ -527,7 +527,7 @@ func TestSeenInvalidMessageWithCachedKey(t *testing.T) {
 	bad := ledgertest.Message("v", `1`)
 	bad.Headers = map[string]string{"x": "\x01"}
 	_, err := c.ReceiveMany(ctx, []inbox.Message{ledgertest.Message("new", `1`), bad})
-	var ve *inbox.ValidationError
+	var ve *txinbox.ValidationError
 	if !errors.As(err, &ve) || ve.Index != 1 || ve.Field != "headers" {
 		t.Fatalf("%v, want a ValidationError for message 1's headers", err)
 	}

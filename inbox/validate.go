@@ -9,19 +9,21 @@ import (
 	"github.com/txinbox/txinbox/internal/textcheck"
 )
 
-// Limits applied to every message (keys: [txinbox.MaxKeyBytes]). Keys and names are stored as text:
+// Limits of a message's headers (keys: [txinbox.MaxKeyBytes]). Keys and names are stored as text:
 // they must be valid UTF-8 without control characters (which also excludes NUL, which PostgreSQL text
 // cannot hold).
 const (
-	// MaxOrderingKeyBytes is the longest ordering key accepted, in bytes.
-	MaxOrderingKeyBytes = 512
-	// DefaultMaxPayloadBytes is Config.MaxPayloadBytes when it is zero: 1 MiB.
-	DefaultMaxPayloadBytes = 1 << 20
 	// MaxHeaderNameBytes and MaxHeaderValueBytes bound each header; MaxHeadersBytes bounds all of a
 	// message's headers together (the sum of their names' and values' lengths), whatever their number.
 	MaxHeaderNameBytes  = 256
 	MaxHeaderValueBytes = 8192
 	MaxHeadersBytes     = 1 << 20
+)
+
+// Limits of a message, documented on the fields they bound.
+const (
+	maxOrderingKeyBytes    = 512     // Message.OrderingKey
+	defaultMaxPayloadBytes = 1 << 20 // Config.MaxPayloadBytes
 )
 
 // PostgreSQL numeric's limits (numeric.c): at most 131072 digits before the decimal point, at most

@@ -80,7 +80,7 @@ func (e *env) receive(t *testing.T, keys ...string) {
 func (e *env) pool(t *testing.T, hs *worker.Handlers, mod func(*worker.Config, *maintain.Config)) *runner.Runner {
 	t.Helper()
 	cfg := worker.Config{Consumer: "ledger", Handlers: hs, PollInterval: 20 * time.Millisecond,
-		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	var mc maintain.Config
 	if mod != nil {
 		mod(&cfg, &mc)

@@ -13,7 +13,6 @@ import (
 	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/retention"
-	"github.com/txinbox/txinbox/worker"
 )
 
 // outboxEvents publishes, and relays, events of four topics into e's outbox: "old" (three, sent
@@ -42,14 +41,14 @@ func (e *env) outboxEvents(t *testing.T) {
 		errs := make([]error, len(events))
 		for i, ev := range events {
 			if ev.Topic == "dead" {
-				errs[i] = outbox.Permanent(errors.New("refused"))
+				errs[i] = txinbox.Permanent(errors.New("refused"))
 			}
 		}
 		return outbox.Errors(errs)
 	})
 	var relayLogs logBuffer // the dead event's warning, unread
 	r, err := outbox.NewRelay(e.Store(), outbox.RelayConfig{Publisher: pub, PollInterval: 20 * time.Millisecond,
-		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond }), Logger: relayLogs.logger()})
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond }), Logger: relayLogs.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -33,7 +34,7 @@ func TestRollupCountsFinishedAttempts(t *testing.T) {
 				return errors.New("try again")
 			}
 		case "poison":
-			return worker.Permanent(errors.New("cannot apply"))
+			return txinbox.Permanent(errors.New("cannot apply"))
 		}
 		return applyCredit(ctx, tx, e.Schema, m)
 	})

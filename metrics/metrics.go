@@ -86,7 +86,7 @@
 // claim reads through. Alert on txinbox_xmin_horizon_age_seconds (minutes, not hours) and on
 // txinbox_table_dead_rows of inbox_queue.
 //
-// Outcomes and reasons are the values of worker.Outcome and worker.Reason (reasons: error, panic,
+// Outcomes and reasons are the values of txinbox.Outcome and worker.Reason (reasons: error, panic,
 // timeout, permanent, decode, unknown_kind, crashed).
 //
 // Spans are not made here: give the Store a Tracer (txinbox.Store.Tracer; package txotel is the
@@ -309,9 +309,9 @@ func (m *Metrics) Handled(e worker.HandleEvent) {
 	outcome := string(e.Outcome)
 	m.processed.WithLabelValues(e.Consumer, e.Kind, outcome).Inc()
 	switch e.Outcome {
-	case worker.OutcomeRetry:
+	case txinbox.OutcomeRetry:
 		m.retries.WithLabelValues(e.Consumer, e.Kind, string(e.Reason)).Inc()
-	case worker.OutcomeDead:
+	case txinbox.OutcomeDead:
 		m.dead.WithLabelValues(e.Consumer, e.Kind, string(e.Reason)).Inc()
 	}
 	if e.Duration > 0 {

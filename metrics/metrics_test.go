@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/metrics"
@@ -171,7 +172,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	if _, err := client.Receive(ctx, msg("m-0", `{"amount":2}`)); !errors.Is(err, inbox.ErrKeyConflict) { // 1 conflict
 		t.Fatalf("want a conflict, got %v", err)
 	}
-	if _, err := client.Receive(ctx, inbox.Message{Consumer: "ledger"}); !errors.Is(err, inbox.ErrInvalidMessage) { // 1 error
+	if _, err := client.Receive(ctx, inbox.Message{Consumer: "ledger"}); !errors.Is(err, txinbox.ErrInvalidMessage) { // 1 error
 		t.Fatalf("want invalid, got %v", err)
 	}
 
@@ -202,7 +203,7 @@ func TestMetricsAndSpans(t *testing.T) {
 				return errors.New("try again")
 			}
 		case "poison":
-			return worker.Permanent(errors.New("rejected"))
+			return txinbox.Permanent(errors.New("rejected"))
 		case "traced":
 			handlerTrace.Store(trace.SpanContextFromContext(ctx))
 		}
@@ -210,7 +211,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	})
 	p, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m,
 		PollInterval: 20 * time.Millisecond,
-		Backoff:      worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
+		Backoff:      txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +356,7 @@ func TestDeadLetterOutOfAttempts(t *testing.T) {
 		return ctx.Err()
 	}, worker.HandlerConfig{MaxAttempts: 2, Timeout: 100 * time.Millisecond})
 	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Observer: m,
-		PollInterval: 20 * time.Millisecond, Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
+		PollInterval: 20 * time.Millisecond, Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)
 	}

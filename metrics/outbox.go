@@ -48,15 +48,15 @@ func (c *outboxCounters) register(reg prometheus.Registerer, namespace string, c
 func (m *Metrics) Finished(r outbox.Result) {
 	topic := r.Event.Topic
 	switch r.Outcome {
-	case outbox.OutcomeSent:
+	case txinbox.OutcomeSent:
 		m.outbox.published.WithLabelValues(topic).Inc()
-	case outbox.OutcomeRetry:
+	case txinbox.OutcomeRetry:
 		reason := "error"
 		if errors.Is(r.Err, context.DeadlineExceeded) {
 			reason = "timeout"
 		}
 		m.outbox.retries.WithLabelValues(topic, reason).Inc()
-	case outbox.OutcomeDead:
+	case txinbox.OutcomeDead:
 		m.outbox.dead.WithLabelValues(topic).Inc()
 	}
 }

@@ -32,7 +32,7 @@ func TestOutboxMetrics(t *testing.T) {
 	}
 
 	fate := map[string]error{
-		"refused": outbox.Permanent(errors.New("no route")),
+		"refused": txinbox.Permanent(errors.New("no route")),
 		"slow":    fmt.Errorf("broker: %w", context.DeadlineExceeded),
 		"down":    errors.New("connection refused"),
 	}

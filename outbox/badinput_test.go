@@ -29,20 +29,25 @@ func TestBadInputWritesNothing(t *testing.T) {
 		mod(&m)
 		return []outbox.Message{m}
 	}
+	// The limits documented on Message, Config.MaxPayloadBytes and Client.Publish.
+	const (
+		maxHeaders, maxHeaderNameBytes, maxHeaderValueBytes, maxHeadersBytes = 64, 256, 8192, 64 << 10
+		defaultMaxPayloadBytes, maxCallBytes, maxMessages                    = 1 << 20, 64 << 20, 1000
+	)
 	manyHeaders := map[string]string{}
-	for i := range outbox.MaxHeaders + 1 {
+	for i := range maxHeaders + 1 {
 		manyHeaders[strings.Repeat("h", i+1)] = "v"
 	}
 	bigHeaders := map[string]string{}
-	for i := range outbox.MaxHeadersBytes/outbox.MaxHeaderValueBytes + 1 {
-		bigHeaders[strings.Repeat("h", i+1)] = strings.Repeat("v", outbox.MaxHeaderValueBytes)
+	for i := range maxHeadersBytes/maxHeaderValueBytes + 1 {
+		bigHeaders[strings.Repeat("h", i+1)] = strings.Repeat("v", maxHeaderValueBytes)
 	}
-	mib := append(append([]byte(`"`), bytes.Repeat([]byte("x"), outbox.DefaultMaxPayloadBytes-2)...), '"')
-	var tooBig []outbox.Message // within each limit, beyond MaxCallBytes together
-	for range outbox.MaxCallBytes/outbox.DefaultMaxPayloadBytes + 1 {
+	mib := append(append([]byte(`"`), bytes.Repeat([]byte("x"), defaultMaxPayloadBytes-2)...), '"')
+	var tooBig []outbox.Message // within each limit, beyond maxCallBytes together
+	for range maxCallBytes/defaultMaxPayloadBytes + 1 {
 		tooBig = append(tooBig, outbox.Message{Topic: "t", Payload: mib})
 	}
-	tooMany := make([]outbox.Message, outbox.MaxMessages+1)
+	tooMany := make([]outbox.Message, maxMessages+1)
 	for i := range tooMany {
 		tooMany[i] = ok
 	}
@@ -61,7 +66,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{name: "topic with DEL", msgs: with(func(m *outbox.Message) { m.Topic = "a\x7fb" }), field: "topic"},
 		{name: "topic not UTF-8", msgs: with(func(m *outbox.Message) { m.Topic = "a\xffb" }), field: "topic"},
 		{name: "topic too long", msgs: with(func(m *outbox.Message) { m.Topic = strings.Repeat("t", outbox.MaxTopicBytes+1) }), field: "topic"},
-		{name: "key too long", msgs: with(func(m *outbox.Message) { m.Key = strings.Repeat("k", outbox.MaxKeyBytes+1) }), field: "key"},
+		{name: "key too long", msgs: with(func(m *outbox.Message) { m.Key = strings.Repeat("k", txinbox.MaxKeyBytes+1) }), field: "key"},
 		{name: "key with a tab", msgs: with(func(m *outbox.Message) { m.Key = "a\tb" }), field: "key"},
 		{name: "key not UTF-8", msgs: with(func(m *outbox.Message) { m.Key = "\xc3" }), field: "key"},
 		{name: "kind with a space", msgs: with(func(m *outbox.Message) { m.Kind = "order created" }), field: "kind"},
@@ -77,10 +82,10 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{name: "too many headers", msgs: with(func(m *outbox.Message) { m.Headers = manyHeaders }), field: "headers"},
 		{name: "empty header name", msgs: with(func(m *outbox.Message) { m.Headers = map[string]string{"": "v"} }), field: "headers"},
 		{name: "header name too long", msgs: with(func(m *outbox.Message) {
-			m.Headers = map[string]string{strings.Repeat("n", outbox.MaxHeaderNameBytes+1): "v"}
+			m.Headers = map[string]string{strings.Repeat("n", maxHeaderNameBytes+1): "v"}
 		}), field: "headers"},
 		{name: "header value too long", msgs: with(func(m *outbox.Message) {
-			m.Headers = map[string]string{"n": strings.Repeat("v", outbox.MaxHeaderValueBytes+1)}
+			m.Headers = map[string]string{"n": strings.Repeat("v", maxHeaderValueBytes+1)}
 		}), field: "headers"},
 		{name: "header value with CR", msgs: with(func(m *outbox.Message) { m.Headers = map[string]string{"n": "a\rb"} }), field: "headers"},
 		{name: "header name with NUL", msgs: with(func(m *outbox.Message) { m.Headers = map[string]string{"a\x00": "v"} }), field: "headers"},
@@ -108,9 +113,9 @@ func TestBadInputWritesNothing(t *testing.T) {
 					t.Errorf("%s: got %v, want a *txinbox.ArgumentError of %s", tc.name, err, tc.arg)
 				}
 			default:
-				var ve *outbox.ValidationError
-				if !errors.As(err, &ve) || ve.Field != tc.field || ve.Index != tc.index || !errors.Is(err, outbox.ErrInvalidEvent) {
-					t.Errorf("%s: got %v, want a *outbox.ValidationError of message %d, field %s", tc.name, err, tc.index, tc.field)
+				var ve *txinbox.ValidationError
+				if !errors.As(err, &ve) || ve.Field != tc.field || ve.Index != tc.index || !errors.Is(err, txinbox.ErrInvalidMessage) {
+					t.Errorf("%s: got %v, want a *txinbox.ValidationError of message %d, field %s", tc.name, err, tc.index, tc.field)
 				}
 			}
 			_, err = tx.Exec(ctx, "SELECT 1") // the transaction is still usable

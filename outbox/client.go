@@ -19,8 +19,8 @@ import (
 
 // Config configures a Client. The zero value is valid.
 type Config struct {
-	// MaxPayloadBytes rejects larger payloads with a *[ValidationError]. Default
-	// DefaultMaxPayloadBytes (1 MiB). Negative is a *[txinbox.ConfigError].
+	// MaxPayloadBytes rejects larger payloads with a *[txinbox.ValidationError]. Default: 1 MiB
+	// (1 << 20). Negative is a *[txinbox.ConfigError].
 	MaxPayloadBytes int
 }
 
@@ -41,7 +41,7 @@ func New(st txinbox.Store, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	if cfg.MaxPayloadBytes == 0 {
-		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
+		cfg.MaxPayloadBytes = defaultMaxPayloadBytes
 	}
 	if cfg.MaxPayloadBytes < 0 {
 		return nil, &txinbox.ConfigError{Field: "MaxPayloadBytes", Reason: "must not be negative"}
@@ -61,11 +61,11 @@ func New(st txinbox.Store, cfg Config) (*Client, error) {
 // commit, roll back or otherwise end tx, and neither waits for a relay.
 //
 // Bad input returns an error before any statement is sent, so tx is left as it was: a nil tx or
-// more than [MaxMessages] messages, or messages whose payloads and headers exceed [MaxCallBytes]
-// together, a *[txinbox.ArgumentError]; an invalid message, a *[ValidationError] naming the first one
-// (errors.Is [ErrInvalidEvent]). No message is an empty call: no statement, no ids. An error of the
-// statement itself (the schema not migrated: errors.Is txinbox.ErrNotMigrated; a lost connection)
-// leaves tx aborted, as any failed statement does.
+// more than 1000 messages, or messages whose payloads and headers exceed 64 MiB together, a
+// *[txinbox.ArgumentError]; an invalid message, a *[txinbox.ValidationError] naming the
+// first one (errors.Is [txinbox.ErrInvalidMessage]). No message is an empty call: no statement, no
+// ids. An error of the statement itself (the schema not migrated: errors.Is txinbox.ErrNotMigrated;
+// a lost connection) leaves tx aborted, as any failed statement does.
 //
 // Wake-up: the statement also sends a notification that wakes idle relays when tx commits, at most
 // once per Store.NotifyInterval per Client; the relays' fast polling (RelayConfig.HotWindow) finds
@@ -77,25 +77,25 @@ func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]str
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	if len(msgs) > MaxMessages {
-		return nil, &txinbox.ArgumentError{Name: "msgs", Reason: fmt.Sprintf("%d messages, more than the limit of %d per call", len(msgs), MaxMessages)}
+	if len(msgs) > maxMessages {
+		return nil, &txinbox.ArgumentError{Name: "msgs", Reason: fmt.Sprintf("%d messages, more than the limit of %d per call", len(msgs), maxMessages)}
 	}
-	if total := callBytes(msgs); total > MaxCallBytes {
-		return nil, &txinbox.ArgumentError{Name: "msgs", Reason: fmt.Sprintf("payloads and headers of %d bytes together, more than the limit of %d", total, MaxCallBytes)}
+	if total := callBytes(msgs); total > maxCallBytes {
+		return nil, &txinbox.ArgumentError{Name: "msgs", Reason: fmt.Sprintf("payloads and headers of %d bytes together, more than the limit of %d", total, maxCallBytes)}
 	}
 	for i := range msgs {
 		if err := validate(i, &msgs[i], c.cfg.MaxPayloadBytes); err != nil {
 			return nil, err
 		}
 	}
-	if t, ok := c.store.Tracer.(txinbox.PublishTracer); ok {
-		data := txinbox.TracePublishStartData{Topics: make([]string, len(msgs)), Kinds: make([]string, len(msgs))}
+	if t, ok := c.store.Tracer.(txinbox.OperationTracer); ok {
+		data := txinbox.TraceStart{Op: txinbox.OpPublish, Messages: make([]txinbox.TraceMessage, len(msgs))}
 		for i := range msgs {
-			data.Topics[i], data.Kinds[i] = msgs[i].Topic, msgs[i].kind()
+			data.Messages[i] = txinbox.TraceMessage{Kind: msgs[i].kind(), Topic: msgs[i].Topic, Headers: msgs[i].Headers}
 		}
-		ctx = t.TracePublishStart(ctx, data)
+		ctx = t.TraceStart(ctx, data)
 		ids, err := c.publish(ctx, tx, msgs)
-		t.TracePublishEnd(ctx, txinbox.TracePublishEndData{EventIDs: ids, Err: err})
+		t.TraceEnd(ctx, txinbox.TraceEnd{Op: txinbox.OpPublish, EventIDs: ids, Err: err})
 		return ids, err
 	}
 	return c.publish(ctx, tx, msgs)
@@ -140,11 +140,11 @@ func (c *Client) publish(ctx context.Context, tx pgx.Tx, msgs []Message) ([]stri
 }
 
 // withTrace returns headers with the trace context trace added, unless headers hold a traceparent
-// already (the caller's own wins), trace is empty, or it would take headers past [MaxHeaders] or
-// [MaxHeadersBytes] (the event is then written untraced rather than refused); headers is not
+// already (the caller's own wins), trace is empty, or it would take headers past maxHeaders or
+// maxHeadersBytes (the event is then written untraced rather than refused); headers is not
 // modified.
 func withTrace(headers, trace map[string]string) map[string]string {
-	if len(trace) == 0 || headers[txinbox.HeaderTraceParent] != "" || len(headers)+len(trace) > MaxHeaders {
+	if len(trace) == 0 || headers[txinbox.HeaderTraceParent] != "" || len(headers)+len(trace) > maxHeaders {
 		return headers
 	}
 	size := 0
@@ -153,7 +153,7 @@ func withTrace(headers, trace map[string]string) map[string]string {
 			size += len(k) + len(v)
 		}
 	}
-	if size > MaxHeadersBytes {
+	if size > maxHeadersBytes {
 		return headers
 	}
 	out := make(map[string]string, len(headers)+len(trace))

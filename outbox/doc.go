@@ -41,7 +41,7 @@
 // dropped by deduplication. Order holds across relay restarts, crashes and takeovers.
 //
 // Retries: an event whose Publish failed is handed over again after RelayConfig.Backoff, until
-// RelayConfig.MaxAttempts attempts have started; then, or at once for a [Permanent] error, it is
+// RelayConfig.MaxAttempts attempts have started; then, or at once for a [txinbox.Permanent] error, it is
 // dead: kept in the outbox (state dead) and never handed over again.
 //
 // Retention: sent events are kept for a window (by default Store.Retention) for audit and replay,

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -66,7 +67,7 @@ func TestFencedStaleRelayRecordsNothing(t *testing.T) {
 	for name, result := range map[string]error{
 		"acknowledged": nil,
 		"failed":       errors.New("broker unavailable"),
-		"refused":      outbox.Permanent(errors.New("refused")),
+		"refused":      txinbox.Permanent(errors.New("refused")),
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -115,7 +116,7 @@ func TestFencedStaleRelayRecordsNothing(t *testing.T) {
 				t.Errorf("sent with %d attempts started, %d failed, token %d; want 2, 0, %d (B's)", started, failed, token, tokenB)
 			}
 			stop(t, b) // B has told its Observer
-			if got := ob.heard(); len(got) != 1 || got[0].Outcome != outbox.OutcomeSent || got[0].Event.Attempt != 2 {
+			if got := ob.heard(); len(got) != 1 || got[0].Outcome != txinbox.OutcomeSent || got[0].Event.Attempt != 2 {
 				t.Errorf("relay B told its Observer %+v, want the event sent once, at attempt 2", got)
 			}
 			if n := pa.calls.Load() + pb.calls.Load(); n != 2 {

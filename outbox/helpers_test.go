@@ -13,7 +13,6 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
-	"github.com/txinbox/txinbox/worker"
 )
 
 // env is one test's schema and a Client on it.
@@ -64,7 +63,7 @@ func (e *env) relay(t *testing.T, pub outbox.Publisher, mod func(*outbox.RelayCo
 func relayOn(t *testing.T, st txinbox.Store, pub outbox.Publisher, mod func(*outbox.RelayConfig)) *outbox.Relay {
 	t.Helper()
 	cfg := outbox.RelayConfig{Publisher: pub, PollInterval: 20 * time.Millisecond,
-		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -23,7 +23,7 @@ type Message struct {
 	Topic string
 	// Key orders events: the events of one key are published one at a time, in the order they were
 	// published (see the package documentation), across topics. Empty: no order. At most
-	// [MaxKeyBytes] bytes of UTF-8 without control characters.
+	// [txinbox.MaxKeyBytes] (512) bytes of UTF-8 without control characters.
 	Key string
 	// Kind is the event's type: what happened ("order.created"). It is sent as the CloudEvents type,
 	// and a txinbox consumer takes it as the inbox message's kind, which picks its handler. 1 to 128
@@ -31,7 +31,7 @@ type Message struct {
 	// Topic, which must then be a valid kind.
 	Kind string
 	// ContentType is the payload's media type, sent as the CloudEvents datacontenttype (and the
-	// broker's content type). The payload must be JSON whatever it says. Default
+	// broker's content type). The payload must be JSON whatever it says. At most 255 bytes. Default:
 	// [DefaultContentType] ("application/json").
 	ContentType string
 	// Payload is the event's body, a JSON document of at most Config.MaxPayloadBytes bytes, valid
@@ -39,9 +39,9 @@ type Message struct {
 	Payload []byte
 	// Headers are stored with the event and sent with it, as the broker's headers. With a
 	// Store.Tracer, Publish adds the caller's trace context (traceparent, tracestate) unless they
-	// hold a traceparent already. At most [MaxHeaders] of them; names of 1 to [MaxHeaderNameBytes]
-	// bytes, values of at most [MaxHeaderValueBytes], all of them together at most
-	// [MaxHeadersBytes], each UTF-8 without control characters. A header named as one of the
+	// hold a traceparent already. At most 64 of them; names of 1 to 256 bytes, values of at most
+	// 8192 bytes, all names and values together at most 64 KiB, each UTF-8 without control
+	// characters. A header named as one of the
 	// envelope's (see [Event.CloudEvent]) is replaced by the envelope's when the event is sent.
 	Headers map[string]string
 	// NotBefore delays the event's first attempt until that time (on the database clock); zero means
@@ -58,60 +58,33 @@ func (m *Message) kind() string {
 	return m.Kind
 }
 
-// Limits of a [Message] and of a Publish call.
+// MaxTopicBytes is the longest topic accepted (an AMQP routing key's limit).
+const MaxTopicBytes = 255
+
+// DefaultContentType is Message.ContentType when it is empty.
+const DefaultContentType = "application/json"
+
+// Limits of a [Message] and of a Publish call, documented on the fields and the call they bound.
 const (
-	// MaxTopicBytes is the longest topic accepted (an AMQP routing key's limit).
-	MaxTopicBytes = 255
-	// MaxKeyBytes is the longest key accepted.
-	MaxKeyBytes = txinbox.MaxKeyBytes
-	// DefaultMaxPayloadBytes is Config.MaxPayloadBytes when it is zero: 1 MiB.
-	DefaultMaxPayloadBytes = 1 << 20
-	// MaxHeaders is the most headers an event may have.
-	MaxHeaders = 64
-	// MaxHeaderNameBytes and MaxHeaderValueBytes bound each header; MaxHeadersBytes bounds all of an
-	// event's headers together (the sum of their names' and values' lengths).
-	MaxHeaderNameBytes  = 256
-	MaxHeaderValueBytes = 8192
-	MaxHeadersBytes     = 64 << 10
-	// DefaultContentType is Message.ContentType when it is empty.
-	DefaultContentType = "application/json"
-	// MaxContentTypeBytes is the longest content type accepted.
-	MaxContentTypeBytes = 255
-	// MaxMessages is the most events one Publish call takes.
-	MaxMessages = 1000
-	// MaxCallBytes bounds the payloads and headers of one Publish call together.
-	MaxCallBytes = 64 << 20
+	defaultMaxPayloadBytes = 1 << 20  // Config.MaxPayloadBytes
+	maxHeaders             = 64       // Message.Headers
+	maxHeaderNameBytes     = 256      // Message.Headers
+	maxHeaderValueBytes    = 8192     // Message.Headers
+	maxHeadersBytes        = 64 << 10 // Message.Headers: names and values together
+	maxContentTypeBytes    = 255      // Message.ContentType
+	maxMessages            = 1000     // Client.Publish
+	maxCallBytes           = 64 << 20 // Client.Publish: payloads and headers together
 )
-
-// ErrInvalidEvent is matched (errors.Is) by every *[ValidationError]: the call was rejected before
-// anything was written.
-var ErrInvalidEvent = errors.New("txinbox: invalid event")
-
-// ValidationError says which message of a Publish call (Index) and which field was rejected, and
-// why. Nothing of the call was written, and the caller's transaction is untouched (no statement was
-// sent).
-type ValidationError struct {
-	Index  int    // position in the call's messages
-	Field  string // "topic", "key", "kind", "content_type", "payload", "headers", "not_before"
-	Reason string
-}
-
-func (e *ValidationError) Error() string {
-	return fmt.Sprintf("txinbox: invalid event %d: %s: %s", e.Index, e.Field, e.Reason)
-}
-
-// Is reports whether target is [ErrInvalidEvent].
-func (e *ValidationError) Is(target error) bool { return target == ErrInvalidEvent }
 
 // validate checks m, the i-th message of a call.
 func validate(i int, m *Message, maxPayload int) error {
 	bad := func(field string, err error) error {
-		return &ValidationError{Index: i, Field: field, Reason: err.Error()}
+		return &txinbox.ValidationError{Index: i, Field: field, Reason: err.Error()}
 	}
 	if err := textcheck.Check(m.Topic, MaxTopicBytes, false); err != nil {
 		return bad("topic", err)
 	}
-	if err := textcheck.Check(m.Key, MaxKeyBytes, true); err != nil {
+	if err := textcheck.Check(m.Key, txinbox.MaxKeyBytes, true); err != nil {
 		return bad("key", err)
 	}
 	if m.Kind != "" {
@@ -141,7 +114,7 @@ func validateContentType(ct string) error {
 	if ct == "" {
 		return nil
 	}
-	if err := textcheck.Check(ct, MaxContentTypeBytes, false); err != nil {
+	if err := textcheck.Check(ct, maxContentTypeBytes, false); err != nil {
 		return err
 	}
 	mt, _, err := mime.ParseMediaType(ct)
@@ -169,21 +142,21 @@ func validatePayload(p []byte, maxBytes int) error {
 }
 
 func validateHeaders(h map[string]string) error {
-	if len(h) > MaxHeaders {
-		return fmt.Errorf("%d headers, more than the limit of %d", len(h), MaxHeaders)
+	if len(h) > maxHeaders {
+		return fmt.Errorf("%d headers, more than the limit of %d", len(h), maxHeaders)
 	}
 	total := 0
 	for k, v := range h {
-		if err := textcheck.Check(k, MaxHeaderNameBytes, false); err != nil {
+		if err := textcheck.Check(k, maxHeaderNameBytes, false); err != nil {
 			return fmt.Errorf("name %q %v", truncate(k), err)
 		}
-		if err := textcheck.Check(v, MaxHeaderValueBytes, true); err != nil {
+		if err := textcheck.Check(v, maxHeaderValueBytes, true); err != nil {
 			return fmt.Errorf("%q value %v", truncate(k), err)
 		}
 		total += len(k) + len(v)
 	}
-	if total > MaxHeadersBytes {
-		return fmt.Errorf("%d bytes of names and values, more than the limit of %d", total, MaxHeadersBytes)
+	if total > maxHeadersBytes {
+		return fmt.Errorf("%d bytes of names and values, more than the limit of %d", total, maxHeadersBytes)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/outbox"
@@ -174,7 +175,7 @@ func TestDeadEventsLetTheirKeyGoOn(t *testing.T) {
 	rec := newRecorder(t, func(ev outbox.Event) error {
 		switch ev.Topic {
 		case "refused":
-			return outbox.Permanent(errors.New("the broker refuses this event"))
+			return txinbox.Permanent(errors.New("the broker refuses this event"))
 		case "flaky":
 			return errors.New("timeout")
 		}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -14,7 +15,7 @@ import (
 // %w, errors.Join, a BatchError).
 func TestIsPermanentOfWrappedErrors(t *testing.T) {
 	t.Parallel()
-	refused := outbox.Permanent(errors.New("refused"))
+	refused := txinbox.Permanent(errors.New("refused"))
 	for _, c := range []struct {
 		err  error
 		want bool
@@ -28,7 +29,7 @@ func TestIsPermanentOfWrappedErrors(t *testing.T) {
 		{&outbox.BatchError{Errs: []error{nil, refused}}, true},
 		{fmt.Errorf("sending: %v", refused), false}, // %v: the text only, not the error
 	} {
-		if got := outbox.IsPermanent(c.err); got != c.want {
+		if got := txinbox.IsPermanent(c.err); got != c.want {
 			t.Errorf("IsPermanent(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
@@ -41,7 +42,7 @@ func TestIsPermanentOfWrappedErrors(t *testing.T) {
 func TestWrappedPermanentErrorMakesTheEventDeadAtOnce(t *testing.T) {
 	t.Parallel()
 	refused := func(topic string) error {
-		return fmt.Errorf("publishing to %s: %w", topic, outbox.Permanent(errors.New("the broker refuses this event")))
+		return fmt.Errorf("publishing to %s: %w", topic, txinbox.Permanent(errors.New("the broker refuses this event")))
 	}
 	for _, batch := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {

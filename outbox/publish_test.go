@@ -193,7 +193,7 @@ func TestConfigErrors(t *testing.T) {
 		{"Timeout", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Lease, c.Timeout = time.Second, time.Second })},
 		{"ClaimTimeout", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Lease, c.ClaimTimeout = time.Second, time.Second })},
 		{"BatchSize", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.BatchSize = outbox.MaxBatchSize + 1 })},
-		{"HotWindow", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.HotWindow = txinbox.DefaultNotifyInterval })},
+		{"HotWindow", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.HotWindow = 50 * time.Millisecond })}, // the default NotifyInterval
 		{"Source", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Source = "orders service" })},
 		{"Source", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Source = "%zz" })},
 	} {

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -37,19 +36,6 @@ type Event struct {
 	Attempt int
 }
 
-// CloudEvents 1.0 attribute names of the envelope an event is sent in (see [Event.CloudEvent]).
-const (
-	AttrSpecVersion     = "specversion"
-	AttrID              = "id"
-	AttrSource          = "source"
-	AttrType            = "type"
-	AttrTime            = "time"
-	AttrDataContentType = "datacontenttype"
-	AttrPartitionKey    = "partitionkey" // the Partitioning extension
-	AttrTraceParent     = "traceparent"  // the Distributed Tracing extension
-	AttrTraceState      = "tracestate"
-)
-
 // CloudEvent returns the context attributes of the CloudEvents 1.0 event that ev is sent as, by
 // name (the payload is its data, byte for byte: binary content mode):
 //
@@ -69,16 +55,16 @@ const (
 // as its kind, the partitionkey as its ordering key, the trace context as its headers'.
 func (e *Event) CloudEvent() map[string]string {
 	a := map[string]string{
-		AttrSpecVersion: "1.0", AttrID: e.ID, AttrSource: e.Source, AttrType: e.Kind,
-		AttrTime: e.CreatedAt.UTC().Format(time.RFC3339Nano), AttrDataContentType: e.ContentType,
+		"specversion": "1.0", "id": e.ID, "source": e.Source, "type": e.Kind,
+		"time": e.CreatedAt.UTC().Format(time.RFC3339Nano), "datacontenttype": e.ContentType,
 	}
 	if e.Key != "" {
-		a[AttrPartitionKey] = e.Key
+		a["partitionkey"] = e.Key
 	}
 	if tp := e.Headers[txinbox.HeaderTraceParent]; tp != "" {
-		a[AttrTraceParent] = tp
+		a[txinbox.HeaderTraceParent] = tp
 		if ts := e.Headers[txinbox.HeaderTraceState]; ts != "" {
-			a[AttrTraceState] = ts
+			a[txinbox.HeaderTraceState] = ts
 		}
 	}
 	return a
@@ -91,7 +77,7 @@ func (e *Event) CloudEvent() map[string]string {
 // accepted: the relay then marks it sent and never hands it over again) or failed. It returns nil
 // when every event was acknowledged, a [*BatchError] (see [Errors]) when some failed, with the error of
 // each event at its index, and any other error when all of them failed. An error wrapped with
-// [Permanent] makes its event dead at once; every other error is retried after the relay's Backoff,
+// [txinbox.Permanent] makes its event dead at once; every other error is retried after the relay's Backoff,
 // until MaxAttempts attempts have started.
 //
 // The events of one call have distinct keys (or none): no event of one call must wait for another,
@@ -157,48 +143,12 @@ func Errors(errs []error) error {
 	return nil
 }
 
-// PermanentError marks a publishing error that no retry can fix (the broker refuses the event
-// itself): the event is dead at once.
-type PermanentError struct{ Err error }
-
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
-
-// Unwrap returns Err.
-func (e *PermanentError) Unwrap() error { return e.Err }
-
-// Permanent wraps err so that its event is dead at once instead of retried. Permanent(nil) is nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &PermanentError{Err: err}
-}
-
-// IsPermanent reports whether err is or wraps a *[PermanentError].
-func IsPermanent(err error) bool {
-	var p *PermanentError
-	return errors.As(err, &p)
-}
-
-// Outcome is how a finished attempt left its event.
-type Outcome string
-
-// The outcomes of an attempt.
-const (
-	// OutcomeSent: the Publisher acknowledged the event; it leaves the queue.
-	OutcomeSent Outcome = "sent"
-	// OutcomeRetry: the attempt failed and the event will be handed over again after its backoff.
-	OutcomeRetry Outcome = "retry"
-	// OutcomeDead: the attempt failed and the event will not be handed over again (a Permanent
-	// error, or MaxAttempts attempts started). It leaves the queue, and the next event of its key
-	// goes.
-	OutcomeDead Outcome = "dead"
-)
-
 // Result is the recorded outcome of one attempt, as an [Observer] sees it.
 type Result struct {
-	Event   Event
-	Outcome Outcome
+	Event Event
+	// Outcome is how the attempt left the event: txinbox.OutcomeSent, txinbox.OutcomeRetry or
+	// txinbox.OutcomeDead.
+	Outcome txinbox.Outcome
 	// Err is the attempt's error: nil when sent.
 	Err error
 	// Duration is the time the Publish call took (0 if the event was not handed over: out of

@@ -15,7 +15,6 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/outbox"
-	"github.com/txinbox/txinbox/worker"
 )
 
 var errAnswerLost = errors.New("test: the connection was lost before the commit's answer came")
@@ -117,7 +116,7 @@ func TestRecordAfterAClaimsLostCommitAnswerRecordsNothingTwice(t *testing.T) {
 		return errors.New("broker unavailable")
 	}), func(c *outbox.RelayConfig) {
 		c.Concurrency, c.DisableListen, c.Observer, c.Logger = 1, true, obs, slog.New(logs)
-		c.Backoff = worker.BackoffFunc(func(int) time.Duration { return time.Hour }) // no second attempt in this test
+		c.Backoff = txinbox.BackoffFunc(func(int) time.Duration { return time.Hour }) // no second attempt in this test
 	})
 	run(t, r)
 	await(t, "the claim carrying the failed attempt's record, its answer lost", lost)
@@ -143,7 +142,7 @@ func TestRecordAfterAClaimsLostCommitAnswerRecordsNothingTwice(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Errorf("%d Publish calls, want 1", n)
 	}
-	if got := obs.heard(); len(got) != 1 || got[0].Outcome != outbox.OutcomeRetry || got[0].Event.Attempt != 1 {
+	if got := obs.heard(); len(got) != 1 || got[0].Outcome != txinbox.OutcomeRetry || got[0].Event.Attempt != 1 {
 		t.Errorf("the Observer heard %+v, want the one recorded retry of attempt 1", got)
 	}
 	if got := logs.messages("taken over"); len(got) != 0 {

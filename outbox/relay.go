@@ -27,7 +27,6 @@ import (
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/worker"
 )
 
 // Defaults and limits of RelayConfig.
@@ -90,9 +89,9 @@ type RelayConfig struct {
 	// MaxAttempts is the number of attempts that may start before an event is dead. Default
 	// DefaultMaxAttempts (10).
 	MaxAttempts int
-	// Backoff sets the delay before a retry (failures counts the failed attempts, from 1). Default
-	// worker.DefaultBackoff (1s, 2s, 4s... capped at 10 minutes, ±20%).
-	Backoff worker.Backoff
+	// Backoff sets the delay before a retry (failures counts the failed attempts, from 1). Default:
+	// txinbox.Exponential{} (1s, 2s, 4s ... capped at 10 minutes, ±20%).
+	Backoff txinbox.Backoff
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Owner names this relay in its claims (outbox_queue.owner). Default hostname:pid:random.
@@ -149,7 +148,7 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 		return bad("HotWindow", fmt.Sprintf("%v must exceed Store.NotifyInterval (%v): events whose notification was debounced would wait a full PollInterval", c.HotWindow, st.NotifyInterval))
 	}
 	if c.Backoff == nil {
-		c.Backoff = worker.DefaultBackoff
+		c.Backoff = txinbox.Exponential{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -583,7 +582,7 @@ func (r *Relay) snoozeFor() time.Duration {
 // finish is the outcome of one claimed event.
 type finish struct {
 	c       *claimed
-	outcome Outcome // or "" for a claim handed back (release)
+	outcome txinbox.Outcome // or "" for a claim handed back (release)
 	err     error
 	delay   time.Duration
 	took    time.Duration
@@ -599,7 +598,7 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 	for i, c := range batch {
 		fs[i].c = c
 		if c.ev.Attempt > r.cfg.MaxAttempts {
-			fs[i].outcome = OutcomeDead
+			fs[i].outcome = txinbox.OutcomeDead
 			fs[i].err = fmt.Errorf("%d attempts started (MaxAttempts %d) and the last never finished: the relay holding it died, hung or lost its connection",
 				c.ev.Attempt-1, r.cfg.MaxAttempts)
 			continue
@@ -621,15 +620,15 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 			f.took, f.err = took, errs[k]
 			switch {
 			case f.err == nil:
-				f.outcome = OutcomeSent
+				f.outcome = txinbox.OutcomeSent
 			case ctx.Err() != nil:
 				f.outcome = "" // stopping: handed back, not charged
-			case IsPermanent(f.err):
-				f.outcome = OutcomeDead
+			case txinbox.IsPermanent(f.err):
+				f.outcome = txinbox.OutcomeDead
 			case f.c.ev.Attempt >= r.cfg.MaxAttempts:
-				f.outcome = OutcomeDead
+				f.outcome = txinbox.OutcomeDead
 			default:
-				f.outcome = OutcomeRetry
+				f.outcome = txinbox.OutcomeRetry
 				f.delay = r.cfg.Backoff.Delay(f.c.failed + 1)
 			}
 		}
@@ -637,20 +636,21 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 	return fs
 }
 
-// traceStart tells the Store's RelayTracer, if any, that events are handed over, and gives each
+// traceStart tells the Store's OperationTracer, if any, that events are handed over, and gives each
 // event the trace context of its hand-over (the Store's Tracer injects it into a copy of its
-// headers). It returns the context of each hand-over (nil without a RelayTracer).
+// headers). It returns the context of each hand-over (nil without an OperationTracer).
 func (r *Relay) traceStart(ctx context.Context, events []Event) []context.Context {
-	t, ok := r.store.Tracer.(txinbox.RelayTracer)
+	t, ok := r.store.Tracer.(txinbox.OperationTracer)
 	if !ok {
 		return nil
 	}
 	ctxs := make([]context.Context, len(events))
 	for i := range events {
 		ev := &events[i]
-		ctxs[i] = t.TraceRelayStart(ctx, txinbox.TraceRelayStartData{
-			Event: txinbox.TraceMessage{ID: ev.ID, Kind: ev.Kind, Headers: ev.Headers},
-			Topic: ev.Topic, Key: ev.Key, Attempt: ev.Attempt,
+		ctxs[i] = t.TraceStart(ctx, txinbox.TraceStart{
+			Op:       txinbox.OpRelay,
+			Messages: []txinbox.TraceMessage{{ID: ev.ID, Kind: ev.Kind, Topic: ev.Topic, Headers: ev.Headers}},
+			Attempt:  ev.Attempt, OrderingKey: ev.Key,
 		})
 		h := make(map[string]string, len(ev.Headers)+2)
 		for k, v := range ev.Headers {
@@ -670,13 +670,13 @@ func (r *Relay) traceEnd(ctxs []context.Context, fs []finish, send []int) {
 	if ctxs == nil {
 		return
 	}
-	t := r.store.Tracer.(txinbox.RelayTracer)
+	t := r.store.Tracer.(txinbox.OperationTracer)
 	for k, i := range send {
-		outcome := string(fs[i].outcome)
+		outcome := fs[i].outcome
 		if outcome == "" {
 			outcome = "released"
 		}
-		t.TraceRelayEnd(ctxs[k], txinbox.TraceRelayEndData{Outcome: outcome, Err: fs[i].err})
+		t.TraceEnd(ctxs[k], txinbox.TraceEnd{Op: txinbox.OpRelay, Outcome: outcome, Err: fs[i].err})
 	}
 }
 
@@ -765,7 +765,7 @@ func (r *Relay) newRecordInClaim(fs []finish) *recordInClaim {
 func leftKeys(fs []finish, recorded map[int64]bool) []string {
 	var keys []string
 	for _, f := range fs {
-		if (recorded == nil || recorded[f.c.id]) && (f.outcome == OutcomeSent || f.outcome == OutcomeDead) &&
+		if (recorded == nil || recorded[f.c.id]) && (f.outcome == txinbox.OutcomeSent || f.outcome == txinbox.OutcomeDead) &&
 			f.c.ev.Key != "" && !slices.Contains(keys, f.c.ev.Key) {
 			keys = append(keys, f.c.ev.Key)
 		}
@@ -828,10 +828,10 @@ func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 			continue
 		}
 		switch f.outcome {
-		case OutcomeDead:
+		case txinbox.OutcomeDead:
 			r.cfg.Logger.Warn("txinbox: outbox event is dead", "schema", r.store.Schema, "event_id", f.c.ev.ID,
 				"topic", f.c.ev.Topic, "key", f.c.ev.Key, "attempt", f.c.ev.Attempt, "err", f.err)
-		case OutcomeRetry:
+		case txinbox.OutcomeRetry:
 			r.cfg.Logger.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.store.Schema,
 				"event_id", f.c.ev.ID, "topic", f.c.ev.Topic, "attempt", f.c.ev.Attempt, "retry_in", f.delay, "err", f.err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -36,7 +37,7 @@ func TestRotationRemovesSentEventsPastTheWindowKeepsTheRest(t *testing.T) {
 		outbox.Message{Topic: "waiting", Payload: []byte(`{}`), NotBefore: later}, outbox.Message{Topic: "claimed", Payload: []byte(`{}`), NotBefore: later})
 	rec := newRecorder(t, func(ev outbox.Event) error {
 		if ev.Topic == "dead" {
-			return outbox.Permanent(errors.New("refused"))
+			return txinbox.Permanent(errors.New("refused"))
 		}
 		return nil
 	})

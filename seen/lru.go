@@ -10,10 +10,10 @@ import (
 	"github.com/txinbox/txinbox"
 )
 
-// Defaults of LRUConfig.
+// Defaults of LRUConfig (documented on its fields).
 const (
-	DefaultLRUMaxEntries = 100_000
-	DefaultLRUMaxBytes   = 32 << 20
+	defaultLRUMaxEntries = 100_000
+	defaultLRUMaxBytes   = 32 << 20
 )
 
 // lruEntryOverhead is what an entry costs beside its schema, consumer and key strings: the entry,
@@ -22,10 +22,10 @@ const lruEntryOverhead = 160
 
 // LRUConfig bounds an LRU. The zero value is valid.
 type LRUConfig struct {
-	// MaxEntries is the most entries kept. Default: DefaultLRUMaxEntries (100,000).
+	// MaxEntries is the most entries kept. Default: 100,000.
 	MaxEntries int
 	// MaxBytes bounds the memory of the entries: each counts its schema, consumer and key bytes plus
-	// 160 bytes of bookkeeping. Default: DefaultLRUMaxBytes (32 MiB).
+	// 160 bytes of bookkeeping. Default: 32 MiB.
 	MaxBytes int64
 }
 
@@ -57,10 +57,10 @@ func NewLRU(cfg LRUConfig) (*LRU, error) {
 		return nil, &txinbox.ConfigError{Field: "MaxEntries/MaxBytes", Reason: "must not be negative"}
 	}
 	if cfg.MaxEntries == 0 {
-		cfg.MaxEntries = DefaultLRUMaxEntries
+		cfg.MaxEntries = defaultLRUMaxEntries
 	}
 	if cfg.MaxBytes == 0 {
-		cfg.MaxBytes = DefaultLRUMaxBytes
+		cfg.MaxBytes = defaultLRUMaxBytes
 	}
 	c := &LRU{maxBytes: cfg.MaxBytes, now: time.Now}
 	l, err := simplelru.NewLRU(cfg.MaxEntries, func(k Key, _ lruEntry) { c.bytes -= lruSize(k) })
@@ -130,8 +130,8 @@ func (c *LRU) Len() int {
 	return c.lru.Len()
 }
 
-// Bytes returns the bytes the entries are counted for (see LRUConfig.MaxBytes).
-func (c *LRU) Bytes() int64 {
+// bytesHeld returns the bytes the entries are counted for (see LRUConfig.MaxBytes).
+func (c *LRU) bytesHeld() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.bytes

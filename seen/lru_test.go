@@ -43,16 +43,16 @@ func TestLRUCacheBounds(t *testing.T) {
 	}
 	// A long key takes the room of two short ones.
 	lruPut(t, c, 0, strings.Repeat("x", lruEntryOverhead), time.Minute)
-	if c.Bytes() > 3*(lruEntryOverhead+5) || c.Len() != 2 {
-		t.Fatalf("bytes bound: %d bytes in %d entries", c.Bytes(), c.Len())
+	if c.bytesHeld() > 3*(lruEntryOverhead+5) || c.Len() != 2 {
+		t.Fatalf("bytes bound: %d bytes in %d entries", c.bytesHeld(), c.Len())
 	}
 	lruPut(t, c, 0, "short", time.Second)
 	now = now.Add(time.Second)
 	if lruHas(t, c, "short") {
 		t.Fatal("an entry outlived its TTL")
 	}
-	if err := c.Invalidate(context.Background()); err != nil || c.Len() != 0 || c.Bytes() != 0 {
-		t.Fatalf("after Invalidate: %d entries, %d bytes, %v", c.Len(), c.Bytes(), err)
+	if err := c.Invalidate(context.Background()); err != nil || c.Len() != 0 || c.bytesHeld() != 0 {
+		t.Fatalf("after Invalidate: %d entries, %d bytes, %v", c.Len(), c.bytesHeld(), err)
 	}
 	lruPut(t, c, 0, "late", time.Minute) // made in the old epoch
 	if lruHas(t, c, "late") {

@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// DefaultTimeout is inbox.Config.SeenTimeout when it is zero: the bound of each Cache call.
-const DefaultTimeout = 100 * time.Millisecond
+// defaultTimeout is Invalidate's timeout when it is not positive.
+const defaultTimeout = 100 * time.Millisecond
 
 // Key names one dedup record in a [Cache]: the Client's schema, the consumer and the idempotency
 // key. A cache shared by Clients of several databases needs one key space (a Redis prefix, say) per
@@ -26,24 +26,13 @@ type Key struct {
 type Entry struct {
 	// ID is the stored message holding the key when the entry was made.
 	ID int64
-	// Fingerprint is [Fingerprint] of the kind and payload of a message the database accepted for
-	// the key (inserted, or reported as its Duplicate).
+	// Fingerprint is the SHA-256 of the kind, "\n" and the payload's exact bytes of a message the
+	// database accepted for the key (inserted, or reported as its Duplicate). It is not the
+	// database's fingerprint, which hashes the payload's jsonb text: two payloads that differ only in
+	// white space or key order have different Fingerprints, and a message whose Fingerprint differs
+	// from its cache entry's is sent to the database, which decides between Duplicate and Conflict.
+	// So a cache hit is only ever byte-identical to an accepted message.
 	Fingerprint [sha256.Size]byte
-}
-
-// Fingerprint returns the fingerprint an [Entry] holds: SHA-256 of kind, "\n" and the payload's
-// exact bytes. It is not the database's fingerprint, which hashes the payload's jsonb text: two
-// payloads that differ only in white space or key order have different Fingerprints, and a message
-// whose Fingerprint differs from its cache entry's is sent to the database, which decides between
-// Duplicate and Conflict. So a cache hit is only ever byte-identical to an accepted message.
-func Fingerprint(kind string, payload []byte) [sha256.Size]byte {
-	h := sha256.New()
-	h.Write([]byte(kind))
-	h.Write([]byte{'\n'})
-	h.Write(payload)
-	var f [sha256.Size]byte
-	h.Sum(f[:0])
-	return f
 }
 
 // Cache is a seen-key cache in front of the inbox table (inbox.Config.SeenCache). The inbox Client
@@ -99,14 +88,14 @@ type Observer interface {
 }
 
 // Invalidate starts a new epoch of c after rows were deleted early, so that no deleted key is
-// answered from it; it waits at most timeout, even if ctx has ended, and reports an error to o (which
-// may be nil) only. A nil c does nothing.
+// answered from it; it waits at most timeout (100ms if timeout is not positive), even if ctx has
+// ended, and reports an error to o (which may be nil) only. A nil c does nothing.
 func Invalidate(ctx context.Context, c Cache, timeout time.Duration, o Observer) {
 	if c == nil {
 		return
 	}
 	if timeout <= 0 {
-		timeout = DefaultTimeout
+		timeout = defaultTimeout
 	}
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/txinboxtest"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -19,7 +20,7 @@ type OrderPaid struct {
 // creditOrder is the application's handler: it credits the order once, in the worker's transaction.
 func creditOrder(ctx context.Context, tx pgx.Tx, m *worker.Message[OrderPaid]) error {
 	if m.Payload.AmountCents <= 0 {
-		return worker.Permanent(fmt.Errorf("order %s: amount %d", m.Payload.OrderID, m.Payload.AmountCents))
+		return txinbox.Permanent(fmt.Errorf("order %s: amount %d", m.Payload.OrderID, m.Payload.AmountCents))
 	}
 	_, err := tx.Exec(ctx, "INSERT INTO credits (order_id, cents) VALUES ($1, $2)", m.Payload.OrderID, m.Payload.AmountCents)
 	if err != nil {
@@ -55,7 +56,7 @@ func Example() {
 	bad := txinboxtest.RunHandler(t, db.Pool, creditOrder, worker.Message[OrderPaid]{
 		Payload: OrderPaid{OrderID: "o-2", AmountCents: -1},
 	})
-	fmt.Println("permanent:", worker.IsPermanent(bad.Err))
+	fmt.Println("permanent:", txinbox.IsPermanent(bad.Err))
 	// Output:
 	// credited 500 result {"credited":500}
 	// permanent: true

@@ -99,8 +99,8 @@ type Run struct {
 	// Tx is the test transaction the handler ran in. It stays open until the test ends, so the test
 	// can read through it what the handler wrote; it is then rolled back. The test must not commit it.
 	Tx pgx.Tx
-	// Err is what the handler returned: nil, an error, or a [worker.Permanent] one (check with
-	// [worker.IsPermanent]). It is also a permanent error, without calling the handler, when the
+	// Err is what the handler returned: nil, an error, or a [txinbox.Permanent] one (check with
+	// [txinbox.IsPermanent]). It is also a permanent error, without calling the handler, when the
 	// payload does not decode into the handler's type; and the error of the savepoint's release when
 	// the handler returned nil after a statement of its failed (the worker records a failure then too).
 	Err error
@@ -192,7 +192,7 @@ func message[T any](t testing.TB, msg worker.Message[T]) (*worker.Message[T], er
 		m.RawPayload = b
 	}
 	if err := json.Unmarshal(m.RawPayload, &m.Payload); err != nil {
-		return nil, worker.Permanent(fmt.Errorf("txinboxtest: payload does not decode into %T: %w", m.Payload, err))
+		return nil, txinbox.Permanent(fmt.Errorf("txinboxtest: payload does not decode into %T: %w", m.Payload, err))
 	}
 	return m, nil
 }

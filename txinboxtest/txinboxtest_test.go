@@ -177,7 +177,7 @@ func TestRunHandlerUndecodablePayloadIsPermanent(t *testing.T) {
 		t.Error("the handler ran on an undecodable payload")
 		return nil
 	}, worker.Message[credit]{RawPayload: []byte(`{"cents": "many"}`)})
-	if !worker.IsPermanent(run.Err) {
+	if !txinbox.IsPermanent(run.Err) {
 		t.Fatalf("Err = %v, want a permanent error", run.Err)
 	}
 }

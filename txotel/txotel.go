@@ -51,19 +51,15 @@ type Config struct {
 const maxLinks = 128
 
 // Tracer is a txinbox.Tracer that makes OpenTelemetry spans (see the package documentation). It
-// implements txinbox.ReceiveTracer, txinbox.HandleTracer, txinbox.PublishTracer and
-// txinbox.RelayTracer, and is safe for concurrent use.
+// implements txinbox.OperationTracer, and is safe for concurrent use.
 type Tracer struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
 }
 
 var (
-	_ txinbox.Tracer        = (*Tracer)(nil)
-	_ txinbox.ReceiveTracer = (*Tracer)(nil)
-	_ txinbox.HandleTracer  = (*Tracer)(nil)
-	_ txinbox.PublishTracer = (*Tracer)(nil)
-	_ txinbox.RelayTracer   = (*Tracer)(nil)
+	_ txinbox.Tracer          = (*Tracer)(nil)
+	_ txinbox.OperationTracer = (*Tracer)(nil)
 )
 
 // New returns a Tracer.
@@ -83,9 +79,9 @@ func (t *Tracer) Inject(ctx context.Context, headers map[string]string) {
 	t.prop.Inject(ctx, propagation.MapCarrier(headers))
 }
 
-// Extract returns ctx carrying the trace context of headers (names matched without regard to case,
+// extract returns ctx carrying the trace context of headers (names matched without regard to case,
 // as brokers and HTTP may change it), or ctx if they hold none.
-func (t *Tracer) Extract(ctx context.Context, headers map[string]string) context.Context {
+func (t *Tracer) extract(ctx context.Context, headers map[string]string) context.Context {
 	if len(headers) == 0 {
 		return ctx
 	}
@@ -94,7 +90,7 @@ func (t *Tracer) Extract(ctx context.Context, headers map[string]string) context
 
 // remote returns the span context that headers carry; it is not valid if they carry none.
 func (t *Tracer) remote(headers map[string]string) trace.SpanContext {
-	return trace.SpanContextFromContext(t.Extract(context.Background(), headers))
+	return trace.SpanContextFromContext(t.extract(context.Background(), headers))
 }
 
 // links returns a link to the trace context of each message that carries one, at most maxLinks.
@@ -111,9 +107,68 @@ func (t *Tracer) links(msgs []txinbox.TraceMessage) []trace.Link {
 	return links
 }
 
-// TraceReceiveStart implements txinbox.ReceiveTracer: a "txinbox.receive" span, a child of ctx,
-// linked to the trace context of each message that carries one.
-func (t *Tracer) TraceReceiveStart(ctx context.Context, d txinbox.TraceReceiveStartData) context.Context {
+// TraceStart implements txinbox.OperationTracer: it starts the operation's span (see the package
+// documentation) and returns ctx carrying it.
+//
+//   - OpReceive: a "txinbox.receive" span, a child of ctx, linked to the trace context of each
+//     message that carries one;
+//   - OpHandle: a "txinbox.handle" span whose parent is the trace context in the message's headers
+//     (ctx's span if there is none), or, for a batch handler, a "txinbox.handle_batch" span, a child
+//     of ctx linked to each message's trace context;
+//   - OpPublish: a "txinbox.publish" span, a child of ctx, whose context is recorded with the events;
+//   - OpRelay: a "txinbox.relay" span, a child of the trace context recorded with the event (ctx's
+//     span if there is none).
+//
+// Another Op starts no span: ctx is returned as it is.
+func (t *Tracer) TraceStart(ctx context.Context, d txinbox.TraceStart) context.Context {
+	switch d.Op {
+	case txinbox.OpReceive:
+		return t.receiveStart(ctx, d)
+	case txinbox.OpHandle:
+		return t.handleStart(ctx, d)
+	case txinbox.OpPublish:
+		return t.publishStart(ctx, d)
+	case txinbox.OpRelay:
+		return t.relayStart(ctx, d)
+	}
+	return ctx
+}
+
+// TraceEnd implements txinbox.OperationTracer: it ends the span TraceStart started, with the
+// operation's outcome as its attributes and an error status if it failed.
+func (t *Tracer) TraceEnd(ctx context.Context, d txinbox.TraceEnd) {
+	span := trace.SpanFromContext(ctx)
+	switch d.Op {
+	case txinbox.OpReceive:
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int("txinbox.inserted", d.Inserted), attribute.Int("txinbox.duplicates", d.Duplicates),
+				attribute.Int("txinbox.conflicts", d.Conflicts))
+		}
+	case txinbox.OpHandle:
+		if span.IsRecording() {
+			if d.Outcome != "" {
+				span.SetAttributes(attribute.String("txinbox.outcome", string(d.Outcome)))
+			}
+			if d.Reason != "" {
+				span.SetAttributes(attribute.String("txinbox.reason", d.Reason))
+			}
+		}
+	case txinbox.OpPublish:
+		if span.IsRecording() && len(d.EventIDs) == 1 {
+			span.SetAttributes(attribute.String("messaging.message.id", d.EventIDs[0]))
+		}
+	case txinbox.OpRelay:
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("txinbox.outcome", string(d.Outcome)))
+		}
+	default:
+		return // TraceStart started no span
+	}
+	end(span, d.Err)
+}
+
+// receiveStart starts the span of an OpReceive.
+func (t *Tracer) receiveStart(ctx context.Context, d txinbox.TraceStart) context.Context {
 	ctx, span := t.tracer.Start(ctx, "txinbox.receive", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithLinks(t.links(d.Messages)...))
 	if span.IsRecording() {
@@ -130,36 +185,28 @@ func (t *Tracer) TraceReceiveStart(ctx context.Context, d txinbox.TraceReceiveSt
 	return ctx
 }
 
-// TraceReceiveEnd implements txinbox.ReceiveTracer.
-func (t *Tracer) TraceReceiveEnd(ctx context.Context, d txinbox.TraceReceiveEndData) {
-	span := trace.SpanFromContext(ctx)
-	if span.IsRecording() {
-		span.SetAttributes(attribute.Int("txinbox.inserted", d.Inserted), attribute.Int("txinbox.duplicates", d.Duplicates),
-			attribute.Int("txinbox.conflicts", d.Conflicts))
-	}
-	end(span, d.Err)
-}
-
-// TraceHandleStart implements txinbox.HandleTracer: a "txinbox.handle" span whose parent is the trace
-// context in the message's headers (ctx's span if there is none), or, for a batch handler, a
-// "txinbox.handle_batch" span, a child of ctx linked to each message's trace context.
-func (t *Tracer) TraceHandleStart(ctx context.Context, d txinbox.TraceHandleStartData) context.Context {
+// handleStart starts the span of an OpHandle.
+func (t *Tracer) handleStart(ctx context.Context, d txinbox.TraceStart) context.Context {
 	var span trace.Span
 	if d.Batch {
 		ctx, span = t.tracer.Start(ctx, "txinbox.handle_batch", trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithLinks(t.links(d.Messages)...))
 	} else {
 		if len(d.Messages) == 1 {
-			ctx = t.Extract(ctx, d.Messages[0].Headers)
+			ctx = t.extract(ctx, d.Messages[0].Headers)
 		}
 		ctx, span = t.tracer.Start(ctx, "txinbox.handle", trace.WithSpanKind(trace.SpanKindConsumer))
 	}
 	if span.IsRecording() {
+		var kind string
+		if len(d.Messages) > 0 {
+			kind = d.Messages[0].Kind // every message of a call has the same kind
+		}
 		span.SetAttributes(
 			attribute.String("messaging.system", "txinbox"),
 			attribute.String("messaging.operation.type", "process"),
 			attribute.String("messaging.consumer.group.name", d.Consumer),
-			attribute.String("txinbox.kind", d.Kind),
+			attribute.String("txinbox.kind", kind),
 			attribute.Int("txinbox.attempt", d.Attempt),
 		)
 		if d.Batch {
@@ -174,75 +221,45 @@ func (t *Tracer) TraceHandleStart(ctx context.Context, d txinbox.TraceHandleStar
 	return ctx
 }
 
-// TraceHandleEnd implements txinbox.HandleTracer.
-func (t *Tracer) TraceHandleEnd(ctx context.Context, d txinbox.TraceHandleEndData) {
-	span := trace.SpanFromContext(ctx)
-	if span.IsRecording() {
-		if d.Outcome != "" {
-			span.SetAttributes(attribute.String("txinbox.outcome", d.Outcome))
-		}
-		if d.Reason != "" {
-			span.SetAttributes(attribute.String("txinbox.reason", d.Reason))
-		}
-	}
-	end(span, d.Err)
-}
-
-// TracePublishStart implements txinbox.PublishTracer: a "txinbox.publish" span, a child of ctx,
-// whose context is recorded with the events.
-func (t *Tracer) TracePublishStart(ctx context.Context, d txinbox.TracePublishStartData) context.Context {
+// publishStart starts the span of an OpPublish.
+func (t *Tracer) publishStart(ctx context.Context, d txinbox.TraceStart) context.Context {
 	ctx, span := t.tracer.Start(ctx, "txinbox.publish", trace.WithSpanKind(trace.SpanKindProducer))
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String("messaging.system", "txinbox"),
 			attribute.String("messaging.operation.type", "create"),
-			attribute.Int("messaging.batch.message_count", len(d.Topics)),
+			attribute.Int("messaging.batch.message_count", len(d.Messages)),
 		)
-		if len(d.Topics) > 0 {
-			span.SetAttributes(attribute.String("messaging.destination.name", d.Topics[0]),
-				attribute.String("txinbox.kind", d.Kinds[0]))
+		if len(d.Messages) > 0 {
+			span.SetAttributes(attribute.String("messaging.destination.name", d.Messages[0].Topic),
+				attribute.String("txinbox.kind", d.Messages[0].Kind))
 		}
 	}
 	return ctx
 }
 
-// TracePublishEnd implements txinbox.PublishTracer.
-func (t *Tracer) TracePublishEnd(ctx context.Context, d txinbox.TracePublishEndData) {
-	span := trace.SpanFromContext(ctx)
-	if span.IsRecording() && len(d.EventIDs) == 1 {
-		span.SetAttributes(attribute.String("messaging.message.id", d.EventIDs[0]))
+// relayStart starts the span of an OpRelay.
+func (t *Tracer) relayStart(ctx context.Context, d txinbox.TraceStart) context.Context {
+	var ev txinbox.TraceMessage
+	if len(d.Messages) > 0 {
+		ev = d.Messages[0]
 	}
-	end(span, d.Err)
-}
-
-// TraceRelayStart implements txinbox.RelayTracer: a "txinbox.relay" span, a child of the trace
-// context recorded with the event (ctx's span if there is none).
-func (t *Tracer) TraceRelayStart(ctx context.Context, d txinbox.TraceRelayStartData) context.Context {
-	ctx = t.Extract(ctx, d.Event.Headers)
+	ctx = t.extract(ctx, ev.Headers)
 	ctx, span := t.tracer.Start(ctx, "txinbox.relay", trace.WithSpanKind(trace.SpanKindProducer))
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String("messaging.system", "txinbox"),
 			attribute.String("messaging.operation.type", "send"),
-			attribute.String("messaging.destination.name", d.Topic),
-			attribute.String("messaging.message.id", d.Event.ID),
-			attribute.String("txinbox.kind", d.Event.Kind),
+			attribute.String("messaging.destination.name", ev.Topic),
+			attribute.String("messaging.message.id", ev.ID),
+			attribute.String("txinbox.kind", ev.Kind),
 			attribute.Int("txinbox.attempt", d.Attempt),
 		)
-		if d.Key != "" {
-			span.SetAttributes(attribute.String("txinbox.ordering_key", d.Key))
+		if d.OrderingKey != "" {
+			span.SetAttributes(attribute.String("txinbox.ordering_key", d.OrderingKey))
 		}
 	}
 	return ctx
-}
-
-// TraceRelayEnd implements txinbox.RelayTracer.
-func (t *Tracer) TraceRelayEnd(ctx context.Context, d txinbox.TraceRelayEndData) {
-	span := trace.SpanFromContext(ctx)
-	if span.IsRecording() {
-		span.SetAttributes(attribute.String("txinbox.outcome", d.Outcome))
-	}
-	end(span, d.Err)
 }
 
 // end ends span, with an error status if err is not nil.

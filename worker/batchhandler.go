@@ -38,7 +38,7 @@ const (
 // When it returns an error, the call's writes are rolled back and the pool isolates the failing
 // messages by bisection: it calls the handler again on halves of the set, each call in a savepoint
 // of its own, down to single messages. Only the messages that fail alone are charged a failure
-// (retried after Backoff, dead after MaxAttempts; a [Permanent] error returned for a single message
+// (retried after Backoff, dead after MaxAttempts; a [txinbox.Permanent] error returned for a single message
 // makes it dead at once); the others complete. With k failing messages among n, that costs at most
 // k·(⌈log2 n⌉+2)+1 calls. A handler that knows which messages failed returns a [BatchErrors]
 // instead: those are charged and the rest is called again without bisecting.
@@ -71,7 +71,7 @@ const (
 type BatchHandlerFunc[T any] func(ctx context.Context, tx pgx.Tx, msgs []*Message[T]) error
 
 // BatchErrors is an error a [BatchHandlerFunc] may return to say which of its messages failed, by
-// [Message.ID], each with its own error (wrap it with [Permanent] to make that message dead at once).
+// [Message.ID], each with its own error (wrap it with [txinbox.Permanent] to make that message dead at once).
 // The call's writes are rolled back; the messages named are charged their error, and the handler is
 // called again, in a new savepoint, with the other messages of the call, without bisecting. IDs that
 // are not in the call are ignored; a BatchErrors naming none of the call's messages is an ordinary
@@ -158,7 +158,7 @@ func HandleBatch[T any](hs *Handlers, kind string, fn BatchHandlerFunc[T], cfg .
 				PreviousError: c.PreviousError, ReceivedAt: c.ReceivedAt, result: result,
 			}
 			if err := decode(c.Payload, &m.Payload, strict); err != nil {
-				return nil, Permanent(decodeError{fmt.Errorf("payload does not decode into %T: %w", m.Payload, err)})
+				return nil, txinbox.Permanent(decodeError{fmt.Errorf("payload does not decode into %T: %w", m.Payload, err)})
 			}
 			return m, nil
 		},

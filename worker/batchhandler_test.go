@@ -32,7 +32,7 @@ func batchPool(t *testing.T, e *env, db txinbox.DB, hs *worker.Handlers, mod fun
 		db = e.Pool
 	}
 	cfg := worker.Config{Consumer: "ledger", Handlers: hs, PollInterval: 20 * time.Millisecond,
-		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -157,7 +157,7 @@ func TestBatchHandlerBatchErrorsSkipBisection(t *testing.T) {
 		for _, m := range msgs {
 			switch m.Key {
 			case "b-7":
-				failed[m.ID] = worker.Permanent(errors.New("rejected"))
+				failed[m.ID] = txinbox.Permanent(errors.New("rejected"))
 			case "b-30":
 				failed[m.ID] = errors.New("try later")
 			}

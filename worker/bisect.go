@@ -182,7 +182,7 @@ func compareIDs(a, b int64) int {
 // complete records items as completed by the call r.
 func (b *batchCall) complete(items []*batchItem, r callResult) {
 	for _, it := range items {
-		b.decided = append(b.decided, &finish{c: it.c, outcome: OutcomeCompleted, result: it.result, elapsed: r.elapsed})
+		b.decided = append(b.decided, &finish{c: it.c, outcome: txinbox.OutcomeCompleted, result: it.result, elapsed: r.elapsed})
 	}
 }
 
@@ -323,7 +323,7 @@ func (b *batchCall) ended(ctx context.Context, items []*batchItem) error {
 	}
 	for _, it := range items {
 		f := &finish{c: it.c}
-		b.p.fail(f, it.c, Permanent(fmt.Errorf("the batch handler ended the batch transaction itself (COMMIT or ROLLBACK through tx.Conn() or a statement) in a call of %d messages, "+
+		b.p.fail(f, it.c, txinbox.Permanent(fmt.Errorf("the batch handler ended the batch transaction itself (COMMIT or ROLLBACK through tx.Conn() or a statement) in a call of %d messages, "+
 			"which it must not do; that transaction %s", len(items), txFate(status))), ReasonError)
 		e.also = append(e.also, f)
 	}
@@ -349,7 +349,7 @@ func (p *Pool) outOfAttempts(c *claimed, h *handler) *finish {
 	if c.Attempt <= maxAttempts {
 		return nil
 	}
-	f := &finish{c: c, outcome: OutcomeDead, reason: ReasonCrashed, uncount: true}
+	f := &finish{c: c, outcome: txinbox.OutcomeDead, reason: ReasonCrashed, uncount: true}
 	f.cause = fmt.Errorf("gave up after %d attempts: the last one never finished (its worker crashed, hung or lost its connection); previous error: %s", maxAttempts, c.PreviousError)
 	f.err = truncateError(f.cause.Error())
 	return f
@@ -364,25 +364,25 @@ func callBatch(ctx context.Context, h *handler, tx pgx.Tx, msgs []any) (err erro
 	return h.batch.call(ctx, tx, msgs)
 }
 
-// traceBatchStart tells the Store's HandleTracer, if any, that a batch handler call of items
+// traceBatchStart tells the Store's OperationTracer, if any, that a batch handler call of items
 // starts, and returns the context the handler runs in.
 func (p *Pool) traceBatchStart(ctx context.Context, items []*batchItem) context.Context {
 	if p.tracer == nil {
 		return ctx
 	}
 	c := items[0].c
-	d := txinbox.TraceHandleStartData{Consumer: c.Consumer, Kind: c.Kind, Attempt: c.Attempt, Batch: true,
+	d := txinbox.TraceStart{Op: txinbox.OpHandle, Consumer: c.Consumer, Attempt: c.Attempt, Batch: true,
 		Messages: make([]txinbox.TraceMessage, len(items))}
 	for i, it := range items {
 		d.Messages[i] = txinbox.TraceMessage{ID: it.c.Key, Kind: it.c.Kind, Headers: it.c.Headers}
 	}
-	return p.tracer.TraceHandleStart(ctx, d)
+	return p.tracer.TraceStart(ctx, d)
 }
 
-// traceBatchEnd tells the HandleTracer that a batch handler call ended with r.
+// traceBatchEnd tells the OperationTracer that a batch handler call ended with r.
 func (p *Pool) traceBatchEnd(ctx context.Context, r callResult) {
 	if p.tracer == nil {
 		return
 	}
-	p.tracer.TraceHandleEnd(ctx, txinbox.TraceHandleEndData{Reason: string(r.reason), Err: r.err})
+	p.tracer.TraceEnd(ctx, txinbox.TraceEnd{Op: txinbox.OpHandle, Reason: string(r.reason), Err: r.err})
 }

@@ -99,8 +99,8 @@
 //
 // Config.Logger receives the pool's logs (log/slog). Config.Observer is told about every finished
 // attempt (package metrics counts them for Prometheus). With a Store.Tracer that implements
-// txinbox.HandleTracer, each handler call is reported to it, with the message's headers, and the
-// handler's ctx derives from the context it returns: package txotel makes an OpenTelemetry span,
+// txinbox.OperationTracer, each handler call is reported to it (txinbox.OpHandle), with the
+// message's headers, and the handler's ctx derives from the context it returns: package txotel makes an OpenTelemetry span,
 // "txinbox.handle", whose parent is the trace context in the message's headers (traceparent), so
 // that the handler's work joins the trace of whoever sent the message (for a batch handler,
 // "txinbox.handle_batch", linked to each message's trace context).

@@ -1,34 +1,23 @@
 package worker
 
-import "time"
+import (
+	"time"
 
-// Outcome is how a finished attempt left its message.
-type Outcome string
-
-// The outcomes of an attempt.
-const (
-	// OutcomeCompleted: the handler returned nil; its writes and the "completed" mark committed together.
-	OutcomeCompleted Outcome = "completed"
-	// OutcomeRetry: the attempt failed and the message will be tried again after its backoff.
-	OutcomeRetry Outcome = "retry"
-	// OutcomeDead: the attempt failed and the message will not be tried again (a dead letter, kept for
-	// replay or discard).
-	OutcomeDead Outcome = "dead"
+	"github.com/txinbox/txinbox"
 )
 
-// Reason says why an attempt failed. It is ReasonNone for a completed attempt.
+// Reason says why an attempt failed. It is "" for a completed attempt.
 type Reason string
 
 // The reasons of a failed attempt.
 const (
-	ReasonNone Reason = ""
 	// ReasonError: the handler returned an error.
 	ReasonError Reason = "error"
 	// ReasonPanic: the handler panicked (recovered; the error holds the stack).
 	ReasonPanic Reason = "panic"
 	// ReasonTimeout: the handler's context ended at its Timeout.
 	ReasonTimeout Reason = "timeout"
-	// ReasonPermanent: the handler returned a Permanent error (dead at once).
+	// ReasonPermanent: the handler returned a txinbox.Permanent error (dead at once).
 	ReasonPermanent Reason = "permanent"
 	// ReasonDecode: the payload does not decode into the handler's type (dead at once).
 	ReasonDecode Reason = "decode"
@@ -52,11 +41,12 @@ type HandleEvent struct {
 	// ID is the message's id (inbox.Receipt.ID) and Key its idempotency key.
 	ID  int64
 	Key string
-	// Outcome is how the attempt left the message.
-	Outcome Outcome
-	// Reason is why the attempt failed; ReasonNone when completed.
+	// Outcome is how the attempt left the message: txinbox.OutcomeCompleted, txinbox.OutcomeRetry or
+	// txinbox.OutcomeDead.
+	Outcome txinbox.Outcome
+	// Reason is why the attempt failed; "" when completed.
 	Reason Reason
-	// Err is the attempt's error (nil when completed): what the handler returned, a *PermanentError, a
+	// Err is the attempt's error (nil when completed): what the handler returned, a *txinbox.PermanentError, a
 	// recovered panic, a timeout, a decode error, ErrUnknownKind, or, for ReasonCrashed, the error
 	// recorded by the last attempt that finished. Its text is what the message records as last_error
 	// (cut to 8 KiB).

@@ -45,7 +45,7 @@ func handleAll(db *pgxpool.Pool, schema string, handlers *worker.Handlers, msgs 
 		panic(err)
 	}
 	for completed := 0; completed < len(msgs); {
-		if e := <-events; e.Outcome == worker.OutcomeCompleted {
+		if e := <-events; e.Outcome == txinbox.OutcomeCompleted {
 			completed++
 		}
 	}
@@ -226,7 +226,7 @@ func Example_outsideEffect() {
 		}
 		_, err := tx.Exec(ctx, "INSERT INTO "+welcomed+" VALUES ($1)", m.Payload.Email)
 		return err
-	}, worker.HandlerConfig{Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
+	}, worker.HandlerConfig{Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	handleAll(db, schema, handlers,
 		inbox.Message{Key: "signup-42", Kind: "SignedUp", Payload: []byte(`{"email": "ada@example.com"}`)})
 

@@ -41,7 +41,7 @@ func Example_orderingKey() {
 		}
 		fmt.Println(m.Payload.Seq, m.Payload.Action, "attempt", m.Attempt)
 		return nil
-	}, worker.HandlerConfig{Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
+	}, worker.HandlerConfig{Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	events := make(eventLog, 16)
 	pool, err := worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{Consumer: "accounts", Handlers: handlers,
 		Concurrency: 4, Observer: events})
@@ -66,7 +66,7 @@ func Example_orderingKey() {
 	}
 	defer func() { _ = pool.Stop(ctx) }()
 	for completed := 0; completed < len(msgs); {
-		if e := <-events; e.Outcome == worker.OutcomeCompleted {
+		if e := <-events; e.Outcome == txinbox.OutcomeCompleted {
 			completed++
 		}
 	}

@@ -44,7 +44,7 @@ func ExamplePermanent() {
 	handlers := worker.NewHandlers()
 	worker.Handle(handlers, "ChargeCard", func(ctx context.Context, tx pgx.Tx, m *worker.Message[cardCharge]) error {
 		if m.Payload.Card == "4000-0000-0000-0002" {
-			return worker.Permanent(errors.New("card declined"))
+			return txinbox.Permanent(errors.New("card declined"))
 		}
 		return nil
 	})
@@ -65,7 +65,7 @@ func ExamplePermanent() {
 		panic(err)
 	}
 	e := <-events
-	fmt.Println("attempt", e.Attempt, "->", e.Outcome, e.Reason, worker.IsPermanent(e.Err))
+	fmt.Println("attempt", e.Attempt, "->", e.Outcome, e.Reason, txinbox.IsPermanent(e.Err))
 	fmt.Println("error:", e.Err)
 
 	m, err := ops.GetMessage(ctx, r.ID)

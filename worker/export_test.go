@@ -1,6 +1,10 @@
 package worker
 
-import "time"
+import (
+	"time"
+
+	"github.com/txinbox/txinbox"
+)
 
 // SetClaimHook makes fn run in p after each claim that took messages and before their handlers run,
 // in the batch transaction that claimed them (nil removes it), with p and the keys of the claimed
@@ -36,3 +40,6 @@ func LeaseOf(p *Pool) time.Duration { return p.cfg.Lease }
 
 // ClaimTimeoutOf returns p's Config.ClaimTimeout after defaults.
 func ClaimTimeoutOf(p *Pool) time.Duration { return p.cfg.ClaimTimeout }
+
+// BackoffOf returns p's Config.Backoff after defaults.
+func BackoffOf(p *Pool) txinbox.Backoff { return p.cfg.Backoff }

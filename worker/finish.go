@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 )
@@ -19,10 +20,10 @@ import (
 // finish is the recorded outcome of one message of a batch.
 type finish struct {
 	c       *claimed
-	outcome Outcome // recorded by FinishBatch
-	reason  Reason  // for the Observer and the logs
-	cause   error   // the attempt's error (nil when completed)
-	err     string  // cause as stored: last_error
+	outcome txinbox.Outcome // recorded by FinishBatch
+	reason  Reason          // for the Observer and the logs
+	cause   error           // the attempt's error (nil when completed)
+	err     string          // cause as stored: last_error
 	result  []byte
 	delay   time.Duration
 	uncount bool // the claim's attempt is not counted: the handler never ran
@@ -109,7 +110,7 @@ func (p *Pool) settle(ctx context.Context, b *batch, err error) {
 func (p *Pool) committed(ctx context.Context, done []*finish) {
 	var keys []string
 	for _, f := range done {
-		if f.c.OrderingKey != "" && f.outcome != OutcomeRetry && !slices.Contains(keys, f.c.OrderingKey) {
+		if f.c.OrderingKey != "" && f.outcome != txinbox.OutcomeRetry && !slices.Contains(keys, f.c.OrderingKey) {
 			keys = append(keys, f.c.OrderingKey)
 		}
 	}
@@ -133,9 +134,9 @@ func (p *Pool) logFailures(ctx context.Context, done []*finish) {
 	for _, f := range done {
 		level, msg := slog.LevelDebug, "txinbox: attempt failed; will retry"
 		switch f.outcome {
-		case OutcomeCompleted:
+		case txinbox.OutcomeCompleted:
 			continue
-		case OutcomeDead:
+		case txinbox.OutcomeDead:
 			level, msg = slog.LevelWarn, "txinbox: message is dead"
 		}
 		if !p.cfg.Logger.Enabled(ctx, level) {
@@ -146,7 +147,7 @@ func (p *Pool) logFailures(ctx context.Context, done []*finish) {
 			slog.String("key", f.c.Key), slog.Int("attempt", f.c.Attempt), slog.String("reason", string(f.reason)),
 			slog.String("err", f.err),
 		}
-		if f.outcome == OutcomeRetry {
+		if f.outcome == txinbox.OutcomeRetry {
 			attrs = append(attrs, slog.Duration("retry_in", f.delay))
 		}
 		p.cfg.Logger.LogAttrs(context.WithoutCancel(ctx), level, msg, attrs...)

@@ -72,7 +72,7 @@ func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 		if sp.broken != nil {
 			// The savepoint statements failed: the transaction is unusable. If it was left aborted by
 			// the previous message (a failed statement it ignored), that message is the culprit.
-			if len(done) > 1 && prevWasSingle && isAborted(sp.broken) && done[len(done)-2].outcome == OutcomeCompleted {
+			if len(done) > 1 && prevWasSingle && isAborted(sp.broken) && done[len(done)-2].outcome == txinbox.OutcomeCompleted {
 				prev := done[len(done)-2]
 				p.fail(prev, prev.c, errLeftAborted, ReasonError)
 				return nil, culpritError{f: prev, err: sp.broken}
@@ -80,14 +80,14 @@ func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 			if sp.byCall {
 				// The handler's own context ended while its savepoint was being established: its
 				// call cost the transaction, and it is charged (a timeout if it returned its deadline).
-				if f.outcome == OutcomeCompleted {
+				if f.outcome == txinbox.OutcomeCompleted {
 					p.fail(f, c, fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), ReasonError)
 				}
 				return nil, culpritError{f: f, err: sp.broken}
 			}
 			return nil, sp.broken
 		}
-		if f.outcome == OutcomeCompleted && sp.failed != nil {
+		if f.outcome == txinbox.OutcomeCompleted && sp.failed != nil {
 			// A statement failed but the handler returned nil: fine if it recovered (a nested
 			// savepoint), void if it left the transaction aborted.
 			if _, err := tx.Exec(ctx, "SELECT 1"); isAborted(err) {
@@ -96,7 +96,7 @@ func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 				return nil, err
 			}
 		}
-		if f.outcome != OutcomeCompleted {
+		if f.outcome != txinbox.OutcomeCompleted {
 			if err := sp.rollback(ctx); err != nil {
 				if ctx.Err() != nil {
 					return nil, err
@@ -127,7 +127,7 @@ func (p *Pool) endedByHandler(ctx context.Context, xid string, done []*finish) e
 	if err != nil {
 		status = "unknown (" + err.Error() + ")"
 	}
-	p.fail(f, f.c, Permanent(fmt.Errorf("the handler ended the batch transaction itself (COMMIT or ROLLBACK through tx.Conn() or a statement), "+
+	p.fail(f, f.c, txinbox.Permanent(fmt.Errorf("the handler ended the batch transaction itself (COMMIT or ROLLBACK through tx.Conn() or a statement), "+
 		"which it must not do; that transaction %s", txFate(status))), ReasonError)
 	e := culpritError{f: f, err: errors.New("the handler of message " + strconv.FormatInt(f.c.ID, 10) + " ended the batch transaction")}
 	if status == "committed" {
@@ -185,7 +185,7 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	f.elapsed = time.Since(start)
 	switch {
 	case err == nil:
-		f.outcome, f.result = OutcomeCompleted, result
+		f.outcome, f.result = txinbox.OutcomeCompleted, result
 	case errors.As(err, new(*panicError)):
 		p.fail(f, c, err, ReasonPanic)
 	case hctx.Err() != nil && ctx.Err() == nil:
@@ -196,28 +196,28 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	return f
 }
 
-// traceStart tells the Store's HandleTracer, if any, that a single handler call of c starts, and
+// traceStart tells the Store's OperationTracer, if any, that a single handler call of c starts, and
 // returns the context the handler runs in.
 func (p *Pool) traceStart(ctx context.Context, c *claimed) context.Context {
 	if p.tracer == nil {
 		return ctx
 	}
-	return p.tracer.TraceHandleStart(ctx, txinbox.TraceHandleStartData{
-		Consumer: c.Consumer, Kind: c.Kind, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
+	return p.tracer.TraceStart(ctx, txinbox.TraceStart{
+		Op: txinbox.OpHandle, Consumer: c.Consumer, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
 		Messages: []txinbox.TraceMessage{{ID: c.Key, Kind: c.Kind, Headers: c.Headers}},
 	})
 }
 
-// traceEnd tells the HandleTracer that the handler call of f ended.
+// traceEnd tells the OperationTracer that the handler call of f ended.
 func (p *Pool) traceEnd(ctx context.Context, f *finish) {
 	if p.tracer == nil {
 		return
 	}
-	d := txinbox.TraceHandleEndData{Outcome: string(f.outcome)}
-	if f.outcome != OutcomeCompleted {
+	d := txinbox.TraceEnd{Op: txinbox.OpHandle, Outcome: f.outcome}
+	if f.outcome != txinbox.OutcomeCompleted {
 		d.Reason, d.Err = string(f.reason), f.cause
 	}
-	p.tracer.TraceHandleEnd(ctx, d)
+	p.tracer.TraceEnd(ctx, d)
 }
 
 // fail records a failed attempt: dead if permanent or out of attempts, else a retry after backoff.
@@ -228,13 +228,13 @@ func (p *Pool) fail(f *finish, c *claimed, err error, reason Reason) {
 	f.reason = reason
 	switch {
 	case errors.As(err, new(decodeError)):
-		f.outcome, f.reason = OutcomeDead, ReasonDecode
-	case IsPermanent(err):
-		f.outcome, f.reason = OutcomeDead, ReasonPermanent
+		f.outcome, f.reason = txinbox.OutcomeDead, ReasonDecode
+	case txinbox.IsPermanent(err):
+		f.outcome, f.reason = txinbox.OutcomeDead, ReasonPermanent
 	case c.Attempt >= p.cfg.maxAttempts(h):
-		f.outcome = OutcomeDead
+		f.outcome = txinbox.OutcomeDead
 	default:
-		f.outcome = OutcomeRetry
+		f.outcome = txinbox.OutcomeRetry
 		f.delay = p.cfg.backoff(h).Delay(c.Failed + 1)
 	}
 }

@@ -66,7 +66,7 @@ func (m *Message[T]) Result() []byte {
 // call tx.Commit or tx.Rollback (they return txinbox.ErrTxManaged), nor end the transaction any other way (a
 // COMMIT or ROLLBACK statement, or Begin, Commit or pgx.BeginFunc on tx.Conn(), which would commit
 // the whole batch). Returning an error rolls its writes back and records a failure; wrap it with
-// Permanent to give up at once. ctx ends at the handler's timeout or when the pool is stopped.
+// txinbox.Permanent to give up at once. ctx ends at the handler's timeout or when the pool is stopped.
 type HandlerFunc[T any] func(ctx context.Context, tx pgx.Tx, msg *Message[T]) error
 
 // HandlerConfig overrides pool defaults for one kind. Zero fields take the pool's value.
@@ -76,7 +76,7 @@ type HandlerConfig struct {
 	// Timeout bounds one attempt. Default: Config.Timeout.
 	Timeout time.Duration
 	// Backoff sets the delay before the next attempt. Default: Config.Backoff.
-	Backoff Backoff
+	Backoff txinbox.Backoff
 	// DisallowUnknownFields makes a payload with an object field that T does not have fail to decode
 	// (json.Decoder.DisallowUnknownFields), so a misspelled or renamed field makes the message dead at
 	// once (reason "decode") instead of leaving the field zero. Default: false (unknown fields are
@@ -153,7 +153,7 @@ func Handle[T any](hs *Handlers, kind string, fn HandlerFunc[T], cfg ...HandlerC
 			PreviousError: c.PreviousError, ReceivedAt: c.ReceivedAt, result: result,
 		}
 		if err := decode(c.Payload, &m.Payload, strict); err != nil {
-			return Permanent(decodeError{fmt.Errorf("payload does not decode into %T: %w", m.Payload, err)})
+			return txinbox.Permanent(decodeError{fmt.Errorf("payload does not decode into %T: %w", m.Payload, err)})
 		}
 		return fn(ctx, tx, m)
 	}
@@ -179,23 +179,3 @@ func (e decodeError) Unwrap() error { return e.err }
 // ErrUnknownKind is matched by the failure recorded for a message whose kind has no handler in this
 // pool. It is retried with backoff (a newer deployment may know the kind) until it is dead.
 var ErrUnknownKind = errors.New("txinbox: no handler registered for this kind")
-
-// PermanentError marks a handler error that no retry can fix: the message is dead at once.
-type PermanentError struct{ Err error }
-
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
-func (e *PermanentError) Unwrap() error { return e.Err }
-
-// Permanent wraps err so that the message is dead at once instead of retried. Permanent(nil) is nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &PermanentError{Err: err}
-}
-
-// IsPermanent reports whether err is or wraps a *PermanentError.
-func IsPermanent(err error) bool {
-	var p *PermanentError
-	return errors.As(err, &p)
-}

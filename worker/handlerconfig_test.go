@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -169,11 +169,11 @@ func TestHandlerBackoffOverridesPool(t *testing.T) {
 		return errors.New("not yet")
 	}
 	hs := worker.NewHandlers()
-	own := worker.Exponential{Base: 20 * time.Second, Max: 20 * time.Second, Jitter: 0.25} // 15s to 25s
+	own := txinbox.Exponential{Base: 20 * time.Second, Max: 20 * time.Second, Jitter: 0.25} // 15s to 25s
 	worker.Handle(hs, "credit", failing, worker.HandlerConfig{Backoff: own})
 	worker.Handle(hs, "other", failing)
 	p := e.pool(t, hs, func(c *worker.Config) {
-		c.Backoff = worker.Exponential{Base: time.Hour, Max: time.Hour, Jitter: -1} // exactly 1h
+		c.Backoff = txinbox.Exponential{Base: time.Hour, Max: time.Hour, Jitter: -1} // exactly 1h
 	})
 	run(t, p)
 	waitFor(t, "both failures", func() bool {
@@ -205,60 +205,19 @@ func TestHandlerBackoffOverridesPool(t *testing.T) {
 	}
 }
 
-func TestExponentialBackoff(t *testing.T) {
+// A pool without a Backoff uses the zero txinbox.Exponential: 1s, 2s, 4s ... capped at 10 minutes,
+// ±20% (TestExponentialBackoff checks those delays).
+func TestDefaultBackoffIsExponential(t *testing.T) {
 	t.Parallel()
-	noJitter := worker.Exponential{Base: time.Second, Max: time.Minute, Jitter: -1}
-	// First failure: the base; a count below 1 counts as the first.
-	for _, n := range []int{1, 0, -5} {
-		if d := noJitter.Delay(n); d != time.Second {
-			t.Errorf("Delay(%d) = %v, want 1s", n, d)
-		}
+	e := newEnv(t)
+	hs := worker.NewHandlers()
+	worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil })
+	p, err := worker.New(e.Store(), worker.Config{Consumer: "ledger", Handlers: hs})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Doubling up to the cap, then the cap, however many failures.
-	for n, want := range map[int]time.Duration{2: 2 * time.Second, 3: 4 * time.Second, 6: 32 * time.Second,
-		7: time.Minute, 8: time.Minute, 64: time.Minute, 1000: time.Minute, math.MaxInt: time.Minute} {
-		if d := noJitter.Delay(n); d != want {
-			t.Errorf("Delay(%d) = %v, want %v", n, d, want)
-		}
-	}
-	// A base above the cap is capped.
-	if d := (worker.Exponential{Base: time.Hour, Max: time.Minute, Jitter: -1}).Delay(1); d != time.Minute {
-		t.Errorf("base above cap: %v, want 1m", d)
-	}
-	// Defaults: 1s, ±20%, capped at 10m (then ±20%).
-	def, ok := worker.DefaultBackoff.(worker.Exponential)
-	if !ok || def != (worker.Exponential{}) {
-		t.Fatalf("DefaultBackoff = %#v, want Exponential{}", worker.DefaultBackoff)
-	}
-	within := func(name string, b worker.Backoff, n int, lo, hi time.Duration) (minD, maxD time.Duration) {
-		t.Helper()
-		minD, maxD = time.Duration(math.MaxInt64), 0
-		for range 5000 {
-			d := b.Delay(n)
-			if d < lo || d > hi {
-				t.Fatalf("%s: Delay(%d) = %v, outside [%v, %v]", name, n, d, lo, hi)
-			}
-			minD, maxD = min(minD, d), max(maxD, d)
-		}
-		return minD, maxD
-	}
-	within("default, first", worker.DefaultBackoff, 1, 800*time.Millisecond, 1200*time.Millisecond)
-	within("default, third", worker.DefaultBackoff, 3, 3200*time.Millisecond, 4800*time.Millisecond)
-	within("default, capped", worker.DefaultBackoff, 50, 8*time.Minute, 12*time.Minute)
-	// Jitter spreads over its whole range (5000 draws: a miss of either end is vanishingly unlikely).
-	lo, hi := within("jitter 0.5", worker.Exponential{Base: 10 * time.Second, Jitter: 0.5}, 1, 5*time.Second, 15*time.Second)
-	if lo > 6*time.Second || hi < 14*time.Second {
-		t.Errorf("jitter 0.5 drew only %v to %v of 5s to 15s", lo, hi)
-	}
-	within("jitter 1", worker.Exponential{Base: time.Second, Jitter: 1}, 1, 0, 2*time.Second)
-	// A cap at the largest Duration (no cap, in effect) never wraps around to a negative delay.
-	for _, j := range []float64{-1, 0.2, 1} {
-		b := worker.Exponential{Base: time.Second, Max: time.Duration(math.MaxInt64), Jitter: j}
-		for _, n := range []int{62, 63, 64, 100, math.MaxInt} {
-			if d := b.Delay(n); d <= 0 {
-				t.Errorf("Exponential{Max: MaxInt64, Jitter: %v}.Delay(%d) = %v, want a positive delay", j, n, d)
-			}
-		}
+	if b := worker.BackoffOf(p); b != (txinbox.Exponential{}) {
+		t.Fatalf("Backoff after defaults = %#v, want txinbox.Exponential{}", b)
 	}
 }
 

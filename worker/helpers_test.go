@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/worker"
@@ -65,7 +66,7 @@ func (e *env) receive(t *testing.T, keys ...string) {
 func (e *env) pool(t *testing.T, hs *worker.Handlers, mod func(*worker.Config)) *worker.Pool {
 	t.Helper()
 	cfg := worker.Config{Consumer: "ledger", Handlers: hs, PollInterval: 20 * time.Millisecond,
-		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
 	}

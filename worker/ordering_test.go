@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -228,7 +229,7 @@ func TestFailingMessageHoldsBackOnlyItsKey(t *testing.T) {
 			// would never succeed.
 			return errors.New("not yet")
 		case s.Key == "dead" && s.Seq == 1:
-			return worker.Permanent(errors.New("rejected"))
+			return txinbox.Permanent(errors.New("rejected"))
 		}
 		if err := logHandled(ctx, tx, e.Schema, s); err != nil {
 			return err

@@ -107,8 +107,9 @@ type Config struct {
 	// DefaultClaimTimeout (10s), or half the Lease if that is less. Must be less than the Lease.
 	// Negative: no bound.
 	ClaimTimeout time.Duration
-	// Backoff sets the delay before a retry. Default: DefaultBackoff.
-	Backoff Backoff
+	// Backoff sets the delay before a retry. Default: txinbox.Exponential{} (1s, 2s, 4s ... capped at
+	// 10 minutes, ±20%).
+	Backoff txinbox.Backoff
 	// Logger receives the pool's logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Owner names this pool in its batches (inbox_batch.owner; admin and the console show it as the
@@ -170,7 +171,7 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 		return bad("HotWindow", fmt.Sprintf("%v must exceed Store.NotifyInterval (%v): messages whose notification was debounced would wait a full PollInterval", c.HotWindow, st.NotifyInterval))
 	}
 	if c.Backoff == nil {
-		c.Backoff = DefaultBackoff
+		c.Backoff = txinbox.Exponential{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -215,7 +216,7 @@ func (c *Config) maxAttempts(h *handler) int {
 	return c.MaxAttempts
 }
 
-func (c *Config) backoff(h *handler) Backoff {
+func (c *Config) backoff(h *handler) txinbox.Backoff {
 	if h != nil && h.cfg.Backoff != nil {
 		return h.cfg.Backoff
 	}
@@ -236,17 +237,17 @@ type Pool struct {
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
 	snoozeKey int64
-	tracer    txinbox.HandleTracer // the Store's Tracer, if it is one; else nil
-	maxTO     time.Duration        // longest handler timeout: the batch statement_timeout
+	tracer    txinbox.OperationTracer // the Store's Tracer, if it is one; else nil
+	maxTO     time.Duration           // longest handler timeout: the batch statement_timeout
 	// claimMax is the most messages claimed at once: Config.BatchSize, or the largest
 	// HandlerConfig.BatchSize of a batch handler if larger.
 	claimMax int
 
 	eng         *engine.Engine // runners, wake-ups, listening, Start/Stop
 	epoch       time.Time
-	lastMessage atomic.Int64         // ns since epoch of the last claim that returned messages
-	snoozedAt   time.Time            // the rescuer's last SnoozeBlocked
-	records     records              // the connection batches are recorded on
+	lastMessage atomic.Int64 // ns since epoch of the last claim that returned messages
+	snoozedAt   time.Time    // the rescuer's last SnoozeBlocked
+	records     records      // the connection batches are recorded on
 
 	mu       sync.Mutex
 	inflight map[*batch]struct{} // batch transactions not yet ended (guarded by mu)
@@ -286,7 +287,7 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 			Wakes: func(payload string) bool { return payload == cfg.Consumer }}
 	}
 	p.eng = engine.New(ecfg)
-	p.tracer, _ = store.Tracer.(txinbox.HandleTracer)
+	p.tracer, _ = store.Tracer.(txinbox.OperationTracer)
 	p.claimMax = cfg.BatchSize
 	p.records.connect = p.connector("txinbox recorder")
 	for _, hd := range cfg.Handlers.byKind {

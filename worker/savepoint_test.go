@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -23,7 +24,7 @@ func TestFailedMessageRollsBackOnlyItsWrites(t *testing.T) {
 			return err
 		}
 		if m.Key == "b-fails" {
-			return worker.Permanent(errors.New("rejected after writing"))
+			return txinbox.Permanent(errors.New("rejected after writing"))
 		}
 		return nil
 	})

@@ -228,7 +228,7 @@ func TestFailuresAreLoggedAndObserved(t *testing.T) {
 
 	waitFor(t, "two events", func() bool { return len(obs.of("credit")) == 2 })
 	for i, ev := range obs.of("credit") {
-		wantOutcome := []worker.Outcome{worker.OutcomeRetry, worker.OutcomeDead}[i]
+		wantOutcome := []txinbox.Outcome{txinbox.OutcomeRetry, txinbox.OutcomeDead}[i]
 		if ev.ID != id || ev.Key != "flaky" || ev.Attempt != i+1 || ev.Outcome != wantOutcome ||
 			ev.Reason != worker.ReasonError || !errors.Is(ev.Err, errFlaky) {
 			t.Errorf("event %d = %+v, want id %d, key flaky, attempt %d, %s, reason error, Err wrapping errFlaky", i, ev, id, i+1, wantOutcome)

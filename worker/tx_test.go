@@ -69,7 +69,7 @@ func TestHandlerTransactionBehaviour(t *testing.T) {
 			if err := applyCredit(ctx, tx, e.Schema, m); err != nil {
 				return err
 			}
-			return worker.Permanent(errors.New("rejected"))
+			return txinbox.Permanent(errors.New("rejected"))
 		}
 		return applyCredit(ctx, tx, e.Schema, m)
 	}, worker.HandlerConfig{MaxAttempts: 1})

@@ -68,7 +68,7 @@ func TestHandlerConnWriteRolledBackWithFailedMessage(t *testing.T) {
 		if _, err := tx.Conn().Exec(ctx, insertEffect(e.Schema), m.Key); err != nil {
 			return err
 		}
-		return worker.Permanent(errors.New("rejected after writing through Conn"))
+		return txinbox.Permanent(errors.New("rejected after writing through Conn"))
 	}, worker.HandlerConfig{MaxAttempts: 1})
 	run(t, e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 1 }))
 	waitFor(t, "settled", func() bool { return e.Count(t, `SELECT count(*) FROM {schema}.inbox_queue`) == 0 })
@@ -111,7 +111,7 @@ func TestHandlerTxEveryMethod(t *testing.T) {
 			}
 		}
 		if outcome == "fail" {
-			return worker.Permanent(errors.New("rejected after writing"))
+			return txinbox.Permanent(errors.New("rejected after writing"))
 		}
 		return nil
 	}, worker.HandlerConfig{MaxAttempts: 1})

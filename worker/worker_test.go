@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -87,7 +88,7 @@ func TestPoisonPermanentAndPanic(t *testing.T) {
 		case "poison":
 			return errors.New("always fails")
 		case "permanent":
-			return worker.Permanent(errors.New("invalid account"))
+			return txinbox.Permanent(errors.New("invalid account"))
 		case "panics":
 			panics.Add(1)
 			panic("handler bug")

@@ -116,7 +116,7 @@ func (p *Publisher) Publish(ctx context.Context, events []outbox.Event) error {
 	for i := range events {
 		ev := &events[i]
 		if err := checkTopic(ev.Topic); err != nil {
-			errs[i], done[i] = outbox.Permanent(err), true
+			errs[i], done[i] = txinbox.Permanent(err), true
 			continue
 		}
 		pending++
@@ -160,7 +160,7 @@ func classify(err error) error {
 	}
 	if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
 		errors.Is(err, kerr.InvalidTopicException) || errors.Is(err, kerr.InvalidRecord) {
-		return outbox.Permanent(err)
+		return txinbox.Permanent(err)
 	}
 	return err
 }

@@ -194,7 +194,7 @@ func TestPublisherPermanentAndHeaders(t *testing.T) {
 		{ID: "c", Topic: pc.topic, Key: "k", Payload: []byte(`{}`), Headers: map[string]string{"X-Idempotency-Key": "forged", "traceparent": pubtest.TraceParent}},
 	})
 	var be *outbox.BatchError
-	if !errors.As(err, &be) || len(be.Errs) != 3 || !outbox.IsPermanent(be.Errs[0]) || !outbox.IsPermanent(be.Errs[1]) || be.Errs[2] != nil {
+	if !errors.As(err, &be) || len(be.Errs) != 3 || !txinbox.IsPermanent(be.Errs[0]) || !txinbox.IsPermanent(be.Errs[1]) || be.Errs[2] != nil {
 		t.Fatalf("Publish = %v, want the bad topic and the large record permanent, the third acknowledged", err)
 	}
 	custom := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers(pc.seeds...)}, IDHeader: "event-id"})

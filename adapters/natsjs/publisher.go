@@ -193,11 +193,11 @@ func (p *Publisher) Publish(ctx context.Context, events []outbox.Event) error {
 // msg returns the message of ev, or the permanent error of an event that cannot be one.
 func (p *Publisher) msg(subject string, ev *outbox.Event) (*nats.Msg, error) {
 	if err := checkSubject(subject); err != nil {
-		return nil, outbox.Permanent(err)
+		return nil, txinbox.Permanent(err)
 	}
 	for name := range ev.Headers {
 		if !hdr.Token(name) {
-			return nil, outbox.Permanent(fmt.Errorf("txinbox/natsjs: header name %q is not a token", name))
+			return nil, txinbox.Permanent(fmt.Errorf("txinbox/natsjs: header name %q is not a token", name))
 		}
 	}
 	m := nats.NewMsg(subject)
@@ -214,7 +214,7 @@ func (p *Publisher) failed(subject string, err error) error {
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		return fmt.Errorf("%w %q: %v", ErrNoStream, subject, err)
 	case errors.Is(err, nats.ErrMaxPayload):
-		return outbox.Permanent(err)
+		return txinbox.Permanent(err)
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
 		return fmt.Errorf("txinbox/natsjs: no PubAck in time (the JetStream's async publish timeout): %w", err)
 	default:

@@ -198,7 +198,7 @@ func TestPublisherRefusals(t *testing.T) {
 	ctx := context.Background()
 	wrong := newPublisher(t, PublisherConfig{JetStream: f.js, ExpectStream: "another_stream"})
 	err := wrong.Publish(ctx, []outbox.Event{{ID: "a", Topic: f.name + ".x", Payload: []byte(`{}`)}})
-	if err == nil || outbox.IsPermanent(err) {
+	if err == nil || txinbox.IsPermanent(err) {
 		t.Errorf("ExpectStream not matched: %v, want a failure to retry", err)
 	}
 	pub := newPublisher(t, PublisherConfig{JetStream: f.js, AckTimeout: 2 * time.Second})
@@ -215,11 +215,11 @@ func TestPublisherRefusals(t *testing.T) {
 	if !errors.As(err, &be) || len(be.Errs) != 6 {
 		t.Fatalf("Publish = %v, want a BatchError of 6", err)
 	}
-	if !errors.Is(be.Errs[0], ErrNoStream) || outbox.IsPermanent(be.Errs[0]) {
+	if !errors.Is(be.Errs[0], ErrNoStream) || txinbox.IsPermanent(be.Errs[0]) {
 		t.Errorf("subject no stream captures: %v, want ErrNoStream, retried", be.Errs[0])
 	}
 	for i := 1; i <= 4; i++ {
-		if !outbox.IsPermanent(be.Errs[i]) {
+		if !txinbox.IsPermanent(be.Errs[i]) {
 			t.Errorf("event %d: %v, want permanent", i, be.Errs[i])
 		}
 	}
@@ -360,7 +360,7 @@ func TestPublisherAckTimeout(t *testing.T) {
 	if !errors.As(err, &be) || len(be.Errs) != 2 {
 		t.Fatalf("Publish = %v, want a BatchError of 2", err)
 	}
-	if !errors.Is(be.Errs[0], context.DeadlineExceeded) || outbox.IsPermanent(be.Errs[0]) || be.Errs[1] != nil {
+	if !errors.Is(be.Errs[0], context.DeadlineExceeded) || txinbox.IsPermanent(be.Errs[0]) || be.Errs[1] != nil {
 		t.Errorf("errors %v, want the silent subject's to be a timeout (retried) and the other event acknowledged", be.Errs)
 	}
 	if took < 300*time.Millisecond || took > 3*time.Second {

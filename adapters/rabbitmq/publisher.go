@@ -342,7 +342,7 @@ func (p *Publisher) Publish(ctx context.Context, events []outbox.Event) error {
 func publishing(ev *outbox.Event) (amqp.Publishing, error) {
 	for name := range ev.Headers {
 		if len(name) > 255 {
-			return amqp.Publishing{}, outbox.Permanent(fmt.Errorf("txinbox/rabbitmq: header name of %d bytes: AMQP allows 255", len(name)))
+			return amqp.Publishing{}, txinbox.Permanent(fmt.Errorf("txinbox/rabbitmq: header name of %d bytes: AMQP allows 255", len(name)))
 		}
 	}
 	hs := envelope.AMQP.Headers(ev)

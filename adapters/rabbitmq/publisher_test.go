@@ -360,7 +360,7 @@ func TestPublisherConfirmTimeoutIsRetried(t *testing.T) {
 	if row := env.Row(t, ids[0]); row.State != "pending" {
 		t.Fatalf("event is %s while its confirm cannot arrive, want pending", row.State)
 	}
-	if r := res.Of(ids[0]); len(r) == 0 || r[0].Outcome != outbox.OutcomeRetry || !errors.Is(r[0].Err, ErrConfirmTimeout) {
+	if r := res.Of(ids[0]); len(r) == 0 || r[0].Outcome != txinbox.OutcomeRetry || !errors.Is(r[0].Err, ErrConfirmTimeout) {
 		t.Fatalf("first attempt %+v, want a retry with ErrConfirmTimeout", r)
 	}
 	px.thaw()
@@ -400,7 +400,7 @@ func TestNewPublisherChecksConfig(t *testing.T) {
 	if err := p.Publish(context.Background(), []outbox.Event{{ID: "x", Topic: "t"}}); !errors.Is(err, ErrPublisherClosed) {
 		t.Errorf("Publish after Close = %v, want ErrPublisherClosed", err)
 	}
-	if _, err := publishing(&outbox.Event{ID: "x", Topic: "t", Headers: map[string]string{strings.Repeat("h", 256): "v"}}); !outbox.IsPermanent(err) {
+	if _, err := publishing(&outbox.Event{ID: "x", Topic: "t", Headers: map[string]string{strings.Repeat("h", 256): "v"}}); !txinbox.IsPermanent(err) {
 		t.Errorf("a header name of 256 bytes: %v, want a permanent error", err)
 	}
 }

@@ -37,7 +37,6 @@ import (
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/adapters/internal/run"
-	"github.com/txinbox/txinbox/outbox"
 )
 
 // Config configures a Consumer. URL, Queue, Sink.Store.DB and Sink.Consumer are required; every other zero
@@ -311,7 +310,7 @@ func record(queue string, d *amqp.Delivery) *adapters.Record {
 	}
 	ce := envelope.AMQP.Attributes(h)
 	if ce != nil && d.ContentType != "" {
-		ce[outbox.AttrDataContentType] = d.ContentType
+		ce[envelope.AttrDataContentType] = d.ContentType
 	}
 	return &adapters.Record{Source: queue, Offset: -1, MessageID: d.MessageId, Type: d.Type, Headers: h, CloudEvent: ce, Body: d.Body, Raw: *d}
 }

@@ -32,7 +32,7 @@ type ReceiverConfig struct {
 	Sink adapters.SinkConfig
 	// MaxBodyBytes is the largest request body read: a larger one is answered 413 and not stored
 	// (its signature cannot be checked without reading it whole). Default: Sink.MaxPayloadBytes
-	// (inbox.DefaultMaxPayloadBytes, 1 MiB, when that is zero).
+	// (1 MiB when that is zero).
 	MaxBodyBytes int
 	// WriteTimeout bounds storing one request. Default adapters.DefaultWriteTimeout (30s).
 	WriteTimeout time.Duration

@@ -146,7 +146,7 @@ func checkURL(s string) error {
 }
 
 // StatusError is the error of an event whose endpoint answered a status other than 2xx. It is
-// wrapped with outbox.Permanent for a 4xx other than 408 and 429.
+// wrapped with txinbox.Permanent for a 4xx other than 408 and 429.
 type StatusError struct {
 	URL    string
 	Status int
@@ -167,7 +167,7 @@ func (e *StatusError) Error() string {
 //     request that outlives Config.Timeout, and a network error: a failure, which the relay retries after
 //     its backoff, under the same webhook-id (a Retry-After header is not read: the relay's Backoff
 //     sets the delay);
-//   - any other 4xx: a *StatusError wrapped with outbox.Permanent: the endpoint refuses the event
+//   - any other 4xx: a *StatusError wrapped with txinbox.Permanent: the endpoint refuses the event
 //     itself, and the event is dead at once;
 //   - a topic without an endpoint ([ErrNoEndpoint]) or an event header that HTTP cannot carry (a
 //     name that is not an HTTP token): permanent too.
@@ -207,17 +207,17 @@ func (p *Publisher) send(ctx context.Context, ev *outbox.Event) error {
 		endpoint = p.cfg.URL
 	}
 	if endpoint == "" {
-		return outbox.Permanent(fmt.Errorf("%w %q", ErrNoEndpoint, ev.Topic))
+		return txinbox.Permanent(fmt.Errorf("%w %q", ErrNoEndpoint, ev.Topic))
 	}
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, endpoint, bytes.NewReader(ev.Payload))
 	if err != nil {
-		return outbox.Permanent(err)
+		return txinbox.Permanent(err)
 	}
 	for name := range ev.Headers {
 		if !hdr.Token(name) {
-			return outbox.Permanent(fmt.Errorf("txinbox/webhook: header name %q is not an HTTP token", name))
+			return txinbox.Permanent(fmt.Errorf("txinbox/webhook: header name %q is not an HTTP token", name))
 		}
 	}
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
@@ -256,7 +256,7 @@ func classify(e *StatusError) error {
 	case e.Status == http.StatusRequestTimeout || e.Status == http.StatusTooManyRequests:
 		return e
 	case e.Status >= 400 && e.Status < 500:
-		return outbox.Permanent(e)
+		return txinbox.Permanent(e)
 	default:
 		return e
 	}

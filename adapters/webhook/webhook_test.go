@@ -380,7 +380,7 @@ func TestGoneIsDeadAtOnce(t *testing.T) {
 	if row.State != "dead" || row.AttemptsFailed != 1 {
 		t.Fatalf("after a 410 the event is %s with %d failed attempts, want dead after 1 (last error %q)", row.State, row.AttemptsFailed, row.LastError)
 	}
-	if r := res.Of(id)[0]; r.Outcome != outbox.OutcomeDead || !outbox.IsPermanent(r.Err) {
+	if r := res.Of(id)[0]; r.Outcome != txinbox.OutcomeDead || !txinbox.IsPermanent(r.Err) {
 		t.Errorf("attempt outcome %s, error %v; want dead, permanent", r.Outcome, r.Err)
 	}
 	if n := len(ep.requests()); n != 1 {
@@ -415,7 +415,7 @@ func TestTooManyRequestsAndTimeoutAreRetried(t *testing.T) {
 	env.WaitSent(t, []string{id})
 	adaptertest.WaitFor(t, "the Observer to see the sent attempt", func() bool { return len(res.Of(id)) >= 3 })
 	got := res.Of(id)
-	if len(got) != 3 || got[0].Outcome != outbox.OutcomeRetry || got[1].Outcome != outbox.OutcomeRetry || got[2].Outcome != outbox.OutcomeSent {
+	if len(got) != 3 || got[0].Outcome != txinbox.OutcomeRetry || got[1].Outcome != txinbox.OutcomeRetry || got[2].Outcome != txinbox.OutcomeSent {
 		t.Fatalf("attempts %+v, want retry (429), retry (timeout), sent", got)
 	}
 	if !strings.Contains(got[0].Err.Error(), "429") || !strings.Contains(got[1].Err.Error(), "no answer within") {
@@ -454,12 +454,12 @@ func TestStatusClasses(t *testing.T) {
 				t.Errorf("%d: %v, want acknowledged", c, e)
 			}
 		case c == 408 || c == 429 || c/100 == 5 || c/100 == 3:
-			if e == nil || outbox.IsPermanent(e) {
+			if e == nil || txinbox.IsPermanent(e) {
 				t.Errorf("%d: %v, want a failure to retry", c, e)
 			}
 		default:
 			var se *webhook.StatusError
-			if !outbox.IsPermanent(e) || !errors.As(e, &se) || se.Status != c {
+			if !txinbox.IsPermanent(e) || !errors.As(e, &se) || se.Status != c {
 				t.Errorf("%d: %v, want a permanent *StatusError", c, e)
 			}
 		}
@@ -525,11 +525,11 @@ func TestEndpointsHeadersAndConcurrency(t *testing.T) {
 
 	only := newPublisher(t, webhook.Config{Endpoints: map[string]string{"a": ep.srv.URL + "/a"}, Secret: secret})
 	err := only.Publish(context.Background(), []outbox.Event{{ID: "evt-x", Topic: "b", Payload: []byte(`{}`)}})
-	if !outbox.IsPermanent(err) || !errors.Is(err, webhook.ErrNoEndpoint) {
+	if !txinbox.IsPermanent(err) || !errors.Is(err, webhook.ErrNoEndpoint) {
 		t.Errorf("topic without endpoint: %v, want permanent ErrNoEndpoint", err)
 	}
 	err = only.Publish(context.Background(), []outbox.Event{{ID: "evt-y", Topic: "a", Payload: []byte(`{}`), Headers: map[string]string{"bad name": "v"}}})
-	if !outbox.IsPermanent(err) {
+	if !txinbox.IsPermanent(err) {
 		t.Errorf("header name with a space: %v, want permanent", err)
 	}
 }

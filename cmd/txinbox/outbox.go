@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/outbox"
@@ -96,7 +97,7 @@ func (d *outboxFlags) filter(cmd string) (admin.DeadFilter, error) {
 			return f, usagef(cmd, "--topic: %v", err)
 		}
 	}
-	if err := textcheck.Check(d.key, outbox.MaxKeyBytes, true); err != nil {
+	if err := textcheck.Check(d.key, txinbox.MaxKeyBytes, true); err != nil {
 		return f, usagef(cmd, "--key: %v", err)
 	}
 	if !utf8.ValidString(d.errorContains) || strings.ContainsRune(d.errorContains, 0) {

@@ -25,6 +25,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
@@ -160,7 +161,7 @@ func (e *env) pool(t *testing.T, consumer, errText string) {
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "Invoice", func(ctx context.Context, tx pgx.Tx, m *worker.Message[invoice]) error {
 		if e.broken.Load() {
-			return worker.Permanent(errors.New(errText))
+			return txinbox.Permanent(errors.New(errText))
 		}
 		_, err := tx.Exec(ctx, e.SQL(`INSERT INTO {schema}.effects (key) VALUES ($1)`), m.Key)
 		return err

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/examples/ledger/internal/demo"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
 	"github.com/txinbox/txinbox/inbox"
@@ -52,7 +53,7 @@ func TestBatchHandlerPoisonInBatchOf200(t *testing.T) {
 		worker.HandlerConfig{MaxAttempts: 3})
 	p, err := worker.New(db.Store(), worker.Config{Consumer: ledger.Consumer, Handlers: hs,
 		Concurrency: 1, PollInterval: 20 * time.Millisecond, // the default Timeout: a stalled statement does not time out
-		Backoff: worker.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -258,7 +258,7 @@ func (w *workerFlags) runner(store txinbox.Store, logger *slog.Logger, stdout io
 			Consumer: ledger.Consumer, Handlers: hs,
 			Concurrency: w.workers, BatchSize: w.batchSize, PollInterval: w.poll, Lease: w.lease, Timeout: w.timeout,
 			MaxAttempts: w.maxAttempts, Observer: observer,
-			Backoff: worker.Exponential{Base: w.backoffBase, Max: w.backoffLimit}}}
+			Backoff: txinbox.Exponential{Base: w.backoffBase, Max: w.backoffLimit}}}
 	}
 	return runner.New(store, cfg)
 }

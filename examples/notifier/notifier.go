@@ -101,7 +101,7 @@ func Handler(schema string, hook func(m *worker.Message[AccountCredited])) worke
 	return func(ctx context.Context, tx pgx.Tx, m *worker.Message[AccountCredited]) error {
 		ev := m.Payload
 		if ev.EntryID <= 0 || ev.AccountID == "" || ev.AccountSeq <= 0 {
-			return worker.Permanent(fmt.Errorf("not an AccountCredited event: %s", m.RawPayload))
+			return txinbox.Permanent(fmt.Errorf("not an AccountCredited event: %s", m.RawPayload))
 		}
 		msg := fmt.Sprintf("Account %s was credited %d.%02d; balance %d.%02d.", ev.AccountID,
 			ev.AmountCents/100, ev.AmountCents%100, ev.BalanceCents/100, ev.BalanceCents%100)

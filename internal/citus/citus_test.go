@@ -167,7 +167,7 @@ func TestStatementsRouteToOneShard(t *testing.T) {
 		worker.Handle(hs, "k", func(ctx context.Context, tx pgx.Tx, m *worker.Message[json.RawMessage]) error {
 			switch m.Key {
 			case "dead":
-				return worker.Permanent(errFailed)
+				return txinbox.Permanent(errFailed)
 			case "retry":
 				if _, again := tries.LoadOrStore(consumer, true); !again {
 					return errFailed
@@ -176,7 +176,7 @@ func TestStatementsRouteToOneShard(t *testing.T) {
 			return nil
 		})
 		p, err := worker.New(store, worker.Config{Consumer: consumer, Handlers: hs, PollInterval: 20 * time.Millisecond,
-			Backoff: worker.BackoffFunc(func(int) time.Duration { return time.Millisecond })})
+			Backoff: txinbox.BackoffFunc(func(int) time.Duration { return time.Millisecond })})
 		if err != nil {
 			t.Fatal(err)
 		}

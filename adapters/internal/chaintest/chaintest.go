@@ -168,7 +168,7 @@ func relay(ctx context.Context, b Broker, p Params, store txinbox.Store) (<-chan
 		BatchSize: 16, Concurrency: 2, PollInterval: 200 * time.Millisecond,
 		// A killed relay's claims hold their keys until the Lease ends.
 		Lease: 4 * time.Second, Timeout: 3 * time.Second,
-		MaxAttempts: 1000, Backoff: worker.Exponential{Base: 100 * time.Millisecond, Max: time.Second}})
+		MaxAttempts: 1000, Backoff: txinbox.Exponential{Base: 100 * time.Millisecond, Max: time.Second}})
 	if err != nil {
 		return nil, err
 	}

@@ -19,11 +19,23 @@ import (
 	"github.com/txinbox/txinbox/outbox"
 )
 
-// Names are the attributes of the envelope, in the order the publishers write them (see
-// [outbox.Event.CloudEvent]).
+// The CloudEvents 1.0 attributes of the envelope (see [outbox.Event.CloudEvent]).
+const (
+	AttrSpecVersion     = "specversion"
+	AttrID              = "id"
+	AttrSource          = "source"
+	AttrType            = "type"
+	AttrTime            = "time"
+	AttrDataContentType = "datacontenttype"
+	AttrPartitionKey    = "partitionkey" // the Partitioning extension
+	AttrTraceParent     = "traceparent"  // the Distributed Tracing extension
+	AttrTraceState      = "tracestate"
+)
+
+// Names are the attributes of the envelope, in the order the publishers write them.
 var Names = []string{
-	outbox.AttrSpecVersion, outbox.AttrID, outbox.AttrSource, outbox.AttrType, outbox.AttrTime,
-	outbox.AttrDataContentType, outbox.AttrPartitionKey, outbox.AttrTraceParent, outbox.AttrTraceState,
+	AttrSpecVersion, AttrID, AttrSource, AttrType, AttrTime,
+	AttrDataContentType, AttrPartitionKey, AttrTraceParent, AttrTraceState,
 }
 
 // Binding is how one protocol binding of CloudEvents carries the attributes in headers.
@@ -90,9 +102,9 @@ func (b Binding) Headers(ev *outbox.Event, own ...Header) []Header {
 			continue
 		}
 		switch {
-		case name == outbox.AttrDataContentType && b.NoContentType:
+		case name == AttrDataContentType && b.NoContentType:
 			continue
-		case name == outbox.AttrDataContentType && b.ContentType != "":
+		case name == AttrDataContentType && b.ContentType != "":
 			env = append(env, Header{b.ContentType, v})
 			continue
 		}
@@ -155,7 +167,7 @@ func (b Binding) Attributes(h map[string]string) map[string]string {
 	if attrs != nil && b.ContentType != "" {
 		for name, v := range h {
 			if strings.EqualFold(name, b.ContentType) {
-				attrs[outbox.AttrDataContentType] = v
+				attrs[AttrDataContentType] = v
 			}
 		}
 	}

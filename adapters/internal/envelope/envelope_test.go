@@ -99,7 +99,7 @@ func TestHeadersPerBinding(t *testing.T) {
 		back := c.b.Attributes(h)
 		want := maps.Clone(attrs)
 		if c.b.NoContentType {
-			delete(want, outbox.AttrDataContentType) // the caller reads AMQP's content-type property
+			delete(want, AttrDataContentType) // the caller reads AMQP's content-type property
 		}
 		if !maps.Equal(back, want) {
 			t.Errorf("%s: attributes read back %v, want %v", c.name, back, want)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/outbox"
 )
@@ -162,7 +163,7 @@ func ContextEnd(t *testing.T, e *Env, h ContextEndHarness) {
 		}
 		for _, a := range res.Of(id) {
 			example = cmp.Or(example, a.Err)
-			if a.Outcome != outbox.OutcomeRetry || !errors.Is(a.Err, context.DeadlineExceeded) {
+			if a.Outcome != txinbox.OutcomeRetry || !errors.Is(a.Err, context.DeadlineExceeded) {
 				t.Errorf("attempt of event %d (%s), which the broker never took: outcome %s, error %v; want a retry failed with ctx's error (context.DeadlineExceeded)", i, id, a.Outcome, a.Err)
 			}
 		}

@@ -26,10 +26,11 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
-	"github.com/txinbox/txinbox/worker"
 )
 
 // The trace context of the publishing transaction that every event the checks publish carries, as
@@ -171,7 +172,7 @@ func (e *Env) Relay(t testing.TB, pub outbox.Publisher, mod func(*outbox.RelayCo
 	t.Helper()
 	res := &Results{}
 	cfg := outbox.RelayConfig{Publisher: pub, PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
-		Backoff:  worker.BackoffFunc(func(int) time.Duration { return 20 * time.Millisecond }),
+		Backoff:  txinbox.BackoffFunc(func(int) time.Duration { return 20 * time.Millisecond }),
 		Observer: res, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	if mod != nil {
 		mod(&cfg)
@@ -291,12 +292,12 @@ func checkEnvelope(t testing.TB, r Received, ev outbox.Event) {
 		t.Fatalf("event %s: the harness read no CloudEvents attributes (Received.CloudEvent): read the message with internal/cetest", r.ID)
 	}
 	want := map[string]string{
-		outbox.AttrSpecVersion: "1.0", outbox.AttrID: ev.ID, outbox.AttrSource: Source, outbox.AttrType: Kind,
-		outbox.AttrTime: ev.CreatedAt.UTC().Format(time.RFC3339Nano), outbox.AttrDataContentType: cmp.Or(ev.ContentType, "?"),
-		outbox.AttrTraceParent: TraceParent, outbox.AttrTraceState: TraceState,
+		envelope.AttrSpecVersion: "1.0", envelope.AttrID: ev.ID, envelope.AttrSource: Source, envelope.AttrType: Kind,
+		envelope.AttrTime: ev.CreatedAt.UTC().Format(time.RFC3339Nano), envelope.AttrDataContentType: cmp.Or(ev.ContentType, "?"),
+		envelope.AttrTraceParent: TraceParent, envelope.AttrTraceState: TraceState,
 	}
 	if ev.Key != "" {
-		want[outbox.AttrPartitionKey] = ev.Key
+		want[envelope.AttrPartitionKey] = ev.Key
 	}
 	if ev.Source != Source || ev.Kind != Kind || ev.ContentType == "" {
 		t.Fatalf("event %s was handed over with source %q, kind %q, content type %q: want %q, %q and one", ev.ID, ev.Source, ev.Kind, ev.ContentType, Source, Kind)
@@ -479,7 +480,7 @@ func Acknowledgment(t *testing.T, e *Env, h AckHarness) {
 		}
 	}
 	for _, r := range res.All() {
-		if r.Outcome != outbox.OutcomeRetry || r.Err == nil {
+		if r.Outcome != txinbox.OutcomeRetry || r.Err == nil {
 			t.Fatalf("attempt of event %s while the broker refuses: outcome %s, error %v; want a retried failure", r.Event.ID, r.Outcome, r.Err)
 		}
 	}

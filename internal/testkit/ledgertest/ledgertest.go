@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/worker"
@@ -88,7 +89,7 @@ func StartWorker(t testing.TB, db *testdb.DB, failing *atomic.Bool) {
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "OrderPaid", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		if failing != nil && failing.Load() {
-			return worker.Permanent(errors.New("ledger closed"))
+			return txinbox.Permanent(errors.New("ledger closed"))
 		}
 		_, err := tx.Exec(ctx, "INSERT INTO "+table+" AS c (key, runs) VALUES ($1, 1) ON CONFLICT (key) DO UPDATE SET runs = c.runs + 1", m.Key)
 		return err

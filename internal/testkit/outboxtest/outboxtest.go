@@ -13,9 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
-	"github.com/txinbox/txinbox/worker"
 )
 
 // Publish publishes msgs in one transaction of its own, committed, and returns their ids in the
@@ -44,7 +44,7 @@ func Publish(t testing.TB, db *testdb.DB, msgs ...outbox.Message) []int64 {
 }
 
 // Fate decides what a fake Publisher answers for an event: nil (acknowledged: sent), an error
-// wrapped with outbox.Permanent (dead at once), or another error (retried, after an hour: the event
+// wrapped with txinbox.Permanent (dead at once), or another error (retried, after an hour: the event
 // stays retrying for the test's life).
 type Fate func(outbox.Event) error
 
@@ -53,7 +53,7 @@ type Fate func(outbox.Event) error
 // "fail" fails with that text (retried after an hour), and the others are acknowledged.
 func ByHeaders(ev outbox.Event) error {
 	if msg := ev.Headers["refuse"]; msg != "" {
-		return outbox.Permanent(errors.New(msg))
+		return txinbox.Permanent(errors.New(msg))
 	}
 	if msg := ev.Headers["fail"]; msg != "" {
 		return errors.New(msg)
@@ -67,7 +67,7 @@ func Refuse(msg string, topics ...string) Fate {
 	return func(ev outbox.Event) error {
 		for _, tp := range topics {
 			if ev.Topic == tp {
-				return outbox.Permanent(errors.New(msg))
+				return txinbox.Permanent(errors.New(msg))
 			}
 		}
 		return nil
@@ -122,7 +122,7 @@ func Hold(t testing.TB, db *testdb.DB, n int) {
 func relay(t testing.TB, db *testdb.DB, pub outbox.Publisher, mod func(*outbox.RelayConfig)) *outbox.Relay {
 	t.Helper()
 	cfg := outbox.RelayConfig{Publisher: pub, Concurrency: 1, PollInterval: 10 * time.Millisecond, DisableListen: true,
-		Logger: slog.New(slog.DiscardHandler), Backoff: worker.BackoffFunc(func(int) time.Duration { return time.Hour })}
+		Logger: slog.New(slog.DiscardHandler), Backoff: txinbox.BackoffFunc(func(int) time.Duration { return time.Hour })}
 	if mod != nil {
 		mod(&cfg)
 	}

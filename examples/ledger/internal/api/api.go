@@ -60,7 +60,7 @@ type Config struct {
 	Observer inbox.Observer
 	// CoalesceMax is the inbox.Config.CoalesceMax of POST /v1/events: concurrent requests' events
 	// share one statement and one commit, up to this many (group commit). Default: 0, txinbox's
-	// default ([inbox.DefaultCoalesceMax]); 1 turns coalescing off (a statement and a commit per
+	// default (64); 1 turns coalescing off (a statement and a commit per
 	// request).
 	CoalesceMax int
 	// Tracer is the txinbox.Store.Tracer of the API's inbox, idempotency keys and outbox (package
@@ -209,7 +209,7 @@ func (s *Server) postEvent(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, inbox.ErrKeyConflict):
 		writeProblem(w, http.StatusUnprocessableEntity, ProblemEventConflict, "event_id reused",
 			"An event with this event_id was received with different content. Event ids must identify one event.")
-	case errors.Is(err, inbox.ErrInvalidMessage):
+	case errors.Is(err, txinbox.ErrInvalidMessage):
 		writeProblem(w, http.StatusBadRequest, ProblemInvalidBody, "Invalid OrderPaid event", err.Error())
 	case err != nil:
 		s.unavailable(w, r, "store event", err)

@@ -193,7 +193,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	pool, err := worker.New(txinbox.Store{DB: r.db, Schema: o.Schema}, worker.Config{
 		Consumer: ledger.Consumer, Handlers: hs, Concurrency: o.Workers, BatchSize: o.BatchSize,
 		PollInterval: o.Poll, Lease: o.Lease, Timeout: o.HandlerTime, MaxAttempts: o.MaxAttempts,
-		Backoff: worker.Exponential{Base: 100 * time.Millisecond, Max: time.Second}, Logger: o.Logger,
+		Backoff: txinbox.Exponential{Base: 100 * time.Millisecond, Max: time.Second}, Logger: o.Logger,
 		Owner: fmt.Sprintf("demo-in-process:%d", os.Getpid())})
 	if err != nil {
 		return nil, err

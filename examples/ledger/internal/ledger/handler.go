@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -31,9 +32,9 @@ func (l *Ledger) Handler(logger *slog.Logger) Handler {
 		for _, m := range msgs {
 			ev := m.Payload
 			if m.Key != ev.EventID {
-				invalid[m.ID] = worker.Permanent(fmt.Errorf("message key %q is not the event id %q", m.Key, ev.EventID))
+				invalid[m.ID] = txinbox.Permanent(fmt.Errorf("message key %q is not the event id %q", m.Key, ev.EventID))
 			} else if problems := ev.Validate(); len(problems) > 0 {
-				invalid[m.ID] = worker.Permanent(problems[0])
+				invalid[m.ID] = txinbox.Permanent(problems[0])
 			}
 			credits = append(credits, Credit{AccountID: ev.AccountID, AmountCents: ev.AmountCents, Source: SourceEvent,
 				EventID: ev.EventID, OrderID: ev.OrderID, OccurredAt: ev.OccurredAt})

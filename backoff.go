@@ -1,4 +1,4 @@
-package worker
+package txinbox
 
 import (
 	"math"
@@ -6,7 +6,9 @@ import (
 	"time"
 )
 
-// Backoff chooses the delay before the next attempt after failures failed attempts (1 or more).
+// Backoff chooses the delay before the next attempt of a message (worker.Config.Backoff,
+// worker.HandlerConfig.Backoff) or of an event (outbox.RelayConfig.Backoff) after failures failed
+// attempts (1 or more). It must be safe for concurrent use.
 type Backoff interface {
 	Delay(failures int) time.Duration
 }
@@ -18,15 +20,13 @@ type BackoffFunc func(failures int) time.Duration
 func (f BackoffFunc) Delay(failures int) time.Duration { return f(failures) }
 
 // Exponential is exponential backoff with jitter: Base * 2^(failures-1), capped at Max, then moved by a
-// random amount of up to ±Jitter of itself.
+// random amount of up to ±Jitter of itself. Its zero value is the default Backoff of worker pools and
+// outbox relays: 1s, 2s, 4s ... capped at 10 minutes, ±20%.
 type Exponential struct {
-	Base   time.Duration // first delay; default 1s
-	Max    time.Duration // cap; default 10m
-	Jitter float64       // 0 to 1; default 0.2. Negative means none.
+	Base   time.Duration // first delay. Default: 1s.
+	Max    time.Duration // cap. Default: 10m.
+	Jitter float64       // 0 to 1. Default: 0.2. Negative means none.
 }
-
-// DefaultBackoff is Config.Backoff when it is nil: 1s, 2s, 4s ... capped at 10 minutes, ±20%.
-var DefaultBackoff Backoff = Exponential{}
 
 // Delay implements Backoff.
 func (e Exponential) Delay(failures int) time.Duration {
