@@ -190,9 +190,10 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 	for _, s := range all {
 		if err := s.Start(ctx); err != nil {
-			stopAll(context.WithoutCancel(ctx), r.started)
+			// Stop what did start; a failure to stop is reported with the start's error.
+			stopErr := stopAll(context.WithoutCancel(ctx), r.started)
 			r.started = nil
-			return err
+			return errors.Join(err, stopErr)
 		}
 		r.started = append(r.started, s)
 	}

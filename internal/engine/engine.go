@@ -54,13 +54,13 @@ type Listen struct {
 type Outcome int
 
 const (
-	// Idle: nothing to claim; the runner sleeps (HotPollInterval while hot, else PollInterval).
+	// Idle means nothing was claimed; the runner sleeps (HotPollInterval while hot, else PollInterval).
 	Idle Outcome = iota
-	// Again: nothing claimed, but more may be due at once (the claim put rows off): claim again.
+	// Again means nothing was claimed, but more may be due at once (the claim put rows off): claim again.
 	Again
-	// Partial: a batch smaller than the claim's maximum was claimed and run.
+	// Partial means a batch smaller than the claim's maximum was claimed and run.
 	Partial
-	// Full: a full batch was claimed and run: more may be waiting.
+	// Full means a full batch was claimed and run: more may be waiting.
 	Full
 )
 
