@@ -23,7 +23,9 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/metrics"
+	"github.com/txinbox/txinbox/runner"
 	"github.com/txinbox/txinbox/seen"
 	"github.com/txinbox/txinbox/txotel"
 	"github.com/txinbox/txinbox/worker"
@@ -536,7 +538,11 @@ func TestMaintainerMetrics(t *testing.T) {
 	}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil })
-	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Observer: m, Owner: "pool-1"})
+	p, err := runner.New(db.Store(), runner.Config{
+		Pools:       []worker.Config{{Consumer: "ledger", Handlers: hs, Observer: m}},
+		Maintenance: maintain.Config{Observer: m},
+		Owner:       "pool-1",
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
