@@ -46,10 +46,16 @@ type Store struct {
 	// records past it. Default: 7 days. Must not be negative.
 	Retention time.Duration
 	// NotifyInterval is the least time between two wake-up notifications (NOTIFY on
-	// [Store.NotifyChannel]) a receiving inbox Client sends for one consumer; messages received sooner
-	// are found by the worker pools' fast polling during their HotWindow, which must exceed it (checked
-	// by worker.New). It also decides whether admin's ReplayDead notifies. Default: 50ms. Negative:
-	// never notify.
+	// [Store.NotifyChannel]) a receiving inbox Client (or a publishing outbox Client) sends for one
+	// consumer (for the outbox); messages received sooner are found by the worker pools' (the relays')
+	// fast polling after activity, which lasts 1s, or twice NotifyInterval if that is longer. It also
+	// decides whether admin's ReplayDead notifies. Default: 50ms.
+	//
+	// Negative: no notifications and no LISTEN, for everything made on this Store: Clients never
+	// notify, and worker pools and outbox relays poll only (every PollInterval when idle, every 10ms
+	// for 1s after activity). Set it so when connections go through a pooler in transaction mode
+	// (PgBouncer), where LISTEN cannot work. (A pool or relay also falls back to polling by itself when
+	// a check after LISTEN shows that notifications do not arrive, and logs it.)
 	NotifyInterval time.Duration
 	// Tracer, if set, carries traces across services and, if it is an [OperationTracer], is told
 	// about receives, handler calls, publishes and relay hand-overs (see [Tracer]; package txotel is

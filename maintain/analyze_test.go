@@ -49,7 +49,6 @@ func TestMaintainerAnalyzesAgainAfterAnotherSessionsAnalyze(t *testing.T) {
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error { return nil })
 	run(t, e.pool(t, hs, func(c *worker.Config, m *maintain.Config) {
 		c.Logger = logs.logger()
-		c.DisableListen = true
 		// No health check: it reads the whole server's xmin horizon, and warns about any session on it
 		// idle in a transaction for HorizonWarnAge. The warnings this test is about are the safety
 		// net's.

@@ -23,8 +23,8 @@
 // start a job after another has taken over.
 //
 // Why a lease row rather than an advisory lock held by a session: a session-level lock needs a
-// connection held for the leader's whole life. Through PgBouncer in transaction mode (pools with
-// DisableListen) a session is not a client's, so such a lock would be held by whichever server
+// connection held for the leader's whole life. Through PgBouncer in transaction mode (a Store with a
+// negative NotifyInterval) a session is not a client's, so such a lock would be held by whichever server
 // connection ran the statement and never released, or released by another client; and a lock held
 // by a host that vanished (no FIN, no RST) lasts until the server's TCP keepalive gives up, minutes to
 // hours, with nothing the others can do. A lease needs no connection of its own (every statement is

@@ -63,7 +63,7 @@ func (l *logRecords) has(msg, sub string) bool {
 }
 
 // A claim runs as one pipeline (the statement_timeout, the claim lock, the claim) on a pool: the
-// ClaimTimeout still bounds its wait for the claim lock (the claim is cancelled by statement_timeout,
+// The claim bound still bounds its wait for the claim lock (the claim is cancelled by statement_timeout,
 // SQLSTATE 57014, and nothing of it is committed), and once the lock is free the next claim takes
 // the event, with its first attempt: the cancelled claim charged none.
 func TestClaimTimeoutBoundsAPipelinedClaimWaitingForTheLock(t *testing.T) {
@@ -74,7 +74,9 @@ func TestClaimTimeoutBoundsAPipelinedClaimWaitingForTheLock(t *testing.T) {
 	logs := &logRecords{errs: map[string][]string{}}
 	rec := newRecorder(t, nil)
 	r := e.relay(t, rec, func(c *outbox.RelayConfig) {
-		c.Lease, c.ClaimTimeout, c.Concurrency, c.DisableListen = 2*time.Second, 200*time.Millisecond, 1, true
+		c.Lease, c.Concurrency = 2*time.Second, 1
+		outbox.SetClaimTimeout(c, 200*time.Millisecond)
+		outbox.NoListen(c)
 		c.Logger = slog.New(logs)
 	})
 	holder, err := e.Pool.Begin(ctx)
@@ -177,7 +179,7 @@ func TestRelayRecordsEachBatchInItsNextClaim(t *testing.T) {
 }
 
 // When the claim that carries a batch's record fails (here: its wait for the claim lock, held
-// elsewhere, outlasts ClaimTimeout), the record is rolled back with it, and the runner records the
+// elsewhere, outlasts the claim bound), the record is rolled back with it, and the runner records the
 // batch on its own at once: the event is sent while the lock is still held.
 func TestRecordOfAFailedClaimGoesOnItsOwn(t *testing.T) {
 	t.Parallel()
@@ -201,7 +203,9 @@ func TestRecordOfAFailedClaimGoesOnItsOwn(t *testing.T) {
 		return nil
 	})
 	r = e.relay(t, rec, func(c *outbox.RelayConfig) {
-		c.Lease, c.ClaimTimeout, c.Concurrency, c.DisableListen = 2*time.Second, 200*time.Millisecond, 1, true
+		c.Lease, c.Concurrency = 2*time.Second, 1
+		outbox.SetClaimTimeout(c, 200*time.Millisecond)
+		outbox.NoListen(c)
 		c.Logger = slog.New(logs)
 	})
 	run(t, r)

@@ -76,10 +76,11 @@ func TestFencedStaleRelayRecordsNothing(t *testing.T) {
 			pa, pb := newHolding(result), newHolding(nil)
 			oa, ob := &observer{}, &observer{}
 			a := e.relay(t, pa, func(c *outbox.RelayConfig) {
-				c.Owner, c.Concurrency, c.DisableListen, c.Observer = "relay-A", 1, true, oa
+				c.Owner, c.Concurrency, c.Observer = "relay-A", 1, oa
+				outbox.NoListen(c)
 				c.Lease, c.Timeout, c.PollInterval = 500*time.Millisecond, 200*time.Millisecond, time.Hour
 			})
-			b := e.relay(t, pb, func(c *outbox.RelayConfig) { c.Owner, c.DisableListen, c.Observer = "relay-B", true, ob })
+			b := e.relay(t, pb, func(c *outbox.RelayConfig) { c.Owner, c.Observer = "relay-B", ob; outbox.NoListen(c) })
 			run(t, a)
 			await(t, "relay A's Publish call", pa.held)
 			tokenA, owner, _ := e.claim(t)

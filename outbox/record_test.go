@@ -115,7 +115,8 @@ func TestRecordAfterAClaimsLostCommitAnswerRecordsNothingTwice(t *testing.T) {
 		calls.Add(1)
 		return errors.New("broker unavailable")
 	}), func(c *outbox.RelayConfig) {
-		c.Concurrency, c.DisableListen, c.Observer, c.Logger = 1, true, obs, slog.New(logs)
+		c.Concurrency, c.Observer, c.Logger = 1, obs, slog.New(logs)
+		outbox.NoListen(c)
 		c.Backoff = txinbox.BackoffFunc(func(int) time.Duration { return time.Hour }) // no second attempt in this test
 	})
 	run(t, r)

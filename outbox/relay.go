@@ -29,18 +29,17 @@ import (
 	"github.com/txinbox/txinbox/internal/sqlc"
 )
 
-// Defaults and limits of RelayConfig.
+// MaxBatchSize is the largest RelayConfig.BatchSize.
+const MaxBatchSize = 1000
+
+// Defaults of RelayConfig (documented on its fields).
 const (
-	DefaultBatchSize    = 100
-	MaxBatchSize        = 1000
-	DefaultConcurrency  = 2
-	DefaultPollInterval = time.Second
-	DefaultHotPoll      = 10 * time.Millisecond
-	DefaultHotWindow    = time.Second
-	DefaultLease        = time.Minute
-	DefaultTimeout      = 30 * time.Second
-	DefaultClaimTimeout = 10 * time.Second
-	DefaultMaxAttempts  = 10
+	defaultBatchSize    = 100
+	defaultConcurrency  = 2
+	defaultPollInterval = time.Second
+	defaultLease        = time.Minute
+	defaultTimeout      = 30 * time.Second
+	defaultMaxAttempts  = 10
 )
 
 // RelayConfig configures a Relay. Publisher is required; every other zero field takes the documented
@@ -48,46 +47,33 @@ const (
 type RelayConfig struct {
 	// Publisher sends the events (see [Publisher]). Required.
 	Publisher Publisher
-	// BatchSize is the most events claimed at once and handed to one Publish call. Default
-	// DefaultBatchSize (100); at most MaxBatchSize (1000).
+	// BatchSize is the most events claimed at once and handed to one Publish call. Default: 100; at
+	// most MaxBatchSize (1000).
 	BatchSize int
 	// Concurrency is the number of batches in flight at once, each claimed, published and recorded
-	// by a runner of its own (each holds one connection while it claims or records). Default
-	// DefaultConcurrency (2).
+	// by a runner of its own (each holds one connection while it claims or records). Default: 2.
 	Concurrency int
 	// PollInterval is how often an idle relay looks for events when no notification wakes it
 	// (listening is off or down, an event's NotBefore or retry time has passed, a claim's lease has
-	// ended). Default DefaultPollInterval (1s).
+	// ended). After any activity (a claimed batch, a notification, Wake) one runner looks every 10ms
+	// (PollInterval if shorter) for 1s, or for twice Store.NotifyInterval if that is longer, so that
+	// events whose notification the publishing Client debounced wait about 10ms. Listening is off
+	// when Store.NotifyInterval is negative (set it so when connections go through a pooler in
+	// transaction mode, PgBouncer, where LISTEN cannot work) or when Store.DB is not a *pgxpool.Pool
+	// (the listening connection is opened apart, with its configuration). Default: 1s.
 	PollInterval time.Duration
-	// HotPollInterval is how often one runner looks for events during HotWindow after any activity
-	// (a claimed batch, a notification, Wake), so that events whose notification the publishing
-	// Client debounced (Store.NotifyInterval) wait about this long. Default DefaultHotPoll (10ms).
-	HotPollInterval time.Duration
-	// HotWindow is how long the relay keeps polling every HotPollInterval after its last activity. It
-	// must exceed Store.NotifyInterval (a *[txinbox.ConfigError] otherwise, when both are positive).
-	// Default DefaultHotWindow (1s), or twice Store.NotifyInterval if that is longer. Negative: never
-	// poll fast.
-	HotWindow time.Duration
-	// DisableListen turns off LISTEN: the relay finds events by polling only. Set it when connections
-	// go through a pooler in transaction mode (PgBouncer), where LISTEN cannot work.
-	DisableListen bool
-	// ListenConnect opens the connection the relay listens on ([NotifyChannel]), held for the relay's
-	// life and reopened with backoff when lost. Default: when Store.DB is a *pgxpool.Pool, a new
-	// connection with its ConnConfig (outside the pool); otherwise none, and the relay polls.
-	ListenConnect ListenConnectFunc
 	// Lease is how long a claim holds: after it, another relay (or a runner of this one) takes the
 	// events over and hands them to its Publisher again. It must exceed Timeout (a relay whose
-	// Publish call outlives the lease is fenced out: see [Relay]). Default DefaultLease (1m).
+	// Publish call outlives the lease is fenced out: see [Relay]). Default: 1m.
+	//
+	// Each claim is bounded on the server by the lesser of 10s and half the Lease (statement_timeout
+	// in the claim's transaction, its wait for the other relays' claims and the record of the
+	// runner's last batch in it included): a claim's lease runs from the start of its statement.
 	Lease time.Duration
-	// Timeout bounds each Publish call (its ctx). Default DefaultTimeout (30s); less than Lease.
+	// Timeout bounds each Publish call (its ctx). Default: 30s, or half the Lease if that is less;
+	// less than Lease.
 	Timeout time.Duration
-	// ClaimTimeout bounds each claim on the server (statement_timeout in the claim's transaction,
-	// its wait for the other relays' claims and the record of the runner's last batch in it
-	// included). Default DefaultClaimTimeout (10s), or half the Lease if that is less; less than the
-	// Lease. Negative: no bound.
-	ClaimTimeout time.Duration
-	// MaxAttempts is the number of attempts that may start before an event is dead. Default
-	// DefaultMaxAttempts (10).
+	// MaxAttempts is the number of attempts that may start before an event is dead. Default: 10.
 	MaxAttempts int
 	// Backoff sets the delay before a retry (failures counts the failed attempts, from 1). Default:
 	// txinbox.Exponential{} (1s, 2s, 4s ... capped at 10 minutes, ±20%).
@@ -103,6 +89,8 @@ type RelayConfig struct {
 	Source string
 	// Observer, if set, is told about every attempt whose outcome was recorded. Default none.
 	Observer Observer
+
+	tune engine.Tune // derived settings (hot window, claim bound, listening); tests set them (export_test.go)
 }
 
 func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
@@ -122,15 +110,13 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 			*v = d
 		}
 	}
-	def(&c.BatchSize, DefaultBatchSize)
-	def(&c.Concurrency, DefaultConcurrency)
-	def(&c.MaxAttempts, DefaultMaxAttempts)
-	defd(&c.PollInterval, DefaultPollInterval)
-	defd(&c.HotPollInterval, DefaultHotPoll)
-	defd(&c.HotWindow, max(DefaultHotWindow, 2*st.NotifyInterval))
-	defd(&c.Lease, DefaultLease)
-	defd(&c.Timeout, min(DefaultTimeout, c.Lease/2))
-	defd(&c.ClaimTimeout, min(DefaultClaimTimeout, c.Lease/2))
+	def(&c.BatchSize, defaultBatchSize)
+	def(&c.Concurrency, defaultConcurrency)
+	def(&c.MaxAttempts, defaultMaxAttempts)
+	defd(&c.PollInterval, defaultPollInterval)
+	defd(&c.Lease, defaultLease)
+	defd(&c.Timeout, min(defaultTimeout, c.Lease/2))
+	c.tune = c.tune.Derive(st.NotifyInterval, c.Lease)
 	switch {
 	case c.BatchSize < 0 || c.BatchSize > MaxBatchSize:
 		return bad("BatchSize", fmt.Sprintf("must be 1 to %d", MaxBatchSize))
@@ -138,14 +124,10 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 		return bad("Concurrency", "must not be negative")
 	case c.MaxAttempts < 0:
 		return bad("MaxAttempts", "must not be negative")
-	case c.PollInterval < 0 || c.HotPollInterval < 0 || c.Lease < 0 || c.Timeout < 0:
-		return bad("PollInterval/HotPollInterval/Lease/Timeout", "must not be negative")
+	case c.PollInterval < 0 || c.Lease < 0 || c.Timeout < 0:
+		return bad("PollInterval/Lease/Timeout", "must not be negative")
 	case c.Timeout >= c.Lease:
 		return bad("Timeout", fmt.Sprintf("%v must be less than the Lease (%v)", c.Timeout, c.Lease))
-	case c.ClaimTimeout >= c.Lease:
-		return bad("ClaimTimeout", fmt.Sprintf("%v must be less than the Lease (%v): a claim's lease runs from the start of its statement", c.ClaimTimeout, c.Lease))
-	case c.HotWindow > 0 && st.NotifyInterval > 0 && c.HotWindow <= st.NotifyInterval:
-		return bad("HotWindow", fmt.Sprintf("%v must exceed Store.NotifyInterval (%v): events whose notification was debounced would wait a full PollInterval", c.HotWindow, st.NotifyInterval))
 	}
 	if c.Backoff == nil {
 		c.Backoff = txinbox.Exponential{}
@@ -220,14 +202,14 @@ type Relay struct {
 const defaultSnooze = 30 * time.Second
 
 // finishTimeout bounds the statements that record a batch's outcomes on their own (Relay.record; a
-// record in a claim's transaction is bounded by RelayConfig.ClaimTimeout).
+// record in a claim's transaction is bounded by the claim's bound, RelayConfig.Lease).
 const finishTimeout = 10 * time.Second
 
 // NewRelay returns a relay of st's outbox. st.DB must be a connection pool (a *pgxpool.Pool, say), of
 // which the relay holds at most Concurrency connections at once (the one it listens on is opened
 // apart); a *pgx.Conn or a pgx.Tx is a *[txinbox.ConfigError] (Field "Store.DB"): a claim must commit
-// on its own, and the runners work at once. st.NotifyInterval is the debounce its HotWindow must
-// exceed. NewRelay checks st and cfg (a *[txinbox.ConfigError] says which field is wrong) and does
+// on its own, and the runners work at once. st.NotifyInterval sets how long it polls fast after
+// activity and, negative, turns its LISTEN off. NewRelay checks st and cfg (a *[txinbox.ConfigError] says which field is wrong) and does
 // not touch the database; Start does.
 func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	st, err := st.Resolve()
@@ -245,9 +227,9 @@ func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	h := fnv.New64a()
 	h.Write([]byte("txinbox.outbox.claim\x00" + st.Schema))
 	r := &Relay{db: st.DB, store: st, cfg: cfg, st: schemasql.New(st.Schema), lockKey: int64(h.Sum64() >> 1)}
-	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotPollInterval: cfg.HotPollInterval,
-		HotWindow: cfg.HotWindow, Logger: cfg.Logger, Attrs: []any{"schema", st.Schema}, Name: "outbox "}
-	if !cfg.DisableListen {
+	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotWindow: cfg.tune.HotWindow,
+		Logger: cfg.Logger, Attrs: []any{"schema", st.Schema}, Name: "outbox "}
+	if !cfg.tune.NoListen {
 		ecfg.Listen = engine.Listen{Channel: NotifyChannel(st), Connect: r.listenConnector()}
 	}
 	r.eng = engine.New(ecfg)
@@ -408,10 +390,10 @@ func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again
 
 // claimTimeoutMS is the claim's statement_timeout in milliseconds, or "" for none.
 func (r *Relay) claimTimeoutMS() string {
-	if r.cfg.ClaimTimeout <= 0 {
+	if r.cfg.tune.ClaimTimeout <= 0 {
 		return ""
 	}
-	return strconv.FormatInt(max(r.cfg.ClaimTimeout.Milliseconds(), 1), 10)
+	return strconv.FormatInt(max(r.cfg.tune.ClaimTimeout.Milliseconds(), 1), 10)
 }
 
 // claimInTx claims in an explicit transaction: BEGIN, the statement_timeout, the record of the last

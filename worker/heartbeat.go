@@ -9,7 +9,7 @@ import (
 
 // Heartbeats: a running pool keeps a row of inbox_pools (migration 00010) naming its consumer and
 // owner, written when it starts and every heartbeatEvery, deleted when it stops. A pool that has
-// claimed nothing for Config.IdleWarnAfter reads them to name the consumers whose messages wait in
+// claimed nothing for a minute (tuning.idleWarnAfter) reads them to name the consumers whose messages wait in
 // the queue with no pool seen within heartbeatFresh (package maintain deletes the rows of pools that
 // died, after an hour).
 const (
@@ -23,8 +23,9 @@ const (
 // consumers that no pool serves, until the pool stops.
 func (p *Pool) heartbeat(ctx context.Context) {
 	tick := heartbeatEvery
-	if p.cfg.IdleWarnAfter > 0 {
-		tick = min(tick, p.cfg.IdleWarnAfter)
+	warnAfter := p.cfg.tune.idleWarnAfter
+	if warnAfter > 0 {
+		tick = min(tick, warnAfter)
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -42,14 +43,14 @@ func (p *Pool) heartbeat(ctx context.Context) {
 			p.beat(ctx)
 			lastBeat = time.Now()
 		}
-		if p.cfg.IdleWarnAfter < 0 {
+		if warnAfter < 0 {
 			continue
 		}
 		idle := time.Since(p.epoch) - time.Duration(p.lastMessage.Load())
 		switch {
-		case idle < p.cfg.IdleWarnAfter:
+		case idle < warnAfter:
 			warned = false // a message came: a later idle stretch may warn again
-		case !warned && time.Since(lastCheck) >= p.cfg.IdleWarnAfter:
+		case !warned && time.Since(lastCheck) >= warnAfter:
 			lastCheck = time.Now()
 			warned = p.warnUnserved(ctx, idle)
 		}

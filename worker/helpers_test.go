@@ -65,12 +65,18 @@ func (e *env) receive(t *testing.T, keys ...string) {
 
 func (e *env) pool(t *testing.T, hs *worker.Handlers, mod func(*worker.Config)) *worker.Pool {
 	t.Helper()
+	return e.poolOn(t, e.Store(), hs, mod)
+}
+
+// poolOn is pool on store (e's schema).
+func (e *env) poolOn(t *testing.T, store txinbox.Store, hs *worker.Handlers, mod func(*worker.Config)) *worker.Pool {
+	t.Helper()
 	cfg := worker.Config{Consumer: "ledger", Handlers: hs, PollInterval: 20 * time.Millisecond,
 		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
 	}
-	p, err := worker.New(e.Store(), cfg)
+	p, err := worker.New(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 const (
 	takeoverLease       = 2 * time.Second
 	takeoverMaxAttempts = 3
+	defaultConcurrency  = 4 // worker.Config.Concurrency's default
 )
 
 // takeoverChild runs a pool of a batch handler at the defaults (Concurrency 4, HandlerConfig.BatchSize
@@ -39,7 +40,7 @@ func takeoverChild(mode string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
 	}
-	pcfg.MaxConns = worker.DefaultConcurrency + 2
+	pcfg.MaxConns = defaultConcurrency + 2
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -140,7 +141,8 @@ func TestKilledProcessClaimsAreTakenOverInGroups(t *testing.T) {
 	})
 	run(t, batchPool(t, e, nil, hs, func(c *worker.Config) {
 		// The default Timeout and Lease: a call stalled on a loaded machine must not charge an attempt.
-		c.PollInterval, c.DisableListen, c.Observer = time.Hour, true, obs
+		c.PollInterval, c.Observer = time.Hour, obs
+		worker.NoListen(c)
 	}))
 	waitFor(t, "every message completed", func() bool { return e.count(t, "completed") == n })
 	if got := e.Count(t, `SELECT count(DISTINCT key) FROM {schema}.effects`); got != n {
@@ -148,8 +150,8 @@ func TestKilledProcessClaimsAreTakenOverInGroups(t *testing.T) {
 	}
 	rounds, messages, batches := obs.sum()
 	t.Logf("%d messages taken over in %d takeovers, from %d batches charged", messages, rounds, batches)
-	if messages != n || batches != worker.DefaultConcurrency {
-		t.Errorf("takeovers took %d messages of %d batches charged, want %d of %d", messages, batches, n, worker.DefaultConcurrency)
+	if messages != n || batches != defaultConcurrency {
+		t.Errorf("takeovers took %d messages of %d batches charged, want %d of %d", messages, batches, n, defaultConcurrency)
 	}
 	if rounds > n/100 {
 		t.Errorf("%d takeovers for %d messages, want at most %d", rounds, n, n/100)
@@ -227,7 +229,7 @@ func TestMessagesTakenOverAloneRunOneAtATimeAcrossOwners(t *testing.T) {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
 	for _, owner := range []string{"process-A", "process-B"} {
-		run(t, e.pool(t, hs, func(c *worker.Config) { c.Owner, c.DisableListen = owner, true }))
+		run(t, e.pool(t, hs, func(c *worker.Config) { c.Owner = owner; worker.NoListen(c) }))
 	}
 	waitFor(t, "every message completed", func() bool { return e.count(t, "completed") == 6 })
 	if got := most.Load(); got != 1 {

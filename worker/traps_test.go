@@ -64,7 +64,7 @@ func TestStartWithUnreachableDatabase(t *testing.T) {
 	logs := &logBuffer{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error { return nil })
-	p, err := worker.New(txinbox.Store{DB: down}, worker.Config{Consumer: "ledger", Handlers: hs, Logger: logs.logger(), DisableListen: true})
+	p, err := worker.New(txinbox.Store{DB: down, NotifyInterval: -1}, worker.Config{Consumer: "ledger", Handlers: hs, Logger: logs.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +93,8 @@ func TestStartWarnsOnSmallPgxpool(t *testing.T) {
 	logs := &logBuffer{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error { return nil })
-	p, err := worker.New(txinbox.Store{DB: small, Schema: e.Schema}, worker.Config{Consumer: "ledger", Handlers: hs, Concurrency: 4,
-		Logger: logs.logger(), DisableListen: true})
+	p, err := worker.New(txinbox.Store{DB: small, Schema: e.Schema, NotifyInterval: -1}, worker.Config{Consumer: "ledger", Handlers: hs,
+		Concurrency: 4, Logger: logs.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

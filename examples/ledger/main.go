@@ -205,7 +205,7 @@ type workerFlags struct {
 
 func (w *workerFlags) register(fs *flag.FlagSet, workers int) {
 	fs.IntVar(&w.workers, "workers", workers, "batches handled at once, each in its own transaction (0: no workers)")
-	fs.IntVar(&w.batchSize, "batch-size", worker.DefaultBatchSize, "messages claimed and handled per transaction (1 to 64)")
+	fs.IntVar(&w.batchSize, "batch-size", 32, "messages claimed and handled per transaction (1 to 64; worker.Config.BatchSize)")
 	fs.DurationVar(&w.lease, "lease", 10*time.Second, "how long a claim holds before a crashed worker's messages are taken over")
 	fs.DurationVar(&w.timeout, "timeout", 2*time.Second, "time limit of one handler call (must be below --lease)")
 	fs.DurationVar(&w.poll, "poll", 250*time.Millisecond, "how often idle workers look for work")

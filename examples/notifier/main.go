@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	durable := fs.String("nats-durable", "notifier", "durable JetStream consumer on "+stream+" (created or updated on start)")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "redelivery delay of a message whose batch was never acknowledged (a crash)")
 	workers := fs.Int("workers", 4, "batches handled at once, each in its own transaction")
-	batchSize := fs.Int("batch-size", worker.DefaultBatchSize, "most messages claimed and handled per transaction (at most one per account)")
+	batchSize := fs.Int("batch-size", 32, "most messages claimed and handled per transaction (at most one per account; worker.Config.BatchSize)")
 	lease := fs.Duration("lease", 30*time.Second, "longest a batch transaction may sit idle (a frozen process) before the server ends it; the handler's time limit is a third of it")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	traceFile := fs.String("trace-file", "", "append this process's OpenTelemetry spans to this file, one JSON object a line (the stdout exporter's); default: no spans")
