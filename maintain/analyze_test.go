@@ -52,7 +52,7 @@ func TestMaintainerAnalyzesAgainAfterAnotherSessionsAnalyze(t *testing.T) {
 		// No health check: it reads the whole server's xmin horizon, and warns about any session on it
 		// idle in a transaction for HorizonWarnAge. The warnings this test is about are the safety
 		// net's.
-		m.HealthCheckInterval = -1
+		maintain.SetHealthCheckInterval(m, -1)
 	}))
 	waitFor(t, "the maintainer's ANALYZE while the other session holds the table", func() bool {
 		return len(logs.find(t, "txinbox: analyzed tables that outgrew their statistics")) > 0

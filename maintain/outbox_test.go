@@ -12,7 +12,6 @@ import (
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/outbox"
-	"github.com/txinbox/txinbox/retention"
 )
 
 // outboxEvents publishes, and relays, events of four topics into e's outbox: "old" (three, sent
@@ -89,7 +88,7 @@ func TestMaintainerRotatesTheOutbox(t *testing.T) {
 	var logs logBuffer
 	store := e.Store()
 	store.Retention = time.Hour
-	maintainerOf(t, store, maintain.Config{Lease: time.Second, Retention: retentionEvery(time.Second), Logger: logs.logger()})
+	maintainerOf(t, store, maintain.Config{Lease: time.Second, Generation: time.Second, Logger: logs.logger()})
 
 	// Generation 0's partition, where every event is, is retired by the rotation to generation 2.
 	waitFor(t, "two rotations of the outbox", func() bool { return e.outboxGeneration(t) >= 2 })
@@ -135,7 +134,7 @@ func TestMaintainerOutboxWindowNegativeLeavesTheOutbox(t *testing.T) {
 	runs := &leaderLog{}
 	store := e.Store()
 	store.Retention = time.Hour
-	maintainerOf(t, store, maintain.Config{Lease: time.Second, Retention: retentionEvery(time.Second),
+	maintainerOf(t, store, maintain.Config{Lease: time.Second, Generation: time.Second,
 		OutboxWindow: -1, Observer: runs})
 	ran := func(job string) int {
 		runs.mu.Lock()
@@ -164,25 +163,27 @@ func TestMaintainerOutboxWindowNegativeLeavesTheOutbox(t *testing.T) {
 	}
 }
 
-// The outbox's rotation takes its Generation and lock timeout from Retention, checked as
-// outbox.Rotate checks them (a *txinbox.ConfigError naming the field); any OutboxWindow is valid
-// (negative: no rotation of the outbox).
+// The outbox's generation is its OutboxWindow (default: Store.Retention), or Generation if that is
+// set and shorter, at least 1s; any OutboxWindow is valid (negative: no rotation of the outbox).
 func TestOutboxRotationConfig(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	for field, cfg := range map[string]maintain.Config{
-		"Retention.Generation":        {OutboxWindow: time.Minute, Retention: retention.Config{Generation: time.Millisecond}},
-		"Retention.RotateLockTimeout": {OutboxWindow: time.Minute, Retention: retention.Config{RotateLockTimeout: time.Microsecond}},
+	const day = 24 * time.Hour
+	for _, c := range []struct{ window, generation, want time.Duration }{
+		{0, 0, 7 * day},
+		{time.Hour, 0, time.Hour},
+		{30 * day, 0, 30 * day},
+		{30 * day, 60 * day, 30 * day},
+		{time.Hour, time.Minute, time.Minute},
+		{time.Nanosecond, 0, time.Second},
+		{-1, 0, 0},
 	} {
-		_, err := maintain.New(db.Store(), cfg)
-		var ce *txinbox.ConfigError
-		if !errors.As(err, &ce) || ce.Field != field {
-			t.Errorf("%s: err = %v, want a *txinbox.ConfigError for %s", field, err, field)
+		m, err := maintain.New(db.Store(), maintain.Config{OutboxWindow: c.window, Generation: c.generation})
+		if err != nil {
+			t.Fatalf("OutboxWindow %v, Generation %v: %v", c.window, c.generation, err)
 		}
-	}
-	for _, w := range []time.Duration{-1, 0, time.Nanosecond, time.Hour} {
-		if _, err := maintain.New(db.Store(), maintain.Config{OutboxWindow: w}); err != nil {
-			t.Errorf("OutboxWindow %v: %v", w, err)
+		if got := maintain.OutboxGenerationOf(m); got != c.want {
+			t.Errorf("OutboxWindow %v, Generation %v: the outbox's generation %v, want %v", c.window, c.generation, got, c.want)
 		}
 	}
 	// The built-in job's name is taken.

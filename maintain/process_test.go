@@ -63,8 +63,9 @@ func child() int {
 		return 3
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug})).With("pid", os.Getpid())
-	cfg := runner.Config{Logger: log, Maintenance: maintain.Config{Lease: processLease, Retention: retentionEvery(time.Second),
-		HealthCheckInterval: 500 * time.Millisecond, RollupInterval: 500 * time.Millisecond}}
+	cfg := runner.Config{Logger: log, Maintenance: maintain.Config{Lease: processLease, Generation: time.Second,
+		RollupInterval: 500 * time.Millisecond}}
+	maintain.SetHealthCheckInterval(&cfg.Maintenance, 500*time.Millisecond)
 	for _, consumer := range childConsumers {
 		hs := worker.NewHandlers()
 		worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {

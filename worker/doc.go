@@ -92,7 +92,7 @@
 //
 // A pool runs no maintainer: a runner (package runner) runs the schema's maintainer candidate beside
 // its pools and relays. One is elected among all the runners of the schema, and it alone rotates the inbox's
-// generations (the inbox stays bounded with no retention.Cleaner), deletes expired idempotency keys,
+// generations (the inbox stays bounded with no line of the service's), deletes expired idempotency keys,
 // runs the vacuum and statistics safety nets and the health warnings, and folds the console's
 // roll-ups, which each batch's finish counts in its own transaction. A pool also keeps a heartbeat
 // (table inbox_pools) and, when it has claimed nothing for a minute while messages of consumers that
