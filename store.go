@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,6 +64,11 @@ type Store struct {
 	// the OpenTelemetry one).
 	// Default: none (no trace context is recorded with outbox events).
 	Tracer Tracer
+	// Logger receives the logs of everything made on this Store: worker pools, outbox relays, the
+	// maintainer (and the runner that runs them), the idempotency middleware, the console, the broker
+	// adapters' consumers and sinks. Each adds its own attributes (such as "consumer" or "schema"); use
+	// Logger.With to tell Stores apart. Default: slog.Default().
+	Logger *slog.Logger
 }
 
 // Resolve returns s with its defaults filled in, or a *[ConfigError] naming the field ("Store.DB",
@@ -85,6 +91,9 @@ func (s Store) Resolve() (Store, error) {
 	}
 	if s.NotifyInterval == 0 {
 		s.NotifyInterval = defaultNotifyInterval
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
 	}
 	return s, nil
 }

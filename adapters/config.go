@@ -2,7 +2,6 @@ package adapters
 
 import (
 	"errors"
-	"log/slog"
 	"time"
 )
 
@@ -30,9 +29,6 @@ type BatchConfig struct {
 	// WriteTimeout bounds storing one batch (and, for Kafka, committing its offsets). Default:
 	// [DefaultWriteTimeout] (30s).
 	WriteTimeout time.Duration
-	// Logger receives storage, acknowledgement and connection errors; it is also the Sink's Logger
-	// when SinkConfig.Logger is nil. Default: slog.Default().
-	Logger *slog.Logger
 }
 
 // ErrAlreadyStarted is returned by a consumer's Start when it was started before: a consumer consumes

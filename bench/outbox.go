@@ -447,7 +447,8 @@ func (e *Env) relayTarget(ctx context.Context, s *Schema, b outboxBrokerConn, cf
 		return nil, err
 	}
 	tp := &timedPublisher{p: pub, acks: acks}
-	rcfg := outbox.RelayConfig{Publisher: tp, BatchSize: cfg.Batch, Concurrency: cfg.Workers, Logger: e.quietLogger()}
+	rcfg := outbox.RelayConfig{Publisher: tp, BatchSize: cfg.Batch, Concurrency: cfg.Workers}
+	st.Logger = e.quietLogger()
 	if cfg.ClaimInTx {
 		st.DB = struct{ txinbox.DB }{s.Pool}
 	}

@@ -311,9 +311,9 @@ func RecoveryChild(mode string) int {
 			select {}
 		}
 	})
-	p, err := worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{
+	p, err := worker.New(txinbox.Store{DB: db, Schema: schema,
+		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}, worker.Config{
 		Consumer: benchConsumer, Handlers: hs, Lease: RecoveryLease, Timeout: RecoveryLease / 2,
-		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		return fail(err)

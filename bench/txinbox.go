@@ -185,14 +185,13 @@ func ledgerHandlers(ledger string, cfg InboxConfig, onHandled func(n int), appli
 // each message's number, before its insert.
 func (s *inboxSchema) startPool(ctx context.Context, cfg InboxConfig, onHandled func(n int)) (*worker.Pool, error) {
 	hs := ledgerHandlers(s.T("ledger"), cfg, onHandled, nil)
-	st := txinbox.Store{DB: s.Pool, Schema: s.Name}
+	st := txinbox.Store{DB: s.Pool, Schema: s.Name, Logger: s.env.Log.With("pool", s.Name)}
 	if cfg.NoListen {
 		st.NotifyInterval = -1 // the pool's Store only: the senders still notify
 	}
 	p, err := worker.New(st, worker.Config{
 		Consumer: benchConsumer, Handlers: hs,
-		Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval,
-		Logger: s.env.Log.With("pool", s.Name)})
+		Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval})
 	if err != nil {
 		return nil, err
 	}

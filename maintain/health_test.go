@@ -34,8 +34,7 @@ func TestHealthWarnings(t *testing.T) {
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
-	run(t, e.pool(t, hs, func(c *worker.Config, m *maintain.Config) {
-		c.Logger = logs.logger()
+	run(t, e.poolLogging(t, logs, hs, func(c *worker.Config, m *maintain.Config) {
 		maintain.SetHealthCheckInterval(m, 10*time.Millisecond)
 		m.HorizonWarnAge = time.Nanosecond
 		m.DeadRowsWarnThreshold = n - 1 // every message leaves one dead queue row (deleted by its finish)
@@ -87,8 +86,7 @@ func TestHorizonWarningOff(t *testing.T) {
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
-	run(t, e.pool(t, hs, func(c *worker.Config, m *maintain.Config) {
-		c.Logger = logs.logger()
+	run(t, e.poolLogging(t, logs, hs, func(c *worker.Config, m *maintain.Config) {
 		maintain.SetHealthCheckInterval(m, 10*time.Millisecond)
 		m.HorizonWarnAge = -1
 		m.DeadRowsWarnThreshold = n - 1 // every message leaves one dead queue row (deleted by its finish)

@@ -87,7 +87,7 @@
 //
 // # Observability
 //
-// The maintainer logs at Info when it becomes the leader and when it stops leading (with its owner,
+// The maintainer logs (to the Store's Logger) at Info when it becomes the leader and when it stops leading (with its owner,
 // term and the reason), at Info each rotation of the inbox's or the outbox's generations (with the
 // new generation, the rows copied and the duration) and each run that deleted expired keys, at Debug
 // every run of a job, and at Warn a job that failed. An Observer (Config.Observer; package metrics
@@ -142,8 +142,6 @@ type Config struct {
 	// logs; it must be unique among the maintainers of the schema. Default: hostname:pid:random (a
 	// runner gives its own Owner).
 	Owner string
-	// Logger receives the maintainer's logs. Default slog.Default().
-	Logger *slog.Logger
 	// Observer, if set, is told when this maintainer becomes the leader or stops, and about every run
 	// of a job (package metrics implements it). Default: none.
 	Observer Observer
@@ -281,9 +279,6 @@ func New(store txinbox.Store, cfg Config) (*Maintainer, error) {
 	if cfg.DeadRowsWarnThreshold == 0 {
 		cfg.DeadRowsWarnThreshold = defaultDeadRowsWarnThreshold
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
 	if cfg.Owner == "" {
 		host, _ := os.Hostname()
 		b := make([]byte, 4)
@@ -298,7 +293,7 @@ func New(store txinbox.Store, cfg Config) (*Maintainer, error) {
 	case cfg.Generation < time.Second:
 		return bad("Generation", "must be at least 1s")
 	}
-	m := &Maintainer{store: store, st: statements(store.Schema), cfg: cfg, log: cfg.Logger.With("schema", store.Schema)}
+	m := &Maintainer{store: store, st: statements(store.Schema), cfg: cfg, log: store.Logger.With("schema", store.Schema)}
 	if cfg.tune.retentionEvery > 0 {
 		m.inbox = &retention.RotateOptions{Generation: cfg.Generation, LockTimeout: rotateLockTimeout}
 		if cfg.OutboxWindow >= 0 {

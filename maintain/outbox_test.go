@@ -46,8 +46,10 @@ func (e *env) outboxEvents(t *testing.T) {
 		return outbox.Errors(errs)
 	})
 	var relayLogs logBuffer // the dead event's warning, unread
-	r, err := outbox.NewRelay(e.Store(), outbox.RelayConfig{Publisher: pub, PollInterval: 20 * time.Millisecond,
-		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond }), Logger: relayLogs.logger()})
+	relayStore := e.Store()
+	relayStore.Logger = relayLogs.logger()
+	r, err := outbox.NewRelay(relayStore, outbox.RelayConfig{Publisher: pub, PollInterval: 20 * time.Millisecond,
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +90,8 @@ func TestMaintainerRotatesTheOutbox(t *testing.T) {
 	var logs logBuffer
 	store := e.Store()
 	store.Retention = time.Hour
-	maintainerOf(t, store, maintain.Config{Lease: time.Second, Generation: time.Second, Logger: logs.logger()})
+	store.Logger = logs.logger()
+	maintainerOf(t, store, maintain.Config{Lease: time.Second, Generation: time.Second})
 
 	// Generation 0's partition, where every event is, is retired by the rotation to generation 2.
 	waitFor(t, "two rotations of the outbox", func() bool { return e.outboxGeneration(t) >= 2 })

@@ -76,8 +76,8 @@ func TestMaintainerVacuumsAgainAfterAnotherSessionsVacuum(t *testing.T) {
 	}
 	before := v.vacuums()
 	logs := &logBuffer{}
+	v.logs = logs
 	v.drain(600, func(c *worker.Config, m *maintain.Config) {
-		c.Logger = logs.logger()
 		// No health check: it reads the whole server's xmin horizon, and warns about any session on it
 		// idle in a transaction for HorizonWarnAge. The warnings this test is about are the vacuum's.
 		maintain.SetHealthCheckInterval(m, -1)
@@ -104,6 +104,7 @@ type queueChurn struct {
 	t     *testing.T
 	e     *env
 	queue string
+	logs  *logBuffer // the Store's Logger; nil: slog.Default()
 }
 
 // churnedQueue turns autovacuum off for e's queue table.
@@ -129,7 +130,7 @@ func (v queueChurn) dead() int64 {
 // until they are completed.
 func (v queueChurn) drain(n int64, mod ...func(*worker.Config, *maintain.Config)) {
 	v.e.receive(v.t, keys("v", int(n))...)
-	run(v.t, v.e.pool(v.t, v.e.creditHandlers(), func(c *worker.Config, m *maintain.Config) {
+	run(v.t, v.e.poolLogging(v.t, v.logs, v.e.creditHandlers(), func(c *worker.Config, m *maintain.Config) {
 		maintain.SetQueueVacuumThreshold(m, 100)
 		for _, f := range mod {
 			f(c, m)

@@ -73,11 +73,10 @@ func TestClaimTimeoutBoundsAPipelinedClaimWaitingForTheLock(t *testing.T) {
 	e.publish(t, msg("t", "k", 1))
 	logs := &logRecords{errs: map[string][]string{}}
 	rec := newRecorder(t, nil)
-	r := e.relay(t, rec, func(c *outbox.RelayConfig) {
+	r := relayOn(t, e.storeLogging(slog.New(logs)), rec, func(c *outbox.RelayConfig) {
 		c.Lease, c.Concurrency = 2*time.Second, 1
 		outbox.SetClaimTimeout(c, 200*time.Millisecond)
 		outbox.NoListen(c)
-		c.Logger = slog.New(logs)
 	})
 	holder, err := e.Pool.Begin(ctx)
 	if err != nil {
@@ -202,11 +201,10 @@ func TestRecordOfAFailedClaimGoesOnItsOwn(t *testing.T) {
 		close(published)
 		return nil
 	})
-	r = e.relay(t, rec, func(c *outbox.RelayConfig) {
+	r = relayOn(t, e.storeLogging(slog.New(logs)), rec, func(c *outbox.RelayConfig) {
 		c.Lease, c.Concurrency = 2*time.Second, 1
 		outbox.SetClaimTimeout(c, 200*time.Millisecond)
 		outbox.NoListen(c)
-		c.Logger = slog.New(logs)
 	})
 	run(t, r)
 	await(t, "the event published", published)

@@ -111,11 +111,11 @@ func TestRecordAfterAClaimsLostCommitAnswerRecordsNothingTwice(t *testing.T) {
 	var calls atomic.Int64
 	obs := &observer{}
 	logs := &logRecords{errs: map[string][]string{}}
-	r := relayOn(t, txinbox.Store{DB: db, Schema: e.Schema}, outbox.PublisherFunc(func(context.Context, []outbox.Event) error {
+	r := relayOn(t, txinbox.Store{DB: db, Schema: e.Schema, Logger: slog.New(logs)}, outbox.PublisherFunc(func(context.Context, []outbox.Event) error {
 		calls.Add(1)
 		return errors.New("broker unavailable")
 	}), func(c *outbox.RelayConfig) {
-		c.Concurrency, c.Observer, c.Logger = 1, obs, slog.New(logs)
+		c.Concurrency, c.Observer = 1, obs
 		outbox.NoListen(c)
 		c.Backoff = txinbox.BackoffFunc(func(int) time.Duration { return time.Hour }) // no second attempt in this test
 	})

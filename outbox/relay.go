@@ -78,8 +78,6 @@ type RelayConfig struct {
 	// Backoff sets the delay before a retry (failures counts the failed attempts, from 1). Default:
 	// txinbox.Exponential{} (1s, 2s, 4s ... capped at 10 minutes, ±20%).
 	Backoff txinbox.Backoff
-	// Logger receives the relay's logs. Default slog.Default().
-	Logger *slog.Logger
 	// Owner names this relay in its claims (outbox_queue.owner). Default hostname:pid:random.
 	Owner string
 	// Source names the publishing service in every event it sends: the CloudEvents source
@@ -131,9 +129,6 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 	}
 	if c.Backoff == nil {
 		c.Backoff = txinbox.Exponential{}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	if c.Source == "" {
 		c.Source = "/txinbox/" + st.Schema
@@ -188,6 +183,7 @@ type Relay struct {
 	db      txinbox.DB
 	store   txinbox.Store
 	cfg     RelayConfig
+	log     *slog.Logger // the Store's Logger
 	st      *schemasql.Schema
 	lockKey int64
 	eng     *engine.Engine // runners, wake-ups, listening, Start/Stop
@@ -226,9 +222,9 @@ func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	}
 	h := fnv.New64a()
 	h.Write([]byte("txinbox.outbox.claim\x00" + st.Schema))
-	r := &Relay{db: st.DB, store: st, cfg: cfg, st: schemasql.New(st.Schema), lockKey: int64(h.Sum64() >> 1)}
+	r := &Relay{db: st.DB, store: st, cfg: cfg, log: st.Logger, st: schemasql.New(st.Schema), lockKey: int64(h.Sum64() >> 1)}
 	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotWindow: cfg.tune.HotWindow,
-		Logger: cfg.Logger, Attrs: []any{"schema", st.Schema}, Name: "outbox "}
+		Logger: st.Logger, Attrs: []any{"schema", st.Schema}, Name: "outbox "}
 	if !cfg.tune.NoListen {
 		ecfg.Listen = engine.Listen{Channel: NotifyChannel(st), Connect: r.listenConnector()}
 	}
@@ -250,7 +246,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := r.checkSchema(ctx); errors.Is(err, txinbox.ErrNotMigrated) {
 		return err
 	} else if err != nil {
-		r.cfg.Logger.Warn("txinbox: could not check the outbox tables; starting anyway", "schema", r.store.Schema, "err", err)
+		r.log.Warn("txinbox: could not check the outbox tables; starting anyway", "schema", r.store.Schema, "err", err)
 	}
 	return r.eng.Start(ctx, engine.Hooks{
 		NewRunner: func() engine.Runner { return &runner{r: r} },
@@ -382,7 +378,7 @@ func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again
 		batch[i] = c
 	}
 	if takenOver > 0 {
-		r.cfg.Logger.Warn("txinbox: taking over outbox events whose claim's lease ended without an outcome (its relay died, hung or lost its connection)",
+		r.log.Warn("txinbox: taking over outbox events whose claim's lease ended without an outcome (its relay died, hung or lost its connection)",
 			"schema", r.store.Schema, "events", takenOver)
 	}
 	return batch, false, nil
@@ -766,7 +762,7 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 	defer cancel()
 	rows, err := schemasql.Queries.OutboxFinish(rctx, r.st.Wrap(r.db), finishParams(fs))
 	if err != nil {
-		r.cfg.Logger.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
+		r.log.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
 			"schema", r.store.Schema, "events", len(fs), "err", err)
 		return
 	}
@@ -776,7 +772,7 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 	}
 	if keys := leftKeys(fs, now); len(keys) > 0 {
 		if err := schemasql.Queries.OutboxReadyNext(rctx, r.st.Wrap(r.db), keys); err != nil {
-			r.cfg.Logger.Warn("txinbox: making the next outbox events of keys ready failed; they go when their snooze ends",
+			r.log.Warn("txinbox: making the next outbox events of keys ready failed; they go when their snooze ends",
 				"schema", r.store.Schema, "keys", len(keys), "snooze", r.snoozeFor(), "err", err)
 		}
 	}
@@ -797,12 +793,12 @@ func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 		}
 	}
 	if earlier > 0 {
-		r.cfg.Logger.Info("txinbox: outbox outcomes were recorded already, by the claim whose commit answer was lost",
+		r.log.Info("txinbox: outbox outcomes were recorded already, by the claim whose commit answer was lost",
 			"schema", r.store.Schema, "events", earlier)
 	}
 	for _, f := range fs {
 		if !recorded[f.c.id] {
-			r.cfg.Logger.Warn("txinbox: outbox event taken over by another relay after its lease ended; its outcome here was not recorded",
+			r.log.Warn("txinbox: outbox event taken over by another relay after its lease ended; its outcome here was not recorded",
 				"schema", r.store.Schema, "event_id", f.c.ev.ID, "token", f.c.token, "outcome", f.outcome)
 			continue
 		}
@@ -811,10 +807,10 @@ func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 		}
 		switch f.outcome {
 		case txinbox.OutcomeDead:
-			r.cfg.Logger.Warn("txinbox: outbox event is dead", "schema", r.store.Schema, "event_id", f.c.ev.ID,
+			r.log.Warn("txinbox: outbox event is dead", "schema", r.store.Schema, "event_id", f.c.ev.ID,
 				"topic", f.c.ev.Topic, "key", f.c.ev.Key, "attempt", f.c.ev.Attempt, "err", f.err)
 		case txinbox.OutcomeRetry:
-			r.cfg.Logger.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.store.Schema,
+			r.log.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.store.Schema,
 				"event_id", f.c.ev.ID, "topic", f.c.ev.Topic, "attempt", f.c.ev.Attempt, "retry_in", f.delay, "err", f.err)
 		}
 		if r.cfg.Observer != nil {

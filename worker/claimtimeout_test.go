@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -55,8 +56,8 @@ func (e *env) stalledAndGoodPools(t *testing.T, query string, n int64) {
 		t.Error("the stuck pool's claim completed")
 		return nil
 	})
-	run(t, batchPool(t, e, stuckDB, stuck, func(c *worker.Config) {
-		c.Owner, c.Concurrency, c.Logger = "stuck", 1, logs.logger()
+	run(t, batchPoolOn(t, txinbox.Store{DB: stuckDB, Schema: e.Schema, Logger: logs.logger()}, stuck, func(c *worker.Config) {
+		c.Owner, c.Concurrency = "stuck", 1
 		worker.SetClaimTimeout(c, 300*time.Millisecond)
 		worker.NoListen(c)
 	}))

@@ -101,7 +101,7 @@
 //
 // # Observability
 //
-// Config.Logger receives the pool's logs (log/slog). Config.Observer is told about every finished
+// The Store's Logger receives the pool's logs (log/slog). Config.Observer is told about every finished
 // attempt (package metrics counts them for Prometheus). With a Store.Tracer that implements
 // txinbox.OperationTracer, each handler call is reported to it (txinbox.OpHandle), with the
 // message's headers, and the handler's ctx derives from the context it returns: package txotel makes an OpenTelemetry span,

@@ -68,6 +68,13 @@ func (e *env) pool(t *testing.T, hs *worker.Handlers, mod func(*worker.Config)) 
 	return e.poolOn(t, e.Store(), hs, mod)
 }
 
+// storeLogging is e's Store with logs as its Logger.
+func (e *env) storeLogging(logs *logBuffer) txinbox.Store {
+	st := e.Store()
+	st.Logger = logs.logger()
+	return st
+}
+
 // poolOn is pool on store (e's schema).
 func (e *env) poolOn(t *testing.T, store txinbox.Store, hs *worker.Handlers, mod func(*worker.Config)) *worker.Pool {
 	t.Helper()

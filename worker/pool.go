@@ -92,8 +92,6 @@ type Config struct {
 	// Backoff sets the delay before a retry. Default: txinbox.Exponential{} (1s, 2s, 4s ... capped at
 	// 10 minutes, ±20%).
 	Backoff txinbox.Backoff
-	// Logger receives the pool's logs. Default: slog.Default().
-	Logger *slog.Logger
 	// Owner names this pool in its batches (inbox_batch.owner; admin and the console show it as the
 	// owner of the messages it is running). Default: hostname:pid:random.
 	Owner string
@@ -154,9 +152,6 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	if c.Backoff == nil {
 		c.Backoff = txinbox.Exponential{}
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
 		b := make([]byte, 4)
@@ -214,6 +209,7 @@ type Pool struct {
 	db      txinbox.DB
 	store   txinbox.Store
 	cfg     Config
+	log     *slog.Logger // the Store's Logger
 	st      *schemasql.Schema
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
@@ -260,10 +256,10 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 	lockKey := int64(h.Sum64() >> 1)
 	h.Reset()
 	h.Write([]byte("txinbox.snooze\x00" + store.Schema + "\x00" + cfg.Consumer))
-	p := &Pool{db: store.DB, store: store, cfg: cfg, st: statements(store.Schema), lockKey: lockKey, snoozeKey: int64(h.Sum64() >> 1),
-		epoch: time.Now(), inflight: map[*batch]struct{}{}}
+	p := &Pool{db: store.DB, store: store, cfg: cfg, log: store.Logger, st: statements(store.Schema), lockKey: lockKey,
+		snoozeKey: int64(h.Sum64() >> 1), epoch: time.Now(), inflight: map[*batch]struct{}{}}
 	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotWindow: cfg.tune.HotWindow,
-		Logger: cfg.Logger, Attrs: []any{"consumer", cfg.Consumer}}
+		Logger: store.Logger, Attrs: []any{"consumer", cfg.Consumer}}
 	if !cfg.tune.NoListen {
 		ecfg.Listen = engine.Listen{Channel: store.NotifyChannel(), Connect: p.listenConnector(),
 			Wakes: func(payload string) bool { return payload == cfg.Consumer }}
@@ -315,7 +311,7 @@ func (p *Pool) Start(ctx context.Context) error {
 		return err
 	} else if err != nil {
 		// The database did not answer (yet): the pool starts, and its claims retry with backoff.
-		p.cfg.Logger.Warn("txinbox: could not check the schema's tables; starting anyway",
+		p.log.Warn("txinbox: could not check the schema's tables; starting anyway",
 			"consumer", p.cfg.Consumer, "schema", p.store.Schema, "err", err)
 	}
 	p.beat(ctx)
@@ -358,7 +354,7 @@ func (p *Pool) warnPoolSize() {
 		return
 	}
 	if have := int(pool.Config().MaxConns); have < p.cfg.Concurrency {
-		p.cfg.Logger.Warn("txinbox: the pgxpool has fewer connections than Concurrency; fewer batches run at once",
+		p.log.Warn("txinbox: the pgxpool has fewer connections than Concurrency; fewer batches run at once",
 			"consumer", p.cfg.Consumer, "max_conns", have, "concurrency", p.cfg.Concurrency, "recommended_max_conns", p.cfg.Concurrency+2)
 	}
 }
@@ -432,7 +428,7 @@ func (p *Pool) abandon() (batches, messages int) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	err := p.release(ctx, records)
-	p.cfg.Logger.Warn("txinbox: stop deadline reached; batches still running were abandoned and rolled back",
+	p.log.Warn("txinbox: stop deadline reached; batches still running were abandoned and rolled back",
 		"consumer", p.cfg.Consumer, "batches", batches, "messages", messages, "release_err", err)
 	return batches, messages
 }
@@ -560,7 +556,7 @@ func (p *Pool) rescue(ctx context.Context) {
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				p.cfg.Logger.Warn("txinbox: claim failed", "consumer", p.cfg.Consumer, "err", err)
+				p.log.Warn("txinbox: claim failed", "consumer", p.cfg.Consumer, "err", err)
 			}
 			p.eng.Sleep(ctx, errDelay, false)
 			errDelay = min(errDelay*2, 30*time.Second)

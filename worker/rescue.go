@@ -44,7 +44,7 @@ func (p *Pool) charge(ctx context.Context) error {
 		for _, c := range charged {
 			e.GroupCrashes = max(e.GroupCrashes, int(c.GroupCrashes))
 		}
-		p.cfg.Logger.Warn("txinbox: charged a batch that never finished (its worker died, hung or lost its connection); its messages run again in isolated groups",
+		p.log.Warn("txinbox: charged a batch that never finished (its worker died, hung or lost its connection); its messages run again in isolated groups",
 			"consumer", e.Consumer, "messages", e.Messages, "owner", e.Owner, "group_crashes", e.GroupCrashes)
 		if o, ok := p.cfg.Observer.(TakeoverObserver); ok {
 			o.Charged(e)
@@ -56,7 +56,7 @@ func (p *Pool) charge(ctx context.Context) error {
 // tookOver logs a group of suspects claimed to run again and tells the Observer.
 func (p *Pool) tookOver(b *batch) {
 	e := TakeoverEvent{Consumer: p.cfg.Consumer, Messages: len(b.msgs), Alone: len(b.msgs) == 1}
-	p.cfg.Logger.Warn("txinbox: taking over messages whose batch never finished",
+	p.log.Warn("txinbox: taking over messages whose batch never finished",
 		"consumer", e.Consumer, "messages", e.Messages, "alone", e.Alone)
 	if o, ok := p.cfg.Observer.(TakeoverObserver); ok {
 		o.TakenOver(e)
@@ -86,7 +86,7 @@ func (p *Pool) snoozeBlocked(ctx context.Context) {
 		})
 		if err != nil {
 			if ctx.Err() == nil {
-				p.cfg.Logger.Debug("txinbox: snoozing blocked messages failed", "consumer", p.cfg.Consumer, "err", err)
+				p.log.Debug("txinbox: snoozing blocked messages failed", "consumer", p.cfg.Consumer, "err", err)
 			}
 			return
 		}

@@ -135,7 +135,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := rc.sink.Store(ctx, []*adapters.Record{rec})
 	if err != nil {
-		rc.cfg.Sink.Logger.Error("txinbox/webhook: cannot store the request; answered 503, the sender retries",
+		rc.cfg.Sink.Store.Logger.Error("txinbox/webhook: cannot store the request; answered 503, the sender retries",
 			"path", rec.Source, "id", rec.MessageID, "err", err)
 		writeProblem(w, ProblemStoreUnavailable, "the message could not be stored; retry")
 		return

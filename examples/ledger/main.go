@@ -245,7 +245,8 @@ func (w *workerFlags) faults(stdout io.Writer) *demo.Faults {
 // runner returns the service's runner on store: the worker pool (none with --workers 0) and the
 // schema's maintainer candidate. observer may be nil.
 func (w *workerFlags) runner(store txinbox.Store, logger *slog.Logger, stdout io.Writer, observer worker.Observer) (*runner.Runner, error) {
-	cfg := runner.Config{Logger: logger, Owner: w.owner}
+	store.Logger = logger
+	cfg := runner.Config{Owner: w.owner}
 	if w.workers > 0 {
 		l, err := ledger.New(store)
 		if err != nil {

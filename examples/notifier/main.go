@@ -118,7 +118,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			logger.Warn("notifier: closing the trace file", "err", err)
 		}
 	}()
-	store := txinbox.Store{DB: db, Schema: *schema, Tracer: tr.storeTracer()}
+	store := txinbox.Store{DB: db, Schema: *schema, Tracer: tr.storeTracer(), Logger: logger}
 
 	// The worker pool: one notification per stored event.
 	var hook func(m *worker.Message[AccountCredited])
@@ -136,7 +136,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, KindAccountCredited, Handler(*schema, hook))
-	pool, err := runner.New(store, runner.Config{Logger: logger, Pools: []worker.Config{{Consumer: Consumer, Handlers: hs,
+	pool, err := runner.New(store, runner.Config{Pools: []worker.Config{{Consumer: Consumer, Handlers: hs,
 		Concurrency: *workers, BatchSize: *batchSize, Lease: *lease, Timeout: *lease / 3}}})
 	if err != nil {
 		return err
@@ -172,8 +172,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case <-time.After(time.Second):
 		}
 	}
-	cons, err := natsjs.New(natsjs.Config{Consumer: jc, BatchConfig: adapters.BatchConfig{Logger: logger},
-		Sink: adapters.SinkConfig{Store: store, Consumer: Consumer, Logger: logger}})
+	cons, err := natsjs.New(natsjs.Config{Consumer: jc, Sink: adapters.SinkConfig{Store: store, Consumer: Consumer}})
 	if err != nil {
 		return err
 	}

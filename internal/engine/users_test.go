@@ -102,7 +102,8 @@ func TestPoolerDroppingNotificationsFallsBackToPolling(t *testing.T) {
 func startPool(t *testing.T, db *testdb.DB, store txinbox.Store, logger *slog.Logger, poll time.Duration) func() func() bool {
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "noop", func(context.Context, pgx.Tx, *worker.Message[json.RawMessage]) error { return nil })
-	p, err := worker.New(store, worker.Config{Consumer: "c", Handlers: hs, Logger: logger, PollInterval: poll})
+	store.Logger = logger
+	p, err := worker.New(store, worker.Config{Consumer: "c", Handlers: hs, PollInterval: poll})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,8 @@ func startRelay(t *testing.T, db *testdb.DB, store txinbox.Store, logger *slog.L
 		mu.Unlock()
 		return nil
 	})
-	r, err := outbox.NewRelay(store, outbox.RelayConfig{Publisher: pub, Logger: logger, PollInterval: poll})
+	store.Logger = logger
+	r, err := outbox.NewRelay(store, outbox.RelayConfig{Publisher: pub, PollInterval: poll})
 	if err != nil {
 		t.Fatal(err)
 	}

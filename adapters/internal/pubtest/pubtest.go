@@ -173,11 +173,13 @@ func (e *Env) Relay(t testing.TB, pub outbox.Publisher, mod func(*outbox.RelayCo
 	res := &Results{}
 	cfg := outbox.RelayConfig{Publisher: pub, PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
 		Backoff:  txinbox.BackoffFunc(func(int) time.Duration { return 20 * time.Millisecond }),
-		Observer: res, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
+		Observer: res}
 	if mod != nil {
 		mod(&cfg)
 	}
-	r, err := outbox.NewRelay(e.DB.Store(), cfg)
+	st := e.DB.Store()
+	st.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	r, err := outbox.NewRelay(st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package run
 
 import (
-	"log/slog"
 	"time"
 
 	"github.com/txinbox/txinbox"
@@ -16,8 +15,8 @@ type Size struct {
 
 // Setup is the part of every adapter's New that is the same for all: it checks b and sizes (a
 // *txinbox.ConfigError naming the first negative field), fills in b's zero fields with their defaults,
-// sets sink.Logger to b.Logger and sink.Key to key where they are nil, and makes the Sink; *sink then
-// holds the Sink's configuration, defaults included.
+// sets sink.Key to key if it is nil, and makes the Sink; *sink then holds the Sink's configuration,
+// defaults included (sink.Store resolved: its Logger is the adapter's).
 func Setup(b *adapters.BatchConfig, sink *adapters.SinkConfig, key adapters.KeyFunc, sizes ...Size) (*adapters.Sink, error) {
 	ints := append([]Size{{"BatchSize", b.BatchSize}}, sizes...)
 	for _, f := range ints {
@@ -44,12 +43,6 @@ func Setup(b *adapters.BatchConfig, sink *adapters.SinkConfig, key adapters.KeyF
 	}
 	if b.BatchSize == 0 {
 		b.BatchSize = adapters.DefaultBatchSize
-	}
-	if b.Logger == nil {
-		b.Logger = slog.Default()
-	}
-	if sink.Logger == nil {
-		sink.Logger = b.Logger
 	}
 	if sink.Key == nil {
 		sink.Key = key

@@ -9,6 +9,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/retention"
+	"github.com/txinbox/txinbox/worker"
 )
 
 // layout names the tree this file builds in: after migration 00006 (generations).
@@ -37,4 +38,10 @@ func (cl *cleaner) pass(ctx context.Context) (passStats, error) {
 		_, err = retention.DeleteExpiredKeys(ctx, cl.store)
 	}
 	return passStats{rotated: r.Rotated, copied: r.Copied, rotation: r.Duration}, err
+}
+
+// newPool makes the run's worker pool, logging to log (the Store's Logger in this tree).
+func newPool(store txinbox.Store, cfg worker.Config, log *slog.Logger) (*worker.Pool, error) {
+	store.Logger = log
+	return worker.New(store, cfg)
 }

@@ -158,7 +158,7 @@ func run(ctx context.Context, o options) error {
 		}
 		return err
 	})
-	p, err := worker.New(store, worker.Config{Consumer: consumer, Handlers: hs, Concurrency: o.concurrency, Logger: log})
+	p, err := newPool(store, worker.Config{Consumer: consumer, Handlers: hs, Concurrency: o.concurrency}, log)
 	if err != nil {
 		return err
 	}

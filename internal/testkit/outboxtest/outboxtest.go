@@ -122,12 +122,13 @@ func Hold(t testing.TB, db *testdb.DB, n int) {
 func relay(t testing.TB, db *testdb.DB, pub outbox.Publisher, mod func(*outbox.RelayConfig)) *outbox.Relay {
 	t.Helper()
 	cfg := outbox.RelayConfig{Publisher: pub, Concurrency: 1, PollInterval: 10 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler), Backoff: txinbox.BackoffFunc(func(int) time.Duration { return time.Hour })}
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return time.Hour })}
 	if mod != nil {
 		mod(&cfg)
 	}
 	st := db.Store()
 	st.NotifyInterval = -1 // no LISTEN
+	st.Logger = slog.New(slog.DiscardHandler)
 	r, err := outbox.NewRelay(st, cfg)
 	if err != nil {
 		t.Fatal(err)

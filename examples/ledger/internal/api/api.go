@@ -96,7 +96,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Wake == nil {
 		cfg.Wake = func() {}
 	}
-	store := txinbox.Store{DB: cfg.DB, Schema: cfg.Schema, Tracer: cfg.Tracer}
+	store := txinbox.Store{DB: cfg.DB, Schema: cfg.Schema, Tracer: cfg.Tracer, Logger: cfg.Logger}
 	ic, err := inbox.New(store, inbox.Config{MaxPayloadBytes: MaxBodyBytes, Observer: cfg.Observer,
 		CoalesceMax: cfg.CoalesceMax})
 	if err != nil {
@@ -113,8 +113,7 @@ func New(cfg Config) (*Server, error) {
 				return "anonymous", nil
 			}
 			return authorization(r)
-		},
-		Logger: cfg.Logger})
+		}})
 	if err != nil {
 		return nil, err
 	}
