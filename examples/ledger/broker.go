@@ -43,7 +43,7 @@ func (b *brokerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.natsSubject, "nats-subject", "", "subject filter of the consumer; a missing --nats-stream is created with this subject (empty: the whole stream, which must exist)")
 	fs.StringVar(&b.natsDurable, "nats-durable", "ledger", "name of the durable JetStream pull consumer (created or updated on start)")
 	fs.DurationVar(&b.natsAckWait, "nats-ack-wait", 30*time.Second, "AckWait of the JetStream consumer: redelivery delay of a message whose batch was never acknowledged")
-	fs.IntVar(&b.batchSize, "broker-batch-size", adapters.DefaultBatchSize, "broker messages stored in the inbox (one transaction) and acknowledged together")
+	fs.IntVar(&b.batchSize, "broker-batch-size", 100, "broker messages stored in the inbox (one transaction) and acknowledged together (adapters.BatchConfig.BatchSize)")
 }
 
 func (b *brokerFlags) check() error {

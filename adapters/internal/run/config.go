@@ -7,6 +7,16 @@ import (
 	"github.com/txinbox/txinbox/adapters"
 )
 
+// Defaults of adapters.BatchConfig (documented on its fields).
+const (
+	defaultBatchSize     = 100
+	defaultBatchWait     = 20 * time.Millisecond
+	defaultRetryDelay    = time.Second
+	defaultMaxRetryDelay = 30 * time.Second
+	// DefaultWriteTimeout is BatchConfig.WriteTimeout's default, and the webhook receiver's.
+	DefaultWriteTimeout = 30 * time.Second
+)
+
 // Size is a further count of an adapter's Config that must not be negative, named as its field.
 type Size struct {
 	Field string
@@ -29,10 +39,10 @@ func Setup(b *adapters.BatchConfig, sink *adapters.SinkConfig, key adapters.KeyF
 		v    *time.Duration
 		def  time.Duration
 	}{
-		{"BatchWait", &b.BatchWait, adapters.DefaultBatchWait},
-		{"RetryDelay", &b.RetryDelay, adapters.DefaultRetryDelay},
-		{"MaxRetryDelay", &b.MaxRetryDelay, adapters.DefaultMaxRetryDelay},
-		{"WriteTimeout", &b.WriteTimeout, adapters.DefaultWriteTimeout},
+		{"BatchWait", &b.BatchWait, defaultBatchWait},
+		{"RetryDelay", &b.RetryDelay, defaultRetryDelay},
+		{"MaxRetryDelay", &b.MaxRetryDelay, defaultMaxRetryDelay},
+		{"WriteTimeout", &b.WriteTimeout, DefaultWriteTimeout},
 	} {
 		if *f.v < 0 {
 			return nil, &txinbox.ConfigError{Field: f.name, Reason: "must not be negative"}
@@ -42,7 +52,7 @@ func Setup(b *adapters.BatchConfig, sink *adapters.SinkConfig, key adapters.KeyF
 		}
 	}
 	if b.BatchSize == 0 {
-		b.BatchSize = adapters.DefaultBatchSize
+		b.BatchSize = defaultBatchSize
 	}
 	if sink.Key == nil {
 		sink.Key = key
