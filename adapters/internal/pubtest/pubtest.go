@@ -272,12 +272,15 @@ func contentType(n int) string {
 }
 
 // handedOver returns the event id as the relay of res handed it over (its first recorded attempt).
+// An event arrives before its relay records the attempt (in the transaction of its next claim): it
+// waits for the record.
 func handedOver(t testing.TB, res *Results, id string) outbox.Event {
 	t.Helper()
-	rs := res.Of(id)
-	if len(rs) == 0 {
-		t.Fatalf("event %s arrived, but the relay recorded no attempt of it", id)
-	}
+	var rs []outbox.Result
+	adaptertest.WaitFor(t, "the relay's record of an attempt of "+id+", which arrived", func() bool {
+		rs = res.Of(id)
+		return len(rs) > 0
+	})
 	return rs[0].Event
 }
 
