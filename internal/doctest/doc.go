@@ -8,8 +8,10 @@
 //     a file or directory of the repository, and a link's fragment into a Markdown file to one of
 //     its headings (the anchors GitHub makes of them).
 //   - TestNoWorkItemReferences fails on each line of the repository's files that names a work item
-//     (an issue, task or ticket number, or a number after "#") or a working session (an ordinal before
-//     "session"): project files speak of the project only; history lives in git and CHANGELOG.md.
+//     (an issue, task or ticket number, a number after "#", the work item named as "the" one) or a
+//     working session (an ordinal before "session", the session as a span of time or as an actor):
+//     project files speak of the project only; history lives in git and CHANGELOG.md. words_test.go
+//     lists the phrasings.
 //
 // The tests that build go in a temporary module, example.com/app, which requires the repository's
 // modules from this tree (replace directives), through the module proxy configured for go.
