@@ -106,6 +106,7 @@ var imports = map[string]string{
 	"kafka":       modulePath + "/adapters/kafka",
 	"natsjs":      modulePath + "/adapters/natsjs",
 	"rabbitmq":    modulePath + "/adapters/rabbitmq",
+	"webhook":     modulePath + "/adapters/webhook",
 	"seenredis":   modulePath + "/seenredis",
 	"txinboxtest": modulePath + "/txinboxtest",
 }
