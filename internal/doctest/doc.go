@@ -7,6 +7,11 @@
 //   - TestLinksResolve follows every relative link of the Markdown files at the root and in docs/ to
 //     a file or directory of the repository, and a link's fragment into a Markdown file to one of
 //     its headings (the anchors GitHub makes of them).
+//   - TestDocumentedNamesExist checks each pkg.Name and pkg.Type.Member that a Markdown file (but
+//     CHANGELOG.md) or a Go comment writes, for the repository's packages, against the code.
+//   - TestScalingGuideDistributesEveryTable checks that docs/scaling.md's SQL distributes exactly
+//     migrate.DistributedTables (-update-docs writes it), and TestScalingGuidePlacesEveryTable that
+//     every table of a migrated schema is either distributed or named there as the coordinator's.
 //   - TestNoWorkItemReferences fails on each line of the repository's files that names a work item
 //     (an issue, task or ticket number, a number after "#", the work item named as "the" one) or a
 //     working session (an ordinal before "session", the session as a span of time or as an actor):
