@@ -1,7 +1,12 @@
 // Package doctest holds the checks of the project's documentation, run by `make test` (go test of the
 // root module); it has no code of its own.
 //
-//   - TestGoSnippetsCompile compiles every ```go block of README.md and docs/*.md.
+//   - TestGoSnippetsCompile compiles every ```go block of the repository's Markdown files (README.md,
+//     adapters/README.md, docs/*.md, ...).
+//   - TestGooseInstallCarriesTheMakefilesTags checks that every `go install` of the goose CLI in the
+//     documents has the Makefile's GOOSE_TAGS and the version of tools/goose/go.mod, and
+//     TestInstallGetsEveryDocumentedModule that README.md's Install section gets every module whose
+//     packages the documents teach.
 //   - TestMigrationsGuide runs the commands of docs/migrations.md (Go, the goose CLI, the txinbox
 //     command) from an empty application module against a database of its own (see the test).
 //   - TestLinksResolve follows every relative link of the Markdown files at the root and in docs/ to
