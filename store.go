@@ -30,7 +30,7 @@ const (
 
 // Store says where txinbox's tables are and the settings every component working on them must
 // share. Give the same Store to every constructor (inbox.New, worker.New, idempotency.New, admin.New,
-// retention.New, metrics.NewQueueCollector, migrate.Up): a setting said here is said once.
+// retention.New, metrics.New, migrate.Up): a setting said here is said once.
 //
 // The zero value of each field but DB takes the documented default; [Store.Resolve] fills them in and
 // checks the Store, and every constructor calls it.

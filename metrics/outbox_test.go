@@ -18,8 +18,8 @@ import (
 	"github.com/txinbox/txinbox/outbox"
 )
 
-// Metrics counts a relay's recorded attempts by topic (sent, retried by reason, dead), and the
-// OutboxCollector reports each topic's unsent events by state and the lag, as admin.OutboxStats
+// Metrics counts a relay's recorded attempts by topic (sent, retried by reason, dead), and its
+// outbox gauges report each topic's unsent events by state and the lag, as admin.Admin.OutboxStats
 // counts them, on a real registry scraped over HTTP.
 func TestOutboxMetrics(t *testing.T) {
 	t.Parallel()
@@ -87,7 +87,7 @@ func TestOutboxMetrics(t *testing.T) {
 	}
 	for _, s := range st {
 		if s.Topic == "orders" && math.Abs(s.OldestUnsentAge.Seconds()-lag) > 60 {
-			t.Errorf("lag of orders: %v s scraped, %v by admin.OutboxStats", lag, s.OldestUnsentAge)
+			t.Errorf("lag of orders: %v s scraped, %v by admin.Admin.OutboxStats", lag, s.OldestUnsentAge)
 		}
 	}
 	if lag < 3600 || lag > 3600+120 {

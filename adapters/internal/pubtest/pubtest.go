@@ -34,8 +34,8 @@ import (
 )
 
 // The trace context of the publishing transaction that every event the checks publish carries, as
-// the W3C headers traceparent and tracestate (what metrics.TraceHeaders writes into
-// outbox.Message.Headers), and a header of the application's.
+// the W3C headers traceparent and tracestate (what a txotel.Tracer's Inject writes
+// into outbox.Message.Headers), and a header of the application's.
 const (
 	TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	TraceState  = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
@@ -43,7 +43,7 @@ const (
 )
 
 // traceContext returns the headers OpenTelemetry's W3C propagator writes for the span context of
-// TraceParent and TraceState, as a publishing service's code does (metrics.TraceHeaders).
+// TraceParent and TraceState, as a publishing service's code does (txotel.Tracer.Inject).
 func traceContext() map[string]string {
 	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
