@@ -151,7 +151,7 @@ type Metrics struct {
 
 var _ txinbox.OperationTracer = (*Metrics)(nil)
 
-// New creates every metric of store (the counters and histogram that Metrics observes, and the gauges
+// New creates every metric of store (the counters and histogram that Metrics counts, and the gauges
 // read from store's database on every scrape: its DB, a *pgxpool.Pool, say, runs the scrapes'
 // statements; its Schema says which tables) and registers them with cfg.Registerer. It returns a
 // *[txinbox.ConfigError] if store, a consumer or a topic is invalid, registering nothing, and fails
