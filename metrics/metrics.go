@@ -71,6 +71,14 @@
 //	                                                         event (admin.OutboxTopicStats's
 //	                                                         OldestUnsentAge)
 //
+// The counters and the leader gauge come from the operations the Store's Tracer is told of
+// (txinbox.Op): received_total and receive_errors_total from OpReceive; seen_cache_total and
+// seen_cache_errors_total from OpSeenGet, OpSeenPut and OpSeenInvalidate; processed_total,
+// retries_total, dead_letters_total and handler_duration_seconds from OpHandled (committed outcomes);
+// unfinished_batches_total from OpCharge; takeovers_total and taken_over_messages_total from
+// OpTakeover; the outbox's counters from OpRelayed (recorded outcomes); maintainer_leader from OpLead
+// (1 from its TraceStart, 0 from its TraceEnd); maintenance_runs_total from OpJob.
+//
 // The gauges are read on every scrape, each group with its own statements: queue, one query of the
 // queue table (inbox_queue: unfinished messages only, so its cost grows with the backlog, not with the
 // history); health, three statements on PostgreSQL's statistics views (their cost does not grow with
