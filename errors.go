@@ -26,7 +26,7 @@ var ErrInvalidMessage = errors.New("txinbox: invalid message")
 
 // ConfigError reports an invalid configuration field. Nothing was started or written.
 type ConfigError struct {
-	Field  string // such as "Store.Schema" or "HotWindow"
+	Field  string // such as "Store.Schema" or "Lease"
 	Reason string
 }
 

@@ -2,8 +2,8 @@ package txinbox
 
 import "context"
 
-// Service is the one start/stop shape of txinbox's background jobs (worker.Pool, retention.Cleaner,
-// the broker adapters' consumers).
+// Service is the one start/stop shape of txinbox's background jobs (runner.Runner, worker.Pool,
+// outbox.Relay, maintain.Maintainer, the broker adapters' consumers).
 //
 // Start returns once the job runs (or with the error that kept it from starting); the job then runs
 // in goroutines of its own until Stop, or until Start's ctx ends, which stops it as a Stop whose ctx

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,7 +31,8 @@ const (
 
 // Store says where txinbox's tables are and the settings every component working on them must
 // share. Give the same Store to every constructor (inbox.New, worker.New, idempotency.New, admin.New,
-// retention.New, metrics.New, migrate.Up): a setting said here is said once.
+// runner.New, metrics.New, migrate.Up) and function (retention.Rotate, say): a setting
+// said here is said once.
 //
 // The zero value of each field but DB takes the documented default; [Store.Resolve] fills them in and
 // checks the Store, and every constructor calls it.
@@ -46,10 +48,16 @@ type Store struct {
 	// records past it. Default: 7 days. Must not be negative.
 	Retention time.Duration
 	// NotifyInterval is the least time between two wake-up notifications (NOTIFY on
-	// [Store.NotifyChannel]) a receiving inbox Client sends for one consumer; messages received sooner
-	// are found by the worker pools' fast polling during their HotWindow, which must exceed it (checked
-	// by worker.New). It also decides whether admin's ReplayDead notifies. Default: 50ms. Negative:
-	// never notify.
+	// [Store.NotifyChannel]) a receiving inbox Client (or a publishing outbox Client) sends for one
+	// consumer (for the outbox); messages received sooner are found by the worker pools' (the relays')
+	// fast polling after activity, which lasts 1s, or twice NotifyInterval if that is longer. It also
+	// decides whether admin's ReplayDead notifies. Default: 50ms.
+	//
+	// Negative: no notifications and no LISTEN, for everything made on this Store: Clients never
+	// notify, and worker pools and outbox relays poll only (every PollInterval when idle, every 10ms
+	// for 1s after activity). Set it so when connections go through a pooler in transaction mode
+	// (PgBouncer), where LISTEN cannot work. (A pool or relay also falls back to polling by itself when
+	// a check after LISTEN shows that notifications do not arrive, and logs it.)
 	NotifyInterval time.Duration
 	// Tracer, if set, is told when each operation of every component made from the Store starts and
 	// ends (see [OperationTracer]): package txotel's makes spans, package metrics' counts, and
@@ -57,6 +65,11 @@ type Store struct {
 	// services: the trace context is recorded with outbox events and received messages. Default:
 	// none (nothing is told, and no trace context is recorded).
 	Tracer OperationTracer
+	// Logger receives the logs of everything made on this Store: worker pools, outbox relays, the
+	// maintainer (and the runner that runs them), the idempotency middleware, the console, the broker
+	// adapters' consumers and sinks. Each adds its own attributes (such as "consumer" or "schema"); use
+	// Logger.With to tell Stores apart. Default: slog.Default().
+	Logger *slog.Logger
 }
 
 // Resolve returns s with its defaults filled in, or a *[ConfigError] naming the field ("Store.DB",
@@ -79,6 +92,9 @@ func (s Store) Resolve() (Store, error) {
 	}
 	if s.NotifyInterval == 0 {
 		s.NotifyInterval = defaultNotifyInterval
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
 	}
 	return s, nil
 }

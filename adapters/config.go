@@ -2,7 +2,6 @@ package adapters
 
 import (
 	"errors"
-	"log/slog"
 	"time"
 )
 
@@ -13,26 +12,23 @@ import (
 // default documented on it.
 type BatchConfig struct {
 	// BatchSize is the most messages stored in one transaction and acknowledged together. Default:
-	// [DefaultBatchSize] (100).
+	// 100.
 	BatchSize int
 	// BatchWait is how long a batch waits for more messages after its first one arrived. Default:
-	// [DefaultBatchWait] (20ms).
+	// 20ms.
 	BatchWait time.Duration
 	// RetryDelay is the wait after a batch could not be stored (the database is down) before it is
 	// stored again. Meanwhile the batch stays in the consumer's hand, unacknowledged (JetStream: its
 	// ack deadline extended with InProgress), so that no later message is stored before it. It
 	// doubles after each failure in a row, up to MaxRetryDelay. RabbitMQ also waits it before
-	// reconnecting. Default: [DefaultRetryDelay] (1s).
+	// reconnecting. Default: 1s.
 	RetryDelay time.Duration
 	// MaxRetryDelay caps RetryDelay (and RabbitMQ's reconnect delay). Default:
-	// [DefaultMaxRetryDelay] (30s).
+	// 30s.
 	MaxRetryDelay time.Duration
 	// WriteTimeout bounds storing one batch (and, for Kafka, committing its offsets). Default:
-	// [DefaultWriteTimeout] (30s).
+	// 30s.
 	WriteTimeout time.Duration
-	// Logger receives storage, acknowledgement and connection errors; it is also the Sink's Logger
-	// when SinkConfig.Logger is nil. Default: slog.Default().
-	Logger *slog.Logger
 }
 
 // ErrAlreadyStarted is returned by a consumer's Start when it was started before: a consumer consumes

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -49,8 +48,6 @@ type SinkConfig struct {
 	// message has no ordering key. Default: nil: the partitionkey attribute of a CloudEvent (the event
 	// key of a txinbox outbox's publishers), else no ordering key.
 	OrderingKey KeyFunc
-	// Logger receives key conflicts and undecodable messages. Default: slog.Default().
-	Logger *slog.Logger
 	// SeenCache, SeenTTL and SeenTimeout are the inbox Client's (inbox.Config): with a SeenCache, a
 	// redelivered record whose key is cached with the same kind and body bytes is counted a duplicate
 	// without a database statement, and the keys of a batch are cached once its transaction has
@@ -107,9 +104,6 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	}
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = 1 << 20
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	client, err := inbox.New(cfg.Store, inbox.Config{MaxPayloadBytes: cfg.MaxPayloadBytes,
 		SeenCache: cfg.SeenCache, SeenTTL: cfg.SeenTTL, SeenTimeout: cfg.SeenTimeout})
@@ -322,11 +316,11 @@ func (s *Sink) write(ctx context.Context, tx pgx.Tx, items []item, alone bool) (
 func (s *Sink) logOutcomes(items []item) {
 	for i := range items {
 		if it := &items[i]; it.conflict != 0 {
-			s.cfg.Logger.Warn("txinbox/adapters: key reused with a different payload; the stored message is kept and this one dropped",
+			s.cfg.Store.Logger.Warn("txinbox/adapters: key reused with a different payload; the stored message is kept and this one dropped",
 				"consumer", it.msg.Consumer, "key", it.msg.Key, "kind", it.msg.Kind, "stored_id", it.conflict, "source", it.rec.Source)
 		}
 		if b := items[i].bad; b != nil && b.Reason != "" {
-			s.cfg.Logger.Warn("txinbox/adapters: undecodable message stored dead",
+			s.cfg.Store.Logger.Warn("txinbox/adapters: undecodable message stored dead",
 				"consumer", b.Consumer, "key", b.Key, "kind", b.Kind, "source", items[i].rec.Source, "reason", b.Reason)
 		}
 	}

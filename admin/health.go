@@ -19,7 +19,7 @@ type Health struct {
 	// Horizon is what holds back the xmin horizon of the whole cluster.
 	Horizon Horizon `json:"horizon"`
 	// Generation is the inbox's current generation (migration 00006): the schema's maintainer
-	// (package maintain) begins a new one every Retention.Generation of its Config, so a generation
+	// (package maintain) begins a new one every Generation of its Config, so a generation
 	// much older than that means no maintainer runs (or its rotations fail: see its log). Nil in a
 	// schema migrated to an older version.
 	Generation *Generation `json:"generation,omitempty"`

@@ -345,12 +345,14 @@ func (p *holding) Publish(context.Context, []outbox.Event) error {
 
 func runRelay(t *testing.T, db *testdb.DB, pub outbox.Publisher, mod func(*outbox.RelayConfig)) *outbox.Relay {
 	t.Helper()
-	cfg := outbox.RelayConfig{Publisher: pub, Concurrency: 1, PollInterval: 10 * time.Millisecond, DisableListen: true,
-		Logger: slog.New(slog.DiscardHandler)}
+	cfg := outbox.RelayConfig{Publisher: pub, Concurrency: 1, PollInterval: 10 * time.Millisecond}
 	if mod != nil {
 		mod(&cfg)
 	}
-	r, err := outbox.NewRelay(db.Store(), cfg)
+	st := db.Store()
+	st.NotifyInterval = -1 // no LISTEN
+	st.Logger = slog.New(slog.DiscardHandler)
+	r, err := outbox.NewRelay(st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

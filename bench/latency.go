@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/worker"
 )
 
 // LatencyResult is the distribution of receive-to-handler-start latencies.
@@ -143,12 +142,12 @@ type IdleResult struct {
 }
 
 // IdleWakeup measures samples idle wake-ups: with the pool idle for idle to 2×idle (make it longer
-// than the pool's HotWindow, 1s by default, so that its runners are asleep), one message is received
+// than the 1s the pool polls fast after activity, so that its runners are asleep), one message is received
 // and the time until its handler starts is measured.
 func (e *Env) IdleWakeup(ctx context.Context, samples int, idle time.Duration, cfg InboxConfig) (IdleResult, error) {
 	res := IdleResult{Config: cfg, Idle: idle, PollInterval: cfg.PollInterval}
 	if res.PollInterval == 0 {
-		res.PollInterval = worker.DefaultPollInterval
+		res.PollInterval = time.Second // worker.Config.PollInterval's default
 	}
 	s, err := e.newInboxSchema(ctx, "idle", int32(cfg.Concurrency+2))
 	if err != nil {

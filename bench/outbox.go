@@ -56,14 +56,16 @@ type OutboxConfig struct {
 	// SubscribeBatchSize, the raw loop's LIMIT. Default 100.
 	Batch int
 	// Workers is the relay's Concurrency and the raw loop's number of loops (Watermill's forwarder
-	// has one). Default outbox.DefaultConcurrency (2).
+	// has one). Default 2 (RelayConfig.Concurrency's default).
 	Workers int
 	// ClaimInTx hides the pool's pipelining from the relay (txinbox.DB without SendBatch), so that
 	// it claims in an explicit transaction, a round trip per statement: the relay's claim before it
-	// was pipelined, for a side-by-side comparison (txbench --outbox-ab).
+	// was pipelined, for a side-by-side comparison of drains (txbench --outbox-ab). Such a relay
+	// cannot open a listening connection (its DB is not a *pgxpool.Pool): it polls, every 10ms while
+	// busy, which a drain of a backlog never waits for.
 	ClaimInTx bool
-	// Poll is the idle poll interval of Watermill's subscriber and the raw loop, as the relay's
-	// HotPollInterval (10ms) it is compared with. Default outbox.DefaultHotPoll.
+	// Poll is the idle poll interval of Watermill's subscriber and the raw loop, as the relay's fast
+	// polling after activity (every 10ms) it is compared with. Default 10ms.
 	Poll time.Duration
 }
 
@@ -76,13 +78,13 @@ func (c OutboxConfig) WithDefaults() OutboxConfig {
 		c.AMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
 	}
 	if c.Batch == 0 {
-		c.Batch = outbox.DefaultBatchSize
+		c.Batch = 100 // RelayConfig.BatchSize's default
 	}
 	if c.Workers == 0 {
-		c.Workers = outbox.DefaultConcurrency
+		c.Workers = 2 // RelayConfig.Concurrency's default
 	}
 	if c.Poll == 0 {
-		c.Poll = outbox.DefaultHotPoll
+		c.Poll = 10 * time.Millisecond
 	}
 	return c
 }
@@ -92,7 +94,7 @@ func (c OutboxConfig) Describe(sys OutboxSystem) string {
 	c = c.WithDefaults()
 	switch sys {
 	case OutboxRelay:
-		return fmt.Sprintf("BatchSize=%d, Concurrency=%d, defaults otherwise (LISTEN, HotPollInterval 10ms); publishers' defaults (NATS: PublishMsgAsync, up to 256 PubAcks pending per call)", c.Batch, c.Workers)
+		return fmt.Sprintf("BatchSize=%d, Concurrency=%d, defaults otherwise (LISTEN, fast polling every 10ms after activity); publishers' defaults (NATS: PublishMsgAsync, up to 256 PubAcks pending per call)", c.Batch, c.Workers)
 	case OutboxWatermill:
 		return fmt.Sprintf("DefaultPostgreSQLSchema (SubscribeBatchSize=%d) + offsets adapter, PollInterval=%s, one forwarder; NATS: a message.Publisher of the bench awaiting each PubAck (no Watermill NATS package is available here); RabbitMQ: watermill-amqp durable queue, ConfirmDelivery", c.Batch, c.Poll)
 	default:
@@ -445,11 +447,10 @@ func (e *Env) relayTarget(ctx context.Context, s *Schema, b outboxBrokerConn, cf
 		return nil, err
 	}
 	tp := &timedPublisher{p: pub, acks: acks}
-	rcfg := outbox.RelayConfig{Publisher: tp, BatchSize: cfg.Batch, Concurrency: cfg.Workers, Logger: e.quietLogger()}
+	rcfg := outbox.RelayConfig{Publisher: tp, BatchSize: cfg.Batch, Concurrency: cfg.Workers}
+	st.Logger = e.quietLogger()
 	if cfg.ClaimInTx {
 		st.DB = struct{ txinbox.DB }{s.Pool}
-		connCfg := s.Pool.Config().ConnConfig
-		rcfg.ListenConnect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, connCfg) }
 	}
 	relay, err := outbox.NewRelay(st, rcfg)
 	if err != nil {

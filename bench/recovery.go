@@ -32,6 +32,16 @@ import (
 // default.
 const RecoveryLease = 10 * time.Second
 
+// The worker's defaults that the recovery rows run at and count with (worker.Config and
+// worker.HandlerConfig document them: Concurrency 4, BatchSize 32, a batch handler's BatchSize 500,
+// MaxAttempts 10). The pools are made with zero values, so these only label and size the rows.
+const (
+	WorkerConcurrency      = 4
+	WorkerBatchSize        = 32
+	WorkerHandlerBatchSize = 500
+	WorkerMaxAttempts      = 10
+)
+
 // RecoveryChildEnv is the environment variable that makes the program a child of Env.Recovery: its
 // value is the mode given to RecoveryChild.
 const RecoveryChildEnv = "TXBENCH_RECOVERY_CHILD"
@@ -51,9 +61,9 @@ type RecoveryConfig struct {
 // Reference is the pool configuration of the recovery's processes, for a normal drain (InboxDrain)
 // of the same messages.
 func (c RecoveryConfig) Reference() InboxConfig {
-	cfg := InboxConfig{Concurrency: worker.DefaultConcurrency, BatchSize: worker.DefaultBatchSize}
+	cfg := InboxConfig{Concurrency: WorkerConcurrency, BatchSize: WorkerBatchSize}
 	if c.Batch {
-		cfg.HandlerBatchSize = worker.DefaultHandlerBatchSize
+		cfg.HandlerBatchSize = WorkerHandlerBatchSize
 	}
 	return cfg
 }
@@ -62,9 +72,9 @@ func (c RecoveryConfig) Reference() InboxConfig {
 // handler, Config.BatchSize of a single handler (the defaults).
 func (c RecoveryConfig) ClaimSize() int {
 	if c.Batch {
-		return worker.DefaultHandlerBatchSize
+		return WorkerHandlerBatchSize
 	}
-	return worker.DefaultBatchSize
+	return WorkerBatchSize
 }
 
 // ExpectedCrashes is how many times the poison should kill its process: the takeovers halve the
@@ -72,7 +82,7 @@ func (c RecoveryConfig) ClaimSize() int {
 // crashes), then it runs alone once per attempt left after the killed claim's (MaxAttempts - 1: the
 // crashes of groups count one attempt in all, charged by the first takeover).
 func (c RecoveryConfig) ExpectedCrashes() int {
-	return int(math.Ceil(math.Log2(float64(c.ClaimSize())))) - 1 + worker.DefaultMaxAttempts - 1
+	return int(math.Ceil(math.Log2(float64(c.ClaimSize())))) - 1 + WorkerMaxAttempts - 1
 }
 
 // poison returns the number of the poison message (0: none).
@@ -285,7 +295,7 @@ func RecoveryChild(mode string) int {
 	if err != nil {
 		return fail(err)
 	}
-	pcfg.MaxConns = worker.DefaultConcurrency + 2
+	pcfg.MaxConns = WorkerConcurrency + 2
 	pcfg.ConnConfig.RuntimeParams["application_name"] = os.Getenv("TXBENCH_APP")
 	db, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -301,9 +311,9 @@ func RecoveryChild(mode string) int {
 			select {}
 		}
 	})
-	p, err := worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{
+	p, err := worker.New(txinbox.Store{DB: db, Schema: schema,
+		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}, worker.Config{
 		Consumer: benchConsumer, Handlers: hs, Lease: RecoveryLease, Timeout: RecoveryLease / 2,
-		Logger: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		return fail(err)

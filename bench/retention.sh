@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Retention, old layout (one inbox table, rows deleted by the Cleaner; commit b2d7f61, before
-# migration 00006) against the new one (a ring of generation partitions rotated by the Cleaner; this
+# migration 00006) against the new one (a ring of generation partitions rotated by retention.Rotate; this
 # tree), side by side in the same run:
 #   (a) RATE msg/s received and drained for DURATION with a 1-minute dedup window;
 #   (b) the same, while another connection holds a REPEATABLE READ transaction open (a held xmin) for

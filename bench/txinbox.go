@@ -27,9 +27,9 @@ type InboxConfig struct {
 	Concurrency  int
 	BatchSize    int
 	PollInterval time.Duration // 0: the pool default (1s)
-	// DisableListen: no LISTEN connection; the pool finds messages by polling only (hot polling
-	// after activity, PollInterval when idle).
-	DisableListen bool
+	// NoListen: no LISTEN connection (the pool's Store has a negative NotifyInterval); the pool
+	// finds messages by polling only (every 10ms for 1s after activity, PollInterval when idle).
+	NoListen bool
 	// HandlerBatchSize, if positive, registers the handler as a batch handler (worker.HandleBatch)
 	// with this HandlerConfig.BatchSize: one multi-row INSERT per call instead of one INSERT per
 	// message.
@@ -44,8 +44,8 @@ func (c InboxConfig) String() string {
 	if c.PollInterval != 0 {
 		s += fmt.Sprintf(", PollInterval=%s", c.PollInterval)
 	}
-	if c.DisableListen {
-		s += ", DisableListen"
+	if c.NoListen {
+		s += ", no LISTEN"
 	}
 	return s + fmt.Sprintf(", pool=%d conns", c.Concurrency+2)
 }
@@ -185,11 +185,13 @@ func ledgerHandlers(ledger string, cfg InboxConfig, onHandled func(n int), appli
 // each message's number, before its insert.
 func (s *inboxSchema) startPool(ctx context.Context, cfg InboxConfig, onHandled func(n int)) (*worker.Pool, error) {
 	hs := ledgerHandlers(s.T("ledger"), cfg, onHandled, nil)
-	p, err := worker.New(txinbox.Store{DB: s.Pool, Schema: s.Name}, worker.Config{
+	st := txinbox.Store{DB: s.Pool, Schema: s.Name, Logger: s.env.Log.With("pool", s.Name)}
+	if cfg.NoListen {
+		st.NotifyInterval = -1 // the pool's Store only: the senders still notify
+	}
+	p, err := worker.New(st, worker.Config{
 		Consumer: benchConsumer, Handlers: hs,
-		Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval,
-		DisableListen: cfg.DisableListen,
-		Logger:        s.env.Log.With("pool", s.Name)})
+		Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, PollInterval: cfg.PollInterval})
 	if err != nil {
 		return nil, err
 	}

@@ -73,7 +73,7 @@ type Config struct {
 	CutMin, CutMax time.Duration
 	NoCuts         bool
 	// RotateMin and RotateMax bound the random interval between two rotations of the inbox's
-	// generations (retention.Cleaner.Rotate, migration 00006), which copy every unfinished and
+	// generations (retention.Rotate, migration 00006), which copy every unfinished and
 	// completed message of the retired generation forward while receives and workers go on. Default:
 	// 2s and 6s. NoRotations disables the rotator.
 	RotateMin, RotateMax time.Duration
@@ -212,7 +212,7 @@ type Report struct {
 	CutsWorker      int64 // worker connections terminated by the server
 	CutsProducer    int64 // producer connections terminated by the server
 	ServerRestarts  int64 // database server restarts
-	Rotations       int64 // generations begun by the rotator (retention.Cleaner.Rotate)
+	Rotations       int64 // generations begun by the rotator (retention.Rotate)
 	RotationErrors  int64 // rotations that failed (a lock wait timed out, a cut connection), retried later
 	// CompletedAfterRestart counts the messages completed after the last server restart: the
 	// workers reconnected.
@@ -587,24 +587,21 @@ func sleepRand(ctx context.Context, rng *mrand.Rand, lo, hi time.Duration) bool 
 	}
 }
 
-// rotator begins a new generation of the inbox every RotateMin to RotateMax (retention.Cleaner.Rotate
-// on the control pool, which the cutter spares): with the default 7-day Retention nothing expires, so
+// rotator begins a new generation of the inbox every RotateMin to RotateMax (retention.Rotate with
+// Force, on the control pool, which the cutter spares): with the default 7-day Retention nothing expires, so
 // every rotation copies the whole generation it retires (pending, claimed, completed and dead
 // messages) while producers receive and workers run and are killed.
 func (r *runner) rotator(ctx context.Context) {
 	rng := mrand.New(mrand.NewPCG(r.cfg.Seed, 5))
-	cl, err := retention.New(txinbox.Store{DB: r.control, Schema: r.cfg.Schema}, retention.Config{Logger: r.log})
-	if err != nil {
-		r.rotateErrs.Add(1)
-		return
-	}
+	store := txinbox.Store{DB: r.control, Schema: r.cfg.Schema}
 	for sleepRand(ctx, rng, r.cfg.RotateMin, r.cfg.RotateMax) {
-		rot, err := cl.Rotate(ctx)
+		rot, err := retention.Rotate(ctx, store, retention.RotateOptions{Force: true})
 		switch {
 		case err != nil:
 			r.rotateErrs.Add(1)
 		case rot.Rotated:
 			r.rotations.Add(1)
+			r.log.Info("txinbox: rotated generations", "generation", rot.Generation, "copied", rot.Copied, "duration", rot.Duration)
 		}
 	}
 }

@@ -78,7 +78,7 @@ func WorkerMain() int {
 	}
 	defer db.Close()
 
-	p, err := txrunner.New(txinbox.Store{DB: db, Schema: spec.Schema}, txrunner.Config{Logger: log, Owner: spec.AppName,
+	p, err := txrunner.New(txinbox.Store{DB: db, Schema: spec.Schema, Logger: log}, txrunner.Config{Owner: spec.AppName,
 		Pools: []worker.Config{{
 			Consumer: Consumer, Handlers: handlers(spec),
 			Concurrency: spec.Concurrency, BatchSize: spec.BatchSize, Lease: spec.Lease, Timeout: spec.Timeout,

@@ -51,7 +51,7 @@ func BenchmarkConsolePages(b *testing.B) {
 	}
 	defer pool.Close()
 	seedBench(b, pool, cfg, rows)
-	h, err := console.New(txinbox.Store{DB: pool, Schema: benchSchema}, console.Config{Logger: slog.New(slog.DiscardHandler)})
+	h, err := console.New(txinbox.Store{DB: pool, Schema: benchSchema, Logger: slog.New(slog.DiscardHandler)}, console.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -67,6 +67,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 )
 
@@ -93,9 +94,6 @@ type Config struct {
 	// QueryTimeout bounds the statements of one page or action (an action's statements each).
 	// Default: 10s.
 	QueryTimeout time.Duration
-	// Logger receives the actions taken (Info: what, how many, from which address) and the errors of
-	// pages (Error). Default: slog.Default().
-	Logger *slog.Logger
 }
 
 type configError struct{ field, reason string }
@@ -115,9 +113,6 @@ func (c *Config) check() *configError {
 	if c.QueryTimeout == 0 {
 		c.QueryTimeout = 10 * time.Second
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 	return nil
 }
 
@@ -132,7 +127,8 @@ var staticFS embed.FS
 // of its own.
 type handler struct {
 	cfg    Config
-	schema string // the Store's schema
+	schema string       // the Store's schema
+	log    *slog.Logger // the Store's Logger
 	admin  *admin.Admin
 	key    []byte // CSRF HMAC key, random per handler
 	pages  map[string]*template.Template
@@ -166,8 +162,8 @@ var routes = []route{
 	{"GET /outbox/event", (*handler).outboxEvent},
 }
 
-func newHandler(schema string, cfg Config, a *admin.Admin) (http.Handler, error) {
-	h := &handler{cfg: cfg, schema: schema, admin: a, key: make([]byte, 32),
+func newHandler(store txinbox.Store, cfg Config, a *admin.Admin) (http.Handler, error) {
+	h := &handler{cfg: cfg, schema: store.Schema, log: store.Logger, admin: a, key: make([]byte, 32),
 		pages: map[string]*template.Template{}, mux: http.NewServeMux()}
 	if _, err := rand.Read(h.key); err != nil {
 		return nil, err
@@ -289,7 +285,7 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	var b strings.Builder
 	if err := h.pages[name].Execute(&b, p); err != nil {
-		h.cfg.Logger.Error("txinbox console: rendering failed", "page", name, "err", err)
+		h.log.Error("txinbox console: rendering failed", "page", name, "err", err)
 		http.Error(w, "rendering failed", http.StatusInternalServerError)
 		return
 	}
@@ -307,7 +303,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 
 // dbFail reports a database error.
 func (h *handler) dbFail(w http.ResponseWriter, r *http.Request, what string, err error) {
-	h.cfg.Logger.Error("txinbox console: "+what+" failed", "path", r.URL.Path, "err", err)
+	h.log.Error("txinbox console: "+what+" failed", "path", r.URL.Path, "err", err)
 	msg := what + " failed: " + err.Error()
 	if strings.Contains(err.Error(), "SQLSTATE 42P01") {
 		version := "3"

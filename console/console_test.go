@@ -42,8 +42,9 @@ func newEnvOn(t *testing.T, db *testdb.DB, cfg console.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	h, err := console.New(db.Store(), cfg)
+	st := db.Store()
+	st.Logger = slog.New(slog.DiscardHandler)
+	h, err := console.New(st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

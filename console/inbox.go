@@ -16,7 +16,8 @@ const maxAdminIDs = admin.MaxAdminIDs
 // New returns the console for the txinbox tables of store (its DB, usually a *pgxpool.Pool, needs a
 // few connections at most; its Schema says where the tables are). It checks store and cfg (a
 // *[txinbox.ConfigError] says which field is wrong) and does not touch the database: a page whose
-// tables are missing reports it when it is opened.
+// tables are missing reports it when it is opened. store.Logger receives the actions taken (Info:
+// what, how many, from which address) and the errors of pages (Error).
 //
 // The handler serves every page under its root ("/"): mount it with [http.StripPrefix] and set
 // [Config.Prefix] to the same prefix. It does no authentication: put it behind the service's own.
@@ -32,7 +33,7 @@ func New(store txinbox.Store, cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newHandler(store.Schema, cfg, a)
+	return newHandler(store, cfg, a)
 }
 
 // newMessageView is m ready to display.

@@ -309,7 +309,7 @@ type resultData struct {
 }
 
 func (h *handler) logAction(r *http.Request, done string, n, of int) {
-	h.cfg.Logger.Info("txinbox console: "+done, "messages", n, "of", of, "path", r.URL.Path, "remote", r.RemoteAddr)
+	h.log.Info("txinbox console: "+done, "messages", n, "of", of, "path", r.URL.Path, "remote", r.RemoteAddr)
 }
 
 func capital(s string) string {

@@ -22,7 +22,8 @@
 //
 // The table is created by migration 00002 (migrate.Up, or goose with the files of package
 // migrations). Expired keys are deleted by the schema's maintainer (package maintain), which every
-// runner.Runner runs; where no Runner runs, run maintain.New (or a retention.Cleaner) yourself.
+// runner.Runner runs; where no runner runs, run maintain.New yourself (or call
+// retention.DeleteExpiredKeys).
 //
 // # The key
 //

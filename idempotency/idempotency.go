@@ -134,9 +134,6 @@ type Config struct {
 	// They run even when the client has gone, so that a finished response is stored. Default: 10
 	// seconds.
 	StoreTimeout time.Duration
-
-	// Logger receives store failures and keys released after errors. Default: slog.Default().
-	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -157,9 +154,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StoredHeaders == nil {
 		c.StoredHeaders = defaultStoredHeaders
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	for _, d := range []struct {
 		field string
@@ -231,6 +225,7 @@ func HeaderPrincipal(name string) func(*http.Request) (string, error) {
 type Middleware struct {
 	db      txinbox.DB
 	cfg     Config
+	log     *slog.Logger // the Store's Logger: store failures, keys released after errors
 	st      *schemasql.Schema
 	methods map[string]bool
 	headers []string
@@ -241,7 +236,8 @@ func statements(schema string) *schemasql.Schema { return schemasql.New(schema) 
 
 // New returns a Middleware storing keys through store.DB (usually a *pgxpool.Pool) in the
 // idempotency_keys table of store.Schema (migration 00002, applied by package migrate). An invalid
-// store or cfg returns a *[txinbox.ConfigError] (errors.Is [txinbox.ErrInvalidConfig]). Expired keys
+// store or cfg returns a *[txinbox.ConfigError] (errors.Is [txinbox.ErrInvalidConfig]). Store failures
+// and keys released after errors are logged to store.Logger. Expired keys
 // are deleted by the schema's maintainer (package maintain), which every runner (package runner) runs.
 func New(store txinbox.Store, cfg Config) (*Middleware, error) {
 	store, err := store.Resolve()
@@ -252,7 +248,7 @@ func New(store txinbox.Store, cfg Config) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{db: store.DB, cfg: cfg, st: statements(store.Schema), methods: map[string]bool{}}
+	m := &Middleware{db: store.DB, cfg: cfg, log: store.Logger, st: statements(store.Schema), methods: map[string]bool{}}
 	for _, meth := range cfg.Methods {
 		m.methods[meth] = true
 	}
@@ -386,7 +382,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if err == nil {
 		err = storable(principal, maxPrincipalBytes)
 		if err != nil {
-			m.cfg.Logger.Warn("idempotency: Config.Principal returned an unusable principal: answered 401", "method", r.Method, "reason", err)
+			m.log.Warn("idempotency: Config.Principal returned an unusable principal: answered 401", "method", r.Method, "reason", err)
 		}
 	}
 	if err != nil {
@@ -416,12 +412,12 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			return // the client has gone: nothing was claimed, and nobody reads an answer
 		}
 		if m.cfg.FailOpen {
-			m.cfg.Logger.Warn("idempotency: store unavailable, running the request without idempotency (FailOpen)",
+			m.log.Warn("idempotency: store unavailable, running the request without idempotency (FailOpen)",
 				"method", req.method, "route", req.route, "error", err)
 			next.ServeHTTP(w, r)
 			return
 		}
-		m.cfg.Logger.Error("idempotency: store unavailable", "method", req.method, "route", req.route, "error", err)
+		m.log.Error("idempotency: store unavailable", "method", req.method, "route", req.route, "error", err)
 		writeProblem(w, ProblemStoreUnavailable, "The idempotency store could not be reached. Retry the request with the same Idempotency-Key.", m.cfg.RetryAfter)
 		return
 	}
@@ -430,7 +426,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		var h http.Header
 		if len(c.headers) > 0 {
 			if err := json.Unmarshal(c.headers, &h); err != nil {
-				m.cfg.Logger.Error("idempotency: stored headers unreadable", "error", err)
+				m.log.Error("idempotency: stored headers unreadable", "error", err)
 			}
 		}
 		writeResponse(w, c.status, h, c.body, true)
@@ -558,7 +554,7 @@ func (m *Middleware) claim(ctx context.Context, req request) (claimed, error) {
 // response, and sends the response once that transaction has committed.
 func (m *Middleware) run(next http.Handler, w http.ResponseWriter, r *http.Request, req request, c claimed) {
 	ctx := r.Context()
-	log := m.cfg.Logger.With("method", req.method, "route", req.route)
+	log := m.log.With("method", req.method, "route", req.route)
 	tx, err := m.db.Begin(ctx)
 	if err != nil {
 		m.release(ctx, c, log)

@@ -18,9 +18,10 @@ import (
 // transaction divides a cluster's commit rate several times over (the measurement is in
 // docs/design/wake-up.md, "The cost of a NOTIFY"). So a Client notifies at most once per
 // Store.NotifyInterval for each consumer. The messages received in between are found by the pools'
-// polling, which stays fast (worker.Config.HotPollInterval, 10ms) for a while after any activity,
-// notifications included (worker.Config.HotWindow, 1s): as long as HotWindow exceeds NotifyInterval,
-// no message waits for a full poll interval, and a longer NotifyInterval costs no latency. At the default of 50ms a busy
+// polling, which stays fast (every 10ms) for a while after any activity, notifications included (1s,
+// or twice NotifyInterval if that is longer: worker.Config.PollInterval): since that window exceeds
+// NotifyInterval, no message waits for a full poll interval, and a longer NotifyInterval costs no
+// latency. At the default of 50ms a busy
 // Client sends at most 20 notifications a second per consumer, which holds the lock a small share of
 // the time (docs/design/wake-up.md).
 //

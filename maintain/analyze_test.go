@@ -47,13 +47,11 @@ func TestMaintainerAnalyzesAgainAfterAnotherSessionsAnalyze(t *testing.T) {
 	logs := &logBuffer{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error { return nil })
-	run(t, e.pool(t, hs, func(c *worker.Config, m *maintain.Config) {
-		c.Logger = logs.logger()
-		c.DisableListen = true
+	run(t, e.poolLogging(t, logs, hs, func(c *worker.Config, m *maintain.Config) {
 		// No health check: it reads the whole server's xmin horizon, and warns about any session on it
 		// idle in a transaction for HorizonWarnAge. The warnings this test is about are the safety
 		// net's.
-		m.HealthCheckInterval = -1
+		maintain.SetHealthCheckInterval(m, -1)
 	}))
 	waitFor(t, "the maintainer's ANALYZE while the other session holds the table", func() bool {
 		return len(logs.find(t, "txinbox: analyzed tables that outgrew their statistics")) > 0

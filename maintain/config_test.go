@@ -9,7 +9,6 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/maintain"
-	"github.com/txinbox/txinbox/retention"
 	"github.com/txinbox/txinbox/runner"
 )
 
@@ -20,11 +19,10 @@ func TestConfigErrors(t *testing.T) {
 	db := testdb.New(t)
 	run := func(context.Context) error { return nil }
 	for field, cfg := range map[string]maintain.Config{
-		"Lease":                {Lease: time.Millisecond},
-		"RollupInterval":       {RollupInterval: time.Microsecond},
-		"HealthCheckInterval":  {HealthCheckInterval: time.Microsecond},
-		"Retention.Generation": {Retention: retention.Config{Generation: time.Millisecond}},
-		"Jobs":                 {Jobs: []maintain.Job{{Name: "rotate", Interval: time.Second, Run: run}}},
+		"Lease":          {Lease: time.Millisecond},
+		"RollupInterval": {RollupInterval: time.Microsecond},
+		"Generation":     {Generation: time.Millisecond},
+		"Jobs":           {Jobs: []maintain.Job{{Name: "rotate", Interval: time.Second, Run: run}}},
 	} {
 		_, err := maintain.New(db.Store(), cfg)
 		var ce *txinbox.ConfigError
@@ -59,5 +57,26 @@ func TestStartNotMigrated(t *testing.T) {
 	}
 	if err := m.Start(context.Background()); !errors.Is(err, txinbox.ErrNotMigrated) {
 		t.Fatalf("Start: %v, want txinbox.ErrNotMigrated", err)
+	}
+}
+
+// The retention jobs run every minute, or every sixth of the Generation if that is shorter (at least
+// every second), so that a generation lasts at most a sixth longer than Generation.
+func TestRetentionJobsPeriod(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	for _, c := range []struct{ generation, want time.Duration }{
+		{0, time.Minute}, // Store.Retention, 7 days
+		{time.Hour, time.Minute},
+		{time.Minute, 10 * time.Second},
+		{time.Second, time.Second},
+	} {
+		m, err := maintain.New(db.Store(), maintain.Config{Generation: c.generation})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := maintain.RetentionEveryOf(m); got != c.want {
+			t.Errorf("Generation %v: the retention jobs run every %v, want %v", c.generation, got, c.want)
+		}
 	}
 }

@@ -34,12 +34,11 @@ func TestHealthWarnings(t *testing.T) {
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
-	run(t, e.pool(t, hs, func(c *worker.Config, m *maintain.Config) {
-		c.Logger = logs.logger()
-		m.HealthCheckInterval = 10 * time.Millisecond
+	run(t, e.poolLogging(t, logs, hs, func(c *worker.Config, m *maintain.Config) {
+		maintain.SetHealthCheckInterval(m, 10*time.Millisecond)
 		m.HorizonWarnAge = time.Nanosecond
 		m.DeadRowsWarnThreshold = n - 1 // every message leaves one dead queue row (deleted by its finish)
-		m.QueueVacuumThreshold = -1
+		maintain.SetQueueVacuumThreshold(m, -1)
 	}))
 	waitFor(t, "every message completed", func() bool { return e.completed(t) == n })
 
@@ -87,12 +86,11 @@ func TestHorizonWarningOff(t *testing.T) {
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
-	run(t, e.pool(t, hs, func(c *worker.Config, m *maintain.Config) {
-		c.Logger = logs.logger()
-		m.HealthCheckInterval = 10 * time.Millisecond
+	run(t, e.poolLogging(t, logs, hs, func(c *worker.Config, m *maintain.Config) {
+		maintain.SetHealthCheckInterval(m, 10*time.Millisecond)
 		m.HorizonWarnAge = -1
 		m.DeadRowsWarnThreshold = n - 1 // every message leaves one dead queue row (deleted by its finish)
-		m.QueueVacuumThreshold = -1
+		maintain.SetQueueVacuumThreshold(m, -1)
 	}))
 	waitFor(t, "a warning about the queue table's dead rows", func() bool {
 		for _, r := range logs.find(t, deadRowsWarning) {

@@ -83,19 +83,27 @@ func (e *env) receive(t *testing.T, keys ...string) {
 }
 
 // pool returns a Runner of one pool of consumer ledger (polling fast) and the schema's maintainer
-// candidate; mod, if not nil, changes the pool's and the maintainer's Config. The pool's Logger is
-// the maintainer's too.
+// candidate; mod, if not nil, changes the pool's and the maintainer's Config.
 func (e *env) pool(t *testing.T, hs *worker.Handlers, mod func(*worker.Config, *maintain.Config)) *runner.Runner {
 	t.Helper()
+	return e.poolLogging(t, nil, hs, mod)
+}
+
+// poolLogging is pool logging to logs (nil: slog.Default()), the Store's Logger.
+func (e *env) poolLogging(t *testing.T, logs *logBuffer, hs *worker.Handlers, mod func(*worker.Config, *maintain.Config)) *runner.Runner {
+	t.Helper()
+	store := e.Store()
+	if logs != nil {
+		store.Logger = logs.logger()
+	}
 	cfg := worker.Config{Consumer: "ledger", Handlers: hs, PollInterval: 20 * time.Millisecond,
 		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	var mc maintain.Config
 	if mod != nil {
 		mod(&cfg, &mc)
 	}
-	store := e.Store()
 	store.Tracer = e.tracer
-	r, err := runner.New(store, runner.Config{Pools: []worker.Config{cfg}, Maintenance: mc, Logger: cfg.Logger})
+	r, err := runner.New(store, runner.Config{Pools: []worker.Config{cfg}, Maintenance: mc})
 	if err != nil {
 		t.Fatal(err)
 	}

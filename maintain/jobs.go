@@ -8,6 +8,7 @@ import (
 	"github.com/txinbox/txinbox/internal/outboxrot"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/retention"
 )
 
 // job is a job as the leader runs it.
@@ -29,8 +30,8 @@ const (
 // builtins returns the built-in jobs that cfg turns on (package documentation, "Jobs").
 func (m *Maintainer) builtins() []*job {
 	var jobs []*job
-	if m.cleaner != nil {
-		every := m.cfg.Retention.Interval
+	if m.inbox != nil {
+		every := m.cfg.tune.retentionEvery
 		jobs = append(jobs,
 			&job{name: "rotate", interval: every, run: m.rotate},
 			&job{name: "expire-keys", interval: every, run: m.expireKeys})
@@ -38,13 +39,13 @@ func (m *Maintainer) builtins() []*job {
 			jobs = append(jobs, &job{name: "outbox-rotate", interval: every, run: m.rotateOutbox})
 		}
 	}
-	if m.cfg.QueueVacuumThreshold >= 0 {
+	if m.cfg.tune.queueVacuumThreshold >= 0 {
 		jobs = append(jobs,
 			&job{name: "vacuum", interval: queueVacuumEvery, gate: m.nets.vacuum.at, run: logged(m.vacuum)},
 			&job{name: "analyze", interval: queueVacuumEvery, gate: m.nets.analyze.at, run: logged(m.analyze)})
 	}
-	if m.cfg.HealthCheckInterval > 0 && (m.cfg.HorizonWarnAge >= 0 || m.cfg.DeadRowsWarnThreshold >= 0) {
-		jobs = append(jobs, &job{name: "health", interval: m.cfg.HealthCheckInterval, run: logged(m.checkHealth)})
+	if m.cfg.tune.healthCheckEvery > 0 && (m.cfg.HorizonWarnAge >= 0 || m.cfg.DeadRowsWarnThreshold >= 0) {
+		jobs = append(jobs, &job{name: "health", interval: m.cfg.tune.healthCheckEvery, run: logged(m.checkHealth)})
 	}
 	return append(jobs,
 		&job{name: "rollup", interval: m.cfg.RollupInterval, run: m.foldRollup},
@@ -60,9 +61,12 @@ func logged(run func(context.Context)) func(context.Context) error {
 	}
 }
 
-// rotate begins a new generation if the current one is Retention.Generation old.
+// rotate begins a new generation of the inbox if the current one is Config.Generation old.
 func (m *Maintainer) rotate(ctx context.Context) error {
-	_, err := m.cleaner.RotateIfDue(ctx) // a rotation is logged by the Cleaner
+	r, err := retention.Rotate(ctx, m.store, *m.inbox)
+	if r.Rotated {
+		m.log.Info("txinbox: rotated generations", "generation", r.Generation, "copied", r.Copied, "duration", r.Duration)
+	}
 	return err
 }
 
@@ -79,7 +83,7 @@ func (m *Maintainer) rotateOutbox(ctx context.Context) error {
 // expireKeys deletes the expired idempotency keys.
 func (m *Maintainer) expireKeys(ctx context.Context) error {
 	start := time.Now()
-	n, err := m.cleaner.DeleteExpiredKeys(ctx)
+	n, err := retention.DeleteExpiredKeys(ctx, m.store)
 	if n > 0 {
 		m.log.Info("txinbox: deleted expired idempotency keys", "keys_deleted", n, "duration", time.Since(start))
 	}

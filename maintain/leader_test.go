@@ -9,11 +9,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/maintain"
-	"github.com/txinbox/txinbox/retention"
 )
-
-// retentionEvery is a retention configuration whose generations last d.
-func retentionEvery(d time.Duration) retention.Config { return retention.Config{Generation: d} }
 
 // leaderLog is a Store's Tracer that records the leadership of maintainers (txinbox.OpLead): the
 // intervals each led; and the runs of their jobs (txinbox.OpJob).
@@ -200,14 +196,14 @@ func startTogether(t *testing.T, e *env, log *leaderLog, round, n int) []*mainta
 	return ms
 }
 
-// The maintainer rotates the inbox's generations by itself, once per Generation (no Cleaner), and
+// The maintainer rotates the inbox's generations by itself, once per Generation (nothing else rotates), and
 // records each run of the job in inbox_maintenance.
 func TestMaintainerRotates(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	gen := func() int64 { return e.Count(t, `SELECT gen FROM {schema}.inbox_ring`) }
 	g0 := gen()
-	e.maintainer(t, maintain.Config{Lease: time.Second, Retention: retentionEvery(time.Second)})
+	e.maintainer(t, maintain.Config{Lease: time.Second, Generation: time.Second})
 	waitFor(t, "two rotations", func() bool { return gen() >= g0+2 })
 	// The job records its end after the rotation commits: wait for that record (a rotation on a
 	// Citus coordinator takes seconds).

@@ -15,7 +15,6 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/maintain"
-	"github.com/txinbox/txinbox/retention"
 )
 
 // cutDB is a Store.DB through which a test cuts a maintainer's renewals of its lease (they fail, as
@@ -116,12 +115,15 @@ func TestLeaderWhoseLeaseEndedClaimsNoPeriodUntilItLeadsAgain(t *testing.T) {
 			var ticks atomic.Int64
 			// Lease 20s: with its renewals cut, the leader runs its jobs for 16s after its election
 			// (time for many claims), and it tries to renew 6.7s after it.
-			m := maintainerOf(t, store, maintain.Config{Lease: 20 * time.Second, Owner: "m",
-				Retention: retention.Config{Interval: -1}, QueueVacuumThreshold: -1, HealthCheckInterval: -1,
+			cfg := maintain.Config{Lease: 20 * time.Second, Owner: "m",
 				Jobs: []maintain.Job{{Name: "tick", Interval: 10 * time.Millisecond, Run: func(context.Context) error {
 					ticks.Add(1)
 					return nil
-				}}}})
+				}}}}
+			maintain.SetRetentionEvery(&cfg, -1)
+			maintain.SetQueueVacuumThreshold(&cfg, -1)
+			maintain.SetHealthCheckInterval(&cfg, -1)
+			m := maintainerOf(t, store, cfg)
 			waitFor(t, "the maintainer leading and running tick", func() bool {
 				lead, _ := m.Leading()
 				return lead && ticks.Load() > 0

@@ -23,8 +23,8 @@
 // start a job after another has taken over.
 //
 // Why a lease row rather than an advisory lock held by a session: a session-level lock needs a
-// connection held for the leader's whole life. Through PgBouncer in transaction mode (pools with
-// DisableListen) a session is not a client's, so such a lock would be held by whichever server
+// connection held for the leader's whole life. Through PgBouncer in transaction mode (a Store with a
+// negative NotifyInterval) a session is not a client's, so such a lock would be held by whichever server
 // connection ran the statement and never released, or released by another client; and a lock held
 // by a host that vanished (no FIN, no RST) lasts until the server's TCP keepalive gives up, minutes to
 // hours, with nothing the others can do. A lease needs no connection of its own (every statement is
@@ -47,25 +47,47 @@
 // change of leader. The row also records who ran it, when it ended and its error. The jobs, their
 // names and intervals:
 //
-//	rotate         Config.Retention.Interval  retention.Cleaner.RotateIfDue: a new generation of the
-//	                                          inbox once the current one is Generation old (default:
-//	                                          the Retention)
-//	expire-keys    Config.Retention.Interval  retention.Cleaner.DeleteExpiredKeys
-//	outbox-rotate  Config.Retention.Interval  the outbox's rotation (outbox.Rotate): a new generation
-//	                                          once the current one is Generation old (default: the
-//	                                          OutboxWindow), sent events past the OutboxWindow removed;
-//	                                          not with a negative OutboxWindow
-//	vacuum         5 s                        VACUUM of inbox_queue above QueueVacuumThreshold dead rows
-//	analyze        5 s                        ANALYZE of the worker's tables that outgrew their statistics
-//	health         HealthCheckInterval        warnings: the xmin horizon, dead row versions
-//	rollup         RollupInterval             inbox_rollup_batch folded into inbox_rollup (the console)
-//	pools          10 min                     heartbeats of pools not seen for an hour deleted
+//	rotate         1 min (1)       retention.Rotate: a new generation of the inbox once the current
+//	                               one is Config.Generation old (default: Store.Retention)
+//	expire-keys    1 min (1)       retention.DeleteExpiredKeys
+//	outbox-rotate  1 min (1)       the outbox's rotation (outbox.Rotate): a new generation once the
+//	                               current one is OutboxWindow old (or Generation, if set and
+//	                               shorter), sent events past the OutboxWindow removed; not with a
+//	                               negative OutboxWindow
+//	vacuum         5 s             VACUUM of inbox_queue above 50,000 dead rows (2)
+//	analyze        5 s             ANALYZE of the worker's tables that outgrew their statistics (3)
+//	health         1 min           warnings: the xmin horizon (Config.HorizonWarnAge), dead row
+//	                               versions (Config.DeadRowsWarnThreshold)
+//	rollup         RollupInterval  inbox_rollup_batch folded into inbox_rollup (the console)
+//	pools          10 min          heartbeats of pools not seen for an hour deleted
+//
+// (1) Or every sixth of Config.Generation if that is shorter (at least every second), so that a
+// generation lasts at most a sixth longer than Generation. A rotation waits at most 2 s for the
+// retired partition's lock; one that times out runs again in the next period.
+//
+// (2) The safety net for the inbox_queue table, whose rows churn (every message inserts, claims and
+// deletes one): the leader reads how many dead row versions PostgreSQL counts in it
+// (pg_stat_user_tables.n_dead_tup) and, above 50,000, runs VACUUM (SKIP_LOCKED) on that table alone.
+// Autovacuum normally keeps the table small (the migration tunes it to vacuum after 1,000 dead rows),
+// but it may be off, or its workers busy with large tables for minutes, and then every claim reads
+// through dead rows and slows down. Vacuuming the queue takes milliseconds while its backlog is
+// small. It needs the table's owner (as do the migrations); a VACUUM that leaves more dead rows than
+// that (not the owner, or an old transaction holding back cleanup, or another session vacuuming it at
+// that moment) makes the next check wait 10 seconds, doubling after each such vacuum up to 5 minutes
+// (back to every 5 seconds after a vacuum that helped); a warning is logged once it happened twice in
+// a row.
+//
+// (3) The statistics safety net: a table the worker's statements read (inbox_queue and the inbox
+// partitions) that has grown to more than 4 times the pages its statistics counted (and by at least
+// 1 MiB) is analyzed, so that plans made while it was small are made again. An ANALYZE that leaves a
+// table stale (another session was analyzing it, or this role is not its owner) makes the next check
+// wait 10 seconds, doubling up to 5 minutes; a warning is logged once it happened twice in a row.
 //
 // Config.Jobs adds more, run the same way.
 //
 // # Observability
 //
-// The maintainer logs at Info when it becomes the leader and when it stops leading (with its owner,
+// The maintainer logs (to the Store's Logger) at Info when it becomes the leader and when it stops leading (with its owner,
 // term and the reason), at Info each rotation of the inbox's or the outbox's generations (with the
 // new generation, the rows copied and the duration) and each run that deleted expired keys, at Debug
 // every run of a job, and at Warn a job that failed. The Store's Tracer (txinbox.Store.Tracer) is told
@@ -82,7 +104,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,95 +115,95 @@ import (
 	"github.com/txinbox/txinbox/retention"
 )
 
-// Defaults of Config.
+// Defaults of Config (documented on its fields) and the settings derived from it.
 const (
-	DefaultLease                 = 10 * time.Second
-	DefaultQueueVacuumThreshold  = 50_000
-	DefaultHealthCheckInterval   = time.Minute
-	DefaultHorizonWarnAge        = 5 * time.Minute
-	DefaultDeadRowsWarnThreshold = 1_000_000
-	DefaultRollupInterval        = time.Minute
+	defaultLease                 = 10 * time.Second
+	defaultHorizonWarnAge        = 5 * time.Minute
+	defaultDeadRowsWarnThreshold = 1_000_000
+	defaultRollupInterval        = time.Minute
+	// The retention jobs' period: maxRetentionEvery, or a sixth of the Generation if that is
+	// shorter (at least 1s).
+	maxRetentionEvery = time.Minute
+	// rotateLockTimeout bounds a rotation's wait for the retired partition's lock (the inbox's and
+	// the outbox's): a rotation that times out runs again in the job's next period.
+	rotateLockTimeout = 2 * time.Second
+	// queueVacuumThreshold: above this many dead rows in inbox_queue, the safety net vacuums it.
+	queueVacuumThreshold = 50_000
+	// healthCheckEvery is the period of the health check.
+	healthCheckEvery = time.Minute
 )
 
 // Config configures a Maintainer. The zero value is valid.
 type Config struct {
 	// Lease is how long the leader's lease lasts without a renewal: it renews it every third of it,
 	// and another maintainer takes over within the Lease and a third after the leader's process died
-	// (at once after a Stop). At least 1s. Default DefaultLease (10s).
+	// (at once after a Stop). At least 1s. Default: 10s.
 	Lease time.Duration
 	// Owner names this maintainer in the lease (inbox_leader.owner), in inbox_maintenance and in the
 	// logs; it must be unique among the maintainers of the schema. Default: hostname:pid:random (a
-	// worker pool gives its own Owner).
+	// runner gives its own Owner).
 	Owner string
-	// Logger receives the maintainer's logs. Default slog.Default().
-	Logger *slog.Logger
-	// Retention configures the rotation of the inbox's generations and the deletion of expired
-	// idempotency keys (package retention; its Logger defaults to this Logger), and the outbox's
-	// rotation (OutboxWindow). Its Interval is the period of the three jobs: default
-	// retention.DefaultCleanInterval (1 min), or a sixth of the inbox's Generation if that is shorter
-	// (at least 1s), so that a generation of the inbox lasts at most a sixth longer than Generation.
-	// Negative Interval: the maintainer neither rotates the inbox nor deletes keys (run a
-	// retention.Cleaner), nor rotates the outbox (call outbox.Rotate).
-	Retention retention.Config
+	// Generation is the length of a generation of the inbox: the job rotate begins a new generation
+	// (package retention's Rotate) once the current one is Generation old, retiring the generation
+	// before last with the completed messages past their dedup window. Default: Store.Retention (at
+	// least 1s), which keeps the copy of each rotation small; a shorter Generation bounds the table
+	// tighter (about three generations of messages are stored) but copies more messages still in
+	// their window. At least 1s. The rotation jobs (rotate, expire-keys, outbox-rotate) run every
+	// minute, or every sixth of the Generation if that is shorter (at least every second), so that a
+	// generation lasts at most a sixth longer than Generation. Give every maintainer of the schema the
+	// same Generation: the leader's decides.
+	Generation time.Duration
 	// OutboxWindow is how long the outbox's sent events are kept after they were sent, for audit and
-	// replay. The job outbox-rotate runs the outbox's rotation (package outbox's Rotate: RotateOptions
-	// Window OutboxWindow, Generation Retention.Generation, LockTimeout Retention.RotateLockTimeout)
-	// every Retention.Interval: a new generation once the current one is Generation old (default:
-	// the OutboxWindow, at least 1s), whose rotation removes the sent events of the generation it
-	// retires that were sent more than OutboxWindow ago. An event sent at t is kept until at least
-	// t+OutboxWindow and removed by t+OutboxWindow+2×(Generation+Retention.Interval); events not sent
-	// yet and dead events are never removed. Default Store.Retention (7 days unless set). Negative:
-	// the maintainer does not rotate the outbox (call outbox.Rotate yourself). Give every maintainer
-	// of the schema the same OutboxWindow: the leader's decides.
+	// replay. The job outbox-rotate runs the outbox's rotation (package outbox's Rotate) in the jobs'
+	// period: a new generation of the outbox once the current one is OutboxWindow old, or Generation
+	// old if Generation is set and shorter (at least 1s), whose rotation removes the sent events of
+	// the generation it retires that were sent more than OutboxWindow ago. (A generation as long as
+	// the window keeps each rotation's copy small; a shorter one bounds the table tighter.) An event
+	// sent at t is kept until at least t+OutboxWindow and removed by t+OutboxWindow+2×(the outbox's
+	// generation + the jobs' period); events not sent yet and dead events are never removed. Default:
+	// Store.Retention (7 days unless set). Negative: the maintainer does not rotate the outbox (call
+	// outbox.Rotate yourself). Give every maintainer of the schema the same OutboxWindow: the
+	// leader's decides.
 	OutboxWindow time.Duration
-	// QueueVacuumThreshold is the safety net for the inbox_queue table, whose rows churn (every
-	// message inserts, claims and deletes one): every 5 seconds the leader reads how many dead row
-	// versions PostgreSQL counts in it (pg_stat_user_tables.n_dead_tup) and, above this number, runs
-	// VACUUM (SKIP_LOCKED) on that table alone. Autovacuum normally keeps the table small (the
-	// migration tunes it to vacuum after 1,000 dead rows), but it may be off, or its workers busy with
-	// large tables for minutes, and then every claim reads through dead rows and slows down. Vacuuming
-	// the queue takes milliseconds while its backlog is small. It needs the table's owner (as do the
-	// migrations); a VACUUM that leaves more dead rows than this (not the owner, or an old transaction
-	// holding back cleanup, or another session vacuuming it at that moment) makes the next check wait
-	// 10 seconds, doubling after each such vacuum up to 5 minutes (back to every 5 seconds after a
-	// vacuum that helped); a warning is logged once it happened twice in a row. Default:
-	// DefaultQueueVacuumThreshold (50,000). Negative: never vacuum, and no statistics safety net.
-	//
-	// The statistics safety net, every 5 seconds too: a table the worker's statements read (inbox_queue
-	// and the inbox partitions) that has grown to more than 4 times the pages its statistics counted
-	// (and by at least 1 MiB) is analyzed, so that plans made while it was small are made again. An
-	// ANALYZE that leaves a table stale (another session was analyzing it, or this role is not its
-	// owner) makes the next check wait 10 seconds, doubling up to 5 minutes; a warning is logged once
-	// it happened twice in a row.
-	QueueVacuumThreshold int
-	// HealthCheckInterval is how often the leader reads PostgreSQL's statistics of the txinbox tables
-	// and what holds back the xmin horizon (the figures of admin.Health), and logs a warning at Warn
-	// for each of HorizonWarnAge and DeadRowsWarnThreshold that is exceeded: at most one record per
-	// condition (and table) per interval, for the whole schema. A check reads statistics views only.
-	// Default: DefaultHealthCheckInterval (1m). Negative: never check.
-	HealthCheckInterval time.Duration
 	// HorizonWarnAge: when another session's transaction holding the oldest snapshot (the xmin
 	// horizon: vacuum reclaims no row version deleted after it, in any table) has been open longer
 	// than this, or a prepared transaction was prepared longer ago, the check logs a warning naming it
 	// (pid, application_name, role, state, xact_start, query_start, age; gid for a prepared
 	// transaction). A session whose details PostgreSQL hides from the maintainer's role (not superuser
 	// nor pg_read_all_stats, another role's session) has no known age and is not warned about.
-	// Default: DefaultHorizonWarnAge (5m). Negative: never warn about the horizon.
+	// Checked every minute, with DeadRowsWarnThreshold, from PostgreSQL's statistics views (the
+	// figures of admin.Health), for the whole schema: at most one record per condition (and table)
+	// per check. Default: 5m. Negative: never warn about the horizon.
 	HorizonWarnAge time.Duration
 	// DeadRowsWarnThreshold: when a txinbox table of the schema counts more dead row versions than
 	// this (pg_stat_all_tables.n_dead_tup, an estimate), the check logs a warning naming the table,
 	// its dead and live rows, its last vacuums and the session holding the horizon if any. Default:
-	// DefaultDeadRowsWarnThreshold (1,000,000). Negative: never warn about dead rows.
+	// 1,000,000. Negative: never warn about dead rows.
 	DeadRowsWarnThreshold int
 	// RollupInterval is how often the finished attempts counted by the batches (inbox_rollup_batch)
 	// are folded into inbox_rollup, which the console reads: its counts lag by up to this much, and
-	// are exact once folded. Rows of inbox_rollup older than two days are deleted by the fold. Default
-	// DefaultRollupInterval (1m).
+	// are exact once folded. Rows of inbox_rollup older than two days are deleted by the fold. Default:
+	// 1m.
 	RollupInterval time.Duration
 	// Jobs are more jobs for the leader to run, each at most once per period of its Interval, after
 	// the built-in ones (see the package documentation). Their names must differ from the built-in
 	// ones and from each other.
 	Jobs []Job
+
+	tune tuning // fixed settings; tests change them (export_test.go)
+}
+
+// tuning holds the maintainer's settings that are fixed or derived (package documentation, "Jobs"),
+// which tests may set (export_test.go); a zero field takes the fixed or derived value.
+type tuning struct {
+	// retentionEvery is the period of the jobs rotate, expire-keys and outbox-rotate; negative: none
+	// of them runs.
+	retentionEvery time.Duration
+	// queueVacuumThreshold: the vacuum safety net's threshold; negative: no vacuum nor statistics
+	// safety net.
+	queueVacuumThreshold int
+	// healthCheckEvery is the period of the health check; negative: no check.
+	healthCheckEvery time.Duration
 }
 
 // Job is a maintenance job of the schema, run by the leader only, at most once per period of its
@@ -211,14 +232,14 @@ var _ txinbox.Service = (*Maintainer)(nil)
 // Maintainer is a candidate for the maintenance of one schema: while it leads, it runs the jobs.
 // Create it with New, then Start and Stop it.
 type Maintainer struct {
-	store   txinbox.Store
-	st      *schemasql.Schema
-	cfg     Config
-	log     *slog.Logger
-	cleaner *retention.Cleaner // nil when Retention.Interval is negative
-	outbox  *outboxrot.Options // the outbox's rotation; nil when the maintainer does not rotate the outbox
-	jobs    []*job
-	nets    safetyNets // the safety nets' back-off (vacuum.go)
+	store  txinbox.Store
+	st     *schemasql.Schema
+	cfg    Config
+	log    *slog.Logger
+	inbox  *retention.RotateOptions // the inbox's rotation; nil when the retention jobs are off (tests)
+	outbox *outboxrot.Options       // the outbox's rotation; nil when the maintainer does not rotate the outbox
+	jobs   []*job
+	nets   safetyNets // the safety nets' back-off (vacuum.go)
 
 	leading atomic.Bool
 	term    atomic.Int64
@@ -229,8 +250,7 @@ type Maintainer struct {
 }
 
 // New returns a Maintainer of store's schema. It checks store and cfg (a *[txinbox.ConfigError] says
-// which field is wrong; store.DB must be a connection pool, as for retention.New) and does not touch
-// the database; Start does.
+// which field is wrong) and does not touch the database; Start does.
 func New(store txinbox.Store, cfg Config) (*Maintainer, error) {
 	store, err := store.Resolve()
 	if err != nil {
@@ -244,18 +264,18 @@ func New(store txinbox.Store, cfg Config) (*Maintainer, error) {
 			*v = d
 		}
 	}
-	defd(&cfg.Lease, DefaultLease)
-	defd(&cfg.HealthCheckInterval, DefaultHealthCheckInterval)
-	defd(&cfg.HorizonWarnAge, DefaultHorizonWarnAge)
-	defd(&cfg.RollupInterval, DefaultRollupInterval)
-	if cfg.QueueVacuumThreshold == 0 {
-		cfg.QueueVacuumThreshold = DefaultQueueVacuumThreshold
+	outboxGen := cfg.Generation // the outbox's bound, if set (Config.OutboxWindow)
+	defd(&cfg.Lease, defaultLease)
+	defd(&cfg.HorizonWarnAge, defaultHorizonWarnAge)
+	defd(&cfg.RollupInterval, defaultRollupInterval)
+	defd(&cfg.Generation, max(store.Retention, time.Second))
+	defd(&cfg.tune.retentionEvery, min(maxRetentionEvery, max(cfg.Generation/6, time.Second)))
+	defd(&cfg.tune.healthCheckEvery, healthCheckEvery)
+	if cfg.tune.queueVacuumThreshold == 0 {
+		cfg.tune.queueVacuumThreshold = queueVacuumThreshold
 	}
 	if cfg.DeadRowsWarnThreshold == 0 {
-		cfg.DeadRowsWarnThreshold = DefaultDeadRowsWarnThreshold
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.DeadRowsWarnThreshold = defaultDeadRowsWarnThreshold
 	}
 	if cfg.Owner == "" {
 		host, _ := os.Hostname()
@@ -268,31 +288,16 @@ func New(store txinbox.Store, cfg Config) (*Maintainer, error) {
 		return bad("Lease", "must be at least 1s")
 	case cfg.RollupInterval < time.Millisecond:
 		return bad("RollupInterval", "must be at least 1ms")
-	case cfg.HealthCheckInterval > 0 && cfg.HealthCheckInterval < time.Millisecond:
-		return bad("HealthCheckInterval", "must be at least 1ms, or negative (off)")
+	case cfg.Generation < time.Second:
+		return bad("Generation", "must be at least 1s")
 	}
-	m := &Maintainer{store: store, st: statements(store.Schema), cfg: cfg, log: cfg.Logger.With("schema", store.Schema)}
-	if cfg.Retention.Interval >= 0 {
-		rcfg := cfg.Retention
-		if rcfg.Logger == nil {
-			rcfg.Logger = cfg.Logger
-		}
-		if m.cleaner, err = retention.New(store, rcfg); err != nil {
-			var ce *txinbox.ConfigError
-			if errors.As(err, &ce) && !strings.HasPrefix(ce.Field, "Store.") {
-				ce.Field = "Retention." + ce.Field
-			}
-			return nil, err
-		}
-		if cfg.Retention.Interval == 0 {
-			m.cfg.Retention.Interval = min(retention.DefaultCleanInterval, max(m.cleaner.Generation()/6, time.Second))
-		}
+	m := &Maintainer{store: store, st: statements(store.Schema), cfg: cfg, log: store.Logger.With("schema", store.Schema)}
+	if cfg.tune.retentionEvery > 0 {
+		m.inbox = &retention.RotateOptions{Generation: cfg.Generation, LockTimeout: rotateLockTimeout}
 		if cfg.OutboxWindow >= 0 {
-			o := outboxrot.Options{Window: cfg.OutboxWindow, Generation: cfg.Retention.Generation,
-				LockTimeout: cfg.Retention.RotateLockTimeout}.WithDefaults(store.Retention)
-			if field, reason := o.Check(); field != "" {
-				return bad(map[string]string{"Window": "OutboxWindow", "Generation": "Retention.Generation",
-					"LockTimeout": "Retention.RotateLockTimeout"}[field], reason)
+			o := outboxrot.Options{Window: cfg.OutboxWindow, LockTimeout: rotateLockTimeout}.WithDefaults(store.Retention)
+			if outboxGen > 0 {
+				o.Generation = max(min(o.Window, outboxGen), time.Second)
 			}
 			m.outbox = &o
 		}

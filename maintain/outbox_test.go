@@ -12,7 +12,6 @@ import (
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/outbox"
-	"github.com/txinbox/txinbox/retention"
 )
 
 // outboxEvents publishes, and relays, events of four topics into e's outbox: "old" (three, sent
@@ -47,8 +46,10 @@ func (e *env) outboxEvents(t *testing.T) {
 		return outbox.Errors(errs)
 	})
 	var relayLogs logBuffer // the dead event's warning, unread
-	r, err := outbox.NewRelay(e.Store(), outbox.RelayConfig{Publisher: pub, PollInterval: 20 * time.Millisecond,
-		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond }), Logger: relayLogs.logger()})
+	relayStore := e.Store()
+	relayStore.Logger = relayLogs.logger()
+	r, err := outbox.NewRelay(relayStore, outbox.RelayConfig{Publisher: pub, PollInterval: 20 * time.Millisecond,
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,8 @@ func TestMaintainerRotatesTheOutbox(t *testing.T) {
 	var logs logBuffer
 	store := e.Store()
 	store.Retention = time.Hour
-	maintainerOf(t, store, maintain.Config{Lease: time.Second, Retention: retentionEvery(time.Second), Logger: logs.logger()})
+	store.Logger = logs.logger()
+	maintainerOf(t, store, maintain.Config{Lease: time.Second, Generation: time.Second})
 
 	// Generation 0's partition, where every event is, is retired by the rotation to generation 2.
 	waitFor(t, "two rotations of the outbox", func() bool { return e.outboxGeneration(t) >= 2 })
@@ -136,7 +138,7 @@ func TestMaintainerOutboxWindowNegativeLeavesTheOutbox(t *testing.T) {
 	store := e.Store()
 	store.Retention = time.Hour
 	store.Tracer = runs
-	maintainerOf(t, store, maintain.Config{Lease: time.Second, Retention: retentionEvery(time.Second),
+	maintainerOf(t, store, maintain.Config{Lease: time.Second, Generation: time.Second,
 		OutboxWindow: -1})
 	ran := func(job string) int {
 		runs.mu.Lock()
@@ -165,25 +167,27 @@ func TestMaintainerOutboxWindowNegativeLeavesTheOutbox(t *testing.T) {
 	}
 }
 
-// The outbox's rotation takes its Generation and lock timeout from Retention, checked as
-// outbox.Rotate checks them (a *txinbox.ConfigError naming the field); any OutboxWindow is valid
-// (negative: no rotation of the outbox).
+// The outbox's generation is its OutboxWindow (default: Store.Retention), or Generation if that is
+// set and shorter, at least 1s; any OutboxWindow is valid (negative: no rotation of the outbox).
 func TestOutboxRotationConfig(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	for field, cfg := range map[string]maintain.Config{
-		"Retention.Generation":        {OutboxWindow: time.Minute, Retention: retention.Config{Generation: time.Millisecond}},
-		"Retention.RotateLockTimeout": {OutboxWindow: time.Minute, Retention: retention.Config{RotateLockTimeout: time.Microsecond}},
+	const day = 24 * time.Hour
+	for _, c := range []struct{ window, generation, want time.Duration }{
+		{0, 0, 7 * day},
+		{time.Hour, 0, time.Hour},
+		{30 * day, 0, 30 * day},
+		{30 * day, 60 * day, 30 * day},
+		{time.Hour, time.Minute, time.Minute},
+		{time.Nanosecond, 0, time.Second},
+		{-1, 0, 0},
 	} {
-		_, err := maintain.New(db.Store(), cfg)
-		var ce *txinbox.ConfigError
-		if !errors.As(err, &ce) || ce.Field != field {
-			t.Errorf("%s: err = %v, want a *txinbox.ConfigError for %s", field, err, field)
+		m, err := maintain.New(db.Store(), maintain.Config{OutboxWindow: c.window, Generation: c.generation})
+		if err != nil {
+			t.Fatalf("OutboxWindow %v, Generation %v: %v", c.window, c.generation, err)
 		}
-	}
-	for _, w := range []time.Duration{-1, 0, time.Nanosecond, time.Hour} {
-		if _, err := maintain.New(db.Store(), maintain.Config{OutboxWindow: w}); err != nil {
-			t.Errorf("OutboxWindow %v: %v", w, err)
+		if got := maintain.OutboxGenerationOf(m); got != c.want {
+			t.Errorf("OutboxWindow %v, Generation %v: the outbox's generation %v, want %v", c.window, c.generation, got, c.want)
 		}
 	}
 	// The built-in job's name is taken.

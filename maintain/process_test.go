@@ -63,8 +63,9 @@ func child() int {
 		return 3
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug})).With("pid", os.Getpid())
-	cfg := runner.Config{Logger: log, Maintenance: maintain.Config{Lease: processLease, Retention: retentionEvery(time.Second),
-		HealthCheckInterval: 500 * time.Millisecond, RollupInterval: 500 * time.Millisecond}}
+	cfg := runner.Config{Maintenance: maintain.Config{Lease: processLease, Generation: time.Second,
+		RollupInterval: 500 * time.Millisecond}}
+	maintain.SetHealthCheckInterval(&cfg.Maintenance, 500*time.Millisecond)
 	for _, consumer := range childConsumers {
 		hs := worker.NewHandlers()
 		worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
@@ -76,7 +77,7 @@ func child() int {
 		cfg.Relays = append(cfg.Relays, outbox.RelayConfig{Concurrency: 1, PollInterval: 50 * time.Millisecond,
 			Publisher: outbox.PublisherFunc(func(context.Context, []outbox.Event) error { return nil })})
 	}
-	r, err := runner.New(txinbox.Store{DB: db, Schema: schema}, cfg)
+	r, err := runner.New(txinbox.Store{DB: db, Schema: schema, Logger: log}, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3

@@ -7,7 +7,7 @@ import (
 	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
-// Intervals of the safety nets (Config.QueueVacuumThreshold): the period of their jobs. After a run
+// Intervals of the safety nets (package documentation, "Jobs"): the period of their jobs. After a run
 // that did not help (a vacuum that left more dead rows than the threshold, an ANALYZE that left a
 // table stale), the wait before the next check doubles from 2×queueVacuumEvery up to
 // queueVacuumBackoff, and is back to queueVacuumEvery after a run that helped (netSchedule).
@@ -101,7 +101,7 @@ func (m *Maintainer) analyze(ctx context.Context) {
 func (m *Maintainer) vacuum(ctx context.Context) {
 	v := &m.nets.vacuum
 	db := m.store.DB
-	threshold := int64(m.cfg.QueueVacuumThreshold)
+	threshold := int64(m.cfg.tune.queueVacuumThreshold)
 	table := m.st.Table("inbox_queue")
 	dead, err := schemasql.Queries.QueueDeadRows(ctx, db, table)
 	if err != nil || dead <= threshold {

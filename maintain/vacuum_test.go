@@ -11,7 +11,7 @@ import (
 	"github.com/txinbox/txinbox/worker"
 )
 
-// TestMaintainerVacuumsChurnedQueue shows the safety net of Config.QueueVacuumThreshold: with
+// TestMaintainerVacuumsChurnedQueue shows the safety net of inbox_queue (package documentation, "Jobs"): with
 // autovacuum off for the queue table (as when it is off on the server, or its workers are busy
 // elsewhere), the maintainer the pool started vacuums inbox_queue once its dead rows pass the
 // threshold, and the dead rows are gone.
@@ -76,11 +76,11 @@ func TestMaintainerVacuumsAgainAfterAnotherSessionsVacuum(t *testing.T) {
 	}
 	before := v.vacuums()
 	logs := &logBuffer{}
+	v.logs = logs
 	v.drain(600, func(c *worker.Config, m *maintain.Config) {
-		c.Logger = logs.logger()
 		// No health check: it reads the whole server's xmin horizon, and warns about any session on it
 		// idle in a transaction for HorizonWarnAge. The warnings this test is about are the vacuum's.
-		m.HealthCheckInterval = -1
+		maintain.SetHealthCheckInterval(m, -1)
 	})
 	waitFor(t, "the maintainer's vacuum while the other session holds the table", func() bool {
 		return len(logs.find(t, "txinbox: vacuumed the queue table")) > 0
@@ -104,6 +104,7 @@ type queueChurn struct {
 	t     *testing.T
 	e     *env
 	queue string
+	logs  *logBuffer // the Store's Logger; nil: slog.Default()
 }
 
 // churnedQueue turns autovacuum off for e's queue table.
@@ -125,12 +126,12 @@ func (v queueChurn) dead() int64 {
 	return v.e.Count(v.t, `SELECT pg_stat_get_dead_tuples(to_regclass($1))`, v.queue)
 }
 
-// drain receives n messages and runs a pool (its maintainer's QueueVacuumThreshold 100, then mod)
+// drain receives n messages and runs a pool (its maintainer's vacuum threshold 100, then mod)
 // until they are completed.
 func (v queueChurn) drain(n int64, mod ...func(*worker.Config, *maintain.Config)) {
 	v.e.receive(v.t, keys("v", int(n))...)
-	run(v.t, v.e.pool(v.t, v.e.creditHandlers(), func(c *worker.Config, m *maintain.Config) {
-		m.QueueVacuumThreshold = 100
+	run(v.t, v.e.poolLogging(v.t, v.logs, v.e.creditHandlers(), func(c *worker.Config, m *maintain.Config) {
+		maintain.SetQueueVacuumThreshold(m, 100)
 		for _, f := range mod {
 			f(c, m)
 		}

@@ -51,7 +51,7 @@ func newHealthCollector(store txinbox.Store, cfg Config) *healthCollector {
 		ageXids: desc("xmin_horizon", "age_xids",
 			"Age in transaction ids of the oldest xmin held, by source: backend (another session's snapshot), replication_slot, prepared_xact; 0 when none.", "source"),
 		generation: desc("", "generation",
-			"The inbox's current generation (migration 00006); the schema's maintainer begins one every Retention.Generation of its Config."),
+			"The inbox's current generation (migration 00006); the schema's maintainer begins one every Generation of its Config."),
 		generationBegan: desc("generation", "began_timestamp_seconds",
 			"When the inbox's current generation began (Unix time): long ago means no rotation runs."),
 		ageSeconds: desc("xmin_horizon", "age_seconds",

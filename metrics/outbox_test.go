@@ -137,9 +137,10 @@ func drain(t *testing.T, db *testdb.DB, store txinbox.Store, fate outboxtest.Fat
 	idle := func() bool {
 		return db.Count(t, `SELECT count(*) FROM {schema}.outbox_queue WHERE claimed OR run_at <= now()`) == 0
 	}
+	store.NotifyInterval = -1 // no LISTEN: the relay polls
+	store.Logger = slog.New(slog.DiscardHandler)
 	for first := true; first || !idle(); first = false {
 		r, err := outbox.NewRelay(store, outbox.RelayConfig{Publisher: pub, Concurrency: 1, PollInterval: 10 * time.Millisecond,
-			DisableListen: true, Logger: slog.New(slog.DiscardHandler),
 			Backoff: txinbox.BackoffFunc(func(int) time.Duration { return time.Hour })})
 		if err != nil {
 			t.Fatal(err)

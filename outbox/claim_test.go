@@ -63,7 +63,7 @@ func (l *logRecords) has(msg, sub string) bool {
 }
 
 // A claim runs as one pipeline (the statement_timeout, the claim lock, the claim) on a pool: the
-// ClaimTimeout still bounds its wait for the claim lock (the claim is cancelled by statement_timeout,
+// The claim bound still bounds its wait for the claim lock (the claim is cancelled by statement_timeout,
 // SQLSTATE 57014, and nothing of it is committed), and once the lock is free the next claim takes
 // the event, with its first attempt: the cancelled claim charged none.
 func TestClaimTimeoutBoundsAPipelinedClaimWaitingForTheLock(t *testing.T) {
@@ -73,9 +73,10 @@ func TestClaimTimeoutBoundsAPipelinedClaimWaitingForTheLock(t *testing.T) {
 	e.publish(t, msg("t", "k", 1))
 	logs := &logRecords{errs: map[string][]string{}}
 	rec := newRecorder(t, nil)
-	r := e.relay(t, rec, func(c *outbox.RelayConfig) {
-		c.Lease, c.ClaimTimeout, c.Concurrency, c.DisableListen = 2*time.Second, 200*time.Millisecond, 1, true
-		c.Logger = slog.New(logs)
+	r := relayOn(t, e.storeLogging(slog.New(logs)), rec, func(c *outbox.RelayConfig) {
+		c.Lease, c.Concurrency = 2*time.Second, 1
+		outbox.SetClaimTimeout(c, 200*time.Millisecond)
+		outbox.NoListen(c)
 	})
 	holder, err := e.Pool.Begin(ctx)
 	if err != nil {
@@ -177,7 +178,7 @@ func TestRelayRecordsEachBatchInItsNextClaim(t *testing.T) {
 }
 
 // When the claim that carries a batch's record fails (here: its wait for the claim lock, held
-// elsewhere, outlasts ClaimTimeout), the record is rolled back with it, and the runner records the
+// elsewhere, outlasts the claim bound), the record is rolled back with it, and the runner records the
 // batch on its own at once: the event is sent while the lock is still held.
 func TestRecordOfAFailedClaimGoesOnItsOwn(t *testing.T) {
 	t.Parallel()
@@ -200,16 +201,18 @@ func TestRecordOfAFailedClaimGoesOnItsOwn(t *testing.T) {
 		close(published)
 		return nil
 	})
-	r = e.relay(t, rec, func(c *outbox.RelayConfig) {
-		c.Lease, c.ClaimTimeout, c.Concurrency, c.DisableListen = 2*time.Second, 200*time.Millisecond, 1, true
-		c.Logger = slog.New(logs)
+	r = relayOn(t, e.storeLogging(slog.New(logs)), rec, func(c *outbox.RelayConfig) {
+		c.Lease, c.Concurrency = 2*time.Second, 1
+		outbox.SetClaimTimeout(c, 200*time.Millisecond)
+		outbox.NoListen(c)
 	})
 	run(t, r)
 	await(t, "the event published", published)
 	waitFor(t, "the event sent while the claim lock is held elsewhere", func() bool { return e.count(t, "sent") == 1 })
-	if !logs.has("txinbox: outbox claim failed", "57014") {
-		t.Fatal("no claim cancelled by statement_timeout (SQLSTATE 57014) logged: the test proves nothing")
-	}
+	// The runner records the batch before the engine logs the failed claim: wait for the log too.
+	waitFor(t, "a claim cancelled by statement_timeout (SQLSTATE 57014) logged (else the test proves nothing)", func() bool {
+		return logs.has("txinbox: outbox claim failed", "57014")
+	})
 	if err := holder.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -68,8 +68,8 @@ func New(st txinbox.Store, cfg Config) (*Client, error) {
 // a lost connection) leaves tx aborted, as any failed statement does.
 //
 // Wake-up: the statement also sends a notification that wakes idle relays when tx commits, at most
-// once per Store.NotifyInterval per Client; the relays' fast polling (RelayConfig.HotWindow) finds
-// the events whose notification was debounced.
+// once per Store.NotifyInterval per Client; the relays' fast polling after activity
+// (RelayConfig.PollInterval) finds the events whose notification was debounced.
 func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]string, error) {
 	if tx == nil {
 		return nil, &txinbox.ArgumentError{Name: "tx", Reason: "is nil: Publish writes in the caller's transaction"}
@@ -207,7 +207,7 @@ func NotifyChannel(st txinbox.Store) string {
 // PostgreSQL serialises the commits of notifying transactions (a global lock held from the start of
 // each one's commit until its commit record is flushed), so a NOTIFY in every publishing transaction
 // would cap the commit rate of the whole cluster (package inbox measured it). A relay keeps polling
-// fast for a while after any activity, notifications included (RelayConfig.HotWindow), which covers
+// fast for a while after any activity, notifications included (RelayConfig.PollInterval), which covers
 // the events published in between. One case is not covered: an event published in a transaction
 // that commits after a notification was granted to another transaction that commits much later waits
 // until that commit or the relays' next poll, whichever comes first.

@@ -55,8 +55,9 @@
 //
 // Wake-up: Publish also sends a PostgreSQL notification (on [NotifyChannel], debounced: at most once
 // per Store.NotifyInterval per Client) that wakes idle relays when the transaction commits; a relay
-// keeps polling fast for RelayConfig.HotWindow after any activity, which covers the debounced events,
-// and polls every RelayConfig.PollInterval otherwise.
+// keeps polling fast for a while after any activity, which covers the debounced events, and polls
+// every RelayConfig.PollInterval otherwise (see there). A negative Store.NotifyInterval turns
+// notifications and LISTEN off: relays then poll only.
 //
 // The outbox's tables are not distributed by migrate.Distribute (Citus): they have no consumer
 // column, and are written in the application's transactions.

@@ -18,3 +18,22 @@ func ClaimLockKey(r *Relay) int64 { return r.lockKey }
 
 // Stopping reports whether r's Stop has been called (its runners claim no more).
 func Stopping(r *Relay) bool { return r.eng.Stopped() }
+
+// ClaimTimeoutOf returns r's claim bound (derived from RelayConfig.Lease unless a test set it).
+func ClaimTimeoutOf(r *Relay) time.Duration { return r.cfg.tune.ClaimTimeout }
+
+// HotWindowOf returns how long r polls fast after activity (derived from Store.NotifyInterval unless
+// a test set it).
+func HotWindowOf(r *Relay) time.Duration { return r.cfg.tune.HotWindow }
+
+// Listens reports whether r listens for notifications.
+func Listens(r *Relay) bool { return !r.cfg.tune.NoListen }
+
+// SetHotWindow sets how long a relay of c polls fast after activity (0: derived; negative: never).
+func SetHotWindow(c *RelayConfig, d time.Duration) { c.tune.HotWindow = d }
+
+// SetClaimTimeout sets the server's bound of a relay of c's claims (0: derived; negative: none).
+func SetClaimTimeout(c *RelayConfig, d time.Duration) { c.tune.ClaimTimeout = d }
+
+// NoListen makes a relay of c poll only: no LISTEN.
+func NoListen(c *RelayConfig) { c.tune.NoListen = true }

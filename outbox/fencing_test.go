@@ -77,10 +77,11 @@ func TestFencedStaleRelayRecordsNothing(t *testing.T) {
 			pa, pb := newHolding(result), newHolding(nil)
 			oa, ob := &tracerec.Recorder{}, &tracerec.Recorder{}
 			a := relayOn(t, e.traced(oa), pa, func(c *outbox.RelayConfig) {
-				c.Owner, c.Concurrency, c.DisableListen = "relay-A", 1, true
+				c.Owner, c.Concurrency = "relay-A", 1
+				outbox.NoListen(c)
 				c.Lease, c.Timeout, c.PollInterval = 500*time.Millisecond, 200*time.Millisecond, time.Hour
 			})
-			b := relayOn(t, e.traced(ob), pb, func(c *outbox.RelayConfig) { c.Owner, c.DisableListen = "relay-B", true })
+			b := relayOn(t, e.traced(ob), pb, func(c *outbox.RelayConfig) { c.Owner = "relay-B"; outbox.NoListen(c) })
 			run(t, a)
 			await(t, "relay A's Publish call", pa.held)
 			tokenA, owner, _ := e.claim(t)

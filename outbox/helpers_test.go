@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -57,6 +58,13 @@ func msg(topic, key string, n int) outbox.Message {
 func (e *env) relay(t *testing.T, pub outbox.Publisher, mod func(*outbox.RelayConfig)) *outbox.Relay {
 	t.Helper()
 	return relayOn(t, e.Store(), pub, mod)
+}
+
+// storeLogging is e's Store with logger as its Logger.
+func (e *env) storeLogging(logger *slog.Logger) txinbox.Store {
+	st := e.Store()
+	st.Logger = logger
+	return st
 }
 
 // relayOn is env.relay on st (a pool of the test's own, say).

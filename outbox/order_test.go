@@ -304,7 +304,9 @@ func TestNextEventOfAKeySnoozedWhileItsRecordWaitsForTheClaimLockGoes(t *testing
 		return nil
 	})
 	r = e.relay(t, rec, func(c *outbox.RelayConfig) {
-		c.Concurrency, c.DisableListen, c.ClaimTimeout = 1, true, 40*time.Second
+		c.Concurrency = 1
+		outbox.NoListen(c)
+		outbox.SetClaimTimeout(c, 40*time.Second)
 	})
 	run(t, r)
 	await(t, "event 1 published", first)
@@ -379,7 +381,7 @@ func TestClaimSeeingAFinishedEventLeavesItsKeysReadyEventUnsnoozed(t *testing.T)
 			once.Do(func() { close(held); <-release })
 		}
 		return nil
-	}), func(c *outbox.RelayConfig) { c.Concurrency, c.DisableListen = 1, true })
+	}), func(c *outbox.RelayConfig) { c.Concurrency = 1; outbox.NoListen(c) })
 	run(t, r)
 	await(t, "event 1 in flight", held)
 	// Event 2 of the key, due, seen by no claim yet: the relay's only runner is publishing event 1.

@@ -136,7 +136,8 @@ func TestClaimRunsWithACustomPlan(t *testing.T) {
 	}
 	defer pool.Close()
 	r := relayOn(t, txinbox.Store{DB: pool, Schema: e.Schema}, newRecorder(t, nil), func(c *outbox.RelayConfig) {
-		c.BatchSize, c.Concurrency, c.DisableListen = 1, 1, true
+		c.BatchSize, c.Concurrency = 1, 1
+		outbox.NoListen(c)
 	})
 	run(t, r)
 	waitFor(t, "every event sent", func() bool { return e.count(t, "sent") == 8 })

@@ -130,7 +130,10 @@ func TestNotificationWakesIdleRelay(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	rec := newRecorder(t, nil)
-	r := e.relay(t, rec, func(c *outbox.RelayConfig) { c.PollInterval, c.HotWindow, c.Concurrency = time.Hour, -1, 1 })
+	r := e.relay(t, rec, func(c *outbox.RelayConfig) {
+		c.PollInterval, c.Concurrency = time.Hour, 1
+		outbox.SetHotWindow(c, -1)
+	})
 	run(t, r)
 	waitFor(t, "the relay to listen", func() bool { return outbox.ListenerPID(r) != 0 })
 	ids := e.publish(t, msg("woken", "k", 1))
@@ -191,9 +194,7 @@ func TestConfigErrors(t *testing.T) {
 		{"Publisher", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Publisher = nil })},
 		{"Store.DB", relayOn(func(st *txinbox.Store, _ *outbox.RelayConfig) { st.DB = conn.Conn() })},
 		{"Timeout", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Lease, c.Timeout = time.Second, time.Second })},
-		{"ClaimTimeout", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Lease, c.ClaimTimeout = time.Second, time.Second })},
 		{"BatchSize", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.BatchSize = outbox.MaxBatchSize + 1 })},
-		{"HotWindow", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.HotWindow = 50 * time.Millisecond })}, // the default NotifyInterval
 		{"Source", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Source = "orders service" })},
 		{"Source", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Source = "%zz" })},
 	} {
@@ -230,5 +231,34 @@ func TestRelayStartNotMigrated(t *testing.T) {
 	if err := r.Start(context.Background()); !errors.Is(err, txinbox.ErrNotMigrated) {
 		_ = r.Stop(context.Background())
 		t.Fatalf("Start on an empty schema: %v, want ErrNotMigrated", err)
+	}
+}
+
+// The relay's derived settings: its fast polling outlasts Store.NotifyInterval, its claim bound is
+// the lesser of 10s and half the Lease, and a negative NotifyInterval turns its LISTEN off.
+func TestRelayDerivedSettings(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, c := range []struct {
+		notify, lease, hotWindow, claim time.Duration
+		listens                         bool
+	}{
+		{0, 0, time.Second, 10 * time.Second, true},
+		{2 * time.Second, 4 * time.Second, 4 * time.Second, 2 * time.Second, true},
+		{-1, 0, time.Second, 10 * time.Second, false},
+	} {
+		st := e.Store()
+		st.NotifyInterval = c.notify
+		r := relayOn(t, st, outbox.PublisherFunc(func(context.Context, []outbox.Event) error { return nil }),
+			func(rc *outbox.RelayConfig) { rc.Lease, rc.Timeout = c.lease, time.Second })
+		if got := outbox.HotWindowOf(r); got != c.hotWindow {
+			t.Errorf("NotifyInterval %v: hot window %v, want %v", c.notify, got, c.hotWindow)
+		}
+		if got := outbox.ClaimTimeoutOf(r); got != c.claim {
+			t.Errorf("Lease %v: claim bound %v, want %v", c.lease, got, c.claim)
+		}
+		if got := outbox.Listens(r); got != c.listens {
+			t.Errorf("NotifyInterval %v: listens %v, want %v", c.notify, got, c.listens)
+		}
 	}
 }

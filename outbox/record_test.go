@@ -112,11 +112,12 @@ func TestRecordAfterAClaimsLostCommitAnswerRecordsNothingTwice(t *testing.T) {
 	var calls atomic.Int64
 	rec := &tracerec.Recorder{}
 	logs := &logRecords{errs: map[string][]string{}}
-	r := relayOn(t, txinbox.Store{DB: db, Schema: e.Schema, Tracer: rec}, outbox.PublisherFunc(func(context.Context, []outbox.Event) error {
+	r := relayOn(t, txinbox.Store{DB: db, Schema: e.Schema, Tracer: rec, Logger: slog.New(logs)}, outbox.PublisherFunc(func(context.Context, []outbox.Event) error {
 		calls.Add(1)
 		return errors.New("broker unavailable")
 	}), func(c *outbox.RelayConfig) {
-		c.Concurrency, c.DisableListen, c.Logger = 1, true, slog.New(logs)
+		c.Concurrency = 1
+		outbox.NoListen(c)
 		c.Backoff = txinbox.BackoffFunc(func(int) time.Duration { return time.Hour }) // no second attempt in this test
 	})
 	run(t, r)

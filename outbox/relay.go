@@ -29,18 +29,17 @@ import (
 	"github.com/txinbox/txinbox/internal/sqlc"
 )
 
-// Defaults and limits of RelayConfig.
+// MaxBatchSize is the largest RelayConfig.BatchSize.
+const MaxBatchSize = 1000
+
+// Defaults of RelayConfig (documented on its fields).
 const (
-	DefaultBatchSize    = 100
-	MaxBatchSize        = 1000
-	DefaultConcurrency  = 2
-	DefaultPollInterval = time.Second
-	DefaultHotPoll      = 10 * time.Millisecond
-	DefaultHotWindow    = time.Second
-	DefaultLease        = time.Minute
-	DefaultTimeout      = 30 * time.Second
-	DefaultClaimTimeout = 10 * time.Second
-	DefaultMaxAttempts  = 10
+	defaultBatchSize    = 100
+	defaultConcurrency  = 2
+	defaultPollInterval = time.Second
+	defaultLease        = time.Minute
+	defaultTimeout      = 30 * time.Second
+	defaultMaxAttempts  = 10
 )
 
 // RelayConfig configures a Relay. Publisher is required; every other zero field takes the documented
@@ -48,52 +47,37 @@ const (
 type RelayConfig struct {
 	// Publisher sends the events (see [Publisher]). Required.
 	Publisher Publisher
-	// BatchSize is the most events claimed at once and handed to one Publish call. Default
-	// DefaultBatchSize (100); at most MaxBatchSize (1000).
+	// BatchSize is the most events claimed at once and handed to one Publish call. Default: 100; at
+	// most MaxBatchSize (1000).
 	BatchSize int
 	// Concurrency is the number of batches in flight at once, each claimed, published and recorded
-	// by a runner of its own (each holds one connection while it claims or records). Default
-	// DefaultConcurrency (2).
+	// by a runner of its own (each holds one connection while it claims or records). Default: 2.
 	Concurrency int
 	// PollInterval is how often an idle relay looks for events when no notification wakes it
 	// (listening is off or down, an event's NotBefore or retry time has passed, a claim's lease has
-	// ended). Default DefaultPollInterval (1s).
+	// ended). After any activity (a claimed batch, a notification, Wake) one runner looks every 10ms
+	// (PollInterval if shorter) for 1s, or for twice Store.NotifyInterval if that is longer, so that
+	// events whose notification the publishing Client debounced wait about 10ms. Listening is off
+	// when Store.NotifyInterval is negative (set it so when connections go through a pooler in
+	// transaction mode, PgBouncer, where LISTEN cannot work) or when Store.DB is not a *pgxpool.Pool
+	// (the listening connection is opened apart, with its configuration). Default: 1s.
 	PollInterval time.Duration
-	// HotPollInterval is how often one runner looks for events during HotWindow after any activity
-	// (a claimed batch, a notification, Wake), so that events whose notification the publishing
-	// Client debounced (Store.NotifyInterval) wait about this long. Default DefaultHotPoll (10ms).
-	HotPollInterval time.Duration
-	// HotWindow is how long the relay keeps polling every HotPollInterval after its last activity. It
-	// must exceed Store.NotifyInterval (a *[txinbox.ConfigError] otherwise, when both are positive).
-	// Default DefaultHotWindow (1s), or twice Store.NotifyInterval if that is longer. Negative: never
-	// poll fast.
-	HotWindow time.Duration
-	// DisableListen turns off LISTEN: the relay finds events by polling only. Set it when connections
-	// go through a pooler in transaction mode (PgBouncer), where LISTEN cannot work.
-	DisableListen bool
-	// ListenConnect opens the connection the relay listens on ([NotifyChannel]), held for the relay's
-	// life and reopened with backoff when lost. Default: when Store.DB is a *pgxpool.Pool, a new
-	// connection with its ConnConfig (outside the pool); otherwise none, and the relay polls.
-	ListenConnect ListenConnectFunc
 	// Lease is how long a claim holds: after it, another relay (or a runner of this one) takes the
 	// events over and hands them to its Publisher again. It must exceed Timeout (a relay whose
-	// Publish call outlives the lease is fenced out: see [Relay]). Default DefaultLease (1m).
+	// Publish call outlives the lease is fenced out: see [Relay]). Default: 1m.
+	//
+	// Each claim is bounded on the server by the lesser of 10s and half the Lease (statement_timeout
+	// in the claim's transaction, its wait for the other relays' claims and the record of the
+	// runner's last batch in it included): a claim's lease runs from the start of its statement.
 	Lease time.Duration
-	// Timeout bounds each Publish call (its ctx). Default DefaultTimeout (30s); less than Lease.
+	// Timeout bounds each Publish call (its ctx). Default: 30s, or half the Lease if that is less;
+	// less than Lease.
 	Timeout time.Duration
-	// ClaimTimeout bounds each claim on the server (statement_timeout in the claim's transaction,
-	// its wait for the other relays' claims and the record of the runner's last batch in it
-	// included). Default DefaultClaimTimeout (10s), or half the Lease if that is less; less than the
-	// Lease. Negative: no bound.
-	ClaimTimeout time.Duration
-	// MaxAttempts is the number of attempts that may start before an event is dead. Default
-	// DefaultMaxAttempts (10).
+	// MaxAttempts is the number of attempts that may start before an event is dead. Default: 10.
 	MaxAttempts int
 	// Backoff sets the delay before a retry (failures counts the failed attempts, from 1). Default:
 	// txinbox.Exponential{} (1s, 2s, 4s ... capped at 10 minutes, ±20%).
 	Backoff txinbox.Backoff
-	// Logger receives the relay's logs. Default slog.Default().
-	Logger *slog.Logger
 	// Owner names this relay in its claims (outbox_queue.owner). Default hostname:pid:random.
 	Owner string
 	// Source names the publishing service in every event it sends: the CloudEvents source
@@ -101,6 +85,8 @@ type RelayConfig struct {
 	// URI-reference of 1 to 255 bytes, such as "/orders" or "urn:example:orders"; keep it the same
 	// across the service's processes and restarts. Default "/txinbox/" followed by the schema.
 	Source string
+
+	tune engine.Tune // derived settings (hot window, claim bound, listening); tests set them (export_test.go)
 }
 
 func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
@@ -120,15 +106,13 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 			*v = d
 		}
 	}
-	def(&c.BatchSize, DefaultBatchSize)
-	def(&c.Concurrency, DefaultConcurrency)
-	def(&c.MaxAttempts, DefaultMaxAttempts)
-	defd(&c.PollInterval, DefaultPollInterval)
-	defd(&c.HotPollInterval, DefaultHotPoll)
-	defd(&c.HotWindow, max(DefaultHotWindow, 2*st.NotifyInterval))
-	defd(&c.Lease, DefaultLease)
-	defd(&c.Timeout, min(DefaultTimeout, c.Lease/2))
-	defd(&c.ClaimTimeout, min(DefaultClaimTimeout, c.Lease/2))
+	def(&c.BatchSize, defaultBatchSize)
+	def(&c.Concurrency, defaultConcurrency)
+	def(&c.MaxAttempts, defaultMaxAttempts)
+	defd(&c.PollInterval, defaultPollInterval)
+	defd(&c.Lease, defaultLease)
+	defd(&c.Timeout, min(defaultTimeout, c.Lease/2))
+	c.tune = c.tune.Derive(st.NotifyInterval, c.Lease)
 	switch {
 	case c.BatchSize < 0 || c.BatchSize > MaxBatchSize:
 		return bad("BatchSize", fmt.Sprintf("must be 1 to %d", MaxBatchSize))
@@ -136,20 +120,13 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 		return bad("Concurrency", "must not be negative")
 	case c.MaxAttempts < 0:
 		return bad("MaxAttempts", "must not be negative")
-	case c.PollInterval < 0 || c.HotPollInterval < 0 || c.Lease < 0 || c.Timeout < 0:
-		return bad("PollInterval/HotPollInterval/Lease/Timeout", "must not be negative")
+	case c.PollInterval < 0 || c.Lease < 0 || c.Timeout < 0:
+		return bad("PollInterval/Lease/Timeout", "must not be negative")
 	case c.Timeout >= c.Lease:
 		return bad("Timeout", fmt.Sprintf("%v must be less than the Lease (%v)", c.Timeout, c.Lease))
-	case c.ClaimTimeout >= c.Lease:
-		return bad("ClaimTimeout", fmt.Sprintf("%v must be less than the Lease (%v): a claim's lease runs from the start of its statement", c.ClaimTimeout, c.Lease))
-	case c.HotWindow > 0 && st.NotifyInterval > 0 && c.HotWindow <= st.NotifyInterval:
-		return bad("HotWindow", fmt.Sprintf("%v must exceed Store.NotifyInterval (%v): events whose notification was debounced would wait a full PollInterval", c.HotWindow, st.NotifyInterval))
 	}
 	if c.Backoff == nil {
 		c.Backoff = txinbox.Exponential{}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	if c.Source == "" {
 		c.Source = "/txinbox/" + st.Schema
@@ -204,6 +181,7 @@ type Relay struct {
 	db      txinbox.DB
 	store   txinbox.Store
 	cfg     RelayConfig
+	log     *slog.Logger // the Store's Logger
 	st      *schemasql.Schema
 	lockKey int64
 	eng     *engine.Engine // runners, wake-ups, listening, Start/Stop
@@ -218,14 +196,14 @@ type Relay struct {
 const defaultSnooze = 30 * time.Second
 
 // finishTimeout bounds the statements that record a batch's outcomes on their own (Relay.record; a
-// record in a claim's transaction is bounded by RelayConfig.ClaimTimeout).
+// record in a claim's transaction is bounded by the claim's bound, RelayConfig.Lease).
 const finishTimeout = 10 * time.Second
 
 // NewRelay returns a relay of st's outbox. st.DB must be a connection pool (a *pgxpool.Pool, say), of
 // which the relay holds at most Concurrency connections at once (the one it listens on is opened
 // apart); a *pgx.Conn or a pgx.Tx is a *[txinbox.ConfigError] (Field "Store.DB"): a claim must commit
-// on its own, and the runners work at once. st.NotifyInterval is the debounce its HotWindow must
-// exceed. NewRelay checks st and cfg (a *[txinbox.ConfigError] says which field is wrong) and does
+// on its own, and the runners work at once. st.NotifyInterval sets how long it polls fast after
+// activity and, negative, turns its LISTEN off. NewRelay checks st and cfg (a *[txinbox.ConfigError] says which field is wrong) and does
 // not touch the database; Start does.
 func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	st, err := st.Resolve()
@@ -242,10 +220,10 @@ func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	}
 	h := fnv.New64a()
 	h.Write([]byte("txinbox.outbox.claim\x00" + st.Schema))
-	r := &Relay{db: st.DB, store: st, cfg: cfg, st: schemasql.New(st.Schema), lockKey: int64(h.Sum64() >> 1)}
-	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotPollInterval: cfg.HotPollInterval,
-		HotWindow: cfg.HotWindow, Logger: cfg.Logger, Attrs: []any{"schema", st.Schema}, Name: "outbox "}
-	if !cfg.DisableListen {
+	r := &Relay{db: st.DB, store: st, cfg: cfg, log: st.Logger, st: schemasql.New(st.Schema), lockKey: int64(h.Sum64() >> 1)}
+	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotWindow: cfg.tune.HotWindow,
+		Logger: st.Logger, Attrs: []any{"schema", st.Schema}, Name: "outbox "}
+	if !cfg.tune.NoListen {
 		ecfg.Listen = engine.Listen{Channel: NotifyChannel(st), Connect: r.listenConnector()}
 	}
 	r.eng = engine.New(ecfg)
@@ -266,7 +244,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	if err := r.checkSchema(ctx); errors.Is(err, txinbox.ErrNotMigrated) {
 		return err
 	} else if err != nil {
-		r.cfg.Logger.Warn("txinbox: could not check the outbox tables; starting anyway", "schema", r.store.Schema, "err", err)
+		r.log.Warn("txinbox: could not check the outbox tables; starting anyway", "schema", r.store.Schema, "err", err)
 	}
 	return r.eng.Start(ctx, engine.Hooks{
 		NewRunner: func() engine.Runner { return &runner{r: r} },
@@ -398,7 +376,7 @@ func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again
 		batch[i] = c
 	}
 	if takenOver > 0 {
-		r.cfg.Logger.Warn("txinbox: taking over outbox events whose claim's lease ended without an outcome (its relay died, hung or lost its connection)",
+		r.log.Warn("txinbox: taking over outbox events whose claim's lease ended without an outcome (its relay died, hung or lost its connection)",
 			"schema", r.store.Schema, "events", takenOver)
 	}
 	return batch, false, nil
@@ -406,10 +384,10 @@ func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again
 
 // claimTimeoutMS is the claim's statement_timeout in milliseconds, or "" for none.
 func (r *Relay) claimTimeoutMS() string {
-	if r.cfg.ClaimTimeout <= 0 {
+	if r.cfg.tune.ClaimTimeout <= 0 {
 		return ""
 	}
-	return strconv.FormatInt(max(r.cfg.ClaimTimeout.Milliseconds(), 1), 10)
+	return strconv.FormatInt(max(r.cfg.tune.ClaimTimeout.Milliseconds(), 1), 10)
 }
 
 // claimInTx claims in an explicit transaction: BEGIN, the statement_timeout, the record of the last
@@ -801,7 +779,7 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 	defer cancel()
 	rows, err := schemasql.Queries.OutboxFinish(rctx, r.st.Wrap(r.db), finishParams(fs))
 	if err != nil {
-		r.cfg.Logger.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
+		r.log.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
 			"schema", r.store.Schema, "events", len(fs), "err", err)
 		return
 	}
@@ -811,7 +789,7 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 	}
 	if keys := leftKeys(fs, now); len(keys) > 0 {
 		if err := schemasql.Queries.OutboxReadyNext(rctx, r.st.Wrap(r.db), keys); err != nil {
-			r.cfg.Logger.Warn("txinbox: making the next outbox events of keys ready failed; they go when their snooze ends",
+			r.log.Warn("txinbox: making the next outbox events of keys ready failed; they go when their snooze ends",
 				"schema", r.store.Schema, "keys", len(keys), "snooze", r.snoozeFor(), "err", err)
 		}
 	}
@@ -832,12 +810,12 @@ func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 		}
 	}
 	if earlier > 0 {
-		r.cfg.Logger.Info("txinbox: outbox outcomes were recorded already, by the claim whose commit answer was lost",
+		r.log.Info("txinbox: outbox outcomes were recorded already, by the claim whose commit answer was lost",
 			"schema", r.store.Schema, "events", earlier)
 	}
 	for _, f := range fs {
 		if !recorded[f.c.id] {
-			r.cfg.Logger.Warn("txinbox: outbox event taken over by another relay after its lease ended; its outcome here was not recorded",
+			r.log.Warn("txinbox: outbox event taken over by another relay after its lease ended; its outcome here was not recorded",
 				"schema", r.store.Schema, "event_id", f.c.ev.ID, "token", f.c.token, "outcome", f.outcome)
 			continue
 		}
@@ -846,10 +824,10 @@ func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 		}
 		switch f.outcome {
 		case txinbox.OutcomeDead:
-			r.cfg.Logger.Warn("txinbox: outbox event is dead", "schema", r.store.Schema, "event_id", f.c.ev.ID,
+			r.log.Warn("txinbox: outbox event is dead", "schema", r.store.Schema, "event_id", f.c.ev.ID,
 				"topic", f.c.ev.Topic, "key", f.c.ev.Key, "attempt", f.c.ev.Attempt, "err", f.err)
 		case txinbox.OutcomeRetry:
-			r.cfg.Logger.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.store.Schema,
+			r.log.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.store.Schema,
 				"event_id", f.c.ev.ID, "topic", f.c.ev.Topic, "attempt", f.c.ev.Attempt, "retry_in", f.delay, "err", f.err)
 		}
 		r.relayed(&f)

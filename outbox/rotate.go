@@ -8,20 +8,17 @@ import (
 	"github.com/txinbox/txinbox/internal/outboxrot"
 )
 
-// DefaultRotateLockTimeout is RotateOptions.LockTimeout when it is zero: 2s.
-const DefaultRotateLockTimeout = outboxrot.DefaultLockTimeout
-
 // RotateOptions configures [Rotate]. The zero value takes every default.
 type RotateOptions struct {
-	// Window is how long a sent event is kept after it was sent, for audit and replay. Default
+	// Window is how long a sent event is kept after it was sent, for audit and replay. Default:
 	// Store.Retention (7 days unless set). Must not be negative.
 	Window time.Duration
 	// Generation is the least time between two rotations: a call rotates only if the current
 	// generation began at least this long ago. Default Window (at least 1s); at least 1s.
 	Generation time.Duration
 	// LockTimeout bounds the rotation's wait for the retired partition's lock (lock_timeout); a
-	// rotation that times out returns the error and changed nothing: call again later. Default
-	// DefaultRotateLockTimeout (2s); at least 1ms.
+	// rotation that times out returns the error and changed nothing: call again later. Default: 2s;
+	// at least 1ms.
 	LockTimeout time.Duration
 	// Force rotates now, whatever the current generation's age (an operator, a test).
 	Force bool

@@ -1,7 +1,3 @@
--- name: TryCleanerLock :one
--- Takes the cleaner lock of a schema for the current transaction, without waiting: true if taken.
-SELECT pg_try_advisory_xact_lock(@lock_key::bigint) AS locked;
-
 -- name: MaxMessageID :one
 -- The highest message id stored (0 when none), read from the end of the primary key.
 SELECT coalesce(max(id), 0)::bigint AS max_id FROM /* TEMPLATE: schema */inbox;

@@ -27,9 +27,9 @@ func waitUntil(cond func() bool) {
 }
 
 // A completed message's row is its dedup record, kept for the Store's Retention (7 days by default;
-// a millisecond here). A Cleaner retires the records whose window has ended, a generation at a time:
-// Start it in every process that runs workers (and Stop it at shutdown); RunOnce runs one pass.
-func ExampleCleaner() {
+// a millisecond here). The schema's maintainer, which every runner runs, retires the records whose
+// window has ended, a generation at a time; Rotate does it by hand.
+func ExampleRotate() {
 	ctx := context.Background()
 	db, schema, cleanup := testdb.ForExample()
 	defer cleanup()
@@ -66,17 +66,14 @@ func ExampleCleaner() {
 		panic(err)
 	}
 
-	cleaner, err := retention.New(store, retention.Config{})
-	if err != nil {
+	// The maintainer rotates once per maintain.Config.Generation; Force rotates now. The first
+	// rotation begins generation 1; the second retires generation 0, where the three messages are:
+	// past their window, they are not kept.
+	now := retention.RotateOptions{Force: true}
+	if _, err := retention.Rotate(ctx, store, now); err != nil {
 		panic(err)
 	}
-	// A Cleaner rotates once per Config.Generation; Rotate does it now. The first rotation begins
-	// generation 1; the second retires generation 0, where the three messages are: past their window,
-	// they are not kept.
-	if _, err := cleaner.Rotate(ctx); err != nil {
-		panic(err)
-	}
-	rot, err := cleaner.Rotate(ctx)
+	rot, err := retention.Rotate(ctx, store, now)
 	if err != nil {
 		panic(err)
 	}
@@ -88,11 +85,11 @@ func ExampleCleaner() {
 	r, err := client.Receive(ctx, inbox.Message{Consumer: "audit", Key: "p-1", Kind: "Ping", Payload: []byte(`{}`)})
 	fmt.Println("p-1 again:", r.Outcome, err)
 
-	_, err = retention.New(store, retention.Config{BatchSize: -1})
-	fmt.Println("bad config:", errors.Is(err, txinbox.ErrInvalidConfig))
+	_, err = retention.Clean(ctx, store, retention.CleanOptions{BatchSize: -1})
+	fmt.Println("bad options:", errors.Is(err, txinbox.ErrInvalidArgument))
 	// Output:
 	// rotated: true, generation: 2, kept: 0
 	// stored: 0 <nil>
 	// p-1 again: inserted <nil>
-	// bad config: true
+	// bad options: true
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
@@ -19,10 +20,13 @@ import (
 	"github.com/txinbox/txinbox/retention"
 )
 
-// rotate begins a new generation now, failing t on an error.
-func rotate(t *testing.T, cl *retention.Cleaner) retention.Rotation {
+// now are the options of a rotation now, whatever the current generation's age.
+var now = retention.RotateOptions{Force: true}
+
+// rotate begins a new generation of store's inbox now, failing t on an error.
+func rotate(t *testing.T, store txinbox.Store) retention.Rotation {
 	t.Helper()
-	r, err := cl.Rotate(context.Background())
+	r, err := retention.Rotate(context.Background(), store, now)
 	if err != nil || !r.Rotated {
 		t.Fatalf("rotate: %+v %v", r, err)
 	}
@@ -45,14 +49,14 @@ func receiveOne(t *testing.T, c *inbox.Client, key, payload string) inbox.Receip
 func TestDedupAcrossRotations(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
-	cl := newCleaner(t, db, retention.Config{})
+	store := db.Store()
 	var keys []string
 	for gen := range 5 {
 		before, after := fmt.Sprintf("before-%d", gen), fmt.Sprintf("after-%d", gen)
 		if r := receiveOne(t, c, before, `{"amount":1}`); r.Outcome != inbox.Inserted {
 			t.Fatalf("%s: %+v", before, r)
 		}
-		rotate(t, cl)
+		rotate(t, store)
 		if r := receiveOne(t, c, after, `{"amount":1}`); r.Outcome != inbox.Inserted {
 			t.Fatalf("%s: %+v", after, r)
 		}
@@ -81,7 +85,7 @@ func TestOneKeyEightReceiversAcrossARotation(t *testing.T) {
 		t.Run(string(level), func(t *testing.T) {
 			t.Parallel()
 			c, db := newClient(t)
-			cl := newCleaner(t, db, retention.Config{})
+			store := db.Store()
 			ctx := context.Background()
 			var serialization atomic.Int64
 			receive := func(m inbox.Message, start <-chan struct{}) (inbox.Receipt, error) {
@@ -136,7 +140,7 @@ func TestOneKeyEightReceiversAcrossARotation(t *testing.T) {
 				var rotErr error
 				wg.Go(func() {
 					<-start
-					_, rotErr = cl.Rotate(ctx)
+					_, rotErr = retention.Rotate(ctx, store, now)
 				})
 				close(start)
 				wg.Wait()
@@ -182,11 +186,11 @@ func TestOneKeyEightReceiversAcrossARotation(t *testing.T) {
 func TestKeyAcceptedAgainOnlyAfterItsWindow(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
-	cl := newCleaner(t, db, retention.Config{})
+	store := db.Store()
 	ids := ledgertest.Receive(t, c, "here", "older")
 	ledgertest.Complete(t, db, time.Hour, ids...)
 	for i := range 4 { // generations 1 to 4: copied forward at the 2nd and the 4th
-		r := rotate(t, cl)
+		r := rotate(t, store)
 		for _, k := range []string{"here", "older"} {
 			if rc := receiveOne(t, c, k, `{"amount":1}`); rc.Outcome != inbox.Duplicate || rc.State != inbox.StateCompleted {
 				t.Fatalf("rotation %d (copied %d): %s: %+v, want a Duplicate of the completed message", i+1, r.Copied, k, rc)
@@ -196,7 +200,7 @@ func TestKeyAcceptedAgainOnlyAfterItsWindow(t *testing.T) {
 	// Both rows were copied into the current slot by the last rotation. Their window ends; the next
 	// rotation leaves them in their slot, the previous one now.
 	mustExec(t, db, `UPDATE {schema}.inbox SET expires_at = now() - interval '1 second'`)
-	rotate(t, cl)
+	rotate(t, store)
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox m JOIN {schema}.inbox_gen g USING (consumer) WHERE m.slot <> g.gen % 3`); got != 2 {
 		t.Fatalf("%d expired rows in an older slot, want 2", got)
 	}
@@ -216,8 +220,8 @@ func TestKeyAcceptedAgainOnlyAfterItsWindow(t *testing.T) {
 		t.Fatalf("renewed: %+v, want Inserted with id %d", rc, id)
 	}
 	// The retired expired rows are gone after two more rotations; the live ones stay.
-	rotate(t, cl)
-	rotate(t, cl)
+	rotate(t, store)
+	rotate(t, store)
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 3 {
 		t.Fatalf("%d rows, want the 3 live ones", got)
 	}
@@ -229,7 +233,7 @@ func TestKeyAcceptedAgainOnlyAfterItsWindow(t *testing.T) {
 func TestPendingAndDeadSurviveRotations(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
-	cl := newCleaner(t, db, retention.Config{})
+	store := db.Store()
 	ctx := context.Background()
 	var failing atomic.Bool
 	failing.Store(true)
@@ -255,7 +259,7 @@ func TestPendingAndDeadSurviveRotations(t *testing.T) {
 	}
 	deadBefore := seqs()
 	for i := range 5 {
-		r := rotate(t, cl)
+		r := rotate(t, store)
 		// A message is copied forward every other rotation: it stays in its slot while that is the
 		// current and then the previous generation's.
 		if want := int64(15 * ((i + 1) % 2)); r.Copied != 15-want {
@@ -290,7 +294,7 @@ func TestPendingAndDeadSurviveRotations(t *testing.T) {
 	}
 	// Clean deletes expired rows in every slot; DiscardOlder the old dead letters.
 	mustExec(t, db, `UPDATE {schema}.inbox SET expires_at = now() - interval '1 second' WHERE state = 'completed'`)
-	if r, err := cl.Clean(ctx, retention.CleanOptions{}); err != nil || r.Deleted != 11 {
+	if r, err := retention.Clean(ctx, store, retention.CleanOptions{}); err != nil || r.Deleted != 11 {
 		t.Fatalf("clean: %+v %v", r, err)
 	}
 	mustExec(t, db, `UPDATE {schema}.inbox SET completed_at = now() - interval '2 days' WHERE state = 'dead'`)
@@ -307,9 +311,9 @@ func TestPendingAndDeadSurviveRotations(t *testing.T) {
 func TestNewConsumerAfterRotations(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
-	cl := newCleaner(t, db, retention.Config{})
+	store := db.Store()
 	for range 4 {
-		rotate(t, cl)
+		rotate(t, store)
 	}
 	ledgertest.Receive(t, c, "first")
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox_gen g JOIN {schema}.inbox_ring r USING (gen) WHERE g.consumer = 'ledger'`); got != 1 {
@@ -328,10 +332,10 @@ func TestNewConsumerAfterRotations(t *testing.T) {
 func TestRepeatableReadSnapshotOlderThanARotation(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
-	cl := newCleaner(t, db, retention.Config{})
+	store := db.Store()
 	ledgertest.Receive(t, c, "warm-up") // the consumer is registered
 	receiveInOlderSnapshot(t, c, db, "x", func() inbox.Receipt {
-		rotate(t, cl)
+		rotate(t, store)
 		first := receiveOne(t, c, "x", `{"amount":1}`)
 		if first.Outcome != inbox.Inserted {
 			t.Fatalf("first receive: %+v", first)
@@ -347,11 +351,11 @@ func TestRepeatableReadSnapshotOlderThanARotation(t *testing.T) {
 func TestRepeatableReadSnapshotOlderThanARetirement(t *testing.T) {
 	t.Parallel()
 	c, db := newClient(t)
-	cl := newCleaner(t, db, retention.Config{})
+	store := db.Store()
 	first := receiveOne(t, c, "k", `{"amount":1}`) // generation 0
-	rotate(t, cl)                                  // generation 1: slot 0 is the previous one
+	rotate(t, store)                               // generation 1: slot 0 is the previous one
 	receiveInOlderSnapshot(t, c, db, "k", func() inbox.Receipt {
-		if r := rotate(t, cl); r.Copied != 1 { // generation 2: slot 0 retired, k copied to slot 2
+		if r := rotate(t, store); r.Copied != 1 { // generation 2: slot 0 retired, k copied to slot 2
 			t.Fatalf("rotation copied %d, want the pending message", r.Copied)
 		}
 		return first
@@ -398,7 +402,7 @@ func receiveInOlderSnapshot(t *testing.T, c *inbox.Client, db *testdb.DB, key st
 func TestRegistrationsDuringRotations(t *testing.T) {
 	t.Parallel()
 	_, db := newClient(t)
-	cl := newCleaner(t, db, retention.Config{})
+	store := db.Store()
 	ctx := context.Background()
 	for round := range 20 {
 		start := make(chan struct{})
@@ -420,7 +424,7 @@ func TestRegistrationsDuringRotations(t *testing.T) {
 		}
 		wg.Go(func() {
 			<-start
-			if _, err := cl.Rotate(ctx); err != nil {
+			if _, err := retention.Rotate(ctx, store, now); err != nil {
 				t.Error(err)
 			}
 		})

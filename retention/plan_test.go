@@ -9,7 +9,6 @@ import (
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
 	"github.com/txinbox/txinbox/internal/testkit/plantest"
-	"github.com/txinbox/txinbox/retention"
 )
 
 // A generic plan of ReceiveBatch made while the current generation's partition looks empty (just
@@ -20,10 +19,10 @@ import (
 func TestReceivePlanProbesKeysAfterRotation(t *testing.T) {
 	t.Parallel()
 	_, db := newClient(t)
-	cl := newCleaner(t, db, retention.Config{})
+	store := db.Store()
 	ctx := context.Background()
-	rotate(t, cl)
-	rotate(t, cl) // the current slot was truncated and has no statistics
+	rotate(t, store)
+	rotate(t, store) // the current slot was truncated and has no statistics
 	conn, rec := plantest.Connect(t, db.URL, "-- name: ReceiveBatch ")
 	c, err := inbox.New(txinbox.Store{DB: conn, Schema: db.Schema}, inbox.Config{})
 	if err != nil {

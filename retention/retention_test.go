@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,11 +45,11 @@ func TestCleanDeletesInBatchesWhileWorkGoesOn(t *testing.T) {
 		}
 	}()
 
-	r, err := cleanerOf(t, c).Clean(ctx, retention.CleanOptions{BatchSize: 40, MaxBatches: 2})
+	r, err := retention.Clean(ctx, c.Store(), retention.CleanOptions{BatchSize: 40, MaxBatches: 2})
 	if err != nil || r.Deleted != 80 || r.Batches != 2 || r.Done {
 		t.Fatalf("bounded pass: %+v, %v; want 80 deleted in 2 batches, not done", r, err)
 	}
-	r, err = cleanerOf(t, c).Clean(ctx, retention.CleanOptions{BatchSize: 40})
+	r, err = retention.Clean(ctx, c.Store(), retention.CleanOptions{BatchSize: 40})
 	if err != nil || r.Deleted != 170 || !r.Done {
 		t.Fatalf("full pass: %+v, %v; want the 170 other expired rows", r, err)
 	}
@@ -72,7 +71,7 @@ func TestCleanDeletesInBatchesWhileWorkGoesOn(t *testing.T) {
 		t.Fatalf("handled = %d, want 200", got)
 	}
 	// Completed rows within their window are never cleaned.
-	if r, err := cleanerOf(t, c).Clean(ctx, retention.CleanOptions{}); err != nil || r.Deleted != 0 || !r.Done {
+	if r, err := retention.Clean(ctx, c.Store(), retention.CleanOptions{}); err != nil || r.Deleted != 0 || !r.Done {
 		t.Fatalf("clean pass: %+v, %v", r, err)
 	}
 }
@@ -99,7 +98,7 @@ func TestExpiredKeyIsAcceptedAgain(t *testing.T) {
 
 	// Expired and cleaned: a new row.
 	ledgertest.Complete(t, db, -time.Second, id)
-	if res, err := cleanerOf(t, c).Clean(ctx, retention.CleanOptions{}); err != nil || res.Deleted != 1 {
+	if res, err := retention.Clean(ctx, c.Store(), retention.CleanOptions{}); err != nil || res.Deleted != 1 {
 		t.Fatalf("clean: %+v, %v", res, err)
 	}
 	r, err = c.Receive(ctx, ledgertest.Message("k", `{"amount":1}`))
@@ -141,129 +140,9 @@ func TestExpiredKeyIsProcessedAgain(t *testing.T) {
 	ledgertest.WaitFor(t, "the second run", func() bool { return runs() == 2 })
 }
 
-func TestCleanerRunsOneAtATime(t *testing.T) {
-	t.Parallel()
-	c, db := newClient(t)
-	ctx := context.Background()
-	ids := ledgertest.Receive(t, c, ledgertest.Keys("k", 500)...)
-	ledgertest.Complete(t, db, -time.Minute, ids[:400]...)
-
-	c2, err := inbox.New(db.Store(), inbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := retention.New(c.Store(), retention.Config{BatchSize: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := retention.New(c2.Store(), retention.Config{BatchSize: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// While someone holds the lock (as a running cleaner does), no pass runs.
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Rolled back on every path: a failure that left it open would keep its connection, and the
-	// pool's Close at the end of the test would wait for it until the go test timeout.
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", retention.CleanerLockKey(db.Schema)); err != nil {
-		t.Fatal(err)
-	}
-	mustExec(t, db, `UPDATE {schema}.inbox_ring SET rotated_at = now() - interval '8 days'`)
-	for _, cl := range []*retention.Cleaner{a, b} {
-		if res, ran, err := cl.RunOnce(ctx); err != nil || ran || res.Rotation.Rotated {
-			t.Fatalf("pass while locked: %+v ran=%v %v", res, ran, err)
-		}
-	}
-	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 500 {
-		t.Fatalf("rows = %d: a pass ran while the lock was held", got)
-	}
-	// The lock of another schema does not matter.
-	if retention.CleanerLockKey(db.Schema) == retention.CleanerLockKey(db.Schema+"x") {
-		t.Fatal("lock keys of two schemas collide")
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	// Two cleaners started together, with a rotation due: exactly one pass rotates, and the lock is
-	// free afterwards.
-	mustExec(t, db, `UPDATE {schema}.inbox_ring SET rotated_at = now() - interval '8 days'`)
-	var rotations, passes atomic.Int64
-	var wg sync.WaitGroup
-	for _, cl := range []*retention.Cleaner{a, b, a, b} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, ran, err := cl.RunOnce(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			if ran {
-				passes.Add(1)
-			}
-			if res.Rotation.Rotated {
-				rotations.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	if passes.Load() == 0 {
-		t.Fatal("no pass ran")
-	}
-	if res, ran, err := a.RunOnce(ctx); err != nil || !ran || res.Rotation.Rotated {
-		t.Fatalf("pass after the others: %+v ran=%v %v (lock not released, or rotated again?)", res, ran, err)
-	}
-	if rotations.Load() != 1 {
-		t.Fatalf("%d rotations, want 1", rotations.Load())
-	}
-	// The next rotation retires the generation of the 500 messages: the 100 pending ones stay.
-	if r, err := a.Rotate(ctx); err != nil || !r.Rotated || r.Generation != 2 || r.Copied != 100 {
-		t.Fatalf("second rotation: %+v %v", r, err)
-	}
-	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox`); got != 100 {
-		t.Fatalf("rows = %d, want the 100 pending", got)
-	}
-	if got := db.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1`, retention.CleanerLockKey(db.Schema)); got != 0 {
-		t.Fatalf("cleaner lock still held after its passes")
-	}
-}
-
-// TestCleanerStartStop: a started Cleaner runs a pass every Interval until Stop, which waits for its
-// loop: rotations every Generation retire the expired rows. A second Start is refused and Stop is
-// idempotent. (Was TestCleanerRunStopsWithContext.)
-func TestCleanerStartStop(t *testing.T) {
-	t.Parallel()
-	c, db := newClient(t)
-	ids := ledgertest.Receive(t, c, ledgertest.Keys("k", 30)...)
-	ledgertest.Complete(t, db, -time.Minute, ids...)
-	cl, err := retention.New(c.Store(), retention.Config{Interval: 10 * time.Millisecond, Generation: time.Second, BatchSize: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := cl.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.Start(ctx); err == nil {
-		t.Error("a second Start succeeded")
-	}
-	ledgertest.WaitFor(t, "the cleaner's rotations to retire the expired rows", func() bool {
-		return db.Count(t, `SELECT count(*) FROM {schema}.inbox`) == 0
-	})
-	for range 2 {
-		if err := cl.Stop(ctx); err != nil {
-			t.Fatalf("Stop: %v", err)
-		}
-	}
-}
-
-// TestCleanerDeletesExpiredIdempotencyKeys: a pass (Clean or RunOnce) also deletes the expired keys
-// of package idempotency, BatchSize per statement, and leaves the others. (Was idempotency's
-// TestCleanup, of the removed Middleware.Cleanup.)
+// TestCleanerDeletesExpiredIdempotencyKeys: Clean and DeleteExpiredKeys delete the expired keys of
+// package idempotency, BatchSize (1000 for DeleteExpiredKeys) per statement, and leave the others.
+// (Was idempotency's TestCleanup, of the removed Middleware.Cleanup.)
 func TestCleanerDeletesExpiredIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	_, db := newClient(t)
@@ -276,49 +155,80 @@ func TestCleanerDeletesExpiredIdempotencyKeys(t *testing.T) {
 		mustExec(t, db, fmt.Sprintf(`INSERT INTO {schema}.idempotency_keys (principal, method, route, key, fingerprint,
 			state, status, locked_until, expires_at) VALUES ('alice', 'POST', '/transfers', 'k%d', '\x00', 'completed', 201, now(), %s)`, i, expires))
 	}
-	cl := newCleaner(t, db, retention.Config{BatchSize: 2})
-	r, err := cl.Clean(ctx, retention.CleanOptions{BatchSize: 2})
+	r, err := retention.Clean(ctx, db.Store(), retention.CleanOptions{BatchSize: 2})
 	if err != nil || r.KeysDeleted != 5 {
 		t.Fatalf("clean: %+v %v", r, err)
 	}
 	if left := db.Count(t, `SELECT count(*) FROM {schema}.idempotency_keys`); left != 2 {
 		t.Fatalf("%d keys left", left)
 	}
-	if r, err := cl.Clean(ctx, retention.CleanOptions{}); err != nil || r.KeysDeleted != 0 {
+	if r, err := retention.Clean(ctx, db.Store(), retention.CleanOptions{}); err != nil || r.KeysDeleted != 0 {
 		t.Fatalf("second clean: %+v %v", r, err)
 	}
 	mustExec(t, db, `UPDATE {schema}.idempotency_keys SET expires_at = now() - interval '1 minute'`)
-	r, ran, err := cl.RunOnce(ctx)
-	if err != nil || !ran || r.KeysDeleted != 2 {
-		t.Fatalf("RunOnce: %+v %v %v", r, ran, err)
+	if n, err := retention.DeleteExpiredKeys(ctx, db.Store()); err != nil || n != 2 {
+		t.Fatalf("DeleteExpiredKeys: %d %v", n, err)
 	}
 }
 
-func TestCleanerConfigErrors(t *testing.T) {
+// Bad options are a *txinbox.ArgumentError naming the option; an invalid Store a
+// *txinbox.ConfigError. Nothing is changed.
+func TestOptionErrors(t *testing.T) {
 	t.Parallel()
-	c, db := newClient(t)
+	_, db := newClient(t)
 	ctx := context.Background()
-	for _, cfg := range []retention.Config{{Interval: -1}, {BatchSize: -1}, {BatchSize: retention.MaxCleanBatchSize + 1}, {MaxBatches: -1},
-		{Generation: time.Millisecond}, {Generation: -time.Hour}, {RotateLockTimeout: -1}} {
-		if _, err := retention.New(c.Store(), cfg); !errors.Is(err, txinbox.ErrInvalidConfig) {
-			t.Errorf("%+v: err = %v, want ErrInvalidConfig", cfg, err)
+	for name, o := range map[string]retention.CleanOptions{
+		"BatchSize":  {BatchSize: -1},
+		"MaxBatches": {MaxBatches: -1},
+	} {
+		var ae *txinbox.ArgumentError
+		if _, err := retention.Clean(ctx, db.Store(), o); !errors.As(err, &ae) || ae.Name != name || !errors.Is(err, txinbox.ErrInvalidArgument) {
+			t.Errorf("Clean %+v: err = %v, want a *txinbox.ArgumentError for %s", o, err, name)
 		}
 	}
-	if _, err := cleanerOf(t, c).Clean(ctx, retention.CleanOptions{BatchSize: -5}); !errors.Is(err, txinbox.ErrInvalidArgument) {
-		t.Errorf("Clean: err = %v, want ErrInvalidArgument", err)
+	if _, err := retention.Clean(ctx, db.Store(), retention.CleanOptions{BatchSize: retention.MaxCleanBatchSize + 1}); !errors.Is(err, txinbox.ErrInvalidArgument) {
+		t.Errorf("Clean above MaxCleanBatchSize: err = %v, want ErrInvalidArgument", err)
 	}
-	conn, err := pgx.Connect(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
+	for name, o := range map[string]retention.RotateOptions{
+		"Generation":  {Generation: time.Millisecond},
+		"LockTimeout": {LockTimeout: time.Microsecond},
+	} {
+		var ae *txinbox.ArgumentError
+		if _, err := retention.Rotate(ctx, db.Store(), o); !errors.As(err, &ae) || ae.Name != name || !errors.Is(err, txinbox.ErrInvalidArgument) {
+			t.Errorf("Rotate %+v: err = %v, want a *txinbox.ArgumentError for %s", o, err, name)
+		}
 	}
-	defer conn.Close(ctx)
-	cc, err := inbox.New(txinbox.Store{DB: conn, Schema: db.Schema}, inbox.Config{})
-	if err != nil {
-		t.Fatal(err)
+	if got := db.Count(t, `SELECT gen FROM {schema}.inbox_ring`); got != 0 {
+		t.Errorf("generation %d after refused rotations, want 0", got)
 	}
 	var ce *txinbox.ConfigError
-	if _, err := retention.New(cc.Store(), retention.Config{}); !errors.As(err, &ce) || ce.Field != "Store.DB" {
-		t.Errorf("cleaner on a single connection: err = %v, want a *ConfigError for Store.DB", err)
+	if _, err := retention.Rotate(ctx, txinbox.Store{}, retention.RotateOptions{}); !errors.As(err, &ce) || ce.Field != "Store.DB" {
+		t.Errorf("Rotate without a DB: err = %v, want a *txinbox.ConfigError for Store.DB", err)
+	}
+	if _, err := retention.DeleteExpiredKeys(ctx, txinbox.Store{}); !errors.As(err, &ce) || ce.Field != "Store.DB" {
+		t.Errorf("DeleteExpiredKeys without a DB: err = %v, want a *txinbox.ConfigError for Store.DB", err)
+	}
+}
+
+// Rotate rotates only once the current generation is opts.Generation old (default: the Store's
+// Retention); Force rotates now.
+func TestRotateWhenDue(t *testing.T) {
+	t.Parallel()
+	_, db := newClient(t)
+	ctx := context.Background()
+	store := db.Store()
+	if r, err := retention.Rotate(ctx, store, retention.RotateOptions{}); err != nil || r.Rotated {
+		t.Fatalf("a fresh generation rotated: %+v %v", r, err)
+	}
+	mustExec(t, db, `UPDATE {schema}.inbox_ring SET rotated_at = now() - interval '2 hours'`)
+	if r, err := retention.Rotate(ctx, store, retention.RotateOptions{}); err != nil || r.Rotated {
+		t.Fatalf("a generation 2 hours old rotated with the 7-day default: %+v %v", r, err)
+	}
+	if r, err := retention.Rotate(ctx, store, retention.RotateOptions{Generation: time.Hour}); err != nil || !r.Rotated || r.Generation != 1 {
+		t.Fatalf("a generation 2 hours old, Generation 1h: %+v %v", r, err)
+	}
+	if r, err := retention.Rotate(ctx, store, retention.RotateOptions{Force: true}); err != nil || !r.Rotated || r.Generation != 2 {
+		t.Fatalf("forced: %+v %v", r, err)
 	}
 }
 
@@ -343,7 +253,7 @@ func TestCleanBatchesInterleaveWithWork(t *testing.T) {
 		pass func(c *inbox.Client) (retention.CleanResult, error)
 	}{
 		{"Clean", func(c *inbox.Client) (retention.CleanResult, error) {
-			return cleanerOf(t, c).Clean(context.Background(), retention.CleanOptions{BatchSize: 40})
+			return retention.Clean(context.Background(), c.Store(), retention.CleanOptions{BatchSize: 40})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -485,7 +395,7 @@ func BenchmarkCleanExpired(b *testing.B) {
 	}
 	fill(b, db, b.N, true)
 	b.ResetTimer()
-	r, err := cleanerOf(b, c).Clean(context.Background(), retention.CleanOptions{})
+	r, err := retention.Clean(context.Background(), c.Store(), retention.CleanOptions{})
 	if err != nil || r.Deleted != int64(b.N) {
 		b.Fatalf("%+v, %v", r, err)
 	}
@@ -506,7 +416,7 @@ func BenchmarkCleanPass(b *testing.B) {
 	}
 	b.Run("full", func(b *testing.B) {
 		for b.Loop() {
-			if r, err := cleanerOf(b, c).Clean(context.Background(), retention.CleanOptions{}); err != nil || r.Deleted != 0 {
+			if r, err := retention.Clean(context.Background(), c.Store(), retention.CleanOptions{}); err != nil || r.Deleted != 0 {
 				b.Fatalf("%+v, %v", r, err)
 			}
 		}

@@ -26,7 +26,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -47,9 +46,6 @@ type Config struct {
 	// Maintenance configures the schema's maintainer candidate (see package maintain). Give every
 	// Runner of the schema the same Maintenance: the leader's decides.
 	Maintenance maintain.Config
-	// Logger is the Logger of every pool, relay and maintainer whose Config sets none. Default:
-	// slog.Default().
-	Logger *slog.Logger
 	// Owner names this process in the claims, the batches and the maintainer's lease: it is the
 	// Owner of every pool, relay and maintainer whose Config sets none. Default: hostname:pid:random.
 	Owner string
@@ -76,9 +72,6 @@ func New(store txinbox.Store, cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
 	if cfg.Owner == "" {
 		host, _ := os.Hostname()
 		b := make([]byte, 4)
@@ -93,9 +86,6 @@ func New(store txinbox.Store, cfg Config) (*Runner, error) {
 				Reason: fmt.Sprintf("%q has a pool already: one pool per consumer (raise its Concurrency instead)", pc.Consumer)}
 		}
 		seen[pc.Consumer] = true
-		if pc.Logger == nil {
-			pc.Logger = cfg.Logger
-		}
 		if pc.Owner == "" {
 			pc.Owner = cfg.Owner
 		}
@@ -107,9 +97,6 @@ func New(store txinbox.Store, cfg Config) (*Runner, error) {
 		r.byName[pc.Consumer] = p
 	}
 	for i, rc := range cfg.Relays {
-		if rc.Logger == nil {
-			rc.Logger = cfg.Logger
-		}
 		if rc.Owner == "" {
 			rc.Owner = cfg.Owner
 		}
@@ -120,9 +107,6 @@ func New(store txinbox.Store, cfg Config) (*Runner, error) {
 		r.relays = append(r.relays, rl)
 	}
 	mc := cfg.Maintenance
-	if mc.Logger == nil {
-		mc.Logger = cfg.Logger
-	}
 	if mc.Owner == "" {
 		mc.Owner = cfg.Owner
 	}

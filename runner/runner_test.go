@@ -13,7 +13,6 @@ import (
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/outbox"
-	"github.com/txinbox/txinbox/retention"
 	"github.com/txinbox/txinbox/runner"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -79,7 +78,7 @@ func TestRelayOnlyProgramIsMaintained(t *testing.T) {
 	pub := outbox.PublisherFunc(func(context.Context, []outbox.Event) error { return nil })
 	r, err := runner.New(store, runner.Config{
 		Relays:      []outbox.RelayConfig{{Publisher: pub, PollInterval: 20 * time.Millisecond}},
-		Maintenance: maintain.Config{Lease: time.Second, OutboxWindow: time.Millisecond, Retention: retention.Config{Interval: 200 * time.Millisecond}},
+		Maintenance: maintain.Config{Lease: time.Second, OutboxWindow: time.Millisecond, Generation: time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)

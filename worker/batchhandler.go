@@ -13,17 +13,12 @@ import (
 	"github.com/txinbox/txinbox"
 )
 
-// Bounds of HandlerConfig.BatchSize for batch handlers.
-const (
-	// DefaultHandlerBatchSize is the default HandlerConfig.BatchSize of a batch handler. A failing
-	// call costs about log2 of it in bisection calls; a bigger batch spreads each transaction's fixed
-	// cost (claim, lock, commit) over more messages, and holds more payloads in memory at once.
-	// Measured drains of 100,000 messages ran 46k msg/s at 200, 53-55k at 500 and 56-57k at 1000 on
-	// one machine, 53-58k at 500 and 65-67k at 1000 on another (docs/design/drain-limits.md, "The batch size").
-	DefaultHandlerBatchSize = 500
-	// MaxHandlerBatchSize is the largest HandlerConfig.BatchSize of a batch handler.
-	MaxHandlerBatchSize = 1000
-)
+// MaxHandlerBatchSize is the largest HandlerConfig.BatchSize of a batch handler.
+const MaxHandlerBatchSize = 1000
+
+// defaultHandlerBatchSize is HandlerConfig.BatchSize of a batch handler when it is 0 (documented
+// there).
+const defaultHandlerBatchSize = 500
 
 // BatchHandlerFunc handles a set of messages of one kind in one call: msgs are in claim order (by
 // message id), at most one per ordering key, and at most the kind's HandlerConfig.BatchSize. The
@@ -115,7 +110,7 @@ type batchFuncs struct {
 // both.
 //
 // HandleBatch panics on a programming error as Handle does, and on a HandlerConfig.BatchSize below 0
-// or above [MaxHandlerBatchSize] (0 means [DefaultHandlerBatchSize]).
+// or above [MaxHandlerBatchSize] (0 means 500).
 func HandleBatch[T any](hs *Handlers, kind string, fn BatchHandlerFunc[T], cfg ...HandlerConfig) {
 	bad := func(format string, args ...any) {
 		panic(fmt.Sprintf("txinbox: worker.HandleBatch(%q): ", kind) + fmt.Sprintf(format, args...))
@@ -143,11 +138,11 @@ func HandleBatch[T any](hs *Handlers, kind string, fn BatchHandlerFunc[T], cfg .
 			bad("HandlerConfig.MaxAttempts and Timeout must not be negative")
 		}
 		if h.cfg.BatchSize < 0 || h.cfg.BatchSize > MaxHandlerBatchSize {
-			bad("HandlerConfig.BatchSize must be 0 (default %d) to %d", DefaultHandlerBatchSize, MaxHandlerBatchSize)
+			bad("HandlerConfig.BatchSize must be 0 (default %d) to %d", defaultHandlerBatchSize, MaxHandlerBatchSize)
 		}
 	}
 	if h.cfg.BatchSize == 0 {
-		h.cfg.BatchSize = DefaultHandlerBatchSize
+		h.cfg.BatchSize = defaultHandlerBatchSize
 	}
 	strict := h.cfg.DisallowUnknownFields
 	h.batch = &batchFuncs{

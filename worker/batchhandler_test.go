@@ -31,12 +31,18 @@ func batchPool(t *testing.T, e *env, db txinbox.DB, hs *worker.Handlers, mod fun
 	if db == nil {
 		db = e.Pool
 	}
+	return batchPoolOn(t, txinbox.Store{DB: db, Schema: e.Schema, Tracer: e.tracer}, hs, mod)
+}
+
+// batchPoolOn is batchPool on store.
+func batchPoolOn(t *testing.T, store txinbox.Store, hs *worker.Handlers, mod func(*worker.Config)) *worker.Pool {
+	t.Helper()
 	cfg := worker.Config{Consumer: "ledger", Handlers: hs, PollInterval: 20 * time.Millisecond,
 		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
 	}
-	p, err := worker.New(txinbox.Store{DB: db, Schema: e.Schema, Tracer: e.tracer}, cfg)
+	p, err := worker.New(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

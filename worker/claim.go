@@ -54,7 +54,7 @@ type batch struct {
 }
 
 // claim begins a batch transaction and claims up to the pool's claim size of ready messages in it
-// (suspects, for the rescuer), all in one round trip: the claim bounded by ClaimTimeout, then the
+// (suspects, for the rescuer), all in one round trip: the claim bounded by the claim timeout (Config.Lease), then the
 // batch's own bounds and its transaction's id. If it claimed any, it records the batch (RecordBatch,
 // committed on its own) and returns it, tracked for Stop; else it rolls back and returns nil.
 //
@@ -95,8 +95,8 @@ func (p *Pool) claim(ctx context.Context, suspects bool) (*batch, error) {
 // claimIn sends, in b's transaction and in one pipeline, ClaimLimits, the claim and BatchLimits.
 func (p *Pool) claimIn(ctx context.Context, b *batch) ([]*claimed, error) {
 	claimTimeout := "0" // no bound
-	if p.cfg.ClaimTimeout > 0 {
-		claimTimeout = millis(p.cfg.ClaimTimeout)
+	if p.cfg.tune.ClaimTimeout > 0 {
+		claimTimeout = millis(p.cfg.tune.ClaimTimeout)
 	}
 	idle, statement := millis(p.cfg.Lease), millis(p.maxTO+time.Second)
 	suspects := sqlc.ClaimSuspectsParams{Consumer: p.cfg.Consumer, Max: int32(p.claimMax), LockKey: p.lockKey}
@@ -266,10 +266,10 @@ func (p *Pool) runnable(msgs []*claimed) []*claimed {
 	return out
 }
 
-// claimErr says so when err is the server cancelling a claim at ClaimTimeout.
+// claimErr says so when err is the server cancelling a claim at its bound (Config.Lease).
 func (p *Pool) claimErr(ctx context.Context, err error) error {
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "57014" && p.cfg.ClaimTimeout > 0 && ctx.Err() == nil {
-		return fmt.Errorf("claim cancelled on the server at ClaimTimeout (%v); the rows it locked are free for other workers: %w", p.cfg.ClaimTimeout, err)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "57014" && p.cfg.tune.ClaimTimeout > 0 && ctx.Err() == nil {
+		return fmt.Errorf("claim cancelled on the server at its bound (%v); the rows it locked are free for other workers: %w", p.cfg.tune.ClaimTimeout, err)
 	}
 	return err
 }

@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +44,7 @@ func TestStalledRescueClaimReleasesTheRescueLockAtClaimTimeout(t *testing.T) {
 
 // stalledAndGoodPools makes the claims of a pool stall once they have locked their rows: the pool
 // connects as a role of its own, for which a row security policy on inbox (read by the claim after
-// its locks) sleeps. It starts that pool with a ClaimTimeout of 300ms, waits until its claim
+// its locks) sleeps. It starts that pool with a claim bound of 300ms, waits until its claim
 // statement (query names it) sleeps, starts a second pool, and checks that the second completes all
 // n messages, once each, and that the stuck pool logged its claims cancelled by the server.
 func (e *env) stalledAndGoodPools(t *testing.T, query string, n int64) {
@@ -57,8 +56,10 @@ func (e *env) stalledAndGoodPools(t *testing.T, query string, n int64) {
 		t.Error("the stuck pool's claim completed")
 		return nil
 	})
-	run(t, batchPool(t, e, stuckDB, stuck, func(c *worker.Config) {
-		c.Owner, c.Concurrency, c.ClaimTimeout, c.Logger, c.DisableListen = "stuck", 1, 300*time.Millisecond, logs.logger(), true
+	run(t, batchPoolOn(t, txinbox.Store{DB: stuckDB, Schema: e.Schema, Logger: logs.logger()}, stuck, func(c *worker.Config) {
+		c.Owner, c.Concurrency = "stuck", 1
+		worker.SetClaimTimeout(c, 300*time.Millisecond)
+		worker.NoListen(c)
 	}))
 	stalled := `SELECT count(*) FROM pg_stat_activity
 		WHERE wait_event = 'PgSleep' AND query LIKE '%' || $1 || '%' AND query LIKE '%' || $2 || '%'`
@@ -76,7 +77,7 @@ func (e *env) stalledAndGoodPools(t *testing.T, query string, n int64) {
 	worker.Handle(good, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
-	run(t, e.pool(t, good, func(c *worker.Config) { c.Owner = "good"; c.DisableListen = true }))
+	run(t, e.pool(t, good, func(c *worker.Config) { c.Owner = "good"; worker.NoListen(c) }))
 	waitFor(t, "every message completed by the other pool", func() bool { return e.count(t, "completed") == n })
 	if got := e.Count(t, `SELECT count(*) FROM {schema}.effects`); got != n {
 		t.Fatalf("effects = %d, want %d", got, n)
@@ -149,8 +150,9 @@ func (e *env) stallingRole(t *testing.T) *pgxpool.Pool {
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-// ClaimTimeout defaults to 10s or half the Lease, and must be less than the Lease.
-func TestClaimTimeoutDefaultAndCheck(t *testing.T) {
+// The claim bound is derived from the Lease: 10s, or half the Lease if that is less (so always less
+// than the Lease).
+func TestClaimTimeoutDerivedFromLease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	newPool := func(cfg worker.Config) (*worker.Pool, error) {
@@ -158,18 +160,13 @@ func TestClaimTimeoutDefaultAndCheck(t *testing.T) {
 		worker.Handle(cfg.Handlers, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil })
 		return worker.New(e.Store(), cfg)
 	}
-	_, err := newPool(worker.Config{Lease: time.Minute, ClaimTimeout: time.Minute})
-	var ce *txinbox.ConfigError
-	if !errors.As(err, &ce) || ce.Field != "ClaimTimeout" {
-		t.Fatalf("ClaimTimeout = Lease: err = %v, want a *txinbox.ConfigError on ClaimTimeout", err)
-	}
-	for _, tc := range []struct{ lease, want time.Duration }{{0, worker.DefaultClaimTimeout}, {4 * time.Second, 2 * time.Second}} {
+	for _, tc := range []struct{ lease, want time.Duration }{{0, 10 * time.Second}, {time.Hour, 10 * time.Second}, {4 * time.Second, 2 * time.Second}} {
 		p, err := newPool(worker.Config{Lease: tc.lease})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := worker.ClaimTimeoutOf(p); got != tc.want {
-			t.Errorf("Lease %v: ClaimTimeout = %v, want %v", tc.lease, got, tc.want)
+			t.Errorf("Lease %v: claim bound = %v, want %v", tc.lease, got, tc.want)
 		}
 	}
 }

@@ -79,25 +79,29 @@
 // A pool finds new messages without polling: the receiving statement sends a PostgreSQL notification
 // (debounced per Client and consumer, Store.NotifyInterval), delivered when the receiving
 // transaction commits, and the pool listens on a connection of its own (reopened with backoff when
-// lost). After any activity one runner polls every HotPollInterval for HotWindow, which covers the
-// messages whose notification was debounced. Polling at PollInterval stays as the fallback: with
-// DisableListen (PgBouncer in transaction mode), when a check after LISTEN shows that notifications
-// do not arrive, and while the listening connection is down. A message that becomes due later (a
-// NotBefore, a retry) is found by polling.
+// lost). After any activity one runner polls every 10ms (Config.PollInterval if shorter) for 1s, or
+// for twice Store.NotifyInterval if that is longer, which covers the messages whose notification was
+// debounced. Polling at PollInterval stays as the fallback: when Store.NotifyInterval is negative
+// (no notifications and no LISTEN: set it so when connections go through PgBouncer in transaction
+// mode), when Store.DB is not a *pgxpool.Pool (the listening connection is opened with its
+// configuration), when a check after LISTEN shows that notifications do not arrive, and while the
+// listening connection is down. A message that becomes due later (a NotBefore, a retry) is found by
+// polling.
 //
 // # Maintenance
 //
 // A pool runs no maintainer: a runner (package runner) runs the schema's maintainer candidate beside
 // its pools and relays. One is elected among all the runners of the schema, and it alone rotates the inbox's
-// generations (the inbox stays bounded with no retention.Cleaner), deletes expired idempotency keys,
+// generations (the inbox stays bounded with no line of the service's), deletes expired idempotency keys,
 // runs the vacuum and statistics safety nets and the health warnings, and folds the console's
 // roll-ups, which each batch's finish counts in its own transaction. A pool also keeps a heartbeat
-// (table inbox_pools) and, when it has claimed nothing for Config.IdleWarnAfter while messages of
-// consumers that no pool serves are waiting, says so once, naming them.
+// (table inbox_pools) and, when it has claimed nothing for a minute while messages of consumers that
+// no pool serves are waiting (a mistyped Consumer, say), says so once at Warn, naming them; once per
+// such idle stretch. Pools know which consumers are served from their heartbeats (renewed every 15 s).
 //
 // # Observability
 //
-// Config.Logger receives the pool's logs (log/slog). The Store's Tracer (txinbox.Store.Tracer) is
+// The Store's Logger receives the pool's logs (log/slog). The Store's Tracer (txinbox.Store.Tracer) is
 // told about every finished attempt once its outcome committed (txinbox.OpHandled: package metrics
 // counts them for Prometheus), and about every handler call (txinbox.OpHandle), with the message's
 // headers; the handler's ctx derives from the context it returns: package txotel makes an OpenTelemetry span,

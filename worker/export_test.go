@@ -1,7 +1,10 @@
 package worker
 
 import (
+	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
 )
@@ -38,8 +41,33 @@ func SetOrderingSnooze(p *Pool, d time.Duration) { p.orderingSnooze = d }
 // LeaseOf returns p's Config.Lease after defaults.
 func LeaseOf(p *Pool) time.Duration { return p.cfg.Lease }
 
-// ClaimTimeoutOf returns p's Config.ClaimTimeout after defaults.
-func ClaimTimeoutOf(p *Pool) time.Duration { return p.cfg.ClaimTimeout }
+// ClaimTimeoutOf returns p's claim bound (derived from Config.Lease unless a test set it).
+func ClaimTimeoutOf(p *Pool) time.Duration { return p.cfg.tune.ClaimTimeout }
+
+// HotWindowOf returns how long p polls fast after activity (derived from Store.NotifyInterval
+// unless a test set it).
+func HotWindowOf(p *Pool) time.Duration { return p.cfg.tune.HotWindow }
+
+// Listens reports whether p listens for notifications (Start opens its listening connection).
+func Listens(p *Pool) bool { return !p.cfg.tune.NoListen }
+
+// SetHotWindow sets how long a pool of c polls fast after activity (0: derived; negative: never).
+func SetHotWindow(c *Config, d time.Duration) { c.tune.HotWindow = d }
+
+// SetClaimTimeout sets the server's bound of a pool of c's claims (0: derived; negative: none).
+func SetClaimTimeout(c *Config, d time.Duration) { c.tune.ClaimTimeout = d }
+
+// SetIdleWarnAfter sets how long a pool of c is idle before it warns about consumers no pool serves
+// (0: derived; negative: never).
+func SetIdleWarnAfter(c *Config, d time.Duration) { c.tune.idleWarnAfter = d }
+
+// NoListen makes a pool of c poll only: no LISTEN.
+func NoListen(c *Config) { c.tune.NoListen = true }
+
+// SetListenConnect makes a pool of c open its listening connection with connect.
+func SetListenConnect(c *Config, connect func(context.Context) (*pgx.Conn, error)) {
+	c.tune.ListenConnect = connect
+}
 
 // BackoffOf returns p's Config.Backoff after defaults.
 func BackoffOf(p *Pool) txinbox.Backoff { return p.cfg.Backoff }

@@ -73,15 +73,15 @@ func newFenceRig(t *testing.T, aHandle func(ctx context.Context, tx pgx.Tx, m *w
 		r.bCalls.Add(1)
 		return applyCredit(ctx, tx, r.e.Schema, m)
 	})
-	r.a = r.e.pool(t, hsA, func(c *worker.Config) {
-		c.Owner, c.Concurrency, c.DisableListen = "worker-A", 1, true
+	storeA := r.e.Store()
+	storeA.Logger = logger // nil: slog.Default()
+	r.a = r.e.poolOn(t, storeA, hsA, func(c *worker.Config) {
+		c.Owner, c.Concurrency = "worker-A", 1
+		worker.NoListen(c)
 		c.Lease, c.Timeout = 500*time.Millisecond, 200*time.Millisecond
 		c.PollInterval = time.Hour // A's rescuer looks once, at Start, when nothing is suspect yet
-		if logger != nil {
-			c.Logger = logger
-		}
 	})
-	r.b = r.e.pool(t, hsB, func(c *worker.Config) { c.Owner, c.DisableListen = "worker-B", true })
+	r.b = r.e.pool(t, hsB, func(c *worker.Config) { c.Owner = "worker-B"; worker.NoListen(c) })
 	var aOnce, bOnce sync.Once
 	if aFrozen != nil {
 		worker.SetClaimHook(r.a, func(*worker.Pool, []string) {

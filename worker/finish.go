@@ -81,7 +81,7 @@ func (p *Pool) settle(ctx context.Context, b *batch, err error) {
 		held = be.hold
 	}
 	if ctx.Err() == nil {
-		p.cfg.Logger.Warn("txinbox: batch rolled back", "consumer", p.cfg.Consumer, "messages", len(b.msgs), "err", err)
+		p.log.Warn("txinbox: batch rolled back", "consumer", p.cfg.Consumer, "messages", len(b.msgs), "err", err)
 	}
 	serr := pgx.BeginFunc(bctx, p.db, func(tx pgx.Tx) error {
 		db := p.st.Wrap(tx)
@@ -96,7 +96,7 @@ func (p *Pool) settle(ctx context.Context, b *batch, err error) {
 		return err
 	})
 	if serr != nil {
-		p.cfg.Logger.Warn("txinbox: recording a rolled-back batch failed; the rescuer charges it as a batch that never finished",
+		p.log.Warn("txinbox: recording a rolled-back batch failed; the rescuer charges it as a batch that never finished",
 			"consumer", p.cfg.Consumer, "messages", len(b.msgs), "err", serr)
 		return
 	}
@@ -120,7 +120,7 @@ func (p *Pool) committed(ctx context.Context, done []*finish) {
 			return []error{schemasql.Queries.LockSnoozeShared(rctx, db, p.snoozeKey), schemasql.Queries.ReadyNext(rctx, db, p.cfg.Consumer, keys)}
 		})
 		if err != nil {
-			p.cfg.Logger.Warn("txinbox: making the next messages of ordering keys ready failed; they run when their snooze ends",
+			p.log.Warn("txinbox: making the next messages of ordering keys ready failed; they run when their snooze ends",
 				"consumer", p.cfg.Consumer, "keys", len(keys), "snooze", p.snooze(), "err", err)
 		}
 		cancel()
@@ -139,7 +139,7 @@ func (p *Pool) logFailures(ctx context.Context, done []*finish) {
 		case txinbox.OutcomeDead:
 			level, msg = slog.LevelWarn, "txinbox: message is dead"
 		}
-		if !p.cfg.Logger.Enabled(ctx, level) {
+		if !p.log.Enabled(ctx, level) {
 			continue
 		}
 		attrs := []slog.Attr{
@@ -150,7 +150,7 @@ func (p *Pool) logFailures(ctx context.Context, done []*finish) {
 		if f.outcome == txinbox.OutcomeRetry {
 			attrs = append(attrs, slog.Duration("retry_in", f.delay))
 		}
-		p.cfg.Logger.LogAttrs(context.WithoutCancel(ctx), level, msg, attrs...)
+		p.log.LogAttrs(context.WithoutCancel(ctx), level, msg, attrs...)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 
 // Heartbeats: a running pool keeps a row of inbox_pools (migration 00010) naming its consumer and
 // owner, written when it starts and every heartbeatEvery, deleted when it stops. A pool that has
-// claimed nothing for Config.IdleWarnAfter reads them to name the consumers whose messages wait in
+// claimed nothing for a minute (tuning.idleWarnAfter) reads them to name the consumers whose messages wait in
 // the queue with no pool seen within heartbeatFresh (package maintain deletes the rows of pools that
 // died, after an hour).
 const (
@@ -23,8 +23,9 @@ const (
 // consumers that no pool serves, until the pool stops.
 func (p *Pool) heartbeat(ctx context.Context) {
 	tick := heartbeatEvery
-	if p.cfg.IdleWarnAfter > 0 {
-		tick = min(tick, p.cfg.IdleWarnAfter)
+	warnAfter := p.cfg.tune.idleWarnAfter
+	if warnAfter > 0 {
+		tick = min(tick, warnAfter)
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -42,14 +43,14 @@ func (p *Pool) heartbeat(ctx context.Context) {
 			p.beat(ctx)
 			lastBeat = time.Now()
 		}
-		if p.cfg.IdleWarnAfter < 0 {
+		if warnAfter < 0 {
 			continue
 		}
 		idle := time.Since(p.epoch) - time.Duration(p.lastMessage.Load())
 		switch {
-		case idle < p.cfg.IdleWarnAfter:
+		case idle < warnAfter:
 			warned = false // a message came: a later idle stretch may warn again
-		case !warned && time.Since(lastCheck) >= p.cfg.IdleWarnAfter:
+		case !warned && time.Since(lastCheck) >= warnAfter:
 			lastCheck = time.Now()
 			warned = p.warnUnserved(ctx, idle)
 		}
@@ -59,7 +60,7 @@ func (p *Pool) heartbeat(ctx context.Context) {
 // beat writes the pool's heartbeat. Errors are logged at Debug.
 func (p *Pool) beat(ctx context.Context) {
 	if err := schemasql.Queries.PoolHeartbeat(ctx, p.st.Wrap(p.db), p.cfg.Consumer, p.cfg.Owner); err != nil && ctx.Err() == nil {
-		p.cfg.Logger.Debug("txinbox: writing the pool's heartbeat failed", "consumer", p.cfg.Consumer, "err", err)
+		p.log.Debug("txinbox: writing the pool's heartbeat failed", "consumer", p.cfg.Consumer, "err", err)
 	}
 }
 
@@ -68,7 +69,7 @@ func (p *Pool) gone(ctx context.Context) {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	if err := schemasql.Queries.PoolGone(gctx, p.st.Wrap(p.db), p.cfg.Consumer, p.cfg.Owner); err != nil {
-		p.cfg.Logger.Debug("txinbox: deleting the pool's heartbeat failed", "consumer", p.cfg.Consumer, "err", err)
+		p.log.Debug("txinbox: deleting the pool's heartbeat failed", "consumer", p.cfg.Consumer, "err", err)
 	}
 }
 
@@ -79,7 +80,7 @@ func (p *Pool) warnUnserved(ctx context.Context, idle time.Duration) bool {
 	served, err := schemasql.Queries.ServedConsumers(ctx, db, heartbeatFresh.Seconds())
 	if err != nil {
 		if ctx.Err() == nil {
-			p.cfg.Logger.Debug("txinbox: reading the pools' heartbeats failed", "consumer", p.cfg.Consumer, "err", err)
+			p.log.Debug("txinbox: reading the pools' heartbeats failed", "consumer", p.cfg.Consumer, "err", err)
 		}
 		return false
 	}
@@ -93,7 +94,7 @@ func (p *Pool) warnUnserved(ctx context.Context, idle time.Duration) bool {
 		c, err := schemasql.Queries.NextWaitingConsumer(ctx, db, after)
 		if err != nil {
 			if ctx.Err() == nil {
-				p.cfg.Logger.Debug("txinbox: reading the queue's consumers failed", "consumer", p.cfg.Consumer, "err", err)
+				p.log.Debug("txinbox: reading the queue's consumers failed", "consumer", p.cfg.Consumer, "err", err)
 			}
 			return false
 		}
@@ -108,7 +109,7 @@ func (p *Pool) warnUnserved(ctx context.Context, idle time.Duration) bool {
 	if len(unserved) == 0 {
 		return false
 	}
-	p.cfg.Logger.Warn("txinbox: this pool's consumer has had no message for a while, and messages of consumers that no pool serves are waiting: is Consumer mistyped?",
+	p.log.Warn("txinbox: this pool's consumer has had no message for a while, and messages of consumers that no pool serves are waiting: is Consumer mistyped?",
 		"consumer", p.cfg.Consumer, "idle", idle.Round(time.Second), "unserved_consumers", unserved)
 	return true
 }

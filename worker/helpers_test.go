@@ -73,13 +73,27 @@ func (e *env) receive(t *testing.T, keys ...string) {
 
 func (e *env) pool(t *testing.T, hs *worker.Handlers, mod func(*worker.Config)) *worker.Pool {
 	t.Helper()
+	return e.poolOn(t, e.Store(), hs, mod)
+}
+
+// storeLogging is e's Store with logs as its Logger.
+func (e *env) storeLogging(logs *logBuffer) txinbox.Store {
+	st := e.Store()
+	st.Logger = logs.logger()
+	return st
+}
+
+// poolOn is pool on store (e's schema).
+func (e *env) poolOn(t *testing.T, store txinbox.Store, hs *worker.Handlers, mod func(*worker.Config)) *worker.Pool {
+	t.Helper()
 	cfg := worker.Config{Consumer: "ledger", Handlers: hs, PollInterval: 20 * time.Millisecond,
 		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
 	}
-	store := e.Store()
-	store.Tracer = e.tracer
+	if store.Tracer == nil {
+		store.Tracer = e.tracer
+	}
 	p, err := worker.New(store, cfg)
 	if err != nil {
 		t.Fatal(err)

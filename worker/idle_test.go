@@ -29,12 +29,11 @@ func TestIdlePoolNamesConsumersThatNoPoolServes(t *testing.T) {
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
-	run(t, e.pool(t, hs, func(c *worker.Config) { c.Consumer = "billing"; c.IdleWarnAfter = -1 }))
+	run(t, e.pool(t, hs, func(c *worker.Config) { c.Consumer = "billing"; worker.SetIdleWarnAfter(c, -1) }))
 	logs := &logBuffer{}
-	run(t, e.pool(t, hs, func(c *worker.Config) {
+	run(t, e.poolOn(t, e.storeLogging(logs), hs, func(c *worker.Config) {
 		c.Consumer = "ledgr"
-		c.Logger = logs.logger()
-		c.IdleWarnAfter = 100 * time.Millisecond
+		worker.SetIdleWarnAfter(c, 100*time.Millisecond)
 	}))
 	waitFor(t, "the warning", func() bool { return len(logs.find(t, unservedWarning)) > 0 })
 	time.Sleep(time.Second) // ten more idle checks
@@ -58,7 +57,7 @@ func TestIdlePoolWithNothingUnservedDoesNotWarn(t *testing.T) {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
 	logs := &logBuffer{}
-	run(t, e.pool(t, hs, func(c *worker.Config) { c.Logger = logs.logger(); c.IdleWarnAfter = 100 * time.Millisecond }))
+	run(t, e.poolOn(t, e.storeLogging(logs), hs, func(c *worker.Config) { worker.SetIdleWarnAfter(c, 100*time.Millisecond) }))
 	waitFor(t, "the message completed", func() bool { return e.count(t, "completed") == 1 })
 	time.Sleep(time.Second)
 	if w := logs.find(t, unservedWarning); len(w) > 0 {

@@ -39,8 +39,8 @@ func TestLeaseFollowsLongestTimeout(t *testing.T) {
 		kindTimeouts []time.Duration
 		want         time.Duration
 	}{
-		{"defaults", 0, nil, worker.DefaultLease},
-		{"short timeouts keep DefaultLease", 5 * time.Second, []time.Duration{20 * time.Second}, worker.DefaultLease},
+		{"defaults", 0, nil, time.Minute},
+		{"short timeouts keep the default Lease", 5 * time.Second, []time.Duration{20 * time.Second}, time.Minute},
 		{"pool Timeout", 45 * time.Second, nil, 90 * time.Second},
 		{"longest kind Timeout", 0, []time.Duration{2 * time.Minute, 5 * time.Minute, time.Second}, 10 * time.Minute},
 	} {

@@ -11,15 +11,15 @@ import (
 // Wake-ups: a pool listens (LISTEN) on Store.NotifyChannel on a connection of its own, and a
 // notification whose payload is its consumer wakes its runners at once (package internal/engine
 // runs the listener). Receiving Clients notify at most once per Store.NotifyInterval per consumer;
-// the messages in between are found by the fast polling a pool keeps up for HotWindow after any
-// activity. Polling at PollInterval remains the fallback: when listening is disabled, impossible (no
-// connector, a pooler in transaction mode that swallows notifications) or the listening connection
-// is down.
+// the messages in between are found by the fast polling a pool keeps up for a while after any
+// activity (Config.PollInterval). Polling at PollInterval remains the fallback: when listening is off
+// (a negative Store.NotifyInterval), impossible (Store.DB is not a *pgxpool.Pool, a pooler in
+// transaction mode swallows notifications) or the listening connection is down.
 
 // listenConnector returns how the pool opens its listening connection, or nil if it cannot.
 func (p *Pool) listenConnector() func(ctx context.Context) (*pgx.Conn, error) {
-	if p.cfg.ListenConnect != nil {
-		return p.cfg.ListenConnect
+	if p.cfg.tune.ListenConnect != nil {
+		return p.cfg.tune.ListenConnect
 	}
 	return p.connector("txinbox listener")
 }

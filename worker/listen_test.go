@@ -37,7 +37,7 @@ func TestIdlePoolWokenByNotification(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := e.pool(t, creditHandlers(e), func(c *worker.Config) { c.PollInterval = noPolling; c.HotWindow = -1 })
+	p := e.pool(t, creditHandlers(e), func(c *worker.Config) { c.PollInterval = noPolling; worker.SetHotWindow(c, -1) })
 	run(t, p)
 	waitFor(t, "the listener", func() bool { return worker.ListenerPID(p) != 0 })
 	var lat []time.Duration
@@ -58,8 +58,8 @@ func TestIdlePoolWokenByNotification(t *testing.T) {
 // A burst received one message per statement: only the first receive notifies, the others fall
 // within the Client's NotifyInterval (an hour, so that however slow the machine the burst is within
 // one interval), and the pool's fast polling after that wake-up finds them, so none waits for the
-// poll interval (an hour too). The pool keeps hot for longer than the NotifyInterval, as
-// worker.Config.HotWindow requires.
+// poll interval (an hour too). The pool keeps hot for longer than the NotifyInterval, as its derived
+// hot window does (TestHotWindowExceedsNotifyInterval).
 func TestDebouncedNotificationsAndHotPolling(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -67,7 +67,7 @@ func TestDebouncedNotificationsAndHotPolling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := e.pool(t, creditHandlers(e), func(c *worker.Config) { c.PollInterval = noPolling; c.HotWindow = 2 * time.Hour })
+	p := e.pool(t, creditHandlers(e), func(c *worker.Config) { c.PollInterval = noPolling; worker.SetHotWindow(c, 2*time.Hour) })
 	run(t, p)
 	waitFor(t, "the listener", func() bool { return worker.ListenerPID(p) != 0 })
 	const n = 300
@@ -86,7 +86,7 @@ func TestDebouncedNotificationsAndHotPolling(t *testing.T) {
 func TestListenerReconnectsAfterTermination(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	p := e.pool(t, creditHandlers(e), func(c *worker.Config) { c.PollInterval = noPolling; c.HotWindow = -1 })
+	p := e.pool(t, creditHandlers(e), func(c *worker.Config) { c.PollInterval = noPolling; worker.SetHotWindow(c, -1) })
 	run(t, p)
 	waitFor(t, "the listener", func() bool { return worker.ListenerPID(p) != 0 })
 	for round := range 2 {
@@ -101,22 +101,26 @@ func TestListenerReconnectsAfterTermination(t *testing.T) {
 	}
 }
 
-// With listening disabled, or impossible, the pool finds messages by polling.
+// With listening off (a negative Store.NotifyInterval), or impossible, the pool finds messages by
+// polling.
 func TestPollingWithoutListen(t *testing.T) {
 	t.Parallel()
-	for name, mod := range map[string]func(*worker.Config){
-		"disabled": func(c *worker.Config) { c.DisableListen = true },
-		"connect fails": func(c *worker.Config) {
-			c.ListenConnect = func(context.Context) (*pgx.Conn, error) { return nil, errors.New("no route to host") }
+	for name, mod := range map[string]func(*txinbox.Store, *worker.Config){
+		"negative NotifyInterval": func(st *txinbox.Store, _ *worker.Config) { st.NotifyInterval = -1 },
+		"connect fails": func(_ *txinbox.Store, c *worker.Config) {
+			worker.SetListenConnect(c, func(context.Context) (*pgx.Conn, error) { return nil, errors.New("no route to host") })
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			p := e.pool(t, creditHandlers(e), func(c *worker.Config) {
-				c.PollInterval = 100 * time.Millisecond
-				c.HotWindow = -1
-				mod(c)
+			st := e.Store()
+			cfg := worker.Config{PollInterval: 100 * time.Millisecond}
+			worker.SetHotWindow(&cfg, -1)
+			mod(&st, &cfg)
+			p := e.poolOn(t, st, creditHandlers(e), func(c *worker.Config) {
+				cfg.Consumer, cfg.Handlers, cfg.Backoff = c.Consumer, c.Handlers, c.Backoff
+				*c = cfg
 			})
 			run(t, p)
 			for i := range 3 {

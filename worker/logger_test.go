@@ -79,7 +79,7 @@ func TestLogClaimFailed(t *testing.T) {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
 	// Start checks the tables, so they go away once the pool runs.
-	run(t, e.pool(t, hs, func(c *worker.Config) { c.Logger = logs.logger(); c.DisableListen = true }))
+	run(t, e.poolOn(t, e.storeLogging(logs), hs, worker.NoListen))
 	if _, err := e.Pool.Exec(ctx, e.SQL(`ALTER TABLE {schema}.inbox_queue RENAME TO inbox_queue_away`)); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestLogBatchRolledBack(t *testing.T) {
 		}
 		return nil
 	})
-	run(t, e.pool(t, hs, func(c *worker.Config) { c.Logger = logs.logger(); c.DisableListen = true }))
+	run(t, e.poolOn(t, e.storeLogging(logs), hs, worker.NoListen))
 	waitFor(t, "completion after the failure", func() bool { return e.count(t, "completed") == 1 })
 	if _, started, failed, lastErr := e.state(t, "killer"); started != 2 || failed != 1 || !strings.Contains(lastErr, "57P01") {
 		t.Errorf("killer: started %d, failed %d, last_error %q; want the terminated attempt recorded", started, failed, lastErr)
@@ -153,13 +153,13 @@ func TestLogPollingOnly(t *testing.T) {
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
-	p, err := worker.New(txinbox.Store{DB: notAPool{e.Pool}, Schema: e.Schema}, worker.Config{Consumer: "ledger", Handlers: hs,
-		PollInterval: 20 * time.Millisecond, Logger: logs.logger()})
+	p, err := worker.New(txinbox.Store{DB: notAPool{e.Pool}, Schema: e.Schema, Logger: logs.logger()}, worker.Config{Consumer: "ledger",
+		Handlers: hs, PollInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	run(t, p)
-	rs := logs.find(t, "txinbox: no connection to LISTEN on (db is not a *pgxpool.Pool and ListenConnect is nil); polling only")
+	rs := logs.find(t, "txinbox: no connection to LISTEN on (the Store's DB is not a *pgxpool.Pool); polling only")
 	if len(rs) != 1 {
 		t.Fatalf("%d records, want 1", len(rs))
 	}

@@ -24,19 +24,19 @@ import (
 	"github.com/txinbox/txinbox/internal/sqlc"
 )
 
-// Defaults of Config.
+// MaxBatchSize is the largest Config.BatchSize.
+const MaxBatchSize = 64
+
+// Defaults of Config (documented on its fields) and the settings derived from it (package
+// documentation, "Wake-ups").
 const (
-	DefaultConcurrency   = 4
-	DefaultBatchSize     = 32
-	MaxBatchSize         = 64
-	DefaultPollInterval  = time.Second
-	DefaultLease         = time.Minute
-	DefaultMaxAttempts   = 10
-	DefaultTimeout       = 30 * time.Second
-	DefaultClaimTimeout  = 10 * time.Second
-	DefaultHotPoll       = 10 * time.Millisecond
-	DefaultHotWindow     = time.Second
-	DefaultIdleWarnAfter = time.Minute
+	defaultConcurrency   = 4
+	defaultBatchSize     = 32
+	defaultPollInterval  = time.Second
+	defaultLease         = time.Minute
+	defaultMaxAttempts   = 10
+	defaultTimeout       = 30 * time.Second
+	defaultIdleWarnAfter = time.Minute
 )
 
 // Config configures a Pool. Consumer and Handlers are required; every other zero field takes the
@@ -60,36 +60,27 @@ type Config struct {
 	BatchSize int
 	// PollInterval is how often an idle pool looks for work when no notification wakes it (listening
 	// is off or its connection is down, or a message's NotBefore or retry delay has passed). A
-	// notification or Wake ends the wait at once. Default: 1s.
+	// notification or Wake ends the wait at once. After any activity (a claimed message, a
+	// notification, Wake) one runner looks every 10ms (PollInterval if shorter) for 1s, or for twice
+	// Store.NotifyInterval if that is longer, so that messages whose notification the receiving Client
+	// debounced wait about 10ms, not a full PollInterval. Default: 1s.
 	PollInterval time.Duration
-	// HotPollInterval is how often one runner of the pool looks for work during HotWindow after any
-	// activity (a claimed message, a notification or Wake), so that messages whose notification was
-	// debounced by the receiving Client (Store.NotifyInterval) wait about this long, not a full
-	// PollInterval. Default: 10ms.
-	HotPollInterval time.Duration
-	// HotWindow is how long the pool keeps polling every HotPollInterval after its last activity. It
-	// must exceed Store.NotifyInterval (the debounce of the Clients receiving for this consumer, 50ms
-	// by default) by the commit time of a receiving transaction: when both are positive, a HotWindow
-	// not above NotifyInterval is a *[txinbox.ConfigError]. Default: DefaultHotWindow (1s), or twice
-	// Store.NotifyInterval if that is longer. Negative: never poll fast.
-	HotWindow time.Duration
-	// DisableListen turns off LISTEN: the pool finds new messages by polling only. Set it when
-	// connections go through a pooler in transaction mode (PgBouncer), where LISTEN cannot work. (A
-	// pool also falls back to polling by itself when a check after LISTEN shows that notifications do
-	// not arrive.) Default: false.
-	DisableListen bool
-	// ListenConnect opens the connection the pool listens on, held for the pool's life and reopened
-	// with backoff when lost. Default: when db is a *pgxpool.Pool, a new connection with the pool's
-	// ConnConfig (outside the pool, so it takes none of its slots); otherwise none, and the pool polls.
-	ListenConnect func(ctx context.Context) (*pgx.Conn, error)
 	// Lease bounds, on the server side, how long a batch transaction may sit idle
 	// (idle_in_transaction_session_timeout): a worker frozen or cut off inside its batch has its
 	// session terminated, its locks released and its batch left to the rescuer (see the package
 	// documentation, "Crash recovery"). A batch whose process dies is ended by the server at once,
 	// without waiting for the Lease. Must exceed every handler Timeout (the pool's Timeout and each
 	// kind's HandlerConfig.Timeout): a handler waiting outside the database leaves the transaction
-	// idle for up to its Timeout. Default: DefaultLease (1m), or twice the longest handler Timeout if
-	// that is more (a kind with a Timeout of 2m: 4m).
+	// idle for up to its Timeout. Default: 1m, or twice the longest handler Timeout if that is more (a
+	// kind with a Timeout of 2m: 4m).
+	//
+	// Each claim statement is bounded on the server by the lesser of 10s and half the Lease
+	// (statement_timeout for that statement only, sent in the same round trip). A claim locks the rows
+	// it picks as it finds them and holds them, and its snapshot, until it ends: a claim slowed down
+	// for long (a starved server, a queue full of dead rows) would keep up to its batch of ready
+	// messages from every other worker. Cancelled at the bound, its batch transaction rolls back and
+	// releases them, and the runner logs the failure and claims again. The rescuer's claims of
+	// suspects are bounded the same way.
 	Lease time.Duration
 	// MaxAttempts is the number of attempts that may start before a message is dead; the crashes of
 	// groups of more than one message count as one attempt in all (package documentation, "Crash
@@ -98,29 +89,23 @@ type Config struct {
 	// Timeout bounds one handler call (its context) and each statement of a batch transaction
 	// (statement_timeout). Default: 30s.
 	Timeout time.Duration
-	// ClaimTimeout bounds each claim statement on the server (statement_timeout for that statement
-	// only, sent in the same round trip). A claim locks the rows it picks as it finds them and holds
-	// them, and its snapshot, until it ends: a claim slowed down for long (a starved server, a queue
-	// full of dead rows) keeps up to its batch of ready messages from every other worker. Cancelled at
-	// the bound, its batch transaction rolls back and releases them, and the runner logs the failure
-	// and claims again. The rescuer's claims of suspects are bounded the same way. Default:
-	// DefaultClaimTimeout (10s), or half the Lease if that is less. Must be less than the Lease.
-	// Negative: no bound.
-	ClaimTimeout time.Duration
 	// Backoff sets the delay before a retry. Default: txinbox.Exponential{} (1s, 2s, 4s ... capped at
 	// 10 minutes, ±20%).
 	Backoff txinbox.Backoff
-	// Logger receives the pool's logs. Default: slog.Default().
-	Logger *slog.Logger
 	// Owner names this pool in its batches (inbox_batch.owner; admin and the console show it as the
 	// owner of the messages it is running). Default: hostname:pid:random.
 	Owner string
-	// IdleWarnAfter: when the pool has claimed no message for this long while the queue holds
-	// messages of other consumers that no running pool serves (a mistyped Consumer, say), it logs one
-	// warning at Warn naming its consumer and those consumers; once per such idle stretch. Pools know
-	// which consumers are served from their heartbeats (table inbox_pools, renewed every 15 s).
-	// Default: DefaultIdleWarnAfter (1m). Negative: never warn.
-	IdleWarnAfter time.Duration
+
+	tune tuning // derived settings; tests set them (export_test.go)
+}
+
+// tuning holds the settings derived from a Config and its Store, which tests may set (export_test.go);
+// a zero field takes the derived value.
+type tuning struct {
+	engine.Tune // hot window, claim bound, listening (engine.Tune.Derive)
+	// idleWarnAfter: idle this long while messages of consumers no pool serves wait, the pool warns
+	// (package documentation, "Maintenance"); negative: never. Derived: 1 minute.
+	idleWarnAfter time.Duration
 }
 
 func (c Config) withDefaults(st txinbox.Store) (Config, error) {
@@ -143,16 +128,14 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 			*v = d
 		}
 	}
-	def(&c.Concurrency, DefaultConcurrency)
-	def(&c.BatchSize, DefaultBatchSize)
-	def(&c.MaxAttempts, DefaultMaxAttempts)
-	defd(&c.PollInterval, DefaultPollInterval)
-	defd(&c.HotPollInterval, DefaultHotPoll)
-	defd(&c.HotWindow, max(DefaultHotWindow, 2*st.NotifyInterval))
-	defd(&c.Timeout, DefaultTimeout)
-	defd(&c.Lease, max(DefaultLease, 2*c.longestTimeout()))
-	defd(&c.ClaimTimeout, min(DefaultClaimTimeout, c.Lease/2))
-	defd(&c.IdleWarnAfter, DefaultIdleWarnAfter)
+	def(&c.Concurrency, defaultConcurrency)
+	def(&c.BatchSize, defaultBatchSize)
+	def(&c.MaxAttempts, defaultMaxAttempts)
+	defd(&c.PollInterval, defaultPollInterval)
+	defd(&c.Timeout, defaultTimeout)
+	defd(&c.Lease, max(defaultLease, 2*c.longestTimeout()))
+	c.tune.Tune = c.tune.Derive(st.NotifyInterval, c.Lease)
+	defd(&c.tune.idleWarnAfter, defaultIdleWarnAfter)
 	switch {
 	case c.Concurrency < 0:
 		return bad("Concurrency", "must not be negative")
@@ -160,18 +143,11 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 		return bad("BatchSize", fmt.Sprintf("must be 1 to %d", MaxBatchSize))
 	case c.MaxAttempts < 0:
 		return bad("MaxAttempts", "must not be negative")
-	case c.PollInterval < 0 || c.Lease < 0 || c.Timeout < 0 || c.HotPollInterval < 0:
-		return bad("PollInterval/HotPollInterval/Lease/Timeout", "must not be negative")
-	case c.ClaimTimeout >= c.Lease:
-		return bad("ClaimTimeout", fmt.Sprintf("%v must be less than the Lease (%v)", c.ClaimTimeout, c.Lease))
-	case c.HotWindow > 0 && st.NotifyInterval > 0 && c.HotWindow <= st.NotifyInterval:
-		return bad("HotWindow", fmt.Sprintf("%v must exceed Store.NotifyInterval (%v): messages whose notification was debounced would wait a full PollInterval", c.HotWindow, st.NotifyInterval))
+	case c.PollInterval < 0 || c.Lease < 0 || c.Timeout < 0:
+		return bad("PollInterval/Lease/Timeout", "must not be negative")
 	}
 	if c.Backoff == nil {
 		c.Backoff = txinbox.Exponential{}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
@@ -230,6 +206,7 @@ type Pool struct {
 	db      txinbox.DB
 	store   txinbox.Store
 	cfg     Config
+	log     *slog.Logger // the Store's Logger
 	st      *schemasql.Schema
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
@@ -256,7 +233,8 @@ type Pool struct {
 
 // New returns a pool handling cfg.Consumer's messages in store (whose DB, usually a *pgxpool.Pool,
 // it uses Concurrency+2 connections of at most; whose Retention it stamps on each message it
-// completes; whose NotifyInterval its HotWindow must exceed).
+// completes; whose NotifyInterval sets how long it polls fast after activity, and, negative, turns
+// its LISTEN off).
 //
 // New checks store and cfg (a *[txinbox.ConfigError] says which field is wrong) and freezes
 // cfg.Handlers: Handle panics on them afterwards. It does not touch the database; Start does.
@@ -275,11 +253,11 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 	lockKey := int64(h.Sum64() >> 1)
 	h.Reset()
 	h.Write([]byte("txinbox.snooze\x00" + store.Schema + "\x00" + cfg.Consumer))
-	p := &Pool{db: store.DB, store: store, cfg: cfg, st: statements(store.Schema), lockKey: lockKey, snoozeKey: int64(h.Sum64() >> 1),
-		epoch: time.Now(), inflight: map[*batch]struct{}{}}
-	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotPollInterval: cfg.HotPollInterval,
-		HotWindow: cfg.HotWindow, Logger: cfg.Logger, Attrs: []any{"consumer", cfg.Consumer}}
-	if !cfg.DisableListen {
+	p := &Pool{db: store.DB, store: store, cfg: cfg, log: store.Logger, st: statements(store.Schema), lockKey: lockKey,
+		snoozeKey: int64(h.Sum64() >> 1), epoch: time.Now(), inflight: map[*batch]struct{}{}}
+	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotWindow: cfg.tune.HotWindow,
+		Logger: store.Logger, Attrs: []any{"consumer", cfg.Consumer}}
+	if !cfg.tune.NoListen {
 		ecfg.Listen = engine.Listen{Channel: store.NotifyChannel(), Connect: p.listenConnector(),
 			Wakes: func(payload string) bool { return payload == cfg.Consumer }}
 	}
@@ -300,7 +278,7 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 // if the database cannot be asked, it logs a warning and starts anyway, since claims retry), then
 // starts Concurrency batch runners, one rescuer (which charges the batches that never finished
 // and takes their messages over in groups: see the package documentation, "Crash recovery"), the
-// pool's heartbeat (Config.IdleWarnAfter), and returns. Each runner holds one connection while it
+// pool's heartbeat (package documentation, "Maintenance"), and returns. Each runner holds one connection while it
 // runs a batch; the rescuer and the heartbeat one more now and then: a *pgxpool.Pool with
 // Concurrency+2 connections rarely makes a runner wait. (The schema's maintainer is not the pool's:
 // package runner runs one per process.) When its MaxConns is below Concurrency, Start
@@ -330,7 +308,7 @@ func (p *Pool) Start(ctx context.Context) error {
 		return err
 	} else if err != nil {
 		// The database did not answer (yet): the pool starts, and its claims retry with backoff.
-		p.cfg.Logger.Warn("txinbox: could not check the schema's tables; starting anyway",
+		p.log.Warn("txinbox: could not check the schema's tables; starting anyway",
 			"consumer", p.cfg.Consumer, "schema", p.store.Schema, "err", err)
 	}
 	p.beat(ctx)
@@ -373,7 +351,7 @@ func (p *Pool) warnPoolSize() {
 		return
 	}
 	if have := int(pool.Config().MaxConns); have < p.cfg.Concurrency {
-		p.cfg.Logger.Warn("txinbox: the pgxpool has fewer connections than Concurrency; fewer batches run at once",
+		p.log.Warn("txinbox: the pgxpool has fewer connections than Concurrency; fewer batches run at once",
 			"consumer", p.cfg.Consumer, "max_conns", have, "concurrency", p.cfg.Concurrency, "recommended_max_conns", p.cfg.Concurrency+2)
 	}
 }
@@ -447,7 +425,7 @@ func (p *Pool) abandon() (batches, messages int) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	err := p.release(ctx, records)
-	p.cfg.Logger.Warn("txinbox: stop deadline reached; batches still running were abandoned and rolled back",
+	p.log.Warn("txinbox: stop deadline reached; batches still running were abandoned and rolled back",
 		"consumer", p.cfg.Consumer, "batches", batches, "messages", messages, "release_err", err)
 	return batches, messages
 }
@@ -575,7 +553,7 @@ func (p *Pool) rescue(ctx context.Context) {
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				p.cfg.Logger.Warn("txinbox: claim failed", "consumer", p.cfg.Consumer, "err", err)
+				p.log.Warn("txinbox: claim failed", "consumer", p.cfg.Consumer, "err", err)
 			}
 			p.eng.Sleep(ctx, errDelay, false)
 			errDelay = min(errDelay*2, 30*time.Second)

@@ -45,7 +45,7 @@ func (p *Pool) charge(ctx context.Context) error {
 		for _, c := range charged {
 			groupCrashes = max(groupCrashes, int(c.GroupCrashes))
 		}
-		p.cfg.Logger.Warn("txinbox: charged a batch that never finished (its worker died, hung or lost its connection); its messages run again in isolated groups",
+		p.log.Warn("txinbox: charged a batch that never finished (its worker died, hung or lost its connection); its messages run again in isolated groups",
 			"consumer", p.cfg.Consumer, "messages", len(charged), "owner", b.Owner, "group_crashes", groupCrashes)
 		p.event(ctx, txinbox.TraceStart{Op: txinbox.OpCharge, Consumer: p.cfg.Consumer, Owner: b.Owner})
 	}
@@ -55,7 +55,7 @@ func (p *Pool) charge(ctx context.Context) error {
 // tookOver logs a group of suspects claimed to run again and tells the Store's Tracer
 // (txinbox.OpTakeover).
 func (p *Pool) tookOver(ctx context.Context, b *batch) {
-	p.cfg.Logger.Warn("txinbox: taking over messages whose batch never finished",
+	p.log.Warn("txinbox: taking over messages whose batch never finished",
 		"consumer", p.cfg.Consumer, "messages", len(b.msgs), "alone", len(b.msgs) == 1)
 	if p.tracer == nil {
 		return
@@ -99,7 +99,7 @@ func (p *Pool) snoozeBlocked(ctx context.Context) {
 		})
 		if err != nil {
 			if ctx.Err() == nil {
-				p.cfg.Logger.Debug("txinbox: snoozing blocked messages failed", "consumer", p.cfg.Consumer, "err", err)
+				p.log.Debug("txinbox: snoozing blocked messages failed", "consumer", p.cfg.Consumer, "err", err)
 			}
 			return
 		}

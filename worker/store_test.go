@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -13,35 +12,36 @@ import (
 	"github.com/txinbox/txinbox/worker"
 )
 
-// TestHotWindowMustExceedNotifyInterval: a HotWindow that does not exceed Store.NotifyInterval is a
-// *ConfigError (messages whose notification was debounced would wait a full PollInterval), the
-// default HotWindow is derived so that it does, and a negative either side turns the check off.
-func TestHotWindowMustExceedNotifyInterval(t *testing.T) {
+// TestHotWindowExceedsNotifyInterval: a pool's fast polling after activity lasts longer than
+// Store.NotifyInterval, whatever it is (1s, or twice NotifyInterval if that is longer), so that a
+// message whose notification was debounced never waits a full PollInterval; a negative
+// NotifyInterval (no notifications) turns the pool's LISTEN off and keeps the 1s window.
+func TestHotWindowExceedsNotifyInterval(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[struct{}]) error { return nil })
-	slow := txinbox.Store{DB: db.Pool, Schema: db.Schema, NotifyInterval: 2 * time.Second}
-	for _, hw := range []time.Duration{time.Second, 2 * time.Second} {
-		_, err := worker.New(slow, worker.Config{Consumer: "ledger", Handlers: hs, HotWindow: hw})
-		var ce *txinbox.ConfigError
-		if !errors.Is(err, txinbox.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "HotWindow" {
-			t.Errorf("HotWindow %v with NotifyInterval 2s: %v, want a *ConfigError for HotWindow", hw, err)
-		}
-	}
-	ok := []struct {
-		store txinbox.Store
-		hw    time.Duration
+	for _, c := range []struct {
+		notify, want time.Duration
+		listens      bool
 	}{
-		{slow, 0},               // default: derived from NotifyInterval
-		{slow, 3 * time.Second}, // longer
-		{slow, -1},              // never poll fast
-		{db.Store(), 0},         // both defaults
-		{txinbox.Store{DB: db.Pool, Schema: db.Schema, NotifyInterval: -1}, time.Millisecond}, // never notify
-	}
-	for _, c := range ok {
-		if _, err := worker.New(c.store, worker.Config{Consumer: "ledger", Handlers: hs, HotWindow: c.hw}); err != nil {
-			t.Errorf("NotifyInterval %v, HotWindow %v: %v", c.store.NotifyInterval, c.hw, err)
+		{0, time.Second, true}, // the default NotifyInterval, 50ms
+		{time.Millisecond, time.Second, true},
+		{time.Second, 2 * time.Second, true},
+		{2 * time.Second, 4 * time.Second, true},
+		{-1, time.Second, false},
+	} {
+		st := txinbox.Store{DB: db.Pool, Schema: db.Schema, NotifyInterval: c.notify}
+		p, err := worker.New(st, worker.Config{Consumer: "ledger", Handlers: hs})
+		if err != nil {
+			t.Fatalf("NotifyInterval %v: %v", c.notify, err)
+		}
+		resolved, _ := st.Resolve()
+		if got := worker.HotWindowOf(p); got != c.want || got <= resolved.NotifyInterval {
+			t.Errorf("NotifyInterval %v: hot window %v, want %v (more than NotifyInterval)", c.notify, got, c.want)
+		}
+		if got := worker.Listens(p); got != c.listens {
+			t.Errorf("NotifyInterval %v: listens %v, want %v", c.notify, got, c.listens)
 		}
 	}
 }

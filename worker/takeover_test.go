@@ -26,6 +26,7 @@ import (
 const (
 	takeoverLease       = 2 * time.Second
 	takeoverMaxAttempts = 3
+	defaultConcurrency  = 4 // worker.Config.Concurrency's default
 )
 
 // takeoverChild runs a pool of a batch handler at the defaults (Concurrency 4, HandlerConfig.BatchSize
@@ -40,7 +41,7 @@ func takeoverChild(mode string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
 	}
-	pcfg.MaxConns = worker.DefaultConcurrency + 2
+	pcfg.MaxConns = defaultConcurrency + 2
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -119,7 +120,8 @@ func TestKilledProcessClaimsAreTakenOverInGroups(t *testing.T) {
 	})
 	run(t, batchPool(t, e.with(rec), nil, hs, func(c *worker.Config) {
 		// The default Timeout and Lease: a call stalled on a loaded machine must not charge an attempt.
-		c.PollInterval, c.DisableListen = time.Hour, true
+		c.PollInterval = time.Hour
+		worker.NoListen(c)
 	}))
 	waitFor(t, "every message completed", func() bool { return e.count(t, "completed") == n })
 	if got := e.Count(t, `SELECT count(DISTINCT key) FROM {schema}.effects`); got != n {
@@ -127,8 +129,8 @@ func TestKilledProcessClaimsAreTakenOverInGroups(t *testing.T) {
 	}
 	rounds, messages, batches := takeovers(rec)
 	t.Logf("%d messages taken over in %d takeovers, from %d batches charged", messages, rounds, batches)
-	if messages != n || batches != worker.DefaultConcurrency {
-		t.Errorf("takeovers took %d messages of %d batches charged, want %d of %d", messages, batches, n, worker.DefaultConcurrency)
+	if messages != n || batches != defaultConcurrency {
+		t.Errorf("takeovers took %d messages of %d batches charged, want %d of %d", messages, batches, n, defaultConcurrency)
 	}
 	if rounds > n/100 {
 		t.Errorf("%d takeovers for %d messages, want at most %d", rounds, n, n/100)
@@ -206,7 +208,7 @@ func TestMessagesTakenOverAloneRunOneAtATimeAcrossOwners(t *testing.T) {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
 	for _, owner := range []string{"process-A", "process-B"} {
-		run(t, e.pool(t, hs, func(c *worker.Config) { c.Owner, c.DisableListen = owner, true }))
+		run(t, e.pool(t, hs, func(c *worker.Config) { c.Owner = owner; worker.NoListen(c) }))
 	}
 	waitFor(t, "every message completed", func() bool { return e.count(t, "completed") == 6 })
 	if got := most.Load(); got != 1 {

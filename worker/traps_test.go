@@ -35,7 +35,7 @@ func TestStartFailsOnUnmigratedSchema(t *testing.T) {
 	})
 	for _, schema := range []string{empty, e.Schema + "_missing"} {
 		logs := &logBuffer{}
-		p, err := worker.New(txinbox.Store{DB: e.Pool, Schema: schema}, worker.Config{Consumer: "ledger", Handlers: hs, Logger: logs.logger()})
+		p, err := worker.New(txinbox.Store{DB: e.Pool, Schema: schema, Logger: logs.logger()}, worker.Config{Consumer: "ledger", Handlers: hs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func TestStartWithUnreachableDatabase(t *testing.T) {
 	logs := &logBuffer{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error { return nil })
-	p, err := worker.New(txinbox.Store{DB: down}, worker.Config{Consumer: "ledger", Handlers: hs, Logger: logs.logger(), DisableListen: true})
+	p, err := worker.New(txinbox.Store{DB: down, NotifyInterval: -1, Logger: logs.logger()}, worker.Config{Consumer: "ledger", Handlers: hs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +94,8 @@ func TestStartWarnsOnSmallPgxpool(t *testing.T) {
 	logs := &logBuffer{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error { return nil })
-	p, err := worker.New(txinbox.Store{DB: small, Schema: e.Schema}, worker.Config{Consumer: "ledger", Handlers: hs, Concurrency: 4,
-		Logger: logs.logger(), DisableListen: true})
+	p, err := worker.New(txinbox.Store{DB: small, Schema: e.Schema, NotifyInterval: -1, Logger: logs.logger()}, worker.Config{Consumer: "ledger",
+		Handlers: hs, Concurrency: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestFailuresAreLoggedAndObserved(t *testing.T) {
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return fmt.Errorf("attempt %d: %w", m.Attempt, errFlaky)
 	}, worker.HandlerConfig{MaxAttempts: 2})
-	run(t, e.with(rec).pool(t, hs, func(c *worker.Config) { c.Logger = logs.logger() }))
+	run(t, e.with(rec).poolOn(t, e.storeLogging(logs), hs, nil))
 	waitFor(t, "flaky dead", func() bool { return e.count(t, "dead") == 1 })
 	var id int64
 	if err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT id FROM {schema}.inbox WHERE key = 'flaky'`)).Scan(&id); err != nil {

@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -54,9 +55,9 @@ type Config struct {
 	// adapters.Coordinates())).
 	// Coordinates are stable across redeliveries but do not catch a producer that sends the same
 	// message twice; adapters.RecordKey() uses the record key, when each message has its own.
-	// Sink.Logger default: BatchConfig.Logger.
+	// The consumer logs to Sink.Store's Logger.
 	Sink adapters.SinkConfig
-	// BatchConfig holds the batch size, waits, retry delays, write timeout and logger, with their
+	// BatchConfig holds the batch size, waits, retry delays and write timeout, with their
 	// defaults; its WriteTimeout also bounds committing a batch's offsets.
 	adapters.BatchConfig
 }
@@ -66,6 +67,7 @@ type Config struct {
 type Consumer struct {
 	cfg  Config
 	sink *adapters.Sink
+	log  *slog.Logger // the Sink's Store's Logger
 	loop run.Loop
 
 	// afterStore, if set (by tests), runs after a batch committed and before its offsets are
@@ -84,7 +86,7 @@ func New(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	cfg.Options = append(slices.Clip(cfg.Options), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll())
-	return &Consumer{cfg: cfg, sink: sink, loop: run.Loop{Name: "txinbox/kafka"}}, nil
+	return &Consumer{cfg: cfg, sink: sink, log: cfg.Sink.Store.Logger, loop: run.Loop{Name: "txinbox/kafka"}}, nil
 }
 
 // Stats returns what the consumer did so far. Stats.Acked counts records whose offsets were committed.
@@ -156,7 +158,7 @@ func (c *Consumer) fetch(ctx context.Context, cl *kgo.Client, limit int) []*kgo.
 	fs := cl.PollRecords(ctx, limit)
 	fs.EachError(func(topic string, partition int32, err error) {
 		if ctx.Err() == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, kgo.ErrClientClosed) {
-			c.cfg.Logger.Warn("txinbox/kafka: fetch", "topic", topic, "partition", partition, "err", err)
+			c.log.Warn("txinbox/kafka: fetch", "topic", topic, "partition", partition, "err", err)
 		}
 	})
 	return fs.Records()
@@ -180,7 +182,7 @@ func (c *Consumer) handle(ctx, abort context.Context, cl *kgo.Client, recs []*kg
 				}
 			}
 			if err := cl.CommitRecords(wctx, recs...); err != nil {
-				c.cfg.Logger.Warn("txinbox/kafka: offset commit failed; the records will be consumed again and dropped by the inbox as duplicates",
+				c.log.Warn("txinbox/kafka: offset commit failed; the records will be consumed again and dropped by the inbox as duplicates",
 					"records", len(recs), "err", err)
 			} else {
 				c.sink.CountAcked(len(recs))
@@ -190,7 +192,7 @@ func (c *Consumer) handle(ctx, abort context.Context, cl *kgo.Client, recs []*kg
 		}
 		cancel()
 		d := retry.Next()
-		c.cfg.Logger.Error("txinbox/kafka: cannot store batch; retrying it, offsets not committed", "records", len(recs), "err", err, "delay", d)
+		c.log.Error("txinbox/kafka: cannot store batch; retrying it, offsets not committed", "records", len(recs), "err", err, "delay", d)
 		if !run.Sleep(ctx, d) {
 			return nil // shutting down: uncommitted, consumed again on restart
 		}

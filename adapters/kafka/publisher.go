@@ -15,10 +15,9 @@ import (
 	"github.com/txinbox/txinbox/outbox"
 )
 
-// DefaultDeliveryTimeout is the kgo.RecordDeliveryTimeout a Publisher's client gets unless its
-// Options set another: a record not produced by then fails, so that the copies of an event whose
-// Publish call gave up do not pile up in the client while the cluster is unreachable.
-const DefaultDeliveryTimeout = 20 * time.Second
+// deliveryTimeout is the kgo.RecordDeliveryTimeout a Publisher's client gets unless its Options set
+// another (PublisherConfig.Options).
+const deliveryTimeout = 20 * time.Second
 
 // PublisherConfig configures a [Publisher]. Options are required; every other zero field takes the
 // documented default. NewPublisher returns a *txinbox.ConfigError naming the field that is missing or
@@ -27,8 +26,9 @@ type PublisherConfig struct {
 	// Options configure the franz-go client the publisher makes: kgo.SeedBrokers is required; TLS,
 	// SASL, compression and the like go here too. The client produces idempotently (franz-go's
 	// default, with acks from all in-sync replicas): kgo.DisableIdempotentWrite and
-	// kgo.TransactionalID are refused. kgo.RecordDeliveryTimeout(DefaultDeliveryTimeout) comes before
-	// them: an option of Options overrides it.
+	// kgo.TransactionalID are refused. kgo.RecordDeliveryTimeout(20s) comes before them (an option of
+	// Options overrides it): a record not produced by then fails, so that the copies of an event
+	// whose Publish call gave up do not pile up in the client while the cluster is unreachable.
 	Options []kgo.Opt
 	// IDHeader names the record header that carries the event id. Default
 	// adapters.IdempotencyKeyHeader ("x-idempotency-key"), which the kafka Consumer of this package
@@ -78,7 +78,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.IDHeader == "" {
 		cfg.IDHeader = adapters.IdempotencyKeyHeader
 	}
-	opts := append([]kgo.Opt{kgo.RecordDeliveryTimeout(DefaultDeliveryTimeout)}, cfg.Options...)
+	opts := append([]kgo.Opt{kgo.RecordDeliveryTimeout(deliveryTimeout)}, cfg.Options...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, &txinbox.ConfigError{Field: "Options", Reason: err.Error()}

@@ -75,13 +75,13 @@ type Config struct {
 	// CloudEvents id (ce-id, with ce-specversion), else the Nats-Msg-Id header, else the
 	// x-idempotency-key header (adapters.FirstOf(adapters.CloudEventID(), adapters.MessageID(),
 	// adapters.Header(adapters.IdempotencyKeyHeader))); a message with none is stored dead.
-	// adapters.Coordinates() keys by stream sequence instead. Sink.Logger default:
-	// BatchConfig.Logger.
+	// adapters.Coordinates() keys by stream sequence instead. The consumer logs to Sink.Store's
+	// Logger.
 	Sink adapters.SinkConfig
 	// Prefetch is the most messages one pull request asks for: how many may be delivered ahead of
 	// the batch being stored. It is raised to BatchSize if lower. Default: 2 × BatchSize.
 	Prefetch int
-	// BatchConfig holds the batch size, waits, retry delays, write timeout and logger, with their
+	// BatchConfig holds the batch size, waits, retry delays and write timeout, with their
 	// defaults.
 	adapters.BatchConfig
 }
@@ -91,6 +91,7 @@ type Config struct {
 type Consumer struct {
 	cfg  Config
 	sink *adapters.Sink
+	log  *slog.Logger // the Sink's Store's Logger
 	loop run.Loop
 	n    int // batches handled, numbered from 1 for the hooks below (the loop's goroutine only)
 	// held is a batch that could not be stored when consuming was asked to end: it is given back
@@ -117,7 +118,7 @@ func New(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	cfg.Prefetch = run.Prefetch(cfg.Prefetch, cfg.BatchSize)
-	return &Consumer{cfg: cfg, sink: sink, loop: run.Loop{Name: "txinbox/natsjs"}}, nil
+	return &Consumer{cfg: cfg, sink: sink, log: cfg.Sink.Store.Logger, loop: run.Loop{Name: "txinbox/natsjs"}}, nil
 }
 
 // Stats returns what the consumer did so far.
@@ -141,7 +142,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 		if err != nil {
 			return nil, fmt.Errorf("consumer info: %w", err)
 		}
-		p := &puller{cons: c.cfg.Consumer, size: c.cfg.Prefetch, log: c.cfg.Logger}
+		p := &puller{cons: c.cfg.Consumer, size: c.cfg.Prefetch, log: c.log}
 		if info.NumAckPending == 0 {
 			if err := p.pull(); err != nil {
 				return nil, err
@@ -309,7 +310,7 @@ func (c *Consumer) handle(ctx, abort context.Context, batch []jetstream.Msg, ret
 			break
 		}
 		d := retry.Next()
-		c.cfg.Logger.Error("txinbox/natsjs: cannot store batch; holding it and storing it again", "messages", len(batch), "err", err, "delay", d)
+		c.log.Error("txinbox/natsjs: cannot store batch; holding it and storing it again", "messages", len(batch), "err", err, "delay", d)
 		if !run.Hold(ctx, d, func() { inProgress(batch) }, c.ackWait()/4) {
 			c.held = batch // given back by the caller, first
 			return nil
@@ -324,7 +325,7 @@ func (c *Consumer) handle(ctx, abort context.Context, batch []jetstream.Msg, ret
 	acked := 0
 	for _, m := range batch {
 		if err := m.Ack(); err != nil {
-			c.cfg.Logger.Warn("txinbox/natsjs: ack failed; JetStream redelivers after AckWait, and the inbox drops the copy",
+			c.log.Warn("txinbox/natsjs: ack failed; JetStream redelivers after AckWait, and the inbox drops the copy",
 				"messages", len(batch)-acked, "err", err)
 			break
 		}
@@ -414,7 +415,7 @@ func (c *Consumer) takeBack(ctx, abort context.Context, info *jetstream.Consumer
 			continue
 		}
 		if now.After(giveUp) {
-			c.cfg.Logger.Warn("txinbox/natsjs: messages pending acknowledgement at start did not come back; going on without them",
+			c.log.Warn("txinbox/natsjs: messages pending acknowledgement at start did not come back; going on without them",
 				"missing", missing, "waited", time.Since(started).Round(time.Millisecond))
 			break
 		}
@@ -456,7 +457,7 @@ func (c *Consumer) fetchReady(ctx context.Context, n int) ([]jetstream.Msg, erro
 		msgs = append(msgs, m)
 	}
 	if err := b.Error(); err != nil && ctx.Err() == nil {
-		c.cfg.Logger.Warn("txinbox/natsjs: fetch", "err", err)
+		c.log.Warn("txinbox/natsjs: fetch", "err", err)
 	}
 	return msgs, nil
 }
@@ -484,7 +485,7 @@ func (c *Consumer) release(p *puller) {
 func (c *Consumer) handBack(msgs []jetstream.Msg) {
 	for _, m := range msgs {
 		if err := m.Nak(); err != nil {
-			c.cfg.Logger.Warn("txinbox/natsjs: nak failed; JetStream redelivers after AckWait", "err", err)
+			c.log.Warn("txinbox/natsjs: nak failed; JetStream redelivers after AckWait", "err", err)
 			return
 		}
 	}

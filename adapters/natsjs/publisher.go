@@ -16,11 +16,12 @@ import (
 	"github.com/txinbox/txinbox/outbox"
 )
 
-// Defaults of PublisherConfig.
-const (
-	DefaultAckTimeout  = 5 * time.Second
-	DefaultConcurrency = 256
-)
+// DefaultAckTimeout is PublisherConfig.AckTimeout when it is zero: give the JetStream context the same
+// (jetstream.WithPublishAsyncTimeout), so that its own bound does not fail a publish first.
+const DefaultAckTimeout = 5 * time.Second
+
+// defaultConcurrency is PublisherConfig.Concurrency when it is zero (documented there).
+const defaultConcurrency = 256
 
 // ErrNoStream is the error of an event whose subject no stream captures (JetStream did not answer
 // the publish: no responders). It is retried: a stream may be created or given the subject.
@@ -49,7 +50,7 @@ type PublisherConfig struct {
 	// Concurrency is the most messages of one Publish call awaiting their PubAck at once (the events
 	// of a call have distinct keys, so they need no order among them): they are published
 	// asynchronously (jetstream.PublishMsgAsync), and the oldest is awaited when this many are
-	// pending. Default DefaultConcurrency (256). Keep it times the relay's Concurrency within the
+	// pending. Default: 256. Keep it times the relay's Concurrency within the
 	// JetStream's limit of pending asynchronous publishes (jetstream.WithPublishAsyncMaxPending,
 	// 4,000 by default): past it, PublishMsgAsync waits, then fails the event (retried).
 	Concurrency int
@@ -108,7 +109,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	case cfg.Concurrency < 0:
 		return nil, &txinbox.ConfigError{Field: "Concurrency", Reason: "must not be negative"}
 	case cfg.Concurrency == 0:
-		cfg.Concurrency = DefaultConcurrency
+		cfg.Concurrency = defaultConcurrency
 	}
 	if cfg.Subject == nil {
 		cfg.Subject = func(ev outbox.Event) string { return ev.Topic }

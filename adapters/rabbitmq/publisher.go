@@ -14,8 +14,8 @@ import (
 	"github.com/txinbox/txinbox/outbox"
 )
 
-// DefaultConfirmTimeout is PublisherConfig.ConfirmTimeout when it is zero.
-const DefaultConfirmTimeout = 15 * time.Second
+// defaultConfirmTimeout is PublisherConfig.ConfirmTimeout when it is zero (documented there).
+const defaultConfirmTimeout = 15 * time.Second
 
 // Errors of a Publisher's events (matched with errors.Is); each is a failure the relay retries.
 var (
@@ -60,7 +60,7 @@ type PublisherConfig struct {
 	AllowUnroutable bool
 	// ConfirmTimeout bounds the wait for the broker's confirms of a Publish call's messages, counted
 	// from when they were all sent. An event not confirmed by then fails ([ErrConfirmTimeout]) and
-	// the connection is closed (the next call connects again). Default DefaultConfirmTimeout (15s);
+	// the connection is closed (the next call connects again). Default: 15s;
 	// it should be less than the relay's Timeout, which bounds the whole call.
 	ConfirmTimeout time.Duration
 }
@@ -127,7 +127,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	case cfg.ConfirmTimeout < 0:
 		return nil, &txinbox.ConfigError{Field: "ConfirmTimeout", Reason: "must not be negative"}
 	case cfg.ConfirmTimeout == 0:
-		cfg.ConfirmTimeout = DefaultConfirmTimeout
+		cfg.ConfirmTimeout = defaultConfirmTimeout
 	}
 	if cfg.Route == nil {
 		exchange := cfg.Exchange

@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -62,12 +63,12 @@ type Config struct {
 	// (cloudEvents_id), else the message-id property, else the x-idempotency-key header
 	// (adapters.FirstOf(adapters.CloudEventID(), adapters.MessageID(),
 	// adapters.Header(adapters.IdempotencyKeyHeader))); a delivery with none is stored dead.
-	// Sink.Logger default: BatchConfig.Logger.
+	// The consumer logs to Sink.Store's Logger.
 	Sink adapters.SinkConfig
 	// Prefetch is the channel's prefetch count (basic.qos): deliveries in flight, unacknowledged. It
 	// is raised to BatchSize if lower. Default: 2 × BatchSize.
 	Prefetch int
-	// BatchConfig holds the batch size, waits, retry delays, write timeout and logger, with their
+	// BatchConfig holds the batch size, waits, retry delays and write timeout, with their
 	// defaults; RetryDelay, doubling up to MaxRetryDelay, is also the delay before reconnecting.
 	adapters.BatchConfig
 }
@@ -77,6 +78,7 @@ type Config struct {
 type Consumer struct {
 	cfg  Config
 	sink *adapters.Sink
+	log  *slog.Logger // the Sink's Store's Logger
 	loop run.Loop
 
 	// afterStore, if set (by tests), runs after a batch committed and before it is acknowledged; an
@@ -99,7 +101,7 @@ func New(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	cfg.Prefetch = run.Prefetch(cfg.Prefetch, cfg.BatchSize)
-	return &Consumer{cfg: cfg, sink: sink, loop: run.Loop{Name: "txinbox/rabbitmq"}}, nil
+	return &Consumer{cfg: cfg, sink: sink, log: cfg.Sink.Store.Logger, loop: run.Loop{Name: "txinbox/rabbitmq"}}, nil
 }
 
 // Stats returns what the consumer did so far.
@@ -167,7 +169,7 @@ func (c *Consumer) consume(ctx, abort context.Context, first *session) error {
 			return crash.err
 		}
 		d := reconnect.Next()
-		c.cfg.Logger.Warn("txinbox/rabbitmq: connection lost; reconnecting", "queue", c.cfg.Queue, "err", err, "delay", d)
+		c.log.Warn("txinbox/rabbitmq: connection lost; reconnecting", "queue", c.cfg.Queue, "err", err, "delay", d)
 		if !run.Sleep(ctx, d) {
 			return nil
 		}
@@ -278,7 +280,7 @@ func (c *Consumer) handle(ctx, abort context.Context, ch *amqp.Channel, batch []
 			break
 		}
 		d := retry.Next()
-		c.cfg.Logger.Error("txinbox/rabbitmq: cannot store batch; holding it and storing it again", "queue", c.cfg.Queue,
+		c.log.Error("txinbox/rabbitmq: cannot store batch; holding it and storing it again", "queue", c.cfg.Queue,
 			"messages", len(batch), "err", err, "delay", d)
 		if !run.Hold(ctx, d, nil, 0) {
 			return nil // shutting down: closing the channel requeues the batch

@@ -13,6 +13,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/envelope"
+	"github.com/txinbox/txinbox/adapters/internal/run"
 )
 
 // ReceiverConfig configures a [Receiver]. Secret, Sink.Store.DB and Sink.Consumer are required;
@@ -22,7 +23,7 @@ type ReceiverConfig struct {
 	// Secret verifies every request's signature: the sender's Config.Secret ("whsec_" + base64).
 	Secret string
 	// Tolerance is how far a request's webhook-timestamp may be from the receiver's clock (see
-	// [Verify]). Default [DefaultTolerance] (5 minutes).
+	// [Verify]). Default: 5 minutes.
 	Tolerance time.Duration
 	// Sink says where the requests are stored and how they become inbox messages (see
 	// adapters.Sink.Store). Sink.Key default: the CloudEvents id (ce-id), else the webhook-id header
@@ -34,7 +35,7 @@ type ReceiverConfig struct {
 	// (its signature cannot be checked without reading it whole). Default: Sink.MaxPayloadBytes
 	// (1 MiB when that is zero).
 	MaxBodyBytes int
-	// WriteTimeout bounds storing one request. Default adapters.DefaultWriteTimeout (30s).
+	// WriteTimeout bounds storing one request. Default: 30s.
 	WriteTimeout time.Duration
 }
 
@@ -80,13 +81,13 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	case cfg.Tolerance < 0:
 		return nil, &txinbox.ConfigError{Field: "Tolerance", Reason: "must not be negative"}
 	case cfg.Tolerance == 0:
-		cfg.Tolerance = DefaultTolerance
+		cfg.Tolerance = defaultTolerance
 	}
 	switch {
 	case cfg.WriteTimeout < 0:
 		return nil, &txinbox.ConfigError{Field: "WriteTimeout", Reason: "must not be negative"}
 	case cfg.WriteTimeout == 0:
-		cfg.WriteTimeout = adapters.DefaultWriteTimeout
+		cfg.WriteTimeout = run.DefaultWriteTimeout
 	}
 	if cfg.MaxBodyBytes < 0 {
 		return nil, &txinbox.ConfigError{Field: "MaxBodyBytes", Reason: "must not be negative"}
@@ -135,7 +136,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := rc.sink.Store(ctx, []*adapters.Record{rec})
 	if err != nil {
-		rc.cfg.Sink.Logger.Error("txinbox/webhook: cannot store the request; answered 503, the sender retries",
+		rc.cfg.Sink.Store.Logger.Error("txinbox/webhook: cannot store the request; answered 503, the sender retries",
 			"path", rec.Source, "id", rec.MessageID, "err", err)
 		writeProblem(w, ProblemStoreUnavailable, "the message could not be stored; retry")
 		return

@@ -31,9 +31,8 @@ const (
 	MaxSecretBytes = 64
 )
 
-// DefaultTolerance is the tolerance [Verify] applies when it is given none: how far a request's
-// webhook-timestamp may be from the receiver's clock.
-const DefaultTolerance = 5 * time.Minute
+// defaultTolerance is the tolerance [Verify] applies when it is given none (documented there).
+const defaultTolerance = 5 * time.Minute
 
 // Errors of [Verify] (matched with errors.Is).
 var (
@@ -91,7 +90,7 @@ func Sign(secret, id string, at time.Time, body []byte) (string, error) {
 
 // Verify checks a request received from a [Publisher] (or any Standard Webhooks sender) with the
 // shared secret: its headers h must carry webhook-id, webhook-timestamp and webhook-signature; the
-// timestamp must be within tolerance of now (tolerance ≤ 0 means [DefaultTolerance]); and one of the
+// timestamp must be within tolerance of now (tolerance ≤ 0 means 5 minutes); and one of the
 // space-separated signatures of webhook-signature must be "v1," followed by the signature of
 // webhook-id, webhook-timestamp and body (see [Sign]), compared in constant time. body must be the
 // request's body byte for byte, as read, before any parsing.
@@ -119,7 +118,7 @@ func verifyAt(secret string, h http.Header, body []byte, tolerance time.Duration
 		return fmt.Errorf("%w: %s %q is not a number of seconds", ErrTimestamp, HeaderTimestamp, ts)
 	}
 	if tolerance <= 0 {
-		tolerance = DefaultTolerance
+		tolerance = defaultTolerance
 	}
 	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
 		return fmt.Errorf("%w: %s is %v from now (tolerance %v)", ErrTimestamp, HeaderTimestamp, d.Round(time.Second), tolerance)

@@ -48,11 +48,11 @@ import (
 	"github.com/txinbox/txinbox/outbox"
 )
 
-// Defaults of Config.
+// Defaults of Config (documented on its fields).
 const (
-	DefaultTimeout     = 10 * time.Second
-	DefaultConcurrency = 8
-	DefaultUserAgent   = "txinbox-webhook"
+	defaultTimeout     = 10 * time.Second
+	defaultConcurrency = 8
+	defaultUserAgent   = "txinbox-webhook"
 )
 
 // ErrNoEndpoint is the (permanent) error of an event whose topic has no endpoint: not in
@@ -76,13 +76,13 @@ type Config struct {
 	// the POST into a GET.
 	Client *http.Client
 	// Timeout bounds each request, from sending it to reading its answer's body; a request that
-	// outlives it is a failure, retried. Default DefaultTimeout (10s). It should be less than the
+	// outlives it is a failure, retried. Default: 10s. It should be less than the
 	// relay's Timeout, which bounds the whole Publish call.
 	Timeout time.Duration
 	// Concurrency is the most requests in flight at once for one Publish call (the events of a call
-	// have distinct keys, so they need no order among them). Default DefaultConcurrency (8).
+	// have distinct keys, so they need no order among them). Default: 8.
 	Concurrency int
-	// UserAgent is the requests' User-Agent header. Default DefaultUserAgent.
+	// UserAgent is the requests' User-Agent header. Default: "txinbox-webhook".
 	UserAgent string
 }
 
@@ -117,16 +117,16 @@ func New(cfg Config) (*Publisher, error) {
 	case cfg.Timeout < 0:
 		return nil, &txinbox.ConfigError{Field: "Timeout", Reason: "must not be negative"}
 	case cfg.Timeout == 0:
-		cfg.Timeout = DefaultTimeout
+		cfg.Timeout = defaultTimeout
 	}
 	switch {
 	case cfg.Concurrency < 0:
 		return nil, &txinbox.ConfigError{Field: "Concurrency", Reason: "must not be negative"}
 	case cfg.Concurrency == 0:
-		cfg.Concurrency = DefaultConcurrency
+		cfg.Concurrency = defaultConcurrency
 	}
 	if cfg.UserAgent == "" {
-		cfg.UserAgent = DefaultUserAgent
+		cfg.UserAgent = defaultUserAgent
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -1046,13 +1045,13 @@ var cleanCmd = &command{
 	details: `
 A completed message is kept as a dedup record until the end of its window (the Store's Retention,
 7 days by default); after it the key is accepted again as a new message whether or not the row was
-deleted. The schema's maintainer (started by the worker pools) retires expired rows in running
+deleted. The schema's maintainer (run by every runner) retires expired rows in running
 services, a generation at a time; this command makes one full pass now, in short statements that
 skip locked rows, so receiving and processing go on. Dead messages are
 never cleaned (see 'dead discard' and 'discard-older --state dead').`,
 	flags: func(fs *flag.FlagSet) {
-		cleanFlags.batchSize = retention.DefaultCleanBatchSize
-		fs.IntVar(&cleanFlags.batchSize, "batch-size", retention.DefaultCleanBatchSize, fmt.Sprintf("most rows deleted per statement (1 to %d)", retention.MaxCleanBatchSize))
+		cleanFlags.batchSize = 1000 // retention.CleanOptions.BatchSize's default
+		fs.IntVar(&cleanFlags.batchSize, "batch-size", cleanFlags.batchSize, fmt.Sprintf("most rows deleted per statement (1 to %d)", retention.MaxCleanBatchSize))
 	},
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
@@ -1066,10 +1065,6 @@ never cleaned (see 'dead discard' and 'discard-older --state dead').`,
 			return err
 		}
 		defer pool.Close()
-		cl, err := retention.New(txinbox.Store{DB: pool, Schema: a.schema}, retention.Config{})
-		if err != nil {
-			return err
-		}
 		p := a.progress("clean", "messages deleted")
 		defer p.end()
 		var poll func() (int64, bool)
@@ -1077,7 +1072,7 @@ never cleaned (see 'dead discard' and 'discard-older --state dead').`,
 			poll = inboxDeletes(a, c)
 		}
 		stop := p.ticking(poll)
-		r, err := cl.Clean(a.ctx, retention.CleanOptions{BatchSize: cleanFlags.batchSize})
+		r, err := retention.Clean(a.ctx, txinbox.Store{DB: pool, Schema: a.schema}, retention.CleanOptions{BatchSize: cleanFlags.batchSize})
 		stop()
 		p.end()
 		if err != nil {
@@ -1098,15 +1093,15 @@ var rotateCmd = &command{
 	name:    "rotate",
 	summary: "begin a new generation of the inbox now, retiring the generation before last",
 	details: `
-The inbox table is a ring of three generations (migration 00006). The schema's maintainer (started
-by the worker pools) begins a new one every Generation (the Store's Retention by default); this
+The inbox table is a ring of three generations (migration 00006). The schema's maintainer (run by
+every runner) begins a new one every Generation (the Store's Retention by default); this
 command does it now: the messages of the generation before last that must stay (pending, dead, and completed ones still in
 their window) are copied into the new generation, and the rest leave with a TRUNCATE. Receives and
 workers of every consumer wait while it copies; it waits at most --lock-timeout for transactions
 that have touched the inbox.`,
 	flags: func(fs *flag.FlagSet) {
-		rotateFlags.lockTimeout = retention.DefaultRotateLockTimeout
-		fs.DurationVar(&rotateFlags.lockTimeout, "lock-timeout", retention.DefaultRotateLockTimeout, "longest wait for the retired generation's lock")
+		rotateFlags.lockTimeout = 2 * time.Second // retention.RotateOptions.LockTimeout's default
+		fs.DurationVar(&rotateFlags.lockTimeout, "lock-timeout", rotateFlags.lockTimeout, "longest wait for the retired generation's lock")
 	},
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
@@ -1120,14 +1115,11 @@ that have touched the inbox.`,
 			return err
 		}
 		defer pool.Close()
-		cl, err := retention.New(txinbox.Store{DB: pool, Schema: a.schema}, retention.Config{RotateLockTimeout: rotateFlags.lockTimeout, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			return err
-		}
 		p := a.progress("rotate", "")
 		defer p.end()
 		stop := p.ticking(nil) // one statement: only the time elapsed is known
-		r, err := cl.Rotate(a.ctx)
+		r, err := retention.Rotate(a.ctx, txinbox.Store{DB: pool, Schema: a.schema},
+			retention.RotateOptions{LockTimeout: rotateFlags.lockTimeout, Force: true})
 		stop()
 		p.end()
 		if err != nil {

@@ -160,7 +160,9 @@ func TestDeadListMatchesConsole(t *testing.T) {
 	if err := db.Pool.SendBatch(ctx, b).Close(); err != nil {
 		t.Fatal(err)
 	}
-	h, err := console.New(db.Store(), console.Config{Logger: slog.New(slog.DiscardHandler)})
+	st := db.Store()
+	st.Logger = slog.New(slog.DiscardHandler)
+	h, err := console.New(st, console.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ Behind TLS, terminate it in front of the console: basic authentication sends the
 			return fmt.Errorf("cannot connect to the database: %w", err)
 		}
 		logger := slog.New(slog.NewTextHandler(a.stderr, nil))
-		h, err := console.New(txinbox.Store{DB: pool, Schema: a.schema}, console.Config{ReadOnly: uiFlags.readOnly, Logger: logger})
+		h, err := console.New(txinbox.Store{DB: pool, Schema: a.schema, Logger: logger}, console.Config{ReadOnly: uiFlags.readOnly})
 		if err != nil {
 			return err
 		}

@@ -122,9 +122,10 @@ func newEnv(t *testing.T, cfg console.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.RefreshInterval = -1 // no reload in the middle of a test
-	h, err := console.New(db.Store(), cfg)
+	st := db.Store()
+	st.Logger = slog.New(slog.DiscardHandler)
+	h, err := console.New(st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,8 +167,9 @@ func (e *env) pool(t *testing.T, consumer, errText string) {
 		_, err := tx.Exec(ctx, e.SQL(`INSERT INTO {schema}.effects (key) VALUES ($1)`), m.Key)
 		return err
 	})
-	p, err := worker.New(e.Store(), worker.Config{Consumer: consumer, Handlers: hs,
-		PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	st := e.Store()
+	st.Logger = slog.New(slog.DiscardHandler)
+	p, err := worker.New(st, worker.Config{Consumer: consumer, Handlers: hs, PollInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

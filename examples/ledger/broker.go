@@ -43,7 +43,7 @@ func (b *brokerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.natsSubject, "nats-subject", "", "subject filter of the consumer; a missing --nats-stream is created with this subject (empty: the whole stream, which must exist)")
 	fs.StringVar(&b.natsDurable, "nats-durable", "ledger", "name of the durable JetStream pull consumer (created or updated on start)")
 	fs.DurationVar(&b.natsAckWait, "nats-ack-wait", 30*time.Second, "AckWait of the JetStream consumer: redelivery delay of a message whose batch was never acknowledged")
-	fs.IntVar(&b.batchSize, "broker-batch-size", adapters.DefaultBatchSize, "broker messages stored in the inbox (one transaction) and acknowledged together")
+	fs.IntVar(&b.batchSize, "broker-batch-size", 100, "broker messages stored in the inbox (one transaction) and acknowledged together (adapters.BatchConfig.BatchSize)")
 }
 
 func (b *brokerFlags) check() error {
@@ -79,12 +79,12 @@ func bodyString(field string) adapters.KeyFunc {
 // events of one account are credited one at a time, in arrival order. A message with no kind (AMQP
 // type property, x-kind header) is an OrderPaid. The messages are stored in store.
 func sinkConfig(store txinbox.Store, logger *slog.Logger) adapters.SinkConfig {
+	store.Logger = logger // the consumer's and its Sink's
 	return adapters.SinkConfig{
 		Store: store, Consumer: ledger.Consumer, DefaultKind: ledger.KindOrderPaid,
 		MaxPayloadBytes: api.MaxBodyBytes,
 		Key:             adapters.FirstOf(adapters.MessageID(), adapters.Header(adapters.IdempotencyKeyHeader), bodyString("event_id")),
 		OrderingKey:     bodyString("account_id"),
-		Logger:          logger,
 	}
 }
 
@@ -111,7 +111,7 @@ func (b *brokerFlags) sources(ctx context.Context, store txinbox.Store, logger *
 	if b.amqpURL != "" {
 		queue, declare := b.amqpQueue, b.amqpDeclare
 		c, err := rabbitmq.New(rabbitmq.Config{
-			URL: b.amqpURL, Queue: queue, ConsumerTag: "", BatchConfig: adapters.BatchConfig{BatchSize: b.batchSize, Logger: logger},
+			URL: b.amqpURL, Queue: queue, ConsumerTag: "", BatchConfig: adapters.BatchConfig{BatchSize: b.batchSize},
 			Sink: sinkConfig(store, logger),
 			Setup: func(ch *amqp.Channel) error {
 				if !declare {
@@ -163,7 +163,7 @@ func (b *brokerFlags) natsSource(ctx context.Context, store txinbox.Store, logge
 	if err != nil {
 		return fail(fmt.Errorf("consumer %s on stream %s: %w", b.natsDurable, b.natsStream, err))
 	}
-	c, err := natsjs.New(natsjs.Config{Consumer: cons, BatchConfig: adapters.BatchConfig{BatchSize: b.batchSize, Logger: logger}, Sink: sinkConfig(store, logger)})
+	c, err := natsjs.New(natsjs.Config{Consumer: cons, BatchConfig: adapters.BatchConfig{BatchSize: b.batchSize}, Sink: sinkConfig(store, logger)})
 	if err != nil {
 		return fail(err)
 	}

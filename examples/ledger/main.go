@@ -205,7 +205,7 @@ type workerFlags struct {
 
 func (w *workerFlags) register(fs *flag.FlagSet, workers int) {
 	fs.IntVar(&w.workers, "workers", workers, "batches handled at once, each in its own transaction (0: no workers)")
-	fs.IntVar(&w.batchSize, "batch-size", worker.DefaultBatchSize, "messages claimed and handled per transaction (1 to 64)")
+	fs.IntVar(&w.batchSize, "batch-size", 32, "messages claimed and handled per transaction (1 to 64; worker.Config.BatchSize)")
 	fs.DurationVar(&w.lease, "lease", 10*time.Second, "how long a claim holds before a crashed worker's messages are taken over")
 	fs.DurationVar(&w.timeout, "timeout", 2*time.Second, "time limit of one handler call (must be below --lease)")
 	fs.DurationVar(&w.poll, "poll", 250*time.Millisecond, "how often idle workers look for work")
@@ -243,9 +243,10 @@ func (w *workerFlags) faults(stdout io.Writer) *demo.Faults {
 }
 
 // runner returns the service's runner on store: the worker pool (none with --workers 0) and the
-// schema's maintainer candidate, reporting to store's Tracer.
+// schema's maintainer candidate, reporting to store's Tracer and Logger.
 func (w *workerFlags) runner(store txinbox.Store, logger *slog.Logger, stdout io.Writer) (*runner.Runner, error) {
-	cfg := runner.Config{Logger: logger, Owner: w.owner}
+	store.Logger = logger
+	cfg := runner.Config{Owner: w.owner}
 	if w.workers > 0 {
 		l, err := ledger.New(store)
 		if err != nil {

@@ -112,7 +112,7 @@ func relay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *hangAfter > 0 {
 		pub = &hangingPublisher{Publisher: pub, after: *hangAfter, out: stdout}
 	}
-	r, err := runner.New(txinbox.Store{DB: db, Schema: c.schema, Tracer: tr.StoreTracer()}, runner.Config{Logger: logger, Relays: []outbox.RelayConfig{{
+	r, err := runner.New(txinbox.Store{DB: db, Schema: c.schema, Tracer: tr.StoreTracer(), Logger: logger}, runner.Config{Relays: []outbox.RelayConfig{{
 		Publisher: pub, BatchSize: *batchSize, Lease: *lease, Timeout: *timeout,
 	}}})
 	if err != nil {

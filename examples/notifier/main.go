@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	durable := fs.String("nats-durable", "notifier", "durable JetStream consumer on "+stream+" (created or updated on start)")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "redelivery delay of a message whose batch was never acknowledged (a crash)")
 	workers := fs.Int("workers", 4, "batches handled at once, each in its own transaction")
-	batchSize := fs.Int("batch-size", worker.DefaultBatchSize, "most messages claimed and handled per transaction (at most one per account)")
+	batchSize := fs.Int("batch-size", 32, "most messages claimed and handled per transaction (at most one per account; worker.Config.BatchSize)")
 	lease := fs.Duration("lease", 30*time.Second, "longest a batch transaction may sit idle (a frozen process) before the server ends it; the handler's time limit is a third of it")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	traceFile := fs.String("trace-file", "", "append this process's OpenTelemetry spans to this file, one JSON object a line (the stdout exporter's); default: no spans")
@@ -118,7 +118,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			logger.Warn("notifier: closing the trace file", "err", err)
 		}
 	}()
-	store := txinbox.Store{DB: db, Schema: *schema, Tracer: tr.storeTracer()}
+	store := txinbox.Store{DB: db, Schema: *schema, Tracer: tr.storeTracer(), Logger: logger}
 
 	// The worker pool: one notification per stored event.
 	var hook func(m *worker.Message[AccountCredited])
@@ -136,7 +136,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, KindAccountCredited, Handler(*schema, hook))
-	pool, err := runner.New(store, runner.Config{Logger: logger, Pools: []worker.Config{{Consumer: Consumer, Handlers: hs,
+	pool, err := runner.New(store, runner.Config{Pools: []worker.Config{{Consumer: Consumer, Handlers: hs,
 		Concurrency: *workers, BatchSize: *batchSize, Lease: *lease, Timeout: *lease / 3}}})
 	if err != nil {
 		return err
@@ -172,8 +172,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case <-time.After(time.Second):
 		}
 	}
-	cons, err := natsjs.New(natsjs.Config{Consumer: jc, BatchConfig: adapters.BatchConfig{Logger: logger},
-		Sink: adapters.SinkConfig{Store: store, Consumer: Consumer, Logger: logger}})
+	cons, err := natsjs.New(natsjs.Config{Consumer: jc, Sink: adapters.SinkConfig{Store: store, Consumer: Consumer}})
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,7 @@ func TestQuickstartRunsAndStopsOnSIGTERM(t *testing.T) {
 // The quick start keeps its inbox bounded by itself: run with a Retention of one minute (so
 // generations of one minute, the default Generation), its pool's maintainer rotates the generations,
 // and once the generation its messages were stored in is retired, the completed messages, past their
-// dedup window, are gone from the inbox table. Nothing but the program runs: no Cleaner. (Waits for
+// dedup window, are gone from the inbox table. Nothing but the program runs: no rotation by hand. (Waits for
 // two rotations: about two minutes.)
 func TestQuickstartKeepsItsInboxBoundedByItself(t *testing.T) {
 	t.Parallel()

@@ -200,17 +200,13 @@ func TestStatementsRouteToOneShard(t *testing.T) {
 		}()
 	}
 	done.Wait()
-	cl, err := retention.New(store, retention.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.Clean(ctx, retention.CleanOptions{}); err != nil {
+	if _, err := retention.Clean(ctx, store, retention.CleanOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Rotations (every consumer's rows, by design: they run on every shard) between receives: the
 	// messages received before are duplicates after them.
 	for range 3 {
-		if r, err := cl.Rotate(ctx); err != nil || !r.Rotated {
+		if r, err := retention.Rotate(ctx, store, retention.RotateOptions{Force: true}); err != nil || !r.Rotated {
 			t.Fatalf("rotate: %+v %v", r, err)
 		}
 		for _, consumer := range []string{"ledger", "mailer"} {

@@ -26,9 +26,8 @@ type Config struct {
 	Runners int
 	// PollInterval is how long an idle runner sleeps when nothing wakes it.
 	PollInterval time.Duration
-	// HotPollInterval is how often one runner claims during HotWindow after any activity.
-	HotPollInterval time.Duration
-	// HotWindow is how long the engine stays hot after its last activity; negative: never.
+	// HotWindow is how long the engine stays hot after its last activity, during which one runner
+	// claims every HotPoll (PollInterval if shorter); negative: never.
 	HotWindow time.Duration
 	// Listen says where notifications wake the runners; its zero value: nowhere (polling only).
 	Listen Listen
@@ -54,7 +53,7 @@ type Listen struct {
 type Outcome int
 
 const (
-	// Idle means nothing was claimed; the runner sleeps (HotPollInterval while hot, else PollInterval).
+	// Idle means nothing was claimed; the runner sleeps (HotPoll while hot, else PollInterval).
 	Idle Outcome = iota
 	// Again means nothing was claimed, but more may be due at once (the claim put rows off): claim again.
 	Again
@@ -82,7 +81,7 @@ type Engine struct {
 	epoch time.Time
 
 	lastActive    atomic.Int64 // ns since epoch of the last activity
-	hotPoller     atomic.Bool  // a runner is polling every HotPollInterval
+	hotPoller     atomic.Bool  // a runner is polling every HotPoll
 	listenPID     atomic.Uint32
 	notifications atomic.Int64
 
@@ -145,7 +144,7 @@ func (e *Engine) Start(ctx context.Context, h Hooks) error {
 		if e.cfg.Listen.Connect != nil {
 			e.wg.Go(func() { e.listen(runCtx) })
 		} else {
-			e.cfg.Logger.Info("txinbox: no connection to LISTEN on (db is not a *pgxpool.Pool and ListenConnect is nil); polling only",
+			e.cfg.Logger.Info("txinbox: no connection to LISTEN on (the Store's DB is not a *pgxpool.Pool); polling only",
 				append(e.cfg.Attrs, "poll_interval", e.cfg.PollInterval)...)
 		}
 	}
@@ -302,7 +301,7 @@ const (
 
 // loop is a runner: it claims and runs batches with r until Stop. Before it runs a batch it wakes
 // another runner when the batch was full (more may be waiting) or when nobody polls fast meanwhile,
-// and it claims again at once after it; when it finds nothing it sleeps HotPollInterval if the
+// and it claims again at once after it; when it finds nothing it sleeps HotPoll (PollInterval if shorter) if the
 // engine is hot and no other runner polls fast, else PollInterval, until woken.
 func (e *Engine) loop(ctx context.Context, r Runner) {
 	defer r.Done(ctx)
@@ -329,7 +328,7 @@ func (e *Engine) loop(ctx context.Context, r Runner) {
 		case Again:
 		default:
 			if e.hot() && e.hotPoller.CompareAndSwap(false, true) {
-				e.Sleep(ctx, min(e.cfg.HotPollInterval, e.cfg.PollInterval), true)
+				e.Sleep(ctx, min(HotPoll, e.cfg.PollInterval), true)
 				e.hotPoller.Store(false)
 			} else {
 				e.Sleep(ctx, e.cfg.PollInterval, true)

@@ -62,7 +62,7 @@ func (e *Engine) listen(ctx context.Context) {
 			// again now and then.
 			backoff = listenMaxBackoff
 			if !unsupported {
-				e.cfg.Logger.Warn("txinbox: LISTEN does not work on this connection; polling (set DisableListen if connections go through a pooler in transaction mode)",
+				e.cfg.Logger.Warn("txinbox: LISTEN does not work on this connection; polling (make Store.NotifyInterval negative if connections go through a pooler in transaction mode)",
 					append(e.cfg.Attrs, "channel", channel, "poll_interval", e.cfg.PollInterval, "check_again_in", backoff)...)
 			}
 			unsupported = true

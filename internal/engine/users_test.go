@@ -18,19 +18,21 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/worker"
 )
 
-// A user of the engine, as the shared tests drive it: started with a ListenConnect of the test's
-// and the test's logger, it must get one unit of work done that nothing but polling can find.
+// A user of the engine, as the shared tests drive it: started on a Store of the test's (whose DB may
+// lead through a proxy) and the test's logger, it must get one unit of work done that nothing but
+// polling can find.
 type user struct {
-	// start starts the user on db with listen as its ListenConnect, logging to logger, polling every
-	// poll, never fast; it returns a function that makes one unit of work and returns a function
-	// that reports whether that work is done.
-	start func(t *testing.T, db *testdb.DB, listen func(context.Context) (*pgx.Conn, error), logger *slog.Logger, poll time.Duration) (work func() (done func() bool))
+	// start starts the user on store (db's schema), logging to logger, polling every poll; it returns
+	// a function that makes one unit of work through db directly and returns a function that reports
+	// whether that work is done.
+	start func(t *testing.T, db *testdb.DB, store txinbox.Store, logger *slog.Logger, poll time.Duration) (work func() (done func() bool))
 }
 
 // users are the engine's users, by package: TestEveryEngineUserIsTested keeps the list whole.
@@ -84,9 +86,10 @@ func TestPoolerDroppingNotificationsFallsBackToPolling(t *testing.T) {
 		t.Run(strings.TrimPrefix(name, "github.com/txinbox/txinbox/"), func(t *testing.T) {
 			t.Parallel()
 			db := testdb.New(t)
-			proxy := dropNotifications(t, db.Pool)
+			store := db.Store()
+			store.DB = dropNotifications(t, db.Pool)
 			logs := &logLines{}
-			work := u.start(t, db, proxy, slog.New(slog.NewTextHandler(logs, nil)), 200*time.Millisecond)
+			work := u.start(t, db, store, slog.New(slog.NewTextHandler(logs, nil)), 200*time.Millisecond)
 			waitFor(t, "the warning that LISTEN does not work", 60*time.Second, func() bool {
 				return logs.has("LISTEN does not work on this connection; polling")
 			})
@@ -96,11 +99,11 @@ func TestPoolerDroppingNotificationsFallsBackToPolling(t *testing.T) {
 	}
 }
 
-func startPool(t *testing.T, db *testdb.DB, listen func(context.Context) (*pgx.Conn, error), logger *slog.Logger, poll time.Duration) func() func() bool {
+func startPool(t *testing.T, db *testdb.DB, store txinbox.Store, logger *slog.Logger, poll time.Duration) func() func() bool {
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "noop", func(context.Context, pgx.Tx, *worker.Message[json.RawMessage]) error { return nil })
-	p, err := worker.New(db.Store(), worker.Config{Consumer: "c", Handlers: hs, ListenConnect: listen, Logger: logger,
-		PollInterval: poll, HotWindow: -1})
+	store.Logger = logger
+	p, err := worker.New(store, worker.Config{Consumer: "c", Handlers: hs, PollInterval: poll})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +123,7 @@ func startPool(t *testing.T, db *testdb.DB, listen func(context.Context) (*pgx.C
 	return work
 }
 
-func startRelay(t *testing.T, db *testdb.DB, listen func(context.Context) (*pgx.Conn, error), logger *slog.Logger, poll time.Duration) func() func() bool {
+func startRelay(t *testing.T, db *testdb.DB, store txinbox.Store, logger *slog.Logger, poll time.Duration) func() func() bool {
 	var mu sync.Mutex
 	sent := 0
 	pub := outbox.PublisherFunc(func(_ context.Context, evs []outbox.Event) error {
@@ -129,8 +132,8 @@ func startRelay(t *testing.T, db *testdb.DB, listen func(context.Context) (*pgx.
 		mu.Unlock()
 		return nil
 	})
-	r, err := outbox.NewRelay(db.Store(), outbox.RelayConfig{Publisher: pub, ListenConnect: listen, Logger: logger,
-		PollInterval: poll, HotWindow: -1})
+	store.Logger = logger
+	r, err := outbox.NewRelay(store, outbox.RelayConfig{Publisher: pub, PollInterval: poll})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,10 +179,12 @@ func runService(t *testing.T, s interface {
 }
 
 // dropNotifications starts a TCP proxy to pool's server that drops every NotificationResponse the
-// server sends, and returns a ListenConnect that connects through it.
-func dropNotifications(t *testing.T, pool *pgxpool.Pool) func(context.Context) (*pgx.Conn, error) {
+// server sends, as PgBouncer in transaction mode does to a LISTEN, and returns a pool of
+// connections through it (its users' listening connections go through it too).
+func dropNotifications(t *testing.T, pool *pgxpool.Pool) *pgxpool.Pool {
 	t.Helper()
-	cc := pool.Config().ConnConfig.Copy()
+	pc := pool.Config()
+	cc := pc.ConnConfig
 	server := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -207,7 +212,12 @@ func dropNotifications(t *testing.T, pool *pgxpool.Pool) func(context.Context) (
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	p, _ := strconv.Atoi(port)
 	cc.Host, cc.Port, cc.TLSConfig, cc.Fallbacks = host, uint16(p), nil, nil
-	return func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc) }
+	proxied, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxied.Close)
+	return proxied
 }
 
 // copyDroppingNotifications copies the server's messages (a type byte and a length) from s to c,

@@ -908,18 +908,6 @@ func (q *Queries) Rotate(ctx context.Context, db DBTX, period pgtype.Interval) (
 	return i, err
 }
 
-const tryCleanerLock = `-- name: TryCleanerLock :one
-SELECT pg_try_advisory_xact_lock($1::bigint) AS locked
-`
-
-// Takes the cleaner lock of a schema for the current transaction, without waiting: true if taken.
-func (q *Queries) TryCleanerLock(ctx context.Context, db DBTX, lockKey int64) (bool, error) {
-	row := db.QueryRow(ctx, tryCleanerLock, lockKey)
-	var locked bool
-	err := row.Scan(&locked)
-	return locked, err
-}
-
 const unclaimedIDs = `-- name: UnclaimedIDs :many
 SELECT q.id
 FROM /* TEMPLATE: schema */inbox_queue q

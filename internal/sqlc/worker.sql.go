@@ -177,7 +177,7 @@ SELECT set_config('statement_timeout', $1::text, true),
 `
 
 // Sent in the batch transaction ahead of its claim (in the same round trip): the claim is bounded on
-// the server by @claim_timeout (ClaimTimeout; BatchLimits sets the batch's own bound after it), and a
+// the server by @claim_timeout (the claim bound; BatchLimits sets the batch's own bound after it), and a
 // session left idle inside the transaction (a frozen or cut-off worker) is terminated after
 // @idle_timeout, which releases its locks and leaves its batch to the rescuer.
 func (q *Queries) ClaimLimits(ctx context.Context, db DBTX, claimTimeout string, idleTimeout string) error {

@@ -215,13 +215,13 @@ func (e *Env) Relay(t testing.TB, pub outbox.Publisher, mod func(*outbox.RelayCo
 		return pub.Publish(ctx, events)
 	})
 	cfg := outbox.RelayConfig{Publisher: handing, PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
-		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 20 * time.Millisecond }),
-		Logger:  slog.New(slog.NewTextHandler(t.Output(), nil))}
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 20 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
 	}
 	store := e.DB.Store()
 	store.Tracer = res
+	store.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 	r, err := outbox.NewRelay(store, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,20 @@
 package run
 
 import (
-	"log/slog"
 	"time"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
+)
+
+// Defaults of adapters.BatchConfig (documented on its fields).
+const (
+	defaultBatchSize     = 100
+	defaultBatchWait     = 20 * time.Millisecond
+	defaultRetryDelay    = time.Second
+	defaultMaxRetryDelay = 30 * time.Second
+	// DefaultWriteTimeout is BatchConfig.WriteTimeout's default, and the webhook receiver's.
+	DefaultWriteTimeout = 30 * time.Second
 )
 
 // Size is a further count of an adapter's Config that must not be negative, named as its field.
@@ -16,8 +25,8 @@ type Size struct {
 
 // Setup is the part of every adapter's New that is the same for all: it checks b and sizes (a
 // *txinbox.ConfigError naming the first negative field), fills in b's zero fields with their defaults,
-// sets sink.Logger to b.Logger and sink.Key to key where they are nil, and makes the Sink; *sink then
-// holds the Sink's configuration, defaults included.
+// sets sink.Key to key if it is nil, and makes the Sink; *sink then holds the Sink's configuration,
+// defaults included (sink.Store resolved: its Logger is the adapter's).
 func Setup(b *adapters.BatchConfig, sink *adapters.SinkConfig, key adapters.KeyFunc, sizes ...Size) (*adapters.Sink, error) {
 	ints := append([]Size{{"BatchSize", b.BatchSize}}, sizes...)
 	for _, f := range ints {
@@ -30,10 +39,10 @@ func Setup(b *adapters.BatchConfig, sink *adapters.SinkConfig, key adapters.KeyF
 		v    *time.Duration
 		def  time.Duration
 	}{
-		{"BatchWait", &b.BatchWait, adapters.DefaultBatchWait},
-		{"RetryDelay", &b.RetryDelay, adapters.DefaultRetryDelay},
-		{"MaxRetryDelay", &b.MaxRetryDelay, adapters.DefaultMaxRetryDelay},
-		{"WriteTimeout", &b.WriteTimeout, adapters.DefaultWriteTimeout},
+		{"BatchWait", &b.BatchWait, defaultBatchWait},
+		{"RetryDelay", &b.RetryDelay, defaultRetryDelay},
+		{"MaxRetryDelay", &b.MaxRetryDelay, defaultMaxRetryDelay},
+		{"WriteTimeout", &b.WriteTimeout, DefaultWriteTimeout},
 	} {
 		if *f.v < 0 {
 			return nil, &txinbox.ConfigError{Field: f.name, Reason: "must not be negative"}
@@ -43,13 +52,7 @@ func Setup(b *adapters.BatchConfig, sink *adapters.SinkConfig, key adapters.KeyF
 		}
 	}
 	if b.BatchSize == 0 {
-		b.BatchSize = adapters.DefaultBatchSize
-	}
-	if b.Logger == nil {
-		b.Logger = slog.Default()
-	}
-	if sink.Logger == nil {
-		sink.Logger = b.Logger
+		b.BatchSize = defaultBatchSize
 	}
 	if sink.Key == nil {
 		sink.Key = key

@@ -36,7 +36,6 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox/bench"
-	"github.com/txinbox/txinbox/worker"
 )
 
 type options struct {
@@ -105,7 +104,7 @@ func main() {
 	flag.BoolVar(&o.trace, "trace", false, "run only one txinbox drain with every statement traced, and print where the time goes (with --only outbox: one relay drain per broker)")
 	flag.IntVar(&o.inbox.Concurrency, "inbox-concurrency", 4, "txinbox worker.Config.Concurrency")
 	flag.IntVar(&o.inbox.BatchSize, "inbox-batch", 64, "txinbox worker.Config.BatchSize")
-	flag.IntVar(&o.inboxBatchHandler, "inbox-batch-handler", worker.DefaultHandlerBatchSize, "txinbox HandlerConfig.BatchSize of the batch-handler drain")
+	flag.IntVar(&o.inboxBatchHandler, "inbox-batch-handler", bench.WorkerHandlerBatchSize, "txinbox HandlerConfig.BatchSize of the batch-handler drain")
 	flag.IntVar(&o.riverTx.MaxWorkers, "river-tx-workers", 100, "River MaxWorkers, JobCompleteTx workload")
 	riverTxPool := flag.Int("river-tx-pool", 20, "River pgxpool MaxConns, JobCompleteTx workload")
 	flag.IntVar(&o.riverNoop.MaxWorkers, "river-noop-workers", 2000, "River MaxWorkers, no-op workload")
@@ -428,7 +427,7 @@ func (r *report) runLatency(ctx context.Context, env *bench.Env, progress func(s
 	}
 	r.latencyFor = d
 	polling := o.inbox
-	polling.DisableListen = true
+	polling.NoListen = true
 	for _, v := range []struct {
 		cfg     bench.InboxConfig
 		perCall int
@@ -452,14 +451,14 @@ func (r *report) runIdle(ctx context.Context, env *bench.Env, progress func(stri
 		idleSamples, pollSamples = 5, 2
 	}
 	polling := o.inbox
-	polling.DisableListen = true
+	polling.NoListen = true
 	for _, cfg := range []bench.InboxConfig{o.inbox, polling} {
 		samples := idleSamples
-		if cfg.DisableListen {
+		if cfg.NoListen {
 			samples = pollSamples
 		}
 		progress("idle wake-up, %s, %d samples", cfg, samples)
-		// Idle longer than the pool's HotWindow (1s): its runners are asleep.
+		// Idle longer than the pool's fast polling after activity (1s): its runners are asleep.
 		res, err := env.IdleWakeup(ctx, samples, 1200*time.Millisecond, cfg)
 		if err != nil {
 			return err

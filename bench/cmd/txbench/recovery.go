@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox/bench"
-	"github.com/txinbox/txinbox/worker"
 )
 
 // recoveryRow is one configuration of the recovery rows: the normal drains of its messages, and the
@@ -25,8 +24,8 @@ type recoveryRow struct {
 // whose handler blocks claims nothing more.
 func recoveryConfigs() []bench.RecoveryConfig {
 	return []bench.RecoveryConfig{
-		{Batch: true, N: worker.DefaultConcurrency * worker.DefaultHandlerBatchSize},
-		{N: worker.DefaultConcurrency * worker.DefaultBatchSize},
+		{Batch: true, N: bench.WorkerConcurrency * bench.WorkerHandlerBatchSize},
+		{N: bench.WorkerConcurrency * bench.WorkerBatchSize},
 	}
 }
 
@@ -66,9 +65,9 @@ func (r *report) runRecovery(ctx context.Context, env *bench.Env, progress func(
 
 func handlerName(c bench.RecoveryConfig) string {
 	if c.Batch {
-		return fmt.Sprintf("batch handler (HandleBatch, BatchSize %d)", worker.DefaultHandlerBatchSize)
+		return fmt.Sprintf("batch handler (HandleBatch, BatchSize %d)", bench.WorkerHandlerBatchSize)
 	}
-	return fmt.Sprintf("single handler (Handle, BatchSize %d)", worker.DefaultBatchSize)
+	return fmt.Sprintf("single handler (Handle, BatchSize %d)", bench.WorkerBatchSize)
 }
 
 // medianDuration returns the median of ds.

@@ -25,8 +25,8 @@ type latencyRow struct {
 }
 
 func wakeMode(c bench.InboxConfig) string {
-	if c.DisableListen {
-		return "polling only (DisableListen)"
+	if c.NoListen {
+		return "polling only (no LISTEN)"
 	}
 	return "LISTEN/NOTIFY (default)"
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/retention"
+	"github.com/txinbox/txinbox/worker"
 )
 
 // layout names the tree this file builds in: before migration 00006 (commit b2d7f61), whose
@@ -47,4 +48,10 @@ func (cl *cleaner) pass(ctx context.Context) (passStats, error) {
 func chartCommand([]string) int {
 	fmt.Fprintln(os.Stderr, "txretain chart: built with -tags oldlayout; use the new layout's build")
 	return 2
+}
+
+// newPool makes the run's worker pool, logging to log (worker.Config.Logger in that tree).
+func newPool(store txinbox.Store, cfg worker.Config, log *slog.Logger) (*worker.Pool, error) {
+	cfg.Logger = log
+	return worker.New(store, cfg)
 }

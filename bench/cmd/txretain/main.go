@@ -1,13 +1,13 @@
 // Command txretain measures retention under a sustained, compressed dedup window: it receives
 // messages at a steady rate with inbox.Client.ReceiveMany, drains them with a worker.Pool whose
-// handler inserts one row into a side table in the handler's transaction, runs a retention.Cleaner,
+// handler inserts one row into a side table in the handler's transaction, runs the retention passes,
 // and prints one line per minute: the inbox's size (table and indexes, every partition), the WAL
 // written per message, messages received and completed, dead tuples. With --hold-at it opens a REPEATABLE READ transaction on another connection at that time
 // and keeps it open for --hold-for (a held xmin horizon).
 //
-// It uses only public APIs present both before migration 00006 (commit b2d7f61, one plain inbox
-// table, rows deleted by the Cleaner) and after it (a ring of generation partitions, rotated by the
-// Cleaner); what differs between the two trees' retention.Config is in cleaner_new.go and
+// It runs on the public APIs of both trees: before migration 00006 (commit b2d7f61, one plain inbox
+// table, rows deleted by a retention.Cleaner) and after it (a ring of generation partitions,
+// retention.Rotate); what differs between the two trees' retention is in cleaner_new.go and
 // cleaner_old.go (build tag oldlayout). bench/retention.sh builds it in both trees and runs them side
 // by side, each against a PostgreSQL cluster of its own.
 //
@@ -74,8 +74,8 @@ func main() {
 	flag.IntVar(&o.batch, "batch", 20, "most messages per ReceiveMany call")
 	flag.DurationVar(&o.tick, "tick", 50*time.Millisecond, "receive ticker: each tick receives what the rate says is due, in calls of at most --batch")
 	flag.DurationVar(&o.duration, "duration", 10*time.Minute, "length of the run")
-	flag.DurationVar(&o.retention, "retention", time.Minute, "Store.Retention (the dedup window); new layout: also retention.Config.Generation")
-	flag.DurationVar(&o.interval, "interval", 10*time.Second, "time between two Cleaner passes (RunOnce)")
+	flag.DurationVar(&o.retention, "retention", time.Minute, "Store.Retention (the dedup window); new layout: also retention.RotateOptions.Generation")
+	flag.DurationVar(&o.interval, "interval", 10*time.Second, "time between two retention passes (old layout: Cleaner.RunOnce; new: Rotate and DeleteExpiredKeys)")
 	flag.DurationVar(&o.fullSweep, "full-sweep", 0, "old layout only: retention.Config.FullSweepInterval (0: its default, 1h)")
 	flag.DurationVar(&o.sample, "sample", 5*time.Second, "size sampling period within a minute (min and max are reported)")
 	flag.IntVar(&o.concurrency, "concurrency", 4, "worker.Config.Concurrency")
@@ -158,7 +158,7 @@ func run(ctx context.Context, o options) error {
 		}
 		return err
 	})
-	p, err := worker.New(store, worker.Config{Consumer: consumer, Handlers: hs, Concurrency: o.concurrency, Logger: log})
+	p, err := newPool(store, worker.Config{Consumer: consumer, Handlers: hs, Concurrency: o.concurrency}, log)
 	if err != nil {
 		return err
 	}
@@ -315,7 +315,7 @@ func receive(ctx context.Context, client *inbox.Client, o options, start time.Ti
 	}
 }
 
-// cleanLoop runs a Cleaner pass every interval, as Cleaner.Start does, counting what the passes did.
+// cleanLoop runs a retention pass every interval, counting what the passes did.
 func cleanLoop(ctx context.Context, cl *cleaner, o options, start time.Time, c *counters, log *slog.Logger) {
 	t := time.NewTicker(o.interval)
 	defer t.Stop()
@@ -354,7 +354,7 @@ func cleanLoop(ctx context.Context, cl *cleaner, o options, start time.Time, c *
 	}
 }
 
-// passStats is what one Cleaner pass did: rows deleted (old layout) or a rotation (new layout).
+// passStats is what one retention pass did: rows deleted (old layout) or a rotation (new layout).
 type passStats struct {
 	deleted  int64
 	rotated  bool

@@ -121,12 +121,15 @@ func Hold(t testing.TB, db *testdb.DB, n int) {
 // of backoff (a failed event stays retrying), and mod applied.
 func relay(t testing.TB, db *testdb.DB, pub outbox.Publisher, mod func(*outbox.RelayConfig)) *outbox.Relay {
 	t.Helper()
-	cfg := outbox.RelayConfig{Publisher: pub, Concurrency: 1, PollInterval: 10 * time.Millisecond, DisableListen: true,
-		Logger: slog.New(slog.DiscardHandler), Backoff: txinbox.BackoffFunc(func(int) time.Duration { return time.Hour })}
+	cfg := outbox.RelayConfig{Publisher: pub, Concurrency: 1, PollInterval: 10 * time.Millisecond,
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return time.Hour })}
 	if mod != nil {
 		mod(&cfg)
 	}
-	r, err := outbox.NewRelay(db.Store(), cfg)
+	st := db.Store()
+	st.NotifyInterval = -1 // no LISTEN
+	st.Logger = slog.New(slog.DiscardHandler)
+	r, err := outbox.NewRelay(st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

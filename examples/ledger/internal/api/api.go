@@ -94,7 +94,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Wake == nil {
 		cfg.Wake = func() {}
 	}
-	store := txinbox.Store{DB: cfg.DB, Schema: cfg.Schema, Tracer: cfg.Tracer}
+	store := txinbox.Store{DB: cfg.DB, Schema: cfg.Schema, Tracer: cfg.Tracer, Logger: cfg.Logger}
 	ic, err := inbox.New(store, inbox.Config{MaxPayloadBytes: MaxBodyBytes, CoalesceMax: cfg.CoalesceMax})
 	if err != nil {
 		return nil, err
@@ -110,8 +110,7 @@ func New(cfg Config) (*Server, error) {
 				return "anonymous", nil
 			}
 			return authorization(r)
-		},
-		Logger: cfg.Logger})
+		}})
 	if err != nil {
 		return nil, err
 	}

@@ -190,11 +190,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	hs := worker.NewHandlers()
 	worker.HandleBatch(hs, ledger.KindOrderPaid, faults.Inject(o.Schema, lg.Handler(o.Logger)))
-	pool, err := worker.New(txinbox.Store{DB: r.db, Schema: o.Schema}, worker.Config{
+	pool, err := worker.New(txinbox.Store{DB: r.db, Schema: o.Schema, Logger: o.Logger}, worker.Config{
 		Consumer: ledger.Consumer, Handlers: hs, Concurrency: o.Workers, BatchSize: o.BatchSize,
 		PollInterval: o.Poll, Lease: o.Lease, Timeout: o.HandlerTime, MaxAttempts: o.MaxAttempts,
-		Backoff: txinbox.Exponential{Base: 100 * time.Millisecond, Max: time.Second}, Logger: o.Logger,
-		Owner: fmt.Sprintf("demo-in-process:%d", os.Getpid())})
+		Backoff: txinbox.Exponential{Base: 100 * time.Millisecond, Max: time.Second},
+		Owner:   fmt.Sprintf("demo-in-process:%d", os.Getpid())})
 	if err != nil {
 		return nil, err
 	}
