@@ -48,8 +48,11 @@ const (
 // HTTP call) must be keyed by [Message.Key], as with single handlers.
 //
 // A panic is recovered and treated as an error of the call (bisected). Timeout bounds each call; a
-// call that times out is bisected like any failure, so messages that hang cost up to 2n-1 calls
-// of at most Timeout each in one batch (a single handler's batch of n such messages costs n). A
+// call that returns after its deadline, even with nil, has timed out: its writes are rolled back and
+// it is bisected like any failure, so that only a message whose call of it alone returned late is
+// charged (a timeout), and the messages that complete in calls returning in time are never charged.
+// Messages that hang cost up to 2n-1 calls of at most Timeout each in one batch (a single
+// handler's batch of n such messages costs n). A
 // message whose payload does not decode into T is dead at once and never reaches the handler. If a
 // call leaves the transaction unusable (its connection lost, or the transaction ended through
 // tx.Conn()), the messages of that call are run again alone: after their lease, by the rescuer, one at

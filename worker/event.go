@@ -15,7 +15,8 @@ const (
 	ReasonError Reason = "error"
 	// ReasonPanic: the handler panicked (recovered; the error holds the stack).
 	ReasonPanic Reason = "panic"
-	// ReasonTimeout: the handler's context ended at its Timeout.
+	// ReasonTimeout: the handler ran past its Timeout: it returned after its ctx's deadline, whatever
+	// it returned (nil included).
 	ReasonTimeout Reason = "timeout"
 	// ReasonPermanent: the handler returned a txinbox.Permanent error (dead at once).
 	ReasonPermanent Reason = "permanent"

@@ -67,13 +67,20 @@ func (m *Message[T]) Result() []byte {
 // COMMIT or ROLLBACK statement, or Begin, Commit or pgx.BeginFunc on tx.Conn(), which would commit
 // the whole batch). Returning an error rolls its writes back and records a failure; wrap it with
 // txinbox.Permanent to give up at once. ctx ends at the handler's timeout or when the pool is stopped.
+// A handler that returns after its timeout (its ctx's deadline) has passed fails as a timeout, even
+// if it returns nil: its writes are rolled back and the attempt is charged (see [HandlerConfig.Timeout]).
 type HandlerFunc[T any] func(ctx context.Context, tx pgx.Tx, msg *Message[T]) error
 
 // HandlerConfig overrides pool defaults for one kind. Zero fields take the pool's value.
 type HandlerConfig struct {
 	// MaxAttempts is how many attempts may start before the message is dead. Default: Config.MaxAttempts.
 	MaxAttempts int
-	// Timeout bounds one attempt. Default: Config.Timeout.
+	// Timeout bounds one handler call: its ctx ends when Timeout has passed since the call began. A
+	// call that returns after that deadline fails with ReasonTimeout whatever it returned (nil
+	// included): its writes are rolled back, whether they went out before the deadline or after it on
+	// another ctx, and the message is retried after the backoff (the attempt counted), or dead once
+	// out of attempts. A batch handler's late call is a failed call, bisected as any other: only a
+	// message whose call of it alone returned late is charged. Default: Config.Timeout.
 	Timeout time.Duration
 	// Backoff sets the delay before the next attempt. Default: Config.Backoff.
 	Backoff txinbox.Backoff

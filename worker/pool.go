@@ -96,7 +96,8 @@ type Config struct {
 	// recovery"). Default: 10.
 	MaxAttempts int
 	// Timeout bounds one handler call (its context) and each statement of a batch transaction
-	// (statement_timeout). Default: 30s.
+	// (statement_timeout). A call that returns after its deadline is a timeout, even if it returned
+	// nil (see HandlerConfig.Timeout). Default: 30s.
 	Timeout time.Duration
 	// ClaimTimeout bounds each claim statement on the server (statement_timeout for that statement
 	// only, sent in the same round trip). A claim locks the rows it picks as it finds them and holds
