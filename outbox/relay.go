@@ -27,6 +27,7 @@ import (
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // Defaults and limits of RelayConfig.
@@ -46,7 +47,10 @@ const (
 // RelayConfig configures a Relay. Publisher is required; every other zero field takes the documented
 // default.
 type RelayConfig struct {
-	// Publisher sends the events (see [Publisher]). Required.
+	// Publisher sends the events (see [Publisher]). Required; a nil pointer of a publisher's type
+	// (a (*natsjs.Publisher)(nil), which is not a nil Publisher) is refused as well. Every interface
+	// field of RelayConfig is checked so: one that holds a nil pointer, func, map or chan is a
+	// *[txinbox.ConfigError] naming it.
 	Publisher Publisher
 	// BatchSize is the most events claimed at once and handed to one Publish call. Default
 	// DefaultBatchSize (100); at most MaxBatchSize (1000).
@@ -111,6 +115,9 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 	}
 	if c.Publisher == nil {
 		return bad("Publisher", "is required")
+	}
+	if name, reason := typednil.Field(c); name != "" {
+		return bad(name, reason)
 	}
 	def := func(v *int, d int) {
 		if *v == 0 {

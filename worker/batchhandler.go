@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // Bounds of HandlerConfig.BatchSize for batch handlers.
@@ -142,6 +143,9 @@ func HandleBatch[T any](hs *Handlers, kind string, fn BatchHandlerFunc[T], cfg .
 	h := &handler{}
 	if len(cfg) > 0 {
 		h.cfg = cfg[0]
+		if name, reason := typednil.Field(h.cfg); name != "" {
+			bad("HandlerConfig.%s %s", name, reason)
+		}
 		if h.cfg.MaxAttempts < 0 || h.cfg.Timeout < 0 {
 			bad("HandlerConfig.MaxAttempts and Timeout must not be negative")
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // Message is a claimed message handed to a handler, with its payload decoded into T.
@@ -145,6 +146,9 @@ func Handle[T any](hs *Handlers, kind string, fn HandlerFunc[T], cfg ...HandlerC
 	h := &handler{}
 	if len(cfg) > 0 {
 		h.cfg = cfg[0]
+		if name, reason := typednil.Field(h.cfg); name != "" {
+			bad("HandlerConfig.%s %s", name, reason)
+		}
 		if h.cfg.MaxAttempts < 0 || h.cfg.Timeout < 0 {
 			bad("HandlerConfig.MaxAttempts and Timeout must not be negative")
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // Defaults of Config.
@@ -130,6 +131,9 @@ type Config struct {
 func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	bad := func(field, reason string) (Config, error) {
 		return c, &txinbox.ConfigError{Field: field, Reason: reason}
+	}
+	if name, reason := typednil.Field(c); name != "" {
+		return bad(name, reason)
 	}
 	if err := txinbox.ValidateName(c.Consumer); err != nil {
 		return bad("Consumer", err.Error())
