@@ -22,7 +22,8 @@ const (
 	ReasonPermanent Reason = "permanent"
 	// ReasonDecode: the payload does not decode into the handler's type (dead at once).
 	ReasonDecode Reason = "decode"
-	// ReasonUnknownKind: no handler is registered for the message's kind in this pool (ErrUnknownKind).
+	// ReasonUnknownKind: no handler is registered for the message's kind in this pool (ErrUnknownKind):
+	// dead at once.
 	ReasonUnknownKind Reason = "unknown_kind"
 	// ReasonCrashed: out of attempts, the last of which never finished (its worker crashed, hung or lost
 	// its connection).

@@ -172,7 +172,7 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	}
 	f := &finish{c: c}
 	if h == nil {
-		p.fail(f, c, fmt.Errorf("%w: %q", ErrUnknownKind, c.Kind), ReasonUnknownKind)
+		p.fail(f, c, fmt.Errorf("%w: %q (this pool handles %s)", ErrUnknownKind, c.Kind, p.cfg.Handlers.kindList()), ReasonUnknownKind)
 		return f
 	}
 	sctx := p.traceStart(ctx, c)
@@ -244,13 +244,16 @@ func (p *Pool) traceEnd(ctx context.Context, f *finish) {
 	p.tracer.TraceEnd(ctx, d)
 }
 
-// fail records a failed attempt: dead if permanent or out of attempts, else a retry after backoff.
+// fail records a failed attempt: dead if permanent, undecodable, of an unknown kind or out of
+// attempts, else a retry after backoff.
 func (p *Pool) fail(f *finish, c *claimed, err error, reason Reason) {
 	h := p.cfg.Handlers.byKind[c.Kind]
 	f.cause = err
 	f.err = truncateError(err.Error())
 	f.reason = reason
 	switch {
+	case reason == ReasonUnknownKind:
+		f.outcome = txinbox.OutcomeDead // no retry of this pool can handle it
 	case errors.As(err, new(decodeError)):
 		f.outcome, f.reason = txinbox.OutcomeDead, ReasonDecode
 	case txinbox.IsPermanent(err):

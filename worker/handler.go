@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -188,5 +191,26 @@ func (e decodeError) Error() string { return e.err.Error() }
 func (e decodeError) Unwrap() error { return e.err }
 
 // ErrUnknownKind is matched by the failure recorded for a message whose kind has no handler in this
-// pool. It is retried with backoff (a newer deployment may know the kind) until it is dead.
+// pool. The message is dead at once (reason unknown_kind): no retry of this pool could handle it.
+// The error names the kind and the kinds the pool handles, sorted (at most 10, then how many more),
+// so that a mistyped kind shows. Replay the dead letter (admin, "txinbox dead replay") once a pool
+// that handles its kind runs: in a rolling deployment, deploy a new kind's handler to every pool of
+// the consumer before producers send it.
 var ErrUnknownKind = errors.New("txinbox: no handler registered for this kind")
+
+// maxKindsListed bounds the kinds an ErrUnknownKind failure names.
+const maxKindsListed = 10
+
+// kindList returns the registered kinds, quoted and sorted, at most maxKindsListed of them followed
+// by how many more: what an ErrUnknownKind failure says the pool handles.
+func (hs *Handlers) kindList() string {
+	kinds := make([]string, 0, len(hs.byKind))
+	for k := range hs.byKind {
+		kinds = append(kinds, strconv.Quote(k))
+	}
+	slices.Sort(kinds)
+	if n := len(kinds); n > maxKindsListed {
+		return strings.Join(kinds[:maxKindsListed], ", ") + " and " + strconv.Itoa(n-maxKindsListed) + " more"
+	}
+	return strings.Join(kinds, ", ")
+}

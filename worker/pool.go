@@ -45,8 +45,8 @@ const (
 type Config struct {
 	// Consumer is the consumer whose messages this pool handles (inbox.Message.Consumer).
 	Consumer string
-	// Handlers maps kinds to handlers. A message of a kind without a handler fails with
-	// ErrUnknownKind and is retried until it is dead.
+	// Handlers maps kinds to handlers. A message of a kind without a handler is dead at once, its
+	// error matching ErrUnknownKind and naming the kinds the pool handles.
 	Handlers *Handlers
 	// Concurrency is the number of batches run at once, each in its own transaction on its own
 	// connection (one more connection claims). Default: 4.
