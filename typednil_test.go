@@ -93,6 +93,10 @@ func TestConstructorsRefuseTypedNilFields(t *testing.T) {
 			_, err := outbox.NewRelay(store, c.(outbox.RelayConfig))
 			return err
 		}},
+		{"outbox.Config", outbox.Config{}, "", func(c any) error {
+			_, err := outbox.New(store, c.(outbox.Config))
+			return err
+		}},
 		{"inbox.Config", inbox.Config{}, "", func(c any) error {
 			_, err := inbox.New(store, c.(inbox.Config))
 			return err

@@ -18,3 +18,7 @@ func ClaimLockKey(r *Relay) int64 { return r.lockKey }
 
 // Stopping reports whether r's Stop has been called (its runners claim no more).
 func Stopping(r *Relay) bool { return r.eng.Stopped() }
+
+// CheckTopicOf returns the relay's error of an event of topic for a Publisher that is tc (nil if
+// tc accepts it).
+func CheckTopicOf(tc TopicChecker, topic string) error { return checkTopic(tc, topic) }

@@ -602,12 +602,18 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 	fs := make([]finish, len(batch))
 	var events []Event
 	var send []int // indexes into batch of the events handed over
+	topics := topicCheck{p: r.cfg.Publisher}
 	for i, c := range batch {
 		fs[i].c = c
 		if c.ev.Attempt > r.cfg.MaxAttempts {
 			fs[i].outcome = txinbox.OutcomeDead
 			fs[i].err = fmt.Errorf("%d attempts started (MaxAttempts %d) and the last never finished: the relay holding it died, hung or lost its connection",
 				c.ev.Attempt-1, r.cfg.MaxAttempts)
+			continue
+		}
+		if err := topics.check(c.ev.Topic); err != nil {
+			fs[i].err = err
+			r.decide(ctx, &fs[i])
 			continue
 		}
 		send = append(send, i)
@@ -625,22 +631,65 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 		for k, i := range send {
 			f := &fs[i]
 			f.took, f.err = took, errs[k]
-			switch {
-			case f.err == nil:
-				f.outcome = txinbox.OutcomeSent
-			case ctx.Err() != nil:
-				f.outcome = "" // stopping: handed back, not charged
-			case txinbox.IsPermanent(f.err):
-				f.outcome = txinbox.OutcomeDead
-			case f.c.ev.Attempt >= r.cfg.MaxAttempts:
-				f.outcome = txinbox.OutcomeDead
-			default:
-				f.outcome = txinbox.OutcomeRetry
-				f.delay = r.cfg.Backoff.Delay(f.c.failed + 1)
-			}
+			r.decide(ctx, f)
 		}
 	}
 	return fs
+}
+
+// decide sets f's outcome from its error f.err (nil: sent).
+func (r *Relay) decide(ctx context.Context, f *finish) {
+	switch {
+	case f.err == nil:
+		f.outcome = txinbox.OutcomeSent
+	case ctx.Err() != nil:
+		f.outcome = "" // stopping: handed back, not charged
+	case txinbox.IsPermanent(f.err):
+		f.outcome = txinbox.OutcomeDead
+	case f.c.ev.Attempt >= r.cfg.MaxAttempts:
+		f.outcome = txinbox.OutcomeDead
+	default:
+		f.outcome = txinbox.OutcomeRetry
+		f.delay = r.cfg.Backoff.Delay(f.c.failed + 1)
+	}
+}
+
+// topicCheck asks a Publisher that is a TopicChecker about the topics of one batch, each once.
+type topicCheck struct {
+	p    Publisher
+	done map[string]error
+}
+
+// check returns the error of an event of topic that is not to be handed over: permanent (matching
+// ErrTopicRefused) if the Publisher refuses the topic; retried if its CheckTopic panicked. nil if the
+// Publisher is no TopicChecker.
+func (t *topicCheck) check(topic string) error {
+	tc, ok := t.p.(TopicChecker)
+	if !ok {
+		return nil
+	}
+	if err, ok := t.done[topic]; ok {
+		return err
+	}
+	err := checkTopic(tc, topic)
+	if t.done == nil {
+		t.done = map[string]error{}
+	}
+	t.done[topic] = err
+	return err
+}
+
+// checkTopic asks tc about topic (see topicCheck.check).
+func checkTopic(tc TopicChecker, topic string) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("the Publisher's CheckTopic panicked on topic %q: %v\n\n%s", topic, v, debug.Stack())
+		}
+	}()
+	if err := tc.CheckTopic(topic); err != nil {
+		return txinbox.Permanent(fmt.Errorf("%w %q: %w", ErrTopicRefused, topic, err))
+	}
+	return nil
 }
 
 // traceStart tells the Store's OperationTracer, if any, that events are handed over, and gives each
