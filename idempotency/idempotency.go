@@ -247,6 +247,9 @@ func statements(schema string) *schemasql.Schema { return schemasql.New(schema) 
 // idempotency_keys table of store.Schema (migration 00002, applied by package migrate). An invalid
 // store or cfg returns a *[txinbox.ConfigError] (errors.Is [txinbox.ErrInvalidConfig]). Expired keys
 // are deleted by the schema's maintainer (package maintain), which every runner (package runner) runs.
+// New does not touch the database: a schema without the table (migrations not run) is found by each
+// request that looks a key up, answered ProblemNotMigrated (and logged), whatever Config.FailOpen
+// says; once the schema is migrated, the next request works.
 func New(store txinbox.Store, cfg Config) (*Middleware, error) {
 	store, err := store.Resolve()
 	if err != nil {
