@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // DB is what txinbox needs from a database handle: run statements and begin transactions.
@@ -73,10 +75,15 @@ type Store struct {
 }
 
 // Resolve returns s with its defaults filled in, or a *[ConfigError] naming the field ("Store.DB",
-// "Store.Schema", "Store.Retention") if s is invalid.
+// "Store.Schema", "Store.Retention") if s is invalid. A DB or Tracer that holds a nil pointer (a nil
+// *pgxpool.Pool, whose pgxpool.New error was dropped, say) is invalid: an interface holding a nil
+// pointer is not nil. The constructors check their configurations' interface fields alike.
 func (s Store) Resolve() (Store, error) {
 	if s.DB == nil {
 		return s, &ConfigError{Field: "Store.DB", Reason: "is required (a *pgxpool.Pool, say)"}
+	}
+	if name, reason := typednil.Field(s); name != "" {
+		return s, &ConfigError{Field: "Store." + name, Reason: reason}
 	}
 	if s.Schema == "" {
 		s.Schema = DefaultSchema

@@ -15,6 +15,7 @@ import (
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/textcheck"
+	"github.com/txinbox/txinbox/internal/typednil"
 	"github.com/txinbox/txinbox/seen"
 )
 
@@ -195,6 +196,9 @@ func New(store txinbox.Store, cfg Config) (*Client, error) {
 	store, err := store.Resolve()
 	if err != nil {
 		return nil, err
+	}
+	if name, reason := typednil.Field(cfg); name != "" {
+		return nil, &txinbox.ConfigError{Field: name, Reason: reason}
 	}
 	cfg, err = cfg.withDefaults(store)
 	if err != nil {

@@ -112,6 +112,7 @@ import (
 	"github.com/txinbox/txinbox/internal/outboxrot"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/typednil"
 	"github.com/txinbox/txinbox/retention"
 )
 
@@ -258,6 +259,9 @@ func New(store txinbox.Store, cfg Config) (*Maintainer, error) {
 	}
 	bad := func(field, reason string) (*Maintainer, error) {
 		return nil, &txinbox.ConfigError{Field: field, Reason: reason}
+	}
+	if name, reason := typednil.Field(cfg); name != "" {
+		return bad(name, reason)
 	}
 	defd := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {

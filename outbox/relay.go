@@ -27,6 +27,7 @@ import (
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // MaxBatchSize is the largest RelayConfig.BatchSize.
@@ -45,7 +46,10 @@ const (
 // RelayConfig configures a Relay. Publisher is required; every other zero field takes the documented
 // default.
 type RelayConfig struct {
-	// Publisher sends the events (see [Publisher]). Required.
+	// Publisher sends the events (see [Publisher]). Required; a nil pointer of a publisher's type
+	// (a (*natsjs.Publisher)(nil), which is not a nil Publisher) is refused as well. Every interface
+	// field of RelayConfig is checked so: one that holds a nil pointer, func, map or chan is a
+	// *[txinbox.ConfigError] naming it.
 	Publisher Publisher
 	// BatchSize is the most events claimed at once and handed to one Publish call. Default: 100; at
 	// most MaxBatchSize (1000).
@@ -95,6 +99,9 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 	}
 	if c.Publisher == nil {
 		return bad("Publisher", "is required")
+	}
+	if name, reason := typednil.Field(c); name != "" {
+		return bad(name, reason)
 	}
 	def := func(v *int, d int) {
 		if *v == 0 {
@@ -571,12 +578,18 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 	fs := make([]finish, len(batch))
 	var events []Event
 	var send []int // indexes into batch of the events handed over
+	topics := topicCheck{p: r.cfg.Publisher}
 	for i, c := range batch {
 		fs[i].c = c
 		if c.ev.Attempt > r.cfg.MaxAttempts {
 			fs[i].outcome = txinbox.OutcomeDead
 			fs[i].err = fmt.Errorf("%d attempts started (MaxAttempts %d) and the last never finished: the relay holding it died, hung or lost its connection",
 				c.ev.Attempt-1, r.cfg.MaxAttempts)
+			continue
+		}
+		if err := topics.check(c.ev.Topic); err != nil {
+			fs[i].err = err
+			r.decide(ctx, &fs[i])
 			continue
 		}
 		send = append(send, i)
@@ -594,22 +607,65 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 		for k, i := range send {
 			f := &fs[i]
 			f.took, f.err = took, errs[k]
-			switch {
-			case f.err == nil:
-				f.outcome = txinbox.OutcomeSent
-			case ctx.Err() != nil:
-				f.outcome = "" // stopping: handed back, not charged
-			case txinbox.IsPermanent(f.err):
-				f.outcome = txinbox.OutcomeDead
-			case f.c.ev.Attempt >= r.cfg.MaxAttempts:
-				f.outcome = txinbox.OutcomeDead
-			default:
-				f.outcome = txinbox.OutcomeRetry
-				f.delay = r.cfg.Backoff.Delay(f.c.failed + 1)
-			}
+			r.decide(ctx, f)
 		}
 	}
 	return fs
+}
+
+// decide sets f's outcome from its error f.err (nil: sent).
+func (r *Relay) decide(ctx context.Context, f *finish) {
+	switch {
+	case f.err == nil:
+		f.outcome = txinbox.OutcomeSent
+	case ctx.Err() != nil:
+		f.outcome = "" // stopping: handed back, not charged
+	case txinbox.IsPermanent(f.err):
+		f.outcome = txinbox.OutcomeDead
+	case f.c.ev.Attempt >= r.cfg.MaxAttempts:
+		f.outcome = txinbox.OutcomeDead
+	default:
+		f.outcome = txinbox.OutcomeRetry
+		f.delay = r.cfg.Backoff.Delay(f.c.failed + 1)
+	}
+}
+
+// topicCheck asks a Publisher that is a TopicChecker about the topics of one batch, each once.
+type topicCheck struct {
+	p    Publisher
+	done map[string]error
+}
+
+// check returns the error of an event of topic that is not to be handed over: permanent (matching
+// ErrTopicRefused) if the Publisher refuses the topic; retried if its CheckTopic panicked. nil if the
+// Publisher is no TopicChecker.
+func (t *topicCheck) check(topic string) error {
+	tc, ok := t.p.(TopicChecker)
+	if !ok {
+		return nil
+	}
+	if err, ok := t.done[topic]; ok {
+		return err
+	}
+	err := checkTopic(tc, topic)
+	if t.done == nil {
+		t.done = map[string]error{}
+	}
+	t.done[topic] = err
+	return err
+}
+
+// checkTopic asks tc about topic (see topicCheck.check).
+func checkTopic(tc TopicChecker, topic string) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("the Publisher's CheckTopic panicked on topic %q: %v\n\n%s", topic, v, debug.Stack())
+		}
+	}()
+	if err := tc.CheckTopic(topic); err != nil {
+		return txinbox.Permanent(fmt.Errorf("%w %q: %w", ErrTopicRefused, topic, err))
+	}
+	return nil
 }
 
 // traceStart tells the Store's Tracer, if any, that events are handed over and, if it is a

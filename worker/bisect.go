@@ -241,15 +241,17 @@ func (b *batchCall) call(ctx context.Context, items []*batchItem) (callResult, e
 	hctx, cancel := context.WithTimeout(sctx, p.cfg.timeout(h))
 	start := time.Now()
 	err := callBatch(hctx, h, &handlerTx{Tx: b.tx, sp: sp}, msgs)
-	r := callResult{err: err, elapsed: time.Since(start)}
-	timedOut := hctx.Err() != nil && ctx.Err() == nil
+	returned := time.Now()
+	r := callResult{err: err, elapsed: returned.Sub(start)}
+	late := timedOut(ctx, hctx, returned)
 	cancel()
 	switch {
-	case err == nil:
 	case errors.As(err, new(*panicError)):
 		r.reason = ReasonPanic
-	case timedOut:
-		r.err, r.reason = fmt.Errorf("timed out after %v: %w", p.cfg.timeout(h), err), ReasonTimeout
+	case late:
+		// Even a call that returned nil: it is a failed call, bisected as any other.
+		r.err, r.reason = timeoutError(p.cfg.timeout(h), err), ReasonTimeout
+	case err == nil:
 	default:
 		r.reason = ReasonError
 	}

@@ -364,3 +364,21 @@ func TestPublisherContextEnd(t *testing.T) {
 	pubtest.ContextEnd(t, pubtest.New(t), pubtest.ContextEndHarness{Publisher: pub, Topic: hc.topic,
 		Hold: hc.hold, Holding: hc.holding, Release: hc.unhold, Received: func() []pubtest.Received { return hc.received(t) }})
 }
+
+// TestPublisherChecksTopics: the Publisher is an outbox.TopicChecker that refuses what is not a
+// legal Kafka topic name, exactly the topics Publish makes permanent, so that the relay makes their
+// events dead without producing them; legal names pass (whether the cluster has them is not asked).
+func TestPublisherChecksTopics(t *testing.T) {
+	t.Parallel()
+	pub := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}}) // never connects
+	var _ outbox.TopicChecker = pub
+	for topic, ok := range map[string]bool{
+		"orders": true, "orders.created_v2-eu": true, "no-such-topic-yet": true,
+		"orders/created": false, "orders created": false, ".": false, "..": false, "é": false,
+		string(make([]byte, 250)): false,
+	} {
+		if err := pub.CheckTopic(topic); (err == nil) != ok {
+			t.Errorf("CheckTopic(%q) = %v, want accepted %v", topic, err, ok)
+		}
+	}
+}

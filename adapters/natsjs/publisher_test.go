@@ -228,6 +228,29 @@ func TestPublisherRefusals(t *testing.T) {
 	}
 }
 
+// TestPublisherChecksTopics: with the default Subject (the topic), the Publisher is an
+// outbox.TopicChecker that refuses a topic that is not a subject to publish on, which Publish makes
+// permanent, so that the relay makes its events dead without publishing them; a subject no stream
+// captures passes (a stream may capture it later). With a Subject function, every topic passes.
+func TestPublisherChecksTopics(t *testing.T) {
+	t.Parallel()
+	f := newPubFixture(t)
+	pub := newPublisher(t, PublisherConfig{JetStream: f.js})
+	var _ outbox.TopicChecker = pub
+	for topic, ok := range map[string]bool{
+		"orders.created": true, "nowhere_" + f.name + ".x": true,
+		"": false, "orders.*": false, "orders.>": false, "orders created": false, "orders..created": false,
+	} {
+		if err := pub.CheckTopic(topic); (err == nil) != ok {
+			t.Errorf("CheckTopic(%q) = %v, want accepted %v", topic, err, ok)
+		}
+	}
+	mapped := newPublisher(t, PublisherConfig{JetStream: f.js, Subject: func(ev outbox.Event) string { return "x." + ev.Key }})
+	if err := mapped.CheckTopic("orders.*"); err != nil {
+		t.Errorf("CheckTopic with a Subject function: %v, want every topic accepted", err)
+	}
+}
+
 // TestNewPublisherChecksConfig: a missing JetStream, a negative AckTimeout or Concurrency is a
 // *txinbox.ConfigError naming the field.
 func TestNewPublisherChecksConfig(t *testing.T) {

@@ -556,3 +556,35 @@ func TestNewChecksConfig(t *testing.T) {
 		t.Error("an ftp URL was accepted")
 	}
 }
+
+// TestTopicWithoutEndpointIsRefusedBeforeAnyRequest: the Publisher is an outbox.TopicChecker that
+// refuses a topic without an endpoint (ErrNoEndpoint), so the relay makes such an event dead at its
+// first attempt without a request (outbox.ErrTopicRefused), and a Client given it as
+// Config.TopicChecker refuses it before writing. With Config.URL every topic has an endpoint.
+func TestTopicWithoutEndpointIsRefusedBeforeAnyRequest(t *testing.T) {
+	t.Parallel()
+	secret := webhook.NewSecret()
+	ep := newEndpoint(t, secret, func(int, *http.Request) int { return http.StatusOK })
+	pub := newPublisher(t, webhook.Config{Endpoints: map[string]string{"invoice.paid": ep.srv.URL}, Secret: secret})
+	if err := pub.CheckTopic("invoice.paid"); err != nil {
+		t.Errorf("CheckTopic of a topic with an endpoint: %v", err)
+	}
+	if err := pub.CheckTopic("invoice.payed"); !errors.Is(err, webhook.ErrNoEndpoint) {
+		t.Errorf("CheckTopic of a topic without an endpoint: %v, want ErrNoEndpoint", err)
+	}
+	if err := newPublisher(t, webhook.Config{URL: ep.srv.URL, Secret: secret}).CheckTopic("anything"); err != nil {
+		t.Errorf("CheckTopic with a URL for every topic: %v", err)
+	}
+	env := pubtest.New(t)
+	id, res := publishOne(t, env, pub, "invoice.payed")
+	adaptertest.WaitFor(t, "the event's attempt to be recorded", func() bool { return len(res.Of(id)) > 0 })
+	if row := env.Row(t, id); row.State != "dead" || row.AttemptsFailed != 1 || !strings.Contains(row.LastError, `"invoice.payed"`) {
+		t.Fatalf("event of a topic without an endpoint: %s after %d failed attempts (%q), want dead after 1 naming the topic", row.State, row.AttemptsFailed, row.LastError)
+	}
+	if r := res.Of(id)[0]; !errors.Is(r.Err, outbox.ErrTopicRefused) || !errors.Is(r.Err, webhook.ErrNoEndpoint) {
+		t.Errorf("attempt error %v; want outbox.ErrTopicRefused wrapping ErrNoEndpoint", r.Err)
+	}
+	if n := len(ep.requests()); n != 0 {
+		t.Errorf("%d requests for a refused topic, want none", n)
+	}
+}
