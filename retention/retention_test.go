@@ -208,6 +208,16 @@ func TestOptionErrors(t *testing.T) {
 	if _, err := retention.DeleteExpiredKeys(ctx, txinbox.Store{}); !errors.As(err, &ce) || ce.Field != "Store.DB" {
 		t.Errorf("DeleteExpiredKeys without a DB: err = %v, want a *txinbox.ConfigError for Store.DB", err)
 	}
+	bad := txinbox.Store{DB: db.Pool, Schema: `x"; DROP SCHEMA public; --`}
+	for name, err := range map[string]error{
+		"Rotate":            func() error { _, err := retention.Rotate(ctx, bad, retention.RotateOptions{Force: true}); return err }(),
+		"Clean":             func() error { _, err := retention.Clean(ctx, bad, retention.CleanOptions{}); return err }(),
+		"DeleteExpiredKeys": func() error { _, err := retention.DeleteExpiredKeys(ctx, bad); return err }(),
+	} {
+		if !errors.As(err, &ce) || ce.Field != "Store.Schema" {
+			t.Errorf("%s on a bad schema name: err = %v, want a *txinbox.ConfigError for Store.Schema", name, err)
+		}
+	}
 }
 
 // Rotate rotates only once the current generation is opts.Generation old (default: the Store's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,3 +271,47 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A negative Store.NotifyInterval turns LISTEN off for every engine user (behind a pooler in
+// transaction mode LISTEN cannot work): it finds its work by polling and never sends LISTEN, on any
+// connection. With the default NotifyInterval the same user does listen (the check's control).
+func TestNegativeNotifyIntervalSendsNoListen(t *testing.T) {
+	t.Parallel()
+	for name, u := range users {
+		for _, notify := range []time.Duration{0, -1} {
+			t.Run(fmt.Sprintf("%s/NotifyInterval %v", strings.TrimPrefix(name, "github.com/txinbox/txinbox/"), notify), func(t *testing.T) {
+				t.Parallel()
+				db := testdb.New(t)
+				spy := &listenSpy{}
+				pc := db.Pool.Config()
+				pc.ConnConfig.Tracer = spy // the listening connection is made with the pool's ConnConfig
+				pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(pool.Close)
+				store := db.Store()
+				store.DB, store.NotifyInterval = pool, notify
+				work := u.start(t, db, store, slog.New(slog.DiscardHandler), 100*time.Millisecond)
+				waitFor(t, "the work done", 30*time.Second, work())
+				if notify >= 0 {
+					waitFor(t, "a LISTEN (the control)", 30*time.Second, func() bool { return spy.listens.Load() > 0 })
+				} else if n := spy.listens.Load(); n != 0 {
+					t.Errorf("%d LISTEN statements sent with a negative NotifyInterval, want none", n)
+				}
+			})
+		}
+	}
+}
+
+// listenSpy is a pgx.QueryTracer that counts the LISTEN statements sent.
+type listenSpy struct{ listens atomic.Int64 }
+
+func (s *listenSpy) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(d.SQL, "LISTEN ") {
+		s.listens.Add(1)
+	}
+	return ctx
+}
+
+func (s *listenSpy) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
