@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/txinbox/txinbox/txinboxtest/internal/pgcontainer"
+	"github.com/txinbox/txinbox/internal/testkit/pgcontainer"
 )
 
 func main() {
