@@ -318,7 +318,7 @@ func TestNewNamesBadField(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Options: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup(group), kgo.ConsumeTopics("t")},
 		Sink: adapters.SinkConfig{Store: txinbox.Store{DB: adaptertest.DeadPool(t)}, Consumer: "ledger"}}
-	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err }, adaptertest.BatchFields...)
+	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err }, adaptertest.BatchFields()...)
 }
 
 // uncommitted returns the number of records of the topic above the group's committed offsets.

@@ -347,7 +347,7 @@ func TestNewNamesBadField(t *testing.T) {
 	t.Parallel()
 	cfg := Config{URL: "amqp://x", Queue: "q", Sink: adapters.SinkConfig{Store: txinbox.Store{DB: adaptertest.DeadPool(t)}, Consumer: "ledger"}}
 	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err },
-		append([]string{"Prefetch"}, adaptertest.BatchFields...)...)
+		append([]string{"Prefetch"}, adaptertest.BatchFields()...)...)
 }
 
 // harness is the conformance suite's set-up of its sink tests (CommitFailure,

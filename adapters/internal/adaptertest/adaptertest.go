@@ -299,8 +299,10 @@ func Ledger(t testing.TB, db *DB, consumer string, unique []Msg) {
 	}
 }
 
-// BatchFields are the fields of adapters.BatchConfig that must not be negative.
-var BatchFields = []string{"BatchSize", "BatchWait", "RetryDelay", "MaxRetryDelay", "WriteTimeout"}
+// BatchFields returns the fields of adapters.BatchConfig that must not be negative.
+func BatchFields() []string {
+	return []string{"BatchSize", "BatchWait", "RetryDelay", "MaxRetryDelay", "WriteTimeout"}
+}
 
 // NegativeFields checks an adapter's New: cfg must be accepted, and a copy of cfg with any one of
 // fields (its own or promoted from the embedded adapters.BatchConfig) set to -1 must be refused with
