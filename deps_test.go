@@ -233,7 +233,7 @@ var allowedGroups = map[string][]string{
 	"migrations":  {},
 	"admin":       {"pgx", "golang-lru"},
 	"console":     {"pgx", "golang-lru"},
-	"metrics":     {"pgx", "golang-lru", "Prometheus"},
+	"metrics":     {"pgx", "Prometheus"},
 	"txotel":      {"pgx", "OpenTelemetry"},
 	"runner":      {"pgx"},
 	"cmd/txinbox": {"pgx", "golang-lru", "goose"},

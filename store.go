@@ -30,7 +30,7 @@ const (
 
 // Store says where txinbox's tables are and the settings every component working on them must
 // share. Give the same Store to every constructor (inbox.New, worker.New, idempotency.New, admin.New,
-// retention.New, metrics.NewQueueCollector, migrate.Up): a setting said here is said once.
+// retention.New, metrics.New, migrate.Up): a setting said here is said once.
 //
 // The zero value of each field but DB takes the documented default; [Store.Resolve] fills them in and
 // checks the Store, and every constructor calls it.
@@ -51,11 +51,12 @@ type Store struct {
 	// by worker.New). It also decides whether admin's ReplayDead notifies. Default: 50ms. Negative:
 	// never notify.
 	NotifyInterval time.Duration
-	// Tracer, if set, carries traces across services and, if it is an [OperationTracer], is told
-	// about receives, handler calls, publishes and relay hand-overs (see [Tracer]; package txotel is
-	// the OpenTelemetry one).
-	// Default: none (no trace context is recorded with outbox events).
-	Tracer Tracer
+	// Tracer, if set, is told when each operation of every component made from the Store starts and
+	// ends (see [OperationTracer]): package txotel's makes spans, package metrics' counts, and
+	// [Tracers] combines them. If it is also an [Injector] (txotel's is), it carries traces across
+	// services: the trace context is recorded with outbox events and received messages. Default:
+	// none (nothing is told, and no trace context is recorded).
+	Tracer OperationTracer
 }
 
 // Resolve returns s with its defaults filled in, or a *[ConfigError] naming the field ("Store.DB",

@@ -145,23 +145,24 @@ func TestSinkHeadersOverTotalBound(t *testing.T) {
 	}
 }
 
-// seenCount is an inbox Observer counting seen-key cache hits.
+// seenCount is a Store's Tracer counting seen-key cache hits and fallbacks (txinbox.OpSeenGet).
 type seenCount struct{ hits, fallbacks atomic.Int64 }
 
-func (o *seenCount) ReceiveStart(ctx context.Context, _ []inbox.Message) (context.Context, func([]inbox.Receipt, error)) {
-	return ctx, func([]inbox.Receipt, error) {}
-}
+func (o *seenCount) TraceStart(ctx context.Context, _ txinbox.TraceStart) context.Context { return ctx }
 
-func (o *seenCount) SeenLookup(_ string, r seen.Result, n int) {
-	switch r {
-	case seen.Hit:
-		o.hits.Add(int64(n))
-	case seen.Fallback:
-		o.fallbacks.Add(int64(n))
+func (o *seenCount) TraceEnd(_ context.Context, d txinbox.TraceEnd) {
+	if d.Op != txinbox.OpSeenGet {
+		return
+	}
+	for _, r := range d.Results {
+		switch seen.Result(r) {
+		case seen.Hit:
+			o.hits.Add(1)
+		case seen.Fallback:
+			o.fallbacks.Add(1)
+		}
 	}
 }
-
-func (o *seenCount) SeenError(seen.Op, error) {}
 
 // TestSinkSeenCache: a sink with a seen-key cache caches a batch's keys once it committed, not when
 // its transaction rolled back, and counts the same duplicates and conflicts as without a cache.
@@ -173,8 +174,8 @@ func TestSinkSeenCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := &seenCount{}
-	s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", Key: adapters.MessageID(),
-		SeenCache: cache, SeenTTL: time.Hour, Observer: o})
+	s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema, Tracer: o}, Consumer: "ledger",
+		Key: adapters.MessageID(), SeenCache: cache, SeenTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

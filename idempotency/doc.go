@@ -11,13 +11,18 @@
 //	mux.Handle("POST /transfers", mw.Handler(http.HandlerFunc(createTransfer)))
 //
 //	func createTransfer(w http.ResponseWriter, r *http.Request) {
-//		tx, _ := idempotency.Tx(r.Context()) // do every write of the request in tx
+//		tx, ok := idempotency.Tx(r.Context()) // do every write of the request in tx
+//		if !ok {
+//			// not under the middleware: no transaction to write in
+//			http.Error(w, "no idempotency transaction", http.StatusInternalServerError)
+//			return
+//		}
 //		...
 //	}
 //
 // The table is created by migration 00002 (migrate.Up, or goose with the files of package
 // migrations). Expired keys are deleted by the schema's maintainer (package maintain), which every
-// worker.Pool starts; where no pool runs, run maintain.New (or a retention.Cleaner) yourself.
+// runner.Runner runs; where no Runner runs, run maintain.New (or a retention.Cleaner) yourself.
 //
 // # The key
 //

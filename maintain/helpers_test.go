@@ -25,6 +25,14 @@ import (
 type env struct {
 	*testdb.DB
 	client *inbox.Client
+	tracer txinbox.OperationTracer // the Store's Tracer of the runners made by pool
+}
+
+// with returns a copy of e whose runners (pool) have the Store's Tracer t.
+func (e *env) with(t txinbox.OperationTracer) *env {
+	c := *e
+	c.tracer = t
+	return &c
 }
 
 func newEnv(t *testing.T) *env { return newEnvOn(t, testdb.New(t)) }
@@ -85,7 +93,9 @@ func (e *env) pool(t *testing.T, hs *worker.Handlers, mod func(*worker.Config, *
 	if mod != nil {
 		mod(&cfg, &mc)
 	}
-	r, err := runner.New(e.Store(), runner.Config{Pools: []worker.Config{cfg}, Maintenance: mc, Logger: cfg.Logger})
+	store := e.Store()
+	store.Tracer = e.tracer
+	r, err := runner.New(store, runner.Config{Pools: []worker.Config{cfg}, Maintenance: mc, Logger: cfg.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}

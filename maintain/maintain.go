@@ -68,9 +68,10 @@
 // The maintainer logs at Info when it becomes the leader and when it stops leading (with its owner,
 // term and the reason), at Info each rotation of the inbox's or the outbox's generations (with the
 // new generation, the rows copied and the duration) and each run that deleted expired keys, at Debug
-// every run of a job, and at Warn a job that failed. An Observer (Config.Observer; package metrics
-// implements it) is told of the leadership and the runs, for the gauge
-// txinbox_maintainer_leader{schema, owner} and the counter txinbox_maintenance_runs_total{job, outcome}.
+// every run of a job, and at Warn a job that failed. The Store's Tracer (txinbox.Store.Tracer) is told
+// of the leadership (txinbox.OpLead, from the election to its end) and of each run of a job
+// (txinbox.OpJob): package metrics makes of them the gauge txinbox_maintainer_leader{schema, owner}
+// and the counter txinbox_maintenance_runs_total{schema, job, outcome}.
 package maintain
 
 import (
@@ -115,9 +116,6 @@ type Config struct {
 	Owner string
 	// Logger receives the maintainer's logs. Default slog.Default().
 	Logger *slog.Logger
-	// Observer, if set, is told when this maintainer becomes the leader or stops, and about every run
-	// of a job (package metrics implements it). Default: none.
-	Observer Observer
 	// Retention configures the rotation of the inbox's generations and the deletion of expired
 	// idempotency keys (package retention; its Logger defaults to this Logger), and the outbox's
 	// rotation (OutboxWindow). Its Interval is the period of the three jobs: default
@@ -197,8 +195,8 @@ type Job struct {
 	// epoch (server clock), soon after the slot begins, and never twice in a slot. At least 1ms.
 	Interval time.Duration
 	// Run does the job's work. Its ctx ends when the maintainer stops leading; an error is logged at
-	// Warn, recorded in inbox_maintenance.error and told to the Observer; the job runs again in its
-	// next period either way.
+	// Warn, recorded in inbox_maintenance.error and told to the Store's Tracer (txinbox.OpJob); the
+	// job runs again in its next period either way.
 	Run func(ctx context.Context) error
 }
 
@@ -438,7 +436,9 @@ func (m *Maintainer) lead(ctx context.Context, term int64, sent time.Time, previ
 	m.leading.Store(true)
 	m.log.Info("txinbox: this maintainer now leads the schema's maintenance", "owner", m.cfg.Owner, "term", term,
 		"previous_owner", previous, "lease", lease)
-	m.observeLeader(true, term, "elected")
+	if t := m.store.Tracer; t != nil {
+		ctx = t.TraceStart(ctx, txinbox.TraceStart{Op: txinbox.OpLead, Schema: m.store.Schema, Owner: m.cfg.Owner})
+	}
 
 	jctx, stopJobs := context.WithCancel(ctx)
 	jobsDone := make(chan struct{})
@@ -490,7 +490,9 @@ func (m *Maintainer) lead(ctx context.Context, term int64, sent time.Time, previ
 	}
 	m.leading.Store(false)
 	m.log.Info("txinbox: this maintainer stopped leading the schema's maintenance", "owner", m.cfg.Owner, "term", term, "reason", reason)
-	m.observeLeader(false, term, reason)
+	if t := m.store.Tracer; t != nil {
+		t.TraceEnd(ctx, txinbox.TraceEnd{Op: txinbox.OpLead, Reason: reason})
+	}
 }
 
 // sleep waits d or until ctx ends.

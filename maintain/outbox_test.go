@@ -135,14 +135,15 @@ func TestMaintainerOutboxWindowNegativeLeavesTheOutbox(t *testing.T) {
 	runs := &leaderLog{}
 	store := e.Store()
 	store.Retention = time.Hour
+	store.Tracer = runs
 	maintainerOf(t, store, maintain.Config{Lease: time.Second, Retention: retentionEvery(time.Second),
-		OutboxWindow: -1, Observer: runs})
+		OutboxWindow: -1})
 	ran := func(job string) int {
 		runs.mu.Lock()
 		defer runs.mu.Unlock()
 		n := 0
 		for _, r := range runs.runs {
-			if r.Job == job {
+			if r == job {
 				n++
 			}
 		}

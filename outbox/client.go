@@ -88,8 +88,8 @@ func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]str
 			return nil, err
 		}
 	}
-	if t, ok := c.store.Tracer.(txinbox.OperationTracer); ok {
-		data := txinbox.TraceStart{Op: txinbox.OpPublish, Messages: make([]txinbox.TraceMessage, len(msgs))}
+	if t := c.store.Tracer; t != nil {
+		data := txinbox.TraceStart{Op: txinbox.OpPublish, Schema: c.store.Schema, Messages: make([]txinbox.TraceMessage, len(msgs))}
 		for i := range msgs {
 			data.Messages[i] = txinbox.TraceMessage{Kind: msgs[i].kind(), Topic: msgs[i].Topic, Headers: msgs[i].Headers}
 		}
@@ -101,7 +101,8 @@ func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]str
 	return c.publish(ctx, tx, msgs)
 }
 
-// publish writes validated msgs, with the trace context of ctx when the Store has a Tracer.
+// publish writes validated msgs, with the trace context of ctx when the Store's Tracer is a
+// txinbox.Injector.
 func (c *Client) publish(ctx context.Context, tx pgx.Tx, msgs []Message) ([]string, error) {
 	n := len(msgs)
 	p := sqlc.OutboxPublishParams{
@@ -109,10 +110,10 @@ func (c *Client) publish(ctx context.Context, tx pgx.Tx, msgs []Message) ([]stri
 		ContentTypes: make([]string, n), Payloads: make([]string, n), Headers: make([]string, n),
 		NotBefores: make([]pgtype.Timestamptz, n), NotifyChannel: c.notify.channel,
 	}
-	var trace map[string]string // the trace context of ctx, if the Store has a Tracer
-	if c.store.Tracer != nil {
+	var trace map[string]string // the trace context of ctx, if the Store's Tracer injects one
+	if in, ok := c.store.Tracer.(txinbox.Injector); ok {
 		trace = map[string]string{}
-		c.store.Tracer.Inject(ctx, trace)
+		in.Inject(ctx, trace)
 	}
 	now := time.Now()
 	for i := range msgs {

@@ -142,24 +142,3 @@ func Errors(errs []error) error {
 	}
 	return nil
 }
-
-// Result is the recorded outcome of one attempt, as an [Observer] sees it.
-type Result struct {
-	Event Event
-	// Outcome is how the attempt left the event: txinbox.OutcomeSent, txinbox.OutcomeRetry or
-	// txinbox.OutcomeDead.
-	Outcome txinbox.Outcome
-	// Err is the attempt's error: nil when sent.
-	Err error
-	// Duration is the time the Publish call took (0 if the event was not handed over: out of
-	// attempts).
-	Duration time.Duration
-}
-
-// Observer is told about the attempts a relay finished. Its methods must be fast and safe for
-// concurrent use.
-type Observer interface {
-	// Finished is called once per attempt whose outcome was recorded, after it was recorded (not for
-	// an attempt whose claim another relay had taken over, nor for events handed back on Stop).
-	Finished(Result)
-}

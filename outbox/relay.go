@@ -101,8 +101,6 @@ type RelayConfig struct {
 	// URI-reference of 1 to 255 bytes, such as "/orders" or "urn:example:orders"; keep it the same
 	// across the service's processes and restarts. Default "/txinbox/" followed by the schema.
 	Source string
-	// Observer, if set, is told about every attempt whose outcome was recorded. Default none.
-	Observer Observer
 }
 
 func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
@@ -636,32 +634,40 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 	return fs
 }
 
-// traceStart tells the Store's OperationTracer, if any, that events are handed over, and gives each
-// event the trace context of its hand-over (the Store's Tracer injects it into a copy of its
-// headers). It returns the context of each hand-over (nil without an OperationTracer).
+// traceStart tells the Store's Tracer, if any, that events are handed over and, if it is a
+// txinbox.Injector, gives each event the trace context of its hand-over (injected into a copy of its
+// headers). It returns the context of each hand-over (nil without a Tracer).
 func (r *Relay) traceStart(ctx context.Context, events []Event) []context.Context {
-	t, ok := r.store.Tracer.(txinbox.OperationTracer)
-	if !ok {
+	t := r.store.Tracer
+	if t == nil {
 		return nil
 	}
+	in, inject := t.(txinbox.Injector)
 	ctxs := make([]context.Context, len(events))
 	for i := range events {
 		ev := &events[i]
 		ctxs[i] = t.TraceStart(ctx, txinbox.TraceStart{
-			Op:       txinbox.OpRelay,
-			Messages: []txinbox.TraceMessage{{ID: ev.ID, Kind: ev.Kind, Topic: ev.Topic, Headers: ev.Headers}},
-			Attempt:  ev.Attempt, OrderingKey: ev.Key,
+			Op: txinbox.OpRelay, Schema: r.store.Schema, Messages: []txinbox.TraceMessage{traceEvent(ev)},
+			Attempt: ev.Attempt, OrderingKey: ev.Key,
 		})
+		if !inject {
+			continue
+		}
 		h := make(map[string]string, len(ev.Headers)+2)
 		for k, v := range ev.Headers {
 			if k != txinbox.HeaderTraceParent && k != txinbox.HeaderTraceState {
 				h[k] = v
 			}
 		}
-		r.store.Tracer.Inject(ctxs[i], h)
+		in.Inject(ctxs[i], h)
 		ev.Headers = h
 	}
 	return ctxs
+}
+
+// traceEvent describes ev to a tracer.
+func traceEvent(ev *Event) txinbox.TraceMessage {
+	return txinbox.TraceMessage{ID: ev.ID, Kind: ev.Kind, Topic: ev.Topic, Headers: ev.Headers}
 }
 
 // traceEnd ends the hand-overs traceStart began with their outcomes: ctxs[k] is the hand-over of
@@ -670,14 +676,25 @@ func (r *Relay) traceEnd(ctxs []context.Context, fs []finish, send []int) {
 	if ctxs == nil {
 		return
 	}
-	t := r.store.Tracer.(txinbox.OperationTracer)
 	for k, i := range send {
 		outcome := fs[i].outcome
 		if outcome == "" {
 			outcome = "released"
 		}
-		t.TraceEnd(ctxs[k], txinbox.TraceEnd{Op: txinbox.OpRelay, Outcome: outcome, Err: fs[i].err})
+		r.store.Tracer.TraceEnd(ctxs[k], txinbox.TraceEnd{Op: txinbox.OpRelay, Outcome: outcome, Err: fs[i].err})
 	}
+}
+
+// relayed tells the Store's Tracer, if any, the recorded outcome of f's attempt (txinbox.OpRelayed).
+func (r *Relay) relayed(f *finish) {
+	t := r.store.Tracer
+	if t == nil {
+		return
+	}
+	ev := &f.c.ev
+	ctx := t.TraceStart(context.Background(), txinbox.TraceStart{Op: txinbox.OpRelayed, Schema: r.store.Schema,
+		Messages: []txinbox.TraceMessage{traceEvent(ev)}, Attempt: ev.Attempt, OrderingKey: ev.Key})
+	t.TraceEnd(ctx, txinbox.TraceEnd{Op: txinbox.OpRelayed, Outcome: f.outcome, Err: f.err, Duration: f.took})
 }
 
 // validateSource checks RelayConfig.Source: a URI-reference (RFC 3986) of 1 to 255 bytes.
@@ -774,11 +791,11 @@ func leftKeys(fs []finish, recorded map[int64]bool) []string {
 }
 
 // record records the outcomes fs in one statement (fenced by token), then makes the next event of
-// each key whose event it made leave the queue ready, logs and tells the Observer. It is the record
+// each key whose event it made leave the queue ready, logs and tells the Store's Tracer. It is the record
 // of a batch on its own: when the runner stops, or when the claim that was to record it failed. That
 // claim may have committed with the record and lost its answer (the connection dropped before it
 // came): OutboxFinish then records nothing again, and reports the events whose outcome that claim
-// recorded (earlier), which are logged and told to the Observer here, once, as the claim would have.
+// recorded (earlier), which are logged and told to the Tracer here, once, as the claim would have.
 func (r *Relay) record(ctx context.Context, fs []finish) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
@@ -801,10 +818,10 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 	r.recorded(fs, rows)
 }
 
-// recorded logs the outcomes fs and tells the Observer, once their record committed; rows is
-// OutboxFinish's answer: the ids whose outcome was recorded, now or earlier (by a claim whose commit
-// answer was lost). The outcomes of the other events were not recorded: another relay took their
-// claim over after its lease ended.
+// recorded logs the outcomes fs and tells the Store's Tracer (txinbox.OpRelayed), once their record
+// committed; rows is OutboxFinish's answer: the ids whose outcome was recorded, now or earlier (by a
+// claim whose commit answer was lost). The outcomes of the other events were not recorded: another
+// relay took their claim over after its lease ended, and the Tracer is told nothing of them.
 func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 	recorded := make(map[int64]bool, len(rows))
 	earlier := 0
@@ -835,9 +852,7 @@ func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 			r.cfg.Logger.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.store.Schema,
 				"event_id", f.c.ev.ID, "topic", f.c.ev.Topic, "attempt", f.c.ev.Attempt, "retry_in", f.delay, "err", f.err)
 		}
-		if r.cfg.Observer != nil {
-			r.cfg.Observer.Finished(Result{Event: f.c.ev, Outcome: f.outcome, Err: f.err, Duration: f.took})
-		}
+		r.relayed(&f)
 	}
 }
 

@@ -36,7 +36,7 @@ func batchPool(t *testing.T, e *env, db txinbox.DB, hs *worker.Handlers, mod fun
 	if mod != nil {
 		mod(&cfg)
 	}
-	p, err := worker.New(txinbox.Store{DB: db, Schema: e.Schema}, cfg)
+	p, err := worker.New(txinbox.Store{DB: db, Schema: e.Schema, Tracer: e.tracer}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,19 +196,19 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	return f
 }
 
-// traceStart tells the Store's OperationTracer, if any, that a single handler call of c starts, and
+// traceStart tells the Store's Tracer, if any, that a single handler call of c starts, and
 // returns the context the handler runs in.
 func (p *Pool) traceStart(ctx context.Context, c *claimed) context.Context {
 	if p.tracer == nil {
 		return ctx
 	}
 	return p.tracer.TraceStart(ctx, txinbox.TraceStart{
-		Op: txinbox.OpHandle, Consumer: c.Consumer, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
-		Messages: []txinbox.TraceMessage{{ID: c.Key, Kind: c.Kind, Headers: c.Headers}},
+		Op: txinbox.OpHandle, Schema: p.store.Schema, Consumer: c.Consumer, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
+		Messages: []txinbox.TraceMessage{traceMessage(c)},
 	})
 }
 
-// traceEnd tells the OperationTracer that the handler call of f ended.
+// traceEnd tells the Store's Tracer that the handler call of f ended.
 func (p *Pool) traceEnd(ctx context.Context, f *finish) {
 	if p.tracer == nil {
 		return

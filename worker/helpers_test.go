@@ -20,6 +20,14 @@ import (
 type env struct {
 	*testdb.DB
 	client *inbox.Client
+	tracer txinbox.OperationTracer // the Store's Tracer of the pools made by pool and batchPool
+}
+
+// with returns a copy of e whose pools (pool, batchPool) have the Store's Tracer t.
+func (e *env) with(t txinbox.OperationTracer) *env {
+	c := *e
+	c.tracer = t
+	return &c
 }
 
 func newEnv(t *testing.T) *env { return newBenchEnv(t) }
@@ -70,7 +78,9 @@ func (e *env) pool(t *testing.T, hs *worker.Handlers, mod func(*worker.Config)) 
 	if mod != nil {
 		mod(&cfg)
 	}
-	p, err := worker.New(e.Store(), cfg)
+	store := e.Store()
+	store.Tracer = e.tracer
+	p, err := worker.New(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

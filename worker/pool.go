@@ -115,9 +115,6 @@ type Config struct {
 	// Owner names this pool in its batches (inbox_batch.owner; admin and the console show it as the
 	// owner of the messages it is running). Default: hostname:pid:random.
 	Owner string
-	// Observer, if set, is told about every attempt finished (package metrics implements it).
-	// Default: none.
-	Observer Observer
 	// IdleWarnAfter: when the pool has claimed no message for this long while the queue holds
 	// messages of other consumers that no running pool serves (a mistyped Consumer, say), it logs one
 	// warning at Warn naming its consumer and those consumers; once per such idle stretch. Pools know
@@ -237,7 +234,7 @@ type Pool struct {
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
 	snoozeKey int64
-	tracer    txinbox.OperationTracer // the Store's Tracer, if it is one; else nil
+	tracer    txinbox.OperationTracer // the Store's Tracer, or nil
 	maxTO     time.Duration           // longest handler timeout: the batch statement_timeout
 	// claimMax is the most messages claimed at once: Config.BatchSize, or the largest
 	// HandlerConfig.BatchSize of a batch handler if larger.
@@ -287,7 +284,7 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 			Wakes: func(payload string) bool { return payload == cfg.Consumer }}
 	}
 	p.eng = engine.New(ecfg)
-	p.tracer, _ = store.Tracer.(txinbox.OperationTracer)
+	p.tracer = store.Tracer
 	p.claimMax = cfg.BatchSize
 	p.records.connect = p.connector("txinbox recorder")
 	for _, hd := range cfg.Handlers.byKind {
@@ -586,7 +583,7 @@ func (p *Pool) rescue(ctx context.Context) {
 		}
 		errDelay = first
 		if b != nil {
-			p.tookOver(b)
+			p.tookOver(ctx, b)
 			if p.claimHook != nil {
 				p.claimHook(b.msgs)
 			}

@@ -56,7 +56,7 @@ func acknowledgment(t *testing.T, e *pubtest.Env, h AckSetup) {
 	}
 	for _, r := range res.All() {
 		if r.Outcome != txinbox.OutcomeRetry || r.Err == nil {
-			t.Fatalf("attempt of event %s while the broker refuses: outcome %s, error %v; want a retried failure", r.Event.ID, r.Outcome, r.Err)
+			t.Fatalf("attempt of event %s while the broker refuses: outcome %s, error %v; want a retried failure", r.EventID, r.Outcome, r.Err)
 		}
 	}
 	t.Logf("while refused: %d failed attempts, e.g. %v", len(res.All()), res.All()[0].Err)

@@ -20,8 +20,8 @@ import (
 )
 
 // The trace context of the publishing transaction that every event the checks publish carries, as
-// the W3C headers traceparent and tracestate (what metrics.TraceHeaders writes into
-// outbox.Message.Headers), and a header of the application's.
+// the W3C headers traceparent and tracestate (what a txotel.Tracer's Inject writes
+// into outbox.Message.Headers), and a header of the application's.
 const (
 	TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	TraceState  = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
@@ -29,7 +29,7 @@ const (
 )
 
 // traceContext returns the headers OpenTelemetry's W3C propagator writes for the span context of
-// TraceParent and TraceState, as a publishing service's code does (metrics.TraceHeaders).
+// TraceParent and TraceState, as a publishing service's code does (txotel.Tracer.Inject).
 func traceContext() map[string]string {
 	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
@@ -105,14 +105,15 @@ func contentType(n int) string {
 	return "application/json;charset=utf-8"
 }
 
-// handedOver returns the event id as the relay of res handed it over (its first recorded attempt).
+// handedOver returns the event id as the relay of res handed it over (its first hand-over, of an
+// attempt that was recorded).
 func handedOver(t testing.TB, res *pubtest.Results, id string) outbox.Event {
 	t.Helper()
-	rs := res.Of(id)
-	if len(rs) == 0 {
+	ev, ok := res.Handed(id)
+	if len(res.Of(id)) == 0 || !ok {
 		t.Fatalf("event %s arrived, but the relay recorded no attempt of it", id)
 	}
-	return rs[0].Event
+	return ev
 }
 
 // checkEnvelope fails t unless the CloudEvents attributes r arrived with are those of ev's

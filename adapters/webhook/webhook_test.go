@@ -342,7 +342,7 @@ func TestTooManyRequestsAndTimeoutAreRetried(t *testing.T) {
 	pub := newPublisher(t, webhook.Config{URL: ep.srv.URL, Secret: secret, Timeout: 200 * time.Millisecond})
 	id, res := publishOne(t, env, pub, "invoice.paid")
 	env.WaitSent(t, []string{id})
-	adaptertest.WaitFor(t, "the Observer to see the sent attempt", func() bool { return len(res.Of(id)) >= 3 })
+	adaptertest.WaitFor(t, "the Tracer to be told of the sent attempt", func() bool { return len(res.Of(id)) >= 3 })
 	got := res.Of(id)
 	if len(got) != 3 || got[0].Outcome != txinbox.OutcomeRetry || got[1].Outcome != txinbox.OutcomeRetry || got[2].Outcome != txinbox.OutcomeSent {
 		t.Fatalf("attempts %+v, want retry (429), retry (timeout), sent", got)

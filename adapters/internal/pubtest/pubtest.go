@@ -62,31 +62,77 @@ func (e *Env) Publish(t testing.TB, commit bool, msgs ...outbox.Message) []strin
 	return ids
 }
 
-// Results is an outbox.Observer that keeps every recorded attempt.
-type Results struct {
-	mu  sync.Mutex
-	all []outbox.Result
+// Result is one recorded attempt of a relay, as its Store's Tracer is told of it (txinbox.OpRelayed).
+type Result struct {
+	EventID string
+	Attempt int
+	Outcome txinbox.Outcome
+	Err     error
 }
 
-// Finished implements outbox.Observer.
-func (r *Results) Finished(res outbox.Result) {
+// Results is a Store's Tracer that keeps every recorded attempt of a relay (txinbox.OpRelayed), and
+// the events as the relay first handed them over to its Publisher.
+type Results struct {
+	mu     sync.Mutex
+	all    []Result
+	handed map[string]outbox.Event // by id
+}
+
+// handOver keeps the events of a Publish call that are handed over for the first time.
+func (r *Results) handOver(events []outbox.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.all = append(r.all, res)
+	if r.handed == nil {
+		r.handed = map[string]outbox.Event{}
+	}
+	for _, ev := range events {
+		if _, ok := r.handed[ev.ID]; !ok {
+			r.handed[ev.ID] = ev
+		}
+	}
+}
+
+type startKey struct{}
+
+// TraceStart implements txinbox.OperationTracer.
+func (r *Results) TraceStart(ctx context.Context, d txinbox.TraceStart) context.Context {
+	if d.Op != txinbox.OpRelayed {
+		return ctx
+	}
+	return context.WithValue(ctx, startKey{}, d)
+}
+
+// TraceEnd implements txinbox.OperationTracer.
+func (r *Results) TraceEnd(ctx context.Context, d txinbox.TraceEnd) {
+	s, ok := ctx.Value(startKey{}).(txinbox.TraceStart)
+	if !ok || d.Op != txinbox.OpRelayed || len(s.Messages) != 1 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.all = append(r.all, Result{EventID: s.Messages[0].ID, Attempt: s.Attempt, Outcome: d.Outcome, Err: d.Err})
 }
 
 // All returns the attempts recorded so far, in the order they were recorded.
-func (r *Results) All() []outbox.Result {
+func (r *Results) All() []Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.all)
 }
 
+// Handed returns the event id as the relay first handed it over to its Publisher, and whether it did.
+func (r *Results) Handed(id string) (outbox.Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev, ok := r.handed[id]
+	return ev, ok
+}
+
 // Of returns the attempts recorded so far of the event id.
-func (r *Results) Of(id string) []outbox.Result {
-	var out []outbox.Result
+func (r *Results) Of(id string) []Result {
+	var out []Result
 	for _, res := range r.All() {
-		if res.Event.ID == id {
+		if res.EventID == id {
 			out = append(out, res)
 		}
 	}
@@ -94,17 +140,24 @@ func (r *Results) Of(id string) []outbox.Result {
 }
 
 // Relay starts a relay of e's outbox with pub, fast test settings (20ms polls and backoff, up to 1000
-// attempts) and mod applied, stopped when t ends, and returns the Observer of its attempts.
+// attempts) and mod applied, stopped when t ends, and returns its recorded attempts (the Tracer of
+// its Store).
 func (e *Env) Relay(t testing.TB, pub outbox.Publisher, mod func(*outbox.RelayConfig)) *Results {
 	t.Helper()
 	res := &Results{}
-	cfg := outbox.RelayConfig{Publisher: pub, PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
-		Backoff:  txinbox.BackoffFunc(func(int) time.Duration { return 20 * time.Millisecond }),
-		Observer: res, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	handing := outbox.PublisherFunc(func(ctx context.Context, events []outbox.Event) error {
+		res.handOver(events)
+		return pub.Publish(ctx, events)
+	})
+	cfg := outbox.RelayConfig{Publisher: handing, PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
+		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 20 * time.Millisecond }),
+		Logger:  slog.New(slog.NewTextHandler(t.Output(), nil))}
 	if mod != nil {
 		mod(&cfg)
 	}
-	r, err := outbox.NewRelay(e.DB.Store(), cfg)
+	store := e.DB.Store()
+	store.Tracer = res
+	r, err := outbox.NewRelay(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
