@@ -34,6 +34,8 @@ type Match struct {
 	State string
 }
 
+// String describes the events m looks for, as the failures say it: `events of topic "orders", key
+// "o-1"`, or `events` for Match{}.
 func (m Match) String() string {
 	var parts []string
 	for _, f := range []struct{ name, v string }{{"topic", m.Topic}, {"key", m.Key}, {"kind", m.Kind}, {"state", m.State}} {
