@@ -112,6 +112,7 @@ var imports = map[string]string{
 	"webhook":     modulePath + "/adapters/webhook",
 	"seenredis":   modulePath + "/seenredis",
 	"txinboxtest": modulePath + "/txinboxtest",
+	"conformance": modulePath + "/adapters/conformance",
 }
 
 // withImports parses src (a file with no import declaration) and returns it with the import
@@ -242,7 +243,7 @@ func TestGoSnippetsCompile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := newAppModule(t, ".", "adapters", "seenredis", "txinboxtest")
+	dir := newAppModule(t, ".", "adapters", "seenredis")
 	var where []string
 	for i, b := range blocks {
 		src, err := b.source()
