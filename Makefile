@@ -9,10 +9,11 @@ GOOSE_TAGS := no_clickhouse,no_libsql,no_mssql,no_azuresql,no_mysql,no_sqlite3,n
 DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 SCHEMA     ?= public
 # Modules other than the root one keep their dependencies apart: broker adapters, the Redis seen-key
-# cache, benchmarks (River), the ledger and notifier examples (which use the adapters), the chaos run, the public
-# test kit txinboxtest (testcontainers) and the console's browser tests (chromedp; they need Chromium:
-# Debian's chromium package), so that the root go.mod names no Docker, broker or browser client.
-SUBMODULES := adapters seenredis bench examples/ledger examples/notifier chaos txinboxtest console/e2e
+# cache, benchmarks (River), the ledger and notifier examples (which use the adapters), the chaos run and
+# the console's browser tests (chromedp; they need Chromium: Debian's chromium package), so that the
+# root go.mod names no broker or browser client. (The public test kit txinboxtest is in the root
+# module: its go.mod names testcontainers, which only the kit's last choice of server links.)
+SUBMODULES := adapters seenredis bench examples/ledger examples/notifier chaos console/e2e
 
 .PHONY: all tools generate check-generated fmt-check vet lint test test-go test-submodules screenshot demo wrk-ledger migrate bench chaos fuzz mutants citus clean
 
@@ -72,7 +73,6 @@ test-submodules: $(BIN)/nats-server
 	@if [ -f examples/ledger/go.mod ]; then echo "go test (examples/ledger)"; cd examples/ledger && PATH='$(BIN)':"$$PATH" $(GO) test -race -count=1 -timeout 15m ./...; fi
 	@if [ -f examples/notifier/go.mod ]; then echo "go test (examples/notifier)"; cd examples/notifier && $(GO) test -race -count=1 -timeout 10m ./...; fi
 	@if [ -f chaos/go.mod ]; then echo "go test (chaos)"; cd chaos && $(GO) test -race -count=1 -timeout 20m ./...; fi
-	@if [ -f txinboxtest/go.mod ]; then echo "go test (txinboxtest)"; cd txinboxtest && $(GO) test -race -count=1 -timeout 10m ./...; fi
 	@if [ -f console/e2e/go.mod ]; then echo "go test (console/e2e: headless Chromium)"; cd console/e2e && $(GO) test -race -count=1 -timeout 15m ./...; fi
 	@echo "go test (tools/mutants: the mutant list parses and applies)"; cd tools/mutants && $(GO) test -count=1 ./...
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,21 @@ import (
 // heavy names what a program using txinbox's core must never pull in: the Docker world
 // (testcontainers, which the test kit txinboxtest uses) and the broker clients (the adapters').
 var heavy = []string{"testcontainers", "docker", "moby", "amqp", "nats", "kafka", "franz", "redis"}
+
+// testKitOnly are those of heavy that txinbox's go.mod names, for the test kit alone: testcontainers
+// and the Docker client it needs, which only package internal/testkit/pgcontainer imports (the last
+// choice of txinboxtest's harness, and the command txinboxtest/cmd/txinbox-testpg).
+var testKitOnly = []string{"testcontainers", "docker", "moby"}
+
+// isTestKitOnly reports whether the module path m is one of testKitOnly's.
+func isTestKitOnly(m string) bool {
+	for _, h := range testKitOnly {
+		if strings.Contains(strings.ToLower(m), h) {
+			return true
+		}
+	}
+	return false
+}
 
 // goCmd runs the go command in dir and returns its output's fields.
 func goCmd(t *testing.T, dir string, args ...string) []string {
@@ -58,12 +74,14 @@ func readFields(t *testing.T, path string) []string {
 	return strings.Fields(string(b))
 }
 
-// checkGraph checks `go mod graph` in dir: no testcontainers anywhere, and no heavy module required by
-// the module itself or by txinbox. (Other modules' own requirements are listed as they are: goose's
-// go.mod names Docker's client for goose's own tests, which no txinbox user builds, downloads or
-// records in go.sum.)
+// checkGraph checks `go mod graph` in dir: the module itself requires no heavy module (unless it is
+// txinbox, which requires testcontainers and Docker's client for its test kit, and nothing else
+// heavy), and no module but txinbox and testcontainers' own requires testcontainers. (Other modules'
+// own requirements are listed as they are: goose's go.mod names Docker's client for goose's own tests,
+// which no txinbox user builds, downloads or records in go.sum.)
 func checkGraph(t *testing.T, dir, self string) {
 	t.Helper()
+	const core = "github.com/txinbox/txinbox"
 	graph := goCmd(t, dir, "mod", "graph")
 	if len(graph) == 0 || len(graph)%2 != 0 {
 		t.Fatalf("go mod graph printed %d fields, want pairs", len(graph))
@@ -71,8 +89,10 @@ func checkGraph(t *testing.T, dir, self string) {
 	for i := 0; i < len(graph); i += 2 {
 		from, to := graph[i], graph[i+1]
 		mod, _, _ := strings.Cut(from, "@")
-		if strings.Contains(to, "testcontainers") ||
-			(mod == self || mod == "github.com/txinbox/txinbox") && len(heavyIn([]string{to})) > 0 {
+		switch {
+		case mod == core && len(heavyIn([]string{to})) > 0 && !isTestKitOnly(to),
+			mod == self && mod != core && len(heavyIn([]string{to})) > 0,
+			strings.Contains(to, "testcontainers") && mod != core && !strings.Contains(mod, "testcontainers"):
 			t.Errorf("go mod graph of %s: %s requires %s", self, from, to)
 		}
 	}
@@ -81,7 +101,9 @@ func checkGraph(t *testing.T, dir, self string) {
 // A program that imports only inbox and worker builds from txinbox's core, pgx and golang-lru (the
 // seen-key cache): goose comes only with package migrate, OpenTelemetry only with package txotel.
 // `go list -deps` has no testcontainers, Docker, broker client or OpenTelemetry, and neither have
-// the go.mod and go.sum that `go mod tidy` writes for it (the module cache serves the modules).
+// the go.mod and go.sum that `go mod tidy` writes for it (the module cache serves the modules): the
+// tests of inbox and worker, whose modules go.sum records too, find a container through the command
+// txinbox-testpg, never linking testcontainers.
 func TestUserOfInboxAndWorkerGetsNoDockerOrBroker(t *testing.T) {
 	root, err := filepath.Abs(".")
 	if err != nil {
@@ -124,16 +146,59 @@ func TestUserOfInboxAndWorkerGetsNoDockerOrBroker(t *testing.T) {
 	checkGraph(t, dir, "example.com/user")
 }
 
-// The core module's own go.mod and go.sum, which its tests are built from too, name no testcontainers,
-// Docker or broker module: internal/testkit/testdb finds a server without them, and the modules that
-// need them (txinboxtest, adapters, seenredis, chaos, bench, examples/ledger, examples/notifier) are apart.
-func TestCoreModuleHasNoDockerOrBroker(t *testing.T) {
+// The core module's own go.mod and go.sum name no broker or Redis module (the modules that need them,
+// adapters, seenredis, chaos, bench, examples/ledger and examples/notifier, are apart), and of the
+// Docker world only testcontainers and the Docker client it needs, for the test kit; and within the
+// module only internal/testkit/pgcontainer imports testcontainers, and only txinboxtest and the
+// command txinbox-testpg depend on it: the tests of txinbox's other packages find their container
+// through that command.
+func TestCoreModuleHasNoBrokerAndDockerOnlyInTheKit(t *testing.T) {
 	for _, f := range []string{"go.mod", "go.sum"} {
-		if bad := heavyIn(readFields(t, f)); len(bad) > 0 {
-			t.Errorf("the core's %s has %v", f, bad)
+		for _, m := range heavyIn(readFields(t, f)) {
+			if !isTestKitOnly(m) {
+				t.Errorf("the core's %s has %s", f, m)
+			}
 		}
 	}
 	checkGraph(t, ".", "github.com/txinbox/txinbox")
+
+	const self = "github.com/txinbox/txinbox"
+	allowed := map[string]bool{self + "/internal/testkit/pgcontainer": true, self + "/txinboxtest": true,
+		self + "/txinboxtest/cmd/txinbox-testpg": true}
+	checked := 0
+	cmd := exec.Command("go", "list", "-test", "-f", `{{.ImportPath}}|{{join .Imports " "}}|{{join .Deps " "}}`, "./...")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for line := range strings.Lines(string(out)) {
+		path, rest, _ := strings.Cut(strings.TrimSpace(line), "|")
+		imports, deps, _ := strings.Cut(rest, "|")
+		checked++
+		// A test of an allowed package (txinboxtest [txinboxtest.test], its external test package)
+		// is allowed with it.
+		base, _, _ := strings.Cut(path, " ")
+		base = strings.TrimSuffix(strings.TrimSuffix(base, ".test"), "_test")
+		for _, imp := range strings.Fields(imports) {
+			if strings.Contains(imp, "testcontainers") && path != self+"/internal/testkit/pgcontainer" {
+				t.Errorf("package %s imports %s: only internal/testkit/pgcontainer may", path, imp)
+			}
+		}
+		if allowed[base] {
+			continue
+		}
+		for _, d := range strings.Fields(deps) {
+			if strings.Contains(d, "testcontainers") {
+				t.Errorf("package %s depends on %s: only txinboxtest and txinbox-testpg may link testcontainers "+
+					"(the tests of txinbox's packages start their container through txinbox-testpg)", path, d)
+				break
+			}
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("go list listed %d packages: the check is broken", checked)
+	}
 }
 
 // moduleGroups names the modules beyond the standard library that txinbox's packages may need, in
@@ -149,6 +214,8 @@ var moduleGroups = map[string][]string{
 		"github.com/munnerz/goautoneg", "google.golang.org/protobuf", "golang.org/x/sys", "github.com/cespare/xxhash/v2"},
 	"goose": {"github.com/pressly/goose/v3", "github.com/mfridman/interpolate", "github.com/sethvargo/go-retry",
 		"go.uber.org/multierr"},
+	// "testcontainers" is testcontainers-go and every module it depends on: TestArchitectureDependencies
+	// fills it from `go list -deps` of internal/testkit/pgcontainer, the one package importing it.
 }
 
 // allowedGroups is ARCHITECTURE.md's list of the module groups each public package of the root
@@ -166,10 +233,11 @@ var allowedGroups = map[string][]string{
 	"migrations":  {},
 	"admin":       {"pgx", "golang-lru"},
 	"console":     {"pgx", "golang-lru"},
-	"metrics":     {"pgx", "golang-lru", "Prometheus"},
+	"metrics":     {"pgx", "Prometheus"},
 	"txotel":      {"pgx", "OpenTelemetry"},
 	"runner":      {"pgx"},
 	"cmd/txinbox": {"pgx", "golang-lru", "goose"},
+	"txinboxtest": {"pgx", "goose", "testcontainers"},
 }
 
 // listedPackage is what TestArchitectureDependencies reads of `go list -deps -json`.
@@ -209,8 +277,17 @@ func TestArchitectureDependencies(t *testing.T) {
 		pkgs[p.ImportPath] = p
 	}
 	arrows := architectureArrows(t)
+	groups := maps.Clone(moduleGroups)
+	for _, d := range pkgs[self+"/internal/testkit/pgcontainer"].Deps {
+		if m := pkgs[d].Module; m != nil && m.Path != self {
+			groups["testcontainers"] = append(groups["testcontainers"], m.Path)
+		}
+	}
+	if !slices.Contains(groups["testcontainers"], "github.com/testcontainers/testcontainers-go") {
+		t.Fatalf("go list -deps of internal/testkit/pgcontainer has no testcontainers-go: the check is broken")
+	}
 
-	for name, groups := range allowedGroups {
+	for name, groupNames := range allowedGroups {
 		path := strings.TrimSuffix(self+"/"+name, "/")
 		p, ok := pkgs[path]
 		if !ok {
@@ -218,8 +295,8 @@ func TestArchitectureDependencies(t *testing.T) {
 			continue
 		}
 		allowed := map[string]bool{}
-		for _, g := range groups {
-			for _, m := range moduleGroups[g] {
+		for _, g := range groupNames {
+			for _, m := range groups[g] {
 				allowed[m] = true
 			}
 		}
@@ -265,7 +342,11 @@ func TestArchitectureDependencies(t *testing.T) {
 		}
 	}
 	for name := range arrows {
-		if _, ok := allowedGroups[strings.TrimPrefix(name, "txinbox")]; !ok {
+		key := name
+		if key == "txinbox" {
+			key = ""
+		}
+		if _, ok := allowedGroups[key]; !ok {
 			t.Errorf("ARCHITECTURE.md has an arrow line for %s, which this test does not know", name)
 		}
 	}

@@ -2,7 +2,8 @@
 // tables are and how long dedup records live, the errors and name checks every package uses, the
 // [Service] shape of every background job, and the words the worker and the outbox share: a
 // [Permanent] error, a [Backoff] ([Exponential] by default), the [Outcome] of an attempt, the
-// [ValidationError] of a rejected message, and the [Tracer] with its optional [OperationTracer].
+// [ValidationError] of a rejected message, and the one hook of tracing and metrics, the
+// [OperationTracer] (with [Tracers] and the optional [Injector]).
 //
 // txinbox turns at-least-once delivery into exactly-once effects on PostgreSQL. Its packages each do
 // one job:

@@ -12,9 +12,9 @@ var ErrInvalidConfig = errors.New("txinbox: invalid configuration")
 var ErrInvalidArgument = errors.New("txinbox: invalid argument")
 
 // ErrNotMigrated is matched (errors.Is) by the error of a component that found its schema without
-// txinbox's tables (worker.Pool.Start, a receive or an admin call): run migrate.Up (or
-// "txinbox migrate up") on that schema first.
-var ErrNotMigrated = errors.New("txinbox: the schema has no txinbox tables (run migrate.Up first)")
+// txinbox's tables (worker.Pool.Start, a receive or an admin call; the idempotency middleware logs
+// it and answers ProblemNotMigrated): run migrate.Up (or "txinbox migrate up") on that schema first.
+var ErrNotMigrated = errors.New("txinbox: the schema has no txinbox tables (run migrate.Up, or the command \"txinbox migrate up\", on it first)")
 
 // ErrTxManaged is returned by Commit and Rollback of a transaction txinbox hands to user code and
 // ends itself: a worker handler's transaction and the idempotency middleware's request transaction.

@@ -1,8 +1,8 @@
 package txinbox
 
-// Outcome is how a finished attempt left its message (a worker pool's handler call, worker.HandleEvent)
-// or its event (an outbox relay's hand-over, outbox.Result). A receipt's outcome (inserted, duplicate,
-// conflict) is inbox.Outcome.
+// Outcome is how a finished attempt left its message (a worker pool's handler call: TraceEnd of
+// OpHandled) or its event (an outbox relay's hand-over: TraceEnd of OpRelayed). A receipt's outcome
+// (inserted, duplicate, conflict) is inbox.Outcome.
 type Outcome string
 
 // The outcomes of an attempt.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // DB is what txinbox needs from a database handle: run statements and begin transactions.
@@ -31,7 +33,7 @@ const (
 
 // Store says where txinbox's tables are and the settings every component working on them must
 // share. Give the same Store to every constructor (inbox.New, worker.New, idempotency.New, admin.New,
-// runner.New, metrics.NewQueueCollector, migrate.Up) and function (retention.Rotate, say): a setting
+// runner.New, metrics.New, migrate.Up) and function (retention.Rotate, say): a setting
 // said here is said once.
 //
 // The zero value of each field but DB takes the documented default; [Store.Resolve] fills them in and
@@ -59,11 +61,12 @@ type Store struct {
 	// (PgBouncer), where LISTEN cannot work. (A pool or relay also falls back to polling by itself when
 	// a check after LISTEN shows that notifications do not arrive, and logs it.)
 	NotifyInterval time.Duration
-	// Tracer, if set, carries traces across services and, if it is an [OperationTracer], is told
-	// about receives, handler calls, publishes and relay hand-overs (see [Tracer]; package txotel is
-	// the OpenTelemetry one).
-	// Default: none (no trace context is recorded with outbox events).
-	Tracer Tracer
+	// Tracer, if set, is told when each operation of every component made from the Store starts and
+	// ends (see [OperationTracer]): package txotel's makes spans, package metrics' counts, and
+	// [Tracers] combines them. If it is also an [Injector] (txotel's is), it carries traces across
+	// services: the trace context is recorded with outbox events and received messages. Default:
+	// none (nothing is told, and no trace context is recorded).
+	Tracer OperationTracer
 	// Logger receives the logs of everything made on this Store: worker pools, outbox relays, the
 	// maintainer (and the runner that runs them), the idempotency middleware, the console, the broker
 	// adapters' consumers and sinks. Each adds its own attributes (such as "consumer" or "schema"); use
@@ -72,10 +75,15 @@ type Store struct {
 }
 
 // Resolve returns s with its defaults filled in, or a *[ConfigError] naming the field ("Store.DB",
-// "Store.Schema", "Store.Retention") if s is invalid.
+// "Store.Schema", "Store.Retention") if s is invalid. A DB or Tracer that holds a nil pointer (a nil
+// *pgxpool.Pool, whose pgxpool.New error was dropped, say) is invalid: an interface holding a nil
+// pointer is not nil. The constructors check their configurations' interface fields alike.
 func (s Store) Resolve() (Store, error) {
 	if s.DB == nil {
 		return s, &ConfigError{Field: "Store.DB", Reason: "is required (a *pgxpool.Pool, say)"}
+	}
+	if name, reason := typednil.Field(s); name != "" {
+		return s, &ConfigError{Field: "Store." + name, Reason: reason}
 	}
 	if s.Schema == "" {
 		s.Schema = DefaultSchema

@@ -8,7 +8,7 @@ import (
 // BatchConfig is the part of a broker consumer's Config that every adapter shares: it is embedded in
 // [github.com/txinbox/txinbox/adapters/rabbitmq.Config], [github.com/txinbox/txinbox/adapters/natsjs.Config]
 // and [github.com/txinbox/txinbox/adapters/kafka.Config], whose New checks it the same way: a negative
-// field is an *inbox.ConfigError naming that field (e.g. Field "BatchWait"), and a zero field takes the
+// field is an *txinbox.ConfigError naming that field (e.g. Field "BatchWait"), and a zero field takes the
 // default documented on it.
 type BatchConfig struct {
 	// BatchSize is the most messages stored in one transaction and acknowledged together. Default:

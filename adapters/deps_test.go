@@ -3,6 +3,7 @@ package adapters_test
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -39,6 +40,38 @@ func TestCodeDoesNotImportTheCloudEventsSDK(t *testing.T) {
 				if strings.HasPrefix(dep, m) {
 					t.Errorf("package %s depends on %s: the CloudEvents SDK is for the tests only", fields[0], dep)
 				}
+			}
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("go list listed %d packages: the check is broken", checked)
+	}
+}
+
+// TestOnlyTheTestKitLinksTxinboxtest: of this module's packages only the conformance suite and the
+// internal test helpers depend on txinbox's test kit (txinboxtest, and through it testcontainers),
+// so that a program using an adapter builds neither.
+func TestOnlyTheTestKitLinksTxinboxtest(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("go", "list", "-deps=false", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./...")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const self = "github.com/txinbox/txinbox/adapters"
+	kit := []string{self + "/conformance", self + "/internal/adaptertest", self + "/internal/pubtest", self + "/internal/chaintest"}
+	checked := 0
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || slices.Contains(kit, fields[0]) {
+			continue
+		}
+		checked++
+		for _, dep := range fields[1:] {
+			if dep == "github.com/txinbox/txinbox/txinboxtest" || strings.Contains(dep, "testcontainers") {
+				t.Errorf("package %s depends on %s: only the conformance suite and the test helpers may", fields[0], dep)
+				break
 			}
 		}
 	}

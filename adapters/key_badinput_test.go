@@ -8,8 +8,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // Bad keys from each source a key strategy reads (message id, header, Kafka record key), through
@@ -18,7 +18,7 @@ import (
 // is stored; and the rows stored before are unchanged.
 func TestSinkBadKeys(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	ctx := context.Background()
 	sinks := map[string]*adapters.Sink{}
 	for name, fn := range map[string]adapters.KeyFunc{

@@ -25,7 +25,9 @@ const DefaultKindHeader = "x-kind"
 // SinkConfig configures a Sink: where messages are stored and how records become inbox messages.
 type SinkConfig struct {
 	// Store is where the messages go: the database (usually a *pgxpool.Pool, required) and the
-	// schema, the same [txinbox.Store] the service's inbox.Client and worker.Pool take.
+	// schema, the same [txinbox.Store] the service's inbox.Client and worker.Pool take. Its Tracer
+	// (txinbox.Store.Tracer) is told about each batch's receive and the seen-key cache: a
+	// *metrics.Metrics counts the records received and the cache's hits, misses and fallbacks.
 	Store txinbox.Store
 	// MaxPayloadBytes is the largest body accepted. Default: 1 MiB (inbox.Config.MaxPayloadBytes's).
 	// A larger body is stored dead, its raw bytes truncated to this size.
@@ -54,9 +56,6 @@ type SinkConfig struct {
 	SeenCache   seen.Cache
 	SeenTTL     time.Duration
 	SeenTimeout time.Duration
-	// Observer is the inbox Client's Observer (inbox.Config.Observer): a *metrics.Metrics counts the
-	// records received and the seen-key cache's hits, misses and fallbacks. Default: none.
-	Observer inbox.Observer
 }
 
 // Sink writes batches of records into the inbox. It is safe for concurrent use.
@@ -107,7 +106,7 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 		cfg.MaxPayloadBytes = 1 << 20
 	}
 	client, err := inbox.New(cfg.Store, inbox.Config{MaxPayloadBytes: cfg.MaxPayloadBytes,
-		SeenCache: cfg.SeenCache, SeenTTL: cfg.SeenTTL, SeenTimeout: cfg.SeenTimeout, Observer: cfg.Observer})
+		SeenCache: cfg.SeenCache, SeenTTL: cfg.SeenTTL, SeenTimeout: cfg.SeenTimeout})
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/seen"
 )
 
@@ -28,7 +27,7 @@ func rec(id, kind, body string, headers map[string]string) *adapters.Record {
 // sent), an oversized body and an invalid header: all in one transaction, each with the right outcome.
 func TestSinkStore(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", MaxPayloadBytes: 64,
 		Key: adapters.MessageID(), OrderingKey: adapters.Header("account")})
 	if err != nil {
@@ -116,7 +115,7 @@ func TestNewSinkRejectsBadConfig(t *testing.T) {
 // after batch: the headers are kept in name order up to the bound, the same ones on every redelivery.
 func TestSinkHeadersOverTotalBound(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", Key: adapters.MessageID()})
 	if err != nil {
 		t.Fatal(err)
@@ -146,36 +145,37 @@ func TestSinkHeadersOverTotalBound(t *testing.T) {
 	}
 }
 
-// seenCount is an inbox Observer counting seen-key cache hits.
+// seenCount is a Store's Tracer counting seen-key cache hits and fallbacks (txinbox.OpSeenGet).
 type seenCount struct{ hits, fallbacks atomic.Int64 }
 
-func (o *seenCount) ReceiveStart(ctx context.Context, _ []inbox.Message) (context.Context, func([]inbox.Receipt, error)) {
-	return ctx, func([]inbox.Receipt, error) {}
-}
+func (o *seenCount) TraceStart(ctx context.Context, _ txinbox.TraceStart) context.Context { return ctx }
 
-func (o *seenCount) SeenLookup(_ string, r seen.Result, n int) {
-	switch r {
-	case seen.Hit:
-		o.hits.Add(int64(n))
-	case seen.Fallback:
-		o.fallbacks.Add(int64(n))
+func (o *seenCount) TraceEnd(_ context.Context, d txinbox.TraceEnd) {
+	if d.Op != txinbox.OpSeenGet {
+		return
+	}
+	for _, r := range d.Results {
+		switch seen.Result(r) {
+		case seen.Hit:
+			o.hits.Add(1)
+		case seen.Fallback:
+			o.fallbacks.Add(1)
+		}
 	}
 }
-
-func (o *seenCount) SeenError(seen.Op, error) {}
 
 // TestSinkSeenCache: a sink with a seen-key cache caches a batch's keys once it committed, not when
 // its transaction rolled back, and counts the same duplicates and conflicts as without a cache.
 func TestSinkSeenCache(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	cache, err := seen.NewLRU(seen.LRUConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := &seenCount{}
-	s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", Key: adapters.MessageID(),
-		SeenCache: cache, SeenTTL: time.Hour, Observer: o})
+	s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema, Tracer: o}, Consumer: "ledger",
+		Key: adapters.MessageID(), SeenCache: cache, SeenTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestSinkSeenCache(t *testing.T) {
 // once commits succeed again, the same batch is stored as new messages.
 func TestSinkCommitFails(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	allow := adaptertest.RefuseCommits(t, db)
 	cache, err := seen.NewLRU(seen.LRUConfig{})
 	if err != nil {
@@ -278,7 +278,7 @@ func TestSinkCommitFails(t *testing.T) {
 // stored as before; an explicit Key or OrderingKey wins over the envelope.
 func TestSinkReadsTheEnvelope(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	store := txinbox.Store{DB: db.Pool, Schema: db.Schema}
 	const tp, tpAttr = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-0af7651916cd43dd8448eb211c80319c-b9c7c989f97918e1-01"
 	attrs := func(id string) map[string]string {

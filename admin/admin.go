@@ -26,11 +26,9 @@ type Config struct {
 	// epoch) once they deleted something, since the deleted keys are new again. Without it, a Client's
 	// cache may answer a deleted key Duplicate for up to its SeenTTL. Default: none.
 	SeenCache seen.Cache
-	// SeenTimeout bounds each invalidation. Default: 100ms.
+	// SeenTimeout bounds each invalidation. Default: 100ms. Each invalidation is reported to the
+	// Store's Tracer (txinbox.OpSeenInvalidate), with its error, which never reaches the caller.
 	SeenTimeout time.Duration
-	// Observer, if set, is told about invalidation errors (which never reach the caller). Default:
-	// none.
-	Observer seen.Observer
 	// Progress, if set, is called by DiscardOlder after each of its statements, on the calling
 	// goroutine, with how far it has got (the txinbox command draws it). Default: none.
 	Progress func(Progress)
@@ -68,9 +66,19 @@ func New(store txinbox.Store, cfg Config) (*Admin, error) {
 func storeFor(st txinbox.Store) *schemasql.Schema { return schemasql.New(st.Schema) }
 
 // seenInvalidate starts a new cache epoch after rows were deleted early, so that the cache never
-// answers a deleted key.
+// answers a deleted key; it reports the invalidation to the Store's Tracer.
 func (a *Admin) seenInvalidate(ctx context.Context) {
-	seen.Invalidate(ctx, a.cfg.SeenCache, a.cfg.SeenTimeout, a.cfg.Observer)
+	if a.cfg.SeenCache == nil {
+		return
+	}
+	t := a.store.Tracer
+	if t != nil {
+		ctx = t.TraceStart(ctx, txinbox.TraceStart{Op: txinbox.OpSeenInvalidate, Schema: a.store.Schema})
+	}
+	err := seen.Invalidate(ctx, a.cfg.SeenCache, a.cfg.SeenTimeout)
+	if t != nil {
+		t.TraceEnd(ctx, txinbox.TraceEnd{Op: txinbox.OpSeenInvalidate, Err: err})
+	}
 }
 
 // MaxAdminIDs is the largest number of ids the calls taking ids (ReplayDead, DiscardDead, DeadAmong,

@@ -52,7 +52,7 @@ func topicCell(t *testing.T, body, topic, class string) string {
 	return m[1]
 }
 
-// The outbox page shows each topic's events per state, as admin.OutboxStats counts them, and the lag;
+// The outbox page shows each topic's events per state, as admin.Admin.OutboxStats counts them, and the lag;
 // the navigation links to it.
 func TestOutboxPageCounts(t *testing.T) {
 	t.Parallel()

@@ -11,7 +11,12 @@
 //	mux.Handle("POST /transfers", mw.Handler(http.HandlerFunc(createTransfer)))
 //
 //	func createTransfer(w http.ResponseWriter, r *http.Request) {
-//		tx, _ := idempotency.Tx(r.Context()) // do every write of the request in tx
+//		tx, ok := idempotency.Tx(r.Context()) // do every write of the request in tx
+//		if !ok {
+//			// not under the middleware: no transaction to write in
+//			http.Error(w, "no idempotency transaction", http.StatusInternalServerError)
+//			return
+//		}
 //		...
 //	}
 //
@@ -94,6 +99,8 @@
 //	                                  rolled back, key released, nothing applied
 //	500     ProblemStoreFailed        the database rejected the transaction (left aborted by the
 //	                                  handler): rolled back, key released, nothing applied
+//	500     ProblemNotMigrated        the schema has no idempotency_keys table (run migrate.Up or
+//	                                  "txinbox migrate up"); the handler does not run, FailOpen or not
 //	503     ProblemStoreUnavailable   the store could not be reached (Retry-After); with
 //	                                  Config.FailOpen the request runs unprotected instead
 //

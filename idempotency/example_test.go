@@ -35,7 +35,12 @@ func Example() {
 	}
 	transfers := pgx.Identifier{schema, "transfers"}.Sanitize()
 	createTransfer := func(w http.ResponseWriter, r *http.Request) {
-		tx, _ := idempotency.Tx(r.Context()) // the middleware's transaction
+		tx, ok := idempotency.Tx(r.Context()) // the middleware's transaction
+		if !ok {
+			// not under the middleware (a route registered without mw.Handler)
+			http.Error(w, "no idempotency transaction", http.StatusInternalServerError)
+			return
+		}
 		var id int64
 		err := tx.QueryRow(r.Context(), "INSERT INTO "+transfers+" (amount) VALUES (42) RETURNING id").Scan(&id)
 		if err != nil {

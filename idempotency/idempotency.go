@@ -127,7 +127,10 @@ type Config struct {
 
 	// FailOpen runs the request without idempotency protection (no stored key, and Tx reports
 	// false) when the store cannot be reached to look the key up. Default false (fail closed): such
-	// requests are answered 503 (ProblemStoreUnavailable).
+	// requests are answered 503 (ProblemStoreUnavailable). It does not apply to a schema without the
+	// idempotency_keys table (migrations not run): whatever FailOpen says, such a request is answered
+	// 500 (ProblemNotMigrated) and its handler does not run, so that a missing migration is not
+	// mistaken for an outage and every request run unprotected.
 	FailOpen bool
 
 	// StoreTimeout bounds the statements that end a request (store, commit, roll back, release).
@@ -227,6 +230,7 @@ type Middleware struct {
 	cfg     Config
 	log     *slog.Logger // the Store's Logger: store failures, keys released after errors
 	st      *schemasql.Schema
+	schema  string
 	methods map[string]bool
 	headers []string
 }
@@ -239,6 +243,9 @@ func statements(schema string) *schemasql.Schema { return schemasql.New(schema) 
 // store or cfg returns a *[txinbox.ConfigError] (errors.Is [txinbox.ErrInvalidConfig]). Store failures
 // and keys released after errors are logged to store.Logger. Expired keys
 // are deleted by the schema's maintainer (package maintain), which every runner (package runner) runs.
+// New does not touch the database: a schema without the table (migrations not run) is found by each
+// request that looks a key up, answered ProblemNotMigrated (and logged), whatever Config.FailOpen
+// says; once the schema is migrated, the next request works.
 func New(store txinbox.Store, cfg Config) (*Middleware, error) {
 	store, err := store.Resolve()
 	if err != nil {
@@ -248,7 +255,7 @@ func New(store txinbox.Store, cfg Config) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{db: store.DB, cfg: cfg, log: store.Logger, st: statements(store.Schema), methods: map[string]bool{}}
+	m := &Middleware{db: store.DB, cfg: cfg, log: store.Logger, st: statements(store.Schema), schema: store.Schema, methods: map[string]bool{}}
 	for _, meth := range cfg.Methods {
 		m.methods[meth] = true
 	}
@@ -257,6 +264,10 @@ func New(store txinbox.Store, cfg Config) (*Middleware, error) {
 	}
 	return m, nil
 }
+
+// notMigratedDetail is the detail of ProblemNotMigrated.
+const notMigratedDetail = "The idempotency store is not set up: its schema has no idempotency_keys table. " +
+	"The service operator must run the txinbox migrations on it (migrate.Up, or the command \"txinbox migrate up\")."
 
 type txKey struct{}
 
@@ -410,6 +421,14 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client has gone: nothing was claimed, and nobody reads an answer
+		}
+		if err := schemasql.Err(err); errors.Is(err, txinbox.ErrNotMigrated) {
+			// Not a store that cannot be reached: one set up wrong, which no retry mends. FailOpen
+			// does not apply: it would run every request unprotected until someone noticed.
+			m.log.Error("idempotency: the schema has no idempotency_keys table: answered ProblemNotMigrated (FailOpen does not apply)",
+				"schema", m.schema, "method", req.method, "route", req.route, "error", err)
+			writeProblem(w, ProblemNotMigrated, notMigratedDetail, 0)
+			return
 		}
 		if m.cfg.FailOpen {
 			m.log.Warn("idempotency: store unavailable, running the request without idempotency (FailOpen)",

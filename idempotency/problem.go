@@ -36,6 +36,10 @@ const (
 	// ProblemStoreFailed (500): the database rejected the transaction (the handler left it
 	// aborted, for example); nothing was committed and the key was released.
 	ProblemStoreFailed = problemBase + "ProblemStoreFailed"
+	// ProblemNotMigrated (500): the store's schema has no idempotency_keys table: migrations were
+	// not run on it (migrate.Up, or the command "txinbox migrate up"). No retry helps until they are,
+	// so the answer has no Retry-After; Config.FailOpen does not apply, and the handler does not run.
+	ProblemNotMigrated = problemBase + "ProblemNotMigrated"
 	// ProblemStoreUnavailable (503): the idempotency store could not be reached, or the commit was
 	// interrupted; retry after the Retry-After delay with the same key (a commit that did happen is
 	// then replayed).
@@ -63,6 +67,7 @@ var titles = map[string]string{
 	ProblemKeyReused:        "Idempotency-Key reused with a different request",
 	ProblemResponseTooLarge: "Response too large to store",
 	ProblemStoreFailed:      "Response could not be stored",
+	ProblemNotMigrated:      "Idempotency store not set up",
 	ProblemStoreUnavailable: "Idempotency store unavailable",
 }
 
@@ -76,6 +81,7 @@ var statuses = map[string]int{
 	ProblemKeyReused:        http.StatusUnprocessableEntity,
 	ProblemResponseTooLarge: http.StatusInternalServerError,
 	ProblemStoreFailed:      http.StatusInternalServerError,
+	ProblemNotMigrated:      http.StatusInternalServerError,
 	ProblemStoreUnavailable: http.StatusServiceUnavailable,
 }
 

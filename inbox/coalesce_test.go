@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/internal/tracerec"
 )
 
 // gateDB is a txinbox.DB over a pool that records the ReceiveBatch statements sent through it (the
@@ -452,20 +452,6 @@ func (s stormSend) message() inbox.Message {
 	return ledgertest.Message(s.key, fmt.Sprintf(`{"n": 1, "amount": %s}`, n))
 }
 
-// countingObserver counts the calls it is told about and checks each ends once.
-type countingObserver struct{ starts, ends atomic.Int64 }
-
-func (o *countingObserver) ReceiveStart(ctx context.Context, msgs []inbox.Message) (context.Context, func([]inbox.Receipt, error)) {
-	o.starts.Add(1)
-	var once atomic.Bool
-	return ctx, func(rs []inbox.Receipt, err error) {
-		if once.Swap(true) {
-			panic("end called twice")
-		}
-		o.ends.Add(1)
-	}
-}
-
 // TestCoalesceStorm: 32 goroutines call Receive, one message each, each key sent 1 to 3 times
 // (identical, the same jsonb written otherwise, or another payload), shuffled. Exactly the unique
 // keys are stored, each whole, and every receipt is what a call of its own would have returned: one
@@ -487,10 +473,9 @@ func TestCoalesceStorm(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			db := testdb.New(t)
-			obs := &countingObserver{}
-			tc.cfg.Observer = obs
+			rec := &tracerec.Recorder{}
 			g := newGateDB(db.Pool)
-			c, err := inbox.New(txinbox.Store{DB: g, Schema: db.Schema}, tc.cfg)
+			c, err := inbox.New(txinbox.Store{DB: g, Schema: db.Schema, Tracer: rec}, tc.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -525,8 +510,8 @@ func TestCoalesceStorm(t *testing.T) {
 			close(work)
 			wg.Wait()
 			t.Logf("%d calls, %d ReceiveBatch statements", len(sends), len(g.statements()))
-			if obs.starts.Load() != int64(len(sends)) || obs.ends.Load() != int64(len(sends)) {
-				t.Errorf("observer: %d starts, %d ends, want %d each", obs.starts.Load(), obs.ends.Load(), len(sends))
+			if n := len(rec.Ops(txinbox.OpReceive)); n != len(sends) || rec.Open() != 0 || rec.Err() != nil {
+				t.Errorf("tracer: %d receives ended, %d operations open (%v), want %d and none", n, rec.Open(), rec.Err(), len(sends))
 			}
 
 			type row struct {

@@ -15,6 +15,7 @@ import (
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/textcheck"
+	"github.com/txinbox/txinbox/internal/typednil"
 	"github.com/txinbox/txinbox/seen"
 )
 
@@ -31,9 +32,6 @@ type Config struct {
 	// MaxHeaderNameBytes (256), values of at most MaxHeaderValueBytes (8192), and all of a message's
 	// names and values together at most MaxHeadersBytes (1 MiB, whatever their number).
 	MaxPayloadBytes int
-	// Observer, if set, is told about every receive call (metrics, tracing), and about the seen-key
-	// cache if it implements [seen.Observer]. Default: none.
-	Observer Observer
 	// SeenCache, if set, answers redeliveries of recently accepted messages without a database round
 	// trip ([seen.NewLRU] in process, module github.com/txinbox/txinbox/seenredis on Redis). Every
 	// receive call looks its keys up first: a message whose key is cached with the same kind and the
@@ -57,7 +55,7 @@ type Config struct {
 	// Deletions made by an Admin without this cache (another process's seen.LRU, or the txinbox
 	// command) are not seen by this one: for up to SeenTTL, a redelivery of such a key may still be
 	// answered Duplicate instead of being stored again. Cache errors never reach the caller: they are
-	// reported to a [seen.Observer]. Default: none.
+	// reported to the Store's Tracer (txinbox.OpSeenGet, txinbox.OpSeenPut). Default: none.
 	SeenCache seen.Cache
 	// SeenTTL is how long a cache entry lives, from the start of the receive call that made it;
 	// required (positive) with SeenCache, and at most the Store's Retention (checked by [New]: a
@@ -198,6 +196,9 @@ func New(store txinbox.Store, cfg Config) (*Client, error) {
 	store, err := store.Resolve()
 	if err != nil {
 		return nil, err
+	}
+	if name, reason := typednil.Field(cfg); name != "" {
+		return nil, &txinbox.ConfigError{Field: name, Reason: reason}
 	}
 	cfg, err = cfg.withDefaults(store)
 	if err != nil {

@@ -18,11 +18,12 @@ import (
 
 // The receive path. Every receive call goes through these layers, in this order:
 //
-//  1. receive: reports the call to the Config.Observer;
+//  1. receive: reports the call to the Store's Tracer (txinbox.OpReceive);
 //  2. validateAll: checks every message (a *txinbox.ValidationError writes nothing); a Receive call
 //     then joins a shared statement with concurrent ones (coalesce.go), which runs layers 3 to 6 for
 //     all of them;
-//  3. lookUpSeen: with a Config.SeenCache, answers the keys cached with the same fingerprint;
+//  3. lookUpSeen: with a Config.SeenCache, answers the keys cached with the same fingerprint
+//     (txinbox.OpSeenGet);
 //  4. insertOrCompare: one ReceiveBatch statement inserts the new keys and compares the others
 //     (and repeats within the batch) with the stored rows, in the database; lookUpStored and
 //     renewExpired handle the rows committed after its snapshot and the expired ones;
@@ -105,67 +106,53 @@ func (c *Client) ReceiveManyTx(ctx context.Context, tx pgx.Tx, msgs []Message) (
 	return c.receive(ctx, tx, msgs)
 }
 
-// receive is layer 1: it runs the call, reporting it to the Observer and the Store's Tracer if
-// there are any.
+// receive is layer 1: it runs the call, reporting it to the Store's Tracer if there is one.
 func (c *Client) receive(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
 	return c.observe(ctx, msgs, func(ctx context.Context, msgs []Message) ([]Receipt, error) {
 		return c.validateAndStore(ctx, db, msgs)
 	})
 }
 
-// observe runs a receive call of msgs, reporting it to the Observer and to the Store's
-// OperationTracer if there are any. With a Store.Tracer, run gets msgs with the trace context of the
-// call added to those whose headers hold no traceparent (copies: the caller's are not modified).
+// observe runs a receive call of msgs, reporting it to the Store's Tracer if there is one. With a
+// Tracer that is a txinbox.Injector, run gets msgs with the trace context of the call added to those
+// whose headers hold no traceparent (copies: the caller's are not modified).
 func (c *Client) observe(ctx context.Context, msgs []Message, run func(ctx context.Context, msgs []Message) ([]Receipt, error)) ([]Receipt, error) {
-	if c.cfg.Observer == nil && c.store.Tracer == nil {
+	t := c.store.Tracer
+	if t == nil {
 		return run(ctx, msgs)
 	}
-	var end func([]Receipt, error)
-	if c.cfg.Observer != nil {
-		ctx, end = c.cfg.Observer.ReceiveStart(ctx, msgs)
-	}
-	ot, traced := c.store.Tracer.(txinbox.OperationTracer)
-	if traced {
-		ctx = ot.TraceStart(ctx, receiveTraceData(msgs))
-	}
-	if c.store.Tracer != nil {
-		msgs = c.withTrace(ctx, msgs)
+	ctx = t.TraceStart(ctx, txinbox.TraceStart{Op: txinbox.OpReceive, Schema: c.store.Schema,
+		Consumer: firstConsumer(msgs), Messages: traceMessages(msgs)})
+	if in, ok := t.(txinbox.Injector); ok {
+		msgs = withTrace(ctx, in, msgs)
 	}
 	rs, err := run(ctx, msgs)
-	if end != nil {
-		if err != nil {
-			end(nil, err)
-		} else {
-			end(rs, nil)
+	d := txinbox.TraceEnd{Op: txinbox.OpReceive, Err: err}
+	if err == nil {
+		d.Results = make([]string, len(rs))
+		for i, r := range rs {
+			d.Results[i] = string(r.Outcome)
 		}
 	}
-	if traced {
-		d := txinbox.TraceEnd{Op: txinbox.OpReceive, Err: err}
-		for _, r := range rs {
-			switch r.Outcome {
-			case Inserted:
-				d.Inserted++
-			case Duplicate:
-				d.Duplicates++
-			case Conflict:
-				d.Conflicts++
-			}
-		}
-		ot.TraceEnd(ctx, d)
-	}
+	t.TraceEnd(ctx, d)
 	return rs, err
 }
 
-// receiveTraceData describes a receive call of msgs to an OperationTracer.
-func receiveTraceData(msgs []Message) txinbox.TraceStart {
-	d := txinbox.TraceStart{Op: txinbox.OpReceive, Messages: make([]txinbox.TraceMessage, len(msgs))}
-	if len(msgs) > 0 {
-		d.Consumer = msgs[0].Consumer
+// firstConsumer returns the consumer of msgs' first message, "" if there is none.
+func firstConsumer(msgs []Message) string {
+	if len(msgs) == 0 {
+		return ""
 	}
+	return msgs[0].Consumer
+}
+
+// traceMessages describes msgs to a tracer.
+func traceMessages(msgs []Message) []txinbox.TraceMessage {
+	out := make([]txinbox.TraceMessage, len(msgs))
 	for i := range msgs {
-		d.Messages[i] = txinbox.TraceMessage{ID: msgs[i].Key, Kind: msgs[i].Kind, Headers: msgs[i].Headers}
+		out[i] = txinbox.TraceMessage{ID: msgs[i].Key, Consumer: msgs[i].Consumer, Kind: msgs[i].Kind, Headers: msgs[i].Headers}
 	}
-	return d
+	return out
 }
 
 // roomFor reports whether headers can take extra within MaxHeadersBytes (a message at its limit
@@ -181,12 +168,11 @@ func roomFor(headers, extra map[string]string) bool {
 	return size <= MaxHeadersBytes
 }
 
-// withTrace returns msgs with the trace context of ctx (the Store's Tracer.Inject) added to the
-// headers of each message that holds no traceparent, as copies; msgs itself is returned when ctx
-// carries none.
-func (c *Client) withTrace(ctx context.Context, msgs []Message) []Message {
+// withTrace returns msgs with the trace context of ctx (in.Inject) added to the headers of each
+// message that holds no traceparent, as copies; msgs itself is returned when ctx carries none.
+func withTrace(ctx context.Context, in txinbox.Injector, msgs []Message) []Message {
 	trace := map[string]string{}
-	c.store.Tracer.Inject(ctx, trace)
+	in.Inject(ctx, trace)
 	if len(trace) == 0 {
 		return msgs
 	}
@@ -258,15 +244,17 @@ func (c *Client) lookUpSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) (
 			keys = append(keys, k)
 		}
 	}
-	gctx, cancel := context.WithTimeout(ctx, c.cfg.SeenTimeout)
-	entries, found, epoch, err := c.cfg.SeenCache.Get(gctx, keys)
-	cancel()
-	cacheUp := err == nil && len(entries) == len(keys) && len(found) == len(keys)
-	if err == nil && !cacheUp {
-		err = errSeenShortAnswer
+	var tm []txinbox.TraceMessage
+	if c.store.Tracer != nil {
+		tm = traceMessages(msgs)
 	}
-	if err != nil {
-		c.seenError(seen.OpGet, err)
+	opCtx := c.seenStart(ctx, txinbox.OpSeenGet, tm)
+	gctx, cancel := context.WithTimeout(opCtx, c.cfg.SeenTimeout)
+	entries, found, epoch, getErr := c.cfg.SeenCache.Get(gctx, keys)
+	cancel()
+	cacheUp := getErr == nil && len(entries) == len(keys) && len(found) == len(keys)
+	if getErr == nil && !cacheUp {
+		getErr = errSeenShortAnswer
 	}
 
 	// A key is answered from the cache only if every occurrence of it in msgs matches its entry:
@@ -304,7 +292,7 @@ func (c *Client) lookUpSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) (
 		}
 		rest = append(rest, i)
 	}
-	c.seenCount(msgs, res)
+	c.seenEnd(opCtx, txinbox.OpSeenGet, getErr, res)
 	if len(rest) == 0 {
 		return out, nil
 	}
@@ -365,38 +353,29 @@ func seenEligible(r Receipt) bool {
 	return false
 }
 
-func (c *Client) seenObserver() seen.Observer {
-	o, _ := c.cfg.Observer.(seen.Observer)
-	return o
-}
-
-func (c *Client) seenError(op seen.Op, err error) {
-	if o := c.seenObserver(); o != nil {
-		o.SeenError(op, err)
+// seenStart reports the start of a seen-key cache call of the messages msgs to the Store's Tracer,
+// if there is one, and returns the context of the call.
+func (c *Client) seenStart(ctx context.Context, op txinbox.Op, msgs []txinbox.TraceMessage) context.Context {
+	if c.store.Tracer == nil {
+		return ctx
 	}
+	return c.store.Tracer.TraceStart(ctx, txinbox.TraceStart{Op: op, Schema: c.store.Schema, Messages: msgs})
 }
 
-func (c *Client) seenCount(msgs []Message, res []seen.Result) {
-	o := c.seenObserver()
-	if o == nil {
+// seenEnd reports the end of the seen-key cache call seenStart reported, with its error and, for a
+// look-up, the result of each message.
+func (c *Client) seenEnd(ctx context.Context, op txinbox.Op, err error, res []seen.Result) {
+	if c.store.Tracer == nil {
 		return
 	}
-	type k struct {
-		consumer string
-		res      seen.Result
-	}
-	counts := map[k]int{}
-	var order []k
-	for i, r := range res {
-		kk := k{msgs[i].Consumer, r}
-		if counts[kk] == 0 {
-			order = append(order, kk)
+	d := txinbox.TraceEnd{Op: op, Err: err}
+	if res != nil {
+		d.Results = make([]string, len(res))
+		for i, r := range res {
+			d.Results[i] = string(r)
 		}
-		counts[kk]++
 	}
-	for _, kk := range order {
-		o.SeenLookup(kk.consumer, kk.res, counts[kk])
-	}
+	c.store.Tracer.TraceEnd(ctx, d)
 }
 
 type seenError string
@@ -696,7 +675,7 @@ func (c *Client) receiveBatch(ctx context.Context, db sqlc.DBTX, p sqlc.ReceiveB
 // Config.SeenCache. Only receipts the seen-key cache may hold are cached (Inserted, and Duplicates of
 // pending or dead messages), for what remains of Config.SeenTTL since the receive call started;
 // receipts from calls outside a transaction (already cached), answered from the cache, or from
-// another Client are skipped. Cache errors are reported to the Observer ([seen.Observer]) only. msgs
+// another Client are skipped. Cache errors are reported to the Store's Tracer only. msgs
 // and rs must have the same length.
 func (c *Client) Remember(ctx context.Context, msgs []Message, rs []Receipt) {
 	if c.cfg.SeenCache == nil || len(msgs) != len(rs) {
@@ -725,7 +704,7 @@ func (c *Client) Remember(ctx context.Context, msgs []Message, rs []Receipt) {
 }
 
 // remember is layer 6: it caches the keys of msgs[i] for i in idx, with the ids of rs[i], for what
-// remains of SeenTTL since start. Errors are reported to the seen.Observer only.
+// remains of SeenTTL since start. Errors are reported to the Store's Tracer (txinbox.OpSeenPut) only.
 func (c *Client) remember(ctx context.Context, epoch uint64, start time.Time, msgs []Message, rs []Receipt, idx []int) {
 	ttl := c.cfg.SeenTTL - time.Since(start)
 	if ttl <= 0 {
@@ -735,6 +714,7 @@ func (c *Client) remember(ctx context.Context, epoch uint64, start time.Time, ms
 	entries := make([]seen.Entry, 0, len(idx))
 	ttls := make([]time.Duration, 0, len(idx))
 	done := make(map[seen.Key]bool, len(idx))
+	var tm []txinbox.TraceMessage // for the Store's Tracer
 	for _, i := range idx {
 		m := &msgs[i]
 		k := c.seenKey(m)
@@ -742,13 +722,16 @@ func (c *Client) remember(ctx context.Context, epoch uint64, start time.Time, ms
 			continue // a repeat within the batch: the first occurrence is the one stored
 		}
 		done[k] = true
+		if c.store.Tracer != nil {
+			tm = append(tm, txinbox.TraceMessage{ID: m.Key, Consumer: m.Consumer, Kind: m.Kind, Headers: m.Headers})
+		}
 		keys = append(keys, k)
 		entries = append(entries, seen.Entry{ID: rs[i].ID, Fingerprint: seenFingerprint(m.Kind, m.Payload)})
 		ttls = append(ttls, ttl)
 	}
+	ctx = c.seenStart(ctx, txinbox.OpSeenPut, tm)
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SeenTimeout)
-	defer cancel()
-	if err := c.cfg.SeenCache.Put(pctx, epoch, keys, entries, ttls); err != nil {
-		c.seenError(seen.OpPut, err)
-	}
+	err := c.cfg.SeenCache.Put(pctx, epoch, keys, entries, ttls)
+	cancel()
+	c.seenEnd(ctx, txinbox.OpSeenPut, err, nil)
 }

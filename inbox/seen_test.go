@@ -19,31 +19,35 @@ import (
 	"github.com/txinbox/txinbox/seen"
 )
 
-// seenCounter is an Observer that counts what the seen-key cache did.
+// seenCounter is a Store's Tracer that counts what the seen-key cache did: the results of its
+// look-ups (txinbox.OpSeenGet), and its calls and errors by Op.
 type seenCounter struct {
 	mu      sync.Mutex
 	results map[seen.Result]int
-	errors  map[seen.Op]int
+	calls   map[txinbox.Op]int
+	errors  map[txinbox.Op]int
 }
 
 func newSeenCounter() *seenCounter {
-	return &seenCounter{results: map[seen.Result]int{}, errors: map[seen.Op]int{}}
+	return &seenCounter{results: map[seen.Result]int{}, calls: map[txinbox.Op]int{}, errors: map[txinbox.Op]int{}}
 }
 
-func (o *seenCounter) ReceiveStart(ctx context.Context, _ []inbox.Message) (context.Context, func([]inbox.Receipt, error)) {
-	return ctx, func([]inbox.Receipt, error) {}
+func (o *seenCounter) TraceStart(ctx context.Context, _ txinbox.TraceStart) context.Context {
+	return ctx
 }
 
-func (o *seenCounter) SeenLookup(_ string, r seen.Result, n int) {
+func (o *seenCounter) TraceEnd(_ context.Context, d txinbox.TraceEnd) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.results[r] += n
-}
-
-func (o *seenCounter) SeenError(op seen.Op, _ error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.errors[op]++
+	o.calls[d.Op]++
+	if d.Err != nil {
+		o.errors[d.Op]++
+	}
+	if d.Op == txinbox.OpSeenGet {
+		for _, r := range d.Results {
+			o.results[seen.Result(r)]++
+		}
+	}
 }
 
 func (o *seenCounter) result(r seen.Result) int {
@@ -52,10 +56,23 @@ func (o *seenCounter) result(r seen.Result) int {
 	return o.results[r]
 }
 
-func (o *seenCounter) errs(op seen.Op) int {
+func (o *seenCounter) errs(op txinbox.Op) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.errors[op]
+}
+
+func (o *seenCounter) told(op txinbox.Op) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.calls[op]
+}
+
+// tracedStore returns db's Store with the Tracer t.
+func tracedStore(db *testdb.DB, t txinbox.OperationTracer) txinbox.Store {
+	st := db.Store()
+	st.Tracer = t
+	return st
 }
 
 func newLRU(t *testing.T) *seen.LRU {
@@ -67,11 +84,11 @@ func newLRU(t *testing.T) *seen.LRU {
 	return l
 }
 
-// seenClient returns a Client of db with cache (nil: none) and a counting observer.
+// seenClient returns a Client of db with cache (nil: none) and a counting Tracer.
 func seenClient(t *testing.T, db *testdb.DB, cache seen.Cache, ttl time.Duration) (*inbox.Client, *seenCounter) {
 	t.Helper()
 	o := newSeenCounter()
-	c, err := inbox.New(db.Store(), inbox.Config{Observer: o, SeenCache: cache, SeenTTL: ttl})
+	c, err := inbox.New(tracedStore(db, o), inbox.Config{SeenCache: cache, SeenTTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +414,7 @@ func TestSeenDeletedKeysAreNew(t *testing.T) {
 	db := testdb.New(t)
 	cache := newLRU(t)
 	c, o := seenClient(t, db, cache, time.Hour)
-	a, err := admin.New(db.Store(), admin.Config{SeenCache: cache, Observer: o})
+	a, err := admin.New(tracedStore(db, o), admin.Config{SeenCache: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,8 +455,8 @@ func TestSeenDeletedKeysAreNew(t *testing.T) {
 		t.Fatalf("discard older: %d %v", d.Discarded, err)
 	}
 	check("purged")
-	if o.errs(seen.OpInvalidate) != 0 {
-		t.Error("invalidate errors")
+	if o.told(txinbox.OpSeenInvalidate) != 3 || o.errs(txinbox.OpSeenInvalidate) != 0 {
+		t.Errorf("%d invalidations told, %d failed; want 3 and 0", o.told(txinbox.OpSeenInvalidate), o.errs(txinbox.OpSeenInvalidate))
 	}
 }
 
@@ -475,7 +492,7 @@ func TestSeenCacheFailureFallsBack(t *testing.T) {
 	for _, cache := range []seen.Cache{&failingCache{}, &slowCache{}} {
 		db := testdb.New(t)
 		o := newSeenCounter()
-		c, err := inbox.New(db.Store(), inbox.Config{Observer: o, SeenCache: cache,
+		c, err := inbox.New(tracedStore(db, o), inbox.Config{SeenCache: cache,
 			SeenTTL: time.Hour, SeenTimeout: 20 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
@@ -491,8 +508,8 @@ func TestSeenCacheFailureFallsBack(t *testing.T) {
 		if got := o.result(seen.Fallback); got != 3 {
 			t.Errorf("%T: %d fallbacks, want 3", cache, got)
 		}
-		if o.errs(seen.OpGet) != 3 {
-			t.Errorf("%T: %d get errors, want 3", cache, o.errs(seen.OpGet))
+		if o.errs(txinbox.OpSeenGet) != 3 {
+			t.Errorf("%T: %d get errors, want 3", cache, o.errs(txinbox.OpSeenGet))
 		}
 	}
 }

@@ -25,6 +25,14 @@ import (
 type env struct {
 	*testdb.DB
 	client *inbox.Client
+	tracer txinbox.OperationTracer // the Store's Tracer of the runners made by pool
+}
+
+// with returns a copy of e whose runners (pool) have the Store's Tracer t.
+func (e *env) with(t txinbox.OperationTracer) *env {
+	c := *e
+	c.tracer = t
+	return &c
 }
 
 func newEnv(t *testing.T) *env { return newEnvOn(t, testdb.New(t)) }
@@ -94,6 +102,7 @@ func (e *env) poolLogging(t *testing.T, logs *logBuffer, hs *worker.Handlers, mo
 	if mod != nil {
 		mod(&cfg, &mc)
 	}
+	store.Tracer = e.tracer
 	r, err := runner.New(store, runner.Config{Pools: []worker.Config{cfg}, Maintenance: mc})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/outboxrot"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
@@ -144,8 +145,13 @@ func (m *Maintainer) runJob(ctx context.Context, term int64, j *job) time.Time {
 		// finds out and stops the jobs).
 		return next
 	}
+	t := m.store.Tracer
+	jctx := ctx
+	if t != nil {
+		jctx = t.TraceStart(ctx, txinbox.TraceStart{Op: txinbox.OpJob, Schema: m.store.Schema, Owner: m.cfg.Owner, Job: j.name})
+	}
 	start := time.Now()
-	err = j.run(ctx)
+	err = j.run(jctx)
 	took := time.Since(start)
 	m.log.Debug("txinbox: maintenance job ran", "job", j.name, "period", c.Period.Time, "owner", m.cfg.Owner,
 		"term", term, "took", took, "err", err)
@@ -161,8 +167,8 @@ func (m *Maintainer) runJob(ctx context.Context, term int64, j *job) time.Time {
 		m.log.Debug("txinbox: recording the end of a maintenance job's run failed", "job", j.name, "err", ferr)
 	}
 	cancel()
-	if m.cfg.Observer != nil {
-		m.cfg.Observer.Ran(RunEvent{Schema: m.store.Schema, Owner: m.cfg.Owner, Job: j.name, Period: c.Period.Time, Duration: took, Err: err})
+	if t != nil {
+		t.TraceEnd(jctx, txinbox.TraceEnd{Op: txinbox.OpJob, Err: err})
 	}
 	return next
 }

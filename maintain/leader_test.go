@@ -3,36 +3,68 @@ package maintain_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/maintain"
 )
 
-// leaderLog records the leadership events of maintainers (an Observer): the intervals each led.
+// leaderLog is a Store's Tracer that records the leadership of maintainers (txinbox.OpLead): the
+// intervals each led; and the runs of their jobs (txinbox.OpJob).
 type leaderLog struct {
+	// elected, if set, is called when a maintainer is elected, before its jobs start.
+	elected func()
+
 	mu     sync.Mutex
 	events []leaderAt
-	runs   []maintain.RunEvent
+	runs   []string // the jobs run, by name, in the order they ended
 }
 
 type leaderAt struct {
-	maintain.LeaderEvent
-	at time.Time
+	Owner   string
+	Leading bool
+	at      time.Time
 }
 
-func (l *leaderLog) Leader(e maintain.LeaderEvent) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.events = append(l.events, leaderAt{e, time.Now()})
+// leadKey and jobKey are the context keys of the owner of a leadership and of the name of a job.
+type (
+	leadKey struct{}
+	jobKey  struct{}
+)
+
+func (l *leaderLog) TraceStart(ctx context.Context, d txinbox.TraceStart) context.Context {
+	switch d.Op {
+	case txinbox.OpLead:
+		if l.elected != nil {
+			l.elected()
+		}
+		l.add(d.Owner, true)
+		return context.WithValue(ctx, leadKey{}, d.Owner)
+	case txinbox.OpJob:
+		return context.WithValue(ctx, jobKey{}, d.Job)
+	}
+	return ctx
 }
 
-func (l *leaderLog) Ran(e maintain.RunEvent) {
+func (l *leaderLog) TraceEnd(ctx context.Context, d txinbox.TraceEnd) {
+	switch d.Op {
+	case txinbox.OpLead:
+		owner, _ := ctx.Value(leadKey{}).(string)
+		l.add(owner, false)
+	case txinbox.OpJob:
+		job, _ := ctx.Value(jobKey{}).(string)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.runs = append(l.runs, job)
+	}
+}
+
+func (l *leaderLog) add(owner string, leading bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.runs = append(l.runs, e)
+	l.events = append(l.events, leaderAt{owner, leading, time.Now()})
 }
 
 // leading returns the owners leading now, by the events so far.
@@ -62,7 +94,7 @@ func (l *leaderLog) overlaps() string {
 		if e.Leading {
 			for o, lead := range leading {
 				if lead && o != e.Owner {
-					return e.Owner + " became leader (term " + strconv.FormatInt(e.Term, 10) + ") while " + o + " led"
+					return e.Owner + " became leader while " + o + " led"
 				}
 			}
 		}
@@ -130,13 +162,15 @@ func TestOneMaintainerLeadsAtATime(t *testing.T) {
 	}
 }
 
-// startTogether starts n maintainers of e's schema (Lease 1s, Observer log) at the same moment, and
+// startTogether starts n maintainers of e's schema (Lease 1s, Tracer log) at the same moment, and
 // stops them when t ends.
 func startTogether(t *testing.T, e *env, log *leaderLog, round, n int) []*maintain.Maintainer {
 	t.Helper()
 	ms := make([]*maintain.Maintainer, n)
 	for i := range ms {
-		m, err := maintain.New(e.Store(), maintain.Config{Lease: time.Second, Observer: log, Owner: fmt.Sprintf("r%d-m%d", round, i)})
+		store := e.Store()
+		store.Tracer = log
+		m, err := maintain.New(store, maintain.Config{Lease: time.Second, Owner: fmt.Sprintf("r%d-m%d", round, i)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -82,20 +82,6 @@ func (d *cutDB) counts() (claimed, goneSent int, goneTaken []string) {
 	return d.claimed, d.goneSent, append([]string(nil), d.goneTaken...)
 }
 
-// releadLog is a leaderLog that ends cutDB's gone when the maintainer is elected (lead tells the
-// Observer before its jobs start, and after the jobs of its last term ended).
-type releadLog struct {
-	*leaderLog
-	d *cutDB
-}
-
-func (l releadLog) Leader(e maintain.LeaderEvent) {
-	if e.Leading {
-		l.d.gone.Store(false)
-	}
-	l.leaderLog.Leader(e)
-}
-
 // A leader whose lease ended under it while it goes on running (its renewals fail, so it has not
 // found out: a leader cut off from the database, or frozen) claims no period of any job until it is
 // elected again, whether its lease row merely ended or another candidate took it; once it leads again,
@@ -122,11 +108,14 @@ func TestLeaderWhoseLeaseEndedClaimsNoPeriodUntilItLeadsAgain(t *testing.T) {
 			db.renewCut.Store(true) // from the start: the leader believes in its first lease until 4/5 of it
 			store := e.Store()
 			store.DB = db
-			log := &leaderLog{}
+			// The lease is back once the maintainer is elected (it tells its Tracer before its jobs
+			// start, and after the jobs of its last term ended).
+			log := &leaderLog{elected: func() { db.gone.Store(false) }}
+			store.Tracer = log
 			var ticks atomic.Int64
 			// Lease 20s: with its renewals cut, the leader runs its jobs for 16s after its election
 			// (time for many claims), and it tries to renew 6.7s after it.
-			cfg := maintain.Config{Lease: 20 * time.Second, Owner: "m", Observer: releadLog{log, db},
+			cfg := maintain.Config{Lease: 20 * time.Second, Owner: "m",
 				Jobs: []maintain.Job{{Name: "tick", Interval: 10 * time.Millisecond, Run: func(context.Context) error {
 					ticks.Add(1)
 					return nil

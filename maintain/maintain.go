@@ -90,9 +90,10 @@
 // The maintainer logs (to the Store's Logger) at Info when it becomes the leader and when it stops leading (with its owner,
 // term and the reason), at Info each rotation of the inbox's or the outbox's generations (with the
 // new generation, the rows copied and the duration) and each run that deleted expired keys, at Debug
-// every run of a job, and at Warn a job that failed. An Observer (Config.Observer; package metrics
-// implements it) is told of the leadership and the runs, for the gauge
-// txinbox_maintainer_leader{schema, owner} and the counter txinbox_maintenance_runs_total{job, outcome}.
+// every run of a job, and at Warn a job that failed. The Store's Tracer (txinbox.Store.Tracer) is told
+// of the leadership (txinbox.OpLead, from the election to its end) and of each run of a job
+// (txinbox.OpJob): package metrics makes of them the gauge txinbox_maintainer_leader{schema, owner}
+// and the counter txinbox_maintenance_runs_total{schema, job, outcome}.
 package maintain
 
 import (
@@ -111,6 +112,7 @@ import (
 	"github.com/txinbox/txinbox/internal/outboxrot"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/typednil"
 	"github.com/txinbox/txinbox/retention"
 )
 
@@ -142,9 +144,6 @@ type Config struct {
 	// logs; it must be unique among the maintainers of the schema. Default: hostname:pid:random (a
 	// runner gives its own Owner).
 	Owner string
-	// Observer, if set, is told when this maintainer becomes the leader or stops, and about every run
-	// of a job (package metrics implements it). Default: none.
-	Observer Observer
 	// Generation is the length of a generation of the inbox: the job rotate begins a new generation
 	// (package retention's Rotate) once the current one is Generation old, retiring the generation
 	// before last with the completed messages past their dedup window. Default: Store.Retention (at
@@ -218,8 +217,8 @@ type Job struct {
 	// epoch (server clock), soon after the slot begins, and never twice in a slot. At least 1ms.
 	Interval time.Duration
 	// Run does the job's work. Its ctx ends when the maintainer stops leading; an error is logged at
-	// Warn, recorded in inbox_maintenance.error and told to the Observer; the job runs again in its
-	// next period either way.
+	// Warn, recorded in inbox_maintenance.error and told to the Store's Tracer (txinbox.OpJob); the
+	// job runs again in its next period either way.
 	Run func(ctx context.Context) error
 }
 
@@ -260,6 +259,9 @@ func New(store txinbox.Store, cfg Config) (*Maintainer, error) {
 	}
 	bad := func(field, reason string) (*Maintainer, error) {
 		return nil, &txinbox.ConfigError{Field: field, Reason: reason}
+	}
+	if name, reason := typednil.Field(cfg); name != "" {
+		return bad(name, reason)
 	}
 	defd := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {
@@ -443,7 +445,9 @@ func (m *Maintainer) lead(ctx context.Context, term int64, sent time.Time, previ
 	m.leading.Store(true)
 	m.log.Info("txinbox: this maintainer now leads the schema's maintenance", "owner", m.cfg.Owner, "term", term,
 		"previous_owner", previous, "lease", lease)
-	m.observeLeader(true, term, "elected")
+	if t := m.store.Tracer; t != nil {
+		ctx = t.TraceStart(ctx, txinbox.TraceStart{Op: txinbox.OpLead, Schema: m.store.Schema, Owner: m.cfg.Owner})
+	}
 
 	jctx, stopJobs := context.WithCancel(ctx)
 	jobsDone := make(chan struct{})
@@ -495,7 +499,9 @@ func (m *Maintainer) lead(ctx context.Context, term int64, sent time.Time, previ
 	}
 	m.leading.Store(false)
 	m.log.Info("txinbox: this maintainer stopped leading the schema's maintenance", "owner", m.cfg.Owner, "term", term, "reason", reason)
-	m.observeLeader(false, term, reason)
+	if t := m.store.Tracer; t != nil {
+		t.TraceEnd(ctx, txinbox.TraceEnd{Op: txinbox.OpLead, Reason: reason})
+	}
 }
 
 // sleep waits d or until ctx ends.

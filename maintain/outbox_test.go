@@ -137,14 +137,15 @@ func TestMaintainerOutboxWindowNegativeLeavesTheOutbox(t *testing.T) {
 	runs := &leaderLog{}
 	store := e.Store()
 	store.Retention = time.Hour
+	store.Tracer = runs
 	maintainerOf(t, store, maintain.Config{Lease: time.Second, Generation: time.Second,
-		OutboxWindow: -1, Observer: runs})
+		OutboxWindow: -1})
 	ran := func(job string) int {
 		runs.mu.Lock()
 		defer runs.mu.Unlock()
 		n := 0
 		for _, r := range runs.runs {
-			if r.Job == job {
+			if r == job {
 				n++
 			}
 		}

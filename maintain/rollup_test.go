@@ -10,16 +10,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/tracerec"
 	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/worker"
 )
 
-type countingObserver struct{ n atomic.Int64 }
-
-func (o *countingObserver) Handled(worker.HandleEvent) { o.n.Add(1) }
-
 // The finished attempts (completed, failed, of which dead) are counted by the batches and folded by
-// the maintainer into inbox_rollup, and the configured Observer is still told about each of them;
+// the maintainer into inbox_rollup, and the Store's Tracer is still told about each of them;
 // the dead letter is in the dead-letter set kept by the triggers.
 func TestRollupCountsFinishedAttempts(t *testing.T) {
 	t.Parallel()
@@ -38,12 +35,11 @@ func TestRollupCountsFinishedAttempts(t *testing.T) {
 		}
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
-	obs := &countingObserver{}
-	run(t, e.pool(t, hs, func(c *worker.Config, m *maintain.Config) {
-		c.Observer = obs
+	rec := &tracerec.Recorder{}
+	run(t, e.with(rec).pool(t, hs, func(c *worker.Config, m *maintain.Config) {
 		m.RollupInterval = 50 * time.Millisecond
 	}))
-	waitFor(t, "six events", func() bool { return obs.n.Load() == 6 })
+	waitFor(t, "six outcomes told", func() bool { return len(rec.Ops(txinbox.OpHandled)) == 6 })
 	var completed, failed, dead int64
 	waitFor(t, "the roll-up of the six attempts", func() bool {
 		if err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT coalesce(sum(completed), 0)::bigint, coalesce(sum(failed), 0)::bigint,

@@ -17,8 +17,8 @@ import (
 )
 
 // New registers every metric of a Store: the counters, which the Metrics it returns keeps as the
-// Observer of receiving and handling (and of publishing: outbox.RelayConfig.Observer), and the gauges
-// read from the database on every scrape.
+// Store's Tracer (told about receiving, handling, relaying and the maintainer by every component made
+// from that Store), and the gauges read from the database on every scrape.
 func Example() {
 	ctx := context.Background()
 	db, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
@@ -31,12 +31,13 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	client, err := inbox.New(store, inbox.Config{Observer: m})
+	store.Tracer = m // or txinbox.Tracers(otelTracer, m): spans and metrics
+	client, err := inbox.New(store, inbox.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	hs := worker.NewHandlers() // the handlers of ledger
-	pool, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m})
+	pool, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,18 +1,18 @@
 // Package metrics exposes txinbox activity as Prometheus metrics.
 //
-// [New] registers every metric of a txinbox.Store at once. The Metrics value it returns observes every
-// side: give it to inbox.Config.Observer (receiving), worker.Config.Observer (handling; a pool passes
-// it on to the schema's maintainer it starts, or give it to maintain.Config.Observer) and
-// outbox.RelayConfig.Observer (publishing). The gauges (the queue's depth, the tables' dead row
-// versions and the xmin horizon, the outbox's unsent events and lag) are read from the Store's
-// database on every scrape, in the Store's schema; give it the same Store as the other components:
+// [New] registers every metric of a txinbox.Store at once. The Metrics value it returns is a
+// txinbox.OperationTracer: as the Store's Tracer, it counts what every component made from that Store
+// does (receiving, the seen-key cache, handling and takeovers, relaying, the maintainer). The gauges
+// (the queue's depth, the tables' dead row versions and the xmin horizon, the outbox's unsent events
+// and lag) are read from the Store's database on every scrape, in the Store's schema:
 //
 //	store := txinbox.Store{DB: pool, Schema: "billing"}
 //	reg := prometheus.NewRegistry()
 //	m, err := metrics.New(store, metrics.Config{Registerer: reg, Consumers: []string{"ledger"}})
-//	client, err := inbox.New(store, inbox.Config{Observer: m})
-//	pool, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m})
-//	relay, err := outbox.NewRelay(store, outbox.RelayConfig{Publisher: pub, Observer: m})
+//	store.Tracer = m // or txinbox.Tracers(otelTracer, m), to trace as well
+//	client, err := inbox.New(store, inbox.Config{})
+//	pool, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs})
+//	relay, err := outbox.NewRelay(store, outbox.RelayConfig{Publisher: pub})
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // The metrics (with the default namespace "txinbox"):
@@ -71,6 +71,14 @@
 //	                                                         event (admin.OutboxTopicStats's
 //	                                                         OldestUnsentAge)
 //
+// The counters and the leader gauge come from the operations the Store's Tracer is told of
+// (txinbox.Op): received_total and receive_errors_total from OpReceive; seen_cache_total and
+// seen_cache_errors_total from OpSeenGet, OpSeenPut and OpSeenInvalidate; processed_total,
+// retries_total, dead_letters_total and handler_duration_seconds from OpHandled (committed outcomes);
+// unfinished_batches_total from OpCharge; takeovers_total and taken_over_messages_total from
+// OpTakeover; the outbox's counters from OpRelayed (recorded outcomes); maintainer_leader from OpLead
+// (1 from its TraceStart, 0 from its TraceEnd); maintenance_runs_total from OpJob.
+//
 // The gauges are read on every scrape, each group with its own statements: queue, one query of the
 // queue table (inbox_queue: unfinished messages only, so its cost grows with the backlog, not with the
 // history); health, three statements on PostgreSQL's statistics views (their cost does not grow with
@@ -89,26 +97,21 @@
 // Outcomes and reasons are the values of txinbox.Outcome and worker.Reason (reasons: error, panic,
 // timeout, permanent, decode, unknown_kind, crashed).
 //
-// Spans are not made here: give the Store a Tracer (txinbox.Store.Tracer; package txotel is the
-// OpenTelemetry one).
+// Spans are not made here: package txotel's Tracer makes them; combine both with txinbox.Tracers.
+// Metrics ignores the operations it counts nothing of (txinbox.OpHandle, OpPublish, OpRelay).
 package metrics
 
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/textcheck"
-	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/outbox"
-	"github.com/txinbox/txinbox/seen"
-	"github.com/txinbox/txinbox/worker"
 )
 
 // Config configures the metrics of New. The zero value is valid.
@@ -134,9 +137,9 @@ type Config struct {
 	Timeout time.Duration
 }
 
-// Metrics counts what receiving Clients, worker Pools, maintainers and outbox Relays do. It
-// implements inbox.Observer, seen.Observer, worker.Observer, worker.TakeoverObserver,
-// maintain.Observer and outbox.Observer and is safe for concurrent use.
+// Metrics counts what receiving Clients, worker Pools, maintainers and outbox Relays do: it is a
+// txinbox.OperationTracer, to be given as (or combined, with txinbox.Tracers, into) the
+// txinbox.Store.Tracer of the components. It is safe for concurrent use.
 type Metrics struct {
 	received      *prometheus.CounterVec
 	receiveErrors prometheus.Counter
@@ -154,15 +157,9 @@ type Metrics struct {
 	outbox        outboxCounters // outbox.go
 }
 
-var (
-	_ inbox.Observer          = (*Metrics)(nil)
-	_ seen.Observer           = (*Metrics)(nil)
-	_ worker.Observer         = (*Metrics)(nil)
-	_ worker.TakeoverObserver = (*Metrics)(nil)
-	_ maintain.Observer       = (*Metrics)(nil)
-)
+var _ txinbox.OperationTracer = (*Metrics)(nil)
 
-// New creates every metric of store (the counters and histogram that Metrics observes, and the gauges
+// New creates every metric of store (the counters and histogram that Metrics counts, and the gauges
 // read from store's database on every scrape: its DB, a *pgxpool.Pool, say, runs the scrapes'
 // statements; its Schema says which tables) and registers them with cfg.Registerer. It returns a
 // *[txinbox.ConfigError] if store, a consumer or a topic is invalid, registering nothing, and fails
@@ -262,89 +259,116 @@ func checkNames(cfg Config) error {
 	return nil
 }
 
-// ReceiveStart implements inbox.Observer: when the call ends, it counts its receipts by consumer and
-// outcome, or the error.
-func (m *Metrics) ReceiveStart(ctx context.Context, msgs []inbox.Message) (context.Context, func([]inbox.Receipt, error)) {
-	return ctx, func(rs []inbox.Receipt, err error) {
-		if err != nil {
+// startKey is the context key under which a Metrics keeps the TraceStart of an operation it counts.
+type startKey struct{ m *Metrics }
+
+// TraceStart implements txinbox.OperationTracer: it keeps d in the returned context for TraceEnd,
+// for the operations it counts, and sets txinbox_maintainer_leader to 1 when a maintainer starts
+// leading (txinbox.OpLead).
+func (m *Metrics) TraceStart(ctx context.Context, d txinbox.TraceStart) context.Context {
+	switch d.Op {
+	case txinbox.OpReceive, txinbox.OpSeenGet, txinbox.OpHandled, txinbox.OpCharge, txinbox.OpTakeover,
+		txinbox.OpRelayed, txinbox.OpJob:
+	case txinbox.OpLead:
+		m.leader.WithLabelValues(d.Schema, d.Owner).Set(1)
+	case txinbox.OpSeenPut, txinbox.OpSeenInvalidate:
+		return ctx // TraceEnd's data is enough
+	default:
+		return ctx // counted by nothing
+	}
+	return context.WithValue(ctx, startKey{m}, d)
+}
+
+// TraceEnd implements txinbox.OperationTracer: it counts the operation that ended (see the package
+// documentation for which metric counts what).
+func (m *Metrics) TraceEnd(ctx context.Context, d txinbox.TraceEnd) {
+	switch d.Op {
+	case txinbox.OpSeenPut:
+		m.seenError("put", d.Err)
+		return
+	case txinbox.OpSeenInvalidate:
+		m.seenError("invalidate", d.Err)
+		return
+	}
+	s, ok := ctx.Value(startKey{m}).(txinbox.TraceStart)
+	if !ok || s.Op != d.Op {
+		return // not an operation this Metrics counts, or not with the context its TraceStart returned
+	}
+	switch d.Op {
+	case txinbox.OpReceive:
+		if d.Err != nil {
 			m.receiveErrors.Inc()
 			return
 		}
-		outcomes := [...]inbox.Outcome{inbox.Inserted, inbox.Duplicate, inbox.Conflict}
-		var counts [len(outcomes)]int // by index in outcomes
-		var last string
-		flush := func() {
-			for i, n := range counts {
-				if n > 0 {
-					m.received.WithLabelValues(last, string(outcomes[i])).Add(float64(n))
-				}
-			}
-			counts = [len(outcomes)]int{}
+		m.countByConsumer(m.received, s.Messages, d.Results)
+	case txinbox.OpSeenGet:
+		m.seenError("get", d.Err)
+		m.countByConsumer(m.seen, s.Messages, d.Results)
+	case txinbox.OpHandled:
+		m.handled(s, d)
+	case txinbox.OpCharge:
+		m.unfinished.WithLabelValues(s.Consumer).Inc()
+	case txinbox.OpTakeover:
+		m.takeovers.WithLabelValues(s.Consumer, strconv.FormatBool(len(s.Messages) == 1)).Inc()
+		m.takenOver.WithLabelValues(s.Consumer).Add(float64(len(s.Messages)))
+	case txinbox.OpRelayed:
+		m.relayed(s, d)
+	case txinbox.OpLead:
+		m.leader.WithLabelValues(s.Schema, s.Owner).Set(0)
+	case txinbox.OpJob:
+		outcome := "ok"
+		if d.Err != nil {
+			outcome = "error"
 		}
-		for i, r := range rs {
-			if c := msgs[i].Consumer; c != last {
-				flush()
-				last = c
-			}
-			if j := slices.Index(outcomes[:], r.Outcome); j >= 0 {
-				counts[j]++
-			}
-		}
-		flush()
+		m.runs.WithLabelValues(s.Schema, s.Job, outcome).Inc()
 	}
 }
 
-// SeenLookup implements seen.Observer: it counts messages by consumer and seen-key cache result.
-func (m *Metrics) SeenLookup(consumer string, result seen.Result, messages int) {
-	m.seen.WithLabelValues(consumer, string(result)).Add(float64(messages))
+// countByConsumer adds to c{consumer, result} one for each results[i], the consumer being msgs[i]'s;
+// runs of one consumer and result are added at once.
+func (m *Metrics) countByConsumer(c *prometheus.CounterVec, msgs []txinbox.TraceMessage, results []string) {
+	if len(results) != len(msgs) {
+		return
+	}
+	type key struct{ consumer, result string }
+	var last key
+	n := 0
+	for i, r := range results {
+		k := key{msgs[i].Consumer, r}
+		if k != last && n > 0 {
+			c.WithLabelValues(last.consumer, last.result).Add(float64(n))
+			n = 0
+		}
+		last = k
+		n++
+	}
+	if n > 0 {
+		c.WithLabelValues(last.consumer, last.result).Add(float64(n))
+	}
 }
 
-// SeenError implements seen.Observer: it counts cache errors by operation.
-func (m *Metrics) SeenError(op seen.Op, _ error) {
-	m.seenErrors.WithLabelValues(string(op)).Inc()
+// seenError counts a seen-key cache error of the operation op, if err is one.
+func (m *Metrics) seenError(op string, err error) {
+	if err != nil {
+		m.seenErrors.WithLabelValues(op).Inc()
+	}
 }
 
-// Handled implements worker.Observer.
-func (m *Metrics) Handled(e worker.HandleEvent) {
-	outcome := string(e.Outcome)
-	m.processed.WithLabelValues(e.Consumer, e.Kind, outcome).Inc()
-	switch e.Outcome {
+// handled counts the committed outcome of one message's attempt (txinbox.OpHandled).
+func (m *Metrics) handled(s txinbox.TraceStart, d txinbox.TraceEnd) {
+	var kind string
+	if len(s.Messages) > 0 {
+		kind = s.Messages[0].Kind
+	}
+	outcome := string(d.Outcome)
+	m.processed.WithLabelValues(s.Consumer, kind, outcome).Inc()
+	switch d.Outcome {
 	case txinbox.OutcomeRetry:
-		m.retries.WithLabelValues(e.Consumer, e.Kind, string(e.Reason)).Inc()
+		m.retries.WithLabelValues(s.Consumer, kind, d.Reason).Inc()
 	case txinbox.OutcomeDead:
-		m.dead.WithLabelValues(e.Consumer, e.Kind, string(e.Reason)).Inc()
+		m.dead.WithLabelValues(s.Consumer, kind, d.Reason).Inc()
 	}
-	if e.Duration > 0 {
-		m.duration.WithLabelValues(e.Consumer, e.Kind, outcome).Observe(e.Duration.Seconds())
+	if d.Duration > 0 {
+		m.duration.WithLabelValues(s.Consumer, kind, outcome).Observe(d.Duration.Seconds())
 	}
-}
-
-// Charged implements worker.TakeoverObserver.
-func (m *Metrics) Charged(e worker.ChargeEvent) {
-	m.unfinished.WithLabelValues(e.Consumer).Inc()
-}
-
-// TakenOver implements worker.TakeoverObserver.
-func (m *Metrics) TakenOver(e worker.TakeoverEvent) {
-	m.takeovers.WithLabelValues(e.Consumer, strconv.FormatBool(e.Alone)).Inc()
-	m.takenOver.WithLabelValues(e.Consumer).Add(float64(e.Messages))
-}
-
-// Leader implements maintain.Observer: txinbox_maintainer_leader{schema, owner} is 1 while the
-// maintainer leads, 0 after.
-func (m *Metrics) Leader(e maintain.LeaderEvent) {
-	v := 0.0
-	if e.Leading {
-		v = 1
-	}
-	m.leader.WithLabelValues(e.Schema, e.Owner).Set(v)
-}
-
-// Ran implements maintain.Observer: it counts the run by job and outcome.
-func (m *Metrics) Ran(e maintain.RunEvent) {
-	outcome := "ok"
-	if e.Err != nil {
-		outcome = "error"
-	}
-	m.runs.WithLabelValues(e.Schema, e.Job, outcome).Inc()
 }

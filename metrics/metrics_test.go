@@ -23,7 +23,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
-	"github.com/txinbox/txinbox/maintain"
+	"github.com/txinbox/txinbox/internal/tracerec"
 	"github.com/txinbox/txinbox/metrics"
 	"github.com/txinbox/txinbox/runner"
 	"github.com/txinbox/txinbox/seen"
@@ -52,8 +52,9 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 	return string(b)
 }
 
-// One Metrics value observes handling (worker.Config.Observer): a pool's event, fed to it by hand
-// here, is counted, and the registry gathered as a scrape would.
+// One Metrics value counts handling (as the Store's Tracer): a pool's committed outcome
+// (txinbox.OpHandled), fed to it by hand here, is counted, and the registry gathered as a scrape
+// would.
 func TestHandledCounts(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -62,8 +63,9 @@ func TestHandledCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Handled(worker.HandleEvent{Consumer: "ledger", Kind: "credit", Outcome: "dead", Reason: "permanent",
-		Attempt: 1, Duration: 3 * time.Millisecond})
+	ctx := m.TraceStart(context.Background(), txinbox.TraceStart{Op: txinbox.OpHandled, Consumer: "ledger", Attempt: 1,
+		Messages: []txinbox.TraceMessage{{ID: "k", Consumer: "ledger", Kind: "credit"}}})
+	m.TraceEnd(ctx, txinbox.TraceEnd{Op: txinbox.OpHandled, Outcome: "dead", Reason: "permanent", Duration: 3 * time.Millisecond})
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -140,12 +142,14 @@ func TestMetricsAndSpans(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	store := db.Store()
-	store.Tracer = txotel.New(txotel.Config{TracerProvider: tp}) // the spans; metrics counts
+	otel := txotel.New(txotel.Config{TracerProvider: tp})
 	m, err := metrics.New(store, metrics.Config{Registerer: reg, Consumers: []string{"ledger", "idle"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := inbox.New(store, inbox.Config{Observer: m})
+	rec := &tracerec.Recorder{}
+	store.Tracer = txinbox.Tracers(otel, m, rec) // the spans, the counts, and the pairing of the hooks
+	client, err := inbox.New(store, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +166,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	batch = append(batch, msg("undecodable", `{"amount":"x"}`))
 	traced := msg("traced", `{"amount":1}`)
 	traced.Headers = map[string]string{"source": "test"}
-	store.Tracer.Inject(sendCtx, traced.Headers)
+	store.Tracer.(txinbox.Injector).Inject(sendCtx, traced.Headers)
 	batch = append(batch, traced)
 	send.End()
 	if _, err := client.ReceiveMany(ctx, batch); err != nil { // 14 inserted
@@ -211,7 +215,7 @@ func TestMetricsAndSpans(t *testing.T) {
 		}
 		return nil
 	})
-	p, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, Observer: m,
+	p, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs,
 		PollInterval: 20 * time.Millisecond,
 		Backoff:      txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
@@ -270,6 +274,10 @@ func TestMetricsAndSpans(t *testing.T) {
 	}
 	if sc, _ := handlerTrace.Load().(trace.SpanContext); sc.TraceID() != send.SpanContext().TraceID() || sc.SpanID() != tracedSpan.SpanContext().SpanID() {
 		t.Fatalf("handler ctx span %v, want the handle span %v", sc, tracedSpan.SpanContext())
+	}
+	// Every operation the components started, they ended, once, with its context.
+	if err := rec.Err(); err != nil || rec.Open() != 0 {
+		t.Fatalf("hooks: %v, %d operations not ended", err, rec.Open())
 	}
 }
 
@@ -331,11 +339,13 @@ func TestDeadLetterOutOfAttempts(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(db.Store(), metrics.Config{Registerer: reg})
+	store := db.Store()
+	m, err := metrics.New(store, metrics.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := inbox.New(db.Store(), inbox.Config{Observer: m})
+	store.Tracer = m
+	client, err := inbox.New(store, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +367,7 @@ func TestDeadLetterOutOfAttempts(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}, worker.HandlerConfig{MaxAttempts: 2, Timeout: 100 * time.Millisecond})
-	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Observer: m,
+	p, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs,
 		PollInterval: 20 * time.Millisecond, Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	if err != nil {
 		t.Fatal(err)
@@ -422,15 +432,17 @@ func TestSeenCacheMetrics(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(db.Store(), metrics.Config{Registerer: reg})
+	store := db.Store()
+	m, err := metrics.New(store, metrics.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
+	store.Tracer = m
 	lru, err := seen.NewLRU(seen.LRUConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := inbox.New(db.Store(), inbox.Config{Observer: m, SeenCache: lru, SeenTTL: time.Hour})
+	c, err := inbox.New(store, inbox.Config{SeenCache: lru, SeenTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +453,8 @@ func TestSeenCacheMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m.SeenError(seen.OpPut, errors.New("down"))
+	// A failed Put, told by hand.
+	m.TraceEnd(m.TraceStart(ctx, txinbox.TraceStart{Op: txinbox.OpSeenPut}), txinbox.TraceEnd{Op: txinbox.OpSeenPut, Err: errors.New("down")})
 	text := scrape(t, reg)
 	if v := value(t, text, "txinbox_seen_cache_total", "consumer", "ledger", "result", "hit"); v != 2 {
 		t.Errorf("hits %v, want 2", v)
@@ -464,11 +477,13 @@ func TestTakeoverMetrics(t *testing.T) {
 	db := testdb.New(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(db.Store(), metrics.Config{Registerer: reg})
+	store := db.Store()
+	m, err := metrics.New(store, metrics.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := inbox.New(db.Store(), inbox.Config{})
+	store.Tracer = m
+	client, err := inbox.New(store, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +515,7 @@ func TestTakeoverMetrics(t *testing.T) {
 	}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil })
-	p, err := worker.New(db.Store(), worker.Config{Consumer: "ledger", Handlers: hs, Observer: m, PollInterval: 20 * time.Millisecond})
+	p, err := worker.New(store, worker.Config{Consumer: "ledger", Handlers: hs, PollInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,22 +541,23 @@ func TestTakeoverMetrics(t *testing.T) {
 	}
 }
 
-// A pool given Metrics as its Observer passes it on to the maintainer it starts: the leader gauge is
-// 1 for that maintainer while it leads and 0 after the pool stops, and its jobs' runs are counted.
+// A runner whose Store's Tracer is Metrics counts its maintainer too: the leader gauge is 1 for that
+// maintainer while it leads and 0 after the runner stops, and its jobs' runs are counted.
 func TestMaintainerMetrics(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(db.Store(), metrics.Config{Registerer: reg})
+	store := db.Store()
+	m, err := metrics.New(store, metrics.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
+	store.Tracer = m
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil })
-	p, err := runner.New(db.Store(), runner.Config{
-		Pools:       []worker.Config{{Consumer: "ledger", Handlers: hs, Observer: m}},
-		Maintenance: maintain.Config{Observer: m},
-		Owner:       "pool-1",
+	p, err := runner.New(store, runner.Config{
+		Pools: []worker.Config{{Consumer: "ledger", Handlers: hs}},
+		Owner: "pool-1",
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -10,12 +10,9 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
-	"github.com/txinbox/txinbox/outbox"
 )
 
-var _ outbox.Observer = (*Metrics)(nil)
-
-// outboxCounters are the counters of the outbox's relays (Metrics.Finished).
+// outboxCounters are the counters of the outbox's relays (txinbox.OpRelayed).
 type outboxCounters struct {
 	published *prometheus.CounterVec
 	retries   *prometheus.CounterVec
@@ -42,17 +39,19 @@ func (c *outboxCounters) register(reg prometheus.Registerer, namespace string, c
 	return nil
 }
 
-// Finished implements outbox.Observer: it counts each recorded attempt of a relay by its outcome
-// (sent, retry with its reason, dead) and its event's topic. Give Metrics to
-// outbox.RelayConfig.Observer.
-func (m *Metrics) Finished(r outbox.Result) {
-	topic := r.Event.Topic
-	switch r.Outcome {
+// relayed counts a recorded attempt of a relay (txinbox.OpRelayed) by its outcome (sent, retry with
+// its reason, dead) and its event's topic.
+func (m *Metrics) relayed(s txinbox.TraceStart, d txinbox.TraceEnd) {
+	var topic string
+	if len(s.Messages) > 0 {
+		topic = s.Messages[0].Topic
+	}
+	switch d.Outcome {
 	case txinbox.OutcomeSent:
 		m.outbox.published.WithLabelValues(topic).Inc()
 	case txinbox.OutcomeRetry:
 		reason := "error"
-		if errors.Is(r.Err, context.DeadlineExceeded) {
+		if errors.Is(d.Err, context.DeadlineExceeded) {
 			reason = "timeout"
 		}
 		m.outbox.retries.WithLabelValues(topic, reason).Inc()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"testing"
 	"time"
@@ -18,18 +19,20 @@ import (
 	"github.com/txinbox/txinbox/outbox"
 )
 
-// Metrics counts a relay's recorded attempts by topic (sent, retried by reason, dead), and the
-// OutboxCollector reports each topic's unsent events by state and the lag, as admin.OutboxStats
+// Metrics counts a relay's recorded attempts by topic (sent, retried by reason, dead), and its
+// outbox gauges report each topic's unsent events by state and the lag, as admin.Admin.OutboxStats
 // counts them, on a real registry scraped over HTTP.
 func TestOutboxMetrics(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	m, err := metrics.New(db.Store(), metrics.Config{Registerer: reg, Topics: []string{"orders", "idle"}})
+	store := db.Store()
+	m, err := metrics.New(store, metrics.Config{Registerer: reg, Topics: []string{"orders", "idle"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	store.Tracer = m
 
 	fate := map[string]error{
 		"refused": txinbox.Permanent(errors.New("no route")),
@@ -41,8 +44,7 @@ func TestOutboxMetrics(t *testing.T) {
 	}
 	ids := outboxtest.Publish(t, db, msg("orders", "ok"), msg("orders", "ok"), msg("orders", "refused"), msg("orders", "slow"),
 		msg("orders", "down"), msg("mail", "ok"))
-	outboxtest.Drain(t, db, func(ev outbox.Event) error { return fate[ev.Headers["what"]] },
-		func(c *outbox.RelayConfig) { c.Observer = m })
+	drain(t, db, store, func(ev outbox.Event) error { return fate[ev.Headers["what"]] })
 	// The slow event was published an hour ago: the lag of orders.
 	if _, err := db.Pool.Exec(ctx, db.SQL(`UPDATE {schema}.outbox SET created_at = now() - interval '1 hour' WHERE id = $1`), ids[3]); err != nil {
 		t.Fatal(err)
@@ -87,7 +89,7 @@ func TestOutboxMetrics(t *testing.T) {
 	}
 	for _, s := range st {
 		if s.Topic == "orders" && math.Abs(s.OldestUnsentAge.Seconds()-lag) > 60 {
-			t.Errorf("lag of orders: %v s scraped, %v by admin.OutboxStats", lag, s.OldestUnsentAge)
+			t.Errorf("lag of orders: %v s scraped, %v by admin.Admin.OutboxStats", lag, s.OldestUnsentAge)
 		}
 	}
 	if lag < 3600 || lag > 3600+120 {
@@ -117,5 +119,41 @@ func TestOutboxCollectorErrors(t *testing.T) {
 	}
 	if fs, _ := reg2.Gather(); len(fs) != 0 {
 		t.Fatalf("a configuration error registered %d metrics", len(fs))
+	}
+}
+
+// drain runs a relay of store (db's schema, with its Tracer) whose Publisher answers each event as
+// fate says, until no event is claimed or due (as outboxtest.Drain, whose relays have no Tracer),
+// then stops it.
+func drain(t *testing.T, db *testdb.DB, store txinbox.Store, fate outboxtest.Fate) {
+	t.Helper()
+	pub := outbox.PublisherFunc(func(_ context.Context, events []outbox.Event) error {
+		errs := make([]error, len(events))
+		for i, ev := range events {
+			errs[i] = fate(ev)
+		}
+		return outbox.Errors(errs)
+	})
+	idle := func() bool {
+		return db.Count(t, `SELECT count(*) FROM {schema}.outbox_queue WHERE claimed OR run_at <= now()`) == 0
+	}
+	store.NotifyInterval = -1 // no LISTEN: the relay polls
+	store.Logger = slog.New(slog.DiscardHandler)
+	for first := true; first || !idle(); first = false {
+		r, err := outbox.NewRelay(store, outbox.RelayConfig{Publisher: pub, Concurrency: 1, PollInterval: 10 * time.Millisecond,
+			Backoff: txinbox.BackoffFunc(func(int) time.Duration { return time.Hour })})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		outboxtest.WaitFor(t, "the relay to leave no event claimed or due", idle)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err = r.Stop(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // Config configures a Client. The zero value is valid.
@@ -22,6 +23,13 @@ type Config struct {
 	// MaxPayloadBytes rejects larger payloads with a *[txinbox.ValidationError]. Default: 1 MiB
 	// (1 << 20). Negative is a *[txinbox.ConfigError].
 	MaxPayloadBytes int
+	// TopicChecker, if set, is asked about each message's topic by Publish, which refuses a topic it
+	// refuses with a *[txinbox.ValidationError] (Field "topic", its reason in Reason) before
+	// anything is written. Give it the relay's Publisher when that is a [TopicChecker] (the adapters'
+	// webhook, Kafka and NATS JetStream publishers are), so that an event the relay could never
+	// deliver is refused in the caller's transaction instead of becoming a dead letter later.
+	// Default: none (the relay still checks, if its Publisher is a TopicChecker).
+	TopicChecker TopicChecker
 }
 
 // Client writes events into the outbox of a schema. It is safe for concurrent use.
@@ -39,6 +47,9 @@ func New(st txinbox.Store, cfg Config) (*Client, error) {
 	st, err := st.Resolve()
 	if err != nil {
 		return nil, err
+	}
+	if name, reason := typednil.Field(cfg); name != "" {
+		return nil, &txinbox.ConfigError{Field: name, Reason: reason}
 	}
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = defaultMaxPayloadBytes
@@ -62,8 +73,8 @@ func New(st txinbox.Store, cfg Config) (*Client, error) {
 //
 // Bad input returns an error before any statement is sent, so tx is left as it was: a nil tx or
 // more than 1000 messages, or messages whose payloads and headers exceed 64 MiB together, a
-// *[txinbox.ArgumentError]; an invalid message, a *[txinbox.ValidationError] naming the
-// first one (errors.Is [txinbox.ErrInvalidMessage]). No message is an empty call: no statement, no
+// *[txinbox.ArgumentError]; an invalid message, or one whose topic Config.TopicChecker refuses, a
+// *[txinbox.ValidationError] naming the first one (errors.Is [txinbox.ErrInvalidMessage]). No message is an empty call: no statement, no
 // ids. An error of the statement itself (the schema not migrated: errors.Is txinbox.ErrNotMigrated;
 // a lost connection) leaves tx aborted, as any failed statement does.
 //
@@ -87,9 +98,14 @@ func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]str
 		if err := validate(i, &msgs[i], c.cfg.MaxPayloadBytes); err != nil {
 			return nil, err
 		}
+		if c.cfg.TopicChecker != nil {
+			if err := c.cfg.TopicChecker.CheckTopic(msgs[i].Topic); err != nil {
+				return nil, &txinbox.ValidationError{Index: i, Field: "topic", Reason: "refused by Config.TopicChecker: " + err.Error()}
+			}
+		}
 	}
-	if t, ok := c.store.Tracer.(txinbox.OperationTracer); ok {
-		data := txinbox.TraceStart{Op: txinbox.OpPublish, Messages: make([]txinbox.TraceMessage, len(msgs))}
+	if t := c.store.Tracer; t != nil {
+		data := txinbox.TraceStart{Op: txinbox.OpPublish, Schema: c.store.Schema, Messages: make([]txinbox.TraceMessage, len(msgs))}
 		for i := range msgs {
 			data.Messages[i] = txinbox.TraceMessage{Kind: msgs[i].kind(), Topic: msgs[i].Topic, Headers: msgs[i].Headers}
 		}
@@ -101,7 +117,8 @@ func (c *Client) Publish(ctx context.Context, tx pgx.Tx, msgs ...Message) ([]str
 	return c.publish(ctx, tx, msgs)
 }
 
-// publish writes validated msgs, with the trace context of ctx when the Store has a Tracer.
+// publish writes validated msgs, with the trace context of ctx when the Store's Tracer is a
+// txinbox.Injector.
 func (c *Client) publish(ctx context.Context, tx pgx.Tx, msgs []Message) ([]string, error) {
 	n := len(msgs)
 	p := sqlc.OutboxPublishParams{
@@ -109,10 +126,10 @@ func (c *Client) publish(ctx context.Context, tx pgx.Tx, msgs []Message) ([]stri
 		ContentTypes: make([]string, n), Payloads: make([]string, n), Headers: make([]string, n),
 		NotBefores: make([]pgtype.Timestamptz, n), NotifyChannel: c.notify.channel,
 	}
-	var trace map[string]string // the trace context of ctx, if the Store has a Tracer
-	if c.store.Tracer != nil {
+	var trace map[string]string // the trace context of ctx, if the Store's Tracer injects one
+	if in, ok := c.store.Tracer.(txinbox.Injector); ok {
 		trace = map[string]string{}
-		c.store.Tracer.Inject(ctx, trace)
+		in.Inject(ctx, trace)
 	}
 	now := time.Now()
 	for i := range msgs {

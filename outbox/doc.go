@@ -42,7 +42,9 @@
 //
 // Retries: an event whose Publish failed is handed over again after RelayConfig.Backoff, until
 // RelayConfig.MaxAttempts attempts have started; then, or at once for a [txinbox.Permanent] error, it is
-// dead: kept in the outbox (state dead) and never handed over again.
+// dead: kept in the outbox (state dead) and never handed over again. A Publisher that is a
+// [TopicChecker] refuses topics it cannot deliver before any hand-over: such an event is dead at
+// once ([ErrTopicRefused]), never handed to Publish.
 //
 // Retention: sent events are kept for a window (by default Store.Retention) for audit and replay,
 // then leave with their generation: the outbox table is a ring of three partitions, as the inbox's

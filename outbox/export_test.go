@@ -37,3 +37,7 @@ func SetClaimTimeout(c *RelayConfig, d time.Duration) { c.tune.ClaimTimeout = d 
 
 // NoListen makes a relay of c poll only: no LISTEN.
 func NoListen(c *RelayConfig) { c.tune.NoListen = true }
+
+// CheckTopicOf returns the relay's error of an event of topic for a Publisher that is tc (nil if
+// tc accepts it).
+func CheckTopicOf(tc TopicChecker, topic string) error { return checkTopic(tc, topic) }

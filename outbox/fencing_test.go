@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/tracerec"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -59,9 +60,9 @@ func (e *env) claim(t *testing.T) (token int64, owner string, claimed bool) {
 
 // A relay whose Publish call hangs past its lease finds, when the call returns, that another relay
 // has taken the event over: whatever its Publisher answered (acknowledged, failed, refused), it
-// records nothing, the other relay's claim is untouched, and its Observer hears nothing (metrics
-// would count the event twice). The other relay then sends the event once, and its Observer hears
-// that once; the attempts count both claims and no failure.
+// records nothing, the other relay's claim is untouched, and its Store's Tracer is told nothing of an
+// outcome (txinbox.OpRelayed: metrics would count the event twice). The other relay then sends the
+// event once, and its Tracer is told that once; the attempts count both claims and no failure.
 func TestFencedStaleRelayRecordsNothing(t *testing.T) {
 	t.Parallel()
 	for name, result := range map[string]error{
@@ -74,13 +75,13 @@ func TestFencedStaleRelayRecordsNothing(t *testing.T) {
 			e := newEnv(t)
 			e.publish(t, msg("t", "k", 1))
 			pa, pb := newHolding(result), newHolding(nil)
-			oa, ob := &observer{}, &observer{}
-			a := e.relay(t, pa, func(c *outbox.RelayConfig) {
-				c.Owner, c.Concurrency, c.Observer = "relay-A", 1, oa
+			oa, ob := &tracerec.Recorder{}, &tracerec.Recorder{}
+			a := relayOn(t, e.traced(oa), pa, func(c *outbox.RelayConfig) {
+				c.Owner, c.Concurrency = "relay-A", 1
 				outbox.NoListen(c)
 				c.Lease, c.Timeout, c.PollInterval = 500*time.Millisecond, 200*time.Millisecond, time.Hour
 			})
-			b := e.relay(t, pb, func(c *outbox.RelayConfig) { c.Owner, c.Observer = "relay-B", ob; outbox.NoListen(c) })
+			b := relayOn(t, e.traced(ob), pb, func(c *outbox.RelayConfig) { c.Owner = "relay-B"; outbox.NoListen(c) })
 			run(t, a)
 			await(t, "relay A's Publish call", pa.held)
 			tokenA, owner, _ := e.claim(t)
@@ -101,8 +102,8 @@ func TestFencedStaleRelayRecordsNothing(t *testing.T) {
 			if now := e.snapshot(t); now != held {
 				t.Fatalf("relay A, fenced out, changed B's claim:\n  B's claim: %s\n  after A:   %s", held, now)
 			}
-			if got := oa.heard(); len(got) != 0 {
-				t.Errorf("relay A, fenced out, told its Observer %+v, want nothing: it recorded nothing", got)
+			if got := oa.Ops(txinbox.OpRelayed); len(got) != 0 {
+				t.Errorf("relay A, fenced out, told its Tracer %+v, want nothing: it recorded nothing", got)
 			}
 
 			pb.release <- struct{}{} // B's call returns
@@ -116,9 +117,14 @@ func TestFencedStaleRelayRecordsNothing(t *testing.T) {
 			if started != 2 || failed != 0 || token != tokenB {
 				t.Errorf("sent with %d attempts started, %d failed, token %d; want 2, 0, %d (B's)", started, failed, token, tokenB)
 			}
-			stop(t, b) // B has told its Observer
-			if got := ob.heard(); len(got) != 1 || got[0].Outcome != txinbox.OutcomeSent || got[0].Event.Attempt != 2 {
-				t.Errorf("relay B told its Observer %+v, want the event sent once, at attempt 2", got)
+			stop(t, b) // B has told its Tracer
+			if got := ob.Ops(txinbox.OpRelayed); len(got) != 1 || got[0].End.Outcome != txinbox.OutcomeSent || got[0].Start.Attempt != 2 {
+				t.Errorf("relay B told its Tracer %+v, want the event sent once, at attempt 2", got)
+			}
+			for _, r := range []*tracerec.Recorder{oa, ob} {
+				if err := r.Err(); err != nil || r.Open() != 0 {
+					t.Errorf("hooks: %v, %d operations not ended", err, r.Open())
+				}
 			}
 			if n := pa.calls.Load() + pb.calls.Load(); n != 2 {
 				t.Errorf("%d Publish calls, want 2 (A's stale one and B's)", n)

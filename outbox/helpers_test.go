@@ -229,21 +229,9 @@ func firstArrivals(evs []outbox.Event) map[string][]string {
 	return out
 }
 
-// observer is an Observer that keeps every Result it is told about.
-type observer struct {
-	mu      sync.Mutex
-	results []outbox.Result
-}
-
-func (o *observer) Finished(r outbox.Result) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.results = append(o.results, r)
-}
-
-// heard returns the Results told so far, in order.
-func (o *observer) heard() []outbox.Result {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return slices.Clone(o.results)
+// traced returns e's Store with the Tracer t.
+func (e *env) traced(t txinbox.OperationTracer) txinbox.Store {
+	st := e.Store()
+	st.Tracer = t
+	return st
 }

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -90,6 +91,29 @@ type Publisher interface {
 	Publish(ctx context.Context, events []Event) error
 }
 
+// TopicChecker is an optional interface of a [Publisher] that knows, without sending anything, that
+// it cannot deliver some topics (a name the broker refuses, a topic without an endpoint). The
+// adapters' webhook, Kafka and NATS JetStream publishers implement it (see each one's CheckTopic
+// for what it checks); RabbitMQ's does not.
+//
+// A [Relay] whose Publisher implements it asks CheckTopic about each event's topic before handing
+// the event over: an event whose topic is refused is dead at its first attempt, never handed to
+// Publish, its error matching [ErrTopicRefused] and wrapping CheckTopic's (a [txinbox.PermanentError]).
+// A [Client] whose Config.TopicChecker is set (the relay's Publisher, say) asks it in Publish too,
+// which then refuses the message before anything is written.
+//
+// CheckTopic returns nil when the topic may be delivered, or when that cannot be known without
+// sending; an error only when no retry can deliver an event of the topic. It must be fast, do no I/O
+// and be safe for concurrent use: it is called once per topic of each batch (and of each Publish
+// call).
+type TopicChecker interface {
+	CheckTopic(topic string) error
+}
+
+// ErrTopicRefused is matched (errors.Is) by the error of an event whose topic the relay's Publisher
+// refuses ([TopicChecker]): the event is dead at once, and was never handed to Publish.
+var ErrTopicRefused = errors.New("txinbox: the publisher does not accept the topic")
+
 // PublisherFunc adapts a function to [Publisher].
 type PublisherFunc func(ctx context.Context, events []Event) error
 
@@ -141,25 +165,4 @@ func Errors(errs []error) error {
 		}
 	}
 	return nil
-}
-
-// Result is the recorded outcome of one attempt, as an [Observer] sees it.
-type Result struct {
-	Event Event
-	// Outcome is how the attempt left the event: txinbox.OutcomeSent, txinbox.OutcomeRetry or
-	// txinbox.OutcomeDead.
-	Outcome txinbox.Outcome
-	// Err is the attempt's error: nil when sent.
-	Err error
-	// Duration is the time the Publish call took (0 if the event was not handed over: out of
-	// attempts).
-	Duration time.Duration
-}
-
-// Observer is told about the attempts a relay finished. Its methods must be fast and safe for
-// concurrent use.
-type Observer interface {
-	// Finished is called once per attempt whose outcome was recorded, after it was recorded (not for
-	// an attempt whose claim another relay had taken over, nor for events handed back on Stop).
-	Finished(Result)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/tracerec"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -87,7 +88,7 @@ func (e *env) readRow() (r row, err error) {
 // connection drops after the commit): the runner, which cannot tell, records the batch again on its
 // own. The event failed and is to be retried: the claim's transaction requeued it, so the second
 // record finds its queue row no longer claimed and changes nothing: the failed attempt is counted
-// once and its retry time is not pushed back. The Observer hears the outcome once (it was recorded),
+// once and its retry time is not pushed back. The Tracer is told the outcome once (it was recorded),
 // and the relay does not log the event as taken over by another relay (nobody took it over).
 func TestRecordAfterAClaimsLostCommitAnswerRecordsNothingTwice(t *testing.T) {
 	t.Parallel()
@@ -109,13 +110,13 @@ func TestRecordAfterAClaimsLostCommitAnswerRecordsNothingTwice(t *testing.T) {
 		close(lost)
 	}
 	var calls atomic.Int64
-	obs := &observer{}
+	rec := &tracerec.Recorder{}
 	logs := &logRecords{errs: map[string][]string{}}
-	r := relayOn(t, txinbox.Store{DB: db, Schema: e.Schema, Logger: slog.New(logs)}, outbox.PublisherFunc(func(context.Context, []outbox.Event) error {
+	r := relayOn(t, txinbox.Store{DB: db, Schema: e.Schema, Tracer: rec, Logger: slog.New(logs)}, outbox.PublisherFunc(func(context.Context, []outbox.Event) error {
 		calls.Add(1)
 		return errors.New("broker unavailable")
 	}), func(c *outbox.RelayConfig) {
-		c.Concurrency, c.Observer = 1, obs
+		c.Concurrency = 1
 		outbox.NoListen(c)
 		c.Backoff = txinbox.BackoffFunc(func(int) time.Duration { return time.Hour }) // no second attempt in this test
 	})
@@ -143,8 +144,8 @@ func TestRecordAfterAClaimsLostCommitAnswerRecordsNothingTwice(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Errorf("%d Publish calls, want 1", n)
 	}
-	if got := obs.heard(); len(got) != 1 || got[0].Outcome != txinbox.OutcomeRetry || got[0].Event.Attempt != 1 {
-		t.Errorf("the Observer heard %+v, want the one recorded retry of attempt 1", got)
+	if got := rec.Ops(txinbox.OpRelayed); len(got) != 1 || got[0].End.Outcome != txinbox.OutcomeRetry || got[0].Start.Attempt != 1 {
+		t.Errorf("the Tracer was told %+v, want the one recorded retry of attempt 1", got)
 	}
 	if got := logs.messages("taken over"); len(got) != 0 {
 		t.Errorf("logged %q: nobody took the event over, its outcome was recorded by the claim whose answer was lost", got)

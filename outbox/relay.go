@@ -27,6 +27,7 @@ import (
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // MaxBatchSize is the largest RelayConfig.BatchSize.
@@ -45,7 +46,10 @@ const (
 // RelayConfig configures a Relay. Publisher is required; every other zero field takes the documented
 // default.
 type RelayConfig struct {
-	// Publisher sends the events (see [Publisher]). Required.
+	// Publisher sends the events (see [Publisher]). Required; a nil pointer of a publisher's type
+	// (a (*natsjs.Publisher)(nil), which is not a nil Publisher) is refused as well. Every interface
+	// field of RelayConfig is checked so: one that holds a nil pointer, func, map or chan is a
+	// *[txinbox.ConfigError] naming it.
 	Publisher Publisher
 	// BatchSize is the most events claimed at once and handed to one Publish call. Default: 100; at
 	// most MaxBatchSize (1000).
@@ -85,8 +89,6 @@ type RelayConfig struct {
 	// URI-reference of 1 to 255 bytes, such as "/orders" or "urn:example:orders"; keep it the same
 	// across the service's processes and restarts. Default "/txinbox/" followed by the schema.
 	Source string
-	// Observer, if set, is told about every attempt whose outcome was recorded. Default none.
-	Observer Observer
 
 	tune engine.Tune // derived settings (hot window, claim bound, listening); tests set them (export_test.go)
 }
@@ -97,6 +99,9 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 	}
 	if c.Publisher == nil {
 		return bad("Publisher", "is required")
+	}
+	if name, reason := typednil.Field(c); name != "" {
+		return bad(name, reason)
 	}
 	def := func(v *int, d int) {
 		if *v == 0 {
@@ -573,12 +578,18 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 	fs := make([]finish, len(batch))
 	var events []Event
 	var send []int // indexes into batch of the events handed over
+	topics := topicCheck{p: r.cfg.Publisher}
 	for i, c := range batch {
 		fs[i].c = c
 		if c.ev.Attempt > r.cfg.MaxAttempts {
 			fs[i].outcome = txinbox.OutcomeDead
 			fs[i].err = fmt.Errorf("%d attempts started (MaxAttempts %d) and the last never finished: the relay holding it died, hung or lost its connection",
 				c.ev.Attempt-1, r.cfg.MaxAttempts)
+			continue
+		}
+		if err := topics.check(c.ev.Topic); err != nil {
+			fs[i].err = err
+			r.decide(ctx, &fs[i])
 			continue
 		}
 		send = append(send, i)
@@ -596,50 +607,101 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 		for k, i := range send {
 			f := &fs[i]
 			f.took, f.err = took, errs[k]
-			switch {
-			case f.err == nil:
-				f.outcome = txinbox.OutcomeSent
-			case ctx.Err() != nil:
-				f.outcome = "" // stopping: handed back, not charged
-			case txinbox.IsPermanent(f.err):
-				f.outcome = txinbox.OutcomeDead
-			case f.c.ev.Attempt >= r.cfg.MaxAttempts:
-				f.outcome = txinbox.OutcomeDead
-			default:
-				f.outcome = txinbox.OutcomeRetry
-				f.delay = r.cfg.Backoff.Delay(f.c.failed + 1)
-			}
+			r.decide(ctx, f)
 		}
 	}
 	return fs
 }
 
-// traceStart tells the Store's OperationTracer, if any, that events are handed over, and gives each
-// event the trace context of its hand-over (the Store's Tracer injects it into a copy of its
-// headers). It returns the context of each hand-over (nil without an OperationTracer).
-func (r *Relay) traceStart(ctx context.Context, events []Event) []context.Context {
-	t, ok := r.store.Tracer.(txinbox.OperationTracer)
+// decide sets f's outcome from its error f.err (nil: sent).
+func (r *Relay) decide(ctx context.Context, f *finish) {
+	switch {
+	case f.err == nil:
+		f.outcome = txinbox.OutcomeSent
+	case ctx.Err() != nil:
+		f.outcome = "" // stopping: handed back, not charged
+	case txinbox.IsPermanent(f.err):
+		f.outcome = txinbox.OutcomeDead
+	case f.c.ev.Attempt >= r.cfg.MaxAttempts:
+		f.outcome = txinbox.OutcomeDead
+	default:
+		f.outcome = txinbox.OutcomeRetry
+		f.delay = r.cfg.Backoff.Delay(f.c.failed + 1)
+	}
+}
+
+// topicCheck asks a Publisher that is a TopicChecker about the topics of one batch, each once.
+type topicCheck struct {
+	p    Publisher
+	done map[string]error
+}
+
+// check returns the error of an event of topic that is not to be handed over: permanent (matching
+// ErrTopicRefused) if the Publisher refuses the topic; retried if its CheckTopic panicked. nil if the
+// Publisher is no TopicChecker.
+func (t *topicCheck) check(topic string) error {
+	tc, ok := t.p.(TopicChecker)
 	if !ok {
 		return nil
 	}
+	if err, ok := t.done[topic]; ok {
+		return err
+	}
+	err := checkTopic(tc, topic)
+	if t.done == nil {
+		t.done = map[string]error{}
+	}
+	t.done[topic] = err
+	return err
+}
+
+// checkTopic asks tc about topic (see topicCheck.check).
+func checkTopic(tc TopicChecker, topic string) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("the Publisher's CheckTopic panicked on topic %q: %v\n\n%s", topic, v, debug.Stack())
+		}
+	}()
+	if err := tc.CheckTopic(topic); err != nil {
+		return txinbox.Permanent(fmt.Errorf("%w %q: %w", ErrTopicRefused, topic, err))
+	}
+	return nil
+}
+
+// traceStart tells the Store's Tracer, if any, that events are handed over and, if it is a
+// txinbox.Injector, gives each event the trace context of its hand-over (injected into a copy of its
+// headers). It returns the context of each hand-over (nil without a Tracer).
+func (r *Relay) traceStart(ctx context.Context, events []Event) []context.Context {
+	t := r.store.Tracer
+	if t == nil {
+		return nil
+	}
+	in, inject := t.(txinbox.Injector)
 	ctxs := make([]context.Context, len(events))
 	for i := range events {
 		ev := &events[i]
 		ctxs[i] = t.TraceStart(ctx, txinbox.TraceStart{
-			Op:       txinbox.OpRelay,
-			Messages: []txinbox.TraceMessage{{ID: ev.ID, Kind: ev.Kind, Topic: ev.Topic, Headers: ev.Headers}},
-			Attempt:  ev.Attempt, OrderingKey: ev.Key,
+			Op: txinbox.OpRelay, Schema: r.store.Schema, Messages: []txinbox.TraceMessage{traceEvent(ev)},
+			Attempt: ev.Attempt, OrderingKey: ev.Key,
 		})
+		if !inject {
+			continue
+		}
 		h := make(map[string]string, len(ev.Headers)+2)
 		for k, v := range ev.Headers {
 			if k != txinbox.HeaderTraceParent && k != txinbox.HeaderTraceState {
 				h[k] = v
 			}
 		}
-		r.store.Tracer.Inject(ctxs[i], h)
+		in.Inject(ctxs[i], h)
 		ev.Headers = h
 	}
 	return ctxs
+}
+
+// traceEvent describes ev to a tracer.
+func traceEvent(ev *Event) txinbox.TraceMessage {
+	return txinbox.TraceMessage{ID: ev.ID, Kind: ev.Kind, Topic: ev.Topic, Headers: ev.Headers}
 }
 
 // traceEnd ends the hand-overs traceStart began with their outcomes: ctxs[k] is the hand-over of
@@ -648,14 +710,25 @@ func (r *Relay) traceEnd(ctxs []context.Context, fs []finish, send []int) {
 	if ctxs == nil {
 		return
 	}
-	t := r.store.Tracer.(txinbox.OperationTracer)
 	for k, i := range send {
 		outcome := fs[i].outcome
 		if outcome == "" {
 			outcome = "released"
 		}
-		t.TraceEnd(ctxs[k], txinbox.TraceEnd{Op: txinbox.OpRelay, Outcome: outcome, Err: fs[i].err})
+		r.store.Tracer.TraceEnd(ctxs[k], txinbox.TraceEnd{Op: txinbox.OpRelay, Outcome: outcome, Err: fs[i].err})
 	}
+}
+
+// relayed tells the Store's Tracer, if any, the recorded outcome of f's attempt (txinbox.OpRelayed).
+func (r *Relay) relayed(f *finish) {
+	t := r.store.Tracer
+	if t == nil {
+		return
+	}
+	ev := &f.c.ev
+	ctx := t.TraceStart(context.Background(), txinbox.TraceStart{Op: txinbox.OpRelayed, Schema: r.store.Schema,
+		Messages: []txinbox.TraceMessage{traceEvent(ev)}, Attempt: ev.Attempt, OrderingKey: ev.Key})
+	t.TraceEnd(ctx, txinbox.TraceEnd{Op: txinbox.OpRelayed, Outcome: f.outcome, Err: f.err, Duration: f.took})
 }
 
 // validateSource checks RelayConfig.Source: a URI-reference (RFC 3986) of 1 to 255 bytes.
@@ -752,11 +825,11 @@ func leftKeys(fs []finish, recorded map[int64]bool) []string {
 }
 
 // record records the outcomes fs in one statement (fenced by token), then makes the next event of
-// each key whose event it made leave the queue ready, logs and tells the Observer. It is the record
+// each key whose event it made leave the queue ready, logs and tells the Store's Tracer. It is the record
 // of a batch on its own: when the runner stops, or when the claim that was to record it failed. That
 // claim may have committed with the record and lost its answer (the connection dropped before it
 // came): OutboxFinish then records nothing again, and reports the events whose outcome that claim
-// recorded (earlier), which are logged and told to the Observer here, once, as the claim would have.
+// recorded (earlier), which are logged and told to the Tracer here, once, as the claim would have.
 func (r *Relay) record(ctx context.Context, fs []finish) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
@@ -779,10 +852,10 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 	r.recorded(fs, rows)
 }
 
-// recorded logs the outcomes fs and tells the Observer, once their record committed; rows is
-// OutboxFinish's answer: the ids whose outcome was recorded, now or earlier (by a claim whose commit
-// answer was lost). The outcomes of the other events were not recorded: another relay took their
-// claim over after its lease ended.
+// recorded logs the outcomes fs and tells the Store's Tracer (txinbox.OpRelayed), once their record
+// committed; rows is OutboxFinish's answer: the ids whose outcome was recorded, now or earlier (by a
+// claim whose commit answer was lost). The outcomes of the other events were not recorded: another
+// relay took their claim over after its lease ended, and the Tracer is told nothing of them.
 func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 	recorded := make(map[int64]bool, len(rows))
 	earlier := 0
@@ -813,9 +886,7 @@ func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 			r.log.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.store.Schema,
 				"event_id", f.c.ev.ID, "topic", f.c.ev.Topic, "attempt", f.c.ev.Attempt, "retry_in", f.delay, "err", f.err)
 		}
-		if r.cfg.Observer != nil {
-			r.cfg.Observer.Finished(Result{Event: f.c.ev, Outcome: f.outcome, Err: f.err, Duration: f.took})
-		}
+		r.relayed(&f)
 	}
 }
 

@@ -1,7 +1,7 @@
 -- What keeps the txinbox tables clean: PostgreSQL's statistics of the tables (dead row versions,
 -- vacuums) and what holds back the xmin horizon (the oldest snapshot still open, below which vacuum
 -- may remove nothing). Read through internal/pgstats by admin.Health (which the console and the CLI
--- render), metrics.HealthCollector and the pools' health warnings. Every statement reads statistics
+-- render), package metrics' gauges and the maintainer's health warnings. Every statement reads statistics
 -- views only (pg_catalog): its cost does not grow with the tables. The views are named with their schema, pg_catalog, which is
 -- how sqlc's catalog knows them.
 

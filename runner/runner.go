@@ -110,29 +110,10 @@ func New(store txinbox.Store, cfg Config) (*Runner, error) {
 	if mc.Owner == "" {
 		mc.Owner = cfg.Owner
 	}
-	if mc.Observer == nil {
-		mc.Observer = maintenanceObserver(cfg)
-	}
 	if r.maint, err = maintain.New(store, mc); err != nil {
 		return nil, entry(err, "Maintenance")
 	}
 	return r, nil
-}
-
-// maintenanceObserver returns the first Observer of a pool or relay that is also a
-// maintain.Observer (package metrics' is), or nil.
-func maintenanceObserver(cfg Config) maintain.Observer {
-	for _, pc := range cfg.Pools {
-		if o, ok := pc.Observer.(maintain.Observer); ok {
-			return o
-		}
-	}
-	for _, rc := range cfg.Relays {
-		if o, ok := rc.Observer.(maintain.Observer); ok {
-			return o
-		}
-	}
-	return nil
 }
 
 // entry prefixes the Field of a *txinbox.ConfigError of an entry's own configuration with the

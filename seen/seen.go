@@ -56,17 +56,8 @@ type Cache interface {
 	Invalidate(ctx context.Context) error
 }
 
-// Op names a [Cache] operation in [Observer].SeenError.
-type Op string
-
-// The operations of a Cache.
-const (
-	OpGet        Op = "get"
-	OpPut        Op = "put"
-	OpInvalidate Op = "invalidate"
-)
-
-// Result says what the seen-key cache did for received messages ([Observer].SeenLookup).
+// Result says what the seen-key cache did for a received message: the values of
+// txinbox.TraceEnd.Results for txinbox.OpSeenGet.
 type Result string
 
 // The results of a seen-key cache lookup, per message.
@@ -77,29 +68,18 @@ const (
 	Fallback Result = "fallback" // the cache failed or timed out: sent to the database
 )
 
-// Observer is an optional interface of an inbox.Config.Observer (package metrics implements it):
-// when the Client has a Cache, it is told how many messages of each receive call got each [Result],
-// and about every cache error (which never reaches the caller). admin.Config.Observer is told about
-// the errors of the invalidations admin's deletions make. Its methods must be fast and safe for
-// concurrent use.
-type Observer interface {
-	SeenLookup(consumer string, result Result, messages int)
-	SeenError(op Op, err error)
-}
-
 // Invalidate starts a new epoch of c after rows were deleted early, so that no deleted key is
 // answered from it; it waits at most timeout (100ms if timeout is not positive), even if ctx has
-// ended, and reports an error to o (which may be nil) only. A nil c does nothing.
-func Invalidate(ctx context.Context, c Cache, timeout time.Duration, o Observer) {
+// ended, and returns c's error, which its caller reports (admin: as txinbox.OpSeenInvalidate) but
+// does not fail for. A nil c does nothing.
+func Invalidate(ctx context.Context, c Cache, timeout time.Duration) error {
 	if c == nil {
-		return
+		return nil
 	}
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if err := c.Invalidate(ictx); err != nil && o != nil {
-		o.SeenError(OpInvalidate, err)
-	}
+	return c.Invalidate(ictx)
 }

@@ -14,8 +14,8 @@
 // evicts it: noeviction or a volatile-* one (entries all have a TTL, the epoch key has none). Get and
 // Put each take one round trip (a pipeline of GETs or SETs, so Redis Cluster works too).
 //
-// Redis is not the source of truth: when it is down, slow or answers nonsense, the inbox Client counts
-// the error (seen.Observer) and asks PostgreSQL instead. Entries are lost when Redis restarts
+// Redis is not the source of truth: when it is down, slow or answers nonsense, the inbox Client
+// reports the error (to the Store's Tracer: txinbox.OpSeenGet, OpSeenPut) and asks PostgreSQL instead. Entries are lost when Redis restarts
 // without persistence, which only costs database round trips. Run it without persistence (save "",
 // appendonly no): a restart that restores an older snapshot would restore an older epoch too, and with
 // it entries invalidated since (call Invalidate after such a restore).

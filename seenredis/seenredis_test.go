@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
@@ -79,27 +80,26 @@ func (s *redisServer) stop() {
 	s.cmd = nil
 }
 
-// counter is an inbox Observer counting the seen-key cache results.
+// counter is a Store's Tracer counting the seen-key cache results (txinbox.OpSeenGet) and errors.
 type counter struct {
 	mu      sync.Mutex
 	results map[seen.Result]int
-	errs    map[seen.Op]int
+	errs    map[txinbox.Op]int
 }
 
-func (o *counter) ReceiveStart(ctx context.Context, _ []inbox.Message) (context.Context, func([]inbox.Receipt, error)) {
-	return ctx, func([]inbox.Receipt, error) {}
-}
+func (o *counter) TraceStart(ctx context.Context, _ txinbox.TraceStart) context.Context { return ctx }
 
-func (o *counter) SeenLookup(_ string, r seen.Result, n int) {
+func (o *counter) TraceEnd(_ context.Context, d txinbox.TraceEnd) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.results[r] += n
-}
-
-func (o *counter) SeenError(op seen.Op, _ error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.errs[op]++
+	if d.Err != nil {
+		o.errs[d.Op]++
+	}
+	if d.Op == txinbox.OpSeenGet {
+		for _, r := range d.Results {
+			o.results[seen.Result(r)]++
+		}
+	}
 }
 
 func (o *counter) get(r seen.Result) int {
@@ -109,7 +109,7 @@ func (o *counter) get(r seen.Result) int {
 }
 
 func newCounter() *counter {
-	return &counter{results: map[seen.Result]int{}, errs: map[seen.Op]int{}}
+	return &counter{results: map[seen.Result]int{}, errs: map[txinbox.Op]int{}}
 }
 
 func newCache(t *testing.T, s *redisServer) *seenredis.Cache {
@@ -168,8 +168,9 @@ func TestRedisStoppedMidRun(t *testing.T) {
 	srv := startRedis(t)
 	db := testdb.New(t)
 	o := newCounter()
-	c, err := inbox.New(db.Store(), inbox.Config{Observer: o,
-		SeenCache: newCache(t, srv), SeenTTL: time.Hour, SeenTimeout: time.Second})
+	store := db.Store()
+	store.Tracer = o
+	c, err := inbox.New(store, inbox.Config{SeenCache: newCache(t, srv), SeenTTL: time.Hour, SeenTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

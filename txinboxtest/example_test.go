@@ -2,12 +2,14 @@ package txinboxtest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/txinboxtest"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -60,6 +62,78 @@ func Example() {
 	// Output:
 	// credited 500 result {"credited":500}
 	// permanent: true
+}
+
+// placeOrder is the application's code under test: it records an order and publishes an event in the
+// same transaction (the transactional outbox).
+func placeOrder(ctx context.Context, tx pgx.Tx, events *outbox.Client, orderID string, cents int64) error {
+	if _, err := tx.Exec(ctx, "INSERT INTO orders (id, cents) VALUES ($1, $2)", orderID, cents); err != nil {
+		return err
+	}
+	_, err := events.Publish(ctx, tx, outbox.Message{Topic: "orders", Key: orderID, Kind: "order.placed",
+		Payload: fmt.Appendf(nil, `{"order_id": %q, "cents": %d}`, orderID, cents)})
+	return err
+}
+
+// An outbox test: the code under test publishes in its own transaction, RequirePublished finds the
+// event, and Drain hands the outbox to a Recorder as a relay would hand it to a broker.
+func ExampleRequirePublished() {
+	t := newExampleT()
+	defer t.end()
+	ctx := context.Background()
+
+	db := txinboxtest.New(t)
+	if _, err := db.Pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY, cents bigint)"); err != nil {
+		t.Fatal(err)
+	}
+	events, err := outbox.New(db.Store(), outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error { return placeOrder(ctx, tx, events, "o-1", 500) }); err != nil {
+		t.Fatal(err)
+	}
+
+	ev := txinboxtest.RequirePublished(t, db.Pool, db.Schema, txinboxtest.Match{Topic: "orders", Key: "o-1"})
+	fmt.Println(ev.Kind, ev.State, string(ev.Payload))
+	txinboxtest.RequireNotPublished(t, db.Pool, db.Schema, txinboxtest.Match{Topic: "refunds"})
+
+	rec := &txinboxtest.Recorder{} // acknowledges every event
+	txinboxtest.Drain(t, db.Store(), outbox.RelayConfig{Publisher: rec})
+	for _, e := range rec.Events() {
+		fmt.Println("handed over:", e.Topic, e.Key, e.ID == ev.ID)
+	}
+	fmt.Println(txinboxtest.RequirePublished(t, db.Pool, db.Schema, txinboxtest.Match{Key: "o-1"}).State)
+	// Output:
+	// order.placed pending {"order_id": "o-1", "cents": 500}
+	// handed over: orders o-1 true
+	// sent
+}
+
+// A Recorder's Fate plays the broker: here it refuses one topic for good, and Drain leaves that
+// event dead.
+func ExampleDrain() {
+	t := newExampleT()
+	defer t.end()
+
+	db := txinboxtest.New(t)
+	txinboxtest.Publish(t, db.Store(),
+		outbox.Message{Topic: "orders", Payload: []byte(`{}`)},
+		outbox.Message{Topic: "unroutable", Payload: []byte(`{}`)})
+	rec := &txinboxtest.Recorder{Fate: func(ev outbox.Event) error {
+		if ev.Topic == "unroutable" {
+			return txinbox.Permanent(errors.New("no route"))
+		}
+		return nil
+	}}
+	txinboxtest.Drain(t, db.Store(), outbox.RelayConfig{Publisher: rec})
+	for _, topic := range []string{"orders", "unroutable"} {
+		ev := txinboxtest.RequirePublished(t, db.Pool, db.Schema, txinboxtest.Match{Topic: topic})
+		fmt.Printf("%s: %s %q\n", topic, ev.State, ev.LastError)
+	}
+	// Output:
+	// orders: sent ""
+	// unroutable: dead "permanent: no route"
 }
 
 // exampleT stands in for a *testing.T in Example: the methods the kit calls, with Fatal panicking and

@@ -1,6 +1,8 @@
-// Package txinboxtest is a test kit for code that uses txinbox: each test gets its own migrated
-// schema on a real PostgreSQL server, and [RunHandler] runs a worker handler on one message in a
-// transaction that is rolled back when the test ends.
+// Package txinboxtest is the test kit for code that uses txinbox: each test gets its own migrated
+// schema on a real PostgreSQL server ([New]); [RunHandler] runs a worker handler on one message in a
+// transaction that is rolled back when the test ends, as a pool would run it; [Publish], [Drain] and
+// [Recorder] put events into an outbox and relay them to a publisher of the test's; and
+// [RequirePublished] and [RequireNotPublished] check what an outbox holds.
 //
 // The server is chosen once per test binary, in this order:
 //  1. TXINBOX_TEST_DATABASE_URL, if set (it must answer, or the tests fail);
@@ -10,45 +12,54 @@
 //     testcontainers' reaper removes it then;
 //  4. otherwise the test fails with a message saying how to provide one.
 //
-// This module is apart from txinbox's core module so that testcontainers and Docker's client reach
-// only the go.sum of modules whose tests import txinboxtest.
+// Only the last choice runs Docker's client: a test binary that finds its server otherwise never
+// contacts Docker. The kit has no package-level setting: what it needs comes in each call.
 package txinboxtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
+	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/testkit/pgcontainer"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
-	"github.com/txinbox/txinbox/txinboxtest/internal/pgcontainer"
-	"github.com/txinbox/txinbox/worker"
 )
 
 // EnvURL names the environment variable that selects the test server:
 // TXINBOX_TEST_DATABASE_URL.
 const EnvURL = testdb.EnvURL
 
-func init() {
-	// The third choice starts the container in this process, not through txinbox-testpg.
-	testdb.Container = func(ctx context.Context) (string, error) {
-		u, _, err := pgcontainer.Start(ctx)
-		return u, err
-	}
-}
-
 // URL returns the connection string of the chosen server (see the package documentation), failing t
 // if there is none.
 func URL(t testing.TB) string {
 	t.Helper()
-	return testdb.URL(t)
+	u, err := server()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// server chooses the server once per test binary: testdb's Finder, whose last choice, a container,
+// starts in this process.
+var server = sync.OnceValues(func() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), testdb.FindTimeout)
+	defer cancel()
+	f := testdb.DefaultFinder()
+	f.Container = startContainer
+	return f.Find(ctx)
+})
+
+// startContainer starts a PostgreSQL container with testcontainers-go and returns its URL. The
+// container is not removed by this process: testcontainers' reaper removes it once the process has
+// exited.
+func startContainer(ctx context.Context) (string, error) {
+	u, _, err := pgcontainer.Start(ctx)
+	return u, err
 }
 
 // DB is one test's schema: txinbox's tables migrated into it, and a pool whose connections have it as
@@ -58,18 +69,23 @@ type DB struct {
 	// Pool is closed when the test ends. Its connections' search_path is Schema.
 	Pool *pgxpool.Pool
 	// Schema is the test's schema, txinbox_test_<random>; give it as the Schema of txinbox's configs
-	// (inbox.Config, worker.Config). It is dropped, with everything in it, when the test ends.
+	// ([DB.Store] does). It is dropped, with everything in it, when the test ends.
 	Schema string
 	// URL is the server's connection string (without search_path).
 	URL string
 }
+
+// Store returns the txinbox.Store of the test's schema on its pool, every other field zero (their
+// defaults): give it to inbox.New, worker.New, outbox.New, outbox.NewRelay.
+func (d *DB) Store() txinbox.Store { return txinbox.Store{DB: d.Pool, Schema: d.Schema} }
 
 // New creates a fresh schema for t on the chosen server, applies txinbox's migrations to it, and
 // returns it with a pool (at most 16 connections) whose search_path is that schema. When t ends, the
 // pool is closed and the schema dropped. Tests using New may run in parallel (t.Parallel).
 func New(t testing.TB) *DB {
 	t.Helper()
-	schema, url := testdb.NewSchema(t)
+	url := URL(t)
+	schema := testdb.NewSchemaAt(t, url)
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -87,122 +103,3 @@ func New(t testing.TB) *DB {
 	t.Cleanup(pool.Close)
 	return &DB{Pool: pool, Schema: schema, URL: url}
 }
-
-// Beginner starts a transaction: a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx (whose Begin starts a
-// savepoint).
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
-// Run is what [RunHandler] reports.
-type Run struct {
-	// Tx is the test transaction the handler ran in. It stays open until the test ends, so the test
-	// can read through it what the handler wrote; it is then rolled back. The test must not commit it.
-	Tx pgx.Tx
-	// Err is what the handler returned: nil, an error, or a [txinbox.Permanent] one (check with
-	// [txinbox.IsPermanent]). It is also a permanent error, without calling the handler, when the
-	// payload does not decode into the handler's type; and the error of the savepoint's release when
-	// the handler returned nil after a statement of its failed (the worker records a failure then too).
-	Err error
-	// Result is the JSON the handler stored with [worker.Message.SetResult], when Err is nil; else nil.
-	Result []byte
-}
-
-// RunHandler runs fn on msg as a [worker.Pool] would, in a transaction begun on db that is rolled back
-// when t ends, and returns the transaction and the outcome. It does not touch the inbox tables: msg
-// need not have been received.
-//
-// As in a pool, fn runs in a savepoint of its own: when it returns an error, what it wrote is rolled
-// back; when it returns nil, its writes stay in [Run.Tx]. The transaction fn gets refuses Commit and
-// Rollback with [txinbox.ErrTxManaged]. fn's ctx ends when t does (no handler timeout applies). A panic
-// in fn is not recovered: it fails the test, as any panic in a test does.
-//
-// msg's payload reaches fn as a pool would give it: RawPayload, or if it is nil, Payload encoded as
-// JSON, is decoded into a fresh T (encoding/json). Zero fields take these values: Consumer
-// "txinboxtest", Key "txinboxtest-<random>", Kind "test", Attempt 1, ReceivedAt now. ID,
-// Headers, OrderingKey and PreviousError are given to fn as they are.
-func RunHandler[T any](t testing.TB, db Beginner, fn worker.HandlerFunc[T], msg worker.Message[T]) *Run {
-	t.Helper()
-	tx, err := db.Begin(context.Background())
-	if err != nil {
-		t.Fatalf("txinboxtest: begin: %v", err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	run := &Run{Tx: tx}
-	m, err := message(t, msg)
-	if err != nil {
-		run.Err = err
-		return run
-	}
-	ctx := t.Context()
-	exec := func(sql string) error { _, err := tx.Exec(ctx, sql); return err }
-	if err := exec("SAVEPOINT " + savepoint); err != nil {
-		t.Fatalf("txinboxtest: savepoint: %v", err)
-	}
-	run.Err = fn(ctx, managedTx{tx}, m)
-	if run.Err == nil {
-		if run.Err = exec("RELEASE SAVEPOINT " + savepoint); run.Err == nil {
-			run.Result = m.Result()
-			return run
-		}
-		run.Err = fmt.Errorf("txinboxtest: the handler returned nil, but its savepoint cannot be released "+
-			"(a statement failed and the transaction is aborted): %w", run.Err)
-	}
-	if err := exec("ROLLBACK TO SAVEPOINT " + savepoint); err != nil {
-		t.Fatalf("txinboxtest: roll back the handler's savepoint: %v", err)
-	}
-	if err := exec("RELEASE SAVEPOINT " + savepoint); err != nil {
-		t.Fatalf("txinboxtest: release the handler's savepoint: %v", err)
-	}
-	return run
-}
-
-// savepoint names the savepoint that the handler runs in.
-const savepoint = "txinboxtest_handler"
-
-// message returns the Message a handler gets for msg: defaults filled in and the payload decoded from
-// its JSON; a payload that does not decode is a permanent error, one that does not encode fails t.
-func message[T any](t testing.TB, msg worker.Message[T]) (*worker.Message[T], error) {
-	t.Helper()
-	m := &worker.Message[T]{ID: msg.ID, Consumer: msg.Consumer, Key: msg.Key, Kind: msg.Kind,
-		RawPayload: msg.RawPayload, Headers: msg.Headers, OrderingKey: msg.OrderingKey, Attempt: msg.Attempt,
-		PreviousError: msg.PreviousError, ReceivedAt: msg.ReceivedAt}
-	if m.Consumer == "" {
-		m.Consumer = "txinboxtest"
-	}
-	if m.Key == "" {
-		b := make([]byte, 8)
-		_, _ = rand.Read(b)
-		m.Key = "txinboxtest-" + hex.EncodeToString(b)
-	}
-	if m.Kind == "" {
-		m.Kind = "test"
-	}
-	if m.Attempt == 0 {
-		m.Attempt = 1
-	}
-	if m.ReceivedAt.IsZero() {
-		m.ReceivedAt = time.Now()
-	}
-	if m.RawPayload == nil {
-		b, err := json.Marshal(msg.Payload)
-		if err != nil {
-			t.Fatalf("txinboxtest: encode the payload: %v", err)
-		}
-		m.RawPayload = b
-	}
-	if err := json.Unmarshal(m.RawPayload, &m.Payload); err != nil {
-		return nil, txinbox.Permanent(fmt.Errorf("txinboxtest: payload does not decode into %T: %w", m.Payload, err))
-	}
-	return m, nil
-}
-
-// managedTx is the transaction given to the handler (inside its savepoint), whose Commit and Rollback
-// are the worker's to call.
-type managedTx struct{ pgx.Tx }
-
-// Commit returns txinbox.ErrTxManaged and does nothing.
-func (managedTx) Commit(context.Context) error { return txinbox.ErrTxManaged }
-
-// Rollback returns txinbox.ErrTxManaged and does nothing.
-func (managedTx) Rollback(context.Context) error { return txinbox.ErrTxManaged }

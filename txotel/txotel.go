@@ -1,8 +1,12 @@
-// Package txotel traces txinbox with OpenTelemetry: a [Tracer] is the txinbox.Tracer of a Store
-// (txinbox.Store.Tracer), and every component made from that Store reports to it.
+// Package txotel traces txinbox with OpenTelemetry: a [Tracer] is the txinbox.OperationTracer of a
+// Store (txinbox.Store.Tracer), and every component made from that Store reports to it.
 //
 //	tr := txotel.New(txotel.Config{TracerProvider: tp})
 //	store := txinbox.Store{DB: pool, Schema: "orders", Tracer: tr}
+//
+// With metrics as well, combine them (txinbox.Tracers): store.Tracer = txinbox.Tracers(tr, m), m a
+// *metrics.Metrics. The Tracer is also a txinbox.Injector: it records the trace context with the
+// events and messages it crosses services with.
 //
 // One trace runs from a request in one service to the handler in the next:
 //
@@ -20,7 +24,9 @@
 //	txinbox.handle_batch   (consumer) a batch handler call, linked to each message's trace context
 //
 // So a handler's span is a descendant of the publishing request's span, across the broker; the
-// receive spans hang off the consumer's own context and are linked into the senders' traces.
+// receive spans hang off the consumer's own context and are linked into the senders' traces. The
+// other operations (txinbox.OpSeenGet, OpHandled, OpRelayed, OpLead, OpJob, ...) make no span: the
+// Tracer ignores them (what they report is package metrics' to count).
 package txotel
 
 import (
@@ -50,16 +56,16 @@ type Config struct {
 // maxLinks bounds the links of one span (a receive or batch handler call of many messages).
 const maxLinks = 128
 
-// Tracer is a txinbox.Tracer that makes OpenTelemetry spans (see the package documentation). It
-// implements txinbox.OperationTracer, and is safe for concurrent use.
+// Tracer is a txinbox.OperationTracer that makes OpenTelemetry spans (see the package documentation)
+// and a txinbox.Injector. It is safe for concurrent use.
 type Tracer struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
 }
 
 var (
-	_ txinbox.Tracer          = (*Tracer)(nil)
 	_ txinbox.OperationTracer = (*Tracer)(nil)
+	_ txinbox.Injector        = (*Tracer)(nil)
 )
 
 // New returns a Tracer.
@@ -73,7 +79,7 @@ func New(cfg Config) *Tracer {
 	return &Tracer{tracer: cfg.TracerProvider.Tracer("github.com/txinbox/txinbox/txotel"), prop: cfg.Propagator}
 }
 
-// Inject implements txinbox.Tracer: it writes the trace context of ctx into headers with the
+// Inject implements txinbox.Injector: it writes the trace context of ctx into headers with the
 // Propagator.
 func (t *Tracer) Inject(ctx context.Context, headers map[string]string) {
 	t.prop.Inject(ctx, propagation.MapCarrier(headers))
@@ -119,7 +125,7 @@ func (t *Tracer) links(msgs []txinbox.TraceMessage) []trace.Link {
 //   - OpRelay: a "txinbox.relay" span, a child of the trace context recorded with the event (ctx's
 //     span if there is none).
 //
-// Another Op starts no span: ctx is returned as it is.
+// Every other Op starts no span: ctx is returned as it is.
 func (t *Tracer) TraceStart(ctx context.Context, d txinbox.TraceStart) context.Context {
 	switch d.Op {
 	case txinbox.OpReceive:
@@ -135,14 +141,26 @@ func (t *Tracer) TraceStart(ctx context.Context, d txinbox.TraceStart) context.C
 }
 
 // TraceEnd implements txinbox.OperationTracer: it ends the span TraceStart started, with the
-// operation's outcome as its attributes and an error status if it failed.
+// operation's outcome as its attributes and an error status if it failed. For an Op TraceStart
+// starts no span for, it does nothing.
 func (t *Tracer) TraceEnd(ctx context.Context, d txinbox.TraceEnd) {
 	span := trace.SpanFromContext(ctx)
 	switch d.Op {
 	case txinbox.OpReceive:
 		if span.IsRecording() {
-			span.SetAttributes(attribute.Int("txinbox.inserted", d.Inserted), attribute.Int("txinbox.duplicates", d.Duplicates),
-				attribute.Int("txinbox.conflicts", d.Conflicts))
+			var inserted, duplicates, conflicts int
+			for _, r := range d.Results {
+				switch r {
+				case "inserted":
+					inserted++
+				case "duplicate":
+					duplicates++
+				case "conflict":
+					conflicts++
+				}
+			}
+			span.SetAttributes(attribute.Int("txinbox.inserted", inserted), attribute.Int("txinbox.duplicates", duplicates),
+				attribute.Int("txinbox.conflicts", conflicts))
 		}
 	case txinbox.OpHandle:
 		if span.IsRecording() {

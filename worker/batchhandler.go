@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // MaxHandlerBatchSize is the largest HandlerConfig.BatchSize of a batch handler.
@@ -43,8 +44,11 @@ const defaultHandlerBatchSize = 500
 // HTTP call) must be keyed by [Message.Key], as with single handlers.
 //
 // A panic is recovered and treated as an error of the call (bisected). Timeout bounds each call; a
-// call that times out is bisected like any failure, so messages that hang cost up to 2n-1 calls
-// of at most Timeout each in one batch (a single handler's batch of n such messages costs n). A
+// call that returns after its deadline, even with nil, has timed out: its writes are rolled back and
+// it is bisected like any failure, so that only a message whose call of it alone returned late is
+// charged (a timeout), and the messages that complete in calls returning in time are never charged.
+// Messages that hang cost up to 2n-1 calls of at most Timeout each in one batch (a single
+// handler's batch of n such messages costs n). A
 // message whose payload does not decode into T is dead at once and never reaches the handler. If a
 // call leaves the transaction unusable (its connection lost, or the transaction ended through
 // tx.Conn()), the messages of that call are run again alone: after their lease, by the rescuer, one at
@@ -134,6 +138,9 @@ func HandleBatch[T any](hs *Handlers, kind string, fn BatchHandlerFunc[T], cfg .
 	h := &handler{}
 	if len(cfg) > 0 {
 		h.cfg = cfg[0]
+		if name, reason := typednil.Field(h.cfg); name != "" {
+			bad("HandlerConfig.%s %s", name, reason)
+		}
 		if h.cfg.MaxAttempts < 0 || h.cfg.Timeout < 0 {
 			bad("HandlerConfig.MaxAttempts and Timeout must not be negative")
 		}

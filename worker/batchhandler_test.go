@@ -31,7 +31,7 @@ func batchPool(t *testing.T, e *env, db txinbox.DB, hs *worker.Handlers, mod fun
 	if db == nil {
 		db = e.Pool
 	}
-	return batchPoolOn(t, txinbox.Store{DB: db, Schema: e.Schema}, hs, mod)
+	return batchPoolOn(t, txinbox.Store{DB: db, Schema: e.Schema, Tracer: e.tracer}, hs, mod)
 }
 
 // batchPoolOn is batchPool on store.

@@ -241,15 +241,17 @@ func (b *batchCall) call(ctx context.Context, items []*batchItem) (callResult, e
 	hctx, cancel := context.WithTimeout(sctx, p.cfg.timeout(h))
 	start := time.Now()
 	err := callBatch(hctx, h, &handlerTx{Tx: b.tx, sp: sp}, msgs)
-	r := callResult{err: err, elapsed: time.Since(start)}
-	timedOut := hctx.Err() != nil && ctx.Err() == nil
+	returned := time.Now()
+	r := callResult{err: err, elapsed: returned.Sub(start)}
+	late := timedOut(ctx, hctx, returned)
 	cancel()
 	switch {
-	case err == nil:
 	case errors.As(err, new(*panicError)):
 		r.reason = ReasonPanic
-	case timedOut:
-		r.err, r.reason = fmt.Errorf("timed out after %v: %w", p.cfg.timeout(h), err), ReasonTimeout
+	case late:
+		// Even a call that returned nil: it is a failed call, bisected as any other.
+		r.err, r.reason = timeoutError(p.cfg.timeout(h), err), ReasonTimeout
+	case err == nil:
 	default:
 		r.reason = ReasonError
 	}
@@ -364,22 +366,22 @@ func callBatch(ctx context.Context, h *handler, tx pgx.Tx, msgs []any) (err erro
 	return h.batch.call(ctx, tx, msgs)
 }
 
-// traceBatchStart tells the Store's OperationTracer, if any, that a batch handler call of items
+// traceBatchStart tells the Store's Tracer, if any, that a batch handler call of items
 // starts, and returns the context the handler runs in.
 func (p *Pool) traceBatchStart(ctx context.Context, items []*batchItem) context.Context {
 	if p.tracer == nil {
 		return ctx
 	}
 	c := items[0].c
-	d := txinbox.TraceStart{Op: txinbox.OpHandle, Consumer: c.Consumer, Attempt: c.Attempt, Batch: true,
+	d := txinbox.TraceStart{Op: txinbox.OpHandle, Schema: p.store.Schema, Consumer: c.Consumer, Attempt: c.Attempt, Batch: true,
 		Messages: make([]txinbox.TraceMessage, len(items))}
 	for i, it := range items {
-		d.Messages[i] = txinbox.TraceMessage{ID: it.c.Key, Kind: it.c.Kind, Headers: it.c.Headers}
+		d.Messages[i] = traceMessage(it.c)
 	}
 	return p.tracer.TraceStart(ctx, d)
 }
 
-// traceBatchEnd tells the OperationTracer that a batch handler call ended with r.
+// traceBatchEnd tells the Store's Tracer that a batch handler call ended with r.
 func (p *Pool) traceBatchEnd(ctx context.Context, r callResult) {
 	if p.tracer == nil {
 		return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/tracerec"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -45,14 +46,14 @@ func TestKilledInsideTheClaimingTransaction(t *testing.T) {
 		t.Fatal("m-25's inbox row changed before the batch was charged")
 	}
 
-	obs := &takeovers{}
+	rec := &tracerec.Recorder{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
 	// The default Timeout and Lease: the killed batch's messages are free at once, and a statement
 	// stalled on a loaded machine must not charge an attempt that this test counts.
-	run(t, e.pool(t, hs, func(c *worker.Config) { c.Observer = obs }))
+	run(t, e.with(rec).pool(t, hs, nil))
 	waitFor(t, "all completed", func() bool { return e.count(t, "completed") == 40 })
 	if n := e.Count(t, `SELECT count(*) FROM {schema}.effects`); n != 40 {
 		t.Fatalf("effects = %d, want 40", n)
@@ -64,7 +65,7 @@ func TestKilledInsideTheClaimingTransaction(t *testing.T) {
 	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE attempts_started NOT IN (1, 2) OR attempts_failed <> 0`); n != 0 {
 		t.Fatalf("%d messages charged other than once per attempt", n)
 	}
-	if _, _, batches := obs.sum(); batches < 1 {
+	if _, _, batches := takeovers(rec); batches < 1 {
 		t.Fatal("no batch charged")
 	}
 	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox_batch`); n != 0 {

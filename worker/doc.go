@@ -44,7 +44,7 @@
 // crashes, whatever their number: an innocent message is never made dead by another's crashes.
 // (A message taken over alone is charged for a crash while it runs even if another handler of the
 // same process caused it: the process runs other batches beside it.) Each charge and each takeover is
-// logged at Warn with its counts, and told to an Observer that implements [TakeoverObserver].
+// logged at Warn with its counts, and told to the Store's Tracer (txinbox.OpCharge, txinbox.OpTakeover).
 //
 // A batch handler ([HandleBatch]) is handed many messages of its kind in one call, in one savepoint,
 // so that one statement applies them all; when a call fails, the pool calls it again on halves of the
@@ -101,10 +101,10 @@
 //
 // # Observability
 //
-// The Store's Logger receives the pool's logs (log/slog). Config.Observer is told about every finished
-// attempt (package metrics counts them for Prometheus). With a Store.Tracer that implements
-// txinbox.OperationTracer, each handler call is reported to it (txinbox.OpHandle), with the
-// message's headers, and the handler's ctx derives from the context it returns: package txotel makes an OpenTelemetry span,
+// The Store's Logger receives the pool's logs (log/slog). The Store's Tracer (txinbox.Store.Tracer) is
+// told about every finished attempt once its outcome committed (txinbox.OpHandled: package metrics
+// counts them for Prometheus), and about every handler call (txinbox.OpHandle), with the message's
+// headers; the handler's ctx derives from the context it returns: package txotel makes an OpenTelemetry span,
 // "txinbox.handle", whose parent is the trace context in the message's headers (traceparent), so
 // that the handler's work joins the trace of whoever sent the message (for a batch handler,
 // "txinbox.handle_batch", linked to each message's trace context).

@@ -37,7 +37,7 @@ func handleAll(db *pgxpool.Pool, schema string, handlers *worker.Handlers, msgs 
 		panic(err)
 	}
 	events := make(eventLog, 16)
-	pool, err := worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{Consumer: "example", Handlers: handlers, Observer: events})
+	pool, err := worker.New(txinbox.Store{DB: db, Schema: schema, Tracer: events}, worker.Config{Consumer: "example", Handlers: handlers})
 	if err != nil {
 		panic(err)
 	}
@@ -45,7 +45,7 @@ func handleAll(db *pgxpool.Pool, schema string, handlers *worker.Handlers, msgs 
 		panic(err)
 	}
 	for completed := 0; completed < len(msgs); {
-		if e := <-events; e.Outcome == txinbox.OutcomeCompleted {
+		if e := <-events; e.End.Outcome == txinbox.OutcomeCompleted {
 			completed++
 		}
 	}

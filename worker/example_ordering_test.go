@@ -43,8 +43,8 @@ func Example_orderingKey() {
 		return nil
 	}, worker.HandlerConfig{Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })})
 	events := make(eventLog, 16)
-	pool, err := worker.New(txinbox.Store{DB: db, Schema: schema}, worker.Config{Consumer: "accounts", Handlers: handlers,
-		Concurrency: 4, Observer: events})
+	pool, err := worker.New(txinbox.Store{DB: db, Schema: schema, Tracer: events}, worker.Config{Consumer: "accounts", Handlers: handlers,
+		Concurrency: 4})
 	if err != nil {
 		panic(err)
 	}
@@ -66,7 +66,7 @@ func Example_orderingKey() {
 	}
 	defer func() { _ = pool.Stop(ctx) }()
 	for completed := 0; completed < len(msgs); {
-		if e := <-events; e.Outcome == txinbox.OutcomeCompleted {
+		if e := <-events; e.End.Outcome == txinbox.OutcomeCompleted {
 			completed++
 		}
 	}

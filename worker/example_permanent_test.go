@@ -14,11 +14,31 @@ import (
 	"github.com/txinbox/txinbox/worker"
 )
 
-// eventLog is an Observer that passes every finished attempt on, so that an example can wait for
-// the attempts it expects instead of sleeping.
-type eventLog chan worker.HandleEvent
+// attempt is a finished attempt, as a Store's Tracer is told of it (txinbox.OpHandled).
+type attempt struct {
+	Start txinbox.TraceStart // the message (Messages[0]) and the attempt's number
+	End   txinbox.TraceEnd   // its outcome, reason and error
+}
 
-func (l eventLog) Handled(e worker.HandleEvent) { l <- e }
+// eventLog is a Store's Tracer that passes every finished attempt on, so that an example can wait
+// for the attempts it expects instead of sleeping. Its TraceStart keeps the start in the context, for
+// TraceEnd: the pattern of every tracer.
+type eventLog chan attempt
+
+type startKey struct{}
+
+func (l eventLog) TraceStart(ctx context.Context, d txinbox.TraceStart) context.Context {
+	if d.Op != txinbox.OpHandled {
+		return ctx
+	}
+	return context.WithValue(ctx, startKey{}, d)
+}
+
+func (l eventLog) TraceEnd(ctx context.Context, d txinbox.TraceEnd) {
+	if s, ok := ctx.Value(startKey{}).(txinbox.TraceStart); ok && d.Op == txinbox.OpHandled {
+		l <- attempt{Start: s, End: d}
+	}
+}
 
 type cardCharge struct {
 	Card  string `json:"card"`
@@ -49,8 +69,8 @@ func ExamplePermanent() {
 		return nil
 	})
 	events := make(eventLog, 16)
-	pool, err := worker.New(store, worker.Config{Consumer: "payments", Handlers: handlers,
-		MaxAttempts: 5, Observer: events})
+	store.Tracer = events
+	pool, err := worker.New(store, worker.Config{Consumer: "payments", Handlers: handlers, MaxAttempts: 5})
 	if err != nil {
 		panic(err)
 	}
@@ -65,8 +85,8 @@ func ExamplePermanent() {
 		panic(err)
 	}
 	e := <-events
-	fmt.Println("attempt", e.Attempt, "->", e.Outcome, e.Reason, txinbox.IsPermanent(e.Err))
-	fmt.Println("error:", e.Err)
+	fmt.Println("attempt", e.Start.Attempt, "->", e.End.Outcome, e.End.Reason, txinbox.IsPermanent(e.End.Err))
+	fmt.Println("error:", e.End.Err)
 
 	m, err := ops.GetMessage(ctx, r.ID)
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 type finish struct {
 	c       *claimed
 	outcome txinbox.Outcome // recorded by FinishBatch
-	reason  Reason          // for the Observer and the logs
+	reason  Reason          // for the Store's Tracer and the logs
 	cause   error           // the attempt's error (nil when completed)
 	err     string          // cause as stored: last_error
 	result  []byte
@@ -106,7 +106,7 @@ func (p *Pool) settle(ctx context.Context, b *batch, err error) {
 }
 
 // committed follows the commit of outcomes: it makes the next message of each ordering key whose
-// message left the queue ready, logs the failures and tells the Observer.
+// message left the queue ready, logs the failures and tells the Store's Tracer (txinbox.OpHandled).
 func (p *Pool) committed(ctx context.Context, done []*finish) {
 	var keys []string
 	for _, f := range done {
@@ -126,7 +126,7 @@ func (p *Pool) committed(ctx context.Context, done []*finish) {
 		cancel()
 	}
 	p.logFailures(ctx, done)
-	p.observe(done)
+	p.handled(ctx, done)
 }
 
 // logFailures logs each committed failure: a retry at Debug, a dead letter at Warn.
@@ -154,15 +154,26 @@ func (p *Pool) logFailures(ctx context.Context, done []*finish) {
 	}
 }
 
-func (p *Pool) observe(done []*finish) {
-	if p.cfg.Observer == nil {
+// handled tells the Store's Tracer, if any, the committed outcome of each message of done
+// (txinbox.OpHandled).
+func (p *Pool) handled(ctx context.Context, done []*finish) {
+	if p.tracer == nil {
 		return
 	}
+	ctx = context.WithoutCancel(ctx)
 	for _, f := range done {
-		p.cfg.Observer.Handled(HandleEvent{Consumer: f.c.Consumer, Kind: f.c.Kind, ID: f.c.ID, Key: f.c.Key,
-			Outcome: f.outcome, Reason: f.reason, Err: f.cause, Attempt: f.c.Attempt, Duration: f.elapsed,
-			ReceivedAt: f.c.ReceivedAt})
+		c := f.c
+		octx := p.tracer.TraceStart(ctx, txinbox.TraceStart{Op: txinbox.OpHandled, Schema: p.store.Schema,
+			Consumer: c.Consumer, Messages: []txinbox.TraceMessage{traceMessage(c)}, Attempt: c.Attempt,
+			OrderingKey: c.OrderingKey})
+		p.tracer.TraceEnd(octx, txinbox.TraceEnd{Op: txinbox.OpHandled, Outcome: f.outcome, Reason: string(f.reason),
+			Duration: f.elapsed, Err: f.cause})
 	}
+}
+
+// traceMessage describes c to a tracer.
+func traceMessage(c *claimed) txinbox.TraceMessage {
+	return txinbox.TraceMessage{ID: c.Key, Consumer: c.Consumer, Kind: c.Kind, Headers: c.Headers}
 }
 
 // truncateError makes an error message storable as text: valid UTF-8, no NUL, at most maxErrorBytes.

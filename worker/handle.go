@@ -172,7 +172,7 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	}
 	f := &finish{c: c}
 	if h == nil {
-		p.fail(f, c, fmt.Errorf("%w: %q", ErrUnknownKind, c.Kind), ReasonUnknownKind)
+		p.fail(f, c, fmt.Errorf("%w: %q (this pool handles %s)", ErrUnknownKind, c.Kind, p.cfg.Handlers.kindList()), ReasonUnknownKind)
 		return f
 	}
 	sctx := p.traceStart(ctx, c)
@@ -182,33 +182,57 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	start := time.Now()
 	var result []byte
 	err := callHandler(hctx, h, tx, c, &result)
-	f.elapsed = time.Since(start)
+	returned := time.Now()
+	f.elapsed = returned.Sub(start)
 	switch {
-	case err == nil:
-		f.outcome, f.result = txinbox.OutcomeCompleted, result
 	case errors.As(err, new(*panicError)):
 		p.fail(f, c, err, ReasonPanic)
-	case hctx.Err() != nil && ctx.Err() == nil:
-		p.fail(f, c, fmt.Errorf("timed out after %v: %w", p.cfg.timeout(h), err), ReasonTimeout)
+	case timedOut(ctx, hctx, returned):
+		p.fail(f, c, timeoutError(p.cfg.timeout(h), err), ReasonTimeout)
+	case err == nil:
+		f.outcome, f.result = txinbox.OutcomeCompleted, result
 	default:
 		p.fail(f, c, err, ReasonError)
 	}
 	return f
 }
 
-// traceStart tells the Store's OperationTracer, if any, that a single handler call of c starts, and
+// timedOut reports whether a handler call given hctx (derived from ctx, the batch's) that returned
+// at returned ran past its Timeout: hctx ended, or its deadline had passed when the call returned,
+// while ctx goes on (a pool that stops cancels its handlers, which is not a timeout). Whatever the
+// call returned, even nil, it is then a failure of its own (a timeout): its writes are rolled back.
+func timedOut(ctx, hctx context.Context, returned time.Time) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if hctx.Err() != nil {
+		return true
+	}
+	dl, ok := hctx.Deadline()
+	return ok && !returned.Before(dl)
+}
+
+// timeoutError is the failure of a call that ran past its Timeout t and returned err.
+func timeoutError(t time.Duration, err error) error {
+	if err == nil {
+		return fmt.Errorf("timed out after %v: the handler returned nil after its deadline (%w); its writes were rolled back", t, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("timed out after %v: %w", t, err)
+}
+
+// traceStart tells the Store's Tracer, if any, that a single handler call of c starts, and
 // returns the context the handler runs in.
 func (p *Pool) traceStart(ctx context.Context, c *claimed) context.Context {
 	if p.tracer == nil {
 		return ctx
 	}
 	return p.tracer.TraceStart(ctx, txinbox.TraceStart{
-		Op: txinbox.OpHandle, Consumer: c.Consumer, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
-		Messages: []txinbox.TraceMessage{{ID: c.Key, Kind: c.Kind, Headers: c.Headers}},
+		Op: txinbox.OpHandle, Schema: p.store.Schema, Consumer: c.Consumer, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
+		Messages: []txinbox.TraceMessage{traceMessage(c)},
 	})
 }
 
-// traceEnd tells the OperationTracer that the handler call of f ended.
+// traceEnd tells the Store's Tracer that the handler call of f ended.
 func (p *Pool) traceEnd(ctx context.Context, f *finish) {
 	if p.tracer == nil {
 		return
@@ -220,13 +244,16 @@ func (p *Pool) traceEnd(ctx context.Context, f *finish) {
 	p.tracer.TraceEnd(ctx, d)
 }
 
-// fail records a failed attempt: dead if permanent or out of attempts, else a retry after backoff.
+// fail records a failed attempt: dead if permanent, undecodable, of an unknown kind or out of
+// attempts, else a retry after backoff.
 func (p *Pool) fail(f *finish, c *claimed, err error, reason Reason) {
 	h := p.cfg.Handlers.byKind[c.Kind]
 	f.cause = err
 	f.err = truncateError(err.Error())
 	f.reason = reason
 	switch {
+	case reason == ReasonUnknownKind:
+		f.outcome = txinbox.OutcomeDead // no retry of this pool can handle it
 	case errors.As(err, new(decodeError)):
 		f.outcome, f.reason = txinbox.OutcomeDead, ReasonDecode
 	case txinbox.IsPermanent(err):

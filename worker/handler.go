@@ -6,12 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // Message is a claimed message handed to a handler, with its payload decoded into T.
@@ -67,13 +71,20 @@ func (m *Message[T]) Result() []byte {
 // COMMIT or ROLLBACK statement, or Begin, Commit or pgx.BeginFunc on tx.Conn(), which would commit
 // the whole batch). Returning an error rolls its writes back and records a failure; wrap it with
 // txinbox.Permanent to give up at once. ctx ends at the handler's timeout or when the pool is stopped.
+// A handler that returns after its timeout (its ctx's deadline) has passed fails as a timeout, even
+// if it returns nil: its writes are rolled back and the attempt is charged (see [HandlerConfig.Timeout]).
 type HandlerFunc[T any] func(ctx context.Context, tx pgx.Tx, msg *Message[T]) error
 
 // HandlerConfig overrides pool defaults for one kind. Zero fields take the pool's value.
 type HandlerConfig struct {
 	// MaxAttempts is how many attempts may start before the message is dead. Default: Config.MaxAttempts.
 	MaxAttempts int
-	// Timeout bounds one attempt. Default: Config.Timeout.
+	// Timeout bounds one handler call: its ctx ends when Timeout has passed since the call began. A
+	// call that returns after that deadline fails with ReasonTimeout whatever it returned (nil
+	// included): its writes are rolled back, whether they went out before the deadline or after it on
+	// another ctx, and the message is retried after the backoff (the attempt counted), or dead once
+	// out of attempts. A batch handler's late call is a failed call, bisected as any other: only a
+	// message whose call of it alone returned late is charged. Default: Config.Timeout.
 	Timeout time.Duration
 	// Backoff sets the delay before the next attempt. Default: Config.Backoff.
 	Backoff txinbox.Backoff
@@ -142,6 +153,9 @@ func Handle[T any](hs *Handlers, kind string, fn HandlerFunc[T], cfg ...HandlerC
 	h := &handler{}
 	if len(cfg) > 0 {
 		h.cfg = cfg[0]
+		if name, reason := typednil.Field(h.cfg); name != "" {
+			bad("HandlerConfig.%s %s", name, reason)
+		}
 		if h.cfg.MaxAttempts < 0 || h.cfg.Timeout < 0 {
 			bad("HandlerConfig.MaxAttempts and Timeout must not be negative")
 		}
@@ -181,5 +195,26 @@ func (e decodeError) Error() string { return e.err.Error() }
 func (e decodeError) Unwrap() error { return e.err }
 
 // ErrUnknownKind is matched by the failure recorded for a message whose kind has no handler in this
-// pool. It is retried with backoff (a newer deployment may know the kind) until it is dead.
+// pool. The message is dead at once (reason unknown_kind): no retry of this pool could handle it.
+// The error names the kind and the kinds the pool handles, sorted (at most 10, then how many more),
+// so that a mistyped kind shows. Replay the dead letter (admin, "txinbox dead replay") once a pool
+// that handles its kind runs: in a rolling deployment, deploy a new kind's handler to every pool of
+// the consumer before producers send it.
 var ErrUnknownKind = errors.New("txinbox: no handler registered for this kind")
+
+// maxKindsListed bounds the kinds an ErrUnknownKind failure names.
+const maxKindsListed = 10
+
+// kindList returns the registered kinds, quoted and sorted, at most maxKindsListed of them followed
+// by how many more: what an ErrUnknownKind failure says the pool handles.
+func (hs *Handlers) kindList() string {
+	kinds := make([]string, 0, len(hs.byKind))
+	for k := range hs.byKind {
+		kinds = append(kinds, strconv.Quote(k))
+	}
+	slices.Sort(kinds)
+	if n := len(kinds); n > maxKindsListed {
+		return strings.Join(kinds[:maxKindsListed], ", ") + " and " + strconv.Itoa(n-maxKindsListed) + " more"
+	}
+	return strings.Join(kinds, ", ")
+}

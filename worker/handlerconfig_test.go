@@ -17,6 +17,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/tracerec"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -24,26 +25,13 @@ func inboxMsg(key, kind string) inbox.Message {
 	return inbox.Message{Consumer: "ledger", Key: key, Kind: kind, Payload: []byte(`{"amount": 1}`)}
 }
 
-// events records the pool's HandleEvents.
-type events struct {
-	mu  sync.Mutex
-	all []worker.HandleEvent
-}
-
-func (o *events) Handled(e worker.HandleEvent) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.all = append(o.all, e)
-}
-
-// of returns the events of one kind, in the order they were reported.
-func (o *events) of(kind string) []worker.HandleEvent {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var out []worker.HandleEvent
-	for _, e := range o.all {
-		if e.Kind == kind {
-			out = append(out, e)
+// handledOf returns the committed outcomes a pool's Tracer rec was told of (txinbox.OpHandled) for the
+// messages of one kind, in the order they were told.
+func handledOf(rec *tracerec.Recorder, kind string) []tracerec.Op {
+	var out []tracerec.Op
+	for _, op := range rec.Ops(txinbox.OpHandled) {
+		if op.Start.Messages[0].Kind == kind {
+			out = append(out, op)
 		}
 	}
 	return out
@@ -91,9 +79,9 @@ func TestHandlerTimeoutEndsAttempt(t *testing.T) {
 				}
 				return tc.wait(ctx, tx)
 			}, worker.HandlerConfig{Timeout: handlerTimeout, MaxAttempts: 2})
-			obs := &events{}
-			p := e.pool(t, hs, func(c *worker.Config) {
-				c.Timeout, c.Lease, c.MaxAttempts, c.Observer = time.Minute, 2*time.Minute, 10, obs
+			rec := &tracerec.Recorder{}
+			p := e.with(rec).pool(t, hs, func(c *worker.Config) {
+				c.Timeout, c.Lease, c.MaxAttempts = time.Minute, 2*time.Minute, 10
 			})
 			run(t, p)
 			waitFor(t, "slow to be dead", func() bool { s, _, _, _ := e.state(t, "slow"); return s == "dead" })
@@ -112,14 +100,14 @@ func TestHandlerTimeoutEndsAttempt(t *testing.T) {
 				t.Error("the handler's ctx deadline was not the handler's Timeout")
 			}
 			failures := func() (got []string) {
-				for _, ev := range obs.of("credit") {
-					if ev.Attempt > 0 && ev.Outcome != "completed" {
-						got = append(got, string(ev.Outcome)+"/"+string(ev.Reason))
+				for _, op := range handledOf(rec, "credit") {
+					if op.Start.Attempt > 0 && op.End.Outcome != "completed" {
+						got = append(got, string(op.End.Outcome)+"/"+op.End.Reason)
 					}
 				}
 				return got
 			}
-			// The Observer hears of an attempt after its commit: wait for the second report.
+			// The Tracer hears of an attempt after its commit: wait for the second report.
 			waitFor(t, "both failed attempts reported", func() bool { return len(failures()) >= 2 })
 			if got := failures(); strings.Join(got, " ") != "retry/timeout dead/timeout" {
 				t.Errorf("failed attempts reported %v, want [retry/timeout dead/timeout]", got)

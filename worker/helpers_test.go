@@ -20,6 +20,14 @@ import (
 type env struct {
 	*testdb.DB
 	client *inbox.Client
+	tracer txinbox.OperationTracer // the Store's Tracer of the pools made by pool and batchPool
+}
+
+// with returns a copy of e whose pools (pool, batchPool) have the Store's Tracer t.
+func (e *env) with(t txinbox.OperationTracer) *env {
+	c := *e
+	c.tracer = t
+	return &c
 }
 
 func newEnv(t *testing.T) *env { return newBenchEnv(t) }
@@ -82,6 +90,9 @@ func (e *env) poolOn(t *testing.T, store txinbox.Store, hs *worker.Handlers, mod
 		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 10 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
+	}
+	if store.Tracer == nil {
+		store.Tracer = e.tracer
 	}
 	p, err := worker.New(store, cfg)
 	if err != nil {

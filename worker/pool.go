@@ -22,6 +22,7 @@ import (
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // MaxBatchSize is the largest Config.BatchSize.
@@ -44,8 +45,8 @@ const (
 type Config struct {
 	// Consumer is the consumer whose messages this pool handles (inbox.Message.Consumer).
 	Consumer string
-	// Handlers maps kinds to handlers. A message of a kind without a handler fails with
-	// ErrUnknownKind and is retried until it is dead.
+	// Handlers maps kinds to handlers. A message of a kind without a handler is dead at once, its
+	// error matching ErrUnknownKind and naming the kinds the pool handles.
 	Handlers *Handlers
 	// Concurrency is the number of batches run at once, each in its own transaction on its own
 	// connection (one more connection claims). Default: 4.
@@ -87,7 +88,8 @@ type Config struct {
 	// recovery"). Default: 10.
 	MaxAttempts int
 	// Timeout bounds one handler call (its context) and each statement of a batch transaction
-	// (statement_timeout). Default: 30s.
+	// (statement_timeout). A call that returns after its deadline is a timeout, even if it returned
+	// nil (see HandlerConfig.Timeout). Default: 30s.
 	Timeout time.Duration
 	// Backoff sets the delay before a retry. Default: txinbox.Exponential{} (1s, 2s, 4s ... capped at
 	// 10 minutes, ±20%).
@@ -95,9 +97,6 @@ type Config struct {
 	// Owner names this pool in its batches (inbox_batch.owner; admin and the console show it as the
 	// owner of the messages it is running). Default: hostname:pid:random.
 	Owner string
-	// Observer, if set, is told about every attempt finished (package metrics implements it).
-	// Default: none.
-	Observer Observer
 
 	tune tuning // derived settings; tests set them (export_test.go)
 }
@@ -114,6 +113,9 @@ type tuning struct {
 func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	bad := func(field, reason string) (Config, error) {
 		return c, &txinbox.ConfigError{Field: field, Reason: reason}
+	}
+	if name, reason := typednil.Field(c); name != "" {
+		return bad(name, reason)
 	}
 	if err := txinbox.ValidateName(c.Consumer); err != nil {
 		return bad("Consumer", err.Error())
@@ -214,7 +216,7 @@ type Pool struct {
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
 	snoozeKey int64
-	tracer    txinbox.OperationTracer // the Store's Tracer, if it is one; else nil
+	tracer    txinbox.OperationTracer // the Store's Tracer, or nil
 	maxTO     time.Duration           // longest handler timeout: the batch statement_timeout
 	// claimMax is the most messages claimed at once: Config.BatchSize, or the largest
 	// HandlerConfig.BatchSize of a batch handler if larger.
@@ -265,7 +267,7 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 			Wakes: func(payload string) bool { return payload == cfg.Consumer }}
 	}
 	p.eng = engine.New(ecfg)
-	p.tracer, _ = store.Tracer.(txinbox.OperationTracer)
+	p.tracer = store.Tracer
 	p.claimMax = cfg.BatchSize
 	p.records.connect = p.connector("txinbox recorder")
 	for _, hd := range cfg.Handlers.byKind {
@@ -564,7 +566,7 @@ func (p *Pool) rescue(ctx context.Context) {
 		}
 		errDelay = first
 		if b != nil {
-			p.tookOver(b)
+			p.tookOver(ctx, b)
 			if p.claimHook != nil {
 				p.claimHook(b.msgs)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 )
@@ -40,27 +41,39 @@ func (p *Pool) charge(ctx context.Context) error {
 		if len(charged) == 0 {
 			continue // another rescuer charged it first
 		}
-		e := ChargeEvent{Consumer: p.cfg.Consumer, Messages: len(charged), Owner: b.Owner}
+		groupCrashes := 0
 		for _, c := range charged {
-			e.GroupCrashes = max(e.GroupCrashes, int(c.GroupCrashes))
+			groupCrashes = max(groupCrashes, int(c.GroupCrashes))
 		}
 		p.log.Warn("txinbox: charged a batch that never finished (its worker died, hung or lost its connection); its messages run again in isolated groups",
-			"consumer", e.Consumer, "messages", e.Messages, "owner", e.Owner, "group_crashes", e.GroupCrashes)
-		if o, ok := p.cfg.Observer.(TakeoverObserver); ok {
-			o.Charged(e)
-		}
+			"consumer", p.cfg.Consumer, "messages", len(charged), "owner", b.Owner, "group_crashes", groupCrashes)
+		p.event(ctx, txinbox.TraceStart{Op: txinbox.OpCharge, Consumer: p.cfg.Consumer, Owner: b.Owner})
 	}
 	return nil
 }
 
-// tookOver logs a group of suspects claimed to run again and tells the Observer.
-func (p *Pool) tookOver(b *batch) {
-	e := TakeoverEvent{Consumer: p.cfg.Consumer, Messages: len(b.msgs), Alone: len(b.msgs) == 1}
+// tookOver logs a group of suspects claimed to run again and tells the Store's Tracer
+// (txinbox.OpTakeover).
+func (p *Pool) tookOver(ctx context.Context, b *batch) {
 	p.log.Warn("txinbox: taking over messages whose batch never finished",
-		"consumer", e.Consumer, "messages", e.Messages, "alone", e.Alone)
-	if o, ok := p.cfg.Observer.(TakeoverObserver); ok {
-		o.TakenOver(e)
+		"consumer", p.cfg.Consumer, "messages", len(b.msgs), "alone", len(b.msgs) == 1)
+	if p.tracer == nil {
+		return
 	}
+	msgs := make([]txinbox.TraceMessage, len(b.msgs))
+	for i, c := range b.msgs {
+		msgs[i] = traceMessage(c)
+	}
+	p.event(ctx, txinbox.TraceStart{Op: txinbox.OpTakeover, Consumer: p.cfg.Consumer, Messages: msgs})
+}
+
+// event tells the Store's Tracer, if any, about an event d (its Schema filled in), ended at once.
+func (p *Pool) event(ctx context.Context, d txinbox.TraceStart) {
+	if p.tracer == nil {
+		return
+	}
+	d.Schema = p.store.Schema
+	p.tracer.TraceEnd(p.tracer.TraceStart(ctx, d), txinbox.TraceEnd{Op: d.Op})
 }
 
 // snoozeEvery is how often the rescuer puts off the messages blocked behind their ordering key.

@@ -50,7 +50,7 @@ func TestRollupCountsEveryCompletionAcrossSIGKILLs(t *testing.T) {
 	waitFor(t, "every message completed and every batch's counts folded", func() bool {
 		return e.count(t, "completed") == n && e.Count(t, `SELECT count(*) FROM {schema}.inbox_rollup_batch`) == 0
 	})
-	// The console's overview reads admin.Overview over its last 60 minutes (console.ChartMinutes) and
+	// The console's overview reads admin.Overview over its last 60 minutes (its chart) and
 	// sums them ("Completed 1 h").
 	a, err := admin.New(e.Store(), admin.Config{})
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -15,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/tracerec"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -65,35 +66,13 @@ func takeoverChild(mode string) int {
 		PollInterval: 20 * time.Millisecond, Lease: takeoverLease, Timeout: time.Second})
 }
 
-// takeovers is an Observer that keeps the pool's takeover events.
-type takeovers struct {
-	mu      sync.Mutex
-	charged []worker.ChargeEvent
-	events  []worker.TakeoverEvent
-}
-
-func (o *takeovers) Handled(worker.HandleEvent) {}
-
-func (o *takeovers) Charged(e worker.ChargeEvent) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.charged = append(o.charged, e)
-}
-
-func (o *takeovers) TakenOver(e worker.TakeoverEvent) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.events = append(o.events, e)
-}
-
-// sum returns the number of takeovers and the messages they took, and the batches charged.
-func (o *takeovers) sum() (rounds, messages, batches int) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, e := range o.events {
-		messages += e.Messages
+// takeovers sums what a pool's Tracer rec was told of takeovers: the groups taken over
+// (txinbox.OpTakeover) and their messages, and the batches charged (txinbox.OpCharge).
+func takeovers(rec *tracerec.Recorder) (rounds, messages, batches int) {
+	for _, op := range rec.Ops(txinbox.OpTakeover) {
+		messages += len(op.Start.Messages)
 	}
-	return len(o.events), messages, len(o.charged)
+	return len(rec.Ops(txinbox.OpTakeover)), messages, len(rec.Ops(txinbox.OpCharge))
 }
 
 // waitAborted waits until the server has ended the transactions of every batch row (those of a
@@ -134,21 +113,21 @@ func TestKilledProcessClaimsAreTakenOverInGroups(t *testing.T) {
 	_ = cmd.Wait()
 	e.waitAborted(t)
 
-	obs := &takeovers{}
+	rec := &tracerec.Recorder{}
 	hs := worker.NewHandlers()
 	worker.HandleBatch(hs, "credit", func(ctx context.Context, tx pgx.Tx, msgs []*worker.Message[credit]) error {
 		return applyCredits(ctx, tx, e.Schema, msgs)
 	})
-	run(t, batchPool(t, e, nil, hs, func(c *worker.Config) {
+	run(t, batchPool(t, e.with(rec), nil, hs, func(c *worker.Config) {
 		// The default Timeout and Lease: a call stalled on a loaded machine must not charge an attempt.
-		c.PollInterval, c.Observer = time.Hour, obs
+		c.PollInterval = time.Hour
 		worker.NoListen(c)
 	}))
 	waitFor(t, "every message completed", func() bool { return e.count(t, "completed") == n })
 	if got := e.Count(t, `SELECT count(DISTINCT key) FROM {schema}.effects`); got != n {
 		t.Fatalf("effects of %d messages, want %d", got, n)
 	}
-	rounds, messages, batches := obs.sum()
+	rounds, messages, batches := takeovers(rec)
 	t.Logf("%d messages taken over in %d takeovers, from %d batches charged", messages, rounds, batches)
 	if messages != n || batches != defaultConcurrency {
 		t.Errorf("takeovers took %d messages of %d batches charged, want %d of %d", messages, batches, n, defaultConcurrency)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/tracerec"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -190,19 +191,20 @@ func TestStrictDecoding(t *testing.T) {
 }
 
 // Failures are logged: a retry at Debug, a dead letter at Warn, each with consumer, kind, id, key,
-// attempt, reason and error. The Observer's HandleEvent carries the same identity and the error.
+// attempt, reason and error. The Store's Tracer is told each (txinbox.OpHandled) with the same
+// identity and the error.
 func TestFailuresAreLoggedAndObserved(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.receive(t, "flaky")
 	errFlaky := errors.New("flaky downstream")
 	logs := &logBuffer{}
-	obs := &events{}
+	rec := &tracerec.Recorder{}
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, m *worker.Message[credit]) error {
 		return fmt.Errorf("attempt %d: %w", m.Attempt, errFlaky)
 	}, worker.HandlerConfig{MaxAttempts: 2})
-	run(t, e.poolOn(t, e.storeLogging(logs), hs, func(c *worker.Config) { c.Observer = obs }))
+	run(t, e.with(rec).poolOn(t, e.storeLogging(logs), hs, nil))
 	waitFor(t, "flaky dead", func() bool { return e.count(t, "dead") == 1 })
 	var id int64
 	if err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT id FROM {schema}.inbox WHERE key = 'flaky'`)).Scan(&id); err != nil {
@@ -226,12 +228,13 @@ func TestFailuresAreLoggedAndObserved(t *testing.T) {
 	check("txinbox: attempt failed; will retry", "DEBUG", 1)
 	check("txinbox: message is dead", "WARN", 2)
 
-	waitFor(t, "two events", func() bool { return len(obs.of("credit")) == 2 })
-	for i, ev := range obs.of("credit") {
+	waitFor(t, "two outcomes told", func() bool { return len(handledOf(rec, "credit")) == 2 })
+	for i, op := range handledOf(rec, "credit") {
 		wantOutcome := []txinbox.Outcome{txinbox.OutcomeRetry, txinbox.OutcomeDead}[i]
-		if ev.ID != id || ev.Key != "flaky" || ev.Attempt != i+1 || ev.Outcome != wantOutcome ||
-			ev.Reason != worker.ReasonError || !errors.Is(ev.Err, errFlaky) {
-			t.Errorf("event %d = %+v, want id %d, key flaky, attempt %d, %s, reason error, Err wrapping errFlaky", i, ev, id, i+1, wantOutcome)
+		s, end := op.Start, op.End
+		if s.Schema != e.Schema || s.Consumer != "ledger" || s.Messages[0].ID != "flaky" || s.Messages[0].Consumer != "ledger" ||
+			s.Attempt != i+1 || end.Outcome != wantOutcome || end.Reason != string(worker.ReasonError) || !errors.Is(end.Err, errFlaky) {
+			t.Errorf("outcome %d = %+v, want key flaky of ledger, attempt %d, %s, reason error, Err wrapping errFlaky", i, op, i+1, wantOutcome)
 		}
 	}
 }

@@ -40,7 +40,7 @@ import (
 
 // Config configures a Consumer. Options (with a consumer group and topics), Sink.Store.DB and Sink.Consumer
 // are required; every other zero field takes the documented default. New returns an
-// *inbox.ConfigError naming the field that is missing or negative.
+// *txinbox.ConfigError naming the field that is missing or negative.
 type Config struct {
 	// Options configure the franz-go client: kgo.SeedBrokers, kgo.ConsumerGroup and kgo.ConsumeTopics
 	// are required; TLS, SASL and the like go here too. The consumer adds kgo.DisableAutoCommit and

@@ -13,8 +13,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/conformance"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 const group = "txinbox-test"
@@ -139,7 +139,7 @@ var errCrash = errors.New("simulated crash")
 func TestDuplicatesAndCrashes(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	unique, all := adaptertest.Plan("kafka", 5000, 30)
 	recs := make([]*kgo.Record, len(all))
 	for i, m := range all {
@@ -193,7 +193,7 @@ func TestDuplicatesAndCrashes(t *testing.T) {
 func TestDatabaseDown(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	unique, _ := adaptertest.Plan("down", 300, 0)
 	recs := make([]*kgo.Record, len(unique))
 	for i, m := range unique {
@@ -233,7 +233,7 @@ func TestDatabaseDown(t *testing.T) {
 func TestUndecodableAndConflict(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	rec := func(key, kind, value string) *kgo.Record {
 		r := &kgo.Record{Value: []byte(value)}
 		if key != "" {
@@ -275,7 +275,7 @@ func TestUndecodableAndConflict(t *testing.T) {
 func TestShutdownFinishesBatch(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	unique, _ := adaptertest.Plan("stop", 20, 0)
 	recs := make([]*kgo.Record, len(unique))
 	for i, m := range unique {
@@ -318,7 +318,7 @@ func TestNewNamesBadField(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Options: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup(group), kgo.ConsumeTopics("t")},
 		Sink: adapters.SinkConfig{Store: txinbox.Store{DB: adaptertest.DeadPool(t)}, Consumer: "ledger"}}
-	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err }, adaptertest.BatchFields...)
+	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err }, adaptertest.BatchFields()...)
 }
 
 // uncommitted returns the number of records of the topic above the group's committed offsets.
@@ -344,30 +344,13 @@ func (f *fixture) uncommitted(t *testing.T) int {
 	return int(n)
 }
 
-// TestCommitFailure runs the adapters' shared check (adaptertest.CommitFailure): while the inbox
-// commit fails, the batch is kept and stored again, its offsets never committed; once it succeeds,
-// each record is stored once and its offset committed. Kafka here is the in-process kfake cluster.
-func TestCommitFailure(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-	adaptertest.CommitFailure(t, db, harness(t))
-}
-
-// TestStoreFailureKeepsOrder runs the adapters' shared check (adaptertest.StoreFailureKeepsOrder):
-// a batch that cannot be stored is kept and stored again, never skipped, before the records fetched
-// behind it, so the inbox receives a partition's records in offset order.
-func TestStoreFailureKeepsOrder(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-	adaptertest.StoreFailureKeepsOrder(t, db, harness(t))
-}
-
-// harness is the shared checks' view of a topic of the test's own: its records go to one partition
-// (one record key), in order.
-func harness(t *testing.T) adaptertest.Harness {
+// harness is the conformance suite's set-up of its sink tests (CommitFailure,
+// StoreFailureKeepsOrder): a topic of the test's own, whose records go to one partition (one record
+// key), in order.
+func harness(t *testing.T) conformance.SinkSetup {
 	f := newFixture(t)
-	return adaptertest.Harness{
-		Publish: func(msgs []adaptertest.Msg) {
+	return conformance.SinkSetup{
+		Publish: func(msgs []conformance.Msg) {
 			recs := make([]*kgo.Record, len(msgs))
 			for i, m := range msgs {
 				recs[i] = event("one-partition", m.Payload)
@@ -375,7 +358,7 @@ func harness(t *testing.T) adaptertest.Harness {
 			}
 			f.produce(t, recs...)
 		},
-		Start: func(sink adapters.SinkConfig, batchSize int) adaptertest.Consumer {
+		Start: func(sink adapters.SinkConfig, batchSize int) conformance.Consumer {
 			cfg := f.config(sink)
 			cfg.BatchSize = batchSize
 			c := newConsumer(t, cfg)

@@ -94,6 +94,16 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	return &Publisher{cl: cl, idHeader: cfg.IDHeader}, nil
 }
 
+var _ outbox.TopicChecker = (*Publisher)(nil)
+
+// CheckTopic implements outbox.TopicChecker: it returns an error for a topic that is not a legal
+// Kafka topic name (1 to 249 of the letters, digits, '.', '_' and '-', and neither "." nor ".."), so
+// that the relay makes its events dead without producing them, and a Client whose
+// Config.TopicChecker is p refuses them. Whether the cluster has the topic (or creates it) is not
+// checked: that takes a request, and a topic may be created at any time (a record for a missing one
+// fails and is retried).
+func (p *Publisher) CheckTopic(topic string) error { return checkTopic(topic) }
+
 // Close closes the client; records still buffered fail. Call it after the relay stopped.
 func (p *Publisher) Close() { p.cl.Close() }
 

@@ -16,9 +16,9 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/conformance"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/adapters/internal/cetest"
-	"github.com/txinbox/txinbox/adapters/internal/pubtest"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -69,7 +69,7 @@ func newPubCluster(t *testing.T) *pubCluster {
 
 // consume reads the topic from its start in the background and returns what arrived so far, in each
 // partition's order.
-func (pc *pubCluster) consume(t *testing.T) func() []pubtest.Received {
+func (pc *pubCluster) consume(t *testing.T) func() []conformance.Received {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(pc.seeds...), kgo.ConsumeTopics(pc.topic), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
@@ -77,7 +77,7 @@ func (pc *pubCluster) consume(t *testing.T) func() []pubtest.Received {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
-	var got []pubtest.Received
+	var got []conformance.Received
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -92,17 +92,17 @@ func (pc *pubCluster) consume(t *testing.T) func() []pubtest.Received {
 				// have consumed) reads the record.
 				ce, err := cetest.Kafka(r)
 				mu.Lock()
-				got = append(got, pubtest.Received{ID: h[adapters.IdempotencyKeyHeader], Key: string(r.Key), Payload: r.Value, Headers: h,
+				got = append(got, conformance.Received{ID: h[adapters.IdempotencyKeyHeader], Key: string(r.Key), Payload: r.Value, Headers: h,
 					CloudEvent: ce, CloudEventErr: err})
 				mu.Unlock()
 			})
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done; cl.Close() })
-	return func() []pubtest.Received {
+	return func() []conformance.Received {
 		mu.Lock()
 		defer mu.Unlock()
-		return append([]pubtest.Received(nil), got...)
+		return append([]conformance.Received(nil), got...)
 	}
 }
 
@@ -114,69 +114,6 @@ func newPublisher(t *testing.T, cfg PublisherConfig) *Publisher {
 	}
 	t.Cleanup(p.Close)
 	return p
-}
-
-// TestPublisherDeliver: through a real relay over a real outbox (pubtest.Deliver), each committed
-// event is written to its topic with the event's Key as record key and its id in the
-// x-idempotency-key header, its headers (trace context included) kept and its CloudEvents envelope
-// as ce_ headers and content-type, which the SDK's Kafka binding reads into a valid event; a key's
-// events in commit order (one partition per key); nothing of a rolled-back transaction.
-func TestPublisherDeliver(t *testing.T) {
-	t.Parallel()
-	pc := newPubCluster(t)
-	received := pc.consume(t)
-	pub := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers(pc.seeds...)}})
-	if off, _ := pub.cl.OptValue(kgo.DisableIdempotentWrite).(bool); off {
-		t.Fatal("the publisher's client is not idempotent")
-	}
-	pubtest.Deliver(t, pubtest.New(t), pubtest.DeliverHarness{Publisher: pub, Topic: pc.topic, Received: received, RecordKey: true})
-}
-
-// TestPublisherPair: a Publisher and a Consumer of its topic whose Sink names only the store and the
-// consumer store each event under its id, with its kind, its key as ordering key and its trace
-// context, read from the envelope; a record of another producer (x-idempotency-key, x-kind) is stored
-// as before (pubtest.Pair).
-func TestPublisherPair(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	pub := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers(f.seeds...)}})
-	pubtest.Pair(t, pubtest.New(t), pubtest.PairHarness{Publisher: pub, Topic: f.topic,
-		Start: func(sink adapters.SinkConfig) { start(t, newConsumer(t, f.config(sink))) },
-		Plain: func(id, kind string, body []byte, headers map[string]string) {
-			r := &kgo.Record{Value: body, Headers: []kgo.RecordHeader{
-				{Key: adapters.IdempotencyKeyHeader, Value: []byte(id)}, {Key: adapters.DefaultKindHeader, Value: []byte(kind)}}}
-			for name, v := range headers {
-				r.Headers = append(r.Headers, kgo.RecordHeader{Key: name, Value: []byte(v)})
-			}
-			f.produce(t, r)
-		},
-		Foreign: func(brokerID string, attrs map[string]string, body []byte) {
-			r := &kgo.Record{Value: body, Headers: []kgo.RecordHeader{{Key: adapters.IdempotencyKeyHeader, Value: []byte(brokerID)}}}
-			for name, v := range attrs {
-				r.Headers = append(r.Headers, kgo.RecordHeader{Key: "ce_" + name, Value: []byte(v)})
-			}
-			f.produce(t, r)
-		}})
-}
-
-// TestPublisherAcknowledgment: while the cluster fails every produce request, every attempt fails and
-// is retried, no event is recorded sent; once it takes them, each is written and sent
-// (pubtest.Acknowledgment).
-func TestPublisherAcknowledgment(t *testing.T) {
-	t.Parallel()
-	pc := newPubCluster(t)
-	received := pc.consume(t)
-	// The client retries a refused request itself (after refreshing its metadata: a short
-	// MetadataMinAge keeps the test quick); a record it cannot write within the delivery timeout
-	// fails, and the relay retries the event.
-	pub := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers(pc.seeds...), kgo.RecordDeliveryTimeout(time.Second), kgo.MetadataMinAge(50 * time.Millisecond)}})
-	pubtest.Acknowledgment(t, pubtest.New(t), pubtest.AckHarness{Publisher: pub, Topic: pc.topic,
-		Refuse:   func() { pc.refuse.Store(true) },
-		Accept:   func() { pc.refuse.Store(false) },
-		Received: received})
-	if pc.refused.Load() == 0 {
-		t.Error("no produce request was refused")
-	}
 }
 
 // TestPublisherPermanentAndHeaders: a topic that is not a Kafka topic name and a record over the
@@ -191,7 +128,7 @@ func TestPublisherPermanentAndHeaders(t *testing.T) {
 	err := pub.Publish(ctx, []outbox.Event{
 		{ID: "a", Topic: "orders/created", Payload: []byte(`{}`)},
 		{ID: "b", Topic: pc.topic, Payload: make([]byte, 2<<20)},
-		{ID: "c", Topic: pc.topic, Key: "k", Payload: []byte(`{}`), Headers: map[string]string{"X-Idempotency-Key": "forged", "traceparent": pubtest.TraceParent}},
+		{ID: "c", Topic: pc.topic, Key: "k", Payload: []byte(`{}`), Headers: map[string]string{"X-Idempotency-Key": "forged", "traceparent": conformance.TraceParent}},
 	})
 	var be *outbox.BatchError
 	if !errors.As(err, &be) || len(be.Errs) != 3 || !txinbox.IsPermanent(be.Errs[0]) || !txinbox.IsPermanent(be.Errs[1]) || be.Errs[2] != nil {
@@ -205,7 +142,7 @@ func TestPublisherPermanentAndHeaders(t *testing.T) {
 	for _, r := range received() {
 		switch r.Headers["event-id"] {
 		case "":
-			if r.ID != "c" || r.Key != "k" || r.Headers["traceparent"] != pubtest.TraceParent || r.Headers["X-Idempotency-Key"] != "" {
+			if r.ID != "c" || r.Key != "k" || r.Headers["traceparent"] != conformance.TraceParent || r.Headers["X-Idempotency-Key"] != "" {
 				t.Errorf("record %+v: want id c, key k, the traceparent, no forged id", r)
 			}
 		case "d":
@@ -246,7 +183,7 @@ type holdingCluster struct {
 
 	// next is, per partition, the offset after the last record consumed; got the records consumed.
 	next map[int32]int64
-	got  []pubtest.Received
+	got  []conformance.Received
 }
 
 func newHoldingCluster(t *testing.T) *holdingCluster {
@@ -302,7 +239,7 @@ func newHoldingCluster(t *testing.T) *holdingCluster {
 					h[rh.Key] = string(rh.Value)
 				}
 				hc.mu.Lock()
-				hc.got = append(hc.got, pubtest.Received{ID: h[adapters.IdempotencyKeyHeader], Key: string(r.Key), Payload: r.Value, Headers: h})
+				hc.got = append(hc.got, conformance.Received{ID: h[adapters.IdempotencyKeyHeader], Key: string(r.Key), Payload: r.Value, Headers: h})
 				hc.next[r.Partition] = r.Offset + 1
 				hc.mu.Unlock()
 			})
@@ -336,10 +273,10 @@ func (hc *holdingCluster) unhold() {
 
 // received returns the records the cluster stored so far: it waits until the consumer read each
 // partition up to its high watermark as of the call.
-func (hc *holdingCluster) received(t *testing.T) []pubtest.Received {
+func (hc *holdingCluster) received(t *testing.T) []conformance.Received {
 	t.Helper()
 	infos := hc.c.PartitionInfos(hc.topic)
-	var got []pubtest.Received
+	var got []conformance.Received
 	adaptertest.WaitFor(t, "the consumer to read every record stored", func() bool {
 		hc.mu.Lock()
 		defer hc.mu.Unlock()
@@ -354,13 +291,20 @@ func (hc *holdingCluster) received(t *testing.T) []pubtest.Received {
 	return got
 }
 
-// TestPublisherContextEnd: the broker leading one of the topic's two partitions leaves its produce
-// requests unanswered: when the call's ctx ends, the events whose records wait fail with ctx's error,
-// and through a relay none of them is recorded sent (pubtest.ContextEnd).
-func TestPublisherContextEnd(t *testing.T) {
+// TestPublisherChecksTopics: the Publisher is an outbox.TopicChecker that refuses what is not a
+// legal Kafka topic name, exactly the topics Publish makes permanent, so that the relay makes their
+// events dead without producing them; legal names pass (whether the cluster has them is not asked).
+func TestPublisherChecksTopics(t *testing.T) {
 	t.Parallel()
-	hc := newHoldingCluster(t)
-	pub := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers(hc.c.ListenAddrs()...), kgo.RecordDeliveryTimeout(time.Minute)}})
-	pubtest.ContextEnd(t, pubtest.New(t), pubtest.ContextEndHarness{Publisher: pub, Topic: hc.topic,
-		Hold: hc.hold, Holding: hc.holding, Release: hc.unhold, Received: func() []pubtest.Received { return hc.received(t) }})
+	pub := newPublisher(t, PublisherConfig{Options: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}}) // never connects
+	var _ outbox.TopicChecker = pub
+	for topic, ok := range map[string]bool{
+		"orders": true, "orders.created_v2-eu": true, "no-such-topic-yet": true,
+		"orders/created": false, "orders created": false, ".": false, "..": false, "é": false,
+		string(make([]byte, 250)): false,
+	} {
+		if err := pub.CheckTopic(topic); (err == nil) != ok {
+			t.Errorf("CheckTopic(%q) = %v, want accepted %v", topic, err, ok)
+		}
+	}
 }

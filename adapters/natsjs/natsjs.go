@@ -60,7 +60,7 @@ import (
 const MsgIDHeader = "Nats-Msg-Id"
 
 // Config configures a Consumer. Consumer, Sink.Store.DB and Sink.Consumer are required; every other zero
-// field takes the documented default. New returns an *inbox.ConfigError naming the field that is
+// field takes the documented default. New returns an *txinbox.ConfigError naming the field that is
 // missing or negative.
 type Config struct {
 	// Consumer is the JetStream pull consumer to read, with AckPolicy AckExplicitPolicy (the

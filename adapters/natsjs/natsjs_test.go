@@ -13,8 +13,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/conformance"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // EnvURL names the variable that points the tests at a NATS server other than the local default.
@@ -142,7 +142,7 @@ func event(key string, payload []byte) *nats.Msg {
 func TestDuplicatesAndCrashes(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, time.Second)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	unique, all := adaptertest.Plan("nats", 5000, 30)
 	msgs := make([]*nats.Msg, len(all))
 	for i, m := range all {
@@ -203,7 +203,7 @@ func TestDuplicatesAndCrashes(t *testing.T) {
 func TestDatabaseDown(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, time.Minute)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	unique, _ := adaptertest.Plan("down", 300, 0)
 	msgs := make([]*nats.Msg, len(unique))
 	for i, m := range unique {
@@ -243,7 +243,7 @@ func TestDatabaseDown(t *testing.T) {
 func TestUndecodableAndConflict(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, time.Minute)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	withID := func(id, body string) *nats.Msg {
 		m := nats.NewMsg("")
 		if id != "" {
@@ -288,7 +288,7 @@ func TestUndecodableAndConflict(t *testing.T) {
 func TestCoordinatesKey(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, time.Minute)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	f.publish(t, event("same", []byte(`{}`)), event("same", []byte(`{}`)), event("same", []byte(`{}`)))
 	jc, _ := f.consumer(t)
 	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger", Key: adapters.Coordinates()}})
@@ -309,7 +309,7 @@ func TestCoordinatesKey(t *testing.T) {
 func TestStopsOnClosedConnection(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, time.Minute)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	jc, nc := f.consumer(t)
 	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger"}})
 	stop := start(t, c)
@@ -337,7 +337,7 @@ func TestStopsOnClosedConnection(t *testing.T) {
 func TestShutdownFinishesBatch(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, time.Minute)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	unique, _ := adaptertest.Plan("stop", 20, 0)
 	for _, m := range unique {
 		f.publish(t, event(m.Key, m.Payload))
@@ -392,39 +392,22 @@ func TestNewNamesBadField(t *testing.T) {
 	jc, _ := f.consumer(t)
 	cfg := Config{Consumer: jc, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: adaptertest.DeadPool(t)}, Consumer: "ledger"}}
 	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err },
-		append([]string{"Prefetch"}, adaptertest.BatchFields...)...)
+		append([]string{"Prefetch"}, adaptertest.BatchFields()...)...)
 }
 
-// TestCommitFailure runs the adapters' shared check (adaptertest.CommitFailure): while the inbox
-// commit fails, the batch is held, never acknowledged; once it succeeds, each message is stored once
-// and acknowledged.
-func TestCommitFailure(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-	adaptertest.CommitFailure(t, db, harness(t))
-}
-
-// TestStoreFailureKeepsOrder runs the adapters' shared check (adaptertest.StoreFailureKeepsOrder):
-// a batch that cannot be stored is held (its ack deadline extended) and stored again before the
-// messages prefetched behind it, so the inbox receives the stream's messages in their order.
-func TestStoreFailureKeepsOrder(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-	adaptertest.StoreFailureKeepsOrder(t, db, harness(t))
-}
-
-// harness is the shared checks' view of a stream and durable consumer of the test's own.
-func harness(t *testing.T) adaptertest.Harness {
+// harness is the conformance suite's set-up of its sink tests (CommitFailure,
+// StoreFailureKeepsOrder): a stream and durable consumer of the test's own.
+func harness(t *testing.T) conformance.SinkSetup {
 	f := newFixture(t, time.Minute)
-	return adaptertest.Harness{
-		Publish: func(msgs []adaptertest.Msg) {
+	return conformance.SinkSetup{
+		Publish: func(msgs []conformance.Msg) {
 			ms := make([]*nats.Msg, len(msgs))
 			for i, m := range msgs {
 				ms[i] = event(m.Key, m.Payload)
 			}
 			f.publish(t, ms...)
 		},
-		Start: func(sink adapters.SinkConfig, batchSize int) adaptertest.Consumer {
+		Start: func(sink adapters.SinkConfig, batchSize int) conformance.Consumer {
 			jc, _ := f.consumer(t)
 			c := newConsumer(t, Config{Consumer: jc, Sink: sink, BatchConfig: adapters.BatchConfig{BatchSize: batchSize}})
 			start(t, c)

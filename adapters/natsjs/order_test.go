@@ -10,7 +10,6 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // orderPlan publishes n messages keyed prefix-0 … prefix-(n-1), in that order, and returns them and
@@ -45,7 +44,7 @@ func (f *fixture) settled(t *testing.T) {
 func TestCrashedConsumersMessagesComeFirst(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 2*time.Second)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	unique, keys := orderPlan(t, f, "crash", 60)
 	sink := adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema}, Consumer: "ledger"}
 
@@ -87,7 +86,7 @@ func TestCrashedConsumersMessagesComeFirst(t *testing.T) {
 func TestStopHandsBackInOrder(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, time.Hour)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	unique, keys := orderPlan(t, f, "handback", 25)
 
 	sw := adaptertest.NewSwitchDB(adaptertest.DeadPool(t))
@@ -121,7 +120,7 @@ func TestStopHandsBackInOrder(t *testing.T) {
 func TestHoldKeepsBatchFromOthers(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second) // InProgress every 750ms: a slow machine has ample slack
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	orderPlan(t, f, "held", 5)
 	sw := adaptertest.NewSwitchDB(adaptertest.DeadPool(t))
 	jc, _ := f.consumer(t)

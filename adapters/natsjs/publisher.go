@@ -90,8 +90,26 @@ type PublisherConfig struct {
 // window JetStream stores it once; a retry after the window may store a second copy, which the
 // consumer deduplicates.
 type Publisher struct {
-	cfg  PublisherConfig
-	opts []jetstream.PublishOpt
+	cfg          PublisherConfig
+	opts         []jetstream.PublishOpt
+	topicSubject bool // PublisherConfig.Subject was nil: an event's subject is its topic
+}
+
+var _ outbox.TopicChecker = (*Publisher)(nil)
+
+// CheckTopic implements outbox.TopicChecker. When PublisherConfig.Subject is unset (an event's
+// subject is its topic), it returns an error for a topic that is not a subject a message can be
+// published on (empty, with whitespace, an empty token or a wildcard), so that the relay makes its
+// events dead without publishing them, and a Client whose Config.TopicChecker is p refuses them.
+// With a Subject function the subject depends on the whole event, so every topic is accepted here
+// (an event whose subject is not one is still dead at its first attempt, in Publish). Whether a stream captures the subject is
+// not checked: that takes a request to the server, and a stream may be created or given the
+// subject at any time (an event that no stream captures fails with [ErrNoStream] and is retried).
+func (p *Publisher) CheckTopic(topic string) error {
+	if !p.topicSubject {
+		return nil
+	}
+	return checkSubject(topic)
 }
 
 // NewPublisher checks cfg and returns a Publisher.
@@ -111,10 +129,11 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	case cfg.Concurrency == 0:
 		cfg.Concurrency = defaultConcurrency
 	}
-	if cfg.Subject == nil {
+	topicSubject := cfg.Subject == nil
+	if topicSubject {
 		cfg.Subject = func(ev outbox.Event) string { return ev.Topic }
 	}
-	p := &Publisher{cfg: cfg}
+	p := &Publisher{cfg: cfg, topicSubject: topicSubject}
 	if cfg.ExpectStream != "" {
 		p.opts = append(p.opts, jetstream.WithExpectStream(cfg.ExpectStream))
 	}

@@ -14,10 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/conformance"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/adapters/internal/cetest"
-	"github.com/txinbox/txinbox/adapters/internal/pubtest"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -50,7 +49,7 @@ func (f *pubFixture) createStream(t *testing.T) {
 
 // received returns the messages the stream holds, in stream order, as pubtest sees them (none if the
 // stream does not exist).
-func (f *pubFixture) received(t *testing.T) []pubtest.Received {
+func (f *pubFixture) received(t *testing.T) []conformance.Received {
 	t.Helper()
 	ctx := context.Background()
 	s, err := f.js.Stream(ctx, f.name)
@@ -64,7 +63,7 @@ func (f *pubFixture) received(t *testing.T) []pubtest.Received {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []pubtest.Received
+	var out []conformance.Received
 	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(ctx, seq)
 		if err != nil {
@@ -76,7 +75,7 @@ func (f *pubFixture) received(t *testing.T) []pubtest.Received {
 		}
 		// A CloudEvents receiver of the SDK (its NATS JetStream binding) reads the message.
 		ce, err := cetest.NATS(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
-		out = append(out, pubtest.Received{ID: m.Header.Get(jetstream.MsgIDHeader), Payload: m.Data, Headers: h, CloudEvent: ce, CloudEventErr: err})
+		out = append(out, conformance.Received{ID: m.Header.Get(jetstream.MsgIDHeader), Payload: m.Data, Headers: h, CloudEvent: ce, CloudEventErr: err})
 	}
 	return out
 }
@@ -90,76 +89,6 @@ func newPublisher(t *testing.T, cfg PublisherConfig) *Publisher {
 	return p
 }
 
-// TestPublisherDeliver: through a real relay over a real outbox (pubtest.Deliver), each committed
-// event is stored in the stream under its id as Nats-Msg-Id, on the subject of its topic, with its
-// headers (trace context included) and its CloudEvents envelope as ce- headers, which the SDK's
-// NATS JetStream binding reads into a valid event; a key's events in commit order; nothing of a
-// rolled-back transaction.
-func TestPublisherDeliver(t *testing.T) {
-	t.Parallel()
-	f := newPubFixture(t)
-	f.createStream(t)
-	pub := newPublisher(t, PublisherConfig{JetStream: f.js, ExpectStream: f.name})
-	pubtest.Deliver(t, pubtest.New(t), pubtest.DeliverHarness{Publisher: pub, Topic: f.name + ".orders",
-		Received: func() []pubtest.Received { return f.received(t) }})
-}
-
-// TestPublisherPair: a Publisher and a Consumer of its stream whose Sink names only the store and
-// the consumer store each event under its id, with its kind, its key as ordering key and its trace
-// context, read from the envelope; a message of another producer (Nats-Msg-Id, x-kind) is stored as
-// before (pubtest.Pair).
-func TestPublisherPair(t *testing.T) {
-	t.Parallel()
-	f := newPubFixture(t)
-	f.createStream(t)
-	pub := newPublisher(t, PublisherConfig{JetStream: f.js})
-	topic := f.name + ".orders"
-	pubtest.Pair(t, pubtest.New(t), pubtest.PairHarness{Publisher: pub, Topic: topic,
-		Start: func(sink adapters.SinkConfig) {
-			cons, err := f.js.CreateOrUpdateConsumer(context.Background(), f.name, jetstream.ConsumerConfig{Durable: "pair", AckPolicy: jetstream.AckExplicitPolicy})
-			if err != nil {
-				t.Fatal(err)
-			}
-			start(t, newConsumer(t, Config{Consumer: cons, Sink: sink}))
-		},
-		Plain: func(id, kind string, body []byte, headers map[string]string) {
-			m := nats.NewMsg(topic)
-			m.Data = body
-			for name, v := range headers {
-				m.Header.Set(name, v)
-			}
-			m.Header.Set(MsgIDHeader, id)
-			m.Header.Set(adapters.DefaultKindHeader, kind)
-			if _, err := f.js.PublishMsg(context.Background(), m); err != nil {
-				t.Fatal(err)
-			}
-		},
-		Foreign: func(brokerID string, attrs map[string]string, body []byte) {
-			m := nats.NewMsg(topic)
-			m.Data = body
-			for name, v := range attrs {
-				m.Header.Set("ce-"+name, v)
-			}
-			m.Header.Set(MsgIDHeader, brokerID)
-			if _, err := f.js.PublishMsg(context.Background(), m); err != nil {
-				t.Fatal(err)
-			}
-		}})
-}
-
-// TestPublisherAcknowledgment: while no stream captures the subject, JetStream does not answer the
-// publishes: every attempt fails and is retried, no event is recorded sent; once the stream exists,
-// each event is stored and sent (pubtest.Acknowledgment).
-func TestPublisherAcknowledgment(t *testing.T) {
-	t.Parallel()
-	f := newPubFixture(t)
-	pub := newPublisher(t, PublisherConfig{JetStream: f.js})
-	pubtest.Acknowledgment(t, pubtest.New(t), pubtest.AckHarness{Publisher: pub, Topic: f.name + ".payments",
-		Refuse:   func() {},
-		Accept:   func() { f.createStream(t) },
-		Received: func() []pubtest.Received { return f.received(t) }})
-}
-
 // TestPublisherDeduplicatesByMsgID: the same event published three times (a relay that hands it over
 // again) is stored once, under its id as Nats-Msg-Id, even when its own headers carry another
 // Nats-Msg-Id; every publish is acknowledged.
@@ -169,7 +98,7 @@ func TestPublisherDeduplicatesByMsgID(t *testing.T) {
 	f.createStream(t)
 	pub := newPublisher(t, PublisherConfig{JetStream: f.js})
 	ev := outbox.Event{ID: "01a21c6e-0000-7000-8000-000000000001", Topic: f.name + ".orders", Payload: []byte(`{"n": 1}`),
-		Headers: map[string]string{"nats-msg-id": "forged", "traceparent": pubtest.TraceParent}}
+		Headers: map[string]string{"nats-msg-id": "forged", "traceparent": conformance.TraceParent}}
 	other := ev
 	other.ID, other.Topic = "01a21c6e-0000-7000-8000-000000000002", f.name+".invoices"
 	for range 3 {
@@ -182,7 +111,7 @@ func TestPublisherDeduplicatesByMsgID(t *testing.T) {
 		t.Fatalf("the stream holds %+v, want the two events once each, under their ids", got)
 	}
 	for _, r := range got {
-		if r.Headers["traceparent"] != pubtest.TraceParent || r.Headers["nats-msg-id"] != "" {
+		if r.Headers["traceparent"] != conformance.TraceParent || r.Headers["nats-msg-id"] != "" {
 			t.Errorf("headers %v: want the traceparent, and no forged message id", r.Headers)
 		}
 	}
@@ -225,6 +154,29 @@ func TestPublisherRefusals(t *testing.T) {
 	}
 	if be.Errs[5] != nil {
 		t.Errorf("valid event: %v", be.Errs[5])
+	}
+}
+
+// TestPublisherChecksTopics: with the default Subject (the topic), the Publisher is an
+// outbox.TopicChecker that refuses a topic that is not a subject to publish on, which Publish makes
+// permanent, so that the relay makes its events dead without publishing them; a subject no stream
+// captures passes (a stream may capture it later). With a Subject function, every topic passes.
+func TestPublisherChecksTopics(t *testing.T) {
+	t.Parallel()
+	f := newPubFixture(t)
+	pub := newPublisher(t, PublisherConfig{JetStream: f.js})
+	var _ outbox.TopicChecker = pub
+	for topic, ok := range map[string]bool{
+		"orders.created": true, "nowhere_" + f.name + ".x": true,
+		"": false, "orders.*": false, "orders.>": false, "orders created": false, "orders..created": false,
+	} {
+		if err := pub.CheckTopic(topic); (err == nil) != ok {
+			t.Errorf("CheckTopic(%q) = %v, want accepted %v", topic, err, ok)
+		}
+	}
+	mapped := newPublisher(t, PublisherConfig{JetStream: f.js, Subject: func(ev outbox.Event) string { return "x." + ev.Key }})
+	if err := mapped.CheckTopic("orders.*"); err != nil {
+		t.Errorf("CheckTopic with a Subject function: %v, want every topic accepted", err)
 	}
 }
 
@@ -375,7 +327,7 @@ type holdingStream struct {
 	mu     sync.Mutex
 	budget int // answers left before holding; -1: not holding
 	held   []*nats.Msg
-	got    []pubtest.Received // the publishes answered
+	got    []conformance.Received // the publishes answered
 }
 
 func newHoldingStream(t *testing.T, nc *nats.Conn, subject string) *holdingStream {
@@ -410,7 +362,7 @@ func (hs *holdingStream) answer(m *nats.Msg) {
 	for name := range m.Header {
 		h[name] = m.Header.Get(name)
 	}
-	hs.got = append(hs.got, pubtest.Received{ID: m.Header.Get(jetstream.MsgIDHeader), Payload: m.Data, Headers: h})
+	hs.got = append(hs.got, conformance.Received{ID: m.Header.Get(jetstream.MsgIDHeader), Payload: m.Data, Headers: h})
 	_ = m.Respond(fmt.Appendf(nil, `{"stream":"HELD","seq":%d}`, len(hs.got)))
 }
 
@@ -436,22 +388,8 @@ func (hs *holdingStream) release() {
 	hs.held = nil
 }
 
-func (hs *holdingStream) received() []pubtest.Received {
+func (hs *holdingStream) received() []conformance.Received {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	return slices.Clone(hs.got)
-}
-
-// TestPublisherContextEnd: a subject whose PubAcks are held back after the first three (a
-// subscriber answering as a stream would): when the call's ctx ends, the events not yet published
-// and those still awaiting their PubAck fail with ctx's error, and through a relay none of them is
-// recorded sent (pubtest.ContextEnd). Concurrency 4 keeps some events unpublished when ctx ends.
-func TestPublisherContextEnd(t *testing.T) {
-	t.Parallel()
-	f := newPubFixture(t)
-	subject := "held_" + f.name + ".x"
-	hs := newHoldingStream(t, f.nc, subject)
-	pub := newPublisher(t, PublisherConfig{JetStream: f.js, AckTimeout: time.Minute, Concurrency: 4})
-	pubtest.ContextEnd(t, pubtest.New(t), pubtest.ContextEndHarness{Publisher: pub, Topic: subject,
-		Hold: hs.hold, Holding: hs.holding, Release: hs.release, Received: hs.received})
 }

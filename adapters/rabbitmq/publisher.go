@@ -102,6 +102,11 @@ type PublisherConfig struct {
 // as unroutable. A nack, a return, a closed channel or no confirm within ConfirmTimeout is a
 // failure of that event, which the relay retries: the message may then be in a queue twice, under
 // one message-id, and the consumer deduplicates.
+//
+// Publisher does not implement outbox.TopicChecker: whether a queue takes a routing key depends on
+// the broker's exchanges and bindings, known only by publishing (a mandatory message that no queue
+// takes fails with [ErrUnroutable], retried: a binding may be added), and the outbox's own topic
+// limit (255 bytes) is AMQP's routing key limit.
 type Publisher struct {
 	cfg PublisherConfig
 

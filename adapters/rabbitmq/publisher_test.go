@@ -18,7 +18,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/conformance"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/adapters/internal/cetest"
 	"github.com/txinbox/txinbox/adapters/internal/pubtest"
@@ -52,7 +52,7 @@ func declare(t *testing.T, url string, args amqp.Table) (string, *amqp.Channel) 
 // collector consumes a queue (on a connection of its own, auto-ack) and keeps what arrives.
 type collector struct {
 	mu   sync.Mutex
-	got  []pubtest.Received
+	got  []conformance.Received
 	msgs []amqp.Delivery
 }
 
@@ -83,7 +83,7 @@ func collect(t *testing.T, url, q string) *collector {
 			// and validates it.
 			ce, err := cetest.AMQP(d.Headers, d.ContentType, d.Body)
 			c.mu.Lock()
-			c.got = append(c.got, pubtest.Received{ID: d.MessageId, Payload: d.Body, Headers: h, CloudEvent: ce, CloudEventErr: err})
+			c.got = append(c.got, conformance.Received{ID: d.MessageId, Payload: d.Body, Headers: h, CloudEvent: ce, CloudEventErr: err})
 			c.msgs = append(c.msgs, d)
 			c.mu.Unlock()
 		}
@@ -91,10 +91,10 @@ func collect(t *testing.T, url, q string) *collector {
 	return c
 }
 
-func (c *collector) received() []pubtest.Received {
+func (c *collector) received() []conformance.Received {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]pubtest.Received(nil), c.got...)
+	return append([]conformance.Received(nil), c.got...)
 }
 
 func (c *collector) deliveries() []amqp.Delivery {
@@ -111,94 +111,6 @@ func newPublisher(t *testing.T, cfg PublisherConfig) *Publisher {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	return p
-}
-
-// TestPublisherDeliver: through a real relay over a real outbox (pubtest.Deliver), each committed
-// event arrives in the queue its topic names, with its id as message-id, its kind as type, its
-// content type as content-type, its creation as timestamp, persistent, its headers (trace context
-// included) as AMQP headers and its CloudEvents envelope as cloudEvents_ headers, which map onto a
-// valid event of the SDK; a key's events in commit order; nothing of a rolled-back transaction.
-func TestPublisherDeliver(t *testing.T) {
-	t.Parallel()
-	url := brokerURL(t)
-	q, _ := declare(t, url, nil)
-	c := collect(t, url, q)
-	pub := newPublisher(t, PublisherConfig{URL: url})
-	pubtest.Deliver(t, pubtest.New(t), pubtest.DeliverHarness{Publisher: pub, Topic: q, Received: c.received,
-		Check: func(t testing.TB, r pubtest.Received, ev outbox.Event) {
-			for _, d := range c.deliveries() {
-				if d.MessageId != r.ID {
-					continue
-				}
-				if d.DeliveryMode != amqp.Persistent || d.Type != ev.Kind || d.ContentType != ev.ContentType || !d.Timestamp.Equal(ev.CreatedAt.Truncate(time.Second)) {
-					t.Errorf("message %s: delivery mode %d, type %q, content type %q, timestamp %v; want persistent, %q, %q, %v",
-						d.MessageId, d.DeliveryMode, d.Type, d.ContentType, d.Timestamp, ev.Kind, ev.ContentType, ev.CreatedAt.Truncate(time.Second))
-				}
-			}
-		}})
-}
-
-// TestPublisherPair: a Publisher and a Consumer of its queue whose Sink names only the store and the
-// consumer store each event under its id, with its kind, its key as ordering key and its trace
-// context, read from the envelope; a message of another producer (message-id, x-kind) is stored as
-// before (pubtest.Pair).
-func TestPublisherPair(t *testing.T) {
-	t.Parallel()
-	url := brokerURL(t)
-	q, ch := declare(t, url, nil)
-	pub := newPublisher(t, PublisherConfig{URL: url})
-	pubtest.Pair(t, pubtest.New(t), pubtest.PairHarness{Publisher: pub, Topic: q,
-		Start: func(sink adapters.SinkConfig) { start(t, newConsumer(t, Config{URL: url, Queue: q, Sink: sink})) },
-		Plain: func(id, kind string, body []byte, headers map[string]string) {
-			h := amqp.Table{adapters.DefaultKindHeader: kind}
-			for name, v := range headers {
-				h[name] = v
-			}
-			publish(t, ch, q, amqp.Publishing{MessageId: id, Headers: h, Body: body})
-		},
-		Foreign: func(brokerID string, attrs map[string]string, body []byte) {
-			h := amqp.Table{}
-			for name, v := range attrs {
-				h["cloudEvents_"+name] = v
-			}
-			publish(t, ch, q, amqp.Publishing{MessageId: brokerID, ContentType: "application/json", Headers: h, Body: body})
-		}})
-}
-
-// TestPublisherAcknowledgment: the queue is full (x-max-length with overflow reject-publish), so the
-// broker nacks every message: each attempt fails and is retried, no event is recorded sent; once the
-// queue is purged the events are confirmed, sent and consumed under their ids
-// (pubtest.Acknowledgment).
-func TestPublisherAcknowledgment(t *testing.T) {
-	t.Parallel()
-	url := brokerURL(t)
-	const capacity = 5
-	q, ch := declare(t, url, amqp.Table{"x-max-length": capacity, "x-overflow": "reject-publish"})
-	var c *collector
-	var mu sync.Mutex
-	pub := newPublisher(t, PublisherConfig{URL: url})
-	pubtest.Acknowledgment(t, pubtest.New(t), pubtest.AckHarness{Publisher: pub, Topic: q,
-		Refuse: func() {
-			fill := make([]amqp.Publishing, capacity)
-			for i := range fill {
-				fill[i] = amqp.Publishing{MessageId: fmt.Sprintf("filler-%d", i), Body: []byte(`{}`)}
-			}
-			publish(t, ch, q, fill...)
-		},
-		Accept: func() {
-			if _, err := ch.QueuePurge(q, false); err != nil {
-				t.Fatal(err)
-			}
-			mu.Lock()
-			c = collect(t, url, q)
-			mu.Unlock()
-		},
-		Received: func() []pubtest.Received {
-			mu.Lock()
-			defer mu.Unlock()
-			return c.received()
-		},
-	})
 }
 
 // TestPublisherUnroutableIsAFailure: a message that no queue takes is returned by the broker and is a
@@ -546,7 +458,7 @@ func (g *publishGate) release() {
 // drain returns a function that takes every message waiting in the queue q (basic.get, on a
 // connection of its own) and returns all it took so far: a message the broker confirmed before the
 // call is among them.
-func drain(t *testing.T, url, q string) func() []pubtest.Received {
+func drain(t *testing.T, url, q string) func() []conformance.Received {
 	t.Helper()
 	conn, err := amqp.Dial(url)
 	if err != nil {
@@ -558,8 +470,8 @@ func drain(t *testing.T, url, q string) func() []pubtest.Received {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var got []pubtest.Received
-	return func() []pubtest.Received {
+	var got []conformance.Received
+	return func() []conformance.Received {
 		mu.Lock()
 		defer mu.Unlock()
 		for {
@@ -574,26 +486,7 @@ func drain(t *testing.T, url, q string) func() []pubtest.Received {
 			for k, v := range d.Headers {
 				h[k] = fmt.Sprint(v)
 			}
-			got = append(got, pubtest.Received{ID: d.MessageId, Payload: d.Body, Headers: h})
+			got = append(got, conformance.Received{ID: d.MessageId, Payload: d.Body, Headers: h})
 		}
 	}
-}
-
-// TestPublisherContextEnd: the broker gets only the first three publishes (a proxy holds the later
-// frames), so it confirms no later message: when the call's ctx ends, the events awaiting their
-// confirm fail with ctx's error, and through a relay none of them is recorded sent
-// (pubtest.ContextEnd).
-func TestPublisherContextEnd(t *testing.T) {
-	t.Parallel()
-	broker := brokerURL(t)
-	q, _ := declare(t, broker, nil)
-	u, err := url.Parse(broker)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := newPublishGate(t, u.Host)
-	u.Host = g.ln.Addr().String()
-	pub := newPublisher(t, PublisherConfig{URL: u.String(), ConfirmTimeout: time.Minute})
-	pubtest.ContextEnd(t, pubtest.New(t), pubtest.ContextEndHarness{Publisher: pub, Topic: q,
-		Hold: g.hold, Holding: g.holding, Release: g.release, Received: drain(t, broker, q)})
 }

@@ -41,7 +41,7 @@ import (
 )
 
 // Config configures a Consumer. URL, Queue, Sink.Store.DB and Sink.Consumer are required; every other zero
-// field takes the documented default. New returns an *inbox.ConfigError naming the field that is
+// field takes the documented default. New returns an *txinbox.ConfigError naming the field that is
 // missing or negative.
 type Config struct {
 	// URL is the broker address, "amqp://user:password@host:5672/vhost".

@@ -13,8 +13,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/conformance"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 // EnvURL names the variable that points the tests at a broker other than the local default.
@@ -105,7 +105,7 @@ func start(t *testing.T, c *Consumer) (stop func() error) {
 func TestDuplicatesAndCrashes(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	q, ch := queue(t, url)
 	unique, all := adaptertest.Plan("rmq", 5000, 30)
 	msgs := make([]amqp.Publishing, len(all))
@@ -173,7 +173,7 @@ func TestDuplicatesAndCrashes(t *testing.T) {
 func TestDatabaseDown(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	q, ch := queue(t, url)
 	unique, _ := adaptertest.Plan("down", 300, 0)
 	msgs := make([]amqp.Publishing, len(unique))
@@ -213,7 +213,7 @@ func TestDatabaseDown(t *testing.T) {
 func TestUndecodableAndConflict(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	q, ch := queue(t, url)
 	publish(t, ch, q,
 		amqp.Publishing{MessageId: "ok-1", Type: "credit", Body: []byte(`{"amount": 1}`)},
@@ -308,7 +308,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestShutdownFinishesBatch(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	q, ch := queue(t, url)
 	unique, _ := adaptertest.Plan("stop", 20, 0)
 	for _, m := range unique {
@@ -347,40 +347,23 @@ func TestNewNamesBadField(t *testing.T) {
 	t.Parallel()
 	cfg := Config{URL: "amqp://x", Queue: "q", Sink: adapters.SinkConfig{Store: txinbox.Store{DB: adaptertest.DeadPool(t)}, Consumer: "ledger"}}
 	adaptertest.NegativeFields(t, cfg, func(cfg Config) error { _, err := New(cfg); return err },
-		append([]string{"Prefetch"}, adaptertest.BatchFields...)...)
+		append([]string{"Prefetch"}, adaptertest.BatchFields()...)...)
 }
 
-// TestCommitFailure runs the adapters' shared check (adaptertest.CommitFailure): while the inbox
-// commit fails, the batch is held, never acknowledged; once it succeeds, each message is stored once
-// and acknowledged.
-func TestCommitFailure(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-	adaptertest.CommitFailure(t, db, harness(t))
-}
-
-// TestStoreFailureKeepsOrder runs the adapters' shared check (adaptertest.StoreFailureKeepsOrder):
-// a batch that cannot be stored is held, unacknowledged, and stored again before the deliveries
-// prefetched behind it, so the inbox receives the queue's messages in their order.
-func TestStoreFailureKeepsOrder(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-	adaptertest.StoreFailureKeepsOrder(t, db, harness(t))
-}
-
-// harness is the shared checks' view of a queue of the test's own.
-func harness(t *testing.T) adaptertest.Harness {
+// harness is the conformance suite's set-up of its sink tests (CommitFailure,
+// StoreFailureKeepsOrder): a queue of the test's own.
+func harness(t *testing.T) conformance.SinkSetup {
 	url := brokerURL(t)
 	q, ch := queue(t, url)
-	return adaptertest.Harness{
-		Publish: func(msgs []adaptertest.Msg) {
+	return conformance.SinkSetup{
+		Publish: func(msgs []conformance.Msg) {
 			ps := make([]amqp.Publishing, len(msgs))
 			for i, m := range msgs {
 				ps[i] = amqp.Publishing{MessageId: m.Key, Type: "credit", Body: m.Payload}
 			}
 			publish(t, ch, q, ps...)
 		},
-		Start: func(sink adapters.SinkConfig, batchSize int) adaptertest.Consumer {
+		Start: func(sink adapters.SinkConfig, batchSize int) conformance.Consumer {
 			c := newConsumer(t, Config{URL: url, Queue: q, Sink: sink, BatchConfig: adapters.BatchConfig{BatchSize: batchSize}})
 			start(t, c)
 			return c

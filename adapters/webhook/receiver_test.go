@@ -11,16 +11,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
+	"github.com/txinbox/txinbox/adapters/conformance"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
-	"github.com/txinbox/txinbox/adapters/internal/pubtest"
 	"github.com/txinbox/txinbox/adapters/webhook"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
 func newReceiver(t *testing.T, cfg webhook.ReceiverConfig) *webhook.Receiver {
@@ -62,49 +60,8 @@ func post(t *testing.T, url, secret, id string, body []byte, headers map[string]
 	return resp.StatusCode, resp.Header.Get("Content-Type"), b
 }
 
-// TestReceiverPair: a webhook Publisher and a Receiver behind its endpoint, whose Sink names only the
-// store and the consumer, store each event under its id, with its kind, its key as ordering key and
-// its trace context, read from the CloudEvents HTTP binding's headers; a Standard Webhooks request
-// of another sender (webhook-id, x-kind) is stored as such (pubtest.Pair).
-func TestReceiverPair(t *testing.T) {
-	t.Parallel()
-	secret := webhook.NewSecret()
-	var handler atomic.Pointer[webhook.Receiver]
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h := handler.Load(); h != nil {
-			h.ServeHTTP(w, r)
-			return
-		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	t.Cleanup(srv.Close)
-	pub := newPublisher(t, webhook.Config{URL: srv.URL + "/events", Secret: secret})
-	pubtest.Pair(t, pubtest.New(t), pubtest.PairHarness{Publisher: pub, Topic: "orders",
-		Start: func(sink adapters.SinkConfig) {
-			handler.Store(newReceiver(t, webhook.ReceiverConfig{Secret: secret, Sink: sink}))
-		},
-		Plain: func(id, kind string, body []byte, headers map[string]string) {
-			h := map[string]string{adapters.DefaultKindHeader: kind}
-			for name, v := range headers {
-				h[name] = v
-			}
-			if status, _, b := post(t, srv.URL+"/plain", secret, id, body, h, true); status != http.StatusAccepted {
-				t.Fatalf("plain request answered %d %s", status, b)
-			}
-		},
-		Foreign: func(brokerID string, attrs map[string]string, body []byte) {
-			h := map[string]string{"Content-Type": "application/json"}
-			for name, v := range attrs {
-				h["ce-"+name] = v
-			}
-			if status, _, b := post(t, srv.URL+"/foreign", secret, brokerID, body, h, true); status != http.StatusAccepted {
-				t.Fatalf("foreign request answered %d %s", status, b)
-			}
-		}})
-}
-
 // sender is a Standard Webhooks sender that POSTs each of its messages, signed, until a request of it
-// is answered 2xx: the queue a webhook Receiver acknowledges from, for adaptertest.CommitFailure.
+// is answered 2xx: the queue a webhook Receiver acknowledges from, for the conformance suite's sink tests.
 type sender struct {
 	url, secret string
 	// inOrder: a round stops at the first message not answered 2xx, so that none is sent before the
@@ -112,13 +69,13 @@ type sender struct {
 	inOrder bool
 
 	mu      sync.Mutex
-	pending []adaptertest.Msg
+	pending []conformance.Msg
 }
 
 // round POSTs every pending message once and drops those answered 2xx.
 func (s *sender) round(t *testing.T) {
 	s.mu.Lock()
-	msgs := append([]adaptertest.Msg(nil), s.pending...)
+	msgs := append([]conformance.Msg(nil), s.pending...)
 	s.mu.Unlock()
 	for _, m := range msgs {
 		req, err := http.NewRequest(http.MethodPost, s.url, bytes.NewReader(m.Payload))
@@ -175,15 +132,15 @@ func (c *receiving) Stop(context.Context) error {
 	return nil
 }
 
-// receiverHarness is the adaptertest.Harness of a Receiver behind a server, fed by s.
-func receiverHarness(t *testing.T, secret string, s *sender) adaptertest.Harness {
-	return adaptertest.Harness{
-		Publish: func(msgs []adaptertest.Msg) {
+// receiverHarness is the conformance.SinkSetup of a Receiver behind a server, fed by s.
+func receiverHarness(t *testing.T, secret string, s *sender) conformance.SinkSetup {
+	return conformance.SinkSetup{
+		Publish: func(msgs []conformance.Msg) {
 			s.mu.Lock()
 			s.pending = append(s.pending, msgs...)
 			s.mu.Unlock()
 		},
-		Start: func(sink adapters.SinkConfig, _ int) adaptertest.Consumer {
+		Start: func(sink adapters.SinkConfig, _ int) conformance.Consumer {
 			c := &receiving{r: newReceiver(t, webhook.ReceiverConfig{Secret: secret, Sink: sink}), stop: make(chan struct{}), done: make(chan struct{})}
 			c.srv = httptest.NewServer(c.r)
 			s.url = c.srv.URL
@@ -208,27 +165,6 @@ func receiverHarness(t *testing.T, secret string, s *sender) adaptertest.Harness
 	}
 }
 
-// TestReceiverStoreFailureKeepsOrder: while the database refuses every connection, the Receiver
-// answers 503 and acknowledges nothing; a sender that sends in order (as the outbox relay sends a
-// key's events) then has each message stored once, in the order it was sent
-// (adaptertest.StoreFailureKeepsOrder).
-func TestReceiverStoreFailureKeepsOrder(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-	secret := webhook.NewSecret()
-	adaptertest.StoreFailureKeepsOrder(t, db, receiverHarness(t, secret, &sender{secret: secret, inOrder: true}))
-}
-
-// TestReceiverCommitFailure: while every commit of the inbox transaction fails, the Receiver answers
-// 503 and acknowledges (answers 2xx) nothing, and the sender keeps every message; once commits
-// succeed, each is stored exactly once (adaptertest.CommitFailure).
-func TestReceiverCommitFailure(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-	secret := webhook.NewSecret()
-	adaptertest.CommitFailure(t, db, receiverHarness(t, secret, &sender{secret: secret}))
-}
-
 // problem decodes an answer's RFC 9457 problem document and fails t unless it is one of type typ and
 // status.
 func problem(t *testing.T, what string, status int, contentType string, body []byte, typ string, wantStatus int) {
@@ -245,7 +181,7 @@ type inboxRow struct {
 	headers                               map[string]string
 }
 
-func rowsOf(t *testing.T, db *testdb.DB) map[string]inboxRow {
+func rowsOf(t *testing.T, db *adaptertest.DB) map[string]inboxRow {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), db.SQL(`SELECT key, kind, coalesce(ordering_key, ''), state, coalesce(last_error, ''),
 		coalesce(convert_from(raw, 'UTF8'), ''), headers FROM {schema}.inbox WHERE consumer = 'hooks'`))
@@ -278,7 +214,7 @@ func rowsOf(t *testing.T, db *testdb.DB) map[string]inboxRow {
 // 413, and a database that cannot be reached 503, nothing stored; the errors are problem documents.
 func TestReceiverAnswers(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	sw := adaptertest.NewSwitchDB(db.Pool)
 	secret := webhook.NewSecret()
 	rc := newReceiver(t, webhook.ReceiverConfig{Secret: secret, MaxBodyBytes: 256,
@@ -290,7 +226,7 @@ func TestReceiverAnswers(t *testing.T) {
 	ce := map[string]string{
 		"ce-specversion": "1.0", "ce-id": "evt-1", "ce-source": "/shop", "ce-type": "order.paid",
 		"ce-time": "2026-01-02T03:04:05Z", "ce-partitionkey": "order%207%20%E2%82%AC",
-		"traceparent": pubtest.TraceParent, "tracestate": pubtest.TraceState, "Content-Type": "application/json",
+		"traceparent": conformance.TraceParent, "tracestate": conformance.TraceState, "Content-Type": "application/json",
 		"X-Tenant": "t1", "Authorization": "Bearer secret",
 	}
 	body := []byte(`{"order": 7}`)
@@ -304,8 +240,8 @@ func TestReceiverAnswers(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"ce-specversion": "1.0", "ce-id": "evt-1", "ce-source": "/shop", "ce-type": "order.paid", "ce-time": "2026-01-02T03:04:05Z",
-		"ce-partitionkey": "order 7 €", "ce-datacontenttype": "application/json", "traceparent": pubtest.TraceParent,
-		"tracestate": pubtest.TraceState, "x-tenant": "t1", "webhook-id": "wh-1", "content-type": "application/json",
+		"ce-partitionkey": "order 7 €", "ce-datacontenttype": "application/json", "traceparent": conformance.TraceParent,
+		"tracestate": conformance.TraceState, "x-tenant": "t1", "webhook-id": "wh-1", "content-type": "application/json",
 	} {
 		if r.headers[name] != want {
 			t.Errorf("stored header %s = %q, want %q (headers %v)", name, r.headers[name], want, r.headers)
@@ -380,7 +316,7 @@ func TestReceiverAnswers(t *testing.T) {
 // naming the field.
 func TestNewReceiverChecksConfig(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
+	db := adaptertest.NewDB(t)
 	good := webhook.ReceiverConfig{Secret: webhook.NewSecret(), Sink: adapters.SinkConfig{Store: db.Store(), Consumer: "hooks"}}
 	if _, err := webhook.NewReceiver(good); err != nil {
 		t.Fatal(err)

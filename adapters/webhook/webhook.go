@@ -200,14 +200,33 @@ func (p *Publisher) Publish(ctx context.Context, events []outbox.Event) error {
 	return outbox.Errors(errs)
 }
 
-// send makes one attempt of ev.
-func (p *Publisher) send(ctx context.Context, ev *outbox.Event) error {
-	endpoint, ok := p.cfg.Endpoints[ev.Topic]
+var _ outbox.TopicChecker = (*Publisher)(nil)
+
+// CheckTopic implements outbox.TopicChecker: it returns an error matching [ErrNoEndpoint] for a
+// topic without an endpoint (not in Config.Endpoints, and Config.URL empty), so that the relay makes
+// its events dead before any request, and a Client whose Config.TopicChecker is p refuses them.
+func (p *Publisher) CheckTopic(topic string) error {
+	_, err := p.endpoint(topic)
+	return err
+}
+
+// endpoint returns the URL the events of topic are POSTed to.
+func (p *Publisher) endpoint(topic string) (string, error) {
+	endpoint, ok := p.cfg.Endpoints[topic]
 	if !ok {
 		endpoint = p.cfg.URL
 	}
 	if endpoint == "" {
-		return txinbox.Permanent(fmt.Errorf("%w %q", ErrNoEndpoint, ev.Topic))
+		return "", fmt.Errorf("%w %q", ErrNoEndpoint, topic)
+	}
+	return endpoint, nil
+}
+
+// send makes one attempt of ev.
+func (p *Publisher) send(ctx context.Context, ev *outbox.Event) error {
+	endpoint, err := p.endpoint(ev.Topic)
+	if err != nil {
+		return txinbox.Permanent(err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()

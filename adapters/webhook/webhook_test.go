@@ -2,8 +2,6 @@ package webhook_test
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"io"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/adapters/conformance"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/adapters/internal/cetest"
 	"github.com/txinbox/txinbox/adapters/internal/pubtest"
@@ -101,10 +100,10 @@ func (e *endpoint) requests() []request {
 }
 
 // received returns the requests answered 2xx, as pubtest sees messages.
-func (e *endpoint) received() []pubtest.Received {
+func (e *endpoint) received() []conformance.Received {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := make([]pubtest.Received, len(e.ok))
+	out := make([]conformance.Received, len(e.ok))
 	for i, r := range e.ok {
 		h := map[string]string{}
 		for name := range r.header {
@@ -112,7 +111,7 @@ func (e *endpoint) received() []pubtest.Received {
 		}
 		// A CloudEvents receiver of the SDK (its HTTP binding) reads the request.
 		ce, err := cetest.HTTP(r.header, r.body)
-		out[i] = pubtest.Received{ID: r.header.Get(webhook.HeaderID), Payload: r.body, Headers: h, CloudEvent: ce, CloudEventErr: err}
+		out[i] = conformance.Received{ID: r.header.Get(webhook.HeaderID), Payload: r.body, Headers: h, CloudEvent: ce, CloudEventErr: err}
 	}
 	return out
 }
@@ -198,63 +197,6 @@ func TestVerifyRejectsWhatWasNotSigned(t *testing.T) {
 	}
 }
 
-// TestDeliver: webhooks through a real relay over a real outbox (pubtest.Deliver): each committed
-// event is POSTed with its id as webhook-id, its payload as the body, its content type as
-// Content-Type, its headers (trace context included) and its CloudEvents envelope as ce- headers,
-// which the SDK's HTTP binding reads into a valid event; a key's events in commit order; nothing of
-// a rolled-back transaction. Every request's signature verifies, and an independent HMAC of
-// id.timestamp.body matches it.
-func TestDeliver(t *testing.T) {
-	t.Parallel()
-	secret := webhook.NewSecret()
-	ep := newEndpoint(t, secret, nil)
-	pub := newPublisher(t, webhook.Config{Endpoints: map[string]string{"orders": ep.srv.URL + "/orders"}, Secret: secret})
-	pubtest.Deliver(t, pubtest.New(t), pubtest.DeliverHarness{Publisher: pub, Topic: "orders", Received: ep.received,
-		Check: func(t testing.TB, r pubtest.Received, ev outbox.Event) {
-			if ct := r.Headers["content-type"]; ct != ev.ContentType {
-				t.Errorf("event %s: Content-Type %q, want %q", r.ID, ct, ev.ContentType)
-			}
-		}})
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, webhook.SecretPrefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range ep.requests() {
-		if r.verify != nil || r.path != "/orders" {
-			t.Errorf("request to %s: Verify = %v", r.path, r.verify)
-		}
-		m := hmac.New(sha256.New, key)
-		m.Write([]byte(r.header.Get(webhook.HeaderID) + "." + r.header.Get(webhook.HeaderTimestamp) + "."))
-		m.Write(r.body)
-		if want := "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil)); r.header.Get(webhook.HeaderSignature) != want {
-			t.Errorf("webhook-signature %q, want %q (HMAC-SHA256 of id.timestamp.body)", r.header.Get(webhook.HeaderSignature), want)
-		}
-	}
-}
-
-// TestAcknowledgment: while the endpoint answers 503, every attempt fails and is retried and no event
-// is recorded sent; once it answers 200, each is sent and arrives (pubtest.Acknowledgment).
-func TestAcknowledgment(t *testing.T) {
-	t.Parallel()
-	secret := webhook.NewSecret()
-	var mu sync.Mutex
-	refuse := false
-	ep := newEndpoint(t, secret, func(int, *http.Request) int {
-		mu.Lock()
-		defer mu.Unlock()
-		if refuse {
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusOK
-	})
-	set := func(v bool) func() {
-		return func() { mu.Lock(); refuse = v; mu.Unlock() }
-	}
-	pub := newPublisher(t, webhook.Config{URL: ep.srv.URL, Secret: secret})
-	pubtest.Acknowledgment(t, pubtest.New(t), pubtest.AckHarness{Publisher: pub, Topic: "payments",
-		Refuse: set(true), Accept: set(false), Received: ep.received})
-}
-
 // holdingEndpoint is an endpoint that answers 200; once told to hold, it answers the next three
 // requests and leaves every later one waiting until released (then answers it 200) or abandoned by
 // the publisher (answers 503).
@@ -313,25 +255,12 @@ func (h *holdingEndpoint) unhold() {
 	close(h.release)
 }
 
-// TestContextEnd: an endpoint that leaves the requests after the first three waiting: when the call's
-// ctx ends, the requests in flight are abandoned and their events, and those not yet sent (the
-// Concurrency of 8 is reached), fail with ctx's error; through a relay none of them is recorded sent
-// (pubtest.ContextEnd).
-func TestContextEnd(t *testing.T) {
-	t.Parallel()
-	secret := webhook.NewSecret()
-	ep := newHoldingEndpoint(t, secret)
-	pub := newPublisher(t, webhook.Config{URL: ep.srv.URL, Secret: secret, Timeout: time.Minute})
-	pubtest.ContextEnd(t, pubtest.New(t), pubtest.ContextEndHarness{Publisher: pub, Topic: "refunds",
-		Hold: ep.hold, Holding: ep.holding, Release: ep.unhold, Received: ep.received})
-}
-
 // publishOne publishes one event of topic in a committed transaction and runs a relay with pub; it
 // returns the event's id and the relay's attempts.
 func publishOne(t *testing.T, env *pubtest.Env, pub outbox.Publisher, topic string) (string, *pubtest.Results) {
 	t.Helper()
 	ids := env.Publish(t, true, outbox.Message{Topic: topic, Key: "k", Payload: []byte(`{"n": 1}`),
-		Headers: map[string]string{"traceparent": pubtest.TraceParent}})
+		Headers: map[string]string{"traceparent": conformance.TraceParent}})
 	return ids[0], env.Relay(t, pub, nil)
 }
 
@@ -413,7 +342,7 @@ func TestTooManyRequestsAndTimeoutAreRetried(t *testing.T) {
 	pub := newPublisher(t, webhook.Config{URL: ep.srv.URL, Secret: secret, Timeout: 200 * time.Millisecond})
 	id, res := publishOne(t, env, pub, "invoice.paid")
 	env.WaitSent(t, []string{id})
-	adaptertest.WaitFor(t, "the Observer to see the sent attempt", func() bool { return len(res.Of(id)) >= 3 })
+	adaptertest.WaitFor(t, "the Tracer to be told of the sent attempt", func() bool { return len(res.Of(id)) >= 3 })
 	got := res.Of(id)
 	if len(got) != 3 || got[0].Outcome != txinbox.OutcomeRetry || got[1].Outcome != txinbox.OutcomeRetry || got[2].Outcome != txinbox.OutcomeSent {
 		t.Fatalf("attempts %+v, want retry (429), retry (timeout), sent", got)
@@ -554,5 +483,37 @@ func TestNewChecksConfig(t *testing.T) {
 	}
 	if _, err := webhook.New(webhook.Config{URL: "ftp://example.com", Secret: ok.Secret}); err == nil {
 		t.Error("an ftp URL was accepted")
+	}
+}
+
+// TestTopicWithoutEndpointIsRefusedBeforeAnyRequest: the Publisher is an outbox.TopicChecker that
+// refuses a topic without an endpoint (ErrNoEndpoint), so the relay makes such an event dead at its
+// first attempt without a request (outbox.ErrTopicRefused), and a Client given it as
+// Config.TopicChecker refuses it before writing. With Config.URL every topic has an endpoint.
+func TestTopicWithoutEndpointIsRefusedBeforeAnyRequest(t *testing.T) {
+	t.Parallel()
+	secret := webhook.NewSecret()
+	ep := newEndpoint(t, secret, func(int, *http.Request) int { return http.StatusOK })
+	pub := newPublisher(t, webhook.Config{Endpoints: map[string]string{"invoice.paid": ep.srv.URL}, Secret: secret})
+	if err := pub.CheckTopic("invoice.paid"); err != nil {
+		t.Errorf("CheckTopic of a topic with an endpoint: %v", err)
+	}
+	if err := pub.CheckTopic("invoice.payed"); !errors.Is(err, webhook.ErrNoEndpoint) {
+		t.Errorf("CheckTopic of a topic without an endpoint: %v, want ErrNoEndpoint", err)
+	}
+	if err := newPublisher(t, webhook.Config{URL: ep.srv.URL, Secret: secret}).CheckTopic("anything"); err != nil {
+		t.Errorf("CheckTopic with a URL for every topic: %v", err)
+	}
+	env := pubtest.New(t)
+	id, res := publishOne(t, env, pub, "invoice.payed")
+	adaptertest.WaitFor(t, "the event's attempt to be recorded", func() bool { return len(res.Of(id)) > 0 })
+	if row := env.Row(t, id); row.State != "dead" || row.AttemptsFailed != 1 || !strings.Contains(row.LastError, `"invoice.payed"`) {
+		t.Fatalf("event of a topic without an endpoint: %s after %d failed attempts (%q), want dead after 1 naming the topic", row.State, row.AttemptsFailed, row.LastError)
+	}
+	if r := res.Of(id)[0]; !errors.Is(r.Err, outbox.ErrTopicRefused) || !errors.Is(r.Err, webhook.ErrNoEndpoint) {
+		t.Errorf("attempt error %v; want outbox.ErrTopicRefused wrapping ErrNoEndpoint", r.Err)
+	}
+	if n := len(ep.requests()); n != 0 {
+		t.Errorf("%d requests for a refused topic, want none", n)
 	}
 }

@@ -72,7 +72,7 @@ func outboxIDs(evs []txinbox.DeadLetter) []int64 {
 	return out
 }
 
-// outbox stats prints admin.OutboxStats: a table, or its JSON.
+// outbox stats prints admin.Admin.OutboxStats: a table, or its JSON.
 func TestOutboxStatsCommand(t *testing.T) {
 	t.Parallel()
 	db, _ := seedOutbox(t)

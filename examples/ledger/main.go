@@ -243,8 +243,8 @@ func (w *workerFlags) faults(stdout io.Writer) *demo.Faults {
 }
 
 // runner returns the service's runner on store: the worker pool (none with --workers 0) and the
-// schema's maintainer candidate. observer may be nil.
-func (w *workerFlags) runner(store txinbox.Store, logger *slog.Logger, stdout io.Writer, observer worker.Observer) (*runner.Runner, error) {
+// schema's maintainer candidate, reporting to store's Tracer and Logger.
+func (w *workerFlags) runner(store txinbox.Store, logger *slog.Logger, stdout io.Writer) (*runner.Runner, error) {
 	store.Logger = logger
 	cfg := runner.Config{Owner: w.owner}
 	if w.workers > 0 {
@@ -258,8 +258,8 @@ func (w *workerFlags) runner(store txinbox.Store, logger *slog.Logger, stdout io
 		cfg.Pools = []worker.Config{{
 			Consumer: ledger.Consumer, Handlers: hs,
 			Concurrency: w.workers, BatchSize: w.batchSize, PollInterval: w.poll, Lease: w.lease, Timeout: w.timeout,
-			MaxAttempts: w.maxAttempts, Observer: observer,
-			Backoff: txinbox.Exponential{Base: w.backoffBase, Max: w.backoffLimit}}}
+			MaxAttempts: w.maxAttempts,
+			Backoff:     txinbox.Exponential{Base: w.backoffBase, Max: w.backoffLimit}}}
 	}
 	return runner.New(store, cfg)
 }
@@ -330,7 +330,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		closeSources(srcs)
 		return err
 	}
-	rn, err := wf.runner(store, logger, io.Discard, obs.metrics)
+	// The pool, its maintainer and the API are counted by the metrics (the brokers' consumers are
+	// counted apart: brokerCollector).
+	counted := store
+	counted.Tracer = txinbox.Tracers(store.Tracer, obs.metrics)
+	rn, err := wf.runner(counted, logger, io.Discard)
 	if err != nil {
 		closeSources(srcs)
 		return err
@@ -339,8 +343,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if p := rn.Pool(ledger.Consumer); p != nil {
 		wake = p.Wake
 	}
-	h, err := api.New(api.Config{DB: db, Schema: c.schema, Wake: wake, Logger: logger, Observer: obs.metrics, CoalesceMax: coalesceMax,
-		Tracer: tr.StoreTracer(), TracerProvider: tr.TracerProvider()})
+	h, err := api.New(api.Config{DB: db, Schema: c.schema, Wake: wake, Logger: logger, CoalesceMax: coalesceMax,
+		Tracer: counted.Tracer, TracerProvider: tr.TracerProvider()})
 	if err != nil {
 		closeSources(srcs)
 		return err
@@ -421,7 +425,7 @@ func work(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	p, err := wf.runner(store, logger, stdout, nil)
+	p, err := wf.runner(store, logger, stdout)
 	if err != nil {
 		closeSources(srcs)
 		return err

@@ -99,7 +99,7 @@ func TestServeEndToEnd(t *testing.T) { // not parallel: t.Setenv
 		t.Fatalf("account: %d %s", r.status, r.body)
 	}
 
-	// The handler's observer counts the attempt once its transaction ended: wait for it.
+	// The metrics count the attempt once its transaction ended (txinbox.OpHandled): wait for it.
 	const completed = `txinbox_processed_total{consumer="ledger",kind="OrderPaid",outcome="completed"}`
 	var m map[string]float64
 	waitFor(t, "the completed attempt in /metrics", func() bool {

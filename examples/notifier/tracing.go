@@ -50,7 +50,7 @@ func openTracing(path string) (*tracing, error) {
 // storeTracer returns the txinbox.Store.Tracer: txotel's, which makes the receive span of each
 // stored batch (linked to the trace context each message arrived with) and the handle span of each
 // message (a child of that context); nil without tracing.
-func (t *tracing) storeTracer() txinbox.Tracer {
+func (t *tracing) storeTracer() txinbox.OperationTracer {
 	if t == nil {
 		return nil
 	}

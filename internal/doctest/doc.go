@@ -1,15 +1,27 @@
 // Package doctest holds the checks of the project's documentation, run by `make test` (go test of the
 // root module); it has no code of its own.
 //
-//   - TestGoSnippetsCompile compiles every ```go block of README.md and docs/*.md.
+//   - TestGoSnippetsCompile compiles every ```go block of the repository's Markdown files (README.md,
+//     adapters/README.md, docs/*.md, ...).
+//   - TestGooseInstallCarriesTheMakefilesTags checks that every `go install` of the goose CLI in the
+//     documents has the Makefile's GOOSE_TAGS and the version of tools/goose/go.mod, and
+//     TestInstallGetsEveryDocumentedModule that README.md's Install section gets every module whose
+//     packages the documents teach.
 //   - TestMigrationsGuide runs the commands of docs/migrations.md (Go, the goose CLI, the txinbox
 //     command) from an empty application module against a database of its own (see the test).
 //   - TestLinksResolve follows every relative link of the Markdown files at the root and in docs/ to
 //     a file or directory of the repository, and a link's fragment into a Markdown file to one of
 //     its headings (the anchors GitHub makes of them).
+//   - TestDocumentedNamesExist checks each pkg.Name and pkg.Type.Member that a Markdown file (but
+//     CHANGELOG.md) or a Go comment writes, for the repository's packages, against the code.
+//   - TestScalingGuideDistributesEveryTable checks that docs/scaling.md's SQL distributes exactly
+//     migrate.DistributedTables (-update-docs writes it), and TestScalingGuidePlacesEveryTable that
+//     every table of a migrated schema is either distributed or named there as the coordinator's.
 //   - TestNoWorkItemReferences fails on each line of the repository's files that names a work item
-//     (an issue, task or ticket number, or a number after "#") or a working session (an ordinal before
-//     "session"): project files speak of the project only; history lives in git and CHANGELOG.md.
+//     (an issue, task or ticket number, a number after "#", the work item named as "the" one) or a
+//     working session (an ordinal before "session", the session as a span of time or as an actor):
+//     project files speak of the project only; history lives in git and CHANGELOG.md. words_test.go
+//     lists the phrasings.
 //
 // The tests that build go in a temporary module, example.com/app, which requires the repository's
 // modules from this tree (replace directives), through the module proxy configured for go.

@@ -23,7 +23,8 @@ import (
 const guideSchema = "billing"
 
 // gooseBinary returns the goose CLI pinned in tools/goose: $TXINBOX_GOOSE (make's bin/goose), which
-// must then exist, else one built here from tools/goose. It never skips.
+// must then exist, else one built here from tools/goose with the Makefile's GOOSE_TAGS. It never
+// skips.
 func gooseBinary(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("TXINBOX_GOOSE"); p != "" {
@@ -35,7 +36,7 @@ func gooseBinary(t *testing.T) string {
 	out := filepath.Join(t.TempDir(), "goose")
 	cmd := exec.Command("go", "build", "-o", out, "github.com/pressly/goose/v3/cmd/goose")
 	cmd.Dir = filepath.Join(repoRoot, "tools", "goose")
-	cmd.Env = append(os.Environ(), "GOFLAGS=-tags=no_clickhouse,no_libsql,no_mssql,no_azuresql,no_mysql,no_sqlite3,no_vertica,no_ydb")
+	cmd.Env = append(os.Environ(), "GOFLAGS=-tags="+makeVar(t, "GOOSE_TAGS"))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the goose CLI: %v\n%s", err, b)
 	}

@@ -85,6 +85,9 @@ var imports = map[string]string{
 	"testing": "testing", "time": "time",
 	"pgx": "github.com/jackc/pgx/v5", "pgconn": "github.com/jackc/pgx/v5/pgconn",
 	"pgxpool":     "github.com/jackc/pgx/v5/pgxpool",
+	"nats":        "github.com/nats-io/nats.go",
+	"jetstream":   "github.com/nats-io/nats.go/jetstream",
+	"kgo":         "github.com/twmb/franz-go/pkg/kgo",
 	"prometheus":  "github.com/prometheus/client_golang/prometheus",
 	"promhttp":    "github.com/prometheus/client_golang/prometheus/promhttp",
 	"txinbox":     modulePath,
@@ -106,8 +109,10 @@ var imports = map[string]string{
 	"kafka":       modulePath + "/adapters/kafka",
 	"natsjs":      modulePath + "/adapters/natsjs",
 	"rabbitmq":    modulePath + "/adapters/rabbitmq",
+	"webhook":     modulePath + "/adapters/webhook",
 	"seenredis":   modulePath + "/seenredis",
 	"txinboxtest": modulePath + "/txinboxtest",
+	"conformance": modulePath + "/adapters/conformance",
 }
 
 // withImports parses src (a file with no import declaration) and returns it with the import
@@ -192,24 +197,35 @@ func (b block) source() (string, error) {
 	return src, err
 }
 
-// snippetDocs are the documents whose Go blocks are compiled: README.md and docs/*.md.
+// snippetDocs are the documents whose Go blocks are compiled: every Markdown file of the repository
+// with a ```go block (README.md, adapters/README.md, docs/*.md, ...).
 func snippetDocs(t *testing.T) []string {
 	t.Helper()
-	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
+	var out []string
+	for _, f := range projectFiles(t, repoRoot) {
+		if !strings.HasSuffix(f, ".md") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(repoRoot, f))
+		if os.IsNotExist(err) {
+			continue // deleted in the work tree, not yet in the index
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "```go\n") {
+			out = append(out, f)
+		}
 	}
-	out := []string{"README.md"}
-	for _, d := range docs {
-		rel, _ := filepath.Rel(repoRoot, d)
-		out = append(out, filepath.ToSlash(rel))
+	if !slices.Contains(out, "README.md") {
+		t.Fatalf("README.md is not among the documents with Go blocks: %v", out)
 	}
 	return out
 }
 
-// Every ```go block of README.md and docs/*.md compiles against the repository's code, in a module
-// of an application's own (the package documentation says how blocks that are not programs are
-// completed).
+// Every ```go block of the repository's Markdown files compiles against the repository's code, in a
+// module of an application's own (the package documentation says how blocks that are not programs
+// are completed).
 func TestGoSnippetsCompile(t *testing.T) {
 	t.Parallel()
 	var blocks []block
@@ -217,7 +233,7 @@ func TestGoSnippetsCompile(t *testing.T) {
 		blocks = append(blocks, fencedBlocks(t, doc, "go")...)
 	}
 	if len(blocks) == 0 {
-		t.Fatal("no ```go block found in README.md")
+		t.Fatal("no ```go block found in the documents")
 	}
 	prelude, err := os.ReadFile(filepath.Join("testdata", "prelude.go"))
 	if err != nil {
@@ -227,7 +243,7 @@ func TestGoSnippetsCompile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := newAppModule(t, ".", "adapters", "seenredis", "txinboxtest")
+	dir := newAppModule(t, ".", "adapters", "seenredis")
 	var where []string
 	for i, b := range blocks {
 		src, err := b.source()

@@ -21,13 +21,27 @@ const wordsFile = "internal/doctest/words_test.go"
 // workWords match the references to work items and sittings that project files must not make: an
 // issue, task, ticket, item or pull request followed by its number, a number after "#" (but not an
 // HTML entity, a colour or a URL fragment), an ordinal before the word for a working session, that
-// word followed by a number, and the word for a sitting itself (TestWorkWords lists examples).
+// word followed by a number, and the word for a sitting itself; and the journal's phrasings of the
+// work item or the sitting: "the issue", "this issue", "the issue's", and the sitting as a span of
+// time or as an actor ("at the session's start", "earlier in the session", "in this session.", "the
+// session's brief", "the session measured"). A PostgreSQL or HTTP session is none of these: "the
+// session holding the horizon", "this session may read", "the session's cookie", "until the end of
+// the session" (TestWorkWords lists examples of both).
 var workWords = regexp.MustCompile(`(?i)` +
 	`\b(issue|task|ticket|item|bug|pr|pull request)s? ?#?[0-9]+\b` +
 	`|(^|[^\w&/#])#[0-9]{1,5}\b` +
 	`|\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth) (work )?(session|sitting)s?\b` +
 	`|\b(session|sitting) #?[0-9]+\b` +
-	`|\bsittings?\b`)
+	`|\bsittings?\b` +
+	// the work item
+	`|\b(the|this|that) issue\b|\bissue's\b` +
+	// the sitting as a span of time
+	`|\b(at|since|from|by) (the|this) session's (start|beginning|outset|end)\b` +
+	`|\b(at|since|from) the (start|beginning|outset) of (the|this) session\b` +
+	`|\b(in|during|throughout|earlier in|later in|over) (the|this) session *($|[.,;:)])` +
+	// the sitting's work, or the sitting as an actor
+	`|\b(the|this|that|previous|last|next|earlier) session's (work|brief|goal|plan|notes|findings|measurements|runs|changes|tests|fixes|tasks?)\b` +
+	`|\b(the|this) session (found|measured|added|fixed|showed|wrote|made|built|tried|studied|adds|fixes|changed)\b`)
 
 // workWordLines returns the lines of content that workWords matches, as "name:line: text".
 func workWordLines(name string, content []byte) []string {
@@ -107,6 +121,10 @@ func TestWorkWords(t *testing.T) {
 		"issue " + n, "Issue " + n + ":", "(issues " + n + " and 28)", "task #" + n, "see #" + n + ".",
 		"fixes #" + n, "PR " + n, "fifth " + sess, "Third " + sess + " of the day", sess + " " + n,
 		"in one sitting",
+		"(The issue's option 2.)", "does not meet the issue's requirement", "meets the issue: no row",
+		"this issue", "p99 4.2 s at the " + sess + "'s start", "earlier in the " + sess + ", T ran",
+		"as measured in this " + sess + ".", "since the start of this " + sess, "the " + sess + "'s brief",
+		"The " + sess + " measured 3 runs", "during the " + sess + ")",
 	} {
 		if !workWords.MatchString(bad) {
 			t.Errorf("not caught: %q", bad)
@@ -116,6 +134,12 @@ func TestWorkWords(t *testing.T) {
 		"an idle session", "every session's snapshots", "this session's cookie", "color: #767676;",
 		"--fg: #1d2330", "&#39;", "https://example.com/page#2", "issues with the tissue", "a bug in 2 places",
 		"migration 00006", "RFC 9457", "item", "sessions 2",
+		"an issue with the tissue", "issues", "the session holding the oldest snapshot",
+		"Holder is the session, other than the one reading", "the session's backend process id",
+		"the session's state", "the session's channel", "whatever ended the session", "ends the session of",
+		"closing the session releases the lock", "Whether this session may read and write",
+		"send this session's cookie", "the session's CSRF token", "whatever the session's search_path",
+		"held until the end of the session", "Eight sessions, one key", "the session it runs on",
 	} {
 		if workWords.MatchString(good) {
 			t.Errorf("caught wrongly: %q", good)

@@ -1,7 +1,7 @@
 // Package pgstats reads what keeps the txinbox tables clean (queries/health.sql): PostgreSQL's
 // statistics of the tables and what holds back the xmin horizon. It is shared by admin.Health (whose
-// public types mirror these; the console renders admin.Health), metrics.HealthCollector and the
-// pools' health warnings. Its import path names neither "health" nor "vacuum", so that package
+// public types mirror these; the console renders admin.Health), package metrics' gauges and the
+// maintainer's health warnings. Its import path names neither "health" nor "vacuum", so that package
 // worker's dependencies name no such package.
 package pgstats
 

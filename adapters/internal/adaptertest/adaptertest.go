@@ -1,7 +1,9 @@
 // Package adaptertest holds what the broker adapters' tests share: broker discovery (failing in CI,
-// skipping elsewhere), a database handle that can be switched between a dead and a live pool, the
-// message plan of the duplicate/redelivery scenario, the ledger check run through a worker.Pool, and
-// the check every adapter runs while the inbox commit fails (CommitFailure, RefuseCommits).
+// skipping elsewhere), a test schema with SQL helpers ([DB], over txinboxtest), a database handle
+// that can be switched between a dead and a live pool, the message plan of the duplicate/redelivery
+// scenario, the inbox checks (stored once, received in order), the ledger check run through a
+// worker.Pool, and commits refused at COMMIT ([RefuseCommits]). The checks every adapter runs are the
+// public conformance suite's (package conformance).
 package adaptertest
 
 import (
@@ -13,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,9 +25,34 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest"
 	"github.com/txinbox/txinbox/worker"
 )
+
+// DB is one test's schema (txinboxtest.New: migrated, on a pool whose search_path it is, dropped
+// when the test ends) with the SQL helpers the adapters' tests share.
+type DB struct{ *txinboxtest.DB }
+
+// NewDB returns a fresh schema for t (txinboxtest.New).
+func NewDB(t testing.TB) *DB {
+	t.Helper()
+	return &DB{txinboxtest.New(t)}
+}
+
+// SQL replaces {schema} in query with the quoted schema name.
+func (d *DB) SQL(query string) string {
+	return strings.ReplaceAll(query, "{schema}", pgx.Identifier{d.Schema}.Sanitize())
+}
+
+// Count runs a count(*) style query (its text may use {schema}) and returns the result.
+func (d *DB) Count(t testing.TB, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := d.Pool.QueryRow(context.Background(), d.SQL(query), args...).Scan(&n); err != nil {
+		t.Fatalf("adaptertest: %s: %v", query, err)
+	}
+	return n
+}
 
 // Broker returns the URL of a message broker for t: the environment variable env if set, else def.
 // If nothing answers at its address, t fails when CI=true (CI must not pass without the brokers it
@@ -148,7 +176,7 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 }
 
 // InboxCount returns the number of stored messages of consumer.
-func InboxCount(t testing.TB, db *testdb.DB, consumer string) int64 {
+func InboxCount(t testing.TB, db *DB, consumer string) int64 {
 	t.Helper()
 	return db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE consumer = $1`, consumer)
 }
@@ -156,7 +184,7 @@ func InboxCount(t testing.TB, db *testdb.DB, consumer string) int64 {
 // CheckUnique fails t unless the inbox holds exactly the messages of unique for consumer: one row per
 // key, pending, with the payload published under that key (compared as jsonb, the payload column's
 // type: the adapters store the body as the message's JSON payload), and nothing else.
-func CheckUnique(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
+func CheckUnique(t testing.TB, db *DB, consumer string, unique []Msg) {
 	t.Helper()
 	ctx := context.Background()
 	rows, err := db.Pool.Query(ctx, db.SQL(`SELECT key, payload::text, state, raw IS NULL FROM {schema}.inbox WHERE consumer = $1`), consumer)
@@ -216,7 +244,7 @@ func CheckUnique(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
 // finished, and checks that each unique message had exactly one effect: one ledger row and a count of
 // one per message, no message dead or retried. (The count is kept per event id rather than in one
 // row, so that concurrent batches do not queue on one row lock.)
-func Ledger(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
+func Ledger(t testing.TB, db *DB, consumer string, unique []Msg) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, db.SQL(`
@@ -271,8 +299,10 @@ func Ledger(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
 	}
 }
 
-// BatchFields are the fields of adapters.BatchConfig that must not be negative.
-var BatchFields = []string{"BatchSize", "BatchWait", "RetryDelay", "MaxRetryDelay", "WriteTimeout"}
+// BatchFields returns the fields of adapters.BatchConfig that must not be negative.
+func BatchFields() []string {
+	return []string{"BatchSize", "BatchWait", "RetryDelay", "MaxRetryDelay", "WriteTimeout"}
+}
 
 // NegativeFields checks an adapter's New: cfg must be accepted, and a copy of cfg with any one of
 // fields (its own or promoted from the embedded adapters.BatchConfig) set to -1 must be refused with

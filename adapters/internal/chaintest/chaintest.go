@@ -40,7 +40,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -337,7 +337,7 @@ func Run(t *testing.T, b Broker) {
 	}
 	rng := rand.New(rand.NewPCG(seed, 0))
 	replay := fmt.Sprintf("%s=%d", EnvSeed, seed)
-	orders, billing := testdb.New(t), testdb.New(t)
+	orders, billing := adaptertest.NewDB(t), adaptertest.NewDB(t)
 	ctx := context.Background()
 	if _, err := billing.Pool.Exec(ctx, billing.SQL(`CREATE TABLE {schema}.applied (
 		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL, seq int NOT NULL, event_id text NOT NULL)`)); err != nil {
@@ -427,7 +427,7 @@ func Run(t *testing.T, b Broker) {
 // produce commits the orders service's events: Keys keys, PerKey events each, numbered per key in
 // commit order, a few keys per transaction, one transaction every 20ms, and one transaction in ten
 // rolled back (its numbers are used again). It returns the number of events committed.
-func produce(ctx context.Context, orders *testdb.DB, topic string, rng *rand.Rand) (int, error) {
+func produce(ctx context.Context, orders *adaptertest.DB, topic string, rng *rand.Rand) (int, error) {
 	client, err := outbox.New(orders.Store(), outbox.Config{})
 	if err != nil {
 		return 0, err
@@ -507,7 +507,7 @@ func killer(ctx context.Context, s *service, rng *rand.Rand, dead chan<- error) 
 // waitDone waits until the relay recorded every event's outcome and total events are applied, as
 // long as things keep moving: it gives up after two minutes without progress (not a timing
 // assertion: only a bound on a run that hangs).
-func waitDone(orders, billing *testdb.DB, total int64, dead <-chan error) error {
+func waitDone(orders, billing *adaptertest.DB, total int64, dead <-chan error) error {
 	ctx := context.Background()
 	var last [2]int64
 	lastMove := time.Now()
@@ -548,7 +548,7 @@ func waitDone(orders, billing *testdb.DB, total int64, dead <-chan error) error 
 // verify checks the end state: every committed event sent by the relay and none dead; the billing
 // inbox holding each once, completed; and the applied table holding, per key, 1..PerKey in order,
 // each once. It returns what is wrong, one line each, and the first key found wrong ("" if none).
-func verify(t *testing.T, orders, billing *testdb.DB) (problems []string, bad string) {
+func verify(t *testing.T, orders, billing *adaptertest.DB) (problems []string, bad string) {
 	t.Helper()
 	total := int64(Keys * PerKey)
 	if n := orders.Count(t, `SELECT count(*) FROM {schema}.outbox WHERE state = 'sent'`); n != total {
@@ -596,14 +596,14 @@ func verify(t *testing.T, orders, billing *testdb.DB) (problems []string, bad st
 // trace returns the road of key's events, for a failure message: their order in the outbox (with
 // their attempts and when each was recorded sent), in the billing inbox (the order they were stored
 // in, with their attempts and when each completed), and in the applied table.
-func trace(t *testing.T, orders, billing *testdb.DB, key string) string {
+func trace(t *testing.T, orders, billing *adaptertest.DB, key string) string {
 	t.Helper()
 	if key == "" {
 		return ""
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "the events of key %s:\n", key)
-	dump := func(title string, db *testdb.DB, query string) {
+	dump := func(title string, db *adaptertest.DB, query string) {
 		fmt.Fprintf(&b, "  %s:\n", title)
 		rows, err := db.Pool.Query(context.Background(), db.SQL(query), key)
 		if err != nil {
@@ -679,7 +679,7 @@ func checkSequence(key string, seqs []int) string {
 
 // summary says how hard the run was: events sent more than once by the relays, and messages whose
 // handling was cut by a kill.
-func summary(t *testing.T, orders, billing *testdb.DB) string {
+func summary(t *testing.T, orders, billing *adaptertest.DB) string {
 	t.Helper()
 	resent := orders.Count(t, `SELECT count(*) FROM {schema}.outbox WHERE attempts_started > 1`)
 	retried := billing.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE consumer = $1 AND attempts_started > 1`, InboxConsumer)

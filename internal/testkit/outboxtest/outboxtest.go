@@ -1,6 +1,7 @@
 // Package outboxtest holds what the tests of admin, console, metrics and the txinbox command share
 // about the outbox: events published with outbox.Client.Publish and brought to their states (sent,
-// retrying, dead, claimed) by real relays whose Publisher is a fake that decides each event's fate.
+// retrying, dead, claimed) by real relays whose Publisher is a fake that decides each event's fate;
+// and the drain loop of the public txinboxtest.Drain ([DrainStore]).
 package outboxtest
 
 import (
@@ -76,7 +77,7 @@ func Refuse(msg string, topics ...string) Fate {
 
 // Drain runs a relay on db's schema whose Publisher answers each event as fate says, until no event
 // is claimed or due (every event is sent, dead, retrying after its hour, or not due yet), then stops
-// it. mod, if set, changes the relay's configuration.
+// it ([DrainStore]). mod, if set, changes the relay's configuration.
 func Drain(t testing.TB, db *testdb.DB, fate Fate, mod func(*outbox.RelayConfig)) {
 	t.Helper()
 	pub := outbox.PublisherFunc(func(_ context.Context, events []outbox.Event) error {
@@ -86,15 +87,62 @@ func Drain(t testing.TB, db *testdb.DB, fate Fate, mod func(*outbox.RelayConfig)
 		}
 		return outbox.Errors(errs)
 	})
-	idle := func() bool {
-		return db.Count(t, `SELECT count(*) FROM {schema}.outbox_queue WHERE claimed OR run_at <= now()`) == 0
+	cfg := outbox.RelayConfig{Publisher: pub}
+	if mod != nil {
+		mod(&cfg)
 	}
-	// Checked again once the relay has stopped: between the record of a batch and the next event of a
-	// key made ready, the queue may look idle.
+	st := db.Store()
+	st.Logger = slog.New(slog.DiscardHandler)
+	DrainStore(t, st, cfg)
+}
+
+// DrainStore is txinboxtest.Drain (documented there): it runs a relay of st with cfg (LISTEN off;
+// zero PollInterval, Concurrency and Backoff: 10ms, 1, an hour) until st's outbox holds no event
+// claimed or due, then stops it. It lives here, with no Docker client in its imports, so that the
+// tests of admin, console and metrics share it without linking testcontainers.
+func DrainStore(t testing.TB, st txinbox.Store, cfg outbox.RelayConfig) {
+	t.Helper()
+	st, err := st.Resolve()
+	if err != nil {
+		t.Fatalf("txinboxtest: %v", err)
+	}
+	st.NotifyInterval = -1 // LISTEN off: the relay polls
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 10 * time.Millisecond
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 1
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = txinbox.BackoffFunc(func(int) time.Duration { return time.Hour })
+	}
+	idle := func() bool {
+		var busy bool
+		err := st.DB.QueryRow(context.Background(), "SELECT EXISTS (SELECT FROM "+pgx.Identifier{st.Schema, "outbox_queue"}.Sanitize()+
+			" WHERE claimed OR run_at <= now())").Scan(&busy)
+		if err != nil {
+			t.Fatalf("txinboxtest: read the outbox queue: %v", err)
+		}
+		return !busy
+	}
+	// Checked again once the relay has stopped: between the record of a batch and the claim of the
+	// next event of its key, the queue may look idle.
 	for first := true; first || !idle(); first = false {
-		r := relay(t, db, pub, mod)
-		start(t, r)
-		WaitFor(t, "the relay to leave no event claimed or due", idle)
+		r, err := outbox.NewRelay(st, cfg)
+		if err != nil {
+			t.Fatalf("txinboxtest: %v", err)
+		}
+		if err := r.Start(context.Background()); err != nil {
+			t.Fatalf("txinboxtest: start the relay: %v", err)
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for !idle() {
+			if time.Now().After(deadline) {
+				stop(t, r)
+				t.Fatalf("txinboxtest: the outbox of %s still has events claimed or due after 2 minutes", st.Schema)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		stop(t, r)
 	}
 }
@@ -148,7 +196,7 @@ func stop(t testing.TB, r *outbox.Relay) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // only keeps a hang from lasting
 	defer cancel()
 	if err := r.Stop(ctx); err != nil {
-		t.Errorf("stopping the relay: %v", err)
+		t.Errorf("txinboxtest: stop the relay: %v", err)
 	}
 }
 

@@ -8,11 +8,12 @@ package plantest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -39,14 +40,14 @@ type Frozen struct {
 	n    int // parameters
 }
 
-var frozen atomic.Int64 // names the prepared statements
-
 // Freeze prepares sql on conn and makes its generic plan now, for the tables as they are (EXPLAIN
 // EXECUTE with args, which plans without running). The connection runs every prepared statement with
 // its generic plan (plan_cache_mode = force_generic_plan) until Close; keep it for the plans' reads.
 func Freeze(t testing.TB, conn *pgx.Conn, sql string, args []any) *Frozen {
 	t.Helper()
-	f := &Frozen{t: t, conn: conn, name: fmt.Sprintf("txinbox_plantest_%d", frozen.Add(1)), sql: sql, n: len(args)}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	f := &Frozen{t: t, conn: conn, name: "txinbox_plantest_" + hex.EncodeToString(b), sql: sql, n: len(args)}
 	ctx := context.Background()
 	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)

@@ -24,15 +24,14 @@ const EnvURL = "TXINBOX_TEST_DATABASE_URL"
 // LocalURL is the server tried when EnvURL is not set.
 const LocalURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
-// findTimeout bounds the whole choice; the first start of a container may build txinbox-testpg and
-// pull an image.
-const findTimeout = 10 * time.Minute
+// FindTimeout bounds the whole choice of a server; the first start of a container may build
+// txinbox-testpg and pull an image.
+const FindTimeout = 10 * time.Minute
 
-// Container starts a PostgreSQL server in a container and returns its URL; the server must live as
-// long as the process. It is called at most once per process, only when Docker seems available, so
-// a package that starts containers in-process (the txinboxtest module) sets it before its first test.
-// Default: [DefaultLauncher]'s Start, which runs txinbox-testpg and keeps it for the process's life.
-var Container = func(ctx context.Context) (string, error) {
+// Launch starts a PostgreSQL server in a container with [DefaultLauncher] (txinbox-testpg) and
+// returns its URL. The command, and so the server, lives until this process exits: its standard
+// input, which it waits on, closes then.
+func Launch(ctx context.Context) (string, error) {
 	l, err := DefaultLauncher()
 	if err != nil {
 		return "", err
@@ -41,16 +40,10 @@ var Container = func(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	keepMu.Lock()
-	kept = append(kept, p) // referenced until the process exits: its stdin must not be closed before
-	keepMu.Unlock()
+	// p is dropped here, but not collected: the goroutine that waits for its command holds it, and
+	// so its stdin, open until this process exits.
 	return p.URL, nil
 }
-
-var (
-	keepMu sync.Mutex
-	kept   []*Launched
-)
 
 // Finder chooses the test server: EnvURL, else LocalURL if it answers, else a container if Docker
 // is available, else an error that names the three ways to provide one.
@@ -66,10 +59,11 @@ type Finder struct {
 	Container func(ctx context.Context) (string, error)
 }
 
-// DefaultFinder returns the Finder of the tests: the environment's TXINBOX_TEST_DATABASE_URL,
-// [LocalURL], [DockerAvailable] and [Container].
+// DefaultFinder returns the Finder of txinbox's own tests: the environment's
+// TXINBOX_TEST_DATABASE_URL, [LocalURL], [DockerAvailable] and [Launch] (the public txinboxtest
+// starts its container in-process instead).
 func DefaultFinder() Finder {
-	return Finder{EnvURL: os.Getenv(EnvURL), LocalURL: LocalURL, Docker: DockerAvailable, Container: Container}
+	return Finder{EnvURL: os.Getenv(EnvURL), LocalURL: LocalURL, Docker: DockerAvailable, Container: Launch}
 }
 
 // Find returns the URL of the server f chooses, checked to answer.
@@ -149,7 +143,7 @@ func DockerAvailable() error {
 
 // Launcher runs a command that starts a PostgreSQL server, writes its URL as the first line of its
 // standard output, keeps the server while its standard input is open, and removes it when its
-// standard input closes (txinbox-testpg of the txinboxtest module).
+// standard input closes (txinboxtest/cmd/txinbox-testpg).
 type Launcher struct {
 	// Command is the program and its arguments.
 	Command []string
@@ -159,18 +153,20 @@ type Launcher struct {
 	Env []string
 }
 
-// DefaultLauncher returns the Launcher of the tests: `go run ./cmd/txinbox-testpg` in the txinboxtest
-// module, found next to this package's source (the repository's txinboxtest directory).
+// DefaultLauncher returns the Launcher of txinbox's own tests: `go run ./txinboxtest/cmd/txinbox-testpg`
+// in the root of txinbox's module, found from this package's source. The command, not this package,
+// links testcontainers-go, so that the tests of txinbox's packages (and the go.sum of a module
+// using them) name no Docker client.
 func DefaultLauncher() (Launcher, error) {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
-		return Launcher{}, errors.New("testdb: cannot locate the txinboxtest module: no caller information")
+		return Launcher{}, errors.New("testdb: cannot locate txinbox's module: no caller information")
 	}
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "txinboxtest")
-	if _, err := os.Stat(filepath.Join(dir, "cmd", "txinbox-testpg")); err != nil {
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	if _, err := os.Stat(filepath.Join(dir, "txinboxtest", "cmd", "txinbox-testpg")); err != nil {
 		return Launcher{}, fmt.Errorf("testdb: cannot locate txinboxtest/cmd/txinbox-testpg: %w", err)
 	}
-	return Launcher{Command: []string{"go", "run", "./cmd/txinbox-testpg"}, Dir: filepath.Clean(dir)}, nil
+	return Launcher{Command: []string{"go", "run", "./txinboxtest/cmd/txinbox-testpg"}, Dir: filepath.Clean(dir)}, nil
 }
 
 // Launched is a running launcher command.

@@ -160,20 +160,20 @@ func TestFindContainerFailures(t *testing.T) {
 	}
 }
 
-// The default launcher is `go run ./cmd/txinbox-testpg` in the repository's txinboxtest module.
+// The default launcher is `go run ./txinboxtest/cmd/txinbox-testpg` in the root of txinbox's module.
 func TestDefaultLauncherRunsTxinboxTestpg(t *testing.T) {
 	l, err := testdb.DefaultLauncher()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(l.Command, " "); got != "go run ./cmd/txinbox-testpg" {
+	if got := strings.Join(l.Command, " "); got != "go run ./txinboxtest/cmd/txinbox-testpg" {
 		t.Errorf("Command = %q", got)
 	}
 	b, err := os.ReadFile(filepath.Join(l.Dir, "go.mod"))
-	if err != nil || !strings.Contains(string(b), "module github.com/txinbox/txinbox/txinboxtest\n") {
-		t.Fatalf("Dir %s is not the txinboxtest module: %v", l.Dir, err)
+	if err != nil || !strings.Contains(string(b), "module github.com/txinbox/txinbox\n") {
+		t.Fatalf("Dir %s is not txinbox's module: %v", l.Dir, err)
 	}
-	if _, err := os.Stat(filepath.Join(l.Dir, "cmd", "txinbox-testpg", "main.go")); err != nil {
+	if _, err := os.Stat(filepath.Join(l.Dir, "txinboxtest", "cmd", "txinbox-testpg", "main.go")); err != nil {
 		t.Fatal(err)
 	}
 }

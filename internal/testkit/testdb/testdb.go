@@ -3,13 +3,18 @@
 // The server is chosen once per test binary ([Find] with [DefaultFinder]), in this order:
 //  1. TXINBOX_TEST_DATABASE_URL, if set (it must answer, or the tests fail);
 //  2. a server on 127.0.0.1:5432 (user postgres, database postgres), if one answers;
-//  3. a PostgreSQL container, if Docker is available (DOCKER_HOST is set or a Docker socket exists):
-//     [Container] starts it, by default by running the command txinbox-testpg of the txinboxtest
-//     module (testcontainers-go), so that this module itself does not depend on testcontainers;
+//  3. a PostgreSQL container, if Docker is available (DOCKER_HOST is set or a Docker socket exists),
+//     started by the command txinboxtest/cmd/txinbox-testpg ([Launch]: testcontainers-go in a process
+//     of its own, so that this package, and the tests of txinbox's packages, link no Docker client);
 //  4. otherwise every test fails with a message saying how to provide one.
 //
 // Each call to New creates a fresh schema named txinbox_test_<random>, migrates it, and drops it when
 // the test ends, so tests can run in parallel (t.Parallel) against one server.
+//
+// The package is the harness's leaf: it imports no package of txinbox that runs messages (worker,
+// outbox, inbox), so that their own tests can use it; the public kit txinboxtest wraps it (with
+// [Finder], [NewSchemaAt] and [Migrate]), starting its container in-process. Its only package-level
+// state is the memo of the chosen server, which nothing outside it can set.
 package testdb
 
 import (
@@ -29,21 +34,12 @@ import (
 	"github.com/txinbox/txinbox/migrate"
 )
 
-var (
-	once      sync.Once
-	serverURL string
-	serverErr error
-)
-
-// server chooses the server once per process.
-func server() (string, error) {
-	once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), findTimeout)
-		defer cancel()
-		serverURL, serverErr = DefaultFinder().Find(ctx)
-	})
-	return serverURL, serverErr
-}
+// server chooses the server once per process, with [DefaultFinder].
+var server = sync.OnceValues(func() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), FindTimeout)
+	defer cancel()
+	return DefaultFinder().Find(ctx)
+})
 
 // URL returns the connection string of the chosen server, failing the test if there is none.
 func URL(t testing.TB) string {
@@ -62,7 +58,7 @@ const EnvDistribute = "TXINBOX_TEST_DISTRIBUTE"
 
 // Migrate applies txinbox's migrations to schema (created if missing), and distributes its tables when
 // EnvDistribute is 1. It is the one call of the migration API in the test harnesses (this package
-// and the txinboxtest module).
+// and txinboxtest).
 func Migrate(ctx context.Context, cfg *pgx.ConnConfig, schema string) error {
 	m, err := migrate.New(ctx, cfg, txinbox.Store{Schema: schema}, nil)
 	if err != nil {
@@ -87,13 +83,16 @@ type DB struct {
 	URL    string // server URL (search_path not set)
 }
 
-// NewSchema creates an empty schema for t and drops it when t ends.
+// NewSchema creates an empty schema for t on the chosen server and drops it when t ends.
 func NewSchema(t testing.TB) (schema, url string) {
 	t.Helper()
-	return newSchemaAt(t, URL(t))
+	url = URL(t)
+	return NewSchemaAt(t, url), url
 }
 
-func newSchemaAt(t testing.TB, url string) (schema, _ string) {
+// NewSchemaAt creates an empty schema named txinbox_test_<random> on the server url for t and drops it,
+// with everything in it, when t ends.
+func NewSchemaAt(t testing.TB, url string) (schema string) {
 	t.Helper()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
@@ -120,7 +119,7 @@ func newSchemaAt(t testing.TB, url string) (schema, _ string) {
 			t.Errorf("testdb: drop schema %s: %v", schema, err)
 		}
 	})
-	return schema, url
+	return schema
 }
 
 // New creates a migrated schema for t and a pool on it (closed when t ends).
@@ -131,7 +130,7 @@ func New(t testing.TB) *DB {
 
 func newAt(t testing.TB, url string) *DB {
 	t.Helper()
-	schema, url := newSchemaAt(t, url)
+	schema := NewSchemaAt(t, url)
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

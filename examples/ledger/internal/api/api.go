@@ -55,18 +55,16 @@ type Config struct {
 	Wake func()
 	// Logger receives unexpected errors. Default: slog.Default().
 	Logger *slog.Logger
-	// Observer, if set, is told about every receive of POST /v1/events (package metrics implements
-	// it). Default: none.
-	Observer inbox.Observer
 	// CoalesceMax is the inbox.Config.CoalesceMax of POST /v1/events: concurrent requests' events
 	// share one statement and one commit, up to this many (group commit). Default: 0, txinbox's
 	// default (64); 1 turns coalescing off (a statement and a commit per
 	// request).
 	CoalesceMax int
-	// Tracer is the txinbox.Store.Tracer of the API's inbox, idempotency keys and outbox (package
-	// txotel's: POST /v1/credits then records its request's trace context with the AccountCredited
-	// event it publishes). Default: none.
-	Tracer txinbox.Tracer
+	// Tracer is the txinbox.Store.Tracer of the API's inbox, idempotency keys and outbox: package
+	// metrics' counts every receive of POST /v1/events; package txotel's traces, and POST /v1/credits
+	// then records its request's trace context with the AccountCredited event it publishes (combine
+	// both with txinbox.Tracers). Default: none.
+	Tracer txinbox.OperationTracer
 	// TracerProvider, if set, makes a server span for every request, named by its route
 	// ("POST /v1/credits"; the method alone for a request no route matches), a child of the W3C trace
 	// context of its traceparent header if it has one; the request's handlers run under it. Default:
@@ -97,8 +95,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Wake = func() {}
 	}
 	store := txinbox.Store{DB: cfg.DB, Schema: cfg.Schema, Tracer: cfg.Tracer, Logger: cfg.Logger}
-	ic, err := inbox.New(store, inbox.Config{MaxPayloadBytes: MaxBodyBytes, Observer: cfg.Observer,
-		CoalesceMax: cfg.CoalesceMax})
+	ic, err := inbox.New(store, inbox.Config{MaxPayloadBytes: MaxBodyBytes, CoalesceMax: cfg.CoalesceMax})
 	if err != nil {
 		return nil, err
 	}

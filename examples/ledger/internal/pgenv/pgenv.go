@@ -8,8 +8,8 @@
 //     free port, stopped and removed by Close. initdb refuses to run as root, so as root the cluster
 //     runs as the postgres user (runuser -u postgres);
 //  4. a PostgreSQL container, when Docker is available, removed by Close: started by txinbox-testpg,
-//     the command of the txinboxtest module (testcontainers-go), run with go run in that module, so
-//     that the demo's own build needs no Docker client and fetches none;
+//     the command txinboxtest/cmd/txinbox-testpg (testcontainers-go), run with go run in txinbox's
+//     module, so that the demo's own build needs no Docker client and fetches none;
 //  5. otherwise it fails with one message saying what to install.
 //
 // The other modes force one of these ways (the tests use Cluster to exercise the throwaway cluster).
@@ -339,7 +339,7 @@ func lastLines(s string, n int) string {
 }
 
 // startContainer starts a PostgreSQL container with txinbox-testpg (testdb.DefaultLauncher: go run in
-// the repository's txinboxtest module; the first run downloads and builds it). Close closes the
+// the repository's root module; the first run downloads and builds it). Close closes the
 // command's standard input, which removes the container.
 func startContainer(ctx context.Context, logf func(format string, args ...any)) (*Server, error) {
 	if err := testdb.DockerAvailable(); err != nil {

@@ -56,8 +56,8 @@ func Open(path, command string) (*Tracing, error) {
 	return &Tracing{provider: tp, tracer: txotel.New(txotel.Config{TracerProvider: tp}), file: f}, nil
 }
 
-// StoreTracer returns the txinbox.Tracer to give as txinbox.Store.Tracer (nil without tracing).
-func (t *Tracing) StoreTracer() txinbox.Tracer {
+// StoreTracer returns the tracer to give as txinbox.Store.Tracer (nil without tracing).
+func (t *Tracing) StoreTracer() txinbox.OperationTracer {
 	if t == nil {
 		return nil
 	}

@@ -1,4 +1,7 @@
-// Package pgcontainer starts the test kit's PostgreSQL container with testcontainers-go.
+// Package pgcontainer starts the test kit's PostgreSQL container with testcontainers-go: the last
+// choice of txinboxtest's harness, taken only when Docker is available, and the command
+// txinboxtest/cmd/txinbox-testpg (which txinbox's own tests run for theirs). It is the only package
+// of the module that imports testcontainers.
 package pgcontainer
 
 import (

@@ -1,4 +1,4 @@
-package pubtest
+package conformance
 
 import (
 	"context"
@@ -11,14 +11,15 @@ import (
 
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	"github.com/txinbox/txinbox/adapters/internal/pubtest"
 	"github.com/txinbox/txinbox/outbox"
 )
 
-// PairConsumer is the inbox consumer that [Pair]'s sink stores into.
+// PairConsumer is the inbox consumer that the sink of the test Pair stores into.
 const PairConsumer = "downstream"
 
-// PairHarness is what a publisher's test gives [Pair].
-type PairHarness struct {
+// PairSetup is what a broker gives the test Pair: its publisher and its own sink of what it sends.
+type PairSetup struct {
 	// Publisher is the publisher under test, sending the events of Topic.
 	Publisher outbox.Publisher
 	// Topic is the events' topic.
@@ -39,7 +40,7 @@ type PairHarness struct {
 	Foreign func(brokerID string, attrs map[string]string, body []byte)
 }
 
-// Pair checks that a publisher and its package's sink need no configuration but where to store:
+// pair checks that a publisher and its package's sink need no configuration but where to store:
 // with a SinkConfig of Store and Consumer only (no Key, KindHeader, DefaultKind or OrderingKey), the
 // events a real relay hands to the publisher are stored with key = the event id, kind = the event's
 // kind, ordering key = the event's key, and headers = the event's own (the W3C traceparent and
@@ -51,7 +52,7 @@ type PairHarness struct {
 // before: key = that id, kind = x-kind, no ordering key, its headers unchanged and no ce- header. A
 // message of another CloudEvents producer, whose broker message id differs from its id attribute, is
 // stored under the id attribute, with its type and partitionkey.
-func Pair(t *testing.T, e *Env, h PairHarness) {
+func pair(t *testing.T, e *pubtest.Env, h PairSetup) {
 	t.Helper()
 	type sent struct {
 		key, contentType string
@@ -156,7 +157,7 @@ type stored struct {
 }
 
 // storedRows returns the messages of PairConsumer, by key.
-func storedRows(t testing.TB, e *Env) map[string]stored {
+func storedRows(t testing.TB, e *pubtest.Env) map[string]stored {
 	t.Helper()
 	rows, err := e.DB.Pool.Query(context.Background(), e.DB.SQL(`SELECT key, kind, coalesce(ordering_key, ''), state, coalesce(last_error, ''), headers
 		FROM {schema}.inbox WHERE consumer = $1`), PairConsumer)

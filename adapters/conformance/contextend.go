@@ -1,4 +1,4 @@
-package pubtest
+package conformance
 
 import (
 	"cmp"
@@ -11,15 +11,17 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	"github.com/txinbox/txinbox/adapters/internal/pubtest"
 	"github.com/txinbox/txinbox/outbox"
 )
 
-// ContextEndEvents is the number of events of each call [ContextEnd] makes, each with a key of its
-// own.
+// ContextEndEvents is the number of events of each call the test ContextEnd makes, each with a key
+// of its own.
 const ContextEndEvents = 16
 
-// ContextEndHarness is what a publisher's test gives [ContextEnd].
-type ContextEndHarness struct {
+// ContextEndSetup is what a broker gives the test ContextEnd: its publisher and a way to make its
+// broker hold messages unacknowledged.
+type ContextEndSetup struct {
 	// Publisher is the publisher under test, sending the events of Topic. Its own time limits (an
 	// acknowledgment timeout, a request timeout) must be long, a minute say: the ctx of the call has
 	// to end first.
@@ -36,8 +38,8 @@ type ContextEndHarness struct {
 	// Holding reports whether the broker holds a message now (one the publisher may wait for).
 	Holding func() bool
 	// Release makes the broker take the messages of Topic again, from then on; those it held it may
-	// take now, or drop. ContextEnd calls it once after each Hold: at the latest when the test ends,
-	// before the cleanups that the test registered before calling ContextEnd (closing the publisher).
+	// take now, or drop. The test calls it once after each Hold: at the latest when it ends, before the
+	// cleanups that the set-up registered (closing the publisher).
 	Release func()
 	// Received returns every message of Topic the broker took so far (stored, whether or not its
 	// acknowledgment reached the publisher): exactly, as of the call, so that a message it does
@@ -48,7 +50,7 @@ type ContextEndHarness struct {
 	Relay func(*outbox.RelayConfig)
 }
 
-// ContextEnd checks what a publisher returns when the ctx of a Publish call ends part-way, while its
+// contextEnd checks what a publisher returns when the ctx of a Publish call ends part-way, while its
 // broker holds some of the call's events unacknowledged (Hold):
 //
 //   - a direct call whose ctx is cancelled (as when the relay stops) once the broker acknowledged some
@@ -61,7 +63,7 @@ type ContextEndHarness struct {
 //
 // A publisher that reported an event not yet handed over, or still awaiting its acknowledgment, as
 // acknowledged when ctx ended would have the relay record it sent: the event would never arrive.
-func ContextEnd(t *testing.T, e *Env, h ContextEndHarness) {
+func contextEnd(t *testing.T, e *pubtest.Env, h ContextEndSetup) {
 	t.Helper()
 	// The broker holds from hold to release; a check that stops in between releases it when the test
 	// ends, before the publisher is closed (which may need the broker's answer).
