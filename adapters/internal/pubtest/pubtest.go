@@ -139,17 +139,33 @@ func (r *Results) Of(id string) []Result {
 	return out
 }
 
+// handing is a Publisher that keeps the events handed over (Results.handOver) and passes them to
+// pub. It is an outbox.TopicChecker asking pub, if pub is one, so that the relay checks the topics as
+// it would with pub itself.
+type handing struct {
+	pub outbox.Publisher
+	res *Results
+}
+
+func (h handing) Publish(ctx context.Context, events []outbox.Event) error {
+	h.res.handOver(events)
+	return h.pub.Publish(ctx, events)
+}
+
+func (h handing) CheckTopic(topic string) error {
+	if tc, ok := h.pub.(outbox.TopicChecker); ok {
+		return tc.CheckTopic(topic)
+	}
+	return nil
+}
+
 // Relay starts a relay of e's outbox with pub, fast test settings (20ms polls and backoff, up to 1000
 // attempts) and mod applied, stopped when t ends, and returns its recorded attempts (the Tracer of
 // its Store).
 func (e *Env) Relay(t testing.TB, pub outbox.Publisher, mod func(*outbox.RelayConfig)) *Results {
 	t.Helper()
 	res := &Results{}
-	handing := outbox.PublisherFunc(func(ctx context.Context, events []outbox.Event) error {
-		res.handOver(events)
-		return pub.Publish(ctx, events)
-	})
-	cfg := outbox.RelayConfig{Publisher: handing, PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
+	cfg := outbox.RelayConfig{Publisher: handing{pub, res}, PollInterval: 20 * time.Millisecond, MaxAttempts: 1000,
 		Backoff: txinbox.BackoffFunc(func(int) time.Duration { return 20 * time.Millisecond })}
 	if mod != nil {
 		mod(&cfg)
