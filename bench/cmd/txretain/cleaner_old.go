@@ -14,11 +14,11 @@ import (
 )
 
 // layout names the tree this file builds in: before migration 00006 (commit b2d7f61), whose
-// retention.Config has FullSweepInterval and no Generation. bench/retention.sh copies this
+// retention configuration has FullSweepInterval and no Generation. bench/retention.sh copies this
 // directory into a worktree of that commit and builds it with -tags oldlayout.
 const layout = "old"
 
-// cleaner wraps the tree's retention.Cleaner.
+// cleaner wraps the tree's Cleaner (package retention).
 type cleaner struct{ *retention.Cleaner }
 
 // newCleaner: the old layout's Cleaner deletes expired rows; its first pass is a full one, later
@@ -50,7 +50,7 @@ func chartCommand([]string) int {
 	return 2
 }
 
-// newPool makes the run's worker pool, logging to log (worker.Config.Logger in that tree).
+// newPool makes the run's worker pool, logging to log (the pool's Config.Logger in that tree).
 func newPool(store txinbox.Store, cfg worker.Config, log *slog.Logger) (*worker.Pool, error) {
 	cfg.Logger = log
 	return worker.New(store, cfg)

@@ -6,7 +6,7 @@
 // and keeps it open for --hold-for (a held xmin horizon).
 //
 // It runs on the public APIs of both trees: before migration 00006 (commit b2d7f61, one plain inbox
-// table, rows deleted by a retention.Cleaner) and after it (a ring of generation partitions,
+// table, rows deleted by the Cleaner of package retention) and after it (a ring of generation partitions,
 // retention.Rotate); what differs between the two trees' retention is in cleaner_new.go and
 // cleaner_old.go (build tag oldlayout). bench/retention.sh builds it in both trees and runs them side
 // by side, each against a PostgreSQL cluster of its own.
