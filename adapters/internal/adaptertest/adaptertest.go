@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/worker"
 )
@@ -239,7 +240,7 @@ func Ledger(t testing.TB, db *testdb.DB, consumer string, unique []Msg) {
 		_, err := tx.Exec(ctx, count, m.Payload.EventID)
 		return err
 	})
-	p, err := worker.New(db.Store(), worker.Config{Consumer: consumer, Handlers: hs, PollInterval: 20 * time.Millisecond, BatchSize: worker.MaxBatchSize})
+	p, err := worker.New(db.Store(), worker.Config{Consumer: consumer, Handlers: hs, PollInterval: 20 * time.Millisecond, BatchSize: limits.PoolBatchSize})
 	if err != nil {
 		t.Fatal(err)
 	}
