@@ -102,6 +102,10 @@ type Publisher interface {
 // A [Client] whose Config.TopicChecker is set (the relay's Publisher, say) asks it in Publish too,
 // which then refuses the message before anything is written.
 //
+// A Publisher that wraps another (to log, count or filter what it hands over) hides the wrapped
+// one's CheckTopic unless it implements TopicChecker itself, asking the wrapped Publisher if that is
+// one (a [PublisherFunc] does not).
+//
 // CheckTopic returns nil when the topic may be delivered, or when that cannot be known without
 // sending; an error only when no retry can deliver an event of the topic. It must be fast, do no I/O
 // and be safe for concurrent use: it is called once per topic of each batch (and of each Publish
