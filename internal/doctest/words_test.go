@@ -22,9 +22,9 @@ const wordsFile = "internal/doctest/words_test.go"
 // issue, task, ticket, item or pull request followed by its number, a number after "#" (but not an
 // HTML entity, a colour or a URL fragment), an ordinal before the word for a working session, that
 // word followed by a number, and the word for a sitting itself; and the journal's phrasings of the
-// work item or the sitting: "the issue", "this issue", "the issue's", and the sitting as a span of
-// time or as an actor ("at the session's start", "earlier in the session", "in this session.", "the
-// session's brief", "the session measured"). A PostgreSQL or HTTP session is none of these: "the
+// work item or the sitting: the work item named with "the" or "this" (or in the possessive), and the
+// sitting as a span of time or as an actor (its start, earlier in it, in this one, its brief, what it
+// measured; TestWorkWords spells them out). A PostgreSQL or HTTP session is none of these: "the
 // session holding the horizon", "this session may read", "the session's cookie", "until the end of
 // the session" (TestWorkWords lists examples of both).
 var workWords = regexp.MustCompile(`(?i)` +
@@ -116,13 +116,13 @@ func TestNoWorkItemReferences(t *testing.T) {
 }
 
 func TestWorkWords(t *testing.T) {
-	n, sess := "27", "sess"+"ion"
+	n, sess, iss := "27", "sess"+"ion", "iss"+"ue"
 	for _, bad := range []string{
 		"issue " + n, "Issue " + n + ":", "(issues " + n + " and 28)", "task #" + n, "see #" + n + ".",
 		"fixes #" + n, "PR " + n, "fifth " + sess, "Third " + sess + " of the day", sess + " " + n,
 		"in one sitting",
-		"(The issue's option 2.)", "does not meet the issue's requirement", "meets the issue: no row",
-		"this issue", "p99 4.2 s at the " + sess + "'s start", "earlier in the " + sess + ", T ran",
+		"(The " + iss + "'s option 2.)", "does not meet the " + iss + "'s requirement", "meets the " + iss + ": no row",
+		"this " + iss, "p99 4.2 s at the " + sess + "'s start", "earlier in the " + sess + ", T ran",
 		"as measured in this " + sess + ".", "since the start of this " + sess, "the " + sess + "'s brief",
 		"The " + sess + " measured 3 runs", "during the " + sess + ")",
 	} {
