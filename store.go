@@ -72,6 +72,32 @@ type Store struct {
 	// adapters' consumers and sinks. Each adds its own attributes (such as "consumer" or "schema"); use
 	// Logger.With to tell Stores apart. Default: slog.Default().
 	Logger *slog.Logger
+	// SeenCache, if set, is the seen-key cache of the inbox Clients receiving into this Store: it
+	// answers redeliveries of recently accepted messages without a database round trip (package seen's
+	// NewLRU in process, module github.com/txinbox/txinbox/seenredis on Redis, shared by every
+	// process). Every receive call looks its keys up first: a message whose key is cached with the
+	// same kind and the same payload bytes ([SeenEntry].Fingerprint) gets a Duplicate receipt with
+	// Cached set, its ID as cached, and State and Result unknown (empty); every other message, and all
+	// of them when the cache fails or takes longer than 100ms, goes to the database as without a
+	// cache. Each call to the cache (Get, Put, Invalidate) is bounded by 100ms.
+	//
+	// A key is cached only after its row has committed: after inbox Receive and ReceiveMany return,
+	// and for ReceiveTx and ReceiveManyTx (or a Client whose DB is a pgx.Tx) only when the caller
+	// calls the Client's Remember after the commit (a DB that runs Receive inside a transaction it
+	// began with a BEGIN statement cannot be told apart: give such a Store no SeenCache). Cached are
+	// Inserted messages and Duplicates of pending or dead ones (not completed or processing ones,
+	// whose window may already be running). Each entry expires Retention after the receive call that
+	// made it started: the key's dedup window, which begins no sooner than the row's commit, ends no
+	// sooner.
+	//
+	// Rows deleted early (package admin: DiscardDead, DiscardPending, DiscardOlder) make their keys
+	// new again: an admin.Admin of this Store invalidates the whole cache (a new epoch) once it
+	// deleted something; for Redis that reaches every process sharing it. Deletions made through a
+	// Store without this cache (another process's in-process LRU, or the txinbox command) are not
+	// seen by it: for up to Retention, a redelivery of such a key may still be answered Duplicate
+	// instead of being stored again. Cache errors never reach the caller: they are reported to the
+	// Tracer (OpSeenGet, OpSeenPut, OpSeenInvalidate). Default: none.
+	SeenCache SeenCache
 }
 
 // Resolve returns s with its defaults filled in, or a *[ConfigError] naming the field ("Store.DB",

@@ -62,14 +62,14 @@ const (
 	// a broker adapter's batch is one call).
 	OpReceive Op = "receive"
 	// OpSeenGet: the look-up of received messages' keys in an inbox Client's seen-key cache
-	// (inbox.Config.SeenCache), one Cache.Get call: for one receive call, or for the calls of one
+	// ([Store.SeenCache]), one SeenCache.Get call: for one receive call, or for the calls of one
 	// shared statement (concurrent Receive calls).
 	OpSeenGet Op = "seen_get"
-	// OpSeenPut: the storing of received keys in an inbox Client's seen-key cache, one Cache.Put
+	// OpSeenPut: the storing of received keys in an inbox Client's seen-key cache, one SeenCache.Put
 	// call, after their statement committed (or in Client.Remember).
 	OpSeenPut Op = "seen_put"
-	// OpSeenInvalidate: admin's invalidation of its seen-key cache (admin.Config.SeenCache), one
-	// Cache.Invalidate call, after it deleted messages early.
+	// OpSeenInvalidate: admin's invalidation of the Store's seen-key cache ([Store.SeenCache]), one
+	// SeenCache.Invalidate call, after it deleted messages early.
 	OpSeenInvalidate Op = "seen_invalidate"
 	// OpHandle: a call of a worker pool's handler: a single message, or a batch handler's messages of
 	// one call.

@@ -16,7 +16,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters/internal/envelope"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/seen"
+	"github.com/txinbox/txinbox/internal/limits"
 )
 
 // DefaultKindHeader is SinkConfig.KindHeader when it is empty.
@@ -48,14 +48,6 @@ type SinkConfig struct {
 	// message has no ordering key. Default: nil: the partitionkey attribute of a CloudEvent (the event
 	// key of a txinbox outbox's publishers), else no ordering key.
 	OrderingKey KeyFunc
-	// SeenCache, SeenTTL and SeenTimeout are the inbox Client's (inbox.Config): with a SeenCache, a
-	// redelivered record whose key is cached with the same kind and body bytes is counted a duplicate
-	// without a database statement, and the keys of a batch are cached once its transaction has
-	// committed (inbox.Client.Remember). SeenTTL is required with a SeenCache and at most
-	// txinbox.Store.Retention (default 7 days). Default: no cache.
-	SeenCache   seen.Cache
-	SeenTTL     time.Duration
-	SeenTimeout time.Duration
 }
 
 // Sink writes batches of records into the inbox. It is safe for concurrent use.
@@ -105,8 +97,7 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = 1 << 20
 	}
-	client, err := inbox.New(cfg.Store, inbox.Config{MaxPayloadBytes: cfg.MaxPayloadBytes,
-		SeenCache: cfg.SeenCache, SeenTTL: cfg.SeenTTL, SeenTimeout: cfg.SeenTimeout})
+	client, err := inbox.New(cfg.Store, inbox.Config{MaxPayloadBytes: cfg.MaxPayloadBytes})
 	if err != nil {
 		return nil, err
 	}
@@ -219,9 +210,9 @@ func (s *Sink) store(ctx context.Context, items []item) (BatchResult, error) {
 	return res, nil
 }
 
-// remember caches the keys of a committed batch in the seen-key cache, if there is one.
+// remember caches the keys of a committed batch in the Store's seen-key cache, if there is one.
 func (s *Sink) remember(ctx context.Context, items []item) {
-	if s.cfg.SeenCache == nil {
+	if s.cfg.Store.SeenCache == nil {
 		return
 	}
 	var msgs []inbox.Message
@@ -439,15 +430,15 @@ func (s *Sink) undecodable(r *Record, key, kind, reason string) *inbox.Undecodab
 	return &inbox.Undecodable{Consumer: s.cfg.Consumer, Key: key, Kind: kind, Raw: raw, Headers: r.Headers, Reason: reason}
 }
 
-// sanitizeHeaders drops the headers that the inbox would reject: names of 1 to
-// inbox.MaxHeaderNameBytes and values of at most inbox.MaxHeaderValueBytes, of valid UTF-8 without
+// sanitizeHeaders drops the headers that the inbox would reject (inbox.Message.Headers): names of 1
+// to limits.HeaderNameBytes and values of at most limits.HeaderValueBytes, of valid UTF-8 without
 // control characters, are kept, in name order until their names and values together would pass
-// inbox.MaxHeadersBytes (a broker configured for very large headers); the rest are dropped. The
+// limits.HeadersBytes (a broker configured for very large headers); the rest are dropped. The
 // choice depends only on the headers, so every redelivery keeps the same ones.
 func sanitizeHeaders(h map[string]string) map[string]string {
 	names := make([]string, 0, len(h))
 	for k, v := range h {
-		if k == "" || !validText(k, inbox.MaxHeaderNameBytes) || !validText(v, inbox.MaxHeaderValueBytes) {
+		if k == "" || !validText(k, limits.HeaderNameBytes) || !validText(v, limits.HeaderValueBytes) {
 			delete(h, k)
 			continue
 		}
@@ -456,7 +447,7 @@ func sanitizeHeaders(h map[string]string) map[string]string {
 	slices.Sort(names)
 	total := 0
 	for _, k := range names {
-		if total += len(k) + len(h[k]); total > inbox.MaxHeadersBytes {
+		if total += len(k) + len(h[k]); total > limits.HeadersBytes {
 			delete(h, k)
 		}
 	}

@@ -7,14 +7,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
-	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/seen"
 )
 
@@ -111,7 +110,7 @@ func TestNewSinkRejectsBadConfig(t *testing.T) {
 }
 
 // TestSinkHeadersOverTotalBound: a delivery whose headers are each valid but together pass
-// inbox.MaxHeadersBytes (a broker configured for very large headers) is stored, not refused batch
+// limits.HeadersBytes (a broker configured for very large headers) is stored, not refused batch
 // after batch: the headers are kept in name order up to the bound, the same ones on every redelivery.
 func TestSinkHeadersOverTotalBound(t *testing.T) {
 	t.Parallel()
@@ -122,8 +121,8 @@ func TestSinkHeadersOverTotalBound(t *testing.T) {
 	}
 	headers := func() map[string]string {
 		h := map[string]string{}
-		for i := range 2 * inbox.MaxHeadersBytes / inbox.MaxHeaderValueBytes {
-			h[fmt.Sprintf("h%04d", i)] = strings.Repeat("v", inbox.MaxHeaderValueBytes)
+		for i := range 2 * limits.HeadersBytes / limits.HeaderValueBytes {
+			h[fmt.Sprintf("h%04d", i)] = strings.Repeat("v", limits.HeaderValueBytes)
 		}
 		return h
 	}
@@ -132,7 +131,7 @@ func TestSinkHeadersOverTotalBound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	kept := inbox.MaxHeadersBytes / (len("h0000") + inbox.MaxHeaderValueBytes)
+	kept := limits.HeadersBytes / (len("h0000") + limits.HeaderValueBytes)
 	if got := db.Count(t, `SELECT count(*) FROM {schema}.inbox, jsonb_object_keys(headers) k WHERE key = 'm' AND state = 'pending'`); got != int64(kept) {
 		t.Errorf("%d headers kept, want %d", got, kept)
 	}
@@ -174,8 +173,8 @@ func TestSinkSeenCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := &seenCount{}
-	s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema, Tracer: o}, Consumer: "ledger",
-		Key: adapters.MessageID(), SeenCache: cache, SeenTTL: time.Hour})
+	s, err := adapters.NewSink(adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema, Tracer: o, SeenCache: cache},
+		Consumer: "ledger", Key: adapters.MessageID()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,8 +222,9 @@ func TestSinkCommitFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := adapters.NewSink(adapters.SinkConfig{Store: db.Store(), Consumer: "ledger", Key: adapters.MessageID(),
-		SeenCache: cache, SeenTTL: time.Hour})
+	st := db.Store()
+	st.SeenCache = cache
+	s, err := adapters.NewSink(adapters.SinkConfig{Store: st, Consumer: "ledger", Key: adapters.MessageID()})
 	if err != nil {
 		t.Fatal(err)
 	}

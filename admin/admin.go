@@ -13,22 +13,14 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/walk"
-	"github.com/txinbox/txinbox/seen"
 )
 
 // Config configures an Admin. The zero value is valid.
 type Config struct {
-	// SeenCache, if set, is the seen-key cache of the inbox Clients receiving into this Store
-	// (inbox.Config.SeenCache): DiscardDead, DiscardPending and DiscardOlder invalidate it (a new
-	// epoch) once they deleted something, since the deleted keys are new again. Without it, a Client's
-	// cache may answer a deleted key Duplicate for up to its SeenTTL. Default: none.
-	SeenCache seen.Cache
-	// SeenTimeout bounds each invalidation. Default: 100ms. Each invalidation is reported to the
-	// Store's Tracer (txinbox.OpSeenInvalidate), with its error, which never reaches the caller.
-	SeenTimeout time.Duration
 	// Progress, if set, is called by DiscardOlder after each of its statements, on the calling
 	// goroutine, with how far it has got (the txinbox command draws it). Default: none.
 	Progress func(Progress)
@@ -57,33 +49,31 @@ func New(store txinbox.Store, cfg Config) (*Admin, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.SeenTimeout < 0 {
-		return nil, &txinbox.ConfigError{Field: "SeenTimeout", Reason: "must not be negative"}
-	}
 	return &Admin{store: store, cfg: cfg, st: storeFor(store)}, nil
 }
 
 func storeFor(st txinbox.Store) *schemasql.Schema { return schemasql.New(st.Schema) }
 
-// seenInvalidate starts a new cache epoch after rows were deleted early, so that the cache never
-// answers a deleted key; it reports the invalidation to the Store's Tracer.
+// seenInvalidate starts a new epoch of the Store's SeenCache after rows were deleted early, so that
+// the cache never answers a deleted key. It waits at most limits.SeenTimeout, even if ctx has ended,
+// and reports the invalidation to the Store's Tracer (txinbox.OpSeenInvalidate) with its error, which
+// never reaches the caller.
 func (a *Admin) seenInvalidate(ctx context.Context) {
-	if a.cfg.SeenCache == nil {
+	c := a.store.SeenCache
+	if c == nil {
 		return
 	}
 	t := a.store.Tracer
 	if t != nil {
 		ctx = t.TraceStart(ctx, txinbox.TraceStart{Op: txinbox.OpSeenInvalidate, Schema: a.store.Schema})
 	}
-	err := seen.Invalidate(ctx, a.cfg.SeenCache, a.cfg.SeenTimeout)
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limits.SeenTimeout)
+	err := c.Invalidate(ictx)
+	cancel()
 	if t != nil {
 		t.TraceEnd(ctx, txinbox.TraceEnd{Op: txinbox.OpSeenInvalidate, Err: err})
 	}
 }
-
-// MaxAdminIDs is the largest number of ids the calls taking ids (ReplayDead, DiscardDead, DeadAmong,
-// DiscardPending, OutboxIDs) accept in one call.
-const MaxAdminIDs = 10000
 
 // ErrNotFound is matched (errors.Is) by every *NotFoundError.
 var ErrNotFound = errors.New("txinbox: message not found")
@@ -183,8 +173,8 @@ func (a *Admin) GetMessage(ctx context.Context, id int64) (inbox.StoredMessage, 
 }
 
 func checkIDs(ids []int64) error {
-	if len(ids) > MaxAdminIDs {
-		return &txinbox.ArgumentError{Name: "ids", Reason: fmt.Sprintf("%d ids, more than the limit of %d per call", len(ids), MaxAdminIDs)}
+	if len(ids) > limits.AdminIDs {
+		return &txinbox.ArgumentError{Name: "ids", Reason: fmt.Sprintf("%d ids, more than the limit of %d per call", len(ids), limits.AdminIDs)}
 	}
 	for _, id := range ids {
 		if id <= 0 {
@@ -199,7 +189,7 @@ func checkIDs(ids []int64) error {
 type PendingFilter struct {
 	Consumer string  // exact consumer
 	Kind     string  // exact kind
-	IDs      []int64 // message ids; at most MaxAdminIDs
+	IDs      []int64 // message ids; at most 10,000
 	// DryRun: change and lock nothing, and return what would be discarded now.
 	DryRun bool
 }
@@ -252,7 +242,7 @@ func (a *Admin) DiscardPending(ctx context.Context, f PendingFilter) (PendingDis
 	if !dryRun {
 		defer func() {
 			if len(out.Discarded) > 0 {
-				a.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
+				a.seenInvalidate(ctx) // their keys are new again (the Store's SeenCache)
 			}
 		}()
 	}
@@ -466,7 +456,7 @@ func (a *Admin) discardOlder(ctx context.Context, olderThan time.Duration, state
 	var deleted int64
 	defer func() {
 		if deleted > 0 {
-			a.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
+			a.seenInvalidate(ctx) // their keys are new again (the Store's SeenCache)
 		}
 	}()
 	for i, consumer := range consumers { // each statement names its consumer (schemasql.Consumers)

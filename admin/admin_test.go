@@ -15,6 +15,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
@@ -122,7 +123,7 @@ func TestReplayDead(t *testing.T) {
 	if _, err := c.ReplayDead(ctx, admin.Inbox, 0); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Fatalf("bad id: err = %v", err)
 	}
-	if _, err := c.ReplayDead(ctx, admin.Inbox, make([]int64, admin.MaxAdminIDs+1)...); !errors.Is(err, txinbox.ErrInvalidArgument) {
+	if _, err := c.ReplayDead(ctx, admin.Inbox, make([]int64, limits.AdminIDs+1)...); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Fatalf("too many ids: err = %v", err)
 	}
 }
@@ -453,7 +454,7 @@ func TestDiscardPendingBadArguments(t *testing.T) {
 	ids := ledgertest.Receive(t, c, "a")
 	for _, f := range []admin.PendingFilter{
 		{}, {Kind: "OrderPaid"}, {Consumer: "a b"}, {Consumer: "ledger", Kind: "\xff"}, {Consumer: "x\x00"},
-		{IDs: []int64{0}}, {IDs: []int64{-1}}, {Consumer: "ledger", IDs: make([]int64, admin.MaxAdminIDs+1)},
+		{IDs: []int64{0}}, {IDs: []int64{-1}}, {Consumer: "ledger", IDs: make([]int64, limits.AdminIDs+1)},
 	} {
 		for _, dry := range []bool{false, true} {
 			var ae *txinbox.ArgumentError

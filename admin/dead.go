@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/outbox"
@@ -43,8 +44,6 @@ func (v View) check(name string) error {
 
 // Limits of the dead-letter calls.
 const (
-	// MaxDeadListLimit is the largest DeadFilter.Limit accepted.
-	MaxDeadListLimit = 1000
 	// defaultDeadListLimit is DeadFilter.Limit when it is zero.
 	defaultDeadListLimit = 100
 	// maxListIDs is the largest limit DeadIDs and UnclaimedIDs accept.
@@ -69,7 +68,7 @@ type DeadFilter struct {
 	ErrorContains string
 	Since         time.Time // died at or after this time
 	Until         time.Time // died before this time
-	// Limit is the most letters ListDead returns. Default: 100. At most MaxDeadListLimit (1000).
+	// Limit is the most letters ListDead returns. Default: 100. At most 1000.
 	// CountDead and DeadIDs ignore it.
 	Limit int
 	// Before, when not empty, keeps only the letters listed after the one whose Cursor it is (they
@@ -93,8 +92,8 @@ func (f DeadFilter) check() (deadParams, error) {
 		return p, err
 	}
 	switch {
-	case f.Limit < 0 || f.Limit > MaxDeadListLimit:
-		return p, &txinbox.ArgumentError{Name: "Limit", Reason: fmt.Sprintf("%d is not between 0 (default %d) and %d", f.Limit, defaultDeadListLimit, MaxDeadListLimit)}
+	case f.Limit < 0 || f.Limit > limits.DeadListLimit:
+		return p, &txinbox.ArgumentError{Name: "Limit", Reason: fmt.Sprintf("%d is not between 0 (default %d) and %d", f.Limit, defaultDeadListLimit, limits.DeadListLimit)}
 	case !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since):
 		return p, &txinbox.ArgumentError{Name: "Until", Reason: "must be after Since"}
 	}
@@ -316,7 +315,7 @@ func checkLimit(limit int) error {
 }
 
 // DeadAmong returns those of ids that are dead letters of v now, in increasing order (never nil). At
-// most MaxAdminIDs ids per call.
+// most 10,000 ids per call.
 func (a *Admin) DeadAmong(ctx context.Context, v View, ids ...int64) ([]int64, error) {
 	if err := v.check("view"); err != nil {
 		return nil, err
@@ -343,7 +342,7 @@ func (a *Admin) DeadAmong(ctx context.Context, v View, ids ...int64) ([]int64, e
 
 // ReplayDead puts the dead letters ids of v back to pending, in one statement, and returns the ids it
 // replayed, in order. Ids that are not dead (any more) or not stored are skipped and absent from the
-// result. At most MaxAdminIDs ids per call.
+// result. At most 10,000 ids per call.
 //
 // Inbox: a replayed message keeps its row, key, payload, headers and last error (the handler sees it
 // as the previous error); its attempts are reset to zero and it runs as soon as a worker is free.
@@ -394,10 +393,10 @@ func (a *Admin) ReplayDead(ctx context.Context, v View, ids ...int64) ([]int64, 
 
 // DiscardDead deletes the dead letters ids of v, in one statement, and returns the ids it deleted, in
 // order. Ids that are not dead (any more) or not stored are skipped and absent from the result. At
-// most MaxAdminIDs ids per call.
+// most 10,000 ids per call.
 //
 // Inbox: the messages' keys are free again: a later delivery of one is accepted as a new message
-// (Config.SeenCache is invalidated). Outbox: the events are never published.
+// (the Store's SeenCache is invalidated). Outbox: the events are never published.
 func (a *Admin) DiscardDead(ctx context.Context, v View, ids ...int64) ([]int64, error) {
 	if err := v.check("view"); err != nil {
 		return nil, err
@@ -418,7 +417,7 @@ func (a *Admin) DiscardDead(ctx context.Context, v View, ids ...int64) ([]int64,
 		return nil, schemasql.Err(err)
 	}
 	if len(done) > 0 {
-		a.seenInvalidate(ctx) // their keys are new again (Config.SeenCache)
+		a.seenInvalidate(ctx) // their keys are new again (the Store's SeenCache)
 	}
 	return done, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
 )
 
@@ -118,7 +119,7 @@ func TestListDeadFilters(t *testing.T) {
 		t.Errorf("listed dead letter: %+v", l)
 	}
 
-	for _, f := range []admin.DeadFilter{{Limit: -1}, {Limit: admin.MaxDeadListLimit + 1}, {Before: "-1"}, {Before: "1:2"},
+	for _, f := range []admin.DeadFilter{{Limit: -1}, {Limit: limits.DeadListLimit + 1}, {Before: "-1"}, {Before: "1:2"},
 		{Since: day, Until: day}, {ErrorContains: "a\x00"}, {Kind: "\xff"},
 		{Topic: "orders"}, {Key: "k1"}, {View: admin.View(7)}} { // the outbox's fields; no View
 		var ae *txinbox.ArgumentError

@@ -13,10 +13,12 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
 	"github.com/txinbox/txinbox/internal/testkit/plantest"
+	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -91,12 +93,15 @@ func TestFindOutboxEvent(t *testing.T) {
 		if !errors.Is(err, txinbox.ErrInvalidArgument) || !errors.As(err, &bad) || bad.Name != "eventID" || errors.Is(err, admin.ErrNotFound) {
 			t.Errorf("FindOutboxEvent(%q): %v, want an *ArgumentError named eventID", s, err)
 		}
-		if err := admin.CheckEventID(s); !errors.As(err, &bad) {
-			t.Errorf("CheckEventID(%q): %v, want an *ArgumentError", s, err)
+		if textcheck.IsEventID(s) {
+			t.Errorf("textcheck.IsEventID(%q) is true", s)
 		}
 	}
-	if err := admin.CheckEventID(strings.ToUpper(notStored)); err != nil {
-		t.Errorf("CheckEventID of an upper-case UUID: %v", err)
+	if !textcheck.IsEventID(strings.ToUpper(notStored)) {
+		t.Errorf("textcheck.IsEventID of an upper-case UUID is false")
+	}
+	if _, err := a.FindOutboxEvent(ctx, strings.ToUpper(notStored)); !errors.Is(err, admin.ErrNotFound) {
+		t.Errorf("FindOutboxEvent of an upper-case UUID not stored: %v, want ErrNotFound", err)
 	}
 }
 
@@ -126,7 +131,7 @@ func TestOutboxIDs(t *testing.T) {
 	if _, err := a.OutboxIDs(ctx, eventIDs[0], "abc"); !errors.As(err, &bad) || bad.Name != "eventIDs" {
 		t.Fatalf("OutboxIDs with a malformed event id: %v, want an *ArgumentError", err)
 	}
-	many := make([]string, admin.MaxAdminIDs+1)
+	many := make([]string, limits.AdminIDs+1)
 	for i := range many {
 		many[i] = notStored
 	}

@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/schemasql"
+	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -168,25 +170,10 @@ func (a *Admin) GetOutboxEvent(ctx context.Context, id int64) (OutboxEvent, erro
 	return ev, nil
 }
 
-// CheckEventID returns nil when s has the form of an outbox event's event id (OutboxEvent.EventID, the
-// CloudEvents id a consumer sees): a UUID in its text form, 32 hexadecimal digits (either case) in
-// groups of 8, 4, 4, 4 and 12 joined by hyphens. Otherwise it returns an *[txinbox.ArgumentError]
-// named "eventID".
-func CheckEventID(s string) error {
-	return checkEventID("eventID", s)
-}
-
+// checkEventID returns nil when s has the form of an outbox event's event id (textcheck.IsEventID),
+// or an *[txinbox.ArgumentError] named name.
 func checkEventID(name, s string) error {
-	ok := len(s) == 36
-	for i := 0; ok && i < len(s); i++ {
-		c := s[i]
-		if i == 8 || i == 13 || i == 18 || i == 23 {
-			ok = c == '-'
-		} else {
-			ok = '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-		}
-	}
-	if !ok {
+	if !textcheck.IsEventID(s) {
 		return &txinbox.ArgumentError{Name: name, Reason: fmt.Sprintf("%q is not an event id (a UUID such as 0190a8c2-6a1b-7c3d-9e4f-0123456789ab)", truncate(s))}
 	}
 	return nil
@@ -204,7 +191,9 @@ func truncate(s string) string {
 // sees as the CloudEvents id) is eventID, in any state, with every field as GetOutboxEvent reads it.
 // The event id is found with one probe of the index on it (migration 00012), never a scan. An event
 // id that no stored event has returns a *NotFoundError naming it (errors.Is ErrNotFound); a
-// string that is not an event id (CheckEventID) an *[txinbox.ArgumentError], without a statement.
+// string that is not an event id (a UUID in its text form: 32 hexadecimal digits, either case, in
+// groups of 8, 4, 4, 4 and 12 joined by hyphens) an *[txinbox.ArgumentError] named "eventID",
+// without a statement.
 func (a *Admin) FindOutboxEvent(ctx context.Context, eventID string) (OutboxEvent, error) {
 	ids, err := a.outboxIDs(ctx, "eventID", []string{eventID})
 	if err != nil {
@@ -224,17 +213,17 @@ func (a *Admin) FindOutboxEvent(ctx context.Context, eventID string) (OutboxEven
 // OutboxIDs returns the outbox id (OutboxEvent.ID, the id the other calls take) of the event of each
 // of eventIDs, in the order given: ids[i] is the id of the stored event whose event id is
 // eventIDs[i] (in either case), 0 when none has it. It runs one statement, which probes the index on
-// the event id (migration 00012) once per event id. A string that is not an event id (CheckEventID)
-// returns an *[txinbox.ArgumentError] named "eventIDs", without a statement. At most MaxAdminIDs
-// event ids per call.
+// the event id (migration 00012) once per event id. A string that is not an event id (see
+// FindOutboxEvent) returns an *[txinbox.ArgumentError] named "eventIDs", without a statement. At
+// most 10,000 event ids per call.
 func (a *Admin) OutboxIDs(ctx context.Context, eventIDs ...string) ([]int64, error) {
 	return a.outboxIDs(ctx, "eventIDs", eventIDs)
 }
 
 // outboxIDs is OutboxIDs, its argument called name in errors.
 func (a *Admin) outboxIDs(ctx context.Context, name string, eventIDs []string) ([]int64, error) {
-	if len(eventIDs) > MaxAdminIDs {
-		return nil, &txinbox.ArgumentError{Name: name, Reason: fmt.Sprintf("%d event ids, more than the limit of %d per call", len(eventIDs), MaxAdminIDs)}
+	if len(eventIDs) > limits.AdminIDs {
+		return nil, &txinbox.ArgumentError{Name: name, Reason: fmt.Sprintf("%d event ids, more than the limit of %d per call", len(eventIDs), limits.AdminIDs)}
 	}
 	for _, s := range eventIDs {
 		if err := checkEventID(name, s); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
@@ -215,7 +216,7 @@ func TestListOutboxDeadFilters(t *testing.T) {
 		t.Errorf("listed dead event: %+v", e)
 	}
 
-	for _, f := range []admin.DeadFilter{{Limit: -1}, {Limit: admin.MaxDeadListLimit + 1}, {Before: "x"}, {Before: "12"},
+	for _, f := range []admin.DeadFilter{{Limit: -1}, {Limit: limits.DeadListLimit + 1}, {Before: "x"}, {Before: "12"},
 		{Before: "1:-2"}, {Since: day, Until: day}, {ErrorContains: "a\x00"}, {Topic: "\xff"}, {Key: "\xff"},
 		{Consumer: "ledger"}, {Kind: "Audit"}} { // the last two: the inbox's fields
 		f.View = admin.Outbox
@@ -315,7 +316,7 @@ func TestReplayOutboxDead(t *testing.T) {
 	if s, err := a.GetOutboxEvent(ctx, ids[0]); err != nil || s.State != "sent" || s.AttemptsStarted != 1 || s.Token <= dead.Token {
 		t.Fatalf("after the replay: %+v, %v", s, err)
 	}
-	for _, bad := range [][]int64{{0}, {-1}, make([]int64, admin.MaxAdminIDs+1)} {
+	for _, bad := range [][]int64{{0}, {-1}, make([]int64, limits.AdminIDs+1)} {
 		if _, err := a.ReplayDead(ctx, admin.Outbox, bad...); !errors.Is(err, txinbox.ErrInvalidArgument) {
 			t.Errorf("ReplayOutboxDead(%d ids): %v, want an *ArgumentError", len(bad), err)
 		}

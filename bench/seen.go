@@ -95,7 +95,7 @@ func (e *Env) SeenIngest(ctx context.Context, cache SeenCacheKind, redisAddr str
 		return res, err
 	}
 	defer s.Drop(ctx)
-	var sc seen.Cache
+	var sc txinbox.SeenCache
 	var rdb *redis.Client
 	switch cache {
 	case SeenLRU:
@@ -111,7 +111,7 @@ func (e *Env) SeenIngest(ctx context.Context, cache SeenCacheKind, redisAddr str
 		sc = seenredis.New(rdb, seenredis.Config{Prefix: "txbench:" + s.Name + ":"})
 	}
 	var trips atomic.Int64
-	cl, err := inbox.New(txinbox.Store{DB: countingDB{s.Pool, &trips}, Schema: s.Name}, inbox.Config{SeenCache: sc, SeenTTL: 10 * time.Minute})
+	cl, err := inbox.New(txinbox.Store{DB: countingDB{s.Pool, &trips}, Schema: s.Name, SeenCache: sc}, inbox.Config{})
 	if err != nil {
 		return res, err
 	}

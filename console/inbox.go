@@ -8,10 +8,11 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 )
 
 // maxAdminIDs is the most ids one administration call accepts.
-const maxAdminIDs = admin.MaxAdminIDs
+const maxAdminIDs = limits.AdminIDs
 
 // New returns the console for the txinbox tables of store (its DB, usually a *pgxpool.Pool, needs a
 // few connections at most; its Schema says where the tables are). It checks store and cfg (a

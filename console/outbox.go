@@ -11,6 +11,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/internal/textcheck"
 )
 
 // The outbox's pages: its events per topic, its dead events (filtered, with replay and discard as on
@@ -161,7 +162,7 @@ func (h *handler) outboxEvent(w http.ResponseWriter, r *http.Request) {
 	if id, perr := positive("id", d.ID); perr == nil {
 		e, err = h.admin.GetOutboxEvent(ctx, id)
 		which = "id " + strconv.FormatInt(id, 10)
-	} else if admin.CheckEventID(d.ID) == nil {
+	} else if textcheck.IsEventID(d.ID) {
 		e, err = h.admin.FindOutboxEvent(ctx, d.ID)
 		which = "event id " + d.ID
 	} else {

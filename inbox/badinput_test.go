@@ -11,6 +11,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/migrate"
 )
@@ -170,8 +171,8 @@ func badMessages(maxPayload int) []badMessage {
 		{"over-long header value", "headers", header("h", strings.Repeat("v", 8193))},
 		{"headers over MaxHeadersBytes together", "headers", with(func(m *inbox.Message) {
 			m.Headers = map[string]string{}
-			for i := 0; i <= inbox.MaxHeadersBytes/inbox.MaxHeaderValueBytes; i++ {
-				m.Headers[fmt.Sprintf("h%03d", i)] = strings.Repeat("v", inbox.MaxHeaderValueBytes-4)
+			for i := 0; i <= limits.HeadersBytes/limits.HeaderValueBytes; i++ {
+				m.Headers[fmt.Sprintf("h%03d", i)] = strings.Repeat("v", limits.HeaderValueBytes-4)
 			}
 		})},
 		{"over-long ordering key", "ordering_key", with(func(m *inbox.Message) { m.OrderingKey = strings.Repeat("o", 512+1) })},
@@ -233,8 +234,8 @@ func TestPayloadEdgesAccepted(t *testing.T) {
 	e := newBadEnv(t, inbox.Config{})
 	ctx := context.Background()
 	manyHeaders := map[string]string{}
-	for i := 0; i < inbox.MaxHeadersBytes/inbox.MaxHeaderValueBytes; i++ {
-		manyHeaders[fmt.Sprintf("h%03d", i)] = strings.Repeat("v", inbox.MaxHeaderValueBytes-4)
+	for i := 0; i < limits.HeadersBytes/limits.HeaderValueBytes; i++ {
+		manyHeaders[fmt.Sprintf("h%03d", i)] = strings.Repeat("v", limits.HeaderValueBytes-4)
 	}
 	for i, p := range []string{
 		`"\ud800\udc00"`, `"\uDBFF\uDFFF"`, `"\\ud800"`, `"\\\\ud800"`, `"\\u0000"`, `{"\ud83d\ude00": "\u00e9"}`,

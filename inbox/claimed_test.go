@@ -28,7 +28,9 @@ func TestDuplicateOfClaimedMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	// cached has a seen-key cache that is empty when the message is claimed.
-	cached, err := inbox.New(db.Store(), inbox.Config{SeenCache: newLRU(t), SeenTTL: time.Hour})
+	cachedStore := db.Store()
+	cachedStore.SeenCache = newLRU(t)
+	cached, err := inbox.New(cachedStore, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -463,11 +463,12 @@ func TestCoalesceStorm(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		cfg    inbox.Config
+		cache  txinbox.SeenCache
 		giveUp bool
 	}{
 		{name: "default", cfg: inbox.Config{}},
 		{name: "small groups", cfg: inbox.Config{CoalesceMax: 3, CoalesceWait: time.Microsecond}},
-		{name: "seen cache", cfg: inbox.Config{SeenCache: newLRU(t), SeenTTL: time.Hour}},
+		{name: "seen cache", cache: newLRU(t)},
 		{name: "giving up", cfg: inbox.Config{}, giveUp: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -475,7 +476,7 @@ func TestCoalesceStorm(t *testing.T) {
 			db := testdb.New(t)
 			rec := &tracerec.Recorder{}
 			g := newGateDB(db.Pool)
-			c, err := inbox.New(txinbox.Store{DB: g, Schema: db.Schema, Tracer: rec}, tc.cfg)
+			c, err := inbox.New(txinbox.Store{DB: g, Schema: db.Schema, Tracer: rec, SeenCache: tc.cache}, tc.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,7 +16,6 @@ import (
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/internal/typednil"
-	"github.com/txinbox/txinbox/seen"
 )
 
 // storeFor returns the statement rewriter of st's schema.
@@ -28,42 +27,8 @@ type Config struct {
 	// (1 << 20). A payload's size counts each JSON number at the length PostgreSQL
 	// numeric prints it (1e6 as 7 bytes), so that a few bytes of exponent cannot become megabytes of
 	// stored text; numbers numeric cannot hold, lone UTF-16 surrogate escapes and \u0000 are rejected.
-	// Headers are bounded apart from the payload, whatever this limit: names of at most
-	// MaxHeaderNameBytes (256), values of at most MaxHeaderValueBytes (8192), and all of a message's
-	// names and values together at most MaxHeadersBytes (1 MiB, whatever their number).
+	// Headers are bounded apart from the payload, whatever this limit (see Message.Headers).
 	MaxPayloadBytes int
-	// SeenCache, if set, answers redeliveries of recently accepted messages without a database round
-	// trip ([seen.NewLRU] in process, module github.com/txinbox/txinbox/seenredis on Redis). Every
-	// receive call looks its keys up first: a message whose key is cached with the same kind and the
-	// same payload bytes (seen.Entry.Fingerprint) gets a Duplicate receipt with Cached set, its ID as cached,
-	// and State and Result unknown (empty); every other message, and all of them when the cache fails
-	// or takes longer than SeenTimeout, goes to the database as without a cache.
-	//
-	// A key is cached only after its row has committed: after Receive and ReceiveMany return, and for
-	// ReceiveTx and ReceiveManyTx (or a Client whose DB is a pgx.Tx) only when the caller calls
-	// [Client.Remember] after the commit (a DB that runs Receive inside a transaction it began with a
-	// BEGIN statement cannot be told apart: give such a Client no SeenCache). Cached are Inserted
-	// messages and Duplicates of pending or dead ones
-	// (not completed or processing ones, whose window may end sooner than SeenTTL). Each entry expires
-	// SeenTTL after the receive call started, so it never outlives the key's dedup window as long as
-	// SeenTTL is at most the Store's Retention (a minute less leaves room for clock drift and for the
-	// time a remote cache takes to apply a write).
-	//
-	// Rows deleted early (package admin: DiscardDead, DiscardPending, DiscardOlder) make their keys
-	// new again. An admin.Admin given the same cache (admin.Config.SeenCache) invalidates the whole
-	// cache (a new epoch) once it deleted something; for Redis that reaches every process sharing it.
-	// Deletions made by an Admin without this cache (another process's seen.LRU, or the txinbox
-	// command) are not seen by this one: for up to SeenTTL, a redelivery of such a key may still be
-	// answered Duplicate instead of being stored again. Cache errors never reach the caller: they are
-	// reported to the Store's Tracer (txinbox.OpSeenGet, txinbox.OpSeenPut). Default: none.
-	SeenCache seen.Cache
-	// SeenTTL is how long a cache entry lives, from the start of the receive call that made it;
-	// required (positive) with SeenCache, and at most the Store's Retention (checked by [New]: a
-	// *[txinbox.ConfigError] otherwise).
-	SeenTTL time.Duration
-	// SeenTimeout bounds each SeenCache call; a slower one counts as failed ([seen.Fallback]).
-	// Default: 100ms.
-	SeenTimeout time.Duration
 	// CoalesceMax is the most concurrent [Client.Receive] calls whose messages share one statement
 	// and one commit (group commit). Default: 64. 1 turns coalescing off: each Receive call runs a
 	// statement of its own. Negative is a *[txinbox.ConfigError]. Coalescing never applies to
@@ -79,24 +44,12 @@ type Config struct {
 	CoalesceWait time.Duration
 }
 
-func (c Config) withDefaults(st txinbox.Store) (Config, error) {
+func (c Config) withDefaults() (Config, error) {
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = defaultMaxPayloadBytes
 	}
 	if c.MaxPayloadBytes < 0 {
 		return c, &txinbox.ConfigError{Field: "MaxPayloadBytes", Reason: "must not be negative"}
-	}
-	if c.SeenCache != nil && c.SeenTTL <= 0 {
-		return c, &txinbox.ConfigError{Field: "SeenTTL", Reason: "must be positive with a SeenCache (at most Store.Retention)"}
-	}
-	if c.SeenTTL > st.Retention {
-		return c, &txinbox.ConfigError{Field: "SeenTTL", Reason: fmt.Sprintf("%v exceeds Store.Retention (%v): a cached key would outlive its dedup window", c.SeenTTL, st.Retention)}
-	}
-	if c.SeenTimeout == 0 {
-		c.SeenTimeout = defaultSeenTimeout
-	}
-	if c.SeenTimeout < 0 {
-		return c, &txinbox.ConfigError{Field: "SeenTimeout", Reason: "must not be negative"}
 	}
 	if c.CoalesceMax == 0 {
 		c.CoalesceMax = defaultCoalesceMax
@@ -126,6 +79,9 @@ type Message struct {
 	// Payload is the message body, a JSON document (stored as jsonb).
 	Payload []byte
 	// Headers are stored with the message and handed to the handler (trace context, for example).
+	// Names are 1 to 256 bytes and values at most 8192 bytes, of valid UTF-8 without control
+	// characters; all of a message's names and values together are at most 1 MiB (1 << 20 bytes),
+	// whatever their number. A message beyond these limits is a *txinbox.ValidationError.
 	Headers map[string]string
 	// OrderingKey, when set, makes messages with the same ordering key run one at a time, in the order
 	// they were received (an aggregate id, for example). At most 512 bytes of UTF-8 without control
@@ -170,7 +126,7 @@ type Receipt struct {
 	State   State   // state of the stored message (StatePending when inserted); "" when Cached
 	Result  []byte  // for a Duplicate: the result its handler stored, if any (JSON); nil when Cached
 	Err     error   // for a Conflict: a *KeyConflictError
-	// Cached is true for a Duplicate answered by the seen-key cache (Config.SeenCache) without
+	// Cached is true for a Duplicate answered by the seen-key cache (txinbox.Store.SeenCache) without
 	// reading the database: ID is the id cached for the key, State and Result are unknown (empty;
 	// admin.Admin.GetMessage reads them).
 	Cached bool
@@ -200,7 +156,7 @@ func New(store txinbox.Store, cfg Config) (*Client, error) {
 	if name, reason := typednil.Field(cfg); name != "" {
 		return nil, &txinbox.ConfigError{Field: name, Reason: reason}
 	}
-	cfg, err = cfg.withDefaults(store)
+	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}

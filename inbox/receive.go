@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/seen"
@@ -22,13 +23,13 @@ import (
 //  2. validateAll: checks every message (a *txinbox.ValidationError writes nothing); a Receive call
 //     then joins a shared statement with concurrent ones (coalesce.go), which runs layers 3 to 6 for
 //     all of them;
-//  3. lookUpSeen: with a Config.SeenCache, answers the keys cached with the same fingerprint
+//  3. lookUpSeen: with a Store.SeenCache, answers the keys cached with the same fingerprint
 //     (txinbox.OpSeenGet);
 //  4. insertOrCompare: one ReceiveBatch statement inserts the new keys and compares the others
 //     (and repeats within the batch) with the stored rows, in the database; lookUpStored and
 //     renewExpired handle the rows committed after its snapshot and the expired ones;
 //  5. notify (notify.go): ReceiveBatch's NOTIFY, debounced per consumer;
-//  6. remember: puts the committed keys into the SeenCache (at once outside a transaction, in
+//  6. remember: puts the committed keys into the Store's SeenCache (at once outside a transaction, in
 //     Remember after the caller's commit inside one).
 
 // Receive stores msg unless its key is already stored for its consumer, and returns once that is
@@ -155,7 +156,7 @@ func traceMessages(msgs []Message) []txinbox.TraceMessage {
 	return out
 }
 
-// roomFor reports whether headers can take extra within MaxHeadersBytes (a message at its limit
+// roomFor reports whether headers can take extra within limits.HeadersBytes (a message at its limit
 // keeps its headers as they are, untraced, rather than being refused).
 func roomFor(headers, extra map[string]string) bool {
 	size := 0
@@ -165,7 +166,7 @@ func roomFor(headers, extra map[string]string) bool {
 	for k, v := range extra {
 		size += len(k) + len(v)
 	}
-	return size <= MaxHeadersBytes
+	return size <= limits.HeadersBytes
 }
 
 // withTrace returns msgs with the trace context of ctx (in.Inject) added to the headers of each
@@ -206,7 +207,7 @@ func (c *Client) validateAndStore(ctx context.Context, db sqlc.DBTX, msgs []Mess
 // storeValid runs layers 3 and 4 on msgs, already validated (for one call, or for the calls of a
 // shared statement: coalesce.go).
 func (c *Client) storeValid(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
-	if c.cfg.SeenCache != nil && len(msgs) > 0 {
+	if c.store.SeenCache != nil && len(msgs) > 0 {
 		return c.lookUpSeen(ctx, db, msgs)
 	}
 	return c.insertOrCompare(ctx, db, msgs, 0)
@@ -235,8 +236,8 @@ type seenMark struct {
 // (layer 6).
 func (c *Client) lookUpSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) ([]Receipt, error) {
 	start := time.Now()
-	keys := make([]seen.Key, 0, len(msgs))
-	index := make(map[seen.Key]int, len(msgs)) // key -> its position in keys
+	keys := make([]txinbox.SeenKey, 0, len(msgs))
+	index := make(map[txinbox.SeenKey]int, len(msgs)) // key -> its position in keys
 	for i := range msgs {
 		k := c.seenKey(&msgs[i])
 		if _, ok := index[k]; !ok {
@@ -249,8 +250,8 @@ func (c *Client) lookUpSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) (
 		tm = traceMessages(msgs)
 	}
 	opCtx := c.seenStart(ctx, txinbox.OpSeenGet, tm)
-	gctx, cancel := context.WithTimeout(opCtx, c.cfg.SeenTimeout)
-	entries, found, epoch, getErr := c.cfg.SeenCache.Get(gctx, keys)
+	gctx, cancel := context.WithTimeout(opCtx, limits.SeenTimeout)
+	entries, found, epoch, getErr := c.store.SeenCache.Get(gctx, keys)
 	cancel()
 	cacheUp := getErr == nil && len(entries) == len(keys) && len(found) == len(keys)
 	if getErr == nil && !cacheUp {
@@ -306,7 +307,7 @@ func (c *Client) lookUpSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) (
 	}
 	_, inTx := db.(pgx.Tx)
 	var put []int // indexes into sub to cache now
-	firsts := make(map[seen.Key]bool, len(rest))
+	firsts := make(map[txinbox.SeenKey]bool, len(rest))
 	for k, i := range rest {
 		r := rs[k]
 		// Only the first occurrence of a key was compared with the stored row; a repeat within the
@@ -329,18 +330,18 @@ func (c *Client) lookUpSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) (
 	return out, nil
 }
 
-func (c *Client) seenKey(m *Message) seen.Key {
-	return seen.Key{Schema: c.store.Schema, Consumer: m.Consumer, Key: m.Key}
+func (c *Client) seenKey(m *Message) txinbox.SeenKey {
+	return txinbox.SeenKey{Schema: c.store.Schema, Consumer: m.Consumer, Key: m.Key}
 }
 
 // seenEligible reports whether a receipt the database returned may be cached, after the statement
-// that made it committed, for up to SeenTTL from a time taken before that statement.
+// that made it committed, for up to the Store's Retention from a time taken before that statement.
 //
 // The dedup window of a key ends Retention after its message completes, and completion happens in a
 // worker transaction that starts after the message was claimed, and so after the start of any
 // statement that saw it pending. Inserted messages and Duplicates of pending ones therefore keep
 // their window for at least Retention after that start; so do dead ones, which never expire (their
-// rows may be deleted early: see Config.SeenCache). A Duplicate of a completed message may be near
+// rows may be deleted early: see txinbox.Store.SeenCache). A Duplicate of a completed message may be near
 // the end of its window, and one of a processing message may be completing in a transaction that
 // started before our statement: neither is cached.
 func seenEligible(r Receipt) bool {
@@ -672,13 +673,14 @@ func (c *Client) receiveBatch(ctx context.Context, db sqlc.DBTX, p sqlc.ReceiveB
 // Remember caches the keys of msgs whose receipts rs were returned for them by [Client.ReceiveTx] or
 // [Client.ReceiveManyTx] of this Client, in a transaction that has since committed: call it right
 // after the commit succeeded, never before or after a rollback. It does nothing without a
-// Config.SeenCache. Only receipts the seen-key cache may hold are cached (Inserted, and Duplicates of
-// pending or dead messages), for what remains of Config.SeenTTL since the receive call started;
+// txinbox.Store.SeenCache. Only receipts the seen-key cache may hold are cached (Inserted, and
+// Duplicates of pending or dead messages), for what remains of the Store's Retention since the
+// receive call started;
 // receipts from calls outside a transaction (already cached), answered from the cache, or from
 // another Client are skipped. Cache errors are reported to the Store's Tracer only. msgs
 // and rs must have the same length.
 func (c *Client) Remember(ctx context.Context, msgs []Message, rs []Receipt) {
-	if c.cfg.SeenCache == nil || len(msgs) != len(rs) {
+	if c.store.SeenCache == nil || len(msgs) != len(rs) {
 		return
 	}
 	// Receipts of one call share their mark; calls are cached one mark at a time.
@@ -704,16 +706,16 @@ func (c *Client) Remember(ctx context.Context, msgs []Message, rs []Receipt) {
 }
 
 // remember is layer 6: it caches the keys of msgs[i] for i in idx, with the ids of rs[i], for what
-// remains of SeenTTL since start. Errors are reported to the Store's Tracer (txinbox.OpSeenPut) only.
+// remains of the Store's Retention since start. Errors are reported to the Store's Tracer (txinbox.OpSeenPut) only.
 func (c *Client) remember(ctx context.Context, epoch uint64, start time.Time, msgs []Message, rs []Receipt, idx []int) {
-	ttl := c.cfg.SeenTTL - time.Since(start)
+	ttl := c.store.Retention - time.Since(start)
 	if ttl <= 0 {
 		return
 	}
-	keys := make([]seen.Key, 0, len(idx))
-	entries := make([]seen.Entry, 0, len(idx))
+	keys := make([]txinbox.SeenKey, 0, len(idx))
+	entries := make([]txinbox.SeenEntry, 0, len(idx))
 	ttls := make([]time.Duration, 0, len(idx))
-	done := make(map[seen.Key]bool, len(idx))
+	done := make(map[txinbox.SeenKey]bool, len(idx))
 	var tm []txinbox.TraceMessage // for the Store's Tracer
 	for _, i := range idx {
 		m := &msgs[i]
@@ -726,12 +728,12 @@ func (c *Client) remember(ctx context.Context, epoch uint64, start time.Time, ms
 			tm = append(tm, txinbox.TraceMessage{ID: m.Key, Consumer: m.Consumer, Kind: m.Kind, Headers: m.Headers})
 		}
 		keys = append(keys, k)
-		entries = append(entries, seen.Entry{ID: rs[i].ID, Fingerprint: seenFingerprint(m.Kind, m.Payload)})
+		entries = append(entries, txinbox.SeenEntry{ID: rs[i].ID, Fingerprint: seenFingerprint(m.Kind, m.Payload)})
 		ttls = append(ttls, ttl)
 	}
 	ctx = c.seenStart(ctx, txinbox.OpSeenPut, tm)
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SeenTimeout)
-	err := c.cfg.SeenCache.Put(pctx, epoch, keys, entries, ttls)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limits.SeenTimeout)
+	err := c.store.SeenCache.Put(pctx, epoch, keys, entries, ttls)
 	cancel()
 	c.seenEnd(ctx, txinbox.OpSeenPut, err, nil)
 }

@@ -84,11 +84,14 @@ func newLRU(t *testing.T) *seen.LRU {
 	return l
 }
 
-// seenClient returns a Client of db with cache (nil: none) and a counting Tracer.
-func seenClient(t *testing.T, db *testdb.DB, cache seen.Cache, ttl time.Duration) (*inbox.Client, *seenCounter) {
+// seenClient returns a Client of db with cache (nil: none), the dedup window retention (0: the
+// default) and a counting Tracer.
+func seenClient(t *testing.T, db *testdb.DB, cache txinbox.SeenCache, retention time.Duration) (*inbox.Client, *seenCounter) {
 	t.Helper()
 	o := newSeenCounter()
-	c, err := inbox.New(tracedStore(db, o), inbox.Config{SeenCache: cache, SeenTTL: ttl})
+	st := tracedStore(db, o)
+	st.SeenCache, st.Retention = cache, retention
+	c, err := inbox.New(st, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +136,7 @@ func TestSeenRedeliveryStorm(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	batches := storm(7)
-	run := func(cache seen.Cache) ([]inbox.Outcome, *seenCounter, *testdb.DB) {
+	run := func(cache txinbox.SeenCache) ([]inbox.Outcome, *seenCounter, *testdb.DB) {
 		db := testdb.New(t)
 		c, o := seenClient(t, db, cache, time.Hour)
 		var out []inbox.Outcome
@@ -291,7 +294,7 @@ func TestSeenConcurrentStorm(t *testing.T) {
 }
 
 // TestSeenExpiry: an entry never outlives the key's dedup window. The key is cached when inserted
-// (SeenTTL = the worker's Retention), completes with that window, and once the window has passed it
+// (for the Store's Retention), completes with that window, and once the window has passed it
 // is Inserted again, although the cache had it.
 func TestSeenExpiry(t *testing.T) {
 	t.Parallel()
@@ -330,7 +333,8 @@ func waitExpired(t *testing.T, db *testdb.DB, id int64) {
 }
 
 // TestSeenCompletedDuplicateNotCached: a Duplicate of a completed message may be near the end of its
-// window, so it is not cached: after the window it is Inserted again, although SeenTTL is long.
+// window, so it is not cached: after the window it is Inserted again, although the cache's entries
+// live an hour (the cached Client's Store.Retention).
 func TestSeenCompletedDuplicateNotCached(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -414,7 +418,9 @@ func TestSeenDeletedKeysAreNew(t *testing.T) {
 	db := testdb.New(t)
 	cache := newLRU(t)
 	c, o := seenClient(t, db, cache, time.Hour)
-	a, err := admin.New(tracedStore(db, o), admin.Config{SeenCache: cache})
+	st := tracedStore(db, o)
+	st.SeenCache = cache
+	a, err := admin.New(st, admin.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,12 +471,12 @@ type failingCache struct{ calls atomic.Int64 }
 
 var errCacheDown = errors.New("cache down")
 
-func (f *failingCache) Get(context.Context, []seen.Key) ([]seen.Entry, []bool, uint64, error) {
+func (f *failingCache) Get(context.Context, []txinbox.SeenKey) ([]txinbox.SeenEntry, []bool, uint64, error) {
 	f.calls.Add(1)
 	return nil, nil, 0, errCacheDown
 }
 
-func (f *failingCache) Put(context.Context, uint64, []seen.Key, []seen.Entry, []time.Duration) error {
+func (f *failingCache) Put(context.Context, uint64, []txinbox.SeenKey, []txinbox.SeenEntry, []time.Duration) error {
 	f.calls.Add(1)
 	return errCacheDown
 }
@@ -480,7 +486,7 @@ func (f *failingCache) Invalidate(context.Context) error { f.calls.Add(1); retur
 // slowCache answers only when ctx ends (a cache that hangs).
 type slowCache struct{ failingCache }
 
-func (s *slowCache) Get(ctx context.Context, _ []seen.Key) ([]seen.Entry, []bool, uint64, error) {
+func (s *slowCache) Get(ctx context.Context, _ []txinbox.SeenKey) ([]txinbox.SeenEntry, []bool, uint64, error) {
 	<-ctx.Done()
 	return nil, nil, 0, ctx.Err()
 }
@@ -489,11 +495,12 @@ func (s *slowCache) Get(ctx context.Context, _ []seen.Key) ([]seen.Entry, []bool
 // answers, and the fallback is counted.
 func TestSeenCacheFailureFallsBack(t *testing.T) {
 	t.Parallel()
-	for _, cache := range []seen.Cache{&failingCache{}, &slowCache{}} {
+	for _, cache := range []txinbox.SeenCache{&failingCache{}, &slowCache{}} {
 		db := testdb.New(t)
 		o := newSeenCounter()
-		c, err := inbox.New(tracedStore(db, o), inbox.Config{SeenCache: cache,
-			SeenTTL: time.Hour, SeenTimeout: 20 * time.Millisecond})
+		st := tracedStore(db, o)
+		st.SeenCache = cache
+		c, err := inbox.New(st, inbox.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -516,16 +523,6 @@ func TestSeenCacheFailureFallsBack(t *testing.T) {
 
 func TestSeenConfigErrors(t *testing.T) {
 	t.Parallel()
-	db := testdb.New(t)
-	for _, cfg := range []inbox.Config{
-		{SeenCache: newLRU(t)},
-		{SeenCache: newLRU(t), SeenTTL: -time.Second},
-		{SeenCache: newLRU(t), SeenTTL: time.Second, SeenTimeout: -1},
-	} {
-		if _, err := inbox.New(db.Store(), cfg); !errors.Is(err, txinbox.ErrInvalidConfig) {
-			t.Errorf("%+v: %v, want a ConfigError", cfg, err)
-		}
-	}
 	if _, err := seen.NewLRU(seen.LRUConfig{MaxBytes: -1}); !errors.Is(err, txinbox.ErrInvalidConfig) {
 		t.Errorf("negative MaxBytes: %v", err)
 	}

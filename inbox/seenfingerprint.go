@@ -1,15 +1,9 @@
 package inbox
 
-import (
-	"crypto/sha256"
-	"time"
-)
-
-// defaultSeenTimeout is Config.SeenTimeout when it is zero.
-const defaultSeenTimeout = 100 * time.Millisecond
+import "crypto/sha256"
 
 // seenFingerprint returns the fingerprint a seen-key cache entry holds for a message of kind and
-// payload (seen.Entry.Fingerprint): SHA-256 of kind, "\n" and the payload's exact bytes.
+// payload (txinbox.SeenEntry.Fingerprint): SHA-256 of kind, "\n" and the payload's exact bytes.
 func seenFingerprint(kind string, payload []byte) [sha256.Size]byte {
 	h := sha256.New()
 	h.Write([]byte(kind))

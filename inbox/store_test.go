@@ -1,30 +1,61 @@
 package inbox_test
 
 import (
+	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
-// TestSeenTTLAtMostRetention: a seen-key cache entry must not outlive the key's dedup window, so a
-// SeenTTL above Store.Retention is a *ConfigError; equal is accepted.
-func TestSeenTTLAtMostRetention(t *testing.T) {
+// ttlSpy is a seen-key cache that records the TTLs it is given.
+type ttlSpy struct {
+	failingCache
+	mu   sync.Mutex
+	ttls []time.Duration
+}
+
+func (s *ttlSpy) Get(_ context.Context, keys []txinbox.SeenKey) ([]txinbox.SeenEntry, []bool, uint64, error) {
+	return make([]txinbox.SeenEntry, len(keys)), make([]bool, len(keys)), 0, nil
+}
+
+func (s *ttlSpy) Put(_ context.Context, _ uint64, _ []txinbox.SeenKey, _ []txinbox.SeenEntry, ttls []time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ttls = append(s.ttls, ttls...)
+	return nil
+}
+
+// TestSeenTTLIsRetention: a seen-key cache entry lives what remains of the Store's Retention (the
+// dedup window) since its receive call started, so it never outlives the key's window.
+func TestSeenTTLIsRetention(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	cache := newLRU(t)
-	st := txinbox.Store{DB: db.Pool, Schema: db.Schema, Retention: time.Hour}
-	_, err := inbox.New(st, inbox.Config{SeenCache: cache, SeenTTL: time.Hour + time.Second})
+	spy := &ttlSpy{}
+	st := txinbox.Store{DB: db.Pool, Schema: db.Schema, Retention: time.Hour, SeenCache: spy}
+	c, err := inbox.New(st, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.Receive(context.Background(), ledgertest.Message("ttl", `1`)); err != nil || r.Outcome != inbox.Inserted {
+		t.Fatalf("%+v %v", r, err)
+	}
+	spy.mu.Lock()
+	defer spy.mu.Unlock()
+	if len(spy.ttls) != 1 || spy.ttls[0] > time.Hour || spy.ttls[0] < time.Hour-time.Minute {
+		t.Fatalf("TTLs %v, want one just under the Retention (1h)", spy.ttls)
+	}
+}
+
+func TestStoreWithoutDB(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
 	var ce *txinbox.ConfigError
-	if !errors.Is(err, txinbox.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "SeenTTL" {
-		t.Fatalf("SeenTTL above Retention: %v, want a *ConfigError for SeenTTL", err)
-	}
-	if _, err := inbox.New(st, inbox.Config{SeenCache: cache, SeenTTL: time.Hour}); err != nil {
-		t.Fatalf("SeenTTL equal to Retention: %v", err)
-	}
 	if _, err := inbox.New(txinbox.Store{Schema: db.Schema}, inbox.Config{}); !errors.As(err, &ce) || ce.Field != "Store.DB" {
 		t.Fatalf("no DB: %v, want a *ConfigError for Store.DB", err)
 	}

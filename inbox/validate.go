@@ -6,18 +6,8 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/textcheck"
-)
-
-// Limits of a message's headers (keys: [txinbox.MaxKeyBytes]). Keys and names are stored as text:
-// they must be valid UTF-8 without control characters (which also excludes NUL, which PostgreSQL text
-// cannot hold).
-const (
-	// MaxHeaderNameBytes and MaxHeaderValueBytes bound each header; MaxHeadersBytes bounds all of a
-	// message's headers together (the sum of their names' and values' lengths), whatever their number.
-	MaxHeaderNameBytes  = 256
-	MaxHeaderValueBytes = 8192
-	MaxHeadersBytes     = 1 << 20
 )
 
 // Limits of a message, documented on the fields they bound.
@@ -227,16 +217,16 @@ func numericPrintedLen(lit []byte) (int, error) {
 func validateHeaders(h map[string]string) error {
 	total := 0
 	for k, v := range h {
-		if err := textcheck.Check(k, MaxHeaderNameBytes, false); err != nil {
+		if err := textcheck.Check(k, limits.HeaderNameBytes, false); err != nil {
 			return fmt.Errorf("name %q %v", truncate(k), err)
 		}
-		if err := textcheck.Check(v, MaxHeaderValueBytes, true); err != nil {
+		if err := textcheck.Check(v, limits.HeaderValueBytes, true); err != nil {
 			return fmt.Errorf("%q value %v", truncate(k), err)
 		}
 		total += len(k) + len(v)
 	}
-	if total > MaxHeadersBytes {
-		return fmt.Errorf("%d headers of %d bytes (names and values), more than the limit of %d", len(h), total, MaxHeadersBytes)
+	if total > limits.HeadersBytes {
+		return fmt.Errorf("%d headers of %d bytes (names and values), more than the limit of %d", len(h), total, limits.HeadersBytes)
 	}
 	return nil
 }

@@ -27,7 +27,7 @@
 //	txinbox_dead_letters_total{consumer, kind, reason}       counter: messages given up (dead)
 //	txinbox_handler_duration_seconds{consumer, kind, outcome} histogram: time in the handler
 //	txinbox_seen_cache_total{consumer, result}              counter: received messages by what the
-//	                                                         seen-key cache did (inbox.Config.SeenCache):
+//	                                                         seen-key cache did (txinbox.Store.SeenCache):
 //	                                                         hit, miss, mismatch or fallback (the cache
 //	                                                         failed or timed out: sent to the database)
 //	txinbox_seen_cache_errors_total{op}                      counter: seen-key cache errors and timeouts,

@@ -442,7 +442,8 @@ func TestSeenCacheMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := inbox.New(store, inbox.Config{SeenCache: lru, SeenTTL: time.Hour})
+	store.SeenCache = lru
+	c, err := inbox.New(store, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

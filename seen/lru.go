@@ -29,13 +29,13 @@ type LRUConfig struct {
 	MaxBytes int64
 }
 
-// LRU is an in-process [Cache]: the least recently used entries are dropped when it holds
+// LRU is an in-process [txinbox.SeenCache]: the least recently used entries are dropped when it holds
 // MaxEntries entries or MaxBytes bytes, and each entry expires at its own TTL (measured on this
 // process's monotonic clock). Invalidate empties it. It only knows what its own process received:
-// give every Client of a process the same LRU, and see inbox.Config.SeenCache for what it cannot see.
+// give every Store of a process the same LRU, and see [txinbox.Store].SeenCache for what it cannot see.
 type LRU struct {
 	mu       sync.Mutex
-	lru      *simplelru.LRU[Key, lruEntry]
+	lru      *simplelru.LRU[txinbox.SeenKey, lruEntry]
 	bytes    int64
 	maxBytes int64
 	epoch    uint64
@@ -43,11 +43,11 @@ type LRU struct {
 }
 
 type lruEntry struct {
-	Entry
+	txinbox.SeenEntry
 	deadline time.Time
 }
 
-func lruSize(k Key) int64 {
+func lruSize(k txinbox.SeenKey) int64 {
 	return int64(len(k.Schema)+len(k.Consumer)+len(k.Key)) + lruEntryOverhead
 }
 
@@ -63,7 +63,7 @@ func NewLRU(cfg LRUConfig) (*LRU, error) {
 		cfg.MaxBytes = defaultLRUMaxBytes
 	}
 	c := &LRU{maxBytes: cfg.MaxBytes, now: time.Now}
-	l, err := simplelru.NewLRU(cfg.MaxEntries, func(k Key, _ lruEntry) { c.bytes -= lruSize(k) })
+	l, err := simplelru.NewLRU(cfg.MaxEntries, func(k txinbox.SeenKey, _ lruEntry) { c.bytes -= lruSize(k) })
 	if err != nil {
 		return nil, &txinbox.ConfigError{Field: "MaxEntries", Reason: err.Error()}
 	}
@@ -71,9 +71,9 @@ func NewLRU(cfg LRUConfig) (*LRU, error) {
 	return c, nil
 }
 
-// Get implements Cache. It never fails.
-func (c *LRU) Get(_ context.Context, keys []Key) ([]Entry, []bool, uint64, error) {
-	entries := make([]Entry, len(keys))
+// Get implements txinbox.SeenCache. It never fails.
+func (c *LRU) Get(_ context.Context, keys []txinbox.SeenKey) ([]txinbox.SeenEntry, []bool, uint64, error) {
+	entries := make([]txinbox.SeenEntry, len(keys))
 	found := make([]bool, len(keys))
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -87,13 +87,13 @@ func (c *LRU) Get(_ context.Context, keys []Key) ([]Entry, []bool, uint64, error
 			c.lru.Remove(k)
 			continue
 		}
-		entries[i], found[i] = e.Entry, true
+		entries[i], found[i] = e.SeenEntry, true
 	}
 	return entries, found, c.epoch, nil
 }
 
-// Put implements Cache: entries of an older epoch are dropped. It never fails.
-func (c *LRU) Put(_ context.Context, epoch uint64, keys []Key, entries []Entry, ttls []time.Duration) error {
+// Put implements txinbox.SeenCache: entries of an older epoch are dropped. It never fails.
+func (c *LRU) Put(_ context.Context, epoch uint64, keys []txinbox.SeenKey, entries []txinbox.SeenEntry, ttls []time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if epoch != c.epoch {
@@ -105,7 +105,7 @@ func (c *LRU) Put(_ context.Context, epoch uint64, keys []Key, entries []Entry, 
 			continue
 		}
 		c.lru.Remove(k) // so that bytes counts it once
-		c.lru.Add(k, lruEntry{Entry: entries[i], deadline: now.Add(ttls[i])})
+		c.lru.Add(k, lruEntry{SeenEntry: entries[i], deadline: now.Add(ttls[i])})
 		c.bytes += lruSize(k)
 		for c.bytes > c.maxBytes {
 			c.lru.RemoveOldest()
@@ -114,7 +114,7 @@ func (c *LRU) Put(_ context.Context, epoch uint64, keys []Key, entries []Entry, 
 	return nil
 }
 
-// Invalidate implements Cache: it empties the cache and starts a new epoch. It never fails.
+// Invalidate implements txinbox.SeenCache: it empties the cache and starts a new epoch. It never fails.
 func (c *LRU) Invalidate(context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

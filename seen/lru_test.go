@@ -5,18 +5,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/txinbox/txinbox"
 )
 
 func lruPut(t *testing.T, c *LRU, epoch uint64, key string, ttl time.Duration) {
 	t.Helper()
-	if err := c.Put(context.Background(), epoch, []Key{{"s", "c", key}}, []Entry{{ID: 1}}, []time.Duration{ttl}); err != nil {
+	if err := c.Put(context.Background(), epoch, []txinbox.SeenKey{{Schema: "s", Consumer: "c", Key: key}}, []txinbox.SeenEntry{{ID: 1}}, []time.Duration{ttl}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func lruHas(t *testing.T, c *LRU, key string) bool {
 	t.Helper()
-	_, found, _, err := c.Get(context.Background(), []Key{{"s", "c", key}})
+	_, found, _, err := c.Get(context.Background(), []txinbox.SeenKey{{Schema: "s", Consumer: "c", Key: key}})
 	if err != nil {
 		t.Fatal(err)
 	}

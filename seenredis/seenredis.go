@@ -1,12 +1,10 @@
-// Package seenredis is a seen-key cache (seen.Cache) on Redis, shared by every process that uses
+// Package seenredis is a seen-key cache (txinbox.SeenCache) on Redis, shared by every process that uses
 // the same Redis and Prefix: a message accepted by one process is answered as a Duplicate by the
 // others without a database round trip.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-//	client, err := inbox.New(txinbox.Store{DB: pool}, inbox.Config{
-//		SeenCache: seenredis.New(rdb, seenredis.Config{Prefix: "orders:"}),
-//		SeenTTL:   24 * time.Hour, // at most the workers' Retention
-//	})
+//	store := txinbox.Store{DB: pool, SeenCache: seenredis.New(rdb, seenredis.Config{Prefix: "orders:"})}
+//	client, err := inbox.New(store, inbox.Config{})
 //
 // Each entry is one Redis string with its own expiry (PX): the cache epoch, the message id and the
 // fingerprint (48 bytes). The epoch is the integer at Prefix+"epoch", without expiry; Invalidate
@@ -31,8 +29,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/txinbox/txinbox/seen"
+	"github.com/txinbox/txinbox"
 )
 
 // DefaultPrefix is Config.Prefix when it is empty.
@@ -48,18 +45,18 @@ type Config struct {
 	Prefix string
 }
 
-// Cache is a seen.Cache on Redis. It is safe for concurrent use.
+// Cache is a txinbox.SeenCache on Redis. It is safe for concurrent use.
 type Cache struct {
 	rdb      redis.UniversalClient
 	prefix   string
 	epochKey string
 }
 
-var _ seen.Cache = (*Cache)(nil)
+var _ txinbox.SeenCache = (*Cache)(nil)
 
 // New returns a Cache using rdb (a *redis.Client, *redis.ClusterClient or any UniversalClient).
 // Bound its calls with short timeouts in rdb's options too: the inbox Client gives each call at most
-// inbox.Config.SeenTimeout.
+// 100ms (see txinbox.Store.SeenCache).
 func New(rdb redis.UniversalClient, cfg Config) *Cache {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
@@ -69,12 +66,12 @@ func New(rdb redis.UniversalClient, cfg Config) *Cache {
 
 // Key returns the Redis key of k: Prefix, then the schema, consumer and key, each of the first two
 // preceded by its length (so that no two SeenKeys share a Redis key).
-func (c *Cache) Key(k seen.Key) string {
+func (c *Cache) Key(k txinbox.SeenKey) string {
 	return c.prefix + "k:" + strconv.Itoa(len(k.Schema)) + ":" + k.Schema + strconv.Itoa(len(k.Consumer)) + ":" + k.Consumer + k.Key
 }
 
-// Get implements seen.Cache: one pipeline of the epoch and the keys' entries.
-func (c *Cache) Get(ctx context.Context, keys []seen.Key) ([]seen.Entry, []bool, uint64, error) {
+// Get implements txinbox.SeenCache: one pipeline of the epoch and the keys' entries.
+func (c *Cache) Get(ctx context.Context, keys []txinbox.SeenKey) ([]txinbox.SeenEntry, []bool, uint64, error) {
 	pipe := c.rdb.Pipeline()
 	epochCmd := pipe.Get(ctx, c.epochKey)
 	cmds := make([]*redis.StringCmd, len(keys))
@@ -92,7 +89,7 @@ func (c *Cache) Get(ctx context.Context, keys []seen.Key) ([]seen.Entry, []bool,
 	} else if !errors.Is(err, redis.Nil) {
 		return nil, nil, 0, fmt.Errorf("txinbox/seenredis: get epoch: %w", err)
 	}
-	entries := make([]seen.Entry, len(keys))
+	entries := make([]txinbox.SeenEntry, len(keys))
 	found := make([]bool, len(keys))
 	for i, cmd := range cmds {
 		b, err := cmd.Bytes()
@@ -115,9 +112,9 @@ func (c *Cache) Get(ctx context.Context, keys []seen.Key) ([]seen.Entry, []bool,
 	return entries, found, epoch, nil
 }
 
-// Put implements seen.Cache: one pipeline of SETs with PX expiries (whole milliseconds, rounded
+// Put implements txinbox.SeenCache: one pipeline of SETs with PX expiries (whole milliseconds, rounded
 // down; an entry with less than a millisecond left is not stored).
-func (c *Cache) Put(ctx context.Context, epoch uint64, keys []seen.Key, entries []seen.Entry, ttls []time.Duration) error {
+func (c *Cache) Put(ctx context.Context, epoch uint64, keys []txinbox.SeenKey, entries []txinbox.SeenEntry, ttls []time.Duration) error {
 	pipe := c.rdb.Pipeline()
 	n := 0
 	for i, k := range keys {
@@ -141,7 +138,7 @@ func (c *Cache) Put(ctx context.Context, epoch uint64, keys []seen.Key, entries 
 	return nil
 }
 
-// Invalidate implements seen.Cache: it increments the epoch, for every process sharing it.
+// Invalidate implements txinbox.SeenCache: it increments the epoch, for every process sharing it.
 func (c *Cache) Invalidate(ctx context.Context) error {
 	if err := c.rdb.Incr(ctx, c.epochKey).Err(); err != nil {
 		return fmt.Errorf("txinbox/seenredis: invalidate: %w", err)

@@ -170,7 +170,8 @@ func TestRedisStoppedMidRun(t *testing.T) {
 	o := newCounter()
 	store := db.Store()
 	store.Tracer = o
-	c, err := inbox.New(store, inbox.Config{SeenCache: newCache(t, srv), SeenTTL: time.Hour, SeenTimeout: time.Second})
+	store.SeenCache = newCache(t, srv)
+	c, err := inbox.New(store, inbox.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,9 @@ func TestRedisSharedAndExpiry(t *testing.T) {
 	db := testdb.New(t)
 	const retention = time.Second
 	newClient := func() *inbox.Client {
-		c, err := inbox.New(db.Store(), inbox.Config{SeenCache: newCache(t, srv), SeenTTL: retention})
+		st := db.Store()
+		st.SeenCache, st.Retention = newCache(t, srv), retention
+		c, err := inbox.New(st, inbox.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +253,9 @@ func TestRedisSharedAndExpiry(t *testing.T) {
 	if d, err := b.Receive(ctx, msg("k", `1`)); err != nil || !d.Cached {
 		t.Fatalf("%+v %v, want a cached duplicate", d, err)
 	}
-	ops, err := admin.New(db.Store(), admin.Config{SeenCache: newCache(t, srv)})
+	st := db.Store()
+	st.SeenCache = newCache(t, srv)
+	ops, err := admin.New(st, admin.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,22 +275,22 @@ func TestRedisNotOurs(t *testing.T) {
 	defer rdb.Close()
 	c := seenredis.New(rdb, seenredis.Config{Prefix: "p:"})
 	ctx := context.Background()
-	k := seen.Key{Schema: "public", Consumer: "ledger", Key: "x"}
+	k := txinbox.SeenKey{Schema: "public", Consumer: "ledger", Key: "x"}
 	if err := rdb.Set(ctx, c.Key(k), "garbage", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, found, _, err := c.Get(ctx, []seen.Key{k})
+	_, found, _, err := c.Get(ctx, []txinbox.SeenKey{k})
 	if err != nil || found[0] {
 		t.Fatalf("garbage value: found %v, %v", found, err)
 	}
 	if err := rdb.Set(ctx, "p:epoch", "nope", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := c.Get(ctx, []seen.Key{k}); err == nil {
+	if _, _, _, err := c.Get(ctx, []txinbox.SeenKey{k}); err == nil {
 		t.Fatal("a bad epoch is not an error")
 	}
 	// Distinct SeenKeys never share a Redis key.
-	if c.Key(seen.Key{Schema: "a", Consumer: "bc", Key: "d"}) == c.Key(seen.Key{Schema: "ab", Consumer: "c", Key: "d"}) {
+	if c.Key(txinbox.SeenKey{Schema: "a", Consumer: "bc", Key: "d"}) == c.Key(txinbox.SeenKey{Schema: "ab", Consumer: "c", Key: "d"}) {
 		t.Fatal("key collision")
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
+	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/migrate"
 	"github.com/txinbox/txinbox/retention"
 )
@@ -269,7 +271,7 @@ func (d *deadFlags) register(fs *flag.FlagSet, paging, all bool) {
 	fs.StringVar(&d.since, "since", "", "only dead letters that died at or after this time (RFC 3339, YYYY-MM-DD, or an age such as 24h or 7d)")
 	fs.StringVar(&d.until, "until", "", "only dead letters that died before this time (same forms as --since)")
 	if paging {
-		fs.IntVar(&d.limit, "limit", defaultListLimit, fmt.Sprintf("most dead letters listed (at most %d)", admin.MaxDeadListLimit))
+		fs.IntVar(&d.limit, "limit", defaultListLimit, fmt.Sprintf("most dead letters listed (at most %d)", limits.DeadListLimit))
 		fs.Int64Var(&d.before, "before", 0, "list the dead letters that died before the one of this seq (the next page: the seq of the last one listed)")
 		fs.Int64Var(&d.after, "after", 0, "no longer used: dead letters are listed newest first; page with --before SEQ")
 	}
@@ -308,8 +310,8 @@ func (d *deadFlags) filter(cmd string) (admin.DeadFilter, error) {
 	if f.Until, err = parseTime(d.until); err != nil {
 		return f, usagef(cmd, "--until: %v", err)
 	}
-	if d.limit < 1 || d.limit > admin.MaxDeadListLimit {
-		return f, usagef(cmd, "--limit must be between 1 and %d", admin.MaxDeadListLimit)
+	if d.limit < 1 || d.limit > limits.DeadListLimit {
+		return f, usagef(cmd, "--limit must be between 1 and %d", limits.DeadListLimit)
 	}
 	return f, nil
 }
@@ -558,7 +560,7 @@ func parseIDArgs(cmd, what string, args []string, byEventID bool) (ids []int64, 
 			switch {
 			case err == nil && id > 0:
 				ids, eventIDs = append(ids, id), append(eventIDs, "")
-			case byEventID && admin.CheckEventID(part) == nil:
+			case byEventID && textcheck.IsEventID(part):
 				ids, eventIDs = append(ids, 0), append(eventIDs, part)
 			case byEventID:
 				return nil, nil, usagef(cmd, "%q is not %s: give its ID (a positive integer) or its EVENT ID (a UUID), as 'txinbox outbox dead list' shows them", part, what)
@@ -567,8 +569,8 @@ func parseIDArgs(cmd, what string, args []string, byEventID bool) (ids []int64, 
 			}
 		}
 	}
-	if len(ids) > admin.MaxAdminIDs {
-		return nil, nil, usagef(cmd, "%d ids: at most %d at once (use --all with filters)", len(ids), admin.MaxAdminIDs)
+	if len(ids) > limits.AdminIDs {
+		return nil, nil, usagef(cmd, "%d ids: at most %d at once (use --all with filters)", len(ids), limits.AdminIDs)
 	}
 	return ids, eventIDs, nil
 }
@@ -802,7 +804,7 @@ func bulkCommand(r bulkRows, b bulkSpec) *command {
 // deadRows are the dead letters, for dead replay and dead discard.
 var deadRows = bulkRows{view: admin.Inbox, group: "dead", ids: "message ids", idWord: "a message id",
 	one: "dead letter", counted: "dead letter(s)", scope: "consumer",
-	flags: func() bulkFlags { return &deadFlags{limit: admin.MaxDeadListLimit} },
+	flags: func() bulkFlags { return &deadFlags{limit: limits.DeadListLimit} },
 }
 
 var (

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/outbox"
 )
@@ -80,7 +81,7 @@ func (d *outboxFlags) register(fs *flag.FlagSet, paging, all bool) {
 	fs.StringVar(&d.since, "since", "", "only dead events that died at or after this time (RFC 3339, YYYY-MM-DD, or an age such as 24h or 7d)")
 	fs.StringVar(&d.until, "until", "", "only dead events that died before this time (same forms as --since)")
 	if paging {
-		fs.IntVar(&d.limit, "limit", defaultListLimit, fmt.Sprintf("most dead events listed (at most %d)", admin.MaxDeadListLimit))
+		fs.IntVar(&d.limit, "limit", defaultListLimit, fmt.Sprintf("most dead events listed (at most %d)", limits.DeadListLimit))
 		fs.StringVar(&d.before, "before", "", "list the dead events after the one of this cursor (the next page: the CURSOR of the last one listed)")
 	}
 	if all {
@@ -110,8 +111,8 @@ func (d *outboxFlags) filter(cmd string) (admin.DeadFilter, error) {
 	if f.Until, err = parseTime(d.until); err != nil {
 		return f, usagef(cmd, "--until: %v", err)
 	}
-	if d.limit < 1 || d.limit > admin.MaxDeadListLimit {
-		return f, usagef(cmd, "--limit must be between 1 and %d", admin.MaxDeadListLimit)
+	if d.limit < 1 || d.limit > limits.DeadListLimit {
+		return f, usagef(cmd, "--limit must be between 1 and %d", limits.DeadListLimit)
 	}
 	return f, nil
 }
@@ -257,7 +258,7 @@ func printOutboxEvent(w io.Writer, e admin.OutboxEvent) error {
 // outboxRows are the outbox's dead events, for outbox dead replay and outbox dead discard.
 var outboxRows = bulkRows{view: admin.Outbox, group: "outbox dead", ids: "event ids", idWord: "an event id",
 	byEventID: true, one: "dead event", counted: "dead outbox event(s)", scope: "topic",
-	flags: func() bulkFlags { return &outboxFlags{limit: admin.MaxDeadListLimit} },
+	flags: func() bulkFlags { return &outboxFlags{limit: limits.DeadListLimit} },
 }
 
 var (

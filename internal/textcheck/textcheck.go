@@ -30,3 +30,19 @@ func Check(s string, maxBytes int, allowEmpty bool) error {
 	}
 	return nil
 }
+
+// IsEventID reports whether s has the form of an outbox event's event id (admin.OutboxEvent.EventID,
+// the CloudEvents id a consumer sees): a UUID in its text form, 32 hexadecimal digits (either case)
+// in groups of 8, 4, 4, 4 and 12 joined by hyphens.
+func IsEventID(s string) bool {
+	ok := len(s) == 36
+	for i := 0; ok && i < len(s); i++ {
+		c := s[i]
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			ok = c == '-'
+		} else {
+			ok = '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+		}
+	}
+	return ok
+}

@@ -1,0 +1,28 @@
+// Package limits holds the bounds txinbox puts on its input and on its calls to a seen-key cache,
+// for the packages that enforce them and for those (the txinbox command, the console, the adapters)
+// that must check the same input first. Each is documented on the field or function it bounds.
+package limits
+
+import "time"
+
+// SeenTimeout bounds each call to a seen-key cache (txinbox.Store.SeenCache): a Get or a Put by an
+// inbox Client, an Invalidate by an admin.Admin.
+const SeenTimeout = 100 * time.Millisecond
+
+// Headers of an inbox message (inbox.Message.Headers).
+const (
+	// HeaderNameBytes is the longest header name.
+	HeaderNameBytes = 256
+	// HeaderValueBytes is the longest header value.
+	HeaderValueBytes = 8192
+	// HeadersBytes bounds the total size of one message's header names and values.
+	HeadersBytes = 1 << 20
+)
+
+// Admin calls (package admin).
+const (
+	// DeadListLimit is the largest DeadFilter.Limit admin.ListDead accepts.
+	DeadListLimit = 1000
+	// AdminIDs is the largest number of ids one admin call taking ids accepts.
+	AdminIDs = 10000
+)
