@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/textcheck"
 )
-
-// MaxKeyBytes is the longest idempotency key accepted, in bytes.
-const MaxKeyBytes = 512
 
 var (
 	nameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
@@ -39,9 +37,9 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// ValidateKey checks an idempotency key: 1 to [MaxKeyBytes] bytes of valid UTF-8 with no control
+// ValidateKey checks an idempotency key: 1 to 512 bytes of valid UTF-8 with no control
 // characters.
-func ValidateKey(key string) error { return textcheck.Check(key, MaxKeyBytes, false) }
+func ValidateKey(key string) error { return textcheck.Check(key, limits.KeyBytes, false) }
 
 func truncate(s string) string {
 	if len(s) > 40 {

@@ -10,6 +10,7 @@ import (
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 )
 
 // Bad keys from each source a key strategy reads (message id, header, Kafka record key), through
@@ -47,8 +48,8 @@ func TestSinkBadKeys(t *testing.T) {
 	before := checksum()
 
 	bad := []struct{ name, key, reason string }{
-		{"over-long", strings.Repeat("k", txinbox.MaxKeyBytes+1), "no valid idempotency key"},
-		{"over-long multibyte", strings.Repeat("é", txinbox.MaxKeyBytes/2+1), "no valid idempotency key"},
+		{"over-long", strings.Repeat("k", limits.KeyBytes+1), "no valid idempotency key"},
+		{"over-long multibyte", strings.Repeat("é", limits.KeyBytes/2+1), "no valid idempotency key"},
 		{"NUL", "a\x00b", "no valid idempotency key"},
 		{"NUL alone", "\x00", "no valid idempotency key"},
 		{"invalid UTF-8", "k\xff", "no valid idempotency key"},
@@ -90,10 +91,10 @@ func TestSinkBadKeys(t *testing.T) {
 			}
 		}
 		// The longest valid key is stored as it is.
-		long := strings.Repeat("L", txinbox.MaxKeyBytes-len(source)) + source
-		long = long[len(long)-txinbox.MaxKeyBytes:]
+		long := strings.Repeat("L", limits.KeyBytes-len(source)) + source
+		long = long[len(long)-limits.KeyBytes:]
 		if res, err := s.Store(ctx, []*adapters.Record{record(source, long, `{"n": 2}`)}); err != nil || res.Inserted != 1 {
-			t.Errorf("%s: key of %d bytes: %+v, %v", source, txinbox.MaxKeyBytes, res, err)
+			t.Errorf("%s: key of %d bytes: %+v, %v", source, limits.KeyBytes, res, err)
 		}
 	}
 	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE state = 'dead'`); n != int64(len(bad)*len(sinks)) {

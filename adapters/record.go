@@ -59,7 +59,7 @@ func (r *Record) IsCloudEvent() bool { return r.CloudEvent[envelope.AttrSpecVers
 //
 // The strategies of this package return what the broker gave, unchecked (FirstOf takes the first
 // non-empty one, valid or not). The Sink checks the key with txinbox.ValidateKey: a record whose key is
-// missing, empty, longer than txinbox.MaxKeyBytes, not valid UTF-8, or holds a control character such
+// missing, empty, longer than 512 bytes (txinbox.ValidateKey), not valid UTF-8, or holds a control character such
 // as NUL is not an error of Store. It is stored dead, with its raw bytes and the reason ("no valid
 // idempotency key: ...") as its last error, keyed by inbox.ContentKey(kind, raw) (so a redelivery is
 // a duplicate of it), in the same transaction as the rest of its batch; the batch is then

@@ -178,7 +178,7 @@ func (p deadRows[F]) confirmData(ctx context.Context, h *handler, w http.Respons
 			h.dbFail(w, r, p.counting, err)
 			return false
 		}
-		d.Count, d.TooMany = n, n > MaxBulk
+		d.Count, d.TooMany = n, n > maxBulk
 	default:
 		h.fail(w, r, http.StatusBadRequest, "scope: must be selected or filter")
 		return false
@@ -223,7 +223,7 @@ func (p deadRows[F]) apply(h *handler, w http.ResponseWriter, r *http.Request) {
 		}
 	case "filter":
 		ctx, cancel := h.ctx(r)
-		targets, err = p.ids(ctx, h, f, v.Get("snapshot"), int(min(confirmed, MaxBulk)+1))
+		targets, err = p.ids(ctx, h, f, v.Get("snapshot"), int(min(confirmed, maxBulk)+1))
 		cancel()
 		var bad *inputError
 		if errors.As(err, &bad) || badArgument(err) {

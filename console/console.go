@@ -69,15 +69,16 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
+	"github.com/txinbox/txinbox/internal/limits"
 )
 
 // Limits of the pages.
 const (
-	// DeadPageSize is the number of dead letters (or dead outbox events) per page.
-	DeadPageSize = 50
-	// MaxBulk is the most messages one confirmed action changes; a filter matching more must be
-	// narrowed (or the action repeated).
-	MaxBulk = 100_000
+	// deadPageSize is the number of dead letters (or dead outbox events) per page.
+	deadPageSize = limits.ConsoleDeadPageSize
+	// maxBulk is the most messages one confirmed action changes (100,000); a filter matching more
+	// must be narrowed (or the action repeated).
+	maxBulk = limits.ConsoleBulk
 	// chartMinutes is the span of the overview's chart.
 	chartMinutes = 60
 )

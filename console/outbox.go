@@ -78,7 +78,7 @@ func (h *handler) outboxDeadList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lf := f.admin(before)
-	lf.Limit = DeadPageSize + 1 // one more: is there an older page?
+	lf.Limit = deadPageSize + 1 // one more: is there an older page?
 	rows, err := h.admin.ListDead(ctx, lf)
 	if badArgument(err) {
 		h.fail(w, r, http.StatusBadRequest, err.Error())
@@ -89,8 +89,8 @@ func (h *handler) outboxDeadList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := outboxDeadData{F: f, Before: before}
-	if len(rows) > DeadPageSize {
-		rows = rows[:DeadPageSize]
+	if len(rows) > deadPageSize {
+		rows = rows[:deadPageSize]
 		v := f.values()
 		v.Set("before", rows[len(rows)-1].Cursor)
 		d.Older = template.URL(v.Encode()) //nolint:gosec // url.Values.Encode output

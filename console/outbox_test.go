@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/txinbox/txinbox/console"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
 	"github.com/txinbox/txinbox/outbox"
 )
@@ -190,11 +191,11 @@ func TestOutboxBulkBoundToConfirmation(t *testing.T) {
 	}
 }
 
-// The dead events page pages by the cursor: every dead event once, newest first, DeadPageSize a page.
+// The dead events page pages by the cursor: every dead event once, newest first, deadPageSize a page.
 func TestOutboxDeadPaging(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, console.Config{})
-	topics := make([]string, console.DeadPageSize+7)
+	topics := make([]string, limits.ConsoleDeadPageSize+7)
 	for i := range topics {
 		topics[i] = "t"
 	}

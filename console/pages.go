@@ -240,7 +240,7 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 	if before > 0 {
 		lf.Before = strconv.FormatInt(before, 10) // an inbox letter's cursor is its seq
 	}
-	lf.Limit = DeadPageSize + 1 // one more: is there an older page?
+	lf.Limit = deadPageSize + 1 // one more: is there an older page?
 	rows, err := h.admin.ListDead(ctx, lf)
 	if badArgument(err) {
 		h.fail(w, r, http.StatusBadRequest, err.Error())
@@ -251,8 +251,8 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := deadData{F: f, Before: before}
-	if len(rows) > DeadPageSize {
-		rows = rows[:DeadPageSize]
+	if len(rows) > deadPageSize {
+		rows = rows[:deadPageSize]
 		d.NextBefore = rows[len(rows)-1].Cursor
 	}
 	d.Rows = rows
@@ -341,7 +341,7 @@ func (h *handler) pendingConfirmData(ctx context.Context, w http.ResponseWriter,
 		h.dbFail(w, r, "counting pending messages", err)
 		return false
 	}
-	d.Consumer, d.Count, d.TooMany = consumer, m.Matching, m.Matching > MaxBulk
+	d.Consumer, d.Count, d.TooMany = consumer, m.Matching, m.Matching > maxBulk
 	if m.MaxID > 0 {
 		d.Snapshot = strconv.FormatInt(m.MaxID, 10)
 	}
@@ -366,7 +366,7 @@ func (h *handler) pendingApply(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := h.ctx(r)
-	targets, err := h.admin.UnclaimedIDs(ctx, consumer, snapshot, int(min(confirmed, MaxBulk)+1))
+	targets, err := h.admin.UnclaimedIDs(ctx, consumer, snapshot, int(min(confirmed, maxBulk)+1))
 	cancel()
 	if err != nil {
 		h.dbFail(w, r, "selecting the pending messages", err)

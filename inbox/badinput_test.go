@@ -119,8 +119,8 @@ func badMessages(maxPayload int) []badMessage {
 	sqlText := `x'); DROP TABLE inbox; --`
 	return []badMessage{
 		{"empty key", "key", key("")},
-		{"over-long key", "key", key(strings.Repeat("k", txinbox.MaxKeyBytes+1))},
-		{"over-long multibyte key", "key", key(strings.Repeat("€", txinbox.MaxKeyBytes/3+1))},
+		{"over-long key", "key", key(strings.Repeat("k", limits.KeyBytes+1))},
+		{"over-long multibyte key", "key", key(strings.Repeat("€", limits.KeyBytes/3+1))},
 		{"invalid UTF-8 key", "key", key("a\xffb")},
 		{"truncated UTF-8 key", "key", key("a\xe2\x82")},
 		{"UTF-8 surrogate key", "key", key("\xed\xa0\x80")},
@@ -298,7 +298,7 @@ func TestBadUndecodable(t *testing.T) {
 	}{
 		{"empty consumer", "consumer", ok(func(u *inbox.Undecodable) { u.Consumer = "" })},
 		{"SQL consumer", "consumer", ok(func(u *inbox.Undecodable) { u.Consumer = "a'; DROP TABLE inbox; --" })},
-		{"over-long key", "key", ok(func(u *inbox.Undecodable) { u.Key = strings.Repeat("k", txinbox.MaxKeyBytes+1) })},
+		{"over-long key", "key", ok(func(u *inbox.Undecodable) { u.Key = strings.Repeat("k", limits.KeyBytes+1) })},
 		{"invalid UTF-8 key", "key", ok(func(u *inbox.Undecodable) { u.Key = "\xff" })},
 		{"NUL key", "key", ok(func(u *inbox.Undecodable) { u.Key = "\x00" })},
 		{"bad kind", "kind", ok(func(u *inbox.Undecodable) { u.Kind = "no spaces allowed" })},
@@ -335,7 +335,7 @@ func TestBadUndecodable(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, err := getMessage(ctx, e.c, r.ID)
+	got, err := getMessage(ctx, e.DB, r.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
@@ -64,14 +65,14 @@ func (e *fuzzEnv) rows(t *testing.T, consumer string) int64 {
 	return e.db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE consumer = $1`, consumer)
 }
 
-// FuzzValidateKey: ValidateKey accepts exactly the keys of 1 to MaxKeyBytes bytes of valid UTF-8
+// FuzzValidateKey: ValidateKey accepts exactly the keys of 1 to limits.KeyBytes bytes of valid UTF-8
 // without control characters; an accepted key is stored byte for byte, found again as a duplicate,
 // and distinct from every other key; a rejected key gets a *ValidationError and writes nothing.
 func FuzzValidateKey(f *testing.F) {
 	for _, s := range []string{
 		"k", "order-42", "billing:9f1c", "a:b%3Ac", "sha256:" + strings.Repeat("ab", 32), "é", "e\u0301",
 		"\U0001F600", "\u2028", "\u200b", "\ufeff", "\ufffe", "\uffff", " ", "  padded  ", `'; DROP TABLE inbox; --`,
-		`\`, `"`, "%", "_", strings.Repeat("x", txinbox.MaxKeyBytes), strings.Repeat("x", txinbox.MaxKeyBytes+1),
+		`\`, `"`, "%", "_", strings.Repeat("x", limits.KeyBytes), strings.Repeat("x", limits.KeyBytes+1),
 		strings.Repeat("€", 170) + "xy", "", "a\x00b", "\xff", "\xed\xa0\x80", "a\tb", "\x7f", "\u0085",
 	} {
 		f.Add(s)
@@ -96,7 +97,7 @@ func FuzzValidateKey(f *testing.F) {
 		if err != nil || r.Outcome != inbox.Inserted {
 			t.Fatalf("valid key %q: %+v, %v", key, r, err)
 		}
-		got, err := getMessage(ctx, e.c, r.ID)
+		got, err := getMessage(ctx, e.db, r.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +121,7 @@ func FuzzValidateKey(f *testing.F) {
 
 // keySpec is the documented key rule, written independently of the implementation.
 func keySpec(key string) bool {
-	if key == "" || len(key) > txinbox.MaxKeyBytes || !utf8.ValidString(key) {
+	if key == "" || len(key) > limits.KeyBytes || !utf8.ValidString(key) {
 		return false
 	}
 	for _, r := range key {
@@ -189,7 +190,7 @@ func FuzzPayload(f *testing.F) {
 		if r.Outcome != inbox.Inserted {
 			t.Fatalf("receipt %+v", r)
 		}
-		got, err := getMessage(ctx, c, r.ID)
+		got, err := getMessage(ctx, e.db, r.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -288,7 +289,7 @@ func FuzzHeaders(f *testing.F) {
 		if err != nil {
 			t.Fatalf("headers %q accepted but not stored: %v", h, err)
 		}
-		got, err := getMessage(ctx, e.c, r.ID)
+		got, err := getMessage(ctx, e.db, r.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -71,7 +71,7 @@ type Message struct {
 	// Consumer is the subscription or handler group the message is for. Deduplication is per
 	// consumer: the same key received for two consumers is stored, and applied, once for each.
 	Consumer string
-	// Key is the idempotency key: 1 to [txinbox.MaxKeyBytes] bytes of UTF-8 without control characters. See
+	// Key is the idempotency key: 1 to 512 bytes of UTF-8 without control characters. See
 	// ProducerKey, ContentKey, CompositeKey and BrokerKey for the usual strategies.
 	Key string
 	// Kind selects the handler, like a message type name ("OrderPaid").
@@ -166,9 +166,6 @@ func New(store txinbox.Store, cfg Config) (*Client, error) {
 	}
 	return c, nil
 }
-
-// Store returns the Client's store, with its defaults filled in.
-func (c *Client) Store() txinbox.Store { return c.store }
 
 // Validate checks msg as Receive would, without writing anything.
 func (c *Client) Validate(msg Message) error { return c.validate(0, &msg) }

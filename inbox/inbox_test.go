@@ -13,6 +13,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
@@ -27,9 +28,9 @@ func newClient(t *testing.T) (*inbox.Client, *testdb.DB) {
 	return c, db
 }
 
-// getMessage reads the stored message id through an admin.Admin of c's store.
-func getMessage(ctx context.Context, c *inbox.Client, id int64) (inbox.StoredMessage, error) {
-	a, err := admin.New(c.Store(), admin.Config{})
+// getMessage reads the stored message id through an admin.Admin of db's store.
+func getMessage(ctx context.Context, db *testdb.DB, id int64) (inbox.StoredMessage, error) {
+	a, err := admin.New(db.Store(), admin.Config{})
 	if err != nil {
 		return inbox.StoredMessage{}, err
 	}
@@ -166,7 +167,7 @@ func TestReceiveInvalidWritesNothing(t *testing.T) {
 	if _, err := c.Receive(ctx, ledgertest.Message("keep", `{"x":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	long := strings.Repeat("k", txinbox.MaxKeyBytes+1)
+	long := strings.Repeat("k", limits.KeyBytes+1)
 	cases := map[string]inbox.Message{
 		"empty key":        ledgertest.Message("", `1`),
 		"long key":         ledgertest.Message(long, `1`),

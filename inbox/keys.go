@@ -8,7 +8,7 @@ import (
 )
 
 // Key strategies. Each returns a key that passes [txinbox.ValidateKey] when its inputs are valid text; a key
-// longer than [txinbox.MaxKeyBytes] is rejected on receipt, so hash long business keys with ContentKey.
+// longer than 512 bytes is rejected on receipt, so hash long business keys with ContentKey.
 
 // ProducerKey is the recommended strategy: the producer's own message id, scoped by the producer's
 // name so that two producers' ids cannot collide ("billing:9f1c..."). Nothing is applied by default:

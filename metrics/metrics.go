@@ -110,8 +110,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/textcheck"
-	"github.com/txinbox/txinbox/outbox"
 )
 
 // Config configures the metrics of New. The zero value is valid.
@@ -252,7 +252,7 @@ func checkNames(cfg Config) error {
 		}
 	}
 	for _, tp := range cfg.Topics {
-		if err := textcheck.Check(tp, outbox.MaxTopicBytes, false); err != nil {
+		if err := textcheck.Check(tp, limits.TopicBytes, false); err != nil {
 			return &txinbox.ConfigError{Field: "Topics", Reason: fmt.Sprintf("%q %v", tp, err)}
 		}
 	}

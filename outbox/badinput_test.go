@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -65,8 +66,8 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{name: "topic with NUL", msgs: with(func(m *outbox.Message) { m.Topic = "a\x00b" }), field: "topic"},
 		{name: "topic with DEL", msgs: with(func(m *outbox.Message) { m.Topic = "a\x7fb" }), field: "topic"},
 		{name: "topic not UTF-8", msgs: with(func(m *outbox.Message) { m.Topic = "a\xffb" }), field: "topic"},
-		{name: "topic too long", msgs: with(func(m *outbox.Message) { m.Topic = strings.Repeat("t", outbox.MaxTopicBytes+1) }), field: "topic"},
-		{name: "key too long", msgs: with(func(m *outbox.Message) { m.Key = strings.Repeat("k", txinbox.MaxKeyBytes+1) }), field: "key"},
+		{name: "topic too long", msgs: with(func(m *outbox.Message) { m.Topic = strings.Repeat("t", limits.TopicBytes+1) }), field: "topic"},
+		{name: "key too long", msgs: with(func(m *outbox.Message) { m.Key = strings.Repeat("k", limits.KeyBytes+1) }), field: "key"},
 		{name: "key with a tab", msgs: with(func(m *outbox.Message) { m.Key = "a\tb" }), field: "key"},
 		{name: "key not UTF-8", msgs: with(func(m *outbox.Message) { m.Key = "\xc3" }), field: "key"},
 		{name: "kind with a space", msgs: with(func(m *outbox.Message) { m.Kind = "order created" }), field: "kind"},

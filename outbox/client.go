@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"sync/atomic"
 	"time"
@@ -58,7 +57,7 @@ func New(st txinbox.Store, cfg Config) (*Client, error) {
 		return nil, &txinbox.ConfigError{Field: "MaxPayloadBytes", Reason: "must not be negative"}
 	}
 	return &Client{store: st, cfg: cfg, st: schemasql.New(st.Schema),
-		notify: notifier{interval: st.NotifyInterval, channel: NotifyChannel(st)}}, nil
+		notify: notifier{interval: st.NotifyInterval, channel: schemasql.OutboxChannel(st)}}, nil
 }
 
 // Publish writes msgs into the outbox inside tx, the caller's transaction, and returns their event
@@ -198,24 +197,6 @@ func headersJSON(h map[string]string) string {
 	}
 	b, _ := json.Marshal(h) // a map of strings always encodes
 	return string(b)
-}
-
-// NotifyChannel returns the channel on which Clients of st's schema wake the relays of that schema
-// (with an empty payload): "txinbox_outbox_" followed by the schema name, or, when that would exceed
-// the 63 bytes PostgreSQL allows a channel name, "txinbox_outbox_" followed by 16 hex digits of a
-// hash of it. An empty Schema means txinbox.DefaultSchema. It is not the inbox's channel
-// (Store.NotifyChannel): worker pools are not woken by events.
-func NotifyChannel(st txinbox.Store) string {
-	schema := st.Schema
-	if schema == "" {
-		schema = txinbox.DefaultSchema
-	}
-	if c := "txinbox_outbox_" + schema; len(c) <= 63 {
-		return c
-	}
-	h := fnv.New64a()
-	h.Write([]byte(schema))
-	return fmt.Sprintf("txinbox_outbox_%016x", h.Sum64())
 }
 
 // notifier debounces a Client's notifications: at most one per interval.

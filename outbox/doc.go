@@ -55,7 +55,7 @@
 // bounded with no line of its own. Where no maintainer rotates the outbox (no pool, or a negative
 // OutboxWindow), call [Rotate] periodically (RotateOptions.Window).
 //
-// Wake-up: Publish also sends a PostgreSQL notification (on [NotifyChannel], debounced: at most once
+// Wake-up: Publish also sends a PostgreSQL notification (debounced: at most once
 // per Store.NotifyInterval per Client) that wakes idle relays when the transaction commits; a relay
 // keeps polling fast for a while after any activity, which covers the debounced events, and polls
 // every RelayConfig.PollInterval otherwise (see there). A negative Store.NotifyInterval turns

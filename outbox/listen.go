@@ -8,7 +8,7 @@ import (
 	"github.com/txinbox/txinbox/internal/engine"
 )
 
-// Wake-ups: a relay listens (LISTEN) on NotifyChannel(store) on a connection of its own, and every
+// Wake-ups: a relay listens (LISTEN) on schemasql.OutboxChannel(store) on a connection of its own, and every
 // notification wakes its runners (package internal/engine runs the listener, as for a worker pool,
 // with the same check that notifications really come back: a pooler in transaction mode swallows
 // them, and the relay then polls). Publishing Clients notify at most once per Store.NotifyInterval;

@@ -12,18 +12,19 @@ import (
 	"unicode/utf8"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/textcheck"
 )
 
 // Message is one event to publish.
 type Message struct {
 	// Topic says where the event goes (a Kafka topic, a NATS subject, an AMQP routing key, a webhook
-	// event type): 1 to [MaxTopicBytes] bytes of UTF-8 without control characters. Adapters may
+	// event type): 1 to 255 bytes of UTF-8 without control characters. Adapters may
 	// refuse topics their broker cannot take.
 	Topic string
 	// Key orders events: the events of one key are published one at a time, in the order they were
 	// published (see the package documentation), across topics. Empty: no order. At most
-	// [txinbox.MaxKeyBytes] (512) bytes of UTF-8 without control characters.
+	// 512 bytes of UTF-8 without control characters.
 	Key string
 	// Kind is the event's type: what happened ("order.created"). It is sent as the CloudEvents type,
 	// and a txinbox consumer takes it as the inbox message's kind, which picks its handler. 1 to 128
@@ -58,9 +59,6 @@ func (m *Message) kind() string {
 	return m.Kind
 }
 
-// MaxTopicBytes is the longest topic accepted (an AMQP routing key's limit).
-const MaxTopicBytes = 255
-
 // DefaultContentType is Message.ContentType when it is empty.
 const DefaultContentType = "application/json"
 
@@ -81,10 +79,10 @@ func validate(i int, m *Message, maxPayload int) error {
 	bad := func(field string, err error) error {
 		return &txinbox.ValidationError{Index: i, Field: field, Reason: err.Error()}
 	}
-	if err := textcheck.Check(m.Topic, MaxTopicBytes, false); err != nil {
+	if err := textcheck.Check(m.Topic, limits.TopicBytes, false); err != nil {
 		return bad("topic", err)
 	}
-	if err := textcheck.Check(m.Key, txinbox.MaxKeyBytes, true); err != nil {
+	if err := textcheck.Check(m.Key, limits.KeyBytes, true); err != nil {
 		return bad("key", err)
 	}
 	if m.Kind != "" {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
 )
@@ -194,7 +195,7 @@ func TestConfigErrors(t *testing.T) {
 		{"Publisher", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Publisher = nil })},
 		{"Store.DB", relayOn(func(st *txinbox.Store, _ *outbox.RelayConfig) { st.DB = conn.Conn() })},
 		{"Timeout", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Lease, c.Timeout = time.Second, time.Second })},
-		{"BatchSize", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.BatchSize = outbox.MaxBatchSize + 1 })},
+		{"BatchSize", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.BatchSize = limits.RelayBatchSize + 1 })},
 		{"Source", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Source = "orders service" })},
 		{"Source", relayOn(func(_ *txinbox.Store, c *outbox.RelayConfig) { c.Source = "%zz" })},
 	} {

@@ -25,13 +25,11 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/engine"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/typednil"
 )
-
-// MaxBatchSize is the largest RelayConfig.BatchSize.
-const MaxBatchSize = 1000
 
 // Defaults of RelayConfig (documented on its fields).
 const (
@@ -52,7 +50,7 @@ type RelayConfig struct {
 	// *[txinbox.ConfigError] naming it.
 	Publisher Publisher
 	// BatchSize is the most events claimed at once and handed to one Publish call. Default: 100; at
-	// most MaxBatchSize (1000).
+	// most 1000.
 	BatchSize int
 	// Concurrency is the number of batches in flight at once, each claimed, published and recorded
 	// by a runner of its own (each holds one connection while it claims or records). Default: 2.
@@ -121,8 +119,8 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 	defd(&c.Timeout, min(defaultTimeout, c.Lease/2))
 	c.tune = c.tune.Derive(st.NotifyInterval, c.Lease)
 	switch {
-	case c.BatchSize < 0 || c.BatchSize > MaxBatchSize:
-		return bad("BatchSize", fmt.Sprintf("must be 1 to %d", MaxBatchSize))
+	case c.BatchSize < 0 || c.BatchSize > limits.RelayBatchSize:
+		return bad("BatchSize", fmt.Sprintf("must be 1 to %d", limits.RelayBatchSize))
 	case c.Concurrency < 0:
 		return bad("Concurrency", "must not be negative")
 	case c.MaxAttempts < 0:
@@ -231,7 +229,7 @@ func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotWindow: cfg.tune.HotWindow,
 		Logger: st.Logger, Attrs: []any{"schema", st.Schema}, Name: "outbox "}
 	if !cfg.tune.NoListen {
-		ecfg.Listen = engine.Listen{Channel: NotifyChannel(st), Connect: r.listenConnector()}
+		ecfg.Listen = engine.Listen{Channel: schemasql.OutboxChannel(st), Connect: r.listenConnector()}
 	}
 	r.eng = engine.New(ecfg)
 	return r, nil

@@ -272,7 +272,7 @@ func TestPendingAndDeadSurviveRotations(t *testing.T) {
 			t.Fatalf("rotation %d: dead letters %s, want %s", i+1, got, deadBefore)
 		}
 	}
-	ops, err := admin.New(c.Store(), admin.Config{})
+	ops, err := admin.New(db.Store(), admin.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

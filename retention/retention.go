@@ -40,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/walk"
@@ -47,9 +48,6 @@ import (
 
 // statements returns the statement rewriter of schema.
 func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
-
-// MaxCleanBatchSize is the largest CleanOptions.BatchSize.
-const MaxCleanBatchSize = 100000
 
 // Defaults of CleanOptions and RotateOptions (documented on their fields).
 const (
@@ -60,7 +58,7 @@ const (
 // CleanOptions bounds one cleaning pass.
 type CleanOptions struct {
 	// BatchSize is the most rows one statement (one short transaction) deletes; a statement also
-	// reads at most 10*BatchSize ids of the primary key. Default: 1000; at most MaxCleanBatchSize.
+	// reads at most 10*BatchSize ids of the primary key. Default: 1000; at most 100,000.
 	BatchSize int
 	// MaxBatches stops the pass after that many statements even if expired rows remain. Default 0:
 	// no limit.
@@ -95,8 +93,8 @@ func (o CleanOptions) withDefaults() (CleanOptions, error) {
 	if o.BatchSize == 0 {
 		o.BatchSize = defaultCleanBatchSize
 	}
-	if o.BatchSize < 0 || o.BatchSize > MaxCleanBatchSize {
-		return o, &txinbox.ArgumentError{Name: "BatchSize", Reason: fmt.Sprintf("%d is not between 1 and %d", o.BatchSize, MaxCleanBatchSize)}
+	if o.BatchSize < 0 || o.BatchSize > limits.CleanBatchSize {
+		return o, &txinbox.ArgumentError{Name: "BatchSize", Reason: fmt.Sprintf("%d is not between 1 and %d", o.BatchSize, limits.CleanBatchSize)}
 	}
 	if o.MaxBatches < 0 {
 		return o, &txinbox.ArgumentError{Name: "MaxBatches", Reason: "must not be negative"}

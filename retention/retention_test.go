@@ -13,6 +13,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/retention"
@@ -45,11 +46,11 @@ func TestCleanDeletesInBatchesWhileWorkGoesOn(t *testing.T) {
 		}
 	}()
 
-	r, err := retention.Clean(ctx, c.Store(), retention.CleanOptions{BatchSize: 40, MaxBatches: 2})
+	r, err := retention.Clean(ctx, db.Store(), retention.CleanOptions{BatchSize: 40, MaxBatches: 2})
 	if err != nil || r.Deleted != 80 || r.Batches != 2 || r.Done {
 		t.Fatalf("bounded pass: %+v, %v; want 80 deleted in 2 batches, not done", r, err)
 	}
-	r, err = retention.Clean(ctx, c.Store(), retention.CleanOptions{BatchSize: 40})
+	r, err = retention.Clean(ctx, db.Store(), retention.CleanOptions{BatchSize: 40})
 	if err != nil || r.Deleted != 170 || !r.Done {
 		t.Fatalf("full pass: %+v, %v; want the 170 other expired rows", r, err)
 	}
@@ -71,7 +72,7 @@ func TestCleanDeletesInBatchesWhileWorkGoesOn(t *testing.T) {
 		t.Fatalf("handled = %d, want 200", got)
 	}
 	// Completed rows within their window are never cleaned.
-	if r, err := retention.Clean(ctx, c.Store(), retention.CleanOptions{}); err != nil || r.Deleted != 0 || !r.Done {
+	if r, err := retention.Clean(ctx, db.Store(), retention.CleanOptions{}); err != nil || r.Deleted != 0 || !r.Done {
 		t.Fatalf("clean pass: %+v, %v", r, err)
 	}
 }
@@ -98,7 +99,7 @@ func TestExpiredKeyIsAcceptedAgain(t *testing.T) {
 
 	// Expired and cleaned: a new row.
 	ledgertest.Complete(t, db, -time.Second, id)
-	if res, err := retention.Clean(ctx, c.Store(), retention.CleanOptions{}); err != nil || res.Deleted != 1 {
+	if res, err := retention.Clean(ctx, db.Store(), retention.CleanOptions{}); err != nil || res.Deleted != 1 {
 		t.Fatalf("clean: %+v, %v", res, err)
 	}
 	r, err = c.Receive(ctx, ledgertest.Message("k", `{"amount":1}`))
@@ -186,7 +187,7 @@ func TestOptionErrors(t *testing.T) {
 			t.Errorf("Clean %+v: err = %v, want a *txinbox.ArgumentError for %s", o, err, name)
 		}
 	}
-	if _, err := retention.Clean(ctx, db.Store(), retention.CleanOptions{BatchSize: retention.MaxCleanBatchSize + 1}); !errors.Is(err, txinbox.ErrInvalidArgument) {
+	if _, err := retention.Clean(ctx, db.Store(), retention.CleanOptions{BatchSize: limits.CleanBatchSize + 1}); !errors.Is(err, txinbox.ErrInvalidArgument) {
 		t.Errorf("Clean above MaxCleanBatchSize: err = %v, want ErrInvalidArgument", err)
 	}
 	for name, o := range map[string]retention.RotateOptions{
@@ -260,10 +261,10 @@ func TestCleanBatchesInterleaveWithWork(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		pass func(c *inbox.Client) (retention.CleanResult, error)
+		pass func(st txinbox.Store) (retention.CleanResult, error)
 	}{
-		{"Clean", func(c *inbox.Client) (retention.CleanResult, error) {
-			return retention.Clean(context.Background(), c.Store(), retention.CleanOptions{BatchSize: 40})
+		{"Clean", func(st txinbox.Store) (retention.CleanResult, error) {
+			return retention.Clean(context.Background(), st, retention.CleanOptions{BatchSize: 40})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -308,7 +309,7 @@ func TestCleanBatchesInterleaveWithWork(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				r, err := tc.pass(c)
+				r, err := tc.pass(db.Store())
 				done <- result{r, err}
 			}()
 			var res *result
@@ -399,13 +400,13 @@ func fill(b *testing.B, db *testdb.DB, n int, expired bool) {
 // BenchmarkCleanExpired measures deleting expired rows (default batches of 1000), per row.
 func BenchmarkCleanExpired(b *testing.B) {
 	db := testdb.New(b)
-	c, err := inbox.New(db.Store(), inbox.Config{})
+	_, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	fill(b, db, b.N, true)
 	b.ResetTimer()
-	r, err := retention.Clean(context.Background(), c.Store(), retention.CleanOptions{})
+	r, err := retention.Clean(context.Background(), db.Store(), retention.CleanOptions{})
 	if err != nil || r.Deleted != int64(b.N) {
 		b.Fatalf("%+v, %v", r, err)
 	}
@@ -416,7 +417,7 @@ func BenchmarkCleanExpired(b *testing.B) {
 // their window.
 func BenchmarkCleanPass(b *testing.B) {
 	db := testdb.New(b)
-	c, err := inbox.New(db.Store(), inbox.Config{})
+	_, err := inbox.New(db.Store(), inbox.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -426,7 +427,7 @@ func BenchmarkCleanPass(b *testing.B) {
 	}
 	b.Run("full", func(b *testing.B) {
 		for b.Loop() {
-			if r, err := retention.Clean(context.Background(), c.Store(), retention.CleanOptions{}); err != nil || r.Deleted != 0 {
+			if r, err := retention.Clean(context.Background(), db.Store(), retention.CleanOptions{}); err != nil || r.Deleted != 0 {
 				b.Fatalf("%+v, %v", r, err)
 			}
 		}

@@ -12,10 +12,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/typednil"
+	"github.com/txinbox/txinbox/internal/limits"
 )
-
-// MaxHandlerBatchSize is the largest HandlerConfig.BatchSize of a batch handler.
-const MaxHandlerBatchSize = 1000
 
 // defaultHandlerBatchSize is HandlerConfig.BatchSize of a batch handler when it is 0 (documented
 // there).
@@ -114,7 +112,7 @@ type batchFuncs struct {
 // both.
 //
 // HandleBatch panics on a programming error as Handle does, and on a HandlerConfig.BatchSize below 0
-// or above [MaxHandlerBatchSize] (0 means 500).
+// or above 1000 (0 means 500).
 func HandleBatch[T any](hs *Handlers, kind string, fn BatchHandlerFunc[T], cfg ...HandlerConfig) {
 	bad := func(format string, args ...any) {
 		panic(fmt.Sprintf("txinbox: worker.HandleBatch(%q): ", kind) + fmt.Sprintf(format, args...))
@@ -144,8 +142,8 @@ func HandleBatch[T any](hs *Handlers, kind string, fn BatchHandlerFunc[T], cfg .
 		if h.cfg.MaxAttempts < 0 || h.cfg.Timeout < 0 {
 			bad("HandlerConfig.MaxAttempts and Timeout must not be negative")
 		}
-		if h.cfg.BatchSize < 0 || h.cfg.BatchSize > MaxHandlerBatchSize {
-			bad("HandlerConfig.BatchSize must be 0 (default %d) to %d", defaultHandlerBatchSize, MaxHandlerBatchSize)
+		if h.cfg.BatchSize < 0 || h.cfg.BatchSize > limits.HandlerBatchSize {
+			bad("HandlerConfig.BatchSize must be 0 (default %d) to %d", defaultHandlerBatchSize, limits.HandlerBatchSize)
 		}
 	}
 	if h.cfg.BatchSize == 0 {

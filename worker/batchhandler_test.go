@@ -21,6 +21,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -557,7 +558,7 @@ func TestHandleBatchChecksBatchSize(t *testing.T) {
 	}{
 		{"negative", func(hs *worker.Handlers) { worker.HandleBatch(hs, "k", fn, worker.HandlerConfig{BatchSize: -1}) }, "BatchSize"},
 		{"too large", func(hs *worker.Handlers) {
-			worker.HandleBatch(hs, "k", fn, worker.HandlerConfig{BatchSize: worker.MaxHandlerBatchSize + 1})
+			worker.HandleBatch(hs, "k", fn, worker.HandlerConfig{BatchSize: limits.HandlerBatchSize + 1})
 		}, "BatchSize"},
 		{"single handler", func(hs *worker.Handlers) {
 			worker.Handle(hs, "k", func(context.Context, pgx.Tx, *worker.Message[credit]) error { return nil }, worker.HandlerConfig{BatchSize: 10})

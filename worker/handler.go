@@ -96,7 +96,7 @@ type HandlerConfig struct {
 	// BatchSize is, for a kind registered with [HandleBatch], the most messages handed to one call of
 	// its handler. The pool claims up to the largest BatchSize of its batch kinds (or
 	// [Config.BatchSize], if larger) at once, so that a call can get that many. Default: 500; at most
-	// [MaxHandlerBatchSize]. [Handle] refuses it (a single handler's messages each take a savepoint:
+	// 1000. [Handle] refuses it (a single handler's messages each take a savepoint:
 	// [Config.BatchSize] bounds them). A failing call costs about log2 of it in bisection calls; a
 	// bigger batch spreads each transaction's fixed cost (claim, lock, commit) over more messages, and
 	// holds more payloads in memory at once. Measured drains of 100,000 messages ran 46k msg/s at 200,

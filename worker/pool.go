@@ -20,13 +20,11 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/engine"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/typednil"
 )
-
-// MaxBatchSize is the largest Config.BatchSize.
-const MaxBatchSize = 64
 
 // Defaults of Config (documented on its fields) and the settings derived from it (package
 // documentation, "Wake-ups").
@@ -144,8 +142,8 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	switch {
 	case c.Concurrency < 0:
 		return bad("Concurrency", "must not be negative")
-	case c.BatchSize < 0 || c.BatchSize > MaxBatchSize:
-		return bad("BatchSize", fmt.Sprintf("must be 1 to %d", MaxBatchSize))
+	case c.BatchSize < 0 || c.BatchSize > limits.PoolBatchSize:
+		return bad("BatchSize", fmt.Sprintf("must be 1 to %d", limits.PoolBatchSize))
 	case c.MaxAttempts < 0:
 		return bad("MaxAttempts", "must not be negative")
 	case c.PollInterval < 0 || c.Lease < 0 || c.Timeout < 0:

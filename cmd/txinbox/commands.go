@@ -1053,14 +1053,14 @@ skip locked rows, so receiving and processing go on. Dead messages are
 never cleaned (see 'dead discard' and 'discard-older --state dead').`,
 	flags: func(fs *flag.FlagSet) {
 		cleanFlags.batchSize = 1000 // retention.CleanOptions.BatchSize's default
-		fs.IntVar(&cleanFlags.batchSize, "batch-size", cleanFlags.batchSize, fmt.Sprintf("most rows deleted per statement (1 to %d)", retention.MaxCleanBatchSize))
+		fs.IntVar(&cleanFlags.batchSize, "batch-size", cleanFlags.batchSize, fmt.Sprintf("most rows deleted per statement (1 to %d)", limits.CleanBatchSize))
 	},
 	run: func(a *app, fs *flag.FlagSet, args []string) error {
 		if len(args) > 0 {
 			return usagef("clean", "unexpected arguments: %s", strings.Join(args, " "))
 		}
-		if cleanFlags.batchSize < 1 || cleanFlags.batchSize > retention.MaxCleanBatchSize {
-			return usagef("clean", "--batch-size must be between 1 and %d", retention.MaxCleanBatchSize)
+		if cleanFlags.batchSize < 1 || cleanFlags.batchSize > limits.CleanBatchSize {
+			return usagef("clean", "--batch-size must be between 1 and %d", limits.CleanBatchSize)
 		}
 		c, pool, err := a.client("clean")
 		if err != nil {

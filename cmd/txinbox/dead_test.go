@@ -21,6 +21,7 @@ import (
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 )
 
@@ -44,7 +45,7 @@ var (
 	rowIDRE  = regexp.MustCompile(`<tr data-id="(\d+)">`)
 	olderRE  = regexp.MustCompile(`<a id="older" href="[^"]*[?&;]before=(\d+)">`)
 	matchRE  = regexp.MustCompile(`<strong id="match-count">(\d+)</strong>`)
-	pageSize = console.DeadPageSize
+	pageSize = limits.ConsoleDeadPageSize
 )
 
 // consolePages returns the ids of every page of the console's dead letters for the filter q, in the

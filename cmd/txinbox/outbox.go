@@ -10,11 +10,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/textcheck"
-	"github.com/txinbox/txinbox/outbox"
 )
 
 // ---- outbox stats ----
@@ -94,11 +92,11 @@ func (d *outboxFlags) filter(cmd string) (admin.DeadFilter, error) {
 	// Checked here, before any connection: a topic or key no event can have is a typo, not an empty
 	// result.
 	if d.topic != "" {
-		if err := textcheck.Check(d.topic, outbox.MaxTopicBytes, false); err != nil {
+		if err := textcheck.Check(d.topic, limits.TopicBytes, false); err != nil {
 			return f, usagef(cmd, "--topic: %v", err)
 		}
 	}
-	if err := textcheck.Check(d.key, txinbox.MaxKeyBytes, true); err != nil {
+	if err := textcheck.Check(d.key, limits.KeyBytes, true); err != nil {
 		return f, usagef(cmd, "--key: %v", err)
 	}
 	if !utf8.ValidString(d.errorContains) || strings.ContainsRune(d.errorContains, 0) {

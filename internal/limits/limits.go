@@ -26,3 +26,27 @@ const (
 	// AdminIDs is the largest number of ids one admin call taking ids accepts.
 	AdminIDs = 10000
 )
+
+// Keys and batches.
+const (
+	// KeyBytes is the longest idempotency key (txinbox.ValidateKey), and the longest outbox event key.
+	KeyBytes = 512
+	// TopicBytes is the longest outbox topic (outbox.Message.Topic: an AMQP routing key's limit).
+	TopicBytes = 255
+	// RelayBatchSize is the largest outbox.RelayConfig.BatchSize.
+	RelayBatchSize = 1000
+	// PoolBatchSize is the largest worker.Config.BatchSize (64 subtransactions per transaction).
+	PoolBatchSize = 64
+	// HandlerBatchSize is the largest worker.HandlerConfig.BatchSize of a batch handler.
+	HandlerBatchSize = 1000
+	// CleanBatchSize is the largest retention.CleanOptions.BatchSize.
+	CleanBatchSize = 100_000
+)
+
+// Console pages (package console).
+const (
+	// ConsoleDeadPageSize is the number of dead letters (or dead outbox events) per page.
+	ConsoleDeadPageSize = 50
+	// ConsoleBulk is the most messages one confirmed action changes.
+	ConsoleBulk = 100_000
+)

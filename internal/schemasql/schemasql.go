@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"sync"
 
@@ -108,4 +109,22 @@ func ConsumersUpTo(ctx context.Context, db sqlc.DBTX, limit int) ([]string, erro
 		after = next
 	}
 	return out, nil
+}
+
+// OutboxChannel returns the channel on which outbox Clients of st's schema wake the relays of that
+// schema (with an empty payload): "txinbox_outbox_" followed by the schema name, or, when that would
+// exceed the 63 bytes PostgreSQL allows a channel name, "txinbox_outbox_" followed by 16 hex digits
+// of a hash of it. An empty Schema means txinbox.DefaultSchema. It is not the inbox's channel
+// (Store.NotifyChannel): worker pools are not woken by events.
+func OutboxChannel(st txinbox.Store) string {
+	schema := st.Schema
+	if schema == "" {
+		schema = txinbox.DefaultSchema
+	}
+	if c := "txinbox_outbox_" + schema; len(c) <= 63 {
+		return c
+	}
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("txinbox_outbox_%016x", h.Sum64())
 }

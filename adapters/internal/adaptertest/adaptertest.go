@@ -26,6 +26,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/txinboxtest"
+	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -267,7 +268,7 @@ func Ledger(t testing.TB, db *DB, consumer string, unique []Msg) {
 		_, err := tx.Exec(ctx, count, m.Payload.EventID)
 		return err
 	})
-	p, err := worker.New(db.Store(), worker.Config{Consumer: consumer, Handlers: hs, PollInterval: 20 * time.Millisecond, BatchSize: worker.MaxBatchSize})
+	p, err := worker.New(db.Store(), worker.Config{Consumer: consumer, Handlers: hs, PollInterval: 20 * time.Millisecond, BatchSize: limits.PoolBatchSize})
 	if err != nil {
 		t.Fatal(err)
 	}
