@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -53,43 +54,51 @@ func measure(t *testing.T, dirs []string) surface {
 	s := surface{packages: len(dirs)}
 	for _, dir := range dirs {
 		fset := token.NewFileSet()
-		pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+		entries, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range pkgs {
-			for _, f := range p.Files {
-				for _, d := range f.Decls {
-					switch d := d.(type) {
-					case *ast.FuncDecl:
-						if d.Name.IsExported() && (d.Recv == nil || exportedReceiver(d.Recv.List[0].Type)) {
+		var files []*ast.File
+		for _, e := range entries {
+			if name := e.Name(); !e.IsDir() && strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") {
+				f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				files = append(files, f)
+			}
+		}
+		for _, f := range files {
+			for _, d := range f.Decls {
+				switch d := d.(type) {
+				case *ast.FuncDecl:
+					if d.Name.IsExported() && (d.Recv == nil || exportedReceiver(d.Recv.List[0].Type)) {
+						s.identifiers++
+					}
+				case *ast.GenDecl:
+					for _, spec := range d.Specs {
+						switch spec := spec.(type) {
+						case *ast.TypeSpec:
+							if !spec.Name.IsExported() {
+								continue
+							}
 							s.identifiers++
-						}
-					case *ast.GenDecl:
-						for _, spec := range d.Specs {
-							switch spec := spec.(type) {
-							case *ast.TypeSpec:
-								if !spec.Name.IsExported() {
-									continue
-								}
-								s.identifiers++
-								st, ok := spec.Type.(*ast.StructType)
-								if ok && (strings.HasSuffix(spec.Name.Name, "Config") || strings.HasSuffix(spec.Name.Name, "Options")) {
-									for _, field := range st.Fields.List {
-										for _, n := range field.Names {
-											if n.IsExported() {
-												s.configFields++
-											}
+							st, ok := spec.Type.(*ast.StructType)
+							if ok && (strings.HasSuffix(spec.Name.Name, "Config") || strings.HasSuffix(spec.Name.Name, "Options")) {
+								for _, field := range st.Fields.List {
+									for _, n := range field.Names {
+										if n.IsExported() {
+											s.configFields++
 										}
 									}
 								}
-							case *ast.ValueSpec:
-								for _, n := range spec.Names {
-									if n.IsExported() {
-										s.identifiers++
-										if strings.HasPrefix(n.Name, "Default") {
-											s.defaults++
-										}
+							}
+						case *ast.ValueSpec:
+							for _, n := range spec.Names {
+								if n.IsExported() {
+									s.identifiers++
+									if strings.HasPrefix(n.Name, "Default") {
+										s.defaults++
 									}
 								}
 							}
