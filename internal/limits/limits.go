@@ -21,7 +21,7 @@ const (
 
 // Admin calls (package admin).
 const (
-	// DeadListLimit is the largest DeadFilter.Limit admin.ListDead accepts.
+	// DeadListLimit is the largest admin.DeadFilter.Limit (admin.Admin.ListDead).
 	DeadListLimit = 1000
 	// AdminIDs is the largest number of ids one admin call taking ids accepts.
 	AdminIDs = 10000
