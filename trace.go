@@ -170,7 +170,7 @@ type TraceEnd struct {
 	// "inserted", "duplicate" or "conflict" (inbox.Outcome; nil when Err is set); for OpSeenGet, what
 	// the cache did for each message, in order: "hit" (answered Duplicate without the database),
 	// "miss", "mismatch" (cached with another payload) or "fallback" (the cache failed or timed out);
-	// all but "hit" went to the database (seen.Result).
+	// all but "hit" went to the database.
 	Results []string
 	// EventIDs are, for OpPublish, the ids of the events written, in order. The events exist only if
 	// the caller's transaction commits.

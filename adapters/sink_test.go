@@ -154,10 +154,10 @@ func (o *seenCount) TraceEnd(_ context.Context, d txinbox.TraceEnd) {
 		return
 	}
 	for _, r := range d.Results {
-		switch seen.Result(r) {
-		case seen.Hit:
+		switch r {
+		case "hit":
 			o.hits.Add(1)
-		case seen.Fallback:
+		case "fallback":
 			o.fallbacks.Add(1)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
-	"github.com/txinbox/txinbox/seen"
 )
 
 // kindMessage is a message of consumer ledger under kind.
@@ -89,7 +88,7 @@ func TestSeenKindIsFingerprinted(t *testing.T) {
 		if d, err := c.Receive(ctx, p.stored); err != nil || d.Outcome != inbox.Duplicate || !d.Cached || d.ID != first.ID {
 			t.Fatalf("%s: exact redelivery = %+v, %v, want a cached Duplicate of %d", key, d, err, first.ID)
 		}
-		mismatches := o.result(seen.Mismatch)
+		mismatches := o.result("mismatch")
 		r, err := c.Receive(ctx, p.other)
 		wantConflict(t, key+": Receive under another kind", r, err, key, first.ID)
 		rs, err := c.ReceiveMany(ctx, []inbox.Message{p.other})
@@ -97,7 +96,7 @@ func TestSeenKindIsFingerprinted(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantConflict(t, key+": ReceiveMany under another kind", rs[0], rs[0].Err, key, first.ID)
-		if got := o.result(seen.Mismatch) - mismatches; got != 2 {
+		if got := o.result("mismatch") - mismatches; got != 2 {
 			t.Errorf("%s: %d cache mismatches, want 2 (one per receive under another kind)", key, got)
 		}
 		wantStoredOnce(t, db, key, string(p.stored.Payload))

@@ -14,7 +14,6 @@ import (
 	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/seen"
 )
 
 // The receive path. Every receive call goes through these layers, in this order:
@@ -261,22 +260,22 @@ func (c *Client) lookUpSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) (
 	// A key is answered from the cache only if every occurrence of it in msgs matches its entry:
 	// otherwise all of them go to the database, which compares repeats within a batch with their
 	// first occurrence, so that receipts are the same with and without a cache.
-	res := make([]seen.Result, len(msgs))
-	keyRes := make([]seen.Result, len(keys))
+	res := make([]seenResult, len(msgs))
+	keyRes := make([]seenResult, len(keys))
 	for i := range msgs {
 		m := &msgs[i]
 		j := index[c.seenKey(m)]
 		switch {
 		case !cacheUp:
-			res[i] = seen.Fallback
+			res[i] = seenFallback
 		case !found[j]:
-			res[i] = seen.Miss
+			res[i] = seenMiss
 		case entries[j].Fingerprint != seenFingerprint(m.Kind, m.Payload):
-			res[i] = seen.Mismatch
+			res[i] = seenMismatch
 		default:
-			res[i] = seen.Hit
+			res[i] = seenHit
 		}
-		if keyRes[j] == "" || keyRes[j] == seen.Hit {
+		if keyRes[j] == "" || keyRes[j] == seenHit {
 			keyRes[j] = res[i]
 		}
 	}
@@ -284,12 +283,12 @@ func (c *Client) lookUpSeen(ctx context.Context, db sqlc.DBTX, msgs []Message) (
 	var rest []int // indexes of the messages sent to the database
 	for i := range msgs {
 		j := index[c.seenKey(&msgs[i])]
-		if keyRes[j] == seen.Hit {
+		if keyRes[j] == seenHit {
 			out[i] = Receipt{ID: entries[j].ID, Outcome: Duplicate, Cached: true}
 			continue
 		}
-		if res[i] == seen.Hit {
-			res[i] = seen.Mismatch // a hit sent along with its key's mismatching occurrences
+		if res[i] == seenHit {
+			res[i] = seenMismatch // a hit sent along with its key's mismatching occurrences
 		}
 		rest = append(rest, i)
 	}
@@ -365,7 +364,7 @@ func (c *Client) seenStart(ctx context.Context, op txinbox.Op, msgs []txinbox.Tr
 
 // seenEnd reports the end of the seen-key cache call seenStart reported, with its error and, for a
 // look-up, the result of each message.
-func (c *Client) seenEnd(ctx context.Context, op txinbox.Op, err error, res []seen.Result) {
+func (c *Client) seenEnd(ctx context.Context, op txinbox.Op, err error, res []seenResult) {
 	if c.store.Tracer == nil {
 		return
 	}
@@ -737,3 +736,15 @@ func (c *Client) remember(ctx context.Context, epoch uint64, start time.Time, ms
 	cancel()
 	c.seenEnd(ctx, txinbox.OpSeenPut, err, nil)
 }
+
+// seenResult says what the seen-key cache did for a received message: the values of
+// txinbox.TraceEnd.Results for txinbox.OpSeenGet (documented there).
+type seenResult string
+
+// The results of a seen-key cache lookup, per message.
+const (
+	seenHit      seenResult = "hit"      // answered Duplicate from the cache, no database round trip
+	seenMiss     seenResult = "miss"     // no entry: sent to the database
+	seenMismatch seenResult = "mismatch" // an entry with another fingerprint: sent to the database
+	seenFallback seenResult = "fallback" // the cache failed or timed out: sent to the database
+)

@@ -41,7 +41,7 @@ func newHealthCollector(store txinbox.Store, cfg Config) *healthCollector {
 		return prometheus.NewDesc(prometheus.BuildFQName(cfg.Namespace, subsystem, name), help, labels, cfg.ConstLabels)
 	}
 	return &healthCollector{
-		db: store.DB, schema: store.Schema, timeout: cfg.Timeout,
+		db: store.DB, schema: store.Schema, timeout: gaugeTimeout,
 		live: desc("table", "live_rows",
 			"Estimated live rows of a txinbox table (pg_stat_all_tables.n_live_tup).", "table"),
 		dead: desc("table", "dead_rows",

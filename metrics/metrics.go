@@ -133,9 +133,10 @@ type Config struct {
 	// that their series do not vanish when the outbox drains). Other topics are reported while they
 	// have unsent events. Default: none.
 	Topics []string
-	// Timeout bounds the statements each group of gauges runs on a scrape. Default: 5s.
-	Timeout time.Duration
 }
+
+// gaugeTimeout bounds the statements each group of gauges runs on a scrape (documented on New).
+const gaugeTimeout = 5 * time.Second
 
 // Metrics counts what receiving Clients, worker Pools, maintainers and outbox Relays do: it is a
 // txinbox.OperationTracer, to be given as (or combined, with txinbox.Tracers, into) the
@@ -163,7 +164,8 @@ var _ txinbox.OperationTracer = (*Metrics)(nil)
 // read from store's database on every scrape: its DB, a *pgxpool.Pool, say, runs the scrapes'
 // statements; its Schema says which tables) and registers them with cfg.Registerer. It returns a
 // *[txinbox.ConfigError] if store, a consumer or a topic is invalid, registering nothing, and fails
-// if a metric of the same name is registered already.
+// if a metric of the same name is registered already. The statements of each group of gauges are
+// bounded by 5s per scrape; a group that takes longer reports its error to the registry.
 func New(store txinbox.Store, cfg Config) (*Metrics, error) {
 	store, err := store.Resolve()
 	if err != nil {
@@ -171,9 +173,6 @@ func New(store txinbox.Store, cfg Config) (*Metrics, error) {
 	}
 	if err := checkNames(cfg); err != nil {
 		return nil, err
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 5 * time.Second
 	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.DefaultRegisterer

@@ -75,7 +75,7 @@ type outboxCollector struct {
 // (checked, its defaults applied).
 func newOutboxCollector(store txinbox.Store, cfg Config) *outboxCollector {
 	return &outboxCollector{
-		db: store.DB, timeout: cfg.Timeout, topics: cfg.Topics, st: statements(store.Schema),
+		db: store.DB, timeout: gaugeTimeout, topics: cfg.Topics, st: statements(store.Schema),
 		events: prometheus.NewDesc(prometheus.BuildFQName(cfg.Namespace, "outbox", "unsent_events"),
 			"Outbox events not sent yet and not dead, by state: pending (waiting, never claimed), retrying (waiting, claimed before: failed, handed back or replayed), claimed (held by a relay).",
 			[]string{"topic", "state"}, cfg.ConstLabels),

@@ -106,7 +106,7 @@ func TestOutboxCollectorErrors(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	reg := prometheus.NewRegistry()
-	if _, err := metrics.New(txinbox.Store{DB: db.Pool, Schema: "txinbox_no_such_schema"}, metrics.Config{Registerer: reg, Timeout: time.Minute}); err != nil {
+	if _, err := metrics.New(txinbox.Store{DB: db.Pool, Schema: "txinbox_no_such_schema"}, metrics.Config{Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
 	if err := gatherErr(reg, "txinbox_outbox_unsent_events"); err == nil {

@@ -27,7 +27,7 @@ type queueCollector struct {
 // its defaults applied).
 func newQueueCollector(store txinbox.Store, cfg Config) *queueCollector {
 	return &queueCollector{
-		db: store.DB, timeout: cfg.Timeout, consumers: cfg.Consumers, st: statements(store.Schema),
+		db: store.DB, timeout: gaugeTimeout, consumers: cfg.Consumers, st: statements(store.Schema),
 		messages: prometheus.NewDesc(prometheus.BuildFQName(cfg.Namespace, "queue", "messages"),
 			"Unfinished messages, by state: ready (runnable now), waiting (not before a later time: delayed, backing off, or behind their ordering key), claimed (running).",
 			[]string{"consumer", "state"}, cfg.ConstLabels),

@@ -17,7 +17,6 @@ import (
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
-	"github.com/txinbox/txinbox/seen"
 	"github.com/txinbox/txinbox/seenredis"
 )
 
@@ -83,7 +82,7 @@ func (s *redisServer) stop() {
 // counter is a Store's Tracer counting the seen-key cache results (txinbox.OpSeenGet) and errors.
 type counter struct {
 	mu      sync.Mutex
-	results map[seen.Result]int
+	results map[string]int
 	errs    map[txinbox.Op]int
 }
 
@@ -97,19 +96,19 @@ func (o *counter) TraceEnd(_ context.Context, d txinbox.TraceEnd) {
 	}
 	if d.Op == txinbox.OpSeenGet {
 		for _, r := range d.Results {
-			o.results[seen.Result(r)]++
+			o.results[r]++
 		}
 	}
 }
 
-func (o *counter) get(r seen.Result) int {
+func (o *counter) get(r string) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.results[r]
 }
 
 func newCounter() *counter {
-	return &counter{results: map[seen.Result]int{}, errs: map[txinbox.Op]int{}}
+	return &counter{results: map[string]int{}, errs: map[txinbox.Op]int{}}
 }
 
 func newCache(t *testing.T, s *redisServer) *seenredis.Cache {
@@ -183,7 +182,7 @@ func TestRedisStoppedMidRun(t *testing.T) {
 	if hits := receiveAll(t, c, stored, append(wave("b", 10), wave("a", 5)[5:]...)); hits != 0 {
 		t.Fatalf("%d cached duplicates with Redis down", hits)
 	}
-	if fb := o.get(seen.Fallback); fb != 10*4+15 {
+	if fb := o.get("fallback"); fb != 10*4+15 {
 		t.Errorf("%d fallbacks, want %d", fb, 10*4+15)
 	}
 	srv.start()
