@@ -98,15 +98,14 @@ package maintain
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/txinbox/txinbox/internal/owner"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/outboxrot"
@@ -282,10 +281,7 @@ func New(store txinbox.Store, cfg Config) (*Maintainer, error) {
 		cfg.DeadRowsWarnThreshold = defaultDeadRowsWarnThreshold
 	}
 	if cfg.Owner == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		cfg.Owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
+		cfg.Owner = owner.New()
 	}
 	switch {
 	case cfg.Lease < time.Second:

@@ -3,21 +3,20 @@ package outbox
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"net/url"
-	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/txinbox/txinbox/internal/owner"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -140,10 +139,7 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 		return bad("Source", err.Error())
 	}
 	if c.Owner == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		c.Owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
+		c.Owner = owner.New()
 	}
 	return c, nil
 }

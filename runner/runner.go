@@ -22,13 +22,12 @@ package runner
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
+
+	"github.com/txinbox/txinbox/internal/owner"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/maintain"
@@ -73,10 +72,7 @@ func New(store txinbox.Store, cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	if cfg.Owner == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		cfg.Owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
+		cfg.Owner = owner.New()
 	}
 	r := &Runner{byName: map[string]*worker.Pool{}}
 	seen := map[string]bool{}

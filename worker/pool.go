@@ -2,18 +2,17 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/txinbox/txinbox/internal/owner"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -153,10 +152,7 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 		c.Backoff = txinbox.Exponential{}
 	}
 	if c.Owner == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		c.Owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
+		c.Owner = owner.New()
 	}
 	for kind, h := range c.Handlers.byKind {
 		if err := txinbox.ValidateName(kind); err != nil {
