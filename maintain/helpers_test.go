@@ -113,14 +113,7 @@ func (e *env) poolLogging(t *testing.T, logs *logBuffer, hs *worker.Handlers, mo
 // run starts s and stops it when t ends.
 func run(t *testing.T, s txinbox.Service) {
 	t.Helper()
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Stop(ctx)
-	})
+	testdb.Run(t, s)
 }
 
 // maintainer starts a Maintainer of e's schema and stops it when t ends.

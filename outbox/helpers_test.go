@@ -86,14 +86,7 @@ func relayOn(t *testing.T, st txinbox.Store, pub outbox.Publisher, mod func(*out
 // run starts r and stops it when t ends.
 func run(t *testing.T, r *outbox.Relay) {
 	t.Helper()
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = r.Stop(ctx)
-	})
+	testdb.Run(t, r)
 }
 
 // stop stops r, failing t if it does not stop in time.

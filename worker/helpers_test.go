@@ -107,14 +107,7 @@ func (e *env) poolOn(t *testing.T, store txinbox.Store, hs *worker.Handlers, mod
 // run starts p and stops it when t ends.
 func run(t *testing.T, p *worker.Pool) {
 	t.Helper()
-	if err := p.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = p.Stop(ctx)
-	})
+	testdb.Run(t, p)
 }
 
 // waitFor polls cond until it holds or a generous deadline passes (a correctness wait, not a timing
