@@ -58,6 +58,8 @@ type ReceiverConfig struct {
 //	  JSON, no kind), stored dead         Sink does, so that the sender stops
 //	its key stored with another kind or   409, nothing stored, the stored message kept (the sender's
 //	  payload                             event is dead at once, with this answer as its error)
+//	the inbox's schema has no txinbox     500, nothing stored: run the migrations (the log names
+//	  tables (migrations not run)         txinbox.ErrNotMigrated)
 //	the database failed                   503, nothing stored: the sender retries
 //
 // Errors are RFC 9457 problem documents (application/problem+json) whose type is one of the Problem
@@ -135,6 +137,12 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), rc.cfg.WriteTimeout)
 	defer cancel()
 	res, err := rc.sink.Store(ctx, []*adapters.Record{rec})
+	if errors.Is(err, txinbox.ErrNotMigrated) {
+		rc.cfg.Sink.Store.Logger.Error("txinbox/webhook: cannot store the request: the inbox's schema has no txinbox tables; answered 500",
+			"path", rec.Source, "id", rec.MessageID, "err", err)
+		writeProblem(w, ProblemNotMigrated, "the receiver's inbox is not set up: its operator must run the migrations (migrate.Up, or \"txinbox migrate up\")")
+		return
+	}
 	if err != nil {
 		rc.cfg.Sink.Store.Logger.Error("txinbox/webhook: cannot store the request; answered 503, the sender retries",
 			"path", rec.Source, "id", rec.MessageID, "err", err)
@@ -190,6 +198,9 @@ const (
 	ProblemKeyReused = problemBase + "ProblemKeyReused"
 	// ProblemRequestTooLarge (413): the body is larger than ReceiverConfig.MaxBodyBytes.
 	ProblemRequestTooLarge = problemBase + "ProblemRequestTooLarge"
+	// ProblemNotMigrated (500): the receiver's inbox schema has no txinbox tables: its migrations
+	// were not run (migrate.Up, or the command "txinbox migrate up"); nothing is stored until they are.
+	ProblemNotMigrated = problemBase + "ProblemNotMigrated"
 	// ProblemStoreUnavailable (503): the inbox could not store the message (the database is
 	// unreachable, or the commit failed); nothing was stored, and the sender retries.
 	ProblemStoreUnavailable = problemBase + "ProblemStoreUnavailable"
@@ -215,6 +226,7 @@ var problems = map[string]struct {
 	ProblemMethodNotAllowed: {http.StatusMethodNotAllowed, "Method not allowed"},
 	ProblemKeyReused:        {http.StatusConflict, "Key reused with another kind or payload"},
 	ProblemRequestTooLarge:  {http.StatusRequestEntityTooLarge, "Request body too large"},
+	ProblemNotMigrated:      {http.StatusInternalServerError, "Inbox not set up"},
 	ProblemStoreUnavailable: {http.StatusServiceUnavailable, "Inbox unavailable"},
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -308,6 +309,28 @@ func TestReceiverAnswers(t *testing.T) {
 	}
 	if st := rc.Stats(); st.Inserted != 1 || st.Duplicates != 1 || st.Conflicts != 1 || st.Undecodable != 2 || st.Failures != 1 || st.Acked != 4 {
 		t.Errorf("stats %+v: want 1 inserted, 1 duplicate, 1 conflict, 2 undecodable, 1 failure, 4 answered 2xx", st)
+	}
+}
+
+// TestReceiverNotMigrated: a Receiver whose inbox schema has no txinbox tables answers 500
+// ProblemNotMigrated, whose detail says to run the migrations, not 503 "retry" forever; and the log
+// names txinbox.ErrNotMigrated.
+func TestReceiverNotMigrated(t *testing.T) {
+	t.Parallel()
+	db := adaptertest.NewDB(t)
+	var logs bytes.Buffer
+	secret := webhook.NewSecret()
+	rc := newReceiver(t, webhook.ReceiverConfig{Secret: secret, Sink: adapters.SinkConfig{Consumer: "hooks",
+		Store: txinbox.Store{DB: db.Pool, Schema: "txinbox_not_migrated", Logger: slog.New(slog.NewTextHandler(&logs, nil))}}})
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	status, ct, b := post(t, srv.URL+"/hooks", secret, "wh-1", []byte(`{"order": 1}`), map[string]string{"x-kind": "k"}, true)
+	problem(t, "an unmigrated schema", status, ct, b, webhook.ProblemNotMigrated, http.StatusInternalServerError)
+	if !strings.Contains(string(b), "migrate") {
+		t.Errorf("the problem's detail %s does not say to run the migrations", b)
+	}
+	if !strings.Contains(logs.String(), "the schema has no txinbox tables (run migrate.Up") { // txinbox.ErrNotMigrated, quoted by the log
+		t.Errorf("the log %q does not name txinbox.ErrNotMigrated", logs.String())
 	}
 }
 
