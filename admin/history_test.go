@@ -164,6 +164,24 @@ func TestInboxHistoryOfCrashesAndHeldMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkHistory(t, "held", m.History, 1, 1, "error", "settler", "broke the transaction")
+	// The rotations that retire the messages' generation copy them, history included.
+	for range 3 {
+		if _, err := db.Pool.Exec(ctx, db.SQL(`SELECT * FROM {schema}.inbox_rotate(NULL)`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE slot <> 0`); n != 3 {
+		t.Fatalf("%d messages copied out of slot 0 by the rotations, want 3", n)
+	}
+	for i, id := range ids {
+		m, err := c.GetMessage(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.History) != 1 {
+			t.Fatalf("message %d after the rotations: history %+v", i, m.History)
+		}
+	}
 }
 
 // Every kind of failure of a Publisher appends to the event's history (error, panic, timeout,
@@ -215,6 +233,16 @@ func TestOutboxHistoryOfEachFailureKind(t *testing.T) {
 	if e := get(4); e.State != "sent" || e.History != nil {
 		t.Fatalf("ok: %s, history %+v; want sent, none", e.State, e.History)
 	}
+	// The rotations that retire the events' generation copy the dead ones, history included.
+	for range 3 {
+		if _, err := db.Pool.Exec(ctx, db.SQL(`SELECT * FROM {schema}.outbox_rotate(NULL, interval '1 hour')`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := db.Count(t, `SELECT count(*) FROM {schema}.outbox WHERE slot <> 0`); n != 5 {
+		t.Fatalf("%d events copied out of slot 0 by the rotations, want 5", n)
+	}
+	checkHistory(t, "error, rotated", get(0).History, 3, 12, "error", "hist-relay", "broker down %d")
 }
 
 // A claim whose lease ended is taken over, and the attempt it cut short enters the event's history:
