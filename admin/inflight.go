@@ -128,7 +128,8 @@ func (f InFlightFilter) check() (int64, error) {
 //
 // It reads the queue (as large as the backlog) through its primary key and the inbox or outbox row
 // of each one listed by id (for a Topic filter, of each one queued): never a scan of the inbox or
-// outbox table. Bad arguments return an *[txinbox.ArgumentError].
+// outbox table. The result is never nil (empty: none). Bad arguments return an
+// *[txinbox.ArgumentError].
 func (a *Admin) ListInFlight(ctx context.Context, f InFlightFilter) ([]InFlight, error) {
 	before, err := f.check()
 	if err != nil {
