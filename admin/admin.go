@@ -112,7 +112,7 @@ func storedMessage(r sqlc.Inbox) inbox.StoredMessage {
 		AttemptsStarted: int(r.AttemptsStarted), AttemptsFailed: int(r.AttemptsFailed),
 		NextRunAt: ts(r.NextRunAt), Owner: r.Owner.String, LeaseUntil: ts(r.LeaseUntil), Token: r.Token,
 		LastError: r.LastError.String, ReceivedAt: ts(r.ReceivedAt), StartedAt: ts(r.StartedAt),
-		CompletedAt: ts(r.CompletedAt), ExpiresAt: ts(r.ExpiresAt), Result: r.Result,
+		CompletedAt: ts(r.CompletedAt), ExpiresAt: ts(r.ExpiresAt), Result: r.Result, History: history(r.History),
 	}
 	if len(r.Headers) > 0 {
 		_ = json.Unmarshal(r.Headers, &m.Headers) // stored from a map[string]string
@@ -168,7 +168,7 @@ func (a *Admin) GetMessage(ctx context.Context, id int64) (inbox.StoredMessage, 
 		Fingerprint: r.Fingerprint, OrderingKey: r.OrderingKey, State: r.State, AttemptsStarted: r.AttemptsStarted,
 		AttemptsFailed: r.AttemptsFailed, NextRunAt: r.NextRunAt, Owner: pgtype.Text{String: r.Owner, Valid: r.Owner != ""},
 		LeaseUntil: r.LeaseUntil, Token: r.Token, LastError: r.LastError, ReceivedAt: r.ReceivedAt, StartedAt: r.StartedAt,
-		CompletedAt: r.CompletedAt, ExpiresAt: r.ExpiresAt, Result: r.Result,
+		CompletedAt: r.CompletedAt, ExpiresAt: r.ExpiresAt, Result: r.Result, History: r.History,
 	}), nil
 }
 

@@ -10,6 +10,10 @@
 //     for the next page ([Admin.ListDead], [DeadFilter], [txinbox.DeadLetter]), counts them
 //     ([Admin.CountDead]) and lists their ids ([Admin.DeadIDs], [Admin.DeadAmong]), replays and
 //     discards them ([Admin.ReplayDead], [Admin.DiscardDead]);
+//   - lists the work still queued, the inbox's messages by consumer or the outbox's events by topic
+//     ([View]), pending, retrying or processing, newest first with a cursor ([Admin.ListInFlight],
+//     [InFlightFilter], [InFlight]); a message's or event's lookup returns its last 10 failed attempts
+//     ([txinbox.Attempt]: recorded by the failures only, so the success path writes nothing more);
 //   - discards pending messages ([Admin.DiscardPending], [Admin.CountUnclaimed],
 //     [Admin.UnclaimedIDs]) and finished ones by age ([Admin.DiscardOlder], with
 //     [Config.Progress]);

@@ -147,6 +147,9 @@ type OutboxEvent struct {
 	CreatedAt  time.Time `json:"created_at"`           // start of the publishing transaction
 	StartedAt  time.Time `json:"started_at,omitzero"`  // start of the latest attempt
 	FinishedAt time.Time `json:"finished_at,omitzero"` // when it was sent or died
+	// History is the event's last failed attempts, at most 10, oldest first (nil when none failed):
+	// see txinbox.Attempt. A sent attempt is not listed: FinishedAt is its time.
+	History []txinbox.Attempt `json:"history,omitempty"`
 }
 
 // GetOutboxEvent returns the outbox event id, in any state. An unknown id returns a *NotFoundError
@@ -163,7 +166,7 @@ func (a *Admin) GetOutboxEvent(ctx context.Context, id int64) (OutboxEvent, erro
 		ContentType: cmp.Or(r.ContentType, outbox.DefaultContentType), Payload: json.RawMessage(r.Payload),
 		State: r.State, AttemptsStarted: int(r.AttemptsStarted), AttemptsFailed: int(r.AttemptsFailed),
 		NextRunAt: ts(r.NextRunAt), Owner: r.Owner, LeaseUntil: ts(r.LeaseUntil), Token: r.Token, LastError: r.LastError,
-		CreatedAt: ts(r.CreatedAt), StartedAt: ts(r.StartedAt), FinishedAt: ts(r.FinishedAt)}
+		CreatedAt: ts(r.CreatedAt), StartedAt: ts(r.StartedAt), FinishedAt: ts(r.FinishedAt), History: history(r.History)}
 	if len(r.Headers) > 2 {
 		_ = json.Unmarshal(r.Headers, &ev.Headers) // written by Publish as a JSON object of strings
 	}

@@ -152,11 +152,13 @@ var routes = []route{
 	{"GET /{$}", (*handler).overview},
 	{"GET /message", (*handler).message},
 	{"GET /dead", (*handler).deadList},
+	{"GET /inflight", (*handler).inflightList},
 	{"GET /dead/confirm", (*handler).deadConfirm},
 	{"POST /dead/apply", (*handler).deadApply},
 	{"GET /pending/confirm", (*handler).pendingConfirm},
 	{"POST /pending/apply", (*handler).pendingApply},
 	{"GET /outbox", (*handler).outboxOverview},
+	{"GET /outbox/inflight", (*handler).outboxInflightList},
 	{"GET /outbox/dead", (*handler).outboxDeadList},
 	{"GET /outbox/dead/confirm", (*handler).outboxDeadConfirm},
 	{"POST /outbox/dead/apply", (*handler).outboxDeadApply},
@@ -192,7 +194,7 @@ func newHandler(store txinbox.Store, cfg Config, a *admin.Admin) (http.Handler, 
 }
 
 // pageNames are the console's pages: each a template of its own in the layout.
-var pageNames = []string{"overview", "message", "dead", "confirm", "result", "error", "outbox", "outbox_dead", "outbox_event"}
+var pageNames = []string{"overview", "message", "dead", "confirm", "result", "error", "outbox", "outbox_dead", "outbox_event", "inflight"}
 
 // parsePage returns the template of the page name, in the layout.
 func parsePage(name string) (*template.Template, error) {

@@ -67,6 +67,10 @@ func inputsOf(dead, deadEvent int64) map[string]routeInputs {
 				{"op": {"replay"}, "scope": {"filter"}, "count": {"1"}, "snapshot": {"1:1"}}},
 			params:    append([]string{"op", "scope", "id", "count", "snapshot"}, outboxFilter...),
 			reflected: []string{"id", "since", "until", "snapshot"}},
+		"GET /inflight": {bases: []url.Values{{}}, params: []string{"consumer", "state", "before"},
+			reflected: []string{"state", "before"}},
+		"GET /outbox/inflight": {bases: []url.Values{{}}, params: []string{"topic", "state", "before"},
+			reflected: []string{"state", "before"}},
 		"GET /outbox/event": {bases: []url.Values{{"id": {"999999999"}}}, params: []string{"id"}, reflected: []string{"id"}},
 	}
 }

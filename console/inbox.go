@@ -45,7 +45,7 @@ func newMessageView(m inbox.StoredMessage) messageView {
 		Owner: m.Owner, Token: m.Token, LastError: m.LastError, Fingerprint: m.Fingerprint.String(),
 		NextRunAt: m.NextRunAt, LeaseUntil: m.LeaseUntil, ReceivedAt: m.ReceivedAt, StartedAt: m.StartedAt,
 		CompletedAt: m.CompletedAt, ExpiresAt: m.ExpiresAt,
-		Payload: prettyJSON(m.Payload), Result: prettyJSON(m.Result), Undecodable: m.Raw != nil,
+		Payload: prettyJSON(m.Payload), Result: prettyJSON(m.Result), Undecodable: m.Raw != nil, History: m.History,
 	}
 	v.UpstreamEventID, v.UpstreamSource = admin.Upstream(m)
 	if m.Raw != nil {

@@ -121,6 +121,7 @@ type messageView struct {
 	Raw                               string // hex dump of an undecodable message
 	Undecodable                       bool
 	Headers                           []header
+	History                           []txinbox.Attempt // the last failed attempts, oldest first
 }
 
 type messageData struct {

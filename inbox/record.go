@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/txinbox/txinbox"
 )
 
 // StoredMessage is a stored message with every column of its row. Times that are not set are zero
@@ -40,6 +42,9 @@ type StoredMessage struct {
 	// a new message.
 	ExpiresAt time.Time       `json:"expires_at,omitzero"`
 	Result    json.RawMessage `json:"result,omitempty"` // what the handler stored, if anything
+	// History is the message's last failed attempts, at most 10, oldest first (nil when none failed):
+	// see txinbox.Attempt. A completed attempt is not listed: CompletedAt is its time.
+	History []txinbox.Attempt `json:"history,omitempty"`
 }
 
 // Fingerprint is the SHA-256 digest a message's duplicates are compared by. Its text and JSON form

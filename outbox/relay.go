@@ -563,6 +563,9 @@ type finish struct {
 	err     error
 	delay   time.Duration
 	took    time.Duration
+	// reason says why the attempt failed, in the event's history (migration 00013): error, panic,
+	// timeout, permanent or crashed; "" when sent or released.
+	reason string
 }
 
 const maxErrorBytes = 8 << 10
@@ -576,7 +579,7 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 	for i, c := range batch {
 		fs[i].c = c
 		if c.ev.Attempt > r.cfg.MaxAttempts {
-			fs[i].outcome = txinbox.OutcomeDead
+			fs[i].outcome, fs[i].reason = txinbox.OutcomeDead, "crashed"
 			fs[i].err = fmt.Errorf("%d attempts started (MaxAttempts %d) and the last never finished: the relay holding it died, hung or lost its connection",
 				c.ev.Attempt-1, r.cfg.MaxAttempts)
 			continue
@@ -595,6 +598,7 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 		start := time.Now()
 		err := callPublisher(pctx, r.cfg.Publisher, events)
 		took := time.Since(start)
+		timedOut := pctx.Err() != nil && ctx.Err() == nil
 		cancel()
 		errs := eventErrors(err, len(events))
 		defer r.traceEnd(traced, fs, send)
@@ -602,6 +606,9 @@ func (r *Relay) run(ctx context.Context, batch []*claimed) []finish {
 			f := &fs[i]
 			f.took, f.err = took, errs[k]
 			r.decide(ctx, f)
+			if f.reason == "error" && timedOut {
+				f.reason = "timeout"
+			}
 		}
 	}
 	return fs
@@ -612,10 +619,18 @@ func (r *Relay) decide(ctx context.Context, f *finish) {
 	switch {
 	case f.err == nil:
 		f.outcome = txinbox.OutcomeSent
+		return
 	case ctx.Err() != nil:
 		f.outcome = "" // stopping: handed back, not charged
+		return
+	}
+	f.reason = "error"
+	if errors.As(f.err, new(*publisherPanic)) {
+		f.reason = "panic"
+	}
+	switch {
 	case txinbox.IsPermanent(f.err):
-		f.outcome = txinbox.OutcomeDead
+		f.outcome, f.reason = txinbox.OutcomeDead, "permanent"
 	case f.c.ev.Attempt >= r.cfg.MaxAttempts:
 		f.outcome = txinbox.OutcomeDead
 	default:
@@ -745,11 +760,16 @@ func validateSource(s string) error {
 func callPublisher(ctx context.Context, p Publisher, events []Event) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("the Publisher panicked: %v\n\n%s", v, debug.Stack())
+			err = &publisherPanic{fmt.Sprintf("the Publisher panicked: %v\n\n%s", v, debug.Stack())}
 		}
 	}()
 	return p.Publish(ctx, events)
 }
+
+// publisherPanic is the error of a Publisher call that panicked.
+type publisherPanic struct{ msg string }
+
+func (e *publisherPanic) Error() string { return e.msg }
 
 // eventErrors returns the error of each of n events from a Publish call's error.
 func eventErrors(err error, n int) []error {
@@ -772,12 +792,14 @@ func eventErrors(err error, n int) []error {
 }
 
 // finishParams returns OutboxFinish's parameters for the outcomes fs.
-func finishParams(fs []finish) sqlc.OutboxFinishParams {
+func finishParams(fs []finish, owner string) sqlc.OutboxFinishParams {
 	n := len(fs)
 	p := sqlc.OutboxFinishParams{Ids: make([]int64, n), Tokens: make([]int64, n), Outcomes: make([]string, n),
-		Errors: make([]string, n), Delays: make([]float64, n), Uncount: make([]int32, n)}
+		Errors: make([]string, n), Delays: make([]float64, n), Uncount: make([]int32, n),
+		Reasons: make([]string, n), ElapsedMs: make([]float64, n), Owner: owner}
 	for i, f := range fs {
 		p.Ids[i], p.Tokens[i], p.Delays[i] = f.c.id, f.c.token, f.delay.Seconds()
+		p.Reasons[i], p.ElapsedMs[i] = f.reason, float64(f.took)/float64(time.Millisecond)
 		p.Outcomes[i] = string(f.outcome)
 		if f.outcome == "" {
 			p.Outcomes[i], p.Uncount[i] = "release", 1
@@ -802,7 +824,7 @@ type recordInClaim struct {
 }
 
 func (r *Relay) newRecordInClaim(fs []finish) *recordInClaim {
-	return &recordInClaim{finish: finishParams(fs), keys: leftKeys(fs, nil)}
+	return &recordInClaim{finish: finishParams(fs, r.cfg.Owner), keys: leftKeys(fs, nil)}
 }
 
 // leftKeys returns the keys, each once, of the events of fs that leave the queue (sent or dead),
@@ -827,7 +849,7 @@ func leftKeys(fs []finish, recorded map[int64]bool) []string {
 func (r *Relay) record(ctx context.Context, fs []finish) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	rows, err := schemasql.Queries.OutboxFinish(rctx, r.st.Wrap(r.db), finishParams(fs))
+	rows, err := schemasql.Queries.OutboxFinish(rctx, r.st.Wrap(r.db), finishParams(fs, r.cfg.Owner))
 	if err != nil {
 		r.log.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
 			"schema", r.store.Schema, "events", len(fs), "err", err)

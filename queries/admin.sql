@@ -125,7 +125,7 @@ LIMIT @max_rows;
 SELECT d.id FROM /* TEMPLATE: schema */inbox_dead d WHERE d.id = ANY(@ids::bigint[]) ORDER BY d.id;
 
 -- name: GetMessage :one
--- Reads one stored message by id. A queued message's attempts and token are read from its queue row;
+-- Reads one stored message by id, with its last failed attempts (history, 00013; [] when none). A queued message's attempts and token are read from its queue row;
 -- a message listed in a batch in flight (inbox_batch, 00011) is processing, with that batch's owner
 -- and start.
 SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.raw, m.headers, m.fingerprint, m.ordering_key,
@@ -134,7 +134,8 @@ SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.raw, m.headers, m.fingerpri
        coalesce(CASE WHEN b.id IS NOT NULL THEN b.owner WHEN q.id IS NULL THEN m.owner END, '')::text AS owner,
        (CASE WHEN q.id IS NULL THEN m.lease_until END)::timestamptz AS lease_until,
        coalesce(q.token, m.token)::bigint AS token, m.last_error,
-       m.received_at, coalesce(b.started_at, m.started_at)::timestamptz AS started_at, m.completed_at, m.expires_at, m.result
+       m.received_at, coalesce(b.started_at, m.started_at)::timestamptz AS started_at, m.completed_at, m.expires_at, m.result,
+       coalesce(m.history, '[]'::jsonb)::jsonb AS history
 FROM /* TEMPLATE: schema */inbox m
 LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = m.consumer
 LEFT JOIN LATERAL (
@@ -329,3 +330,42 @@ WHERE q.consumer = @consumer AND q.id <= @max_id
   AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_batch b WHERE b.consumer = @consumer AND q.id = ANY (b.ids))
 ORDER BY q.id
 LIMIT @max_rows;
+
+-- name: ListInFlight :many
+-- Lists the queued messages (neither completed nor dead) newest first (id descending), at most
+-- @max_rows: package admin's one reading of the inbox's work in flight, for the CLI and the console
+-- alike. State, as QueueCounts counts it: processing (listed in a batch in flight or left behind,
+-- inbox_batch: with that batch's owner and start), pending (waiting, never claimed: the queue row's
+-- fencing token is 0) or retrying (waiting, claimed before: failed, charged, handed back by a stopping
+-- pool, or replayed). Filters: @consumer exact, @state one of the three, and id below @before_id when
+-- it is not 0 (the cursor of the next page); an empty filter does not filter. Reads the queue (as large
+-- as the backlog) by its primary key, then each listed message's inbox row by id (OFFSET 0 keeps that
+-- lookup from being flattened into a join that could read the whole inbox table).
+WITH listed AS (
+    SELECT b.consumer, u.id, b.owner, b.started_at
+    FROM /* TEMPLATE: schema */inbox_batch b, unnest(b.ids) AS u(id)
+    WHERE (@consumer::text = '' OR b.consumer = @consumer)
+), page AS (
+    SELECT q.id, q.consumer, q.run_at, q.attempts_started, l.owner, l.started_at,
+           (CASE WHEN l.id IS NOT NULL THEN 'processing' WHEN q.token = 0 THEN 'pending' ELSE 'retrying' END)::text AS state
+    FROM /* TEMPLATE: schema */inbox_queue q
+    LEFT JOIN listed l ON l.id = q.id AND l.consumer = q.consumer
+    WHERE (@consumer::text = '' OR q.consumer = @consumer)
+      AND (@before_id::bigint = 0 OR q.id < @before_id)
+      AND (@state::text = ''
+           OR (CASE WHEN l.id IS NOT NULL THEN 'processing' WHEN q.token = 0 THEN 'pending' ELSE 'retrying' END) = @state)
+    ORDER BY q.id DESC
+    LIMIT @max_rows
+)
+SELECT p.id, p.consumer, m.key, m.kind, p.state, p.attempts_started, m.attempts_failed, m.received_at,
+       (CASE WHEN p.state <> 'processing' THEN p.run_at END)::timestamptz AS next_run_at,
+       coalesce(p.owner, '')::text AS owner, p.started_at::timestamptz AS started_at,
+       coalesce(m.last_error, '')::text AS last_error
+FROM page p
+CROSS JOIN LATERAL (
+    SELECT i.key, i.kind, i.attempts_failed, i.received_at, i.last_error
+    FROM /* TEMPLATE: schema */inbox i
+    WHERE i.id = p.id AND i.consumer = p.consumer
+    OFFSET 0
+) m
+ORDER BY p.id DESC;

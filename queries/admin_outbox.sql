@@ -103,7 +103,7 @@ LIMIT @max_rows;
 SELECT m.id FROM /* TEMPLATE: schema */outbox m WHERE m.id = ANY(@ids::bigint[]) AND m.state = 'dead' ORDER BY m.id;
 
 -- name: GetOutboxEvent :one
--- Reads one event by id, with its claim from its queue row while it is queued: claimed while a relay
+-- Reads one event by id, with its last failed attempts (history, 00013; [] when none), with its claim from its queue row while it is queued: claimed while a relay
 -- holds it, with the claim's owner, lease (run_at), token, attempts and start. The kind and content
 -- type are empty when the event takes their defaults (stored NULL).
 SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key,
@@ -114,7 +114,8 @@ SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS
        (CASE WHEN q.claimed THEN q.run_at END)::timestamptz AS lease_until,
        (CASE WHEN m.state = 'pending' THEN m.next_run_at END)::timestamptz AS next_run_at,
        coalesce(m.last_error, '')::text AS last_error, m.created_at,
-       coalesce(q.started_at, m.started_at)::timestamptz AS started_at, m.finished_at
+       coalesce(q.started_at, m.started_at)::timestamptz AS started_at, m.finished_at,
+       coalesce(m.history, '[]'::jsonb)::jsonb AS history
 FROM /* TEMPLATE: schema */outbox m
 LEFT JOIN /* TEMPLATE: schema */outbox_queue q ON q.id = m.id
 WHERE m.id = @id;
@@ -159,3 +160,34 @@ WITH deleted AS (
     RETURNING m.id
 )
 SELECT d.id FROM deleted d ORDER BY d.id;
+
+-- name: ListOutboxInFlight :many
+-- Lists the queued events (neither sent nor dead) newest first (id descending), at most @max_rows:
+-- package admin's one reading of the outbox's work in flight, with the inbox's ListInFlight shape.
+-- State, as OutboxQueueStats counts it: processing (claimed by a relay, whose lease may have ended:
+-- with the claim's owner, start and lease), pending (waiting, never claimed: token 0) or retrying
+-- (waiting, claimed before). Filters: @topic exact, @state one of the three, and id below @before_id
+-- when it is not 0; an empty filter does not filter. Reads the queue by its primary key and each
+-- queued event's outbox row by id (OFFSET 0: as in OutboxQueueStats).
+SELECT q.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key,
+       coalesce(m.kind, '')::text AS kind,
+       (CASE WHEN q.claimed THEN 'processing' WHEN q.token = 0 THEN 'pending' ELSE 'retrying' END)::text AS state,
+       q.attempts_started, m.attempts_failed, m.created_at,
+       (CASE WHEN NOT q.claimed THEN q.run_at END)::timestamptz AS next_run_at,
+       (CASE WHEN q.claimed THEN q.run_at END)::timestamptz AS lease_until,
+       coalesce(CASE WHEN q.claimed THEN q.owner END, '')::text AS owner,
+       (CASE WHEN q.claimed THEN q.started_at END)::timestamptz AS started_at,
+       coalesce(m.last_error, '')::text AS last_error
+FROM /* TEMPLATE: schema */outbox_queue q
+CROSS JOIN LATERAL (
+    SELECT i.event_id, i.topic, i.key, i.kind, i.attempts_failed, i.created_at, i.last_error
+    FROM /* TEMPLATE: schema */outbox i
+    WHERE i.id = q.id
+    OFFSET 0
+) m
+WHERE (@before_id::bigint = 0 OR q.id < @before_id)
+  AND (@topic::text = '' OR m.topic = @topic)
+  AND (@state::text = ''
+       OR (CASE WHEN q.claimed THEN 'processing' WHEN q.token = 0 THEN 'pending' ELSE 'retrying' END) = @state)
+ORDER BY q.id DESC
+LIMIT @max_rows;

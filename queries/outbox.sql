@@ -73,13 +73,16 @@ SELECT pg_advisory_xact_lock(@lock_key::bigint),
 -- anything of it is published (its transaction may also record the relay's previous batch:
 -- OutboxFinish before OutboxClaimLock, OutboxReadyNext after it). Run it in a transaction holding
 -- OutboxClaimLock.
+-- A claim that takes over an event whose lease ended appends that attempt to the event's history
+-- (migration 00013): reason taken_over, the previous claim's start, owner and attempt, no duration.
 -- Plans: the redundant `q.id = ANY (ARRAY(...))` makes the updates look the rows up by primary key
 -- even in a generic plan, which cannot see @max (the worker's ClaimBatch says why). The redundant
 -- `h.id <> q.id` (q is not claimed where it is evaluated) keeps "no other event of its key is
 -- claimed" a probe of outbox_queue_key_claimed per keyed row: a subquery correlated by equality alone
 -- may be hashed, and the hashed one read the whole queue at every claim.
 WITH candidates AS (
-    SELECT q.id, q.claimed, q.ready,
+    SELECT q.id, q.claimed, q.ready, q.owner AS old_owner, q.started_at AS old_started_at,
+           q.attempts_started AS old_attempts,
            (q.key IS NULL OR q.claimed OR (
                 NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */outbox_queue h
                             WHERE h.key = q.key AND h.id < q.id)
@@ -104,7 +107,16 @@ WITH candidates AS (
     FROM candidates c
     WHERE q.id = c.id AND c.head
       AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
-    RETURNING q.id, q.token, q.attempts_started, c.claimed AS taken_over
+    RETURNING q.id, q.token, q.attempts_started, c.claimed AS taken_over, c.old_owner, c.old_started_at, c.old_attempts
+), logged AS (
+    UPDATE /* TEMPLATE: schema */outbox m
+    SET history = jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+            'n', c.old_attempts, 'at', c.old_started_at, 'ms', 0, 'reason', 'taken_over',
+            'error', 'its lease ended before an outcome was recorded: the relay died, hung or lost its connection',
+            'owner', coalesce(c.old_owner, ''))), '$[last-9 to last]')
+    FROM claimed c
+    WHERE m.id = c.id AND c.taken_over
+      AND m.id = ANY (ARRAY(SELECT c2.id FROM claimed c2 WHERE c2.taken_over)) -- by primary key: see the note above
 )
 -- Each outbox row is read by its id, once per claimed row (OFFSET 0 keeps the subquery from being
 -- flattened into a join, as in the worker's ClaimBatch).
@@ -134,15 +146,22 @@ ORDER BY 1;
 -- transaction, before OutboxClaimLock, or on its own: then it may be the second record of a batch
 -- (the claim that carried the first committed, but its answer was lost), and "still claimed" is what
 -- keeps it from counting a failed attempt twice and pushing its retry back again.
+-- History (migration 00013): a failed attempt (retry or dead) appends {n, at, ms, reason, error, owner}
+-- to the event's history (the claim's start, @elapsed_ms, @reasons, @errors, @owner), which keeps its
+-- last 10 entries; a sent event's is left as it was.
 WITH c AS (
-    SELECT s.id, s.token, s.outcome, s.error, now() + make_interval(secs => s.delay) AS run_at, s.uncount
+    SELECT s.id, s.token, s.outcome, s.error, now() + make_interval(secs => s.delay) AS run_at, s.uncount,
+           s.reason, s.elapsed_ms
     FROM ROWS FROM (unnest(@ids::bigint[]), unnest(@tokens::bigint[]), unnest(@outcomes::text[]),
-                    unnest(@errors::text[]), unnest(@delays::float8[]), unnest(@uncount::int[]))
-         AS s(id, token, outcome, error, delay, uncount)
+                    unnest(@errors::text[]), unnest(@delays::float8[]), unnest(@uncount::int[]),
+                    unnest(@reasons::text[]), unnest(@elapsed_ms::float8[]))
+         AS s(id, token, outcome, error, delay, uncount, reason, elapsed_ms)
 ), fenced AS (
     -- The queue rows still claimed with the caller's token, locked: one probe of the primary key per
     -- event (a LATERAL with a locking clause is never flattened into a join).
-    SELECT l.id, l.attempts_started, l.started_at, c.token, c.outcome, c.error, c.run_at, c.uncount
+    SELECT l.id, l.attempts_started, l.started_at, c.token, c.outcome, c.error, c.run_at, c.uncount,
+           jsonb_build_array(jsonb_build_object('n', l.attempts_started, 'at', l.started_at, 'ms', c.elapsed_ms,
+               'reason', c.reason, 'error', c.error, 'owner', @owner::text)) AS entry
     FROM c
     CROSS JOIN LATERAL (
         SELECT q.id, q.attempts_started, q.started_at FROM /* TEMPLATE: schema */outbox_queue q
@@ -168,6 +187,8 @@ WITH c AS (
         attempts_started = f.attempts_started,
         attempts_failed = m.attempts_failed + CASE WHEN f.outcome = 'sent' THEN 0 ELSE 1 END,
         last_error = CASE WHEN f.outcome = 'sent' THEN m.last_error ELSE f.error END,
+        history = CASE WHEN f.outcome = 'sent' THEN m.history
+                       ELSE jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || f.entry, '$[last-9 to last]') END,
         next_run_at = CASE WHEN f.outcome = 'retry' THEN f.run_at ELSE m.next_run_at END,
         started_at = f.started_at,
         finished_at = CASE WHEN f.outcome = 'retry' THEN NULL ELSE now() END

@@ -138,7 +138,7 @@ WITH input AS (
         fingerprint = input.fingerprint,
         ordering_key = input.ordering_key, state = 'pending', attempts_started = 0, attempts_failed = 0,
         next_run_at = input.run_at, owner = NULL, lease_until = NULL, last_error = NULL,
-        received_at = now(), started_at = NULL, completed_at = NULL, expires_at = NULL, result = NULL
+        received_at = now(), started_at = NULL, completed_at = NULL, expires_at = NULL, result = NULL, history = NULL
     FROM input
     WHERE m.id = input.id AND m.consumer = @consumer AND m.expires_at < now()
       -- Only the current slot's rows: an expired row of another slot leaves with its slot, and the

@@ -43,10 +43,12 @@ func (p *Pool) finish(ctx context.Context, db sqlc.DBTX, b *batch, done []*finis
 		StartedAt: pgtype.Timestamptz{Time: b.started, Valid: true},
 		Ids:       make([]int64, n), Keys: make([]string, n), Tokens: make([]int64, n), Outcomes: make([]string, n),
 		Errors: make([]string, n), Results: make([]string, n), Delays: make([]float64, n), Uncount: make([]int32, n),
+		Reasons: make([]string, n), ElapsedMs: make([]float64, n), Owner: p.cfg.Owner,
 	}
 	for i, f := range done {
 		arg.Ids[i], arg.Keys[i], arg.Tokens[i], arg.Outcomes[i] = f.c.ID, f.c.Key, f.c.Token, string(f.outcome)
 		arg.Errors[i], arg.Results[i], arg.Delays[i] = f.err, string(f.result), f.delay.Seconds()
+		arg.Reasons[i], arg.ElapsedMs[i] = string(f.reason), float64(f.elapsed)/float64(time.Millisecond)
 		if f.uncount {
 			arg.Uncount[i] = 1
 		}
@@ -92,7 +94,9 @@ func (p *Pool) settle(ctx context.Context, b *batch, err error) {
 		}
 		ids, tokens := idsTokens(held)
 		_, err := schemasql.Queries.SettleBatch(bctx, db, sqlc.SettleBatchParams{
-			Consumer: p.cfg.Consumer, Batch: b.record, HeldIds: ids, HeldTokens: tokens})
+			Consumer: p.cfg.Consumer, Batch: b.record, HeldIds: ids, HeldTokens: tokens,
+			StartedAt: pgtype.Timestamptz{Time: b.started, Valid: true}, Owner: p.cfg.Owner,
+			HeldError: truncateError("its batch handler call left the transaction unusable: " + err.Error())})
 		return err
 	})
 	if serr != nil {

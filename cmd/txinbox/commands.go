@@ -519,6 +519,7 @@ func printMessage(w io.Writer, m inbox.StoredMessage) error {
 	if m.LastError != "" {
 		fmt.Fprintf(w, "last error:\n  %s\n", strings.ReplaceAll(strings.TrimRight(m.LastError, "\n"), "\n", "\n  "))
 	}
+	printHistory(w, m.History)
 	fmt.Fprintf(w, "payload:\n%s\n", indentJSON(m.Payload))
 	if m.Raw != nil {
 		raw := m.Raw

@@ -10,17 +10,19 @@
 //	migrate up|down|status   apply, roll back (one version) or list (read-only) the schema migrations
 //	stats                    messages per consumer and state; dead row versions, the xmin horizon
 //	dead list                list dead letters, newest first (filters: --consumer --kind --error --since --until)
-//	dead show ID             show one stored message with every field
+//	dead show ID             show one stored message with every field and its last 10 failed attempts
 //	dead replay ID...|--all  put dead letters back to pending (same key, attempts reset)
 //	dead discard ID...|--all delete dead letters (--all needs --consumer or --yes; --dry-run)
 //	pending discard ID...|--consumer C
 //	                         delete pending messages no worker has claimed (--kind; --dry-run)
+//	inflight list            list queued messages, newest first: pending, retrying, processing (filters: --consumer --state)
 //	clean                    delete completed messages past their dedup window (one full pass)
 //	rotate                   begin a new generation of the inbox now (retires the generation before last)
 //	discard-older --older-than AGE   delete completed (and, with --state, dead) messages older than AGE (alias: purge)
 //	outbox stats             the outbox's events per topic: pending, retrying, claimed, sent, dead; the lag
+//	outbox inflight list     list queued outbox events, newest first: pending, retrying, processing (filters: --topic --state)
 //	outbox dead list         list the outbox's dead events, newest first (filters: --topic --key --error --since --until)
-//	outbox dead show ID      show one outbox event with every field (by ID, or by EVENT ID: the UUID a consumer sees)
+//	outbox dead show ID      show one outbox event with every field and its last 10 failed attempts (by ID, or by EVENT ID: the UUID a consumer sees)
 //	outbox dead replay ID...|--all   put dead outbox events back to pending (same event id, attempts reset)
 //	outbox dead discard ID...|--all  delete dead outbox events (--all needs --topic or --yes; --dry-run)
 //	ui [--addr HOST:PORT]    serve the operator console (package console); see 'txinbox ui --help'
@@ -168,15 +170,17 @@ func explain(err error, schema string) string {
 }
 
 var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, pendingDiscard, cleanCmd, rotateCmd, discardOlderCmd, purgeCmd,
-	outboxStats, outboxDeadList, outboxDeadShow, outboxDeadReplay, outboxDeadDiscard, uiCmd}
+	inflightList, outboxStats, outboxInflightList, outboxDeadList, outboxDeadShow, outboxDeadReplay, outboxDeadDiscard, uiCmd}
 
 // groups are the commands that take a sub-command.
 var groups = map[string]string{
-	"migrate":     "apply, roll back or list the schema migrations",
-	"dead":        "list, show, replay or discard dead letters",
-	"pending":     "discard pending messages that no worker has claimed",
-	"outbox":      "count the outbox's events; list, show, replay or discard its dead events",
-	"outbox dead": "list, show, replay or discard the outbox's dead events",
+	"migrate":         "apply, roll back or list the schema migrations",
+	"dead":            "list, show, replay or discard dead letters",
+	"pending":         "discard pending messages that no worker has claimed",
+	"inflight":        "list the queued messages: pending, retrying, processing",
+	"outbox":          "count the outbox's events; list its queued events; list, show, replay or discard its dead events",
+	"outbox inflight": "list the outbox's queued events: pending, retrying, processing",
+	"outbox dead":     "list, show, replay or discard the outbox's dead events",
 }
 
 func (a *app) globalFlags(fs *flag.FlagSet) {

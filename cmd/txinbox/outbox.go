@@ -249,6 +249,7 @@ func printOutboxEvent(w io.Writer, e admin.OutboxEvent) error {
 	if e.LastError != "" {
 		fmt.Fprintf(w, "last error:\n  %s\n", strings.ReplaceAll(strings.TrimRight(e.LastError, "\n"), "\n", "\n  "))
 	}
+	printHistory(w, e.History)
 	fmt.Fprintf(w, "payload:\n%s\n", indentJSON(e.Payload))
 	return nil
 }

@@ -490,7 +490,8 @@ SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.raw, m.headers, m.fingerpri
        coalesce(CASE WHEN b.id IS NOT NULL THEN b.owner WHEN q.id IS NULL THEN m.owner END, '')::text AS owner,
        (CASE WHEN q.id IS NULL THEN m.lease_until END)::timestamptz AS lease_until,
        coalesce(q.token, m.token)::bigint AS token, m.last_error,
-       m.received_at, coalesce(b.started_at, m.started_at)::timestamptz AS started_at, m.completed_at, m.expires_at, m.result
+       m.received_at, coalesce(b.started_at, m.started_at)::timestamptz AS started_at, m.completed_at, m.expires_at, m.result,
+       coalesce(m.history, '[]'::jsonb)::jsonb AS history
 FROM /* TEMPLATE: schema */inbox m
 LEFT JOIN /* TEMPLATE: schema */inbox_queue q ON q.id = m.id AND q.consumer = m.consumer
 LEFT JOIN LATERAL (
@@ -524,9 +525,10 @@ type GetMessageRow struct {
 	CompletedAt     pgtype.Timestamptz
 	ExpiresAt       pgtype.Timestamptz
 	Result          []byte
+	History         []byte
 }
 
-// Reads one stored message by id. A queued message's attempts and token are read from its queue row;
+// Reads one stored message by id, with its last failed attempts (history, 00013; [] when none). A queued message's attempts and token are read from its queue row;
 // a message listed in a batch in flight (inbox_batch, 00011) is processing, with that batch's owner
 // and start.
 func (q *Queries) GetMessage(ctx context.Context, db DBTX, id int64) (GetMessageRow, error) {
@@ -555,6 +557,7 @@ func (q *Queries) GetMessage(ctx context.Context, db DBTX, id int64) (GetMessage
 		&i.CompletedAt,
 		&i.ExpiresAt,
 		&i.Result,
+		&i.History,
 	)
 	return i, err
 }
@@ -636,6 +639,106 @@ func (q *Queries) ListDead(ctx context.Context, db DBTX, arg ListDeadParams) ([]
 			&i.AttemptsStarted,
 			&i.AttemptsFailed,
 			&i.Undecodable,
+			&i.LastError,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listInFlight = `-- name: ListInFlight :many
+WITH listed AS (
+    SELECT b.consumer, u.id, b.owner, b.started_at
+    FROM /* TEMPLATE: schema */inbox_batch b, unnest(b.ids) AS u(id)
+    WHERE ($1::text = '' OR b.consumer = $1)
+), page AS (
+    SELECT q.id, q.consumer, q.run_at, q.attempts_started, l.owner, l.started_at,
+           (CASE WHEN l.id IS NOT NULL THEN 'processing' WHEN q.token = 0 THEN 'pending' ELSE 'retrying' END)::text AS state
+    FROM /* TEMPLATE: schema */inbox_queue q
+    LEFT JOIN listed l ON l.id = q.id AND l.consumer = q.consumer
+    WHERE ($1::text = '' OR q.consumer = $1)
+      AND ($2::bigint = 0 OR q.id < $2)
+      AND ($3::text = ''
+           OR (CASE WHEN l.id IS NOT NULL THEN 'processing' WHEN q.token = 0 THEN 'pending' ELSE 'retrying' END) = $3)
+    ORDER BY q.id DESC
+    LIMIT $4
+)
+SELECT p.id, p.consumer, m.key, m.kind, p.state, p.attempts_started, m.attempts_failed, m.received_at,
+       (CASE WHEN p.state <> 'processing' THEN p.run_at END)::timestamptz AS next_run_at,
+       coalesce(p.owner, '')::text AS owner, p.started_at::timestamptz AS started_at,
+       coalesce(m.last_error, '')::text AS last_error
+FROM page p
+CROSS JOIN LATERAL (
+    SELECT i.key, i.kind, i.attempts_failed, i.received_at, i.last_error
+    FROM /* TEMPLATE: schema */inbox i
+    WHERE i.id = p.id AND i.consumer = p.consumer
+    OFFSET 0
+) m
+ORDER BY p.id DESC
+`
+
+type ListInFlightParams struct {
+	Consumer string
+	BeforeID int64
+	State    string
+	MaxRows  int32
+}
+
+type ListInFlightRow struct {
+	ID              int64
+	Consumer        string
+	Key             string
+	Kind            string
+	State           string
+	AttemptsStarted int32
+	AttemptsFailed  int32
+	ReceivedAt      pgtype.Timestamptz
+	NextRunAt       pgtype.Timestamptz
+	Owner           string
+	StartedAt       pgtype.Timestamptz
+	LastError       string
+}
+
+// Lists the queued messages (neither completed nor dead) newest first (id descending), at most
+// @max_rows: package admin's one reading of the inbox's work in flight, for the CLI and the console
+// alike. State, as QueueCounts counts it: processing (listed in a batch in flight or left behind,
+// inbox_batch: with that batch's owner and start), pending (waiting, never claimed: the queue row's
+// fencing token is 0) or retrying (waiting, claimed before: failed, charged, handed back by a stopping
+// pool, or replayed). Filters: @consumer exact, @state one of the three, and id below @before_id when
+// it is not 0 (the cursor of the next page); an empty filter does not filter. Reads the queue (as large
+// as the backlog) by its primary key, then each listed message's inbox row by id (OFFSET 0 keeps that
+// lookup from being flattened into a join that could read the whole inbox table).
+func (q *Queries) ListInFlight(ctx context.Context, db DBTX, arg ListInFlightParams) ([]ListInFlightRow, error) {
+	rows, err := db.Query(ctx, listInFlight,
+		arg.Consumer,
+		arg.BeforeID,
+		arg.State,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListInFlightRow
+	for rows.Next() {
+		var i ListInFlightRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Consumer,
+			&i.Key,
+			&i.Kind,
+			&i.State,
+			&i.AttemptsStarted,
+			&i.AttemptsFailed,
+			&i.ReceivedAt,
+			&i.NextRunAt,
+			&i.Owner,
+			&i.StartedAt,
 			&i.LastError,
 		); err != nil {
 			return nil, err

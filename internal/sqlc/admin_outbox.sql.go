@@ -96,7 +96,8 @@ SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS
        (CASE WHEN q.claimed THEN q.run_at END)::timestamptz AS lease_until,
        (CASE WHEN m.state = 'pending' THEN m.next_run_at END)::timestamptz AS next_run_at,
        coalesce(m.last_error, '')::text AS last_error, m.created_at,
-       coalesce(q.started_at, m.started_at)::timestamptz AS started_at, m.finished_at
+       coalesce(q.started_at, m.started_at)::timestamptz AS started_at, m.finished_at,
+       coalesce(m.history, '[]'::jsonb)::jsonb AS history
 FROM /* TEMPLATE: schema */outbox m
 LEFT JOIN /* TEMPLATE: schema */outbox_queue q ON q.id = m.id
 WHERE m.id = $1
@@ -122,9 +123,10 @@ type GetOutboxEventRow struct {
 	CreatedAt       pgtype.Timestamptz
 	StartedAt       pgtype.Timestamptz
 	FinishedAt      pgtype.Timestamptz
+	History         []byte
 }
 
-// Reads one event by id, with its claim from its queue row while it is queued: claimed while a relay
+// Reads one event by id, with its last failed attempts (history, 00013; [] when none), with its claim from its queue row while it is queued: claimed while a relay
 // holds it, with the claim's owner, lease (run_at), token, attempts and start. The kind and content
 // type are empty when the event takes their defaults (stored NULL).
 func (q *Queries) GetOutboxEvent(ctx context.Context, db DBTX, id int64) (GetOutboxEventRow, error) {
@@ -150,6 +152,7 @@ func (q *Queries) GetOutboxEvent(ctx context.Context, db DBTX, id int64) (GetOut
 		&i.CreatedAt,
 		&i.StartedAt,
 		&i.FinishedAt,
+		&i.History,
 	)
 	return i, err
 }
@@ -230,6 +233,102 @@ func (q *Queries) ListOutboxDead(ctx context.Context, db DBTX, arg ListOutboxDea
 			&i.DiedAt,
 			&i.AttemptsStarted,
 			&i.AttemptsFailed,
+			&i.LastError,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listOutboxInFlight = `-- name: ListOutboxInFlight :many
+SELECT q.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key,
+       coalesce(m.kind, '')::text AS kind,
+       (CASE WHEN q.claimed THEN 'processing' WHEN q.token = 0 THEN 'pending' ELSE 'retrying' END)::text AS state,
+       q.attempts_started, m.attempts_failed, m.created_at,
+       (CASE WHEN NOT q.claimed THEN q.run_at END)::timestamptz AS next_run_at,
+       (CASE WHEN q.claimed THEN q.run_at END)::timestamptz AS lease_until,
+       coalesce(CASE WHEN q.claimed THEN q.owner END, '')::text AS owner,
+       (CASE WHEN q.claimed THEN q.started_at END)::timestamptz AS started_at,
+       coalesce(m.last_error, '')::text AS last_error
+FROM /* TEMPLATE: schema */outbox_queue q
+CROSS JOIN LATERAL (
+    SELECT i.event_id, i.topic, i.key, i.kind, i.attempts_failed, i.created_at, i.last_error
+    FROM /* TEMPLATE: schema */outbox i
+    WHERE i.id = q.id
+    OFFSET 0
+) m
+WHERE ($1::bigint = 0 OR q.id < $1)
+  AND ($2::text = '' OR m.topic = $2)
+  AND ($3::text = ''
+       OR (CASE WHEN q.claimed THEN 'processing' WHEN q.token = 0 THEN 'pending' ELSE 'retrying' END) = $3)
+ORDER BY q.id DESC
+LIMIT $4
+`
+
+type ListOutboxInFlightParams struct {
+	BeforeID int64
+	Topic    string
+	State    string
+	MaxRows  int32
+}
+
+type ListOutboxInFlightRow struct {
+	ID              int64
+	EventID         string
+	Topic           string
+	Key             string
+	Kind            string
+	State           string
+	AttemptsStarted int32
+	AttemptsFailed  int32
+	CreatedAt       pgtype.Timestamptz
+	NextRunAt       pgtype.Timestamptz
+	LeaseUntil      pgtype.Timestamptz
+	Owner           string
+	StartedAt       pgtype.Timestamptz
+	LastError       string
+}
+
+// Lists the queued events (neither sent nor dead) newest first (id descending), at most @max_rows:
+// package admin's one reading of the outbox's work in flight, with the inbox's ListInFlight shape.
+// State, as OutboxQueueStats counts it: processing (claimed by a relay, whose lease may have ended:
+// with the claim's owner, start and lease), pending (waiting, never claimed: token 0) or retrying
+// (waiting, claimed before). Filters: @topic exact, @state one of the three, and id below @before_id
+// when it is not 0; an empty filter does not filter. Reads the queue by its primary key and each
+// queued event's outbox row by id (OFFSET 0: as in OutboxQueueStats).
+func (q *Queries) ListOutboxInFlight(ctx context.Context, db DBTX, arg ListOutboxInFlightParams) ([]ListOutboxInFlightRow, error) {
+	rows, err := db.Query(ctx, listOutboxInFlight,
+		arg.BeforeID,
+		arg.Topic,
+		arg.State,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListOutboxInFlightRow
+	for rows.Next() {
+		var i ListOutboxInFlightRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.Topic,
+			&i.Key,
+			&i.Kind,
+			&i.State,
+			&i.AttemptsStarted,
+			&i.AttemptsFailed,
+			&i.CreatedAt,
+			&i.NextRunAt,
+			&i.LeaseUntil,
+			&i.Owner,
+			&i.StartedAt,
 			&i.LastError,
 		); err != nil {
 			return nil, err

@@ -65,6 +65,8 @@ type Inbox struct {
 	Result    []byte
 	// generation % 3: the partition; a rotation copies survivors of a retired slot into the new one
 	Slot int16
+	// the last 10 failed attempts, oldest first: [{n, at, ms, reason, error, owner}]; NULL: none
+	History []byte
 }
 
 // txinbox: batches in flight, one row each, deleted by the batch's commit; a row whose transaction ended otherwise is charged by the rescuer
@@ -299,6 +301,8 @@ type Outbox struct {
 	Kind pgtype.Text
 	// the payload's media type (CloudEvents datacontenttype); NULL: application/json
 	ContentType pgtype.Text
+	// the last 10 failed attempts, oldest first: [{n, at, ms, reason, error, owner}]; NULL: none
+	History []byte
 }
 
 // txinbox: events neither sent nor dead; relays claim here with SKIP LOCKED

@@ -37,17 +37,28 @@ const chargeBatch = `-- name: ChargeBatch :many
 WITH b AS (
     DELETE FROM /* TEMPLATE: schema */inbox_batch b
     WHERE b.consumer = $1 AND b.id = $2::bigint
-    RETURNING b.ids, cardinality(b.ids) AS n
+    RETURNING b.ids, cardinality(b.ids) AS n, b.owner, b.started_at
 ), s AS (
-    SELECT u.id, b.n FROM b, unnest(b.ids) AS u(id)
+    SELECT u.id, b.n, b.owner, b.started_at FROM b, unnest(b.ids) AS u(id)
+), charged AS (
+    UPDATE /* TEMPLATE: schema */inbox_queue q
+    SET attempts_started = q.attempts_started + CASE WHEN s.n <> 1 AND q.group_crashes > 0 THEN 0 ELSE 1 END,
+        group_crashes = q.group_crashes + CASE WHEN s.n <> 1 THEN 1 ELSE 0 END,
+        group_size = s.n, isolate = (s.n + 1) / 2, token = q.token + 1
+    FROM s
+    WHERE q.id = s.id AND q.consumer = $1
+    RETURNING q.id, q.group_crashes, q.attempts_started, s.n, s.owner, s.started_at
+), logged AS (
+    UPDATE /* TEMPLATE: schema */inbox m
+    SET history = jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+            'n', c.attempts_started, 'at', c.started_at, 'ms', 0, 'reason', 'crashed',
+            'error', 'its batch of ' || c.n || ' never finished: the worker died, hung or lost its connection',
+            'owner', c.owner)), '$[last-9 to last]')
+    FROM charged c
+    WHERE m.id = c.id AND m.consumer = $1
+      AND m.id = ANY (ARRAY(SELECT c2.id FROM charged c2)) -- by primary key, whatever the plan
 )
-UPDATE /* TEMPLATE: schema */inbox_queue q
-SET attempts_started = q.attempts_started + CASE WHEN s.n <> 1 AND q.group_crashes > 0 THEN 0 ELSE 1 END,
-    group_crashes = q.group_crashes + CASE WHEN s.n <> 1 THEN 1 ELSE 0 END,
-    group_size = s.n, isolate = (s.n + 1) / 2, token = q.token + 1
-FROM s
-WHERE q.id = s.id AND q.consumer = $1
-RETURNING q.id, q.group_crashes
+SELECT c.id, c.group_crashes FROM charged c
 `
 
 type ChargeBatchRow struct {
@@ -63,7 +74,8 @@ type ChargeBatchRow struct {
 // half the batch (rounded up; see ClaimSuspects), with a new token. Attempts: the batch's attempt
 // counts, except that a batch of more than one message counts only the first time a message is in
 // such a batch (group_crashes): a message is charged for the crashes of groups it shared with others
-// once, and for every crash while it ran alone. Returns the messages charged.
+// once, and for every crash while it ran alone. Each message charged gets the attempt in its history
+// (00013): reason crashed, the batch's start and owner, no duration. Returns the messages charged.
 func (q *Queries) ChargeBatch(ctx context.Context, db DBTX, consumer string, batch int64) ([]ChargeBatchRow, error) {
 	rows, err := db.Query(ctx, chargeBatch, consumer, batch)
 	if err != nil {
@@ -292,18 +304,21 @@ WITH c AS (
     -- text array walks it from its first element, so reading element i of each by subscript cost
     -- n²/2 element steps per array and batch (5 µs per message at a batch of 500).
     SELECT s.id, s.key, s.token, s.outcome, s.error, s.result,
-           now() + make_interval(secs => s.delay) AS run_at, s.uncount,
+           now() + make_interval(secs => s.delay) AS run_at, s.uncount, s.reason, s.elapsed_ms,
            now() AS finished_at, now() + make_interval(secs => $3::float8) AS expires_at
     FROM ROWS FROM (unnest($4::bigint[]), unnest($5::text[]), unnest($6::bigint[]),
                     unnest($7::text[]), unnest($8::text[]), unnest($9::text[]),
-                    unnest($10::float8[]), unnest($11::int[]))
-         AS s(id, key, token, outcome, error, result, delay, uncount)
+                    unnest($10::float8[]), unnest($11::int[]), unnest($12::text[]),
+                    unnest($13::float8[]))
+         AS s(id, key, token, outcome, error, result, delay, uncount, reason, elapsed_ms)
 ), fenced AS (
     -- The queue rows with our token, locked (a batch transaction holds them already, from its
     -- claim), with their outcome: one probe of the primary key per message (a LATERAL with a locking
     -- clause is never flattened into a join).
     SELECT l.id, l.attempts_started + 1 - c.uncount AS attempts_started, l.token + 1 AS token, c.key,
-           c.outcome, c.error, c.result, c.run_at, c.finished_at, c.expires_at, c.uncount
+           c.outcome, c.error, c.result, c.run_at, c.finished_at, c.expires_at, c.uncount,
+           jsonb_build_array(jsonb_build_object('n', l.attempts_started + 1 - c.uncount, 'at', $1::timestamptz,
+               'ms', c.elapsed_ms, 'reason', c.reason, 'error', c.error, 'owner', $14::text)) AS entry
     FROM c
     CROSS JOIN LATERAL (
         SELECT q.id, q.attempts_started, q.token FROM /* TEMPLATE: schema */inbox_queue q
@@ -321,7 +336,7 @@ WITH c AS (
     WHERE q.id = f.id AND q.consumer = $2 AND f.outcome = 'retry'
 ), unrecorded AS (
     DELETE FROM /* TEMPLATE: schema */inbox_batch b
-    WHERE b.consumer = $2 AND b.id = $12::bigint
+    WHERE b.consumer = $2 AND b.id = $15::bigint
 ), counted AS (
     -- One row per finish, appended: no row that concurrent batches would all update.
     INSERT INTO /* TEMPLATE: schema */inbox_rollup_batch (consumer, minute, completed, failed, dead)
@@ -337,6 +352,8 @@ SET state = CASE WHEN f.outcome = 'retry' THEN 'pending' ELSE f.outcome END,
     attempts_started = f.attempts_started,
     attempts_failed = m.attempts_failed + CASE WHEN f.outcome = 'completed' OR f.uncount > 0 THEN 0 ELSE 1 END,
     last_error = CASE WHEN f.outcome = 'completed' THEN m.last_error ELSE f.error END,
+    history = CASE WHEN f.outcome = 'completed' THEN m.history
+                   ELSE jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || f.entry, '$[last-9 to last]') END,
     result = NULLIF(f.result, '')::jsonb,
     next_run_at = CASE WHEN f.outcome = 'retry' THEN f.run_at ELSE m.next_run_at END,
     started_at = $1::timestamptz,
@@ -358,6 +375,9 @@ type FinishBatchParams struct {
 	Results          []string
 	Delays           []float64
 	Uncount          []int32
+	Reasons          []string
+	ElapsedMs        []float64
+	Owner            string
 	Batch            int64
 }
 
@@ -372,6 +392,9 @@ type FinishBatchParams struct {
 // outcomes recorded are counted for the console in the same statement, so in the same transaction:
 // one row appended to inbox_rollup_batch (migration 00010), in the minute of completed_at; the
 // maintainer folds those rows into inbox_rollup.
+// History (migration 00013): a failed attempt (retry or dead) appends {n, at, ms, reason, error, owner}
+// to the row's history (@started_at, @elapsed_ms, @reasons, @errors, @owner), which keeps its last 10
+// entries; a completed one leaves it as it was (no more to write on the success path).
 // Plans: each CTE reads the one before it, driven by the batch's rows, so that every join is one
 // index probe per message. (A final join of the outcomes with the fenced queue rows, both estimated
 // at a few rows, ran as a nested loop reading all the outcomes again for every message in a generic
@@ -395,6 +418,9 @@ func (q *Queries) FinishBatch(ctx context.Context, db DBTX, arg FinishBatchParam
 		arg.Results,
 		arg.Delays,
 		arg.Uncount,
+		arg.Reasons,
+		arg.ElapsedMs,
+		arg.Owner,
 		arg.Batch,
 	)
 	if err != nil {
@@ -620,6 +646,15 @@ WITH unrecorded AS (
     SET isolate = 1, group_size = 1, attempts_started = q.attempts_started + 1, token = q.token + 1
     FROM ROWS FROM (unnest($3::bigint[]), unnest($4::bigint[])) AS s(id, token)
     WHERE q.id = s.id AND q.token = s.token AND q.consumer = $1 AND EXISTS (SELECT 1 FROM unrecorded)
+    RETURNING q.id, q.attempts_started
+), logged AS (
+    UPDATE /* TEMPLATE: schema */inbox m
+    SET history = jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+            'n', h.attempts_started, 'at', $5::timestamptz, 'ms', 0, 'reason', 'error',
+            'error', $6::text, 'owner', $7::text)), '$[last-9 to last]')
+    FROM held h
+    WHERE m.id = h.id AND m.consumer = $1
+      AND m.id = ANY (ARRAY(SELECT h2.id FROM held h2)) -- by primary key, whatever the plan
 )
 SELECT u.id FROM unrecorded u
 `
@@ -629,6 +664,9 @@ type SettleBatchParams struct {
 	Batch      int64
 	HeldIds    []int64
 	HeldTokens []int64
+	StartedAt  pgtype.Timestamptz
+	HeldError  string
+	Owner      string
 }
 
 // After a batch rolled back (a handler broke its transaction, or the pool stopped), in a
@@ -637,14 +675,18 @@ type SettleBatchParams struct {
 // handler call that left the transaction unusable with several messages, which cannot be told apart)
 // their attempt and isolates them: each runs alone next (ClaimSuspects). The others of the batch were
 // not run to an outcome and are free again, uncharged. Fenced by token: if the rescuer charged the
-// batch first (its row gone), the held messages are not charged twice. Returns 1 if the row was
-// deleted here.
+// batch first (its row gone), the held messages are not charged twice. Each held message's history
+// (00013) gets the attempt: @started_at (the batch's start), @owner and @held_error, reason error.
+// Returns 1 if the row was deleted here.
 func (q *Queries) SettleBatch(ctx context.Context, db DBTX, arg SettleBatchParams) (int64, error) {
 	result, err := db.Exec(ctx, settleBatch,
 		arg.Consumer,
 		arg.Batch,
 		arg.HeldIds,
 		arg.HeldTokens,
+		arg.StartedAt,
+		arg.HeldError,
+		arg.Owner,
 	)
 	if err != nil {
 		return 0, err
