@@ -10,9 +10,7 @@
 -- time (NULL: now). With @notify, a notification on @notify_channel wakes the relays when the
 -- transaction commits (never if it rolls back); the caller debounces, so it is usually false.
 -- Returns the number of events written.
-WITH ring AS (
-    SELECT (r.gen % 3)::smallint AS slot FROM /* TEMPLATE: schema */outbox_ring r
-), input AS (
+WITH input AS (
     -- ROWS FROM zips the arrays in one pass, in order (a subscript of a text array walks it from
     -- its start).
     SELECT s.ord, s.event_id::uuid AS event_id, s.topic, NULLIF(s.key, '') AS key, NULLIF(s.kind, '') AS kind,
@@ -23,14 +21,17 @@ WITH ring AS (
                     unnest(@payloads::text[]), unnest(@headers::text[]), unnest(@not_befores::timestamptz[]))
          WITH ORDINALITY AS s(event_id, topic, key, kind, content_type, payload, headers, not_before, ord)
 ), numbered AS (
-    -- Ids are drawn in batch order: the volatile nextval is evaluated after the sort.
-    SELECT i.*, nextval('/* TEMPLATE: schema */outbox_id_seq') AS id
+    -- Ids are drawn in batch order: the volatile nextval is evaluated after the sort. The slot is
+    -- read once (an InitPlan), here rather than in a join of the INSERT's SELECT: Citus deparses
+    -- such a join with a single-shard outbox wrongly (migrate.Distribute).
+    SELECT i.*, nextval('/* TEMPLATE: schema */outbox_id_seq') AS id,
+           (SELECT (r.gen % 3)::smallint FROM /* TEMPLATE: schema */outbox_ring r) AS slot
     FROM input i
     ORDER BY i.ord
 ), inserted AS (
     INSERT INTO /* TEMPLATE: schema */outbox (slot, id, event_id, topic, key, kind, content_type, payload, headers, next_run_at)
-    SELECT ring.slot, n.id, n.event_id, n.topic, n.key, n.kind, n.content_type, n.payload, n.headers, n.next_run_at
-    FROM numbered n CROSS JOIN ring
+    SELECT n.slot, n.id, n.event_id, n.topic, n.key, n.kind, n.content_type, n.payload, n.headers, n.next_run_at
+    FROM numbered n
     RETURNING id, key, next_run_at
 ), queued AS (
     INSERT INTO /* TEMPLATE: schema */outbox_queue (id, key, run_at)
