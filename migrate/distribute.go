@@ -14,14 +14,18 @@ import (
 var ErrNoCitus = errors.New("txinbox: the citus extension is not installed in this database")
 
 // DistributedTables are the tables [Distribute] distributes by consumer, colocated with the first:
-// every table that holds messages or per-consumer records (inbox's partitions follow inbox), and
-// inbox_rollup_batch (migration 00010), which a batch's finish writes on its consumer's shard. The
+// every table that holds messages or per-consumer records (inbox's partitions follow inbox),
+// inbox_rollup_batch (migration 00010), which a batch's finish writes on its consumer's shard, and
+// inbox_paused (migration 00014: the paused consumers), which every claim of a consumer reads, so
+// that the claim stays on its consumer's shard (as a table of the coordinator it would make every
+// claim a query across nodes; as a reference table every pause a write on every node). The
 // others stay tables of the coordinator: the version table, the idempotency keys of package
 // idempotency, inbox_ring (migration 00006: the current generation, one row, read by its own
 // statements only; as a reference table its row locks took distributed locks that deadlocked under
 // concurrent registrations), and the maintainer's inbox_leader and inbox_maintenance and the pools'
-// inbox_pools (migration 00010: read and written by statements of their own).
-var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup", "inbox_gen", "inbox_rollup_batch", "inbox_batch"}
+// inbox_pools (migration 00010: read and written by statements of their own), and the outbox's
+// tables, outbox_paused included (the outbox is never distributed: migration 00009).
+var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup", "inbox_gen", "inbox_rollup_batch", "inbox_batch", "inbox_paused"}
 
 // Distribute makes the txinbox tables of store's schema (DistributedTables) distributed tables of a
 // Citus cluster, by the column consumer and colocated, so that every statement txinbox runs goes to

@@ -115,6 +115,14 @@ type InboxMaintenance struct {
 	Error      pgtype.Text
 }
 
+// txinbox: paused consumers: worker pools claim none of their messages until the row is deleted (resume)
+type InboxPaused struct {
+	Consumer string
+	PausedBy string
+	PausedAt pgtype.Timestamptz
+	Reason   string
+}
+
 // txinbox: the worker pools running, by consumer and owner; seen_at is renewed every 15 s
 type InboxPool struct {
 	Consumer  string
@@ -299,6 +307,14 @@ type Outbox struct {
 	Kind pgtype.Text
 	// the payload's media type (CloudEvents datacontenttype); NULL: application/json
 	ContentType pgtype.Text
+}
+
+// txinbox: paused outbox topics: relays claim none of their events until the row is deleted (resume)
+type OutboxPaused struct {
+	Topic    string
+	PausedBy string
+	PausedAt pgtype.Timestamptz
+	Reason   string
 }
 
 // txinbox: events neither sent nor dead; relays claim here with SKIP LOCKED
