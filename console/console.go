@@ -21,6 +21,10 @@
 //     dead list gives the same answer), with replay and discard as for dead letters.
 //   - Outbox event ("/outbox/event?id=N", or ?id= its event id, the UUID a consumer sees): every
 //     field of one outbox event.
+//   - Pause or resume a consumer or an outbox topic ("/pause/confirm?op=pause&view=inbox&name=C",
+//     view outbox for a topic), through admin.Admin.Pause and Resume; the overview and the outbox
+//     page mark what is paused (a "paused" badge, with who paused it, when and why), and the
+//     overview lists every pause.
 //
 // A message delivered as a CloudEvents event (every event of a txinbox outbox is) names that event on
 // its page: "from event <id> of <source>" (admin.Upstream: its headers ce-id and ce-source), the event
@@ -161,6 +165,8 @@ var routes = []route{
 	{"GET /outbox/dead/confirm", (*handler).outboxDeadConfirm},
 	{"POST /outbox/dead/apply", (*handler).outboxDeadApply},
 	{"GET /outbox/event", (*handler).outboxEvent},
+	{"GET /pause/confirm", (*handler).pauseConfirm},
+	{"POST /pause/apply", (*handler).pauseApply},
 }
 
 func newHandler(store txinbox.Store, cfg Config, a *admin.Admin) (http.Handler, error) {
@@ -192,7 +198,7 @@ func newHandler(store txinbox.Store, cfg Config, a *admin.Admin) (http.Handler, 
 }
 
 // pageNames are the console's pages: each a template of its own in the layout.
-var pageNames = []string{"overview", "message", "dead", "confirm", "result", "error", "outbox", "outbox_dead", "outbox_event"}
+var pageNames = []string{"overview", "message", "dead", "confirm", "result", "error", "outbox", "outbox_dead", "outbox_event", "pause"}
 
 // parsePage returns the template of the page name, in the layout.
 func parsePage(name string) (*template.Template, error) {
@@ -427,6 +433,7 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("%.1f%%", 100*float64(part)/float64(whole))
 	},
+	"capital": capital,
 	// share shows a fraction between 0 and 1 as a percentage.
 	"share": func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
 	// clip cuts s to at most n runes, marking the cut with an ellipsis.

@@ -68,7 +68,9 @@ func TestPausedConsumerIsClaimedByNoPoolUntilResumed(t *testing.T) {
 	if _, err := e.client.Receive(ctx, inbox.Message{Consumer: "other", Key: "o", Kind: "credit", Payload: []byte(`{"amount": 1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the other consumer's message", func() bool { return e.count(t, "completed") == 1 })
+	waitFor(t, "the other consumer's message", func() bool {
+		return e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE consumer = 'other' AND state = 'completed'`) == 1
+	})
 	time.Sleep(time.Second) // 50 poll intervals, hot polling included
 	mu.Lock()
 	n := len(calls)
