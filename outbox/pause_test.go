@@ -47,7 +47,9 @@ func TestPausedTopicIsSentByNoRelayUntilResumed(t *testing.T) {
 		return s
 	}
 	before := broken()
-	waitFor(t, "the live topic's events", func() bool { return e.count(t, "sent") == 20 })
+	waitFor(t, "the live topic's events", func() bool {
+		return e.Count(t, `SELECT count(*) FROM {schema}.outbox WHERE topic = 'live' AND state = 'sent'`) >= 20
+	})
 	time.Sleep(time.Second) // 50 poll intervals
 	for _, ev := range rec.handed() {
 		if ev.Topic == "broken" || ev.ID == sharedLive {
