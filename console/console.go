@@ -35,7 +35,7 @@
 // are exact (read from the queue and the dead-letter set, never from the inbox table); the per-minute completed/failed/dead counts come from
 // the roll-up (each batch's transaction records its counts with its outcomes, and the schema's
 // maintainer folds them every maintain.Config.RollupInterval: exact once folded, up to that interval
-// late); table and horizon figures are PostgreSQL's statistics (estimates): Dead % is dead row
+// late); table and horizon figures are PostgreSQL's statistics (estimates): Dead rows % is dead row
 // versions / (live rows + dead row versions), at most 100%.
 //
 // Every change is a POST carrying a CSRF token (an HMAC of a random cookie; requests that a browser
@@ -358,7 +358,11 @@ func optPositive(field, v string) (int64, error) {
 	return positive(field, v)
 }
 
-// parseTime reads a time given as RFC 3339 or as the form's "2006-01-02T15:04" (UTC).
+// timeHint is how the forms ask for a time (their placeholder), in the words of the layout the form
+// reads: year, month, day, T, hours and minutes, UTC.
+const timeHint = "YYYY-MM-DDThh:mm"
+
+// parseTime reads a time given as RFC 3339 or as the form's YYYY-MM-DDThh:mm (UTC).
 func parseTime(field, v string) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil
@@ -368,7 +372,7 @@ func parseTime(field, v string) (time.Time, error) {
 			return t, nil
 		}
 	}
-	return time.Time{}, &inputError{field, strconv.Quote(v) + " is not a time (2006-01-02T15:04, UTC)"}
+	return time.Time{}, &inputError{field, strconv.Quote(v) + " is not a time (" + timeHint + ", UTC)"}
 }
 
 func ids(field string, vs []string) ([]int64, error) {
@@ -433,7 +437,15 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("%.1f%%", 100*float64(part)/float64(whole))
 	},
-	"capital": capital,
+	"capital":  capital,
+	"timeHint": func() string { return timeHint },
+	// plural is one when n is 1, else many: "1 dead letter", "2 dead letters".
+	"plural": func(n int64, one, many string) string {
+		if n == 1 {
+			return one
+		}
+		return many
+	},
 	// share shows a fraction between 0 and 1 as a percentage.
 	"share": func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
 	// clip cuts s to at most n runes, marking the cut with an ellipsis.

@@ -278,6 +278,7 @@ type confirmData struct {
 	Op       string // "replay", "discard"
 	Scope    string // "selected", "filter", "pending"
 	Noun     string // what the action changes: "dead letters", "dead outbox events"
+	One      string // Noun of one: "dead letter", "dead outbox event"
 	Count    int64  // messages the action will change now
 	Snapshot string // the bound: DeadCount.Before (dead letters, dead outbox events) or UnclaimedCount.MaxID (pending)
 	IDs      []int64

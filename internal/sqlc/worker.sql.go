@@ -340,7 +340,7 @@ SET state = CASE WHEN f.outcome = 'retry' THEN 'pending' ELSE f.outcome END,
     token = f.token,
     attempts_started = f.attempts_started,
     attempts_failed = m.attempts_failed + CASE WHEN f.outcome = 'completed' OR f.uncount > 0 THEN 0 ELSE 1 END,
-    last_error = CASE WHEN f.outcome = 'completed' THEN m.last_error ELSE f.error END,
+    last_error = CASE WHEN f.outcome = 'completed' THEN NULL ELSE f.error END,
     result = NULLIF(f.result, '')::jsonb,
     next_run_at = CASE WHEN f.outcome = 'retry' THEN f.run_at ELSE m.next_run_at END,
     started_at = $1::timestamptz,
@@ -369,7 +369,8 @@ type FinishBatchParams struct {
 // a message whose handler broke it, after its rollback): completed and dead leave the queue, retry
 // goes back to it after its delay (seconds, server clock), no longer isolated; the inbox row gets the
 // outcome, the attempt (counted here: the claim wrote nothing), the new token and @started_at, the
-// batch's start. Rows whose fencing token is no longer ours (charged by the rescuer, or finished by
+// batch's start; a completed message's last error is cleared (it failed before, a replayed dead letter
+// too: the error is no longer its state). Rows whose fencing token is no longer ours (charged by the rescuer, or finished by
 // another worker, after our rollback) are left alone (the caller compares the count). @uncount: the
 // message was not run (out of attempts): its attempt is not counted. The batch's inbox_batch row
 // (@batch, 0 for none) is deleted with it: a batch that commits leaves nothing to charge. The
