@@ -83,8 +83,8 @@ func (h *handler) pauseApply(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	var changed bool
 	if d.Op == "pause" {
-		reason, err := text("reason", v.Get("reason"))
-		if err != nil {
+		var reason string
+		if reason, err = text("reason", v.Get("reason")); err != nil {
 			h.fail(w, r, http.StatusBadRequest, err.Error())
 			return
 		}

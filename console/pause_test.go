@@ -85,4 +85,13 @@ func TestPauseAndResumeFromTheConsole(t *testing.T) {
 	if _, body := e.get(t, "/"); strings.Contains(body, "badge paused") || strings.Contains(body, `id="paused"`) {
 		t.Errorf("the overview still shows a pause:\n%s", body)
 	}
+
+	// A name admin refuses: 400 naming why, nothing paused.
+	form := e.confirmForm(t, "/pause/confirm?op=pause&view=inbox&name=bad+name")
+	if code, body := e.send(t, http.MethodPost, "/pause/apply", form, true, sameSite); code != http.StatusBadRequest || !strings.Contains(body, "consumer") {
+		t.Errorf("pausing consumer %q: %d\n%s", "bad name", code, body)
+	}
+	if ps, err := a.ListPaused(context.Background()); err != nil || len(ps) != 0 {
+		t.Fatalf("after a refused pause: %+v, %v", ps, err)
+	}
 }
