@@ -12,9 +12,11 @@
 --                  (ClaimBatch, ClaimSuspects) take nothing of a consumer that has a row here. On a
 --                  Citus cluster it is distributed by consumer with the message tables
 --                  (migrate.DistributedTables): a claim's probe of it stays on its consumer's shard.
---   outbox_paused  one row per paused topic, likewise. The relay's claim (OutboxClaim) skips the
---                  queued events of a paused topic: never claimed, nor snoozed. The outbox is never
---                  distributed (00009), nor is this table.
+--   outbox_paused  one row per paused topic, likewise. The relay's claim (OutboxClaim) parks the
+--                  queued events of a paused topic it scans, never claiming nor snoozing them: their
+--                  outbox_queue.run_at becomes infinity (out of the due rows claims scan; the event's
+--                  own next_run_at is kept), and a resume makes them due again at that time. The
+--                  outbox is never distributed (00009), nor is this table.
 --
 -- Both stay as small as the number of things paused; a claim reads them by primary key.
 
@@ -36,7 +38,13 @@ CREATE TABLE outbox_paused (
 );
 
 COMMENT ON TABLE outbox_paused IS 'txinbox: paused outbox topics: relays claim none of their events until the row is deleted (resume)';
+COMMENT ON COLUMN outbox_queue.run_at IS 'earliest claim time: not-before, backoff or snooze when unclaimed, lease expiry when claimed; infinity: parked, its topic paused (outbox_paused)';
 
 -- +goose Down
+-- Parked events go back to their own time (older relays know nothing of pauses).
+UPDATE outbox_queue q SET run_at = greatest(m.next_run_at, now())
+FROM outbox m
+WHERE q.run_at = 'infinity' AND m.id = q.id;
+COMMENT ON COLUMN outbox_queue.run_at IS 'earliest claim time: not-before, backoff or snooze when unclaimed, lease expiry when claimed';
 DROP TABLE outbox_paused;
 DROP TABLE inbox_paused;

@@ -321,7 +321,7 @@ type OutboxPaused struct {
 type OutboxQueue struct {
 	ID  int64
 	Key pgtype.Text
-	// earliest claim time: not-before, backoff or snooze when unclaimed, lease expiry when claimed
+	// earliest claim time: not-before, backoff or snooze when unclaimed, lease expiry when claimed; infinity: parked, its topic paused (outbox_paused)
 	RunAt   pgtype.Timestamptz
 	Claimed bool
 	// made ready when the previous event of its key left the queue: a claim never snoozes it
