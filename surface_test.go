@@ -133,7 +133,7 @@ func exportedReceiver(e ast.Expr) bool {
 var surfaceLine = regexp.MustCompile(`The core's public surface: (\d+) packages, (\d+) exported identifiers, (\d+) fields of configuration types, (\d+) exported Default`)
 
 // TestPublicSurface keeps ARCHITECTURE.md's count of the public surface true, and the surface within
-// its bounds: at most 310 exported identifiers, 80 configuration fields and 10 Default... values.
+// its bounds: at most 300 exported identifiers, 80 configuration fields and 10 Default... values.
 func TestPublicSurface(t *testing.T) {
 	got := measure(t, corePackages(t))
 	b, err := os.ReadFile("ARCHITECTURE.md")
@@ -154,7 +154,7 @@ func TestPublicSurface(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		n, limit int
-	}{{"exported identifiers", got.identifiers, 310}, {"configuration fields", got.configFields, 80}, {"Default... values", got.defaults, 10}} {
+	}{{"exported identifiers", got.identifiers, 300}, {"configuration fields", got.configFields, 80}, {"Default... values", got.defaults, 10}} {
 		if c.n > c.limit {
 			t.Errorf("%d %s in the core's public packages: more than %d", c.n, c.name, c.limit)
 		}

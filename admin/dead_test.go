@@ -218,8 +218,8 @@ type errRow struct{}
 
 func (errRow) Scan(...any) error { return errNoDB }
 
-// Every dead-letter call of an Admin (each method taking a View or a DeadFilter, found by reflection)
-// refuses a View that is neither Inbox nor Outbox with an *ArgumentError, before any statement.
+// Every dead-letter call of an Admin, and Pause and Resume (each method taking a View or a
+// DeadFilter, found by reflection), refuses a View that is neither Inbox nor Outbox with an *ArgumentError, before any statement.
 func TestEveryDeadCallChecksTheView(t *testing.T) {
 	t.Parallel()
 	a, err := admin.New(txinbox.Store{DB: noDB{t}}, admin.Config{})
@@ -261,7 +261,7 @@ func TestEveryDeadCallChecksTheView(t *testing.T) {
 		}
 	}
 	slices.Sort(checked)
-	if want := []string{"CountDead", "DeadAmong", "DeadIDs", "DiscardDead", "ListDead", "ReplayDead"}; !slices.Equal(checked, want) {
+	if want := []string{"CountDead", "DeadAmong", "DeadIDs", "DiscardDead", "ListDead", "Pause", "ReplayDead", "Resume"}; !slices.Equal(checked, want) {
 		t.Errorf("dead-letter calls found: %v, want %v", checked, want)
 	}
 }

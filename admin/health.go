@@ -13,8 +13,8 @@ import (
 // back the xmin horizon, below which vacuum may remove no dead row version of any table.
 type Health struct {
 	// Tables are the txinbox tables of the Store's schema that exist (idempotency_keys, inbox,
-	// inbox_dead, inbox_queue, inbox_rollup; fewer in a schema migrated to an older version), in name
-	// order.
+	// inbox_dead, inbox_queue, inbox_rollup, and the outbox's outbox and outbox_queue; fewer in a
+	// schema migrated to an older version), in name order.
 	Tables []TableHealth `json:"tables"`
 	// Horizon is what holds back the xmin horizon of the whole cluster.
 	Horizon Horizon `json:"horizon"`

@@ -42,7 +42,7 @@ func TestHealth(t *testing.T) {
 	for _, tb := range h.Tables {
 		names = append(names, tb.Table)
 	}
-	if want := []string{"idempotency_keys", "inbox", "inbox_dead", "inbox_queue", "inbox_rollup"}; !slices.Equal(names, want) {
+	if want := []string{"idempotency_keys", "inbox", "inbox_dead", "inbox_queue", "inbox_rollup", "outbox", "outbox_queue"}; !slices.Equal(names, want) {
 		t.Fatalf("tables %v, want %v", names, want)
 	}
 	if g := h.Generation; g == nil || g.Number != 0 || time.Since(g.BeganAt) > time.Hour {

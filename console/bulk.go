@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/txinbox/txinbox"
@@ -153,7 +154,7 @@ func (p deadRows[F]) confirmData(ctx context.Context, h *handler, w http.Respons
 		h.fail(w, r, http.StatusBadRequest, err.Error())
 		return false
 	}
-	d.Noun, d.Filter = p.noun, f.Fields()
+	d.Noun, d.One, d.Filter = p.noun, strings.TrimSuffix(p.noun, "s"), f.Fields()
 	d.Back = p.path + "?" + string(f.Query())
 	switch d.Scope {
 	case "selected":

@@ -21,6 +21,10 @@
 //     dead list gives the same answer), with replay and discard as for dead letters.
 //   - Outbox event ("/outbox/event?id=N", or ?id= its event id, the UUID a consumer sees): every
 //     field of one outbox event.
+//   - Pause or resume a consumer or an outbox topic ("/pause/confirm?op=pause&view=inbox&name=C",
+//     view outbox for a topic), through admin.Admin.Pause and Resume; the overview and the outbox
+//     page mark what is paused (a "paused" badge, with who paused it, when and why), and the
+//     overview lists every pause.
 //
 // A message delivered as a CloudEvents event (every event of a txinbox outbox is) names that event on
 // its page: "from event <id> of <source>" (admin.Upstream: its headers ce-id and ce-source), the event
@@ -31,7 +35,7 @@
 // are exact (read from the queue and the dead-letter set, never from the inbox table); the per-minute completed/failed/dead counts come from
 // the roll-up (each batch's transaction records its counts with its outcomes, and the schema's
 // maintainer folds them every maintain.Config.RollupInterval: exact once folded, up to that interval
-// late); table and horizon figures are PostgreSQL's statistics (estimates): Dead % is dead row
+// late); table and horizon figures are PostgreSQL's statistics (estimates): Dead rows % is dead row
 // versions / (live rows + dead row versions), at most 100%.
 //
 // Every change is a POST carrying a CSRF token (an HMAC of a random cookie; requests that a browser
@@ -163,6 +167,8 @@ var routes = []route{
 	{"GET /outbox/dead/confirm", (*handler).outboxDeadConfirm},
 	{"POST /outbox/dead/apply", (*handler).outboxDeadApply},
 	{"GET /outbox/event", (*handler).outboxEvent},
+	{"GET /pause/confirm", (*handler).pauseConfirm},
+	{"POST /pause/apply", (*handler).pauseApply},
 }
 
 func newHandler(store txinbox.Store, cfg Config, a *admin.Admin) (http.Handler, error) {
@@ -194,7 +200,7 @@ func newHandler(store txinbox.Store, cfg Config, a *admin.Admin) (http.Handler, 
 }
 
 // pageNames are the console's pages: each a template of its own in the layout.
-var pageNames = []string{"overview", "message", "dead", "confirm", "result", "error", "outbox", "outbox_dead", "outbox_event", "inflight"}
+var pageNames = []string{"overview", "message", "dead", "confirm", "result", "error", "outbox", "outbox_dead", "outbox_event", "inflight", "pause"}
 
 // parsePage returns the template of the page name, in the layout.
 func parsePage(name string) (*template.Template, error) {
@@ -354,7 +360,11 @@ func optPositive(field, v string) (int64, error) {
 	return positive(field, v)
 }
 
-// parseTime reads a time given as RFC 3339 or as the form's "2006-01-02T15:04" (UTC).
+// timeHint is how the forms ask for a time (their placeholder), in the words of the layout the form
+// reads: year, month, day, T, hours and minutes, UTC.
+const timeHint = "YYYY-MM-DDThh:mm"
+
+// parseTime reads a time given as RFC 3339 or as the form's YYYY-MM-DDThh:mm (UTC).
 func parseTime(field, v string) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil
@@ -364,7 +374,7 @@ func parseTime(field, v string) (time.Time, error) {
 			return t, nil
 		}
 	}
-	return time.Time{}, &inputError{field, strconv.Quote(v) + " is not a time (2006-01-02T15:04, UTC)"}
+	return time.Time{}, &inputError{field, strconv.Quote(v) + " is not a time (" + timeHint + ", UTC)"}
 }
 
 func ids(field string, vs []string) ([]int64, error) {
@@ -428,6 +438,15 @@ var funcs = template.FuncMap{
 			return "—"
 		}
 		return fmt.Sprintf("%.1f%%", 100*float64(part)/float64(whole))
+	},
+	"capital":  capital,
+	"timeHint": func() string { return timeHint },
+	// plural is one when n is 1, else many: "1 dead letter", "2 dead letters".
+	"plural": func(n int64, one, many string) string {
+		if n == 1 {
+			return one
+		}
+		return many
 	},
 	// share shows a fraction between 0 and 1 as a percentage.
 	"share": func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },

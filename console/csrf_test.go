@@ -48,7 +48,15 @@ var postCases = map[string]func(t *testing.T, e *env) (confirm string){
 		e.outboxDead(t, "no route", "orders", "orders")
 		return "/outbox/dead/confirm?op=discard&scope=filter&topic=orders"
 	},
+	"POST /pause/apply": func(t *testing.T, e *env) string {
+		return "/pause/confirm?op=pause&view=inbox&name=billing"
+	},
 }
+
+// singleRoutes are the state-changing routes that change one named thing, not a counted set of
+// rows: their confirmation carries no snapshot (TestEveryBulkRouteRequiresItsConfirmedSnapshot
+// leaves them out).
+var singleRoutes = map[string]bool{"POST /pause/apply": true}
 
 // dump returns every row of every table of the schema, a line each ("table: row"), in a stable order.
 func (e *env) dump(t *testing.T) string {

@@ -72,6 +72,10 @@ func inputsOf(dead, deadEvent int64) map[string]routeInputs {
 		"GET /outbox/inflight": {bases: []url.Values{{}}, params: []string{"topic", "state", "before"},
 			reflected: []string{"state", "before"}},
 		"GET /outbox/event": {bases: []url.Values{{"id": {"999999999"}}}, params: []string{"id"}, reflected: []string{"id"}},
+		"GET /pause/confirm": {bases: []url.Values{{"op": {"pause"}, "view": {"inbox"}, "name": {"billing"}},
+			{"op": {"resume"}, "view": {"outbox"}, "name": {"orders"}}}, params: []string{"op", "view", "name"}},
+		"POST /pause/apply": {bases: []url.Values{{"op": {"pause"}, "view": {"inbox"}, "name": {"billing"}, "reason": {"r"}},
+			{"op": {"resume"}, "view": {"outbox"}, "name": {"orders"}}}, params: []string{"op", "view", "name", "reason"}},
 	}
 }
 

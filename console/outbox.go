@@ -20,7 +20,13 @@ import (
 // ---- depth by topic ----
 
 type outboxData struct {
-	Topics []admin.OutboxTopicStats
+	Topics []topicRow
+}
+
+// topicRow is one topic of the outbox page: admin's counts, and its pause if it is paused.
+type topicRow struct {
+	admin.OutboxTopicStats
+	Paused *admin.Paused
 }
 
 func (h *handler) outboxOverview(w http.ResponseWriter, r *http.Request) {
@@ -31,7 +37,16 @@ func (h *handler) outboxOverview(w http.ResponseWriter, r *http.Request) {
 		h.dbFail(w, r, "counting the outbox's events", err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "outbox", "Outbox", outboxData{Topics: st})
+	ps, err := h.admin.ListPaused(ctx)
+	if err != nil {
+		h.dbFail(w, r, "reading what is paused", err)
+		return
+	}
+	d := outboxData{Topics: make([]topicRow, len(st))}
+	for i, t := range st {
+		d.Topics[i] = topicRow{OutboxTopicStats: t, Paused: pausedOf(ps, admin.Outbox, t.Topic)}
+	}
+	h.render(w, r, http.StatusOK, "outbox", "Outbox", d)
 }
 
 // ---- dead events ----

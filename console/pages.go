@@ -22,6 +22,7 @@ type consumerRow struct {
 	admin.ConsumerOverview
 	Completed1h, Failed1h, DiedIn1h int64
 	Chart                           chart
+	Paused                          *admin.Paused // its pause, if it is paused
 }
 
 type horizon struct {
@@ -40,6 +41,7 @@ type overviewData struct {
 	Tables       []admin.TableHealth
 	Horizon      horizon
 	ChartMinutes int
+	Paused       []admin.Paused // every pause: consumers, then outbox topics
 }
 
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
@@ -61,9 +63,13 @@ func (h *handler) loadOverview(ctx context.Context) (overviewData, error) {
 		return d, err
 	}
 	d.Truncated, d.MaxConsumers = o.Truncated, len(o.Consumers) // truncated: as many as it lists
+	if d.Paused, err = h.admin.ListPaused(ctx); err != nil {
+		return d, err
+	}
 	now := time.Now()
 	for _, c := range o.Consumers {
-		x := consumerRow{ConsumerOverview: c, Chart: newChart(c.Consumer, c.Minutes, now, chartMinutes)}
+		x := consumerRow{ConsumerOverview: c, Chart: newChart(c.Consumer, c.Minutes, now, chartMinutes),
+			Paused: pausedOf(d.Paused, admin.Inbox, c.Consumer)}
 		for _, m := range c.Minutes {
 			x.Completed1h += m.Completed
 			x.Failed1h += m.Failed
@@ -273,6 +279,7 @@ type confirmData struct {
 	Op       string // "replay", "discard"
 	Scope    string // "selected", "filter", "pending"
 	Noun     string // what the action changes: "dead letters", "dead outbox events"
+	One      string // Noun of one: "dead letter", "dead outbox event"
 	Count    int64  // messages the action will change now
 	Snapshot string // the bound: DeadCount.Before (dead letters, dead outbox events) or UnclaimedCount.MaxID (pending)
 	IDs      []int64

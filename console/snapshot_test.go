@@ -9,7 +9,8 @@ import (
 	"github.com/txinbox/txinbox/console"
 )
 
-// Every state-changing route (the router's list, so that a route added later is covered) acts on
+// Every state-changing route (the router's list, so that a route added later is covered) but those
+// that change one named thing (singleRoutes, whose forms carry no count, scope or id) acts on
 // rows bound by the snapshot its confirmation counted: the form of its confirmation page (postCases:
 // the bulk form, scope filter where the route has scopes) carries that snapshot, and a request with
 // the session's CSRF token, same-site, but without the snapshot, with an empty one or with a tampered
@@ -30,6 +31,12 @@ func TestEveryBulkRouteRequiresItsConfirmedSnapshot(t *testing.T) {
 			method, path, _ := strings.Cut(pattern, " ")
 			e := newEnv(t, console.Config{})
 			form := e.confirmForm(t, seed(t, e))
+			if singleRoutes[pattern] {
+				if form.Has("count") || form.Has("scope") || form.Has("id") {
+					t.Fatalf("%s is listed in singleRoutes but its form acts on a set: %v", pattern, form)
+				}
+				t.Skip("changes one named thing (singleRoutes): no snapshot")
+			}
 			snapshot := form.Get("snapshot")
 			if snapshot == "" || len(form["snapshot"]) != 1 {
 				t.Fatalf("the confirmation form of %s carries no snapshot (or several): %v", pattern, form)

@@ -34,7 +34,7 @@ type StoredMessage struct {
 	Owner           string    `json:"owner,omitempty"`       // the worker holding the claim
 	LeaseUntil      time.Time `json:"lease_until,omitzero"`  // end of the current claim
 	Token           int64     `json:"token"`                 // fencing token, incremented by every claim
-	LastError       string    `json:"last_error,omitempty"`  // error of the latest failed attempt
+	LastError       string    `json:"last_error,omitempty"`  // error of the latest failed attempt; empty once completed
 	ReceivedAt      time.Time `json:"received_at,omitzero"`  // when it was received (or renewed)
 	StartedAt       time.Time `json:"started_at,omitzero"`   // start of the latest attempt
 	CompletedAt     time.Time `json:"completed_at,omitzero"` // when it completed or died

@@ -27,7 +27,7 @@ func TestHealthCollector(t *testing.T) {
 	}
 
 	first := scrape(t, reg)
-	for _, table := range []string{"idempotency_keys", "inbox", "inbox_dead", "inbox_queue", "inbox_rollup"} {
+	for _, table := range []string{"idempotency_keys", "inbox", "inbox_dead", "inbox_queue", "inbox_rollup", "outbox", "outbox_queue"} {
 		for _, name := range []string{"txinbox_table_live_rows", "txinbox_table_dead_rows", "txinbox_table_last_vacuum_timestamp_seconds"} {
 			if v := value(t, first, name, "table", table, "service", "test"); v < 0 {
 				t.Errorf("no %s{table=%q}:\n%s", name, table, first)

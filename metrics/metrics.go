@@ -70,6 +70,9 @@
 //	txinbox_outbox_lag_seconds{topic}                        gauge (outbox): age of the oldest unsent
 //	                                                         event (admin.OutboxTopicStats's
 //	                                                         OldestUnsentAge)
+//	txinbox_paused_since_timestamp_seconds{what, name}       gauge (pause): when a paused consumer
+//	                                                         (what consumer) or outbox topic (what topic)
+//	                                                         was paused, Unix time; absent when not paused
 //
 // The counters and the leader gauge come from the operations the Store's Tracer is told of
 // (txinbox.Op): received_total and receive_errors_total from OpReceive; seen_cache_total and
@@ -85,7 +88,8 @@
 // the tables); outbox, one query of the outbox's queue (unsent events only, each read by its id for
 // its topic: the query of admin.Admin.OutboxStats that reads the queue; the sent and dead events are
 // not counted, which needs a scan of the outbox table: see txinbox_outbox_published_total and
-// txinbox_outbox_dead_total). A failed statement is reported to the scrape as an error.
+// txinbox_outbox_dead_total); pause, two queries of the tables of paused consumers and topics (as
+// small as what is paused). A failed statement is reported to the scrape as an error.
 //
 // The xmin horizon is the oldest transaction whose effects some snapshot may still need: vacuum keeps
 // every row version deleted after it, in every table. A session left idle in a transaction, a
@@ -235,7 +239,7 @@ func New(store txinbox.Store, cfg Config) (*Metrics, error) {
 	if err := m.outbox.register(cfg.Registerer, cfg.Namespace, cfg.ConstLabels); err != nil {
 		return nil, err
 	}
-	for _, c := range []prometheus.Collector{newQueueCollector(store, cfg), newHealthCollector(store, cfg), newOutboxCollector(store, cfg)} {
+	for _, c := range []prometheus.Collector{newQueueCollector(store, cfg), newHealthCollector(store, cfg), newOutboxCollector(store, cfg), newPauseCollector(store, cfg)} {
 		if err := cfg.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("txinbox metrics: %w", err)
 		}

@@ -18,12 +18,14 @@ var ErrNoCitus = errors.New("txinbox: the citus extension is not installed in th
 // The inbox's tables, from "inbox" to "inbox_batch", are distributed by consumer, colocated with
 // the first: every table that holds messages or per-consumer records (inbox's partitions follow
 // inbox), and inbox_rollup_batch (migration 00010), which a batch's finish writes on its consumer's
-// shard.
+// shard, and inbox_paused (migration 00014: the paused consumers), which every claim of a consumer
+// reads, so that the claim stays on its consumer's shard (as a table of the coordinator it would make
+// every claim a query across nodes; as a reference table every pause a write on every node).
 //
 // The outbox's tables, from "outbox" on, have no consumer column: a relay claims across topics and
 // keys in one statement with FOR UPDATE SKIP LOCKED, which Citus runs only on one shard. They are
 // single-shard distributed tables (no distribution column, Citus 12 or later), colocated with
-// "outbox": all three on one worker, where every relay statement runs whole, as on one server
+// "outbox": all four (outbox_paused, migration 00014, is read by the relay's claim) on one worker, where every relay statement runs whole, as on one server
 // (outbox's partitions follow outbox). The coordinator keeps no outbox row; a transaction that
 // publishes and writes tables of the coordinator commits on both nodes (two-phase commit).
 //
@@ -33,7 +35,7 @@ var ErrNoCitus = errors.New("txinbox: the citus extension is not installed in th
 // concurrent registrations), and the maintainer's inbox_leader and inbox_maintenance and the pools'
 // inbox_pools (migration 00010: read and written by statements of their own).
 var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup", "inbox_gen", "inbox_rollup_batch", "inbox_batch",
-	"outbox", "outbox_queue", "outbox_ring"}
+	"inbox_paused", "outbox", "outbox_queue", "outbox_ring", "outbox_paused"}
 
 // firstOutboxTable is the first of the outbox's tables in DistributedTables, distributed without a
 // distribution column; those after it are colocated with it.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net/url"
 	"runtime/debug"
@@ -219,9 +218,7 @@ func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := fnv.New64a()
-	h.Write([]byte("txinbox.outbox.claim\x00" + st.Schema))
-	r := &Relay{db: st.DB, store: st, cfg: cfg, log: st.Logger, st: schemasql.New(st.Schema), lockKey: int64(h.Sum64() >> 1)}
+	r := &Relay{db: st.DB, store: st, cfg: cfg, log: st.Logger, st: schemasql.New(st.Schema), lockKey: schemasql.OutboxClaimLockKey(st.Schema)}
 	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotWindow: cfg.tune.HotWindow,
 		Logger: st.Logger, Attrs: []any{"schema", st.Schema}, Name: "outbox "}
 	if !cfg.tune.NoListen {

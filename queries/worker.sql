@@ -9,8 +9,10 @@
 -- Plans: a generic plan cannot see @max and guesses that LIMIT keeps 10% of the queue; each inbox row
 -- is read by primary key in a LATERAL subquery (OFFSET 0 keeps it from being flattened into a join,
 -- which a generic plan ran as a hash join over a scan of inbox). The listed ids are read once
--- (hashed). Routing: every table reference names @consumer, so that a table distributed by consumer
--- runs the whole statement, FOR UPDATE included, on one shard.
+-- (hashed). A paused consumer (inbox_paused, migration 00014) has nothing claimed: one probe of that
+-- table's primary key per claim, evaluated once (it does not depend on the row). Routing: every table
+-- reference names @consumer, so that a table distributed by consumer runs the whole statement, FOR
+-- UPDATE included, on one shard.
 WITH listed AS (
     SELECT s.id FROM /* TEMPLATE: schema */inbox_batch b, unnest(b.ids) AS s(id) WHERE b.consumer = @consumer
 ), heads AS (
@@ -21,6 +23,7 @@ WITH listed AS (
             SELECT 1 FROM /* TEMPLATE: schema */inbox_queue h
             WHERE h.consumer = @consumer AND h.ordering_key = q.ordering_key AND h.id < q.id))
       AND q.id NOT IN (SELECT l.id FROM listed l)
+      AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_paused p WHERE p.consumer = @consumer)
     ORDER BY q.run_at, q.id
     LIMIT @max
     FOR UPDATE OF q SKIP LOCKED
@@ -47,13 +50,14 @@ CROSS JOIN LATERAL (
 -- advisory lock (@lock_key) or is not claimed: at most one message taken alone runs at a time per
 -- consumer, across processes, until its batch ends; groups of more run side by side. The scan locks
 -- at most as many rows as the first suspect's limit (the others are left for other processes).
--- Routing: as ClaimBatch.
+-- A paused consumer has nothing claimed, as in ClaimBatch. Routing: as ClaimBatch.
 WITH listed AS (
     SELECT s.id FROM /* TEMPLATE: schema */inbox_batch b, unnest(b.ids) AS s(id) WHERE b.consumer = @consumer
 ), due AS (
     SELECT q.id, q.run_at, q.isolate, q.token, q.attempts_started
     FROM /* TEMPLATE: schema */inbox_queue q
     WHERE q.consumer = @consumer AND q.isolate > 0 AND q.run_at <= now() AND q.id NOT IN (SELECT l.id FROM listed l)
+      AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_paused p WHERE p.consumer = @consumer)
     ORDER BY q.run_at, q.id
     LIMIT least(@max::int, (
         SELECT f.isolate FROM /* TEMPLATE: schema */inbox_queue f
@@ -114,7 +118,8 @@ RETURNING id;
 -- a message whose handler broke it, after its rollback): completed and dead leave the queue, retry
 -- goes back to it after its delay (seconds, server clock), no longer isolated; the inbox row gets the
 -- outcome, the attempt (counted here: the claim wrote nothing), the new token and @started_at, the
--- batch's start. Rows whose fencing token is no longer ours (charged by the rescuer, or finished by
+-- batch's start; a completed message's last error is cleared (it failed before, a replayed dead letter
+-- too: the error is no longer its state). Rows whose fencing token is no longer ours (charged by the rescuer, or finished by
 -- another worker, after our rollback) are left alone (the caller compares the count). @uncount: the
 -- message was not run (out of attempts): its attempt is not counted. The batch's inbox_batch row
 -- (@batch, 0 for none) is deleted with it: a batch that commits leaves nothing to charge. The
@@ -186,7 +191,7 @@ SET state = CASE WHEN f.outcome = 'retry' THEN 'pending' ELSE f.outcome END,
     token = f.token,
     attempts_started = f.attempts_started,
     attempts_failed = m.attempts_failed + CASE WHEN f.outcome = 'completed' OR f.uncount > 0 THEN 0 ELSE 1 END,
-    last_error = CASE WHEN f.outcome = 'completed' THEN m.last_error ELSE f.error END,
+    last_error = CASE WHEN f.outcome = 'completed' THEN NULL ELSE f.error END,
     history = CASE WHEN f.outcome = 'completed' THEN m.history
                    ELSE jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || f.entry, '$[last-9 to last]') END,
     result = NULLIF(f.result, '')::jsonb,

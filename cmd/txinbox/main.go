@@ -25,6 +25,10 @@
 //	outbox dead show ID      show one outbox event with every field and its last 10 failed attempts (by ID, or by EVENT ID: the UUID a consumer sees)
 //	outbox dead replay ID...|--all   put dead outbox events back to pending (same event id, attempts reset)
 //	outbox dead discard ID...|--all  delete dead outbox events (--all needs --topic or --yes; --dry-run)
+//	pause consumer|topic NAME [--by WHO] [--reason TEXT]
+//	                         pause a consumer's worker pools or an outbox topic's relaying, in every process
+//	resume consumer|topic NAME   resume it (its pools or the relays are woken at once)
+//	paused                   list what is paused, with who paused it, when and why
 //	ui [--addr HOST:PORT]    serve the operator console (package console); see 'txinbox ui --help'
 //
 // The outbox commands that take event ids take each as its ID (a positive integer) or its EVENT ID
@@ -170,7 +174,8 @@ func explain(err error, schema string) string {
 }
 
 var commands = []*command{migrateUp, migrateDown, migrateStatus, statsCmd, deadList, deadShow, deadReplay, deadDiscard, pendingDiscard, cleanCmd, rotateCmd, discardOlderCmd, purgeCmd,
-	inflightList, outboxStats, outboxInflightList, outboxDeadList, outboxDeadShow, outboxDeadReplay, outboxDeadDiscard, uiCmd}
+	inflightList, outboxStats, outboxInflightList, outboxDeadList, outboxDeadShow, outboxDeadReplay, outboxDeadDiscard,
+	newPauseCmd("consumer"), newPauseCmd("topic"), newResumeCmd("consumer"), newResumeCmd("topic"), pausedCmd, uiCmd}
 
 // groups are the commands that take a sub-command.
 var groups = map[string]string{
@@ -181,6 +186,8 @@ var groups = map[string]string{
 	"outbox":          "count the outbox's events; list its queued events; list, show, replay or discard its dead events",
 	"outbox inflight": "list the outbox's queued events: pending, retrying, processing",
 	"outbox dead":     "list, show, replay or discard the outbox's dead events",
+	"pause":           "pause a consumer or an outbox topic: nothing of it is claimed until resumed",
+	"resume":          "resume a paused consumer or outbox topic",
 }
 
 func (a *app) globalFlags(fs *flag.FlagSet) {

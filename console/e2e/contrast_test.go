@@ -124,6 +124,7 @@ var pageMarks = map[string]string{
 	"outbox":       "#topics",
 	"outbox_dead":  "#outbox-filters",
 	"outbox_event": "#outbox-event-search",
+	"pause":        "#pause-text",
 }
 
 // Every button and link of every page of the console (seeded so that every action is offered: dead
@@ -146,6 +147,10 @@ func TestButtonsAndLinksContrast(t *testing.T) {
 		outbox.Message{Topic: "mail", Payload: []byte(`{}`)},
 		outbox.Message{Topic: "mail", Payload: []byte(`{}`), Headers: map[string]string{"fail": "broker down"}})
 	outboxtest.Drain(t, e.DB, outboxtest.ByHeaders, nil)
+	// A paused consumer: its badge and Resume… link on the overview.
+	if _, err := e.Pool.Exec(t.Context(), e.SQL(`INSERT INTO {schema}.inbox_paused (consumer, paused_by, reason) VALUES ('retired', 'e2e', 'retiring')`)); err != nil {
+		t.Fatal(err)
+	}
 
 	templates, err := filepath.Glob(filepath.Join("..", "templates", "*.html"))
 	if err != nil || len(templates) == 0 {
@@ -196,6 +201,9 @@ func TestButtonsAndLinksContrast(t *testing.T) {
 		"/outbox/event",
 		fmt.Sprintf("/outbox/dead/confirm?op=discard&scope=selected&id=%d", deadEvents[0]),
 		"/outbox/dead/confirm?op=replay&scope=filter",
+		"/pause/confirm?op=pause&view=inbox&name=billing",
+		"/pause/confirm?op=resume&view=inbox&name=retired",
+		"/pause/confirm?op=pause&view=outbox&name=orders",
 	}
 	for _, p := range pages {
 		run(t, ctx, chromedp.Navigate(e.url+p))

@@ -21,7 +21,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
+	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/worker"
@@ -35,12 +37,16 @@ type user struct {
 	// a function that makes one unit of work through db directly and returns a function that reports
 	// whether that work is done.
 	start func(t *testing.T, db *testdb.DB, store txinbox.Store, logger *slog.Logger, poll time.Duration) (work func() (done func() bool))
+	// view and name are what admin pauses to hold that work back: the consumer of the pool's
+	// messages, the topic of the relay's events.
+	view admin.View
+	name string
 }
 
 // users are the engine's users, by package: TestEveryEngineUserIsTested keeps the list whole.
 var users = map[string]user{
-	"github.com/txinbox/txinbox/worker": {start: startPool},
-	"github.com/txinbox/txinbox/outbox": {start: startRelay},
+	"github.com/txinbox/txinbox/worker": {start: startPool, view: admin.Inbox, name: "c"},
+	"github.com/txinbox/txinbox/outbox": {start: startRelay, view: admin.Outbox, name: "t"},
 }
 
 // TestEveryEngineUserIsTested: every package of the module that imports internal/engine (outside
@@ -97,6 +103,41 @@ func TestPoolerDroppingNotificationsFallsBackToPolling(t *testing.T) {
 			})
 			done := work()
 			waitFor(t, "the work found by polling", 30*time.Second, done)
+		})
+	}
+}
+
+// Every engine user claims nothing of what admin paused (a consumer, a topic), however often it is
+// woken and polls (the work's own notification wakes it and it stays hot, claiming every HotPoll,
+// for its hot window), and does the work at once when it is resumed: the resume's notification
+// wakes it, long before its PollInterval.
+func TestPauseHoldsEveryEngineUser(t *testing.T) {
+	t.Parallel()
+	for name, u := range users {
+		t.Run(strings.TrimPrefix(name, "github.com/txinbox/txinbox/"), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.New(t)
+			a, err := admin.New(db.Store(), admin.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const poll = time.Minute
+			work := u.start(t, db, db.Store(), slog.New(slog.DiscardHandler), poll)
+			if ok, err := a.Pause(ctx, u.view, u.name, "test", "downstream broken"); err != nil || !ok {
+				t.Fatalf("Pause = %v, %v; want true, nil", ok, err)
+			}
+			done := work()
+			time.Sleep(engine.MinHotWindow + 500*time.Millisecond) // woken by the work, hot, then cold
+			if done() {
+				t.Fatal("the work of a paused " + u.name + " was done")
+			}
+			resumed := time.Now()
+			if ok, err := a.Resume(ctx, u.view, u.name); err != nil || !ok {
+				t.Fatalf("Resume = %v, %v; want true, nil", ok, err)
+			}
+			waitFor(t, "the work done after the resume", poll/2, done)
+			t.Logf("done %v after the resume", time.Since(resumed).Round(time.Millisecond))
 		})
 	}
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // Tables are the txinbox tables of a schema (migrations/), in name order.
-var Tables = []string{"idempotency_keys", "inbox", "inbox_dead", "inbox_queue", "inbox_rollup"}
+var Tables = []string{"idempotency_keys", "inbox", "inbox_dead", "inbox_queue", "inbox_rollup", "outbox", "outbox_queue"}
 
 // Table is the statistics of one table (see admin.TableHealth).
 type Table struct {

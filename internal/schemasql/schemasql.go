@@ -128,3 +128,11 @@ func OutboxChannel(st txinbox.Store) string {
 	h.Write([]byte(schema))
 	return fmt.Sprintf("txinbox_outbox_%016x", h.Sum64())
 }
+
+// OutboxClaimLockKey returns the key of the advisory lock that serialises the claims of the relays
+// of schema (OutboxClaimLock), which a resume of a topic takes too (ResumeTopic).
+func OutboxClaimLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("txinbox.outbox.claim\x00" + schema))
+	return int64(h.Sum64() >> 1)
+}

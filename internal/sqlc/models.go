@@ -117,6 +117,14 @@ type InboxMaintenance struct {
 	Error      pgtype.Text
 }
 
+// txinbox: paused consumers: worker pools claim none of their messages until the row is deleted (resume)
+type InboxPaused struct {
+	Consumer string
+	PausedBy string
+	PausedAt pgtype.Timestamptz
+	Reason   string
+}
+
 // txinbox: the worker pools running, by consumer and owner; seen_at is renewed every 15 s
 type InboxPool struct {
 	Consumer  string
@@ -305,11 +313,19 @@ type Outbox struct {
 	History []byte
 }
 
+// txinbox: paused outbox topics: relays claim none of their events until the row is deleted (resume)
+type OutboxPaused struct {
+	Topic    string
+	PausedBy string
+	PausedAt pgtype.Timestamptz
+	Reason   string
+}
+
 // txinbox: events neither sent nor dead; relays claim here with SKIP LOCKED
 type OutboxQueue struct {
 	ID  int64
 	Key pgtype.Text
-	// earliest claim time: not-before, backoff or snooze when unclaimed, lease expiry when claimed
+	// earliest claim time: not-before, backoff or snooze when unclaimed, lease expiry when claimed; infinity: parked, its topic paused (outbox_paused)
 	RunAt   pgtype.Timestamptz
 	Claimed bool
 	// made ready when the previous event of its key left the queue: a claim never snoozes it

@@ -19,17 +19,27 @@ WITH candidates AS (
                 NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */outbox_queue h
                             WHERE h.key = q.key AND h.id < q.id)
                 AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */outbox_queue h
-                                WHERE h.key = q.key AND h.claimed AND h.id <> q.id))) AS head
+                                WHERE h.key = q.key AND h.claimed AND h.id <> q.id))) AS head,
+           (EXISTS (SELECT 1 FROM /* TEMPLATE: schema */outbox_paused)
+            AND EXISTS (SELECT 1 FROM /* TEMPLATE: schema */outbox_paused p
+                        WHERE p.topic = (SELECT t.topic FROM /* TEMPLATE: schema */outbox t WHERE t.id = q.id))) AS paused
     FROM /* TEMPLATE: schema */outbox_queue q
     WHERE q.run_at <= now()
     ORDER BY q.run_at, q.id
     LIMIT $1
     FOR UPDATE OF q SKIP LOCKED
+), parked AS (
+    UPDATE /* TEMPLATE: schema */outbox_queue q
+    SET run_at = 'infinity'
+    FROM candidates c
+    WHERE q.id = c.id AND c.paused
+      AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
+    RETURNING q.id
 ), snoozed AS (
     UPDATE /* TEMPLATE: schema */outbox_queue q
     SET run_at = now() + make_interval(secs => $2::float8)
     FROM candidates c
-    WHERE q.id = c.id AND NOT c.head AND NOT c.ready
+    WHERE q.id = c.id AND NOT c.head AND NOT c.ready AND NOT c.paused
       AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id
 ), claimed AS (
@@ -37,7 +47,7 @@ WITH candidates AS (
     SET claimed = true, ready = false, run_at = now() + make_interval(secs => $3::float8),
         token = q.token + 1, attempts_started = q.attempts_started + 1, owner = $4, started_at = now()
     FROM candidates c
-    WHERE q.id = c.id AND c.head
+    WHERE q.id = c.id AND c.head AND NOT c.paused
       AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id, q.token, q.attempts_started, c.claimed AS taken_over, c.old_owner, c.old_started_at, c.old_attempts
 ), logged AS (
@@ -62,7 +72,7 @@ CROSS JOIN LATERAL (
 ) m
 UNION ALL
 SELECT 0, '', '', '', '', '', '', '{}'::jsonb, now(), 0, 0, 0, false
-WHERE NOT EXISTS (SELECT 1 FROM claimed) AND EXISTS (SELECT 1 FROM snoozed)
+WHERE NOT EXISTS (SELECT 1 FROM claimed) AND (EXISTS (SELECT 1 FROM snoozed) OR EXISTS (SELECT 1 FROM parked))
 ORDER BY 1
 `
 
@@ -111,6 +121,14 @@ type OutboxClaimRow struct {
 // `h.id <> q.id` (q is not claimed where it is evaluated) keeps "no other event of its key is
 // claimed" a probe of outbox_queue_key_claimed per keyed row: a subquery correlated by equality alone
 // may be hashed, and the hashed one read the whole queue at every claim.
+// Paused topics (outbox_paused, migration 00014): a queued event of one is parked, never claimed (a
+// claim of it whose lease ended is not taken over either) nor snoozed: its run_at becomes infinity,
+// out of the due rows every claim scans, and its outbox row (next_run_at: its not-before or retry
+// time; its attempts) is left as it was; ResumeTopic makes it due again at that time. Parked, it
+// stays queued, so later events of its key still wait behind it, whatever their topic. The queue has
+// no topic: while no topic is paused, the first test of "paused" (evaluated once per claim) spares
+// every lookup; while one is, each row scanned is looked up by id in the outbox (one probe of each
+// slot's primary key). If the rows scanned were all snoozed or parked, the placeholder row says so.
 // Each outbox row is read by its id, once per claimed row (OFFSET 0 keeps the subquery from being
 // flattened into a join, as in the worker's ClaimBatch).
 func (q *Queries) OutboxClaim(ctx context.Context, db DBTX, arg OutboxClaimParams) ([]OutboxClaimRow, error) {

@@ -107,6 +107,7 @@ WITH listed AS (
             SELECT 1 FROM /* TEMPLATE: schema */inbox_queue h
             WHERE h.consumer = $1 AND h.ordering_key = q.ordering_key AND h.id < q.id))
       AND q.id NOT IN (SELECT l.id FROM listed l)
+      AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_paused p WHERE p.consumer = $1)
     ORDER BY q.run_at, q.id
     LIMIT $2
     FOR UPDATE OF q SKIP LOCKED
@@ -148,8 +149,10 @@ type ClaimBatchRow struct {
 // Plans: a generic plan cannot see @max and guesses that LIMIT keeps 10% of the queue; each inbox row
 // is read by primary key in a LATERAL subquery (OFFSET 0 keeps it from being flattened into a join,
 // which a generic plan ran as a hash join over a scan of inbox). The listed ids are read once
-// (hashed). Routing: every table reference names @consumer, so that a table distributed by consumer
-// runs the whole statement, FOR UPDATE included, on one shard.
+// (hashed). A paused consumer (inbox_paused, migration 00014) has nothing claimed: one probe of that
+// table's primary key per claim, evaluated once (it does not depend on the row). Routing: every table
+// reference names @consumer, so that a table distributed by consumer runs the whole statement, FOR
+// UPDATE included, on one shard.
 func (q *Queries) ClaimBatch(ctx context.Context, db DBTX, consumer string, max int32) ([]ClaimBatchRow, error) {
 	rows, err := db.Query(ctx, claimBatch, consumer, max)
 	if err != nil {
@@ -204,6 +207,7 @@ WITH listed AS (
     SELECT q.id, q.run_at, q.isolate, q.token, q.attempts_started
     FROM /* TEMPLATE: schema */inbox_queue q
     WHERE q.consumer = $1 AND q.isolate > 0 AND q.run_at <= now() AND q.id NOT IN (SELECT l.id FROM listed l)
+      AND NOT EXISTS (SELECT 1 FROM /* TEMPLATE: schema */inbox_paused p WHERE p.consumer = $1)
     ORDER BY q.run_at, q.id
     LIMIT least($2::int, (
         SELECT f.isolate FROM /* TEMPLATE: schema */inbox_queue f
@@ -264,7 +268,7 @@ type ClaimSuspectsRow struct {
 // advisory lock (@lock_key) or is not claimed: at most one message taken alone runs at a time per
 // consumer, across processes, until its batch ends; groups of more run side by side. The scan locks
 // at most as many rows as the first suspect's limit (the others are left for other processes).
-// Routing: as ClaimBatch.
+// A paused consumer has nothing claimed, as in ClaimBatch. Routing: as ClaimBatch.
 func (q *Queries) ClaimSuspects(ctx context.Context, db DBTX, arg ClaimSuspectsParams) ([]ClaimSuspectsRow, error) {
 	rows, err := db.Query(ctx, claimSuspects, arg.Consumer, arg.Max, arg.LockKey)
 	if err != nil {
@@ -351,7 +355,7 @@ SET state = CASE WHEN f.outcome = 'retry' THEN 'pending' ELSE f.outcome END,
     token = f.token,
     attempts_started = f.attempts_started,
     attempts_failed = m.attempts_failed + CASE WHEN f.outcome = 'completed' OR f.uncount > 0 THEN 0 ELSE 1 END,
-    last_error = CASE WHEN f.outcome = 'completed' THEN m.last_error ELSE f.error END,
+    last_error = CASE WHEN f.outcome = 'completed' THEN NULL ELSE f.error END,
     history = CASE WHEN f.outcome = 'completed' THEN m.history
                    ELSE jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || f.entry, '$[last-9 to last]') END,
     result = NULLIF(f.result, '')::jsonb,
@@ -385,7 +389,8 @@ type FinishBatchParams struct {
 // a message whose handler broke it, after its rollback): completed and dead leave the queue, retry
 // goes back to it after its delay (seconds, server clock), no longer isolated; the inbox row gets the
 // outcome, the attempt (counted here: the claim wrote nothing), the new token and @started_at, the
-// batch's start. Rows whose fencing token is no longer ours (charged by the rescuer, or finished by
+// batch's start; a completed message's last error is cleared (it failed before, a replayed dead letter
+// too: the error is no longer its state). Rows whose fencing token is no longer ours (charged by the rescuer, or finished by
 // another worker, after our rollback) are left alone (the caller compares the count). @uncount: the
 // message was not run (out of attempts): its attempt is not counted. The batch's inbox_batch row
 // (@batch, 0 for none) is deleted with it: a batch that commits leaves nothing to charge. The
