@@ -161,10 +161,10 @@ type TraceEnd struct {
 	// handed back because the relay stopped; for OpRelayed, OutcomeSent, OutcomeRetry or
 	// OutcomeDead.
 	Outcome Outcome
-	// Reason is, for OpHandle and OpHandled, why the attempt failed ("" when it did not; see
-	// worker.Reason: error, panic, timeout, permanent, decode, unknown_kind, crashed); for OpLead, why
-	// the maintainer stopped leading: "stopped" (its Stop, or its context ended), or why it lost the
-	// lease.
+	// Reason is, for OpHandle and OpHandled, why the attempt failed ("" when it did not): "error",
+	// "panic", "timeout", "permanent", "decode", "unknown_kind" or "crashed" (as for Attempt.Reason,
+	// which documents each); for OpLead, why the maintainer stopped leading: "stopped" (its Stop, or
+	// its context ended), or why it lost the lease.
 	Reason string
 	// Results are, for OpReceive, the outcome of each message of TraceStart.Messages, in order:
 	// "inserted", "duplicate" or "conflict" (inbox.Outcome; nil when Err is set); for OpSeenGet, what

@@ -98,7 +98,7 @@
 // claim reads through. Alert on txinbox_xmin_horizon_age_seconds (minutes, not hours) and on
 // txinbox_table_dead_rows of inbox_queue.
 //
-// Outcomes and reasons are the values of txinbox.Outcome and worker.Reason (reasons: error, panic,
+// Outcomes and reasons are the values of txinbox.Outcome and of txinbox.TraceEnd.Reason (error, panic,
 // timeout, permanent, decode, unknown_kind, crashed).
 //
 // Spans are not made here: package txotel's Tracer makes them; combine both with txinbox.Tracers.

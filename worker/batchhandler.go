@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/typednil"
 	"github.com/txinbox/txinbox/internal/limits"
+	"github.com/txinbox/txinbox/internal/typednil"
 )
 
 // defaultHandlerBatchSize is HandlerConfig.BatchSize of a batch handler when it is 0 (documented

@@ -62,7 +62,7 @@ type batchItem struct {
 // callResult is what one call of a batch handler gave.
 type callResult struct {
 	err     error // nil: the call succeeded
-	reason  Reason
+	reason  failReason
 	elapsed time.Duration
 }
 
@@ -93,7 +93,7 @@ func (p *Pool) runBatchUnit(ctx context.Context, tx pgx.Tx, sp *savepoints, u un
 		msg, err := u.h.batch.decode(c, &it.result)
 		if err != nil {
 			f := &finish{c: c}
-			p.fail(f, c, err, ReasonError)
+			p.fail(f, c, err, reasonError)
 			b.decided = append(b.decided, f)
 			continue
 		}
@@ -218,7 +218,7 @@ func (b *batchCall) named(items []*batchItem, r callResult) (rest []*batchItem, 
 		if err == nil {
 			err = errors.New("named failed in BatchErrors with a nil error")
 		}
-		b.charge(it, callResult{err: err, reason: ReasonError, elapsed: r.elapsed})
+		b.charge(it, callResult{err: err, reason: reasonError, elapsed: r.elapsed})
 	}
 	return rest, true
 }
@@ -247,13 +247,13 @@ func (b *batchCall) call(ctx context.Context, items []*batchItem) (callResult, e
 	cancel()
 	switch {
 	case errors.As(err, new(*panicError)):
-		r.reason = ReasonPanic
+		r.reason = reasonPanic
 	case late:
 		// Even a call that returned nil: it is a failed call, bisected as any other.
-		r.err, r.reason = timeoutError(p.cfg.timeout(h), err), ReasonTimeout
+		r.err, r.reason = timeoutError(p.cfg.timeout(h), err), reasonTimeout
 	case err == nil:
 	default:
-		r.reason = ReasonError
+		r.reason = reasonError
 	}
 	defer p.traceBatchEnd(sctx, r)
 	if txEnded(b.tx) {
@@ -263,7 +263,7 @@ func (b *batchCall) call(ctx context.Context, items []*batchItem) (callResult, e
 		// The call's own context ended while its savepoint was being established: the call cost
 		// the transaction.
 		if r.err == nil {
-			r.err, r.reason = fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), ReasonError
+			r.err, r.reason = fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), reasonError
 		}
 		return r, b.lost(items, r, sp.broken)
 	}
@@ -276,7 +276,7 @@ func (b *batchCall) call(ctx context.Context, items []*batchItem) (callResult, e
 		_, err := b.tx.Exec(ctx, "SELECT 1")
 		switch {
 		case isAborted(err):
-			r.err, r.reason = fmt.Errorf("%w: %w", errLeftAborted, sp.failed), ReasonError
+			r.err, r.reason = fmt.Errorf("%w: %w", errLeftAborted, sp.failed), reasonError
 		case err != nil:
 			return r, b.lost(items, r, err)
 		}
@@ -300,7 +300,7 @@ func (b *batchCall) lost(items []*batchItem, r callResult, err error) error {
 		f := &finish{c: items[0].c, elapsed: r.elapsed}
 		cause, reason := r.err, r.reason
 		if cause == nil {
-			cause, reason = err, ReasonError
+			cause, reason = err, reasonError
 		}
 		b.p.fail(f, f.c, cause, reason)
 		return culpritError{f: f, err: err}
@@ -326,7 +326,7 @@ func (b *batchCall) ended(ctx context.Context, items []*batchItem) error {
 	for _, it := range items {
 		f := &finish{c: it.c}
 		b.p.fail(f, it.c, txinbox.Permanent(fmt.Errorf("the batch handler ended the batch transaction itself (COMMIT or ROLLBACK through tx.Conn() or a statement) in a call of %d messages, "+
-			"which it must not do; that transaction %s", len(items), txFate(status))), ReasonError)
+			"which it must not do; that transaction %s", len(items), txFate(status))), reasonError)
 		e.also = append(e.also, f)
 	}
 	if status == "committed" {
@@ -351,7 +351,7 @@ func (p *Pool) outOfAttempts(c *claimed, h *handler) *finish {
 	if c.Attempt <= maxAttempts {
 		return nil
 	}
-	f := &finish{c: c, outcome: txinbox.OutcomeDead, reason: ReasonCrashed, uncount: true}
+	f := &finish{c: c, outcome: txinbox.OutcomeDead, reason: reasonCrashed, uncount: true}
 	f.cause = fmt.Errorf("gave up after %d attempts: the last one never finished (its worker crashed, hung or lost its connection); previous error: %s", maxAttempts, c.PreviousError)
 	f.err = truncateError(f.cause.Error())
 	return f

@@ -21,7 +21,7 @@ import (
 type finish struct {
 	c       *claimed
 	outcome txinbox.Outcome // recorded by FinishBatch
-	reason  Reason          // for the Store's Tracer and the logs
+	reason  failReason      // for the Store's Tracer and the logs
 	cause   error           // the attempt's error (nil when completed)
 	err     string          // cause as stored: last_error
 	result  []byte

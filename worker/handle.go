@@ -74,14 +74,14 @@ func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 			// the previous message (a failed statement it ignored), that message is the culprit.
 			if len(done) > 1 && prevWasSingle && isAborted(sp.broken) && done[len(done)-2].outcome == txinbox.OutcomeCompleted {
 				prev := done[len(done)-2]
-				p.fail(prev, prev.c, errLeftAborted, ReasonError)
+				p.fail(prev, prev.c, errLeftAborted, reasonError)
 				return nil, culpritError{f: prev, err: sp.broken}
 			}
 			if sp.byCall {
 				// The handler's own context ended while its savepoint was being established: its
 				// call cost the transaction, and it is charged (a timeout if it returned its deadline).
 				if f.outcome == txinbox.OutcomeCompleted {
-					p.fail(f, c, fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), ReasonError)
+					p.fail(f, c, fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), reasonError)
 				}
 				return nil, culpritError{f: f, err: sp.broken}
 			}
@@ -91,7 +91,7 @@ func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 			// A statement failed but the handler returned nil: fine if it recovered (a nested
 			// savepoint), void if it left the transaction aborted.
 			if _, err := tx.Exec(ctx, "SELECT 1"); isAborted(err) {
-				p.fail(f, c, fmt.Errorf("%w: %w", errLeftAborted, sp.failed), ReasonError)
+				p.fail(f, c, fmt.Errorf("%w: %w", errLeftAborted, sp.failed), reasonError)
 			} else if err != nil {
 				return nil, err
 			}
@@ -128,7 +128,7 @@ func (p *Pool) endedByHandler(ctx context.Context, xid string, done []*finish) e
 		status = "unknown (" + err.Error() + ")"
 	}
 	p.fail(f, f.c, txinbox.Permanent(fmt.Errorf("the handler ended the batch transaction itself (COMMIT or ROLLBACK through tx.Conn() or a statement), "+
-		"which it must not do; that transaction %s", txFate(status))), ReasonError)
+		"which it must not do; that transaction %s", txFate(status))), reasonError)
 	e := culpritError{f: f, err: errors.New("the handler of message " + strconv.FormatInt(f.c.ID, 10) + " ended the batch transaction")}
 	if status == "committed" {
 		e.before = done[:len(done)-1]
@@ -172,7 +172,7 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	}
 	f := &finish{c: c}
 	if h == nil {
-		p.fail(f, c, fmt.Errorf("%w: %q (this pool handles %s)", ErrUnknownKind, c.Kind, p.cfg.Handlers.kindList()), ReasonUnknownKind)
+		p.fail(f, c, fmt.Errorf("%w: %q (this pool handles %s)", ErrUnknownKind, c.Kind, p.cfg.Handlers.kindList()), reasonUnknownKind)
 		return f
 	}
 	sctx := p.traceStart(ctx, c)
@@ -186,13 +186,13 @@ func (p *Pool) handle(ctx context.Context, tx pgx.Tx, c *claimed) *finish {
 	f.elapsed = returned.Sub(start)
 	switch {
 	case errors.As(err, new(*panicError)):
-		p.fail(f, c, err, ReasonPanic)
+		p.fail(f, c, err, reasonPanic)
 	case timedOut(ctx, hctx, returned):
-		p.fail(f, c, timeoutError(p.cfg.timeout(h), err), ReasonTimeout)
+		p.fail(f, c, timeoutError(p.cfg.timeout(h), err), reasonTimeout)
 	case err == nil:
 		f.outcome, f.result = txinbox.OutcomeCompleted, result
 	default:
-		p.fail(f, c, err, ReasonError)
+		p.fail(f, c, err, reasonError)
 	}
 	return f
 }
@@ -246,18 +246,18 @@ func (p *Pool) traceEnd(ctx context.Context, f *finish) {
 
 // fail records a failed attempt: dead if permanent, undecodable, of an unknown kind or out of
 // attempts, else a retry after backoff.
-func (p *Pool) fail(f *finish, c *claimed, err error, reason Reason) {
+func (p *Pool) fail(f *finish, c *claimed, err error, reason failReason) {
 	h := p.cfg.Handlers.byKind[c.Kind]
 	f.cause = err
 	f.err = truncateError(err.Error())
 	f.reason = reason
 	switch {
-	case reason == ReasonUnknownKind:
+	case reason == reasonUnknownKind:
 		f.outcome = txinbox.OutcomeDead // no retry of this pool can handle it
 	case errors.As(err, new(decodeError)):
-		f.outcome, f.reason = txinbox.OutcomeDead, ReasonDecode
+		f.outcome, f.reason = txinbox.OutcomeDead, reasonDecode
 	case txinbox.IsPermanent(err):
-		f.outcome, f.reason = txinbox.OutcomeDead, ReasonPermanent
+		f.outcome, f.reason = txinbox.OutcomeDead, reasonPermanent
 	case c.Attempt >= p.cfg.maxAttempts(h):
 		f.outcome = txinbox.OutcomeDead
 	default:

@@ -80,7 +80,7 @@ type HandlerConfig struct {
 	// MaxAttempts is how many attempts may start before the message is dead. Default: Config.MaxAttempts.
 	MaxAttempts int
 	// Timeout bounds one handler call: its ctx ends when Timeout has passed since the call began. A
-	// call that returns after that deadline fails with ReasonTimeout whatever it returned (nil
+	// call that returns after that deadline fails with reasonTimeout whatever it returned (nil
 	// included): its writes are rolled back, whether they went out before the deadline or after it on
 	// another ctx, and the message is retried after the backoff (the attempt counted), or dead once
 	// out of attempts. A batch handler's late call is a failed call, bisected as any other: only a

@@ -233,7 +233,7 @@ func TestFailuresAreLoggedAndObserved(t *testing.T) {
 		wantOutcome := []txinbox.Outcome{txinbox.OutcomeRetry, txinbox.OutcomeDead}[i]
 		s, end := op.Start, op.End
 		if s.Schema != e.Schema || s.Consumer != "ledger" || s.Messages[0].ID != "flaky" || s.Messages[0].Consumer != "ledger" ||
-			s.Attempt != i+1 || end.Outcome != wantOutcome || end.Reason != string(worker.ReasonError) || !errors.Is(end.Err, errFlaky) {
+			s.Attempt != i+1 || end.Outcome != wantOutcome || end.Reason != "error" || !errors.Is(end.Err, errFlaky) {
 			t.Errorf("outcome %d = %+v, want key flaky of ledger, attempt %d, %s, reason error, Err wrapping errFlaky", i, op, i+1, wantOutcome)
 		}
 	}
