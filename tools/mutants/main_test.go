@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -94,6 +95,66 @@ func TestListApplies(t *testing.T) {
 		for _, g := range m.Tests {
 			if fi, err := os.Stat(filepath.Join(root, filepath.FromSlash(g.Pkg))); err != nil || !fi.IsDir() {
 				t.Errorf("mutants.txt:%d (%s): test package %s is not a directory", m.Line, m.Name, g.Pkg)
+			}
+		}
+	}
+}
+
+// functionDef finds the SQL functions a migration's text defines (CREATE [OR REPLACE] FUNCTION name).
+var functionDef = regexp.MustCompile(`(?i)CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\(`)
+
+// TestMigrationMutantsEditTheLiveDefinition: a mutant of an SQL function in a migration edits the
+// definition that a migrated schema runs, the one in the newest migration whose up section defines
+// it. A mutant of a definition that a later migration replaces (CREATE OR REPLACE FUNCTION) changes
+// nothing that runs, and survives whatever the tests do.
+func TestMigrationMutantsEditTheLiveDefinition(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	text, err := os.ReadFile("mutants.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := parse(string(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrations, err := filepath.Glob(filepath.Join(root, "migrations", "*.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _, _ := strings.Cut(string(b), "-- +goose Down")
+		return s
+	}
+	for _, m := range ms {
+		for _, e := range m.Edits {
+			if !strings.HasPrefix(e.File, "migrations/") || !strings.HasSuffix(e.File, ".sql") {
+				continue
+			}
+			s := up(filepath.Join(root, e.File))
+			i := strings.Index(s, e.Search)
+			if i < 0 {
+				continue // in the down section, or not found (TestListApplies says so)
+			}
+			defs := functionDef.FindAllStringSubmatch(s[:i], -1)
+			if defs == nil {
+				continue // not inside a function
+			}
+			fn := defs[len(defs)-1][1]
+			for _, later := range migrations {
+				if filepath.Base(later) <= filepath.Base(e.File) {
+					continue
+				}
+				for _, d := range functionDef.FindAllStringSubmatch(up(later), -1) {
+					if strings.EqualFold(d[1], fn) {
+						t.Errorf("mutants.txt:%d (%s) edits function %s in %s, which %s defines again: edit the newest definition",
+							m.Line, m.Name, fn, e.File, filepath.Base(later))
+					}
+				}
 			}
 		}
 	}
