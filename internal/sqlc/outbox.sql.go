@@ -50,14 +50,20 @@ WITH candidates AS (
     WHERE q.id = c.id AND c.head AND NOT c.paused
       AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id, q.token, q.attempts_started, c.claimed AS taken_over, c.old_owner, c.old_started_at, c.old_attempts
-), logged AS (
-    UPDATE /* TEMPLATE: schema */outbox m
-    SET history = jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+), entries AS MATERIALIZED (
+    -- Each entry is built here, not in the UPDATE: Citus refuses a STABLE function
+    -- (jsonb_build_object) with column references in a modification.
+    SELECT c.id, jsonb_build_array(jsonb_build_object(
             'n', c.old_attempts, 'at', c.old_started_at, 'ms', 0, 'reason', 'taken_over',
             'error', 'its lease ended before an outcome was recorded: the relay died, hung or lost its connection',
-            'owner', coalesce(c.old_owner, ''))), '$[last-9 to last]')
+            'owner', coalesce(c.old_owner, ''))) AS entry
     FROM claimed c
-    WHERE m.id = c.id AND c.taken_over
+    WHERE c.taken_over
+), logged AS (
+    UPDATE /* TEMPLATE: schema */outbox m
+    SET history = jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || e.entry, '$[last-9 to last]')
+    FROM entries e
+    WHERE m.id = e.id
       AND m.id = ANY (ARRAY(SELECT c2.id FROM claimed c2 WHERE c2.taken_over)) -- by primary key: see the note above
 )
 SELECT m.id, m.event_id::text AS event_id, m.topic, coalesce(m.key, '')::text AS key,

@@ -48,14 +48,18 @@ WITH b AS (
     FROM s
     WHERE q.id = s.id AND q.consumer = $1
     RETURNING q.id, q.group_crashes, q.attempts_started, s.n, s.owner, s.started_at
-), logged AS (
-    UPDATE /* TEMPLATE: schema */inbox m
-    SET history = jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+), entries AS MATERIALIZED (
+    -- Built here, not in the UPDATE (Citus: see SettleBatch).
+    SELECT c.id, jsonb_build_array(jsonb_build_object(
             'n', c.attempts_started, 'at', c.started_at, 'ms', 0, 'reason', 'crashed',
             'error', 'its batch of ' || c.n || ' never finished: the worker died, hung or lost its connection',
-            'owner', c.owner)), '$[last-9 to last]')
+            'owner', c.owner)) AS entry
     FROM charged c
-    WHERE m.id = c.id AND m.consumer = $1
+), logged AS (
+    UPDATE /* TEMPLATE: schema */inbox m
+    SET history = jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || e.entry, '$[last-9 to last]')
+    FROM entries e
+    WHERE m.id = e.id AND m.consumer = $1
       AND m.id = ANY (ARRAY(SELECT c2.id FROM charged c2)) -- by primary key, whatever the plan
 )
 SELECT c.id, c.group_crashes FROM charged c
@@ -652,13 +656,18 @@ WITH unrecorded AS (
     FROM ROWS FROM (unnest($3::bigint[]), unnest($4::bigint[])) AS s(id, token)
     WHERE q.id = s.id AND q.token = s.token AND q.consumer = $1 AND EXISTS (SELECT 1 FROM unrecorded)
     RETURNING q.id, q.attempts_started
+), entries AS MATERIALIZED (
+    -- Each entry is built here, not in the UPDATE: Citus refuses a STABLE function
+    -- (jsonb_build_object) with column references in a modification.
+    SELECT h.id, jsonb_build_array(jsonb_build_object(
+            'n', h.attempts_started, 'at', $5::timestamptz, 'ms', 0, 'reason', 'error',
+            'error', $6::text, 'owner', $7::text)) AS entry
+    FROM held h
 ), logged AS (
     UPDATE /* TEMPLATE: schema */inbox m
-    SET history = jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
-            'n', h.attempts_started, 'at', $5::timestamptz, 'ms', 0, 'reason', 'error',
-            'error', $6::text, 'owner', $7::text)), '$[last-9 to last]')
-    FROM held h
-    WHERE m.id = h.id AND m.consumer = $1
+    SET history = jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || e.entry, '$[last-9 to last]')
+    FROM entries e
+    WHERE m.id = e.id AND m.consumer = $1
       AND m.id = ANY (ARRAY(SELECT h2.id FROM held h2)) -- by primary key, whatever the plan
 )
 SELECT u.id FROM unrecorded u
