@@ -199,7 +199,7 @@ func (q *Queries) OutboxClaimLock(ctx context.Context, db DBTX, lockKey int64) e
 const outboxFinish = `-- name: OutboxFinish :many
 WITH c AS (
     SELECT s.id, s.token, s.outcome, s.error, now() + make_interval(secs => s.delay) AS run_at, s.uncount,
-           s.reason, s.elapsed_ms
+           s.reason, s.elapsed_ms, now() AS finished_at
     FROM ROWS FROM (unnest($1::bigint[]), unnest($2::bigint[]), unnest($3::text[]),
                     unnest($4::text[]), unnest($5::float8[]), unnest($6::int[]),
                     unnest($7::text[]), unnest($8::float8[]))
@@ -207,7 +207,7 @@ WITH c AS (
 ), fenced AS (
     -- The queue rows still claimed with the caller's token, locked: one probe of the primary key per
     -- event (a LATERAL with a locking clause is never flattened into a join).
-    SELECT l.id, l.attempts_started, l.started_at, c.token, c.outcome, c.error, c.run_at, c.uncount,
+    SELECT l.id, l.attempts_started, l.started_at, c.token, c.outcome, c.error, c.run_at, c.uncount, c.finished_at,
            jsonb_build_array(jsonb_build_object('n', l.attempts_started, 'at', l.started_at, 'ms', c.elapsed_ms,
                'reason', c.reason, 'error', c.error, 'owner', $9::text)) AS entry
     FROM c
@@ -239,7 +239,7 @@ WITH c AS (
                        ELSE jsonb_path_query_array(coalesce(m.history, '[]'::jsonb) || f.entry, '$[last-9 to last]') END,
         next_run_at = CASE WHEN f.outcome = 'retry' THEN f.run_at ELSE m.next_run_at END,
         started_at = f.started_at,
-        finished_at = CASE WHEN f.outcome = 'retry' THEN NULL ELSE now() END
+        finished_at = CASE WHEN f.outcome = 'retry' THEN NULL ELSE f.finished_at END
     FROM fenced f
     WHERE m.id = f.id AND f.outcome <> 'release'
 )
@@ -280,6 +280,8 @@ type OutboxFinishRow struct {
 // transaction, before OutboxClaimLock, or on its own: then it may be the second record of a batch
 // (the claim that carried the first committed, but its answer was lost), and "still claimed" is what
 // keeps it from counting a failed attempt twice and pushing its retry back again.
+// Times are computed in c, never inside a CASE: Citus refuses a non-immutable function in a CASE of
+// a modification (migrate.Distribute).
 // History (migration 00013): a failed attempt (retry or dead) appends {n, at, ms, reason, error, owner}
 // to the event's history (the claim's start, @elapsed_ms, @reasons, @errors, @owner), which keeps its
 // last 10 entries; a sent event's is left as it was.
