@@ -102,15 +102,22 @@ BEGIN
     END IF;
     g := g + 1;
     UPDATE outbox_ring SET gen = g, rotated_at = now();
+    -- The survivors are read in a CTE of their own (MATERIALIZED): Citus deparses an INSERT ... SELECT
+    -- between single-shard tables (migrate.Distribute) with a broken filter, one from a CTE right.
     EXECUTE format($q$
+        WITH survivors AS MATERIALIZED (
+            SELECT id, event_id, topic, key, kind, content_type, payload, headers, state,
+                   attempts_started, attempts_failed, token, last_error, next_run_at, created_at,
+                   started_at, finished_at, history
+            FROM %I
+            WHERE NOT coalesce(state = 'sent' AND finished_at < now() - $2, false))
         INSERT INTO outbox (slot, id, event_id, topic, key, kind, content_type, payload, headers, state,
                             attempts_started, attempts_failed, token, last_error, next_run_at, created_at,
                             started_at, finished_at, history)
         SELECT $1, id, event_id, topic, key, kind, content_type, payload, headers, state,
                attempts_started, attempts_failed, token, last_error, next_run_at, created_at,
                started_at, finished_at, history
-        FROM %I
-        WHERE NOT coalesce(state = 'sent' AND finished_at < now() - $2, false)$q$, 'outbox_s' || retired)
+        FROM survivors$q$, 'outbox_s' || retired)
         USING (g % 3)::smallint, keep;
     GET DIAGNOSTICS n = ROW_COUNT;
     EXECUTE format('TRUNCATE %I', 'outbox_s' || retired);
