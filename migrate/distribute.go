@@ -13,38 +13,29 @@ import (
 // ErrNoCitus is returned by [Distribute] when the database has no citus extension.
 var ErrNoCitus = errors.New("txinbox: the citus extension is not installed in this database")
 
-// DistributedTables are the tables [Distribute] distributes, in this order.
-//
-// The inbox's tables, from "inbox" to "inbox_batch", are distributed by consumer, colocated with
-// the first: every table that holds messages or per-consumer records (inbox's partitions follow
-// inbox), and inbox_rollup_batch (migration 00010), which a batch's finish writes on its consumer's
-// shard, and inbox_paused (migration 00014: the paused consumers), which every claim of a consumer
-// reads, so that the claim stays on its consumer's shard (as a table of the coordinator it would make
-// every claim a query across nodes; as a reference table every pause a write on every node).
-//
-// The outbox's tables, from "outbox" on, have no consumer column: a relay claims across topics and
-// keys in one statement with FOR UPDATE SKIP LOCKED, which Citus runs only on one shard. They are
-// single-shard distributed tables (no distribution column, Citus 12 or later), colocated with
-// "outbox": all four (outbox_paused, migration 00014, is read by the relay's claim) on one worker, where every relay statement runs whole, as on one server
-// (outbox's partitions follow outbox). The coordinator keeps no outbox row; a transaction that
-// publishes and writes tables of the coordinator commits on both nodes (two-phase commit).
+// DistributedTables are the tables [Distribute] distributes by consumer, colocated with the first:
+// every table that holds messages or per-consumer records (inbox's partitions follow inbox),
+// inbox_rollup_batch (migration 00010), which a batch's finish writes on its consumer's shard, and
+// inbox_paused (migration 00014: the paused consumers), which every claim of a consumer reads, so
+// that the claim stays on its consumer's shard (as a table of the coordinator it would make every
+// claim a query across nodes; as a reference table every pause a write on every node).
 //
 // The others stay tables of the coordinator: the version table, the idempotency keys of package
 // idempotency, inbox_ring (migration 00006: the current generation, one row, read by its own
 // statements only; as a reference table its row locks took distributed locks that deadlocked under
-// concurrent registrations), and the maintainer's inbox_leader and inbox_maintenance and the pools'
-// inbox_pools (migration 00010: read and written by statements of their own).
-var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup", "inbox_gen", "inbox_rollup_batch", "inbox_batch",
-	"inbox_paused", "outbox", "outbox_queue", "outbox_ring", "outbox_paused"}
-
-// firstOutboxTable is the first of the outbox's tables in DistributedTables, distributed without a
-// distribution column; those after it are colocated with it.
-const firstOutboxTable = "outbox"
+// concurrent registrations), the maintainer's inbox_leader and inbox_maintenance and the pools'
+// inbox_pools (migration 00010: read and written by statements of their own), and the outbox's
+// tables, outbox_paused included. The outbox has no consumer column, and a relay claims across
+// topics and keys in one statement with FOR UPDATE SKIP LOCKED, which Citus runs only on one shard.
+// As single-shard distributed tables (Citus 13.2) the outbox's tables failed the outbox's own
+// tests: a claim took the next event of a key whose previous event's record had not committed, and
+// a rotation's lock waited for every publishing transaction. On the coordinator they pass them all
+// (the Citus acceptance run, SCALING.md).
+var DistributedTables = []string{"inbox", "inbox_queue", "inbox_dead", "inbox_rollup", "inbox_gen", "inbox_rollup_batch", "inbox_batch", "inbox_paused"}
 
 // Distribute makes the txinbox tables of store's schema (DistributedTables) distributed tables of a
-// Citus cluster: the inbox's by the column consumer and colocated, so that every statement txinbox
-// runs on them goes to the one shard holding its consumer, and the outbox's as single-shard tables
-// colocated on one node (SCALING.md). Run it after [Up] (again after an Up that added a table to the
+// Citus cluster, by the column consumer and colocated, so that every statement txinbox runs on them
+// goes to the one shard holding its consumer (SCALING.md). Run it after [Up] (again after an Up that added a table to the
 // list), connected to the coordinator; rows already stored are moved to the shards. Tables already
 // distributed are left alone, so it is safe to call at every start. It runs in one transaction on
 // store.DB, which must not be inside a transaction of the caller.
@@ -73,11 +64,7 @@ func Distribute(ctx context.Context, store txinbox.Store) error {
 			return fmt.Errorf("txinbox: distribute: %w", err)
 		}
 		first := pgx.Identifier{store.Schema, DistributedTables[0]}.Sanitize()
-		column := "consumer"
 		for _, table := range DistributedTables {
-			if table == firstOutboxTable {
-				first, column = pgx.Identifier{store.Schema, table}.Sanitize(), ""
-			}
 			name := pgx.Identifier{store.Schema, table}.Sanitize()
 			var exists, done bool
 			if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
@@ -88,14 +75,10 @@ func Distribute(ctx context.Context, store txinbox.Store) error {
 				continue // not there at the schema's version (a later migration creates it), or done
 			}
 			colocate := first
-			switch table {
-			case DistributedTables[0]:
+			if table == DistributedTables[0] {
 				colocate = "default"
-			case firstOutboxTable:
-				colocate = "none" // a colocation group of its own, on one node
 			}
-			// An empty column is NULL: a single-shard table.
-			if _, err := tx.Exec(ctx, "SELECT create_distributed_table($1::regclass, NULLIF($2, ''), colocate_with => $3)", name, column, colocate); err != nil {
+			if _, err := tx.Exec(ctx, "SELECT create_distributed_table($1::regclass, 'consumer', colocate_with => $2)", name, colocate); err != nil {
 				return fmt.Errorf("txinbox: distribute %s: %w", name, err)
 			}
 		}

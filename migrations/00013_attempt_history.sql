@@ -102,8 +102,7 @@ BEGIN
     END IF;
     g := g + 1;
     UPDATE outbox_ring SET gen = g, rotated_at = now();
-    -- The survivors are read in a CTE of their own (MATERIALIZED): Citus deparses an INSERT ... SELECT
-    -- between single-shard tables (migrate.Distribute) with a broken filter, one from a CTE right.
+    -- The survivors are read in a CTE of their own (MATERIALIZED), then copied.
     EXECUTE format($q$
         WITH survivors AS MATERIALIZED (
             SELECT id, event_id, topic, key, kind, content_type, payload, headers, state,

@@ -22,8 +22,7 @@ WITH input AS (
          WITH ORDINALITY AS s(event_id, topic, key, kind, content_type, payload, headers, not_before, ord)
 ), numbered AS (
     -- Ids are drawn in batch order: the volatile nextval is evaluated after the sort. The slot is
-    -- read once (an InitPlan), here rather than in a join of the INSERT's SELECT: Citus deparses
-    -- such a join with a single-shard outbox wrongly (migrate.Distribute).
+    -- read once (an InitPlan).
     SELECT i.*, nextval('/* TEMPLATE: schema */outbox_id_seq') AS id,
            (SELECT (r.gen % 3)::smallint FROM /* TEMPLATE: schema */outbox_ring r) AS slot
     FROM input i
@@ -128,8 +127,7 @@ WITH candidates AS (
       AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
     RETURNING q.id, q.token, q.attempts_started, c.claimed AS taken_over, c.old_owner, c.old_started_at, c.old_attempts
 ), entries AS MATERIALIZED (
-    -- Each entry is built here, not in the UPDATE: Citus refuses a STABLE function
-    -- (jsonb_build_object) with column references in a modification.
+    -- Each entry is built here, not in the UPDATE, as in ChargeBatch.
     SELECT c.id, jsonb_build_array(jsonb_build_object(
             'n', c.old_attempts, 'at', c.old_started_at, 'ms', 0, 'reason', 'taken_over',
             'error', 'its lease ended before an outcome was recorded: the relay died, hung or lost its connection',
@@ -171,8 +169,7 @@ ORDER BY 1;
 -- transaction, before OutboxClaimLock, or on its own: then it may be the second record of a batch
 -- (the claim that carried the first committed, but its answer was lost), and "still claimed" is what
 -- keeps it from counting a failed attempt twice and pushing its retry back again.
--- Times are computed in c, never inside a CASE: Citus refuses a non-immutable function in a CASE of
--- a modification (migrate.Distribute).
+-- Times are computed in c, never inside a CASE (as in FinishBatch).
 -- History (migration 00013): a failed attempt (retry or dead) appends {n, at, ms, reason, error, owner}
 -- to the event's history (the claim's start, @elapsed_ms, @reasons, @errors, @owner), which keeps its
 -- last 10 entries; a sent event's is left as it was.

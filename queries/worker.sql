@@ -224,7 +224,7 @@ WITH unrecorded AS (
     RETURNING q.id, q.attempts_started
 ), entries AS MATERIALIZED (
     -- Each entry is built here, not in the UPDATE: Citus refuses a STABLE function
-    -- (jsonb_build_object) with column references in a modification.
+    -- (jsonb_build_object) with column references in a modification of a distributed table.
     SELECT h.id, jsonb_build_array(jsonb_build_object(
             'n', h.attempts_started, 'at', @started_at::timestamptz, 'ms', 0, 'reason', 'error',
             'error', @held_error::text, 'owner', @owner::text)) AS entry

@@ -39,7 +39,8 @@ const EnvURL = "TXINBOX_CITUS_URL"
 
 // acceptance selects the tests run on Citus: every test of the packages that receive, run, keep and
 // administer messages (deduplication, exactly once under kills, fencing, ordering, dead letters and
-// replay, batch handlers, retention, admin actions), each package's own tests unchanged, with
+// replay, batch handlers, retention, admin actions) and of the outbox and its relay (whose tables stay
+// on the coordinator: migrate.DistributedTables), each package's own tests unchanged, with
 // testdb.EnvDistribute set so that every test schema is distributed by consumer. Left out, because
 // they observe one server's internals rather than txinbox's guarantees: the late-commit tests (they
 // wait to see a receive blocked in the coordinator's lock table; on Citus it blocks on a worker), the
@@ -47,7 +48,7 @@ const EnvURL = "TXINBOX_CITUS_URL"
 // count no shard row, and hold snapshots in databases of their own, which have no citus extension),
 // the cleaner test that watches its deletes through statement triggers on inbox (Citus has no
 // statement triggers on a distributed table), and the tests of statements' plans under forced generic plans (inbox's
-// GenericPlan tests, worker's GenericPlansAreLinear, retention's ReceivePlanProbesKeysAfterRotation:
+// GenericPlan tests, worker's and outbox's GenericPlansAreLinear, retention's ReceivePlanProbesKeysAfterRotation:
 // the coordinator refuses to make a distributed plan then, "could not create distributed plan"; each
 // shard's statement is planned on its worker). SCALING.md lists them as not tested.
 var acceptance = []struct{ pkg, run, skip string }{
@@ -55,6 +56,7 @@ var acceptance = []struct{ pkg, run, skip string }{
 	{"./worker", ".", "Vacuum|Analyzes|HOT|Health|Horizon|GenericPlans"},
 	{"./admin", ".", "Health"},
 	{"./retention", ".", "CleanBatchesInterleaveWithWork|ReceivePlanProbesKeysAfterRotation"},
+	{"./outbox", ".", "GenericPlans"},
 }
 
 // reportMargin is what a package's go test is given less than the time left: its -timeout counts

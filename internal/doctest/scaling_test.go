@@ -27,17 +27,12 @@ func distributeSQL() string {
 	var b strings.Builder
 	b.WriteString("SET citus.enable_unsafe_triggers = on;  -- the dead-letter triggers of inbox (migration 00003)\n")
 	first := "myschema." + migrate.DistributedTables[0]
-	column := "'consumer'"
 	for i, table := range migrate.DistributedTables {
-		switch {
-		case i == 0:
+		if i == 0 {
 			fmt.Fprintf(&b, "SELECT create_distributed_table('%s', 'consumer');\n", first)
-		case table == "outbox": // the outbox's tables: single-shard, colocated with outbox
-			first, column = "myschema.outbox", "NULL"
-			fmt.Fprintf(&b, "SELECT create_distributed_table('%s', NULL, colocate_with => 'none');\n", first)
-		default:
-			fmt.Fprintf(&b, "SELECT create_distributed_table('myschema.%s', %s, colocate_with => '%s');\n", table, column, first)
+			continue
 		}
+		fmt.Fprintf(&b, "SELECT create_distributed_table('myschema.%s', 'consumer', colocate_with => '%s');\n", table, first)
 	}
 	return b.String()
 }
