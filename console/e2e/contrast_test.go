@@ -125,6 +125,8 @@ var pageMarks = map[string]string{
 	"outbox_dead":  "#outbox-filters",
 	"outbox_event": "#outbox-event-search",
 	"pause":        "#pause-text",
+	// The queued work of a consumer or a topic.
+	"inflight": "table#inflight",
 }
 
 // Every button and link of every page of the console (seeded so that every action is offered: dead
@@ -201,6 +203,8 @@ func TestButtonsAndLinksContrast(t *testing.T) {
 		"/outbox/event",
 		fmt.Sprintf("/outbox/dead/confirm?op=discard&scope=selected&id=%d", deadEvents[0]),
 		"/outbox/dead/confirm?op=replay&scope=filter",
+		"/inflight?consumer=retired",
+		"/outbox/inflight",
 		"/pause/confirm?op=pause&view=inbox&name=billing",
 		"/pause/confirm?op=resume&view=inbox&name=retired",
 		"/pause/confirm?op=pause&view=outbox&name=orders",
