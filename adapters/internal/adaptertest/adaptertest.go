@@ -25,8 +25,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/txinboxtest"
 	"github.com/txinbox/txinbox/internal/limits"
+	"github.com/txinbox/txinbox/txinboxtest"
 	"github.com/txinbox/txinbox/worker"
 )
 
