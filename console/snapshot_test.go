@@ -35,7 +35,7 @@ func TestEveryBulkRouteRequiresItsConfirmedSnapshot(t *testing.T) {
 				if form.Has("count") || form.Has("scope") || form.Has("id") {
 					t.Fatalf("%s is listed in singleRoutes but its form acts on a set: %v", pattern, form)
 				}
-				t.Skip("changes one named thing (singleRoutes): no snapshot")
+				return // changes one named thing: no snapshot to check (and no skip: a skipped test judges no mutant)
 			}
 			snapshot := form.Get("snapshot")
 			if snapshot == "" || len(form["snapshot"]) != 1 {

@@ -216,7 +216,7 @@ func TestOutboxUsage(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		{[]string{"outbox"}, "needs a sub-command: stats, dead"},
+		{[]string{"outbox"}, "needs a sub-command: stats, inflight, dead"},
 		{[]string{"outbox", "dead"}, "needs a sub-command: list, show, replay, discard"},
 		{[]string{"outbox", "dead", "purge"}, `unknown sub-command "outbox dead purge"`},
 		{[]string{"outbox", "sideways"}, `unknown sub-command "outbox sideways"`},
