@@ -238,7 +238,7 @@ func TestStatsHealth(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if len(h.Consumers) != 2 || h.Consumers[1].Consumer != "ledger" || h.Consumers[1].Dead != 2 || len(h.Tables) != 5 ||
+	if len(h.Consumers) != 2 || h.Consumers[1].Consumer != "ledger" || h.Consumers[1].Dead != 2 || len(h.Tables) != 7 ||
 		h.Horizon.Holder.ApplicationName != snap.ApplicationName || h.Horizon.Holder.State != "idle in transaction" {
 		t.Fatalf("stats --json --health: %+v", h)
 	}
