@@ -648,7 +648,7 @@ func (m *Middleware) run(next http.Handler, w http.ResponseWriter, r *http.Reque
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
 	defer cancel()
 	n, err := schemasql.Queries.IdemComplete(sctx, m.st.Wrap(tx), sqlc.IdemCompleteParams{
-		Status: pgtype.Int4{Int32: int32(rec.status), Valid: true}, Headers: headers, Body: rec.body,
+		Status: pgtype.Int4{Int32: int32(rec.status), Valid: true}, Headers: string(headers), Body: rec.body,
 		ID: c.id, Token: c.token,
 	})
 	if err == nil && n != 1 {
