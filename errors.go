@@ -16,6 +16,18 @@ var ErrInvalidArgument = errors.New("txinbox: invalid argument")
 // it and answers ProblemNotMigrated): run migrate.Up (or "txinbox migrate up") on that schema first.
 var ErrNotMigrated = errors.New("txinbox: the schema has no txinbox tables (run migrate.Up, or the command \"txinbox migrate up\", on it first)")
 
+// ErrPooler is matched (errors.Is) by the error of a component that found a connection pooler
+// (PgBouncer) between it and PostgreSQL that it cannot work through; the message says what to set or
+// where to connect. Through a pooler in transaction mode that does not keep named prepared
+// statements per client (PgBouncer before 1.21, or with max_prepared_statements = 0), when the
+// pgxpool runs statements in pgx's default query exec mode: worker.Pool.Start and outbox.Relay.Start
+// refuse to start, and a statement that fails on another client's named prepared statement (SQLSTATE
+// 42P05 or 26000), such as an inbox receive's or the idempotency middleware's, returns it; the fix is
+// default_query_exec_mode=exec. Package migrate returns it for a pooler in transaction mode, or one
+// that refuses or drops the search_path startup parameter: migrations need a session of their own.
+// A pooler in session mode, or one that keeps named prepared statements per client, is not reported.
+var ErrPooler = errors.New("txinbox: a connection pooler is in the way")
+
 // ErrTxManaged is returned by Commit and Rollback of a transaction txinbox hands to user code and
 // ends itself: a worker handler's transaction and the idempotency middleware's request transaction.
 var ErrTxManaged = errors.New("txinbox: the transaction is committed or rolled back by txinbox")

@@ -422,7 +422,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		if r.Context().Err() != nil {
 			return // the client has gone: nothing was claimed, and nobody reads an answer
 		}
-		if err := schemasql.Err(err); errors.Is(err, txinbox.ErrNotMigrated) {
+		if err = schemasql.Err(err); errors.Is(err, txinbox.ErrNotMigrated) {
 			// Not a store that cannot be reached: one set up wrong, which no retry mends. FailOpen
 			// does not apply: it would run every request unprotected until someone noticed.
 			m.log.Error("idempotency: the schema has no idempotency_keys table: answered ProblemNotMigrated (FailOpen does not apply)",
@@ -648,7 +648,7 @@ func (m *Middleware) run(next http.Handler, w http.ResponseWriter, r *http.Reque
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
 	defer cancel()
 	n, err := schemasql.Queries.IdemComplete(sctx, m.st.Wrap(tx), sqlc.IdemCompleteParams{
-		Status: pgtype.Int4{Int32: int32(rec.status), Valid: true}, Headers: headers, Body: rec.body,
+		Status: pgtype.Int4{Int32: int32(rec.status), Valid: true}, Headers: string(headers), Body: rec.body,
 		ID: c.id, Token: c.token,
 	})
 	if err == nil && n != 1 {

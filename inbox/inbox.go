@@ -237,7 +237,7 @@ func (c *Client) ReceiveUndecodableTx(ctx context.Context, tx pgx.Tx, u Undecoda
 	err := c.inGeneration(ctx, tx, u.Consumer, func() (bool, error) {
 		var err error
 		row, err = schemasql.Queries.InsertDead(ctx, c.st.Wrap(tx), sqlc.InsertDeadParams{
-			Consumer: u.Consumer, Key: u.Key, Kind: u.Kind, Raw: u.Raw, Headers: headersJSON(u.Headers),
+			Consumer: u.Consumer, Key: u.Key, Kind: u.Kind, Raw: u.Raw, Headers: string(headersJSON(u.Headers)),
 			LastError: pgtype.Text{String: strings.ReplaceAll(reason, "\x00", ""), Valid: true},
 		})
 		return row.Retry, err

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/pooler"
 	"github.com/txinbox/txinbox/migrations"
 )
 
@@ -32,8 +34,16 @@ const VersionTable = "txinbox_db_version"
 // Migrator applies txinbox's embedded goose migrations to one schema. Two processes migrating the
 // same schema at once are safe: goose's Postgres session locker (an advisory lock derived from the
 // schema name) serialises them.
+//
+// Its connections need a session of their own, for that lock and for the search_path it sets when
+// they start: a direct connection to PostgreSQL, or a pooler in session mode that passes search_path
+// on. Up, UpTo, Down and DownTo check it first, and return an error matching [txinbox.ErrPooler],
+// having written nothing, when they find a pooler in transaction mode (PgBouncer's pool_mode =
+// transaction), or one that refuses or drops the search_path startup parameter (PgBouncer 1.18 in
+// any mode; dropped with ignore_startup_parameters, it would migrate the role's default schema).
 type Migrator struct {
 	db       *sql.DB
+	cc       *pgx.ConnConfig // the connections' configuration, search_path set
 	provider *goose.Provider
 	schema   string
 }
@@ -88,7 +98,42 @@ func New(ctx context.Context, connConfig *pgx.ConnConfig, store txinbox.Store, l
 		db.Close()
 		return nil, err
 	}
-	return &Migrator{db: db, provider: p, schema: schema}, nil
+	return &Migrator{db: db, cc: cfg, provider: p, schema: schema}, nil
+}
+
+// checkSession returns an error matching txinbox.ErrPooler when the migrator's connections have no
+// session of their own (see [Migrator]). It opens two connections of its own, and one only when no
+// pooler is found.
+func (m *Migrator) checkSession(ctx context.Context) error {
+	const direct = "run migrations on a direct connection to PostgreSQL"
+	a, err := pgx.ConnectConfig(ctx, m.cc)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Message, "unsupported startup parameter") {
+			return fmt.Errorf("%w: it refuses the search_path that migrate sets when a connection starts: %s: %w", txinbox.ErrPooler, direct, err)
+		}
+		return fmt.Errorf("txinbox: migrate: connect: %w", err)
+	}
+	defer func() { _ = a.Close(context.WithoutCancel(ctx)) }()
+	f, err := pooler.Probe(ctx, a, func(ctx context.Context) (*pgx.Conn, func()) {
+		b, err := pgx.ConnectConfig(ctx, m.cc)
+		if err != nil {
+			return nil, nil
+		}
+		return b, func() { _ = b.Close(context.WithoutCancel(ctx)) }
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("txinbox: migrate: probing for a connection pooler: %w", err)
+	case f.Shared:
+		return fmt.Errorf("%w: it shares server sessions between clients, one transaction at a time (transaction mode), "+
+			"and migrations need a session of their own (a session advisory lock serialises them, search_path is set when it starts): %s",
+			txinbox.ErrPooler, direct)
+	case f.Pooler && f.SearchPath != m.cc.RuntimeParams["search_path"]:
+		return fmt.Errorf("%w: it dropped the search_path that migrate sets when a connection starts (search_path is %s, not %s; "+
+			"PgBouncer's ignore_startup_parameters): %s", txinbox.ErrPooler, f.SearchPath, m.cc.RuntimeParams["search_path"], direct)
+	}
+	return nil
 }
 
 func createSchema(ctx context.Context, db *sql.DB, schema string) error {
@@ -109,6 +154,9 @@ func (m *Migrator) Close() error { return m.db.Close() }
 // Up creates the schema if it is missing and applies every pending migration. It returns the
 // migrations applied, none when the schema was up to date.
 func (m *Migrator) Up(ctx context.Context) ([]MigrationResult, error) {
+	if err := m.checkSession(ctx); err != nil {
+		return nil, err
+	}
 	if err := createSchema(ctx, m.db, m.schema); err != nil {
 		return nil, err
 	}
@@ -119,6 +167,9 @@ func (m *Migrator) Up(ctx context.Context) ([]MigrationResult, error) {
 // UpTo creates the schema if it is missing and applies the pending migrations up to version
 // (included). It returns the migrations applied, none when the schema was already at or past version.
 func (m *Migrator) UpTo(ctx context.Context, version int64) ([]MigrationResult, error) {
+	if err := m.checkSession(ctx); err != nil {
+		return nil, err
+	}
 	if err := createSchema(ctx, m.db, m.schema); err != nil {
 		return nil, err
 	}
@@ -130,6 +181,9 @@ func (m *Migrator) UpTo(ctx context.Context, version int64) ([]MigrationResult, 
 // schema or its VersionTable does not exist, or every migration is already rolled back) it returns
 // no result and a nil error, and writes nothing.
 func (m *Migrator) Down(ctx context.Context) ([]MigrationResult, error) {
+	if err := m.checkSession(ctx); err != nil {
+		return nil, err
+	}
 	if migrated, err := m.versionTableExists(ctx); err != nil || !migrated {
 		return nil, err
 	}
@@ -146,6 +200,9 @@ func (m *Migrator) Down(ctx context.Context) ([]MigrationResult, error) {
 // DownTo rolls back migrations down to version (0: all of them) and returns those rolled back. Like
 // Down, it writes nothing when no migration is applied.
 func (m *Migrator) DownTo(ctx context.Context, version int64) ([]MigrationResult, error) {
+	if err := m.checkSession(ctx); err != nil {
+		return nil, err
+	}
 	if migrated, err := m.versionTableExists(ctx); err != nil || !migrated {
 		return nil, err
 	}
@@ -214,7 +271,8 @@ func results(rs []*goose.MigrationResult, up bool) []MigrationResult {
 }
 
 // Up creates store.Schema if needed and applies every pending migration to it. It is safe to call
-// from every process at start-up. It connects with the configuration of store.DB, which must be a
+// from every process at start-up. Its connections must not go through a pooler in transaction mode:
+// it returns an error matching [txinbox.ErrPooler] then (see [Migrator]). It connects with the configuration of store.DB, which must be a
 // *pgxpool.Pool or a *pgx.Conn (on its own connections: never inside a transaction of the caller);
 // for any other DB it returns a *[txinbox.ConfigError]: use [New] with a *pgx.ConnConfig then.
 func Up(ctx context.Context, store txinbox.Store) error {

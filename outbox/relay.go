@@ -24,6 +24,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/limits"
+	"github.com/txinbox/txinbox/internal/pooler"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/typednil"
@@ -229,7 +230,8 @@ func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 }
 
 // Start checks that the schema has the outbox tables (an error matching txinbox.ErrNotMigrated if
-// not; if the database cannot be asked, it logs a warning and starts anyway, since claims retry),
+// not; if the database cannot be asked, it logs a warning and starts anyway, since claims retry) and
+// that no pooler in transaction mode is in the way, as worker.Pool.Start does (txinbox.ErrPooler),
 // starts Concurrency runners and the listener, and returns. ctx bounds the relay's life: when it
 // ends, the relay stops as with Stop on an expired ctx. Pass a ctx that outlives a SIGTERM, and call
 // Stop with a deadline, to let the batches in flight finish.
@@ -239,7 +241,11 @@ func (r *Relay) Start(ctx context.Context) error {
 	if r.eng.Started() {
 		return errors.New("txinbox: relay already started")
 	}
-	if err := r.checkSchema(ctx); errors.Is(err, txinbox.ErrNotMigrated) {
+	err := pooler.CheckPool(ctx, r.db)
+	if !errors.Is(err, txinbox.ErrPooler) { // a check that could not finish proves nothing
+		err = r.checkSchema(ctx)
+	}
+	if errors.Is(err, txinbox.ErrNotMigrated) || errors.Is(err, txinbox.ErrPooler) {
 		return err
 	} else if err != nil {
 		r.log.Warn("txinbox: could not check the outbox tables; starting anyway", "schema", r.store.Schema, "err", err)

@@ -51,7 +51,7 @@ FOR UPDATE;
 -- Stores the response of a claimed key, in the handler transaction (so it commits with the business
 -- writes or not at all).
 UPDATE /* TEMPLATE: schema */idempotency_keys
-SET state = 'completed', status = @status, headers = @headers::jsonb, body = @body, completed_at = now()
+SET state = 'completed', status = @status, headers = (@headers::text)::jsonb, body = @body, completed_at = now()
 WHERE id = @id AND token = @token AND state = 'in_flight';
 
 -- name: IdemRelease :execrows

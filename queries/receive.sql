@@ -204,7 +204,7 @@ WITH gl AS (
 ), inserted AS (
     INSERT INTO /* TEMPLATE: schema */inbox
         (slot, consumer, key, kind, payload, raw, headers, fingerprint, state, last_error, completed_at)
-    SELECT cur.slot, @consumer, @key, @kind, 'null'::jsonb, @raw, @headers::jsonb, sha256(@raw), 'dead', @last_error, now()
+    SELECT cur.slot, @consumer, @key, @kind, 'null'::jsonb, @raw, (@headers::text)::jsonb, sha256(@raw), 'dead', @last_error, now()
     FROM cur LEFT JOIN live ON true
     WHERE live.id IS NULL
     ON CONFLICT (consumer, key, slot) DO NOTHING

@@ -20,6 +20,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/limits"
+	"github.com/txinbox/txinbox/internal/pooler"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/typednil"
@@ -274,7 +275,11 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 }
 
 // Start checks that the schema has txinbox's tables (an error matching txinbox.ErrNotMigrated if not;
-// if the database cannot be asked, it logs a warning and starts anyway, since claims retry), then
+// if the database cannot be asked, it logs a warning and starts anyway, since claims retry) and,
+// when the Store's DB is a *pgxpool.Pool in pgx's default query exec mode, that no pooler in
+// transaction mode is found in between that would lose its named prepared statements (an error
+// matching txinbox.ErrPooler, which names default_query_exec_mode=exec; docs/operations.md,
+// "PgBouncer"), then
 // starts Concurrency batch runners, one rescuer (which charges the batches that never finished
 // and takes their messages over in groups: see the package documentation, "Crash recovery"), the
 // pool's heartbeat (package documentation, "Maintenance"), and returns. Each runner holds one connection while it
@@ -303,7 +308,11 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.eng.Started() {
 		return errors.New("txinbox: pool already started")
 	}
-	if err := p.checkSchema(ctx); errors.Is(err, txinbox.ErrNotMigrated) {
+	err := pooler.CheckPool(ctx, p.db)
+	if !errors.Is(err, txinbox.ErrPooler) { // a check that could not finish proves nothing
+		err = p.checkSchema(ctx)
+	}
+	if errors.Is(err, txinbox.ErrNotMigrated) || errors.Is(err, txinbox.ErrPooler) {
 		return err
 	} else if err != nil {
 		// The database did not answer (yet): the pool starts, and its claims retry with backoff.

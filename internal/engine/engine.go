@@ -43,7 +43,9 @@ type Config struct {
 type Listen struct {
 	// Channel is the channel to LISTEN on.
 	Channel string
-	// Connect opens the listening connection; nil: no listening (Start logs that it polls only).
+	// Connect opens a connection of the engine's own: the listening one, and, for the check after
+	// LISTEN, one that sends the check's notification; nil: no listening (Start logs that it polls
+	// only).
 	Connect func(ctx context.Context) (*pgx.Conn, error)
 	// Wakes reports whether a notification's payload is one for this engine; nil: every one is.
 	Wakes func(payload string) bool

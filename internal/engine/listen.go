@@ -100,11 +100,14 @@ func (e *Engine) listenOnce(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	// The check: our own notification must come back.
+	// The check: our own notification, sent from another connection, must come back. Not from this
+	// one: a pooler in transaction mode (PgBouncer) hands a session's own notification back to the
+	// client whose transaction sent it, but none sent by another session while the listening
+	// session sits in the pool.
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	probe := ProbePrefix + hex.EncodeToString(b)
-	if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", channel, probe); err != nil {
+	if err := e.notifyProbe(ctx, probe); err != nil {
 		return fmt.Errorf("notify: %w", err)
 	}
 	deadline := time.Now().Add(listenProbeTimeout)
@@ -147,6 +150,20 @@ func (e *Engine) listenOnce(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// notifyProbe sends the check's notification on a connection of its own (in pgx's exec mode: no
+// named prepared statement, which a pooler in transaction mode would not keep).
+func (e *Engine) notifyProbe(ctx context.Context, probe string) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := e.cfg.Listen.Connect(cctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close(context.WithoutCancel(cctx)) }()
+	_, err = c.Exec(cctx, "SELECT pg_notify($1, $2)", pgx.QueryExecModeExec, e.cfg.Listen.Channel, probe)
+	return err
 }
 
 // notified handles a notification: wake the engine if it is one for it.

@@ -24,6 +24,7 @@ import (
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/engine"
+	"github.com/txinbox/txinbox/internal/testkit/pgbouncer"
 	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
 	"github.com/txinbox/txinbox/worker"
@@ -103,6 +104,62 @@ func TestPoolerDroppingNotificationsFallsBackToPolling(t *testing.T) {
 			})
 			done := work()
 			waitFor(t, "the work found by polling", 30*time.Second, done)
+		})
+	}
+}
+
+// Behind a real PgBouncer in transaction mode (pgx in exec mode, as it needs there), which hands a
+// listening session back the notifications of its own transactions but none that another session
+// sends while it sits in the pool, every engine user notices that its check notification, sent from
+// another connection, never comes back, says so, and finds its work by polling.
+func TestPgBouncerTransactionModeFallsBackToPolling(t *testing.T) {
+	t.Parallel()
+	for name, u := range users {
+		t.Run(strings.TrimPrefix(name, "github.com/txinbox/txinbox/"), func(t *testing.T) {
+			t.Parallel()
+			db := testdb.New(t)
+			pool, err := pgxpool.New(context.Background(), pgbouncer.Start(t, db.URL, pgbouncer.Config{})+"&default_query_exec_mode=exec")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			store := db.Store()
+			store.DB = pool
+			logs := &logLines{}
+			work := u.start(t, db, store, slog.New(slog.NewTextHandler(logs, nil)), 200*time.Millisecond)
+			waitFor(t, "the warning that LISTEN does not work", 60*time.Second, func() bool {
+				return logs.has("LISTEN does not work on this connection; polling")
+			})
+			done := work()
+			waitFor(t, "the work found by polling", 30*time.Second, done)
+		})
+	}
+}
+
+// Behind a real PgBouncer in session mode, each listening connection keeps its server session, and
+// every engine user is woken by the notification of work done elsewhere: it polls only once an hour,
+// and its fast polling after listening began has ended.
+func TestPgBouncerSessionModeWakesByNotification(t *testing.T) {
+	t.Parallel()
+	for name, u := range users {
+		t.Run(strings.TrimPrefix(name, "github.com/txinbox/txinbox/"), func(t *testing.T) {
+			t.Parallel()
+			db := testdb.New(t)
+			pool, err := pgxpool.New(context.Background(), pgbouncer.Start(t, db.URL, pgbouncer.Config{Mode: "session"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			store := db.Store()
+			store.DB = pool
+			logs := &logLines{}
+			work := u.start(t, db, store, slog.New(slog.NewTextHandler(logs, nil)), time.Hour)
+			time.Sleep(3 * time.Second) // listening, and no longer hot
+			done := work()
+			waitFor(t, "the work woken by its notification", 10*time.Second, done)
+			if logs.has("LISTEN does not work") {
+				t.Fatal("LISTEN found not to work in session mode")
+			}
 		})
 	}
 }

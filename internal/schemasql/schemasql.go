@@ -72,14 +72,30 @@ func (w wrapped) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 }
 
 // Err wraps an error of a statement as txinbox's packages return it: an undefined table (42P01)
-// matches txinbox.ErrNotMigrated, and every error is prefixed with "txinbox: ".
+// matches txinbox.ErrNotMigrated; a named prepared statement that already exists (42P05) or does not
+// (26000), which txinbox's statements meet only when pgx's statement cache runs through a pooler in
+// transaction mode, matches txinbox.ErrPooler and says what to set; every error is prefixed with
+// "txinbox: ".
 func Err(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-		return fmt.Errorf("%w: %w", txinbox.ErrNotMigrated, err)
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "42P01":
+			return fmt.Errorf("%w: %w", txinbox.ErrNotMigrated, err)
+		case "42P05", "26000":
+			return fmt.Errorf("%w: %w", ErrPoolerStatements, err)
+		}
 	}
 	return fmt.Errorf("txinbox: %w", err)
 }
+
+// ErrPoolerStatements is the error of statements whose named prepared statements a pooler in
+// transaction mode does not keep: it matches txinbox.ErrPooler and says what to set.
+var ErrPoolerStatements = fmt.Errorf("%w: it does not keep pgx's named prepared statements per connection, "+
+	"which pgx's default query exec mode (cache_statement) needs: set default_query_exec_mode=exec in the connection string "+
+	"(or cache_describe, or simple_protocol; in Go: ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec), "+
+	"or use PgBouncer 1.21 or later with max_prepared_statements above 0",
+	txinbox.ErrPooler)
 
 // Consumers lists, in text order, the consumers that have messages stored in the inbox table of the
 // schema db is wrapped for (Wrap): one NextConsumer statement per consumer, each one descent of the

@@ -79,13 +79,13 @@ func (q *Queries) IdemCleanExpired(ctx context.Context, db DBTX, maxRows int32) 
 
 const idemComplete = `-- name: IdemComplete :execrows
 UPDATE /* TEMPLATE: schema */idempotency_keys
-SET state = 'completed', status = $1, headers = $2::jsonb, body = $3, completed_at = now()
+SET state = 'completed', status = $1, headers = ($2::text)::jsonb, body = $3, completed_at = now()
 WHERE id = $4 AND token = $5 AND state = 'in_flight'
 `
 
 type IdemCompleteParams struct {
 	Status  pgtype.Int4
-	Headers []byte
+	Headers string
 	Body    []byte
 	ID      int64
 	Token   int64

@@ -28,7 +28,7 @@ WITH gl AS (
 ), inserted AS (
     INSERT INTO /* TEMPLATE: schema */inbox
         (slot, consumer, key, kind, payload, raw, headers, fingerprint, state, last_error, completed_at)
-    SELECT cur.slot, $1, $2, $3, 'null'::jsonb, $4, $5::jsonb, sha256($4), 'dead', $6, now()
+    SELECT cur.slot, $1, $2, $3, 'null'::jsonb, $4, ($5::text)::jsonb, sha256($4), 'dead', $6, now()
     FROM cur LEFT JOIN live ON true
     WHERE live.id IS NULL
     ON CONFLICT (consumer, key, slot) DO NOTHING
@@ -42,7 +42,7 @@ type InsertDeadParams struct {
 	Key       string
 	Kind      string
 	Raw       []byte
-	Headers   []byte
+	Headers   string
 	LastError pgtype.Text
 }
 
