@@ -144,7 +144,7 @@ func waitProgress(t *testing.T, what string, cond func() bool, progress func() i
 // (inbox_batch) is processing, and a queued message's attempts started and token are those of its
 // queue row.
 const msgView = `(SELECT m.id, m.consumer, m.key, (CASE WHEN b.id IS NOT NULL THEN 'processing' ELSE m.state END) AS state,
-	coalesce(q.attempts_started, m.attempts_started) AS attempts_started, m.attempts_failed, m.last_error, m.history,
+	coalesce(q.attempts_started, m.attempts_started) AS attempts_started, m.attempts_failed, m.last_error,
 	coalesce(q.token, m.token) AS token, coalesce(b.owner, m.owner) AS owner
 	FROM {schema}.inbox m LEFT JOIN {schema}.inbox_queue q ON q.id = m.id AND q.consumer = m.consumer
 	LEFT JOIN LATERAL (SELECT b.id, b.owner FROM {schema}.inbox_batch b WHERE b.consumer = m.consumer AND m.id = ANY (b.ids) LIMIT 1) b ON true)`
@@ -155,14 +155,10 @@ func (e *env) inFlight(t testing.TB) int64 {
 	return e.Count(t, `SELECT coalesce(sum(cardinality(ids)), 0)::bigint FROM {schema}.inbox_batch`)
 }
 
-// state reads the message of key: its state, attempt counts and the error of its last failed
-// attempt (last_error while it is not completed; a completed message holds none, and the error is
-// its history's last entry's).
 func (e *env) state(t *testing.T, key string) (state string, started, failed int, lastErr string) {
 	t.Helper()
 	var le *string
-	err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT state, attempts_started, attempts_failed,
-			coalesce(last_error, m.history -> -1 ->> 'error')
+	err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT state, attempts_started, attempts_failed, last_error
 		FROM `+msgView+` m WHERE consumer = 'ledger' AND key = $1`), key).Scan(&state, &started, &failed, &le)
 	if err != nil {
 		t.Fatalf("state of %s: %v", key, err)
@@ -171,6 +167,21 @@ func (e *env) state(t *testing.T, key string) (state string, started, failed int
 		lastErr = *le
 	}
 	return
+}
+
+// lastFailure returns the error of the last failed attempt in the history of the message of key
+// ("" if none failed): a completed message holds no last_error.
+func (e *env) lastFailure(t *testing.T, key string) string {
+	t.Helper()
+	var le *string
+	if err := e.Pool.QueryRow(context.Background(), e.SQL(`SELECT history -> -1 ->> 'error'
+		FROM {schema}.inbox WHERE consumer = 'ledger' AND key = $1`), key).Scan(&le); err != nil {
+		t.Fatalf("history of %s: %v", key, err)
+	}
+	if le == nil {
+		return ""
+	}
+	return *le
 }
 
 func (e *env) count(t *testing.T, state string) int64 {

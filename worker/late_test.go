@@ -65,7 +65,8 @@ func TestLateReturnIsATimeout(t *testing.T) {
 			run(t, e.pool(t, hs, func(c *worker.Config) { c.Concurrency = 1 }))
 			waitFor(t, "late to complete", func() bool { s, _, _, _ := e.state(t, "late"); return s == "completed" })
 
-			state, started, failed, lastErr := e.state(t, "late")
+			state, started, failed, _ := e.state(t, "late")
+			lastErr := e.lastFailure(t, "late")
 			if state != "completed" || started != 2 || failed != 1 {
 				t.Fatalf("late: %s after %d attempts, %d failed; want completed by the second, the first charged", state, started, failed)
 			}
@@ -124,7 +125,8 @@ func TestLateBatchCallIsATimeout(t *testing.T) {
 	run(t, batchPool(t, e, nil, hs, func(c *worker.Config) { c.Concurrency = 1 }))
 	waitFor(t, "all to complete", func() bool { return e.count(t, "completed") == 4 })
 
-	state, started, failed, lastErr := e.state(t, "late")
+	state, started, failed, _ := e.state(t, "late")
+	lastErr := e.lastFailure(t, "late")
 	if state != "completed" || started != 2 || failed != 1 || !strings.Contains(lastErr, "timed out after 1s") {
 		t.Fatalf("late: %s after %d attempts, %d failed, last error %q; want completed by the second, the first charged a timeout", state, started, failed, lastErr)
 	}

@@ -125,7 +125,8 @@ func TestLogBatchRolledBack(t *testing.T) {
 	})
 	run(t, e.poolOn(t, e.storeLogging(logs), hs, worker.NoListen))
 	waitFor(t, "completion after the failure", func() bool { return e.count(t, "completed") == 1 })
-	if _, started, failed, lastErr := e.state(t, "killer"); started != 2 || failed != 1 || !strings.Contains(lastErr, "57P01") {
+	if _, started, failed, _ := e.state(t, "killer"); started != 2 || failed != 1 || !strings.Contains(e.lastFailure(t, "killer"), "57P01") {
+		lastErr := e.lastFailure(t, "killer")
 		t.Errorf("killer: started %d, failed %d, last_error %q; want the terminated attempt recorded", started, failed, lastErr)
 	}
 	rs := logs.find(t, "txinbox: batch rolled back")

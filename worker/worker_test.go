@@ -62,7 +62,8 @@ func TestTransientFailureThenSuccess(t *testing.T) {
 	})
 	run(t, e.pool(t, hs, nil))
 	waitFor(t, "completion", func() bool { return e.count(t, "completed") == 1 })
-	state, started, failed, lastErr := e.state(t, "flaky")
+	state, started, failed, _ := e.state(t, "flaky")
+	lastErr := e.lastFailure(t, "flaky")
 	if state != "completed" || started != 3 || failed != 2 || lastErr != "downstream unavailable" {
 		t.Fatalf("got state=%s started=%d failed=%d last_error=%q", state, started, failed, lastErr)
 	}
