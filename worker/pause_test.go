@@ -58,7 +58,7 @@ func TestPausedConsumerIsClaimedByNoPoolUntilResumed(t *testing.T) {
 	queue := func() string {
 		var s string
 		if err := e.Pool.QueryRow(ctx, e.SQL(`SELECT string_agg(format('%s:%s:%s:%s:%s', q.id, q.run_at, q.attempts_started, q.token, m.attempts_started), ',' ORDER BY q.id)
-			FROM {schema}.inbox_queue q JOIN {schema}.inbox m ON m.id = q.id
+			FROM {schema}.inbox_queue q JOIN {schema}.inbox m ON m.id = q.id AND m.consumer = q.consumer
 			WHERE q.consumer = 'ledger'`)).Scan(&s); err != nil {
 			t.Fatal(err)
 		}

@@ -656,7 +656,7 @@ WITH listed AS (
     SELECT b.consumer, u.id, b.owner, b.started_at
     FROM /* TEMPLATE: schema */inbox_batch b, unnest(b.ids) AS u(id)
     WHERE ($1::text = '' OR b.consumer = $1)
-), page AS (
+), page AS MATERIALIZED (
     SELECT q.id, q.consumer, q.run_at, q.attempts_started, l.owner, l.started_at,
            (CASE WHEN l.id IS NOT NULL THEN 'processing' WHEN q.token = 0 THEN 'pending' ELSE 'retrying' END)::text AS state
     FROM /* TEMPLATE: schema */inbox_queue q
@@ -673,12 +673,7 @@ SELECT p.id, p.consumer, m.key, m.kind, p.state, p.attempts_started, m.attempts_
        coalesce(p.owner, '')::text AS owner, p.started_at::timestamptz AS started_at,
        coalesce(m.last_error, '')::text AS last_error
 FROM page p
-CROSS JOIN LATERAL (
-    SELECT i.key, i.kind, i.attempts_failed, i.received_at, i.last_error
-    FROM /* TEMPLATE: schema */inbox i
-    WHERE i.id = p.id AND i.consumer = p.consumer
-    OFFSET 0
-) m
+JOIN /* TEMPLATE: schema */inbox m ON m.id = p.id AND m.consumer = p.consumer
 ORDER BY p.id DESC
 `
 
@@ -711,8 +706,9 @@ type ListInFlightRow struct {
 // fencing token is 0) or retrying (waiting, claimed before: failed, charged, handed back by a stopping
 // pool, or replayed). Filters: @consumer exact, @state one of the three, and id below @before_id when
 // it is not 0 (the cursor of the next page); an empty filter does not filter. Reads the queue (as large
-// as the backlog) by its primary key, then each listed message's inbox row by id (OFFSET 0 keeps that
-// lookup from being flattened into a join that could read the whole inbox table).
+// as the backlog) by its primary key, then each listed message's inbox row by id and consumer (the
+// page is materialized first: at most @max_rows probes; on Citus an intermediate result joined on
+// the distribution column).
 func (q *Queries) ListInFlight(ctx context.Context, db DBTX, arg ListInFlightParams) ([]ListInFlightRow, error) {
 	rows, err := db.Query(ctx, listInFlight,
 		arg.Consumer,
