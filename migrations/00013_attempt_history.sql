@@ -21,8 +21,13 @@
 --
 -- Adding a column without a default rewrites nothing. A renewed key (RenewExpired) starts with no
 -- history; a replayed dead letter keeps its own.
+--
+-- On Citus the ALTER TABLEs run on every shard; the functions' DDL may follow them in one transaction
+-- only if the shards were altered one connection at a time: SET LOCAL citus.multi_shard_modify_mode
+-- (a placeholder setting, without effect, on a server without Citus).
 
 -- +goose Up
+SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
 ALTER TABLE inbox ADD COLUMN history jsonb;
 ALTER TABLE outbox ADD COLUMN history jsonb;
 COMMENT ON COLUMN inbox.history IS 'the last 10 failed attempts, oldest first: [{n, at, ms, reason, error, owner}]; NULL: none';
@@ -126,6 +131,7 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
+SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION inbox_rotate(period interval)
 RETURNS TABLE (rotated boolean, generation bigint, copied bigint, busy boolean)
