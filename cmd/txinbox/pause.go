@@ -78,19 +78,25 @@ With --json: {"view", "name", "changed"}.`, who, what),
 			if err != nil {
 				return usageIfArgument(name, err)
 			}
-			if a.json {
-				if err := a.writeJSON(pauseJSON{View: viewName(v), Name: args[0], Changed: ok}); err != nil {
-					return err
-				}
-			} else if ok {
-				fmt.Fprintf(a.stdout, "%s %s paused\n", what, args[0])
-			}
-			if !ok {
-				return fmt.Errorf("%s %s was paused already: see 'txinbox paused'", what, args[0])
-			}
-			return nil
+			return a.reportPause(v, what, args[0], ok, "paused", "was paused already: see 'txinbox paused'")
 		},
 	}
+}
+
+// reportPause writes what a pause or resume of what name did: its JSON, or "WHAT NAME done" when it
+// changed something. When it changed nothing, it returns the error "WHAT NAME unchanged" (exit 1).
+func (a *app) reportPause(v admin.View, what, name string, changed bool, done, unchanged string) error {
+	if a.json {
+		if err := a.writeJSON(pauseJSON{View: viewName(v), Name: name, Changed: changed}); err != nil {
+			return err
+		}
+	} else if changed {
+		fmt.Fprintf(a.stdout, "%s %s %s\n", what, name, done)
+	}
+	if !changed {
+		return fmt.Errorf("%s %s %s", what, name, unchanged)
+	}
+	return nil
 }
 
 func newResumeCmd(what string) *command {
@@ -119,17 +125,7 @@ With --json: {"view", "name", "changed"}.`, map[admin.View]string{admin.Inbox: "
 			if err != nil {
 				return usageIfArgument(name, err)
 			}
-			if a.json {
-				if err := a.writeJSON(pauseJSON{View: viewName(v), Name: args[0], Changed: ok}); err != nil {
-					return err
-				}
-			} else if ok {
-				fmt.Fprintf(a.stdout, "%s %s resumed\n", what, args[0])
-			}
-			if !ok {
-				return fmt.Errorf("%s %s was not paused", what, args[0])
-			}
-			return nil
+			return a.reportPause(v, what, args[0], ok, "resumed", "was not paused")
 		},
 	}
 }
