@@ -71,3 +71,11 @@ func SetListenConnect(c *Config, connect func(context.Context) (*pgx.Conn, error
 
 // BackoffOf returns p's Config.Backoff after defaults.
 func BackoffOf(p *Pool) txinbox.Backoff { return p.cfg.Backoff }
+
+// SnoozeLockKey returns the advisory lock key between p's snoozes of blocked messages and the
+// finishing of their keys' messages (LockSnooze, LockSnoozeShared).
+func SnoozeLockKey(p *Pool) int64 { return p.snoozeKey }
+
+// NoSnoozing keeps p's rescuer from snoozing blocked messages (SnoozeBlocked) for a century. Call it
+// before p.Start. Tests that play a snooze themselves use it to be the only session after its lock.
+func NoSnoozing(p *Pool) { p.snoozedAt = time.Now().Add(100 * 365 * 24 * time.Hour) }

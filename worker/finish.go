@@ -32,11 +32,18 @@ type finish struct {
 
 const maxErrorBytes = 8 << 10
 
-// finish records the outcomes done of b's messages (FinishBatch) on db, with the batch's row record
+// finish records the outcomes done of b's messages (FinishBatch) in tx, with the batch's row record
 // (0: none) deleted in the same statement. Each outcome is fenced by its message's token: in the
 // batch transaction they all hold; outside it, an outcome whose message was charged or finished by
 // another worker since is not recorded, and finish reports it.
-func (p *Pool) finish(ctx context.Context, db sqlc.DBTX, b *batch, done []*finish, record int64) error {
+//
+// If a message of an ordering key leaves the queue, tx first takes the consumer's snooze lock, shared
+// (LockSnoozeShared, in the same round trip), and holds it until it commits. A snooze (SnoozeBlocked)
+// thus never spans the commit: it either commits before it, and the key's next message it put off is
+// snoozed in every snapshot that no longer shows this one (no claim sees that message due and locks
+// it, which would make ReadyNext skip it), or takes its snapshot after it, and sees that message at
+// the head of its key.
+func (p *Pool) finish(ctx context.Context, tx pgx.Tx, b *batch, done []*finish, record int64) error {
 	n := len(done)
 	arg := sqlc.FinishBatchParams{
 		Consumer: p.cfg.Consumer, RetentionSeconds: p.store.Retention.Seconds(), Batch: record,
@@ -53,7 +60,17 @@ func (p *Pool) finish(ctx context.Context, db sqlc.DBTX, b *batch, done []*finis
 			arg.Uncount[i] = 1
 		}
 	}
-	rows, err := schemasql.Queries.FinishBatch(ctx, db, arg)
+	lock := len(leavingKeys(done)) > 0
+	var rows int64
+	err := p.pipeline(ctx, tx, func(db sqlc.DBTX) []error {
+		var errs []error
+		if lock {
+			errs = append(errs, schemasql.Queries.LockSnoozeShared(ctx, db, p.snoozeKey))
+		}
+		var err error
+		rows, err = schemasql.Queries.FinishBatch(ctx, db, arg)
+		return append(errs, err)
+	})
 	if err != nil {
 		return err
 	}
@@ -86,14 +103,13 @@ func (p *Pool) settle(ctx context.Context, b *batch, err error) {
 		p.log.Warn("txinbox: batch rolled back", "consumer", p.cfg.Consumer, "messages", len(b.msgs), "err", err)
 	}
 	serr := pgx.BeginFunc(bctx, p.db, func(tx pgx.Tx) error {
-		db := p.st.Wrap(tx)
 		if len(record) > 0 {
-			if err := p.finish(bctx, db, b, record, 0); err != nil {
+			if err := p.finish(bctx, tx, b, record, 0); err != nil {
 				return err
 			}
 		}
 		ids, tokens := idsTokens(held)
-		_, err := schemasql.Queries.SettleBatch(bctx, db, sqlc.SettleBatchParams{
+		_, err := schemasql.Queries.SettleBatch(bctx, p.st.Wrap(tx), sqlc.SettleBatchParams{
 			Consumer: p.cfg.Consumer, Batch: b.record, HeldIds: ids, HeldTokens: tokens,
 			StartedAt: pgtype.Timestamptz{Time: b.started, Valid: true}, Owner: p.cfg.Owner,
 			HeldError: truncateError("its batch handler call left the transaction unusable: " + err.Error())})
@@ -109,16 +125,22 @@ func (p *Pool) settle(ctx context.Context, b *batch, err error) {
 	}
 }
 
-// committed follows the commit of outcomes: it makes the next message of each ordering key whose
-// message left the queue ready, logs the failures and tells the Store's Tracer (txinbox.OpHandled).
-func (p *Pool) committed(ctx context.Context, done []*finish) {
+// leavingKeys returns the ordering keys of the messages of done that leave the queue (completed or
+// dead), each once.
+func leavingKeys(done []*finish) []string {
 	var keys []string
 	for _, f := range done {
 		if f.c.OrderingKey != "" && f.outcome != txinbox.OutcomeRetry && !slices.Contains(keys, f.c.OrderingKey) {
 			keys = append(keys, f.c.OrderingKey)
 		}
 	}
-	if len(keys) > 0 {
+	return keys
+}
+
+// committed follows the commit of outcomes: it makes the next message of each ordering key whose
+// message left the queue ready, logs the failures and tells the Store's Tracer (txinbox.OpHandled).
+func (p *Pool) committed(ctx context.Context, done []*finish) {
+	if keys := leavingKeys(done); len(keys) > 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		err := p.pipelined(rctx, func(db sqlc.DBTX) []error {
 			return []error{schemasql.Queries.LockSnoozeShared(rctx, db, p.snoozeKey), schemasql.Queries.ReadyNext(rctx, db, p.cfg.Consumer, keys)}

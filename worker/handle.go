@@ -21,7 +21,7 @@ import (
 func (p *Pool) run(ctx context.Context, b *batch) {
 	done, err := p.handleAll(ctx, b)
 	if err == nil {
-		err = p.finish(ctx, p.st.Wrap(b.tx), b, done, b.record)
+		err = p.finish(ctx, b.tx, b, done, b.record)
 	}
 	if err == nil {
 		p.detach(b) // Commit gives the connection back to the pool

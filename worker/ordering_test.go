@@ -313,11 +313,13 @@ func TestDelayedMessages(t *testing.T) {
 	}
 }
 
-// A long snooze of blocked messages (here 500 rows, each update slowed to 25 ms by a trigger: 12.5 s,
-// as on a loaded server or a Citus cluster) must not keep a finished key's next message waiting for
-// its snooze: the finishing worker's ReadyNext waits for the snooze lock, for at most 10 s. Message
-// a/1, snoozed in the snooze's first rows, runs once a/0 completes, not after the snooze (an hour
-// here).
+// Snoozing many blocked messages (here 600 rows, each update slowed to 25 ms by a trigger, as on a
+// loaded server or a Citus cluster: 15 s) must not fail a batch that finishes meanwhile, nor keep a
+// finished key's next message waiting for its snooze. The finishing batch waits for the snooze lock
+// before it commits, within its statement timeout (here 5 s: a handler Timeout of 4 s), and its
+// ReadyNext after it: the rescuer snoozes one claim's worth (50 rows, 1.25 s) per transaction. Message
+// a/0 completes at its first attempt, and a/1, snoozed in the snooze's first rows, runs then, not after
+// the snooze (an hour here).
 func TestLongSnoozeLetsAFinishedKeyGoOn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -351,9 +353,11 @@ func TestLongSnoozeLetsAFinishedKeyGoOn(t *testing.T) {
 		return e.Count(t, `SELECT count(*) FROM pg_stat_activity WHERE state = 'active'
 			AND query LIKE '%SnoozeBlocked%' AND position($1 in query) > 0`, e.Schema) > 0
 	}
+	var a0Calls atomic.Int64
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "step", func(ctx context.Context, tx pgx.Tx, m *worker.Message[step]) error {
 		if m.Payload == (step{"a", 0}) {
+			a0Calls.Add(1)
 			// Finish a/0 while the snooze runs, after it has put off a/1 (its first row).
 			for !snoozing() {
 				if err := ctx.Err(); err != nil {
@@ -364,10 +368,13 @@ func TestLongSnoozeLetsAFinishedKeyGoOn(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 		}
 		return logHandled(ctx, tx, e.Schema, m.Payload)
-	})
+	}, worker.HandlerConfig{Timeout: 4 * time.Second})
 	run(t, e.pool(t, hs, func(c *worker.Config) { c.BatchSize = 50 }))
 	waitFor(t, "a/1", func() bool { return e.count(t, "completed") == 2 })
 	if got := e.handledOrder(t)["a"]; !slices.Equal(got, []int{0, 1}) {
 		t.Fatalf("a handled %v, want [0 1]", got)
+	}
+	if n := a0Calls.Load(); n != 1 {
+		t.Fatalf("a/0 handled %d times, want once: its finishing batch failed waiting for the snooze", n)
 	}
 }

@@ -81,8 +81,9 @@ const snoozeEvery = time.Second
 
 // snoozeBlocked puts off, now and then, the ready messages blocked behind an older message of their
 // ordering key (SnoozeBlocked), so that claims stop scanning them: up to ten claims' worth, one claim's
-// worth per transaction. Each transaction holds the consumer's snooze lock, which a finishing batch's
-// ReadyNext waits for (10 s at most): a short one keeps that wait short on a slow server.
+// worth per transaction. Each transaction holds the consumer's snooze lock, which a batch finishing
+// messages of ordering keys waits for before it commits (within its statement timeout) and its
+// ReadyNext after it (10 s at most): a short one keeps those waits short on a slow server.
 func (p *Pool) snoozeBlocked(ctx context.Context) {
 	if time.Since(p.snoozedAt) < snoozeEvery {
 		return

@@ -478,10 +478,13 @@ SELECT pg_advisory_xact_lock($1::bigint)
 `
 
 // Sent ahead of SnoozeBlocked, in the same implicit transaction (one pipeline): the consumer's snooze
-// lock (@lock_key), exclusive. ReadyNext takes it shared. So a ReadyNext never finds the row it must
-// make ready locked by a snooze that has not committed yet (it would skip it, and the snooze, made
-// with a snapshot that still showed the finished message, would then hold the row back); and a
-// snooze's snapshot, taken after the lock, sees every ReadyNext made before it.
+// lock (@lock_key), exclusive. A batch finishing messages of ordering keys (FinishBatch) takes it
+// shared until it commits, and so does ReadyNext after that commit. So no snooze is open across a
+// finishing commit: one whose snapshot still shows the finished message committed before it, and no
+// claim sees the key's next message due before ReadyNext (a claim that locked that row on the
+// recheck of a snooze, without taking it, would keep the lock, and ReadyNext would skip the row); a
+// snooze's snapshot, taken after the lock, sees every finish and every ReadyNext made before it; and
+// ReadyNext never finds the row it must make ready locked by a snooze that has not committed yet.
 func (q *Queries) LockSnooze(ctx context.Context, db DBTX, lockKey int64) error {
 	_, err := db.Exec(ctx, lockSnooze, lockKey)
 	return err
@@ -491,8 +494,9 @@ const lockSnoozeShared = `-- name: LockSnoozeShared :exec
 SELECT pg_advisory_xact_lock_shared($1::bigint)
 `
 
-// Sent ahead of ReadyNext, in the same implicit transaction: the consumer's snooze lock, shared (see
-// LockSnooze). ReadyNexts do not wait for each other.
+// Sent ahead of FinishBatch when messages of ordering keys leave the queue, in the batch transaction,
+// and ahead of ReadyNext after its commit, in the same implicit transaction: the consumer's snooze
+// lock, shared (see LockSnooze). Finishing batches and ReadyNexts do not wait for each other.
 func (q *Queries) LockSnoozeShared(ctx context.Context, db DBTX, lockKey int64) error {
 	_, err := db.Exec(ctx, lockSnoozeShared, lockKey)
 	return err
