@@ -98,22 +98,12 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 	if name, reason := typednil.Field(c); name != "" {
 		return bad(name, reason)
 	}
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	defd := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.BatchSize, defaultBatchSize)
-	def(&c.Concurrency, defaultConcurrency)
-	def(&c.MaxAttempts, defaultMaxAttempts)
-	defd(&c.PollInterval, defaultPollInterval)
-	defd(&c.Lease, defaultLease)
-	defd(&c.Timeout, min(defaultTimeout, c.Lease/2))
+	c.BatchSize = cmp.Or(c.BatchSize, defaultBatchSize)
+	c.Concurrency = cmp.Or(c.Concurrency, defaultConcurrency)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, defaultMaxAttempts)
+	c.PollInterval = cmp.Or(c.PollInterval, defaultPollInterval)
+	c.Lease = cmp.Or(c.Lease, defaultLease)
+	c.Timeout = cmp.Or(c.Timeout, min(defaultTimeout, c.Lease/2))
 	c.tune = c.tune.Derive(st.NotifyInterval, c.Lease)
 	switch {
 	case c.BatchSize < 0 || c.BatchSize > limits.RelayBatchSize:

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -119,24 +120,14 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	if c.Handlers == nil || len(c.Handlers.byKind) == 0 {
 		return bad("Handlers", "no handler registered (use worker.Handle)")
 	}
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	defd := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Concurrency, defaultConcurrency)
-	def(&c.BatchSize, defaultBatchSize)
-	def(&c.MaxAttempts, defaultMaxAttempts)
-	defd(&c.PollInterval, defaultPollInterval)
-	defd(&c.Timeout, defaultTimeout)
-	defd(&c.Lease, max(defaultLease, 2*c.longestTimeout()))
+	c.Concurrency = cmp.Or(c.Concurrency, defaultConcurrency)
+	c.BatchSize = cmp.Or(c.BatchSize, defaultBatchSize)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, defaultMaxAttempts)
+	c.PollInterval = cmp.Or(c.PollInterval, defaultPollInterval)
+	c.Timeout = cmp.Or(c.Timeout, defaultTimeout)
+	c.Lease = cmp.Or(c.Lease, max(defaultLease, 2*c.longestTimeout()))
 	c.tune.Tune = c.tune.Derive(st.NotifyInterval, c.Lease)
-	defd(&c.tune.idleWarnAfter, defaultIdleWarnAfter)
+	c.tune.idleWarnAfter = cmp.Or(c.tune.idleWarnAfter, defaultIdleWarnAfter)
 	switch {
 	case c.Concurrency < 0:
 		return bad("Concurrency", "must not be negative")
