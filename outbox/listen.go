@@ -1,11 +1,9 @@
 package outbox
 
 import (
-	"context"
-
-	"github.com/jackc/pgx/v5"
-
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/engine"
+	"github.com/txinbox/txinbox/internal/schemasql"
 )
 
 // Wake-ups: a relay listens (LISTEN) on schemasql.OutboxChannel(store) on a connection of its own, and every
@@ -16,10 +14,7 @@ import (
 // activity (RelayConfig.PollInterval). Polling at PollInterval remains the fallback: when listening is
 // off (a negative Store.NotifyInterval) or impossible, or while the listening connection is down.
 
-// listenConnector returns how the relay opens its listening connection, or nil if it cannot.
-func (r *Relay) listenConnector() func(ctx context.Context) (*pgx.Conn, error) {
-	if r.cfg.tune.ListenConnect != nil {
-		return r.cfg.tune.ListenConnect
-	}
-	return engine.Connector(r.db, "txinbox outbox listener")
+// listen returns where a relay of store's outbox listens.
+func listen(store txinbox.Store) engine.Listen {
+	return engine.Listen{Channel: schemasql.OutboxChannel(store)}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"runtime/debug"
 	"slices"
@@ -24,7 +23,6 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/limits"
-	"github.com/txinbox/txinbox/internal/pooler"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/typednil"
@@ -100,22 +98,12 @@ func (c RelayConfig) withDefaults(st txinbox.Store) (RelayConfig, error) {
 	if name, reason := typednil.Field(c); name != "" {
 		return bad(name, reason)
 	}
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	defd := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.BatchSize, defaultBatchSize)
-	def(&c.Concurrency, defaultConcurrency)
-	def(&c.MaxAttempts, defaultMaxAttempts)
-	defd(&c.PollInterval, defaultPollInterval)
-	defd(&c.Lease, defaultLease)
-	defd(&c.Timeout, min(defaultTimeout, c.Lease/2))
+	c.BatchSize = cmp.Or(c.BatchSize, defaultBatchSize)
+	c.Concurrency = cmp.Or(c.Concurrency, defaultConcurrency)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, defaultMaxAttempts)
+	c.PollInterval = cmp.Or(c.PollInterval, defaultPollInterval)
+	c.Lease = cmp.Or(c.Lease, defaultLease)
+	c.Timeout = cmp.Or(c.Timeout, min(defaultTimeout, c.Lease/2))
 	c.tune = c.tune.Derive(st.NotifyInterval, c.Lease)
 	switch {
 	case c.BatchSize < 0 || c.BatchSize > limits.RelayBatchSize:
@@ -179,13 +167,9 @@ var _ txinbox.Service = (*Relay)(nil)
 // over), or when the Publisher reports as failed an event the broker did accept. Every hand-over of
 // an event carries the same Event.ID: consumers deduplicate by it.
 type Relay struct {
-	db      txinbox.DB
-	store   txinbox.Store
+	eng     *engine.Base // the engine and the Store (its DB, Logger and statements)
 	cfg     RelayConfig
-	log     *slog.Logger // the Store's Logger
-	st      *schemasql.Schema
 	lockKey int64
-	eng     *engine.Engine // runners, wake-ups, listening, Start/Stop
 	startMu sync.Mutex
 
 	snooze time.Duration // set by tests (export_test.go); 0: defaultSnooze
@@ -219,14 +203,9 @@ func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Relay{db: st.DB, store: st, cfg: cfg, log: st.Logger, st: schemasql.New(st.Schema), lockKey: schemasql.OutboxClaimLockKey(st.Schema)}
-	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotWindow: cfg.tune.HotWindow,
-		Logger: st.Logger, Attrs: []any{"schema", st.Schema}, Name: "outbox "}
-	if !cfg.tune.NoListen {
-		ecfg.Listen = engine.Listen{Channel: schemasql.OutboxChannel(st), Connect: r.listenConnector()}
-	}
-	r.eng = engine.New(ecfg)
-	return r, nil
+	eng := engine.NewBase(st, engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval,
+		Attrs: []any{"schema", st.Schema}, Name: "outbox ", Listen: listen(st)}, cfg.tune, "txinbox outbox listener")
+	return &Relay{eng: eng, cfg: cfg, lockKey: schemasql.OutboxClaimLockKey(st.Schema)}, nil
 }
 
 // Start checks that the schema has the outbox tables (an error matching txinbox.ErrNotMigrated if
@@ -241,14 +220,9 @@ func (r *Relay) Start(ctx context.Context) error {
 	if r.eng.Started() {
 		return errors.New("txinbox: relay already started")
 	}
-	err := pooler.CheckPool(ctx, r.db)
-	if !errors.Is(err, txinbox.ErrPooler) { // a check that could not finish proves nothing
-		err = r.checkSchema(ctx)
-	}
-	if errors.Is(err, txinbox.ErrNotMigrated) || errors.Is(err, txinbox.ErrPooler) {
+	if err := r.eng.CheckStart(ctx, r.checkSchema, "txinbox: could not check the outbox tables; starting anyway",
+		"schema", r.eng.Store.Schema); err != nil {
 		return err
-	} else if err != nil {
-		r.log.Warn("txinbox: could not check the outbox tables; starting anyway", "schema", r.store.Schema, "err", err)
 	}
 	return r.eng.Start(ctx, engine.Hooks{
 		NewRunner: func() engine.Runner { return &runner{r: r} },
@@ -259,13 +233,13 @@ func (r *Relay) Start(ctx context.Context) error {
 }
 
 func (r *Relay) checkSchema(ctx context.Context) error {
-	row, err := schemasql.Queries.OutboxTables(ctx, r.db, r.st.Table("outbox"), r.st.Table("outbox_queue"))
+	row, err := schemasql.Queries.OutboxTables(ctx, r.eng.DB, r.eng.St.Table("outbox"), r.eng.St.Table("outbox_queue"))
 	if err != nil {
-		return fmt.Errorf("txinbox: checking the schema %q: %w", r.store.Schema, err)
+		return fmt.Errorf("txinbox: checking the schema %q: %w", r.eng.Store.Schema, err)
 	}
 	if !row.Events || !row.Queue {
 		return fmt.Errorf("%w: schema %q: no table outbox or outbox_queue (migration 00009), or this role may not read and write them",
-			txinbox.ErrNotMigrated, r.store.Schema)
+			txinbox.ErrNotMigrated, r.eng.Store.Schema)
 	}
 	return nil
 }
@@ -349,7 +323,7 @@ func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again
 		rec = r.newRecordInClaim(fs)
 	}
 	var rows []sqlc.OutboxClaimRow
-	if b, ok := r.db.(batchSender); ok {
+	if b, ok := r.eng.DB.(batchSender); ok {
 		rows, err = r.claimPipelined(ctx, b, p, rec)
 	} else {
 		rows, err = r.claimInTx(ctx, p, rec)
@@ -380,8 +354,8 @@ func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again
 		batch[i] = c
 	}
 	if takenOver > 0 {
-		r.log.Warn("txinbox: taking over outbox events whose claim's lease ended without an outcome (its relay died, hung or lost its connection)",
-			"schema", r.store.Schema, "events", takenOver)
+		r.eng.Log.Warn("txinbox: taking over outbox events whose claim's lease ended without an outcome (its relay died, hung or lost its connection)",
+			"schema", r.eng.Store.Schema, "events", takenOver)
 	}
 	return batch, false, nil
 }
@@ -398,7 +372,7 @@ func (r *Relay) claimTimeoutMS() string {
 // batch's outcomes (rec, if any: OutboxFinish), OutboxClaimLock, OutboxReadyNext (rec's keys, if
 // any), OutboxClaim, COMMIT, each a round trip (a DB that cannot pipeline).
 func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams, rec *recordInClaim) ([]sqlc.OutboxClaimRow, error) {
-	tx, err := r.db.Begin(ctx)
+	tx, err := r.eng.DB.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -408,7 +382,7 @@ func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams, rec *re
 			return nil, err
 		}
 	}
-	db := r.st.Wrap(tx)
+	db := r.eng.St.Wrap(tx)
 	if rec != nil {
 		if rec.rows, err = schemasql.Queries.OutboxFinish(ctx, db, rec.finish); err != nil {
 			return nil, schemasql.Err(err)
@@ -450,7 +424,7 @@ func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.Outbox
 		pl.b.Queue(setClaimTimeout, ms)
 	}
 	if rec != nil {
-		sql, args := schemasql.Capture(func(db sqlc.DBTX) { _, _ = schemasql.Queries.OutboxFinish(ctx, r.st.Wrap(db), rec.finish) })
+		sql, args := schemasql.Capture(func(db sqlc.DBTX) { _, _ = schemasql.Queries.OutboxFinish(ctx, r.eng.St.Wrap(db), rec.finish) })
 		pl.queueRows(sql, args, func(rows pgx.Rows) (err error) {
 			rec.rows, err = pgx.CollectRows(rows, pgx.RowToStructByPos[sqlc.OutboxFinishRow])
 			return err
@@ -461,7 +435,7 @@ func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.Outbox
 			rows, err = nil, cerr
 		}
 	}()
-	db := r.st.Wrap(pl)
+	db := r.eng.St.Wrap(pl)
 	if err := schemasql.Queries.OutboxClaimLock(ctx, db, r.lockKey); err != nil {
 		return nil, schemasql.Err(err)
 	}
@@ -684,7 +658,7 @@ func checkTopic(tc TopicChecker, topic string) (err error) {
 // txinbox.Injector, gives each event the trace context of its hand-over (injected into a copy of its
 // headers). It returns the context of each hand-over (nil without a Tracer).
 func (r *Relay) traceStart(ctx context.Context, events []Event) []context.Context {
-	t := r.store.Tracer
+	t := r.eng.Store.Tracer
 	if t == nil {
 		return nil
 	}
@@ -693,7 +667,7 @@ func (r *Relay) traceStart(ctx context.Context, events []Event) []context.Contex
 	for i := range events {
 		ev := &events[i]
 		ctxs[i] = t.TraceStart(ctx, txinbox.TraceStart{
-			Op: txinbox.OpRelay, Schema: r.store.Schema, Messages: []txinbox.TraceMessage{traceEvent(ev)},
+			Op: txinbox.OpRelay, Schema: r.eng.Store.Schema, Messages: []txinbox.TraceMessage{traceEvent(ev)},
 			Attempt: ev.Attempt, OrderingKey: ev.Key,
 		})
 		if !inject {
@@ -727,18 +701,18 @@ func (r *Relay) traceEnd(ctxs []context.Context, fs []finish, send []int) {
 		if outcome == "" {
 			outcome = "released"
 		}
-		r.store.Tracer.TraceEnd(ctxs[k], txinbox.TraceEnd{Op: txinbox.OpRelay, Outcome: outcome, Err: fs[i].err})
+		r.eng.Store.Tracer.TraceEnd(ctxs[k], txinbox.TraceEnd{Op: txinbox.OpRelay, Outcome: outcome, Err: fs[i].err})
 	}
 }
 
 // relayed tells the Store's Tracer, if any, the recorded outcome of f's attempt (txinbox.OpRelayed).
 func (r *Relay) relayed(f *finish) {
-	t := r.store.Tracer
+	t := r.eng.Store.Tracer
 	if t == nil {
 		return
 	}
 	ev := &f.c.ev
-	ctx := t.TraceStart(context.Background(), txinbox.TraceStart{Op: txinbox.OpRelayed, Schema: r.store.Schema,
+	ctx := t.TraceStart(context.Background(), txinbox.TraceStart{Op: txinbox.OpRelayed, Schema: r.eng.Store.Schema,
 		Messages: []txinbox.TraceMessage{traceEvent(ev)}, Attempt: ev.Attempt, OrderingKey: ev.Key})
 	t.TraceEnd(ctx, txinbox.TraceEnd{Op: txinbox.OpRelayed, Outcome: f.outcome, Err: f.err, Duration: f.took})
 }
@@ -852,10 +826,10 @@ func leftKeys(fs []finish, recorded map[int64]bool) []string {
 func (r *Relay) record(ctx context.Context, fs []finish) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	rows, err := schemasql.Queries.OutboxFinish(rctx, r.st.Wrap(r.db), finishParams(fs, r.cfg.Owner))
+	rows, err := schemasql.Queries.OutboxFinish(rctx, r.eng.St.Wrap(r.eng.DB), finishParams(fs, r.cfg.Owner))
 	if err != nil {
-		r.log.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
-			"schema", r.store.Schema, "events", len(fs), "err", err)
+		r.eng.Log.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
+			"schema", r.eng.Store.Schema, "events", len(fs), "err", err)
 		return
 	}
 	now := make(map[int64]bool, len(rows)) // recorded by this statement, not earlier
@@ -863,9 +837,9 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 		now[row.ID] = !row.Earlier
 	}
 	if keys := leftKeys(fs, now); len(keys) > 0 {
-		if err := schemasql.Queries.OutboxReadyNext(rctx, r.st.Wrap(r.db), keys); err != nil {
-			r.log.Warn("txinbox: making the next outbox events of keys ready failed; they go when their snooze ends",
-				"schema", r.store.Schema, "keys", len(keys), "snooze", r.snoozeFor(), "err", err)
+		if err := schemasql.Queries.OutboxReadyNext(rctx, r.eng.St.Wrap(r.eng.DB), keys); err != nil {
+			r.eng.Log.Warn("txinbox: making the next outbox events of keys ready failed; they go when their snooze ends",
+				"schema", r.eng.Store.Schema, "keys", len(keys), "snooze", r.snoozeFor(), "err", err)
 		}
 	}
 	r.recorded(fs, rows)
@@ -885,13 +859,13 @@ func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 		}
 	}
 	if earlier > 0 {
-		r.log.Info("txinbox: outbox outcomes were recorded already, by the claim whose commit answer was lost",
-			"schema", r.store.Schema, "events", earlier)
+		r.eng.Log.Info("txinbox: outbox outcomes were recorded already, by the claim whose commit answer was lost",
+			"schema", r.eng.Store.Schema, "events", earlier)
 	}
 	for _, f := range fs {
 		if !recorded[f.c.id] {
-			r.log.Warn("txinbox: outbox event taken over by another relay after its lease ended; its outcome here was not recorded",
-				"schema", r.store.Schema, "event_id", f.c.ev.ID, "token", f.c.token, "outcome", f.outcome)
+			r.eng.Log.Warn("txinbox: outbox event taken over by another relay after its lease ended; its outcome here was not recorded",
+				"schema", r.eng.Store.Schema, "event_id", f.c.ev.ID, "token", f.c.token, "outcome", f.outcome)
 			continue
 		}
 		if f.outcome == "" {
@@ -899,10 +873,10 @@ func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 		}
 		switch f.outcome {
 		case txinbox.OutcomeDead:
-			r.log.Warn("txinbox: outbox event is dead", "schema", r.store.Schema, "event_id", f.c.ev.ID,
+			r.eng.Log.Warn("txinbox: outbox event is dead", "schema", r.eng.Store.Schema, "event_id", f.c.ev.ID,
 				"topic", f.c.ev.Topic, "key", f.c.ev.Key, "attempt", f.c.ev.Attempt, "err", f.err)
 		case txinbox.OutcomeRetry:
-			r.log.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.store.Schema,
+			r.eng.Log.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.eng.Store.Schema,
 				"event_id", f.c.ev.ID, "topic", f.c.ev.Topic, "attempt", f.c.ev.Attempt, "retry_in", f.delay, "err", f.err)
 		}
 		r.relayed(&f)

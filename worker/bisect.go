@@ -314,7 +314,7 @@ func (b *batchCall) lost(items []*batchItem, r callResult, err error) error {
 // what they committed). If it rolled back, a call of one message is dead at once (as a single
 // handler's), and the messages of a larger call are held for the rescuer, which runs them alone.
 func (b *batchCall) ended(ctx context.Context, items []*batchItem) error {
-	status, err := schemasql.Queries.XactStatus(context.WithoutCancel(ctx), b.p.st.Wrap(b.p.db), b.xid)
+	status, err := schemasql.Queries.XactStatus(context.WithoutCancel(ctx), b.p.eng.St.Wrap(b.p.eng.DB), b.xid)
 	if err != nil {
 		status = "unknown (" + err.Error() + ")"
 	}
@@ -373,7 +373,7 @@ func (p *Pool) traceBatchStart(ctx context.Context, items []*batchItem) context.
 		return ctx
 	}
 	c := items[0].c
-	d := txinbox.TraceStart{Op: txinbox.OpHandle, Schema: p.store.Schema, Consumer: c.Consumer, Attempt: c.Attempt, Batch: true,
+	d := txinbox.TraceStart{Op: txinbox.OpHandle, Schema: p.eng.Store.Schema, Consumer: c.Consumer, Attempt: c.Attempt, Batch: true,
 		Messages: make([]txinbox.TraceMessage, len(items))}
 	for i, it := range items {
 		d.Messages[i] = traceMessage(it.c)

@@ -46,7 +46,7 @@ const maxErrorBytes = 8 << 10
 func (p *Pool) finish(ctx context.Context, tx pgx.Tx, b *batch, done []*finish, record int64) error {
 	n := len(done)
 	arg := sqlc.FinishBatchParams{
-		Consumer: p.cfg.Consumer, RetentionSeconds: p.store.Retention.Seconds(), Batch: record,
+		Consumer: p.cfg.Consumer, RetentionSeconds: p.eng.Store.Retention.Seconds(), Batch: record,
 		StartedAt: pgtype.Timestamptz{Time: b.started, Valid: true},
 		Ids:       make([]int64, n), Keys: make([]string, n), Tokens: make([]int64, n), Outcomes: make([]string, n),
 		Errors: make([]string, n), Results: make([]string, n), Delays: make([]float64, n), Uncount: make([]int32, n),
@@ -100,23 +100,23 @@ func (p *Pool) settle(ctx context.Context, b *batch, err error) {
 		held = be.hold
 	}
 	if ctx.Err() == nil {
-		p.log.Warn("txinbox: batch rolled back", "consumer", p.cfg.Consumer, "messages", len(b.msgs), "err", err)
+		p.eng.Log.Warn("txinbox: batch rolled back", "consumer", p.cfg.Consumer, "messages", len(b.msgs), "err", err)
 	}
-	serr := pgx.BeginFunc(bctx, p.db, func(tx pgx.Tx) error {
+	serr := pgx.BeginFunc(bctx, p.eng.DB, func(tx pgx.Tx) error {
 		if len(record) > 0 {
 			if err := p.finish(bctx, tx, b, record, 0); err != nil {
 				return err
 			}
 		}
 		ids, tokens := idsTokens(held)
-		_, err := schemasql.Queries.SettleBatch(bctx, p.st.Wrap(tx), sqlc.SettleBatchParams{
+		_, err := schemasql.Queries.SettleBatch(bctx, p.eng.St.Wrap(tx), sqlc.SettleBatchParams{
 			Consumer: p.cfg.Consumer, Batch: b.record, HeldIds: ids, HeldTokens: tokens,
 			StartedAt: pgtype.Timestamptz{Time: b.started, Valid: true}, Owner: p.cfg.Owner,
 			HeldError: truncateError("its batch handler call left the transaction unusable: " + err.Error())})
 		return err
 	})
 	if serr != nil {
-		p.log.Warn("txinbox: recording a rolled-back batch failed; the rescuer charges it as a batch that never finished",
+		p.eng.Log.Warn("txinbox: recording a rolled-back batch failed; the rescuer charges it as a batch that never finished",
 			"consumer", p.cfg.Consumer, "messages", len(b.msgs), "err", serr)
 		return
 	}
@@ -146,7 +146,7 @@ func (p *Pool) committed(ctx context.Context, done []*finish) {
 			return []error{schemasql.Queries.LockSnoozeShared(rctx, db, p.snoozeKey), schemasql.Queries.ReadyNext(rctx, db, p.cfg.Consumer, keys)}
 		})
 		if err != nil {
-			p.log.Warn("txinbox: making the next messages of ordering keys ready failed; they run when their snooze ends",
+			p.eng.Log.Warn("txinbox: making the next messages of ordering keys ready failed; they run when their snooze ends",
 				"consumer", p.cfg.Consumer, "keys", len(keys), "snooze", p.snooze(), "err", err)
 		}
 		cancel()
@@ -165,7 +165,7 @@ func (p *Pool) logFailures(ctx context.Context, done []*finish) {
 		case txinbox.OutcomeDead:
 			level, msg = slog.LevelWarn, "txinbox: message is dead"
 		}
-		if !p.log.Enabled(ctx, level) {
+		if !p.eng.Log.Enabled(ctx, level) {
 			continue
 		}
 		attrs := []slog.Attr{
@@ -176,7 +176,7 @@ func (p *Pool) logFailures(ctx context.Context, done []*finish) {
 		if f.outcome == txinbox.OutcomeRetry {
 			attrs = append(attrs, slog.Duration("retry_in", f.delay))
 		}
-		p.log.LogAttrs(context.WithoutCancel(ctx), level, msg, attrs...)
+		p.eng.Log.LogAttrs(context.WithoutCancel(ctx), level, msg, attrs...)
 	}
 }
 
@@ -189,7 +189,7 @@ func (p *Pool) handled(ctx context.Context, done []*finish) {
 	ctx = context.WithoutCancel(ctx)
 	for _, f := range done {
 		c := f.c
-		octx := p.tracer.TraceStart(ctx, txinbox.TraceStart{Op: txinbox.OpHandled, Schema: p.store.Schema,
+		octx := p.tracer.TraceStart(ctx, txinbox.TraceStart{Op: txinbox.OpHandled, Schema: p.eng.Store.Schema,
 			Consumer: c.Consumer, Messages: []txinbox.TraceMessage{traceMessage(c)}, Attempt: c.Attempt,
 			OrderingKey: c.OrderingKey})
 		p.tracer.TraceEnd(octx, txinbox.TraceEnd{Op: txinbox.OpHandled, Outcome: f.outcome, Reason: string(f.reason),

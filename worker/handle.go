@@ -123,7 +123,7 @@ func txEnded(tx pgx.Tx) bool {
 // committed, or end the batch again.
 func (p *Pool) endedByHandler(ctx context.Context, xid string, done []*finish) error {
 	f := done[len(done)-1]
-	status, err := schemasql.Queries.XactStatus(context.WithoutCancel(ctx), p.st.Wrap(p.db), xid)
+	status, err := schemasql.Queries.XactStatus(context.WithoutCancel(ctx), p.eng.St.Wrap(p.eng.DB), xid)
 	if err != nil {
 		status = "unknown (" + err.Error() + ")"
 	}
@@ -227,7 +227,7 @@ func (p *Pool) traceStart(ctx context.Context, c *claimed) context.Context {
 		return ctx
 	}
 	return p.tracer.TraceStart(ctx, txinbox.TraceStart{
-		Op: txinbox.OpHandle, Schema: p.store.Schema, Consumer: c.Consumer, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
+		Op: txinbox.OpHandle, Schema: p.eng.Store.Schema, Consumer: c.Consumer, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
 		Messages: []txinbox.TraceMessage{traceMessage(c)},
 	})
 }

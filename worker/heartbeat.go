@@ -59,8 +59,8 @@ func (p *Pool) heartbeat(ctx context.Context) {
 
 // beat writes the pool's heartbeat. Errors are logged at Debug.
 func (p *Pool) beat(ctx context.Context) {
-	if err := schemasql.Queries.PoolHeartbeat(ctx, p.st.Wrap(p.db), p.cfg.Consumer, p.cfg.Owner); err != nil && ctx.Err() == nil {
-		p.log.Debug("txinbox: writing the pool's heartbeat failed", "consumer", p.cfg.Consumer, "err", err)
+	if err := schemasql.Queries.PoolHeartbeat(ctx, p.eng.St.Wrap(p.eng.DB), p.cfg.Consumer, p.cfg.Owner); err != nil && ctx.Err() == nil {
+		p.eng.Log.Debug("txinbox: writing the pool's heartbeat failed", "consumer", p.cfg.Consumer, "err", err)
 	}
 }
 
@@ -68,19 +68,19 @@ func (p *Pool) beat(ctx context.Context) {
 func (p *Pool) gone(ctx context.Context) {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := schemasql.Queries.PoolGone(gctx, p.st.Wrap(p.db), p.cfg.Consumer, p.cfg.Owner); err != nil {
-		p.log.Debug("txinbox: deleting the pool's heartbeat failed", "consumer", p.cfg.Consumer, "err", err)
+	if err := schemasql.Queries.PoolGone(gctx, p.eng.St.Wrap(p.eng.DB), p.cfg.Consumer, p.cfg.Owner); err != nil {
+		p.eng.Log.Debug("txinbox: deleting the pool's heartbeat failed", "consumer", p.cfg.Consumer, "err", err)
 	}
 }
 
 // warnUnserved logs a warning, and reports true, if the queue holds messages no worker has claimed
 // of consumers that no pool seen within heartbeatFresh serves.
 func (p *Pool) warnUnserved(ctx context.Context, idle time.Duration) bool {
-	db := p.st.Wrap(p.db)
+	db := p.eng.St.Wrap(p.eng.DB)
 	served, err := schemasql.Queries.ServedConsumers(ctx, db, heartbeatFresh.Seconds())
 	if err != nil {
 		if ctx.Err() == nil {
-			p.log.Debug("txinbox: reading the pools' heartbeats failed", "consumer", p.cfg.Consumer, "err", err)
+			p.eng.Log.Debug("txinbox: reading the pools' heartbeats failed", "consumer", p.cfg.Consumer, "err", err)
 		}
 		return false
 	}
@@ -94,7 +94,7 @@ func (p *Pool) warnUnserved(ctx context.Context, idle time.Duration) bool {
 		c, err := schemasql.Queries.NextWaitingConsumer(ctx, db, after)
 		if err != nil {
 			if ctx.Err() == nil {
-				p.log.Debug("txinbox: reading the queue's consumers failed", "consumer", p.cfg.Consumer, "err", err)
+				p.eng.Log.Debug("txinbox: reading the queue's consumers failed", "consumer", p.cfg.Consumer, "err", err)
 			}
 			return false
 		}
@@ -109,7 +109,7 @@ func (p *Pool) warnUnserved(ctx context.Context, idle time.Duration) bool {
 	if len(unserved) == 0 {
 		return false
 	}
-	p.log.Warn("txinbox: this pool's consumer has had no message for a while, and messages of consumers that no pool serves are waiting: is Consumer mistyped?",
+	p.eng.Log.Warn("txinbox: this pool's consumer has had no message for a while, and messages of consumers that no pool serves are waiting: is Consumer mistyped?",
 		"consumer", p.cfg.Consumer, "idle", idle.Round(time.Second), "unserved_consumers", unserved)
 	return true
 }

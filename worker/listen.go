@@ -1,10 +1,7 @@
 package worker
 
 import (
-	"context"
-
-	"github.com/jackc/pgx/v5"
-
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/engine"
 )
 
@@ -16,16 +13,7 @@ import (
 // (a negative Store.NotifyInterval), impossible (Store.DB is not a *pgxpool.Pool, a pooler in
 // transaction mode swallows notifications) or the listening connection is down.
 
-// listenConnector returns how the pool opens its listening connection, or nil if it cannot.
-func (p *Pool) listenConnector() func(ctx context.Context) (*pgx.Conn, error) {
-	if p.cfg.tune.ListenConnect != nil {
-		return p.cfg.tune.ListenConnect
-	}
-	return p.connector("txinbox listener")
-}
-
-// connector returns how the pool opens a connection of its own outside its pgxpool (named
-// applicationName unless the pool's configuration names it), or nil if db is not a *pgxpool.Pool.
-func (p *Pool) connector(applicationName string) func(ctx context.Context) (*pgx.Conn, error) {
-	return engine.Connector(p.db, applicationName)
+// listen returns where a pool of consumer's messages in store listens.
+func listen(store txinbox.Store, consumer string) engine.Listen {
+	return engine.Listen{Channel: store.NotifyChannel(), Wakes: func(payload string) bool { return payload == consumer }}
 }

@@ -1,12 +1,12 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +20,6 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/limits"
-	"github.com/txinbox/txinbox/internal/pooler"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/typednil"
@@ -121,24 +120,14 @@ func (c Config) withDefaults(st txinbox.Store) (Config, error) {
 	if c.Handlers == nil || len(c.Handlers.byKind) == 0 {
 		return bad("Handlers", "no handler registered (use worker.Handle)")
 	}
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	defd := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Concurrency, defaultConcurrency)
-	def(&c.BatchSize, defaultBatchSize)
-	def(&c.MaxAttempts, defaultMaxAttempts)
-	defd(&c.PollInterval, defaultPollInterval)
-	defd(&c.Timeout, defaultTimeout)
-	defd(&c.Lease, max(defaultLease, 2*c.longestTimeout()))
+	c.Concurrency = cmp.Or(c.Concurrency, defaultConcurrency)
+	c.BatchSize = cmp.Or(c.BatchSize, defaultBatchSize)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, defaultMaxAttempts)
+	c.PollInterval = cmp.Or(c.PollInterval, defaultPollInterval)
+	c.Timeout = cmp.Or(c.Timeout, defaultTimeout)
+	c.Lease = cmp.Or(c.Lease, max(defaultLease, 2*c.longestTimeout()))
 	c.tune.Tune = c.tune.Derive(st.NotifyInterval, c.Lease)
-	defd(&c.tune.idleWarnAfter, defaultIdleWarnAfter)
+	c.tune.idleWarnAfter = cmp.Or(c.tune.idleWarnAfter, defaultIdleWarnAfter)
 	switch {
 	case c.Concurrency < 0:
 		return bad("Concurrency", "must not be negative")
@@ -196,18 +185,12 @@ func (c *Config) backoff(h *handler) txinbox.Backoff {
 	return c.Backoff
 }
 
-// statements returns the statement rewriter of schema.
-func statements(schema string) *schemasql.Schema { return schemasql.New(schema) }
-
 var _ txinbox.Service = (*Pool)(nil)
 
 // Pool claims and handles the messages of one consumer. Create it with New, then Start and Stop it.
 type Pool struct {
-	db      txinbox.DB
-	store   txinbox.Store
+	eng     *engine.Base // the engine and the Store (its DB, Logger and statements)
 	cfg     Config
-	log     *slog.Logger // the Store's Logger
-	st      *schemasql.Schema
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
 	snoozeKey int64
@@ -217,7 +200,6 @@ type Pool struct {
 	// HandlerConfig.BatchSize of a batch handler if larger.
 	claimMax int
 
-	eng         *engine.Engine // runners, wake-ups, listening, Start/Stop
 	epoch       time.Time
 	lastMessage atomic.Int64 // ns since epoch of the last claim that returned messages
 	snoozedAt   time.Time    // the rescuer's last SnoozeBlocked
@@ -253,18 +235,12 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 	lockKey := int64(h.Sum64() >> 1)
 	h.Reset()
 	h.Write([]byte("txinbox.snooze\x00" + store.Schema + "\x00" + cfg.Consumer))
-	p := &Pool{db: store.DB, store: store, cfg: cfg, log: store.Logger, st: statements(store.Schema), lockKey: lockKey,
-		snoozeKey: int64(h.Sum64() >> 1), epoch: time.Now(), inflight: map[*batch]struct{}{}}
-	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotWindow: cfg.tune.HotWindow,
-		Logger: store.Logger, Attrs: []any{"consumer", cfg.Consumer}}
-	if !cfg.tune.NoListen {
-		ecfg.Listen = engine.Listen{Channel: store.NotifyChannel(), Connect: p.listenConnector(),
-			Wakes: func(payload string) bool { return payload == cfg.Consumer }}
-	}
-	p.eng = engine.New(ecfg)
+	p := &Pool{cfg: cfg, lockKey: lockKey, snoozeKey: int64(h.Sum64() >> 1), epoch: time.Now(), inflight: map[*batch]struct{}{}}
+	p.eng = engine.NewBase(store, engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval,
+		Attrs: []any{"consumer", cfg.Consumer}, Listen: listen(store, cfg.Consumer)}, cfg.tune.Tune, "txinbox listener")
 	p.tracer = store.Tracer
 	p.claimMax = cfg.BatchSize
-	p.records.connect = p.connector("txinbox recorder")
+	p.records.connect = engine.Connector(store.DB, "txinbox recorder")
 	for _, hd := range cfg.Handlers.byKind {
 		p.maxTO = max(p.maxTO, cfg.timeout(hd))
 		if hd.batch != nil {
@@ -308,16 +284,9 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.eng.Started() {
 		return errors.New("txinbox: pool already started")
 	}
-	err := pooler.CheckPool(ctx, p.db)
-	if !errors.Is(err, txinbox.ErrPooler) { // a check that could not finish proves nothing
-		err = p.checkSchema(ctx)
-	}
-	if errors.Is(err, txinbox.ErrNotMigrated) || errors.Is(err, txinbox.ErrPooler) {
+	if err := p.eng.CheckStart(ctx, p.checkSchema, "txinbox: could not check the schema's tables; starting anyway",
+		"consumer", p.cfg.Consumer, "schema", p.eng.Store.Schema); err != nil {
 		return err
-	} else if err != nil {
-		// The database did not answer (yet): the pool starts, and its claims retry with backoff.
-		p.log.Warn("txinbox: could not check the schema's tables; starting anyway",
-			"consumer", p.cfg.Consumer, "schema", p.store.Schema, "err", err)
 	}
 	p.beat(ctx)
 	p.warnPoolSize()
@@ -334,9 +303,9 @@ func (p *Pool) Start(ctx context.Context) error {
 
 // checkSchema returns an error matching txinbox.ErrNotMigrated unless both tables exist and may be used.
 func (p *Pool) checkSchema(ctx context.Context) error {
-	row, err := schemasql.Queries.SchemaTables(ctx, p.db, p.st.Table("inbox"), p.st.Table("inbox_queue"))
+	row, err := schemasql.Queries.SchemaTables(ctx, p.eng.DB, p.eng.St.Table("inbox"), p.eng.St.Table("inbox_queue"))
 	if err != nil {
-		return fmt.Errorf("txinbox: checking the schema %q: %w", p.store.Schema, err)
+		return fmt.Errorf("txinbox: checking the schema %q: %w", p.eng.Store.Schema, err)
 	}
 	var missing []string
 	if !row.Inbox {
@@ -347,19 +316,19 @@ func (p *Pool) checkSchema(ctx context.Context) error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: schema %q: no table %s, or this role may not read and write it",
-			txinbox.ErrNotMigrated, p.store.Schema, strings.Join(missing, " or "))
+			txinbox.ErrNotMigrated, p.eng.Store.Schema, strings.Join(missing, " or "))
 	}
 	return nil
 }
 
 // warnPoolSize warns when db is a *pgxpool.Pool too small for the pool's runners.
 func (p *Pool) warnPoolSize() {
-	pool, ok := p.db.(*pgxpool.Pool)
+	pool, ok := p.eng.DB.(*pgxpool.Pool)
 	if !ok {
 		return
 	}
 	if have := int(pool.Config().MaxConns); have < p.cfg.Concurrency {
-		p.log.Warn("txinbox: the pgxpool has fewer connections than Concurrency; fewer batches run at once",
+		p.eng.Log.Warn("txinbox: the pgxpool has fewer connections than Concurrency; fewer batches run at once",
 			"consumer", p.cfg.Consumer, "max_conns", have, "concurrency", p.cfg.Concurrency, "recommended_max_conns", p.cfg.Concurrency+2)
 	}
 }
@@ -433,7 +402,7 @@ func (p *Pool) abandon() (batches, messages int) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	err := p.release(ctx, records)
-	p.log.Warn("txinbox: stop deadline reached; batches still running were abandoned and rolled back",
+	p.eng.Log.Warn("txinbox: stop deadline reached; batches still running were abandoned and rolled back",
 		"consumer", p.cfg.Consumer, "batches", batches, "messages", messages, "release_err", err)
 	return batches, messages
 }
@@ -446,8 +415,8 @@ const releaseTimeout = 2 * time.Second
 // may all be held by abandoned batches whose goroutines have not returned. If it fails, the rescuer
 // charges those batches as batches that never finished.
 func (p *Pool) release(ctx context.Context, records []int64) error {
-	var db sqlc.DBTX = p.db
-	if pool, ok := p.db.(*pgxpool.Pool); ok {
+	var db sqlc.DBTX = p.eng.DB
+	if pool, ok := p.eng.DB.(*pgxpool.Pool); ok {
 		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 		if err != nil {
 			return err
@@ -456,7 +425,7 @@ func (p *Pool) release(ctx context.Context, records []int64) error {
 		db = conn
 	}
 	for _, r := range records {
-		if _, err := schemasql.Queries.SettleBatch(ctx, p.st.Wrap(db), sqlc.SettleBatchParams{Consumer: p.cfg.Consumer, Batch: r}); err != nil {
+		if _, err := schemasql.Queries.SettleBatch(ctx, p.eng.St.Wrap(db), sqlc.SettleBatchParams{Consumer: p.cfg.Consumer, Batch: r}); err != nil {
 			return err
 		}
 	}
@@ -561,7 +530,7 @@ func (p *Pool) rescue(ctx context.Context) {
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				p.log.Warn("txinbox: claim failed", "consumer", p.cfg.Consumer, "err", err)
+				p.eng.Log.Warn("txinbox: claim failed", "consumer", p.cfg.Consumer, "err", err)
 			}
 			p.eng.Sleep(ctx, errDelay, false)
 			errDelay = min(errDelay*2, 30*time.Second)

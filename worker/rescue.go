@@ -17,7 +17,7 @@ import (
 // its transaction is no longer in progress (its process died, or its session was ended while
 // frozen). Each is charged once (ChargeBatch), whichever pool's rescuer finds it first.
 func (p *Pool) charge(ctx context.Context) error {
-	db := p.st.Wrap(p.db)
+	db := p.eng.St.Wrap(p.eng.DB)
 	batches, err := schemasql.Queries.ListBatches(ctx, db, p.cfg.Consumer)
 	if err != nil || len(batches) == 0 {
 		return err
@@ -45,7 +45,7 @@ func (p *Pool) charge(ctx context.Context) error {
 		for _, c := range charged {
 			groupCrashes = max(groupCrashes, int(c.GroupCrashes))
 		}
-		p.log.Warn("txinbox: charged a batch that never finished (its worker died, hung or lost its connection); its messages run again in isolated groups",
+		p.eng.Log.Warn("txinbox: charged a batch that never finished (its worker died, hung or lost its connection); its messages run again in isolated groups",
 			"consumer", p.cfg.Consumer, "messages", len(charged), "owner", b.Owner, "group_crashes", groupCrashes)
 		p.event(ctx, txinbox.TraceStart{Op: txinbox.OpCharge, Consumer: p.cfg.Consumer, Owner: b.Owner})
 	}
@@ -55,7 +55,7 @@ func (p *Pool) charge(ctx context.Context) error {
 // tookOver logs a group of suspects claimed to run again and tells the Store's Tracer
 // (txinbox.OpTakeover).
 func (p *Pool) tookOver(ctx context.Context, b *batch) {
-	p.log.Warn("txinbox: taking over messages whose batch never finished",
+	p.eng.Log.Warn("txinbox: taking over messages whose batch never finished",
 		"consumer", p.cfg.Consumer, "messages", len(b.msgs), "alone", len(b.msgs) == 1)
 	if p.tracer == nil {
 		return
@@ -72,7 +72,7 @@ func (p *Pool) event(ctx context.Context, d txinbox.TraceStart) {
 	if p.tracer == nil {
 		return
 	}
-	d.Schema = p.store.Schema
+	d.Schema = p.eng.Store.Schema
 	p.tracer.TraceEnd(p.tracer.TraceStart(ctx, d), txinbox.TraceEnd{Op: d.Op})
 }
 
@@ -100,7 +100,7 @@ func (p *Pool) snoozeBlocked(ctx context.Context) {
 		})
 		if err != nil {
 			if ctx.Err() == nil {
-				p.log.Debug("txinbox: snoozing blocked messages failed", "consumer", p.cfg.Consumer, "err", err)
+				p.eng.Log.Debug("txinbox: snoozing blocked messages failed", "consumer", p.cfg.Consumer, "err", err)
 			}
 			return
 		}
