@@ -201,6 +201,27 @@ func TestCoreModuleHasNoBrokerAndDockerOnlyInTheKit(t *testing.T) {
 	}
 }
 
+// TestInternalIsTheBottomLayer keeps internal/ under every other package of the module, the root
+// package included (ARCHITECTURE.md, "Packages"): no non-test file of a package under internal/
+// imports a package of txinbox outside internal/, so that the folders, taken as units, import each
+// other without a cycle. (Tests of internal packages may import the rest: they build apart.)
+func TestInternalIsTheBottomLayer(t *testing.T) {
+	const self = "github.com/txinbox/txinbox"
+	listed := goCmd(t, ".", "list", "-f", `{{.ImportPath}}|{{join .Imports "|"}}`, "./internal/...")
+	if len(listed) < 10 {
+		t.Fatalf("go list ./internal/... listed %d packages: the check is broken", len(listed))
+	}
+	for _, line := range listed {
+		path, imports, _ := strings.Cut(line, "|")
+		for _, imp := range strings.Split(imports, "|") {
+			if (imp == self || strings.HasPrefix(imp, self+"/")) && !strings.HasPrefix(imp, self+"/internal/") {
+				t.Errorf("package %s imports %s: a package under internal/ imports only the standard library, "+
+					"other modules and packages under internal/", path, imp)
+			}
+		}
+	}
+}
+
 // moduleGroups names the modules beyond the standard library that txinbox's packages may need, in
 // the groups ARCHITECTURE.md names them by (a module may be in several groups).
 var moduleGroups = map[string][]string{

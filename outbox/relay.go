@@ -223,7 +223,7 @@ func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	ecfg := engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval, HotWindow: cfg.tune.HotWindow,
 		Logger: st.Logger, Attrs: []any{"schema", st.Schema}, Name: "outbox "}
 	if !cfg.tune.NoListen {
-		ecfg.Listen = engine.Listen{Channel: schemasql.OutboxChannel(st), Connect: r.listenConnector()}
+		ecfg.Listen = engine.Listen{Channel: schemasql.OutboxChannel(st.Schema), Connect: r.listenConnector()}
 	}
 	r.eng = engine.New(ecfg)
 	return r, nil
