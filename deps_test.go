@@ -19,7 +19,7 @@ import (
 var heavy = []string{"testcontainers", "docker", "moby", "amqp", "nats", "kafka", "franz", "redis"}
 
 // testKitOnly are those of heavy that txinbox's go.mod names, for the test kit alone: testcontainers
-// and the Docker client it needs, which only package internal/testkit/pgcontainer imports (the last
+// and the Docker client it needs, which only package txinboxtest/pgcontainer imports (the last
 // choice of txinboxtest's harness, and the command txinboxtest/cmd/txinbox-testpg).
 var testKitOnly = []string{"testcontainers", "docker", "moby"}
 
@@ -149,7 +149,7 @@ func TestUserOfInboxAndWorkerGetsNoDockerOrBroker(t *testing.T) {
 // The core module's own go.mod and go.sum name no broker or Redis module (the modules that need them,
 // adapters, seenredis, chaos, bench, examples/ledger and examples/notifier, are apart), and of the
 // Docker world only testcontainers and the Docker client it needs, for the test kit; and within the
-// module only internal/testkit/pgcontainer imports testcontainers, and only txinboxtest and the
+// module only txinboxtest/pgcontainer imports testcontainers, and only txinboxtest and the
 // command txinbox-testpg depend on it: the tests of txinbox's other packages find their container
 // through that command.
 func TestCoreModuleHasNoBrokerAndDockerOnlyInTheKit(t *testing.T) {
@@ -163,7 +163,7 @@ func TestCoreModuleHasNoBrokerAndDockerOnlyInTheKit(t *testing.T) {
 	checkGraph(t, ".", "github.com/txinbox/txinbox")
 
 	const self = "github.com/txinbox/txinbox"
-	allowed := map[string]bool{self + "/internal/testkit/pgcontainer": true, self + "/txinboxtest": true,
+	allowed := map[string]bool{self + "/txinboxtest/pgcontainer": true, self + "/txinboxtest": true,
 		self + "/txinboxtest/cmd/txinbox-testpg": true}
 	checked := 0
 	cmd := exec.Command("go", "list", "-test", "-f", `{{.ImportPath}}|{{join .Imports " "}}|{{join .Deps " "}}`, "./...")
@@ -181,8 +181,8 @@ func TestCoreModuleHasNoBrokerAndDockerOnlyInTheKit(t *testing.T) {
 		base, _, _ := strings.Cut(path, " ")
 		base = strings.TrimSuffix(strings.TrimSuffix(base, ".test"), "_test")
 		for _, imp := range strings.Fields(imports) {
-			if strings.Contains(imp, "testcontainers") && path != self+"/internal/testkit/pgcontainer" {
-				t.Errorf("package %s imports %s: only internal/testkit/pgcontainer may", path, imp)
+			if strings.Contains(imp, "testcontainers") && path != self+"/txinboxtest/pgcontainer" {
+				t.Errorf("package %s imports %s: only txinboxtest/pgcontainer may", path, imp)
 			}
 		}
 		if allowed[base] {
@@ -201,6 +201,27 @@ func TestCoreModuleHasNoBrokerAndDockerOnlyInTheKit(t *testing.T) {
 	}
 }
 
+// TestInternalIsTheBottomLayer keeps internal/ under every other package of the module, the root
+// package included (ARCHITECTURE.md, "Packages"): no non-test file of a package under internal/
+// imports a package of txinbox outside internal/, so that the folders, taken as units, import each
+// other without a cycle. (Tests of internal packages may import the rest: they build apart.)
+func TestInternalIsTheBottomLayer(t *testing.T) {
+	const self = "github.com/txinbox/txinbox"
+	listed := goCmd(t, ".", "list", "-f", `{{.ImportPath}}|{{join .Imports "|"}}`, "./internal/...")
+	if len(listed) < 10 {
+		t.Fatalf("go list ./internal/... listed %d packages: the check is broken", len(listed))
+	}
+	for _, line := range listed {
+		path, imports, _ := strings.Cut(line, "|")
+		for _, imp := range strings.Split(imports, "|") {
+			if (imp == self || strings.HasPrefix(imp, self+"/")) && !strings.HasPrefix(imp, self+"/internal/") {
+				t.Errorf("package %s imports %s: a package under internal/ imports only the standard library, "+
+					"other modules and packages under internal/", path, imp)
+			}
+		}
+	}
+}
+
 // moduleGroups names the modules beyond the standard library that txinbox's packages may need, in
 // the groups ARCHITECTURE.md names them by (a module may be in several groups).
 var moduleGroups = map[string][]string{
@@ -215,7 +236,7 @@ var moduleGroups = map[string][]string{
 	"goose": {"github.com/pressly/goose/v3", "github.com/mfridman/interpolate", "github.com/sethvargo/go-retry",
 		"go.uber.org/multierr"},
 	// "testcontainers" is testcontainers-go and every module it depends on: TestArchitectureDependencies
-	// fills it from `go list -deps` of internal/testkit/pgcontainer, the one package importing it.
+	// fills it from `go list -deps` of txinboxtest/pgcontainer, the one package importing it.
 }
 
 // allowedGroups is ARCHITECTURE.md's list of the module groups each public package of the root
@@ -278,13 +299,13 @@ func TestArchitectureDependencies(t *testing.T) {
 	}
 	arrows := architectureArrows(t)
 	groups := maps.Clone(moduleGroups)
-	for _, d := range pkgs[self+"/internal/testkit/pgcontainer"].Deps {
+	for _, d := range pkgs[self+"/txinboxtest/pgcontainer"].Deps {
 		if m := pkgs[d].Module; m != nil && m.Path != self {
 			groups["testcontainers"] = append(groups["testcontainers"], m.Path)
 		}
 	}
 	if !slices.Contains(groups["testcontainers"], "github.com/testcontainers/testcontainers-go") {
-		t.Fatalf("go list -deps of internal/testkit/pgcontainer has no testcontainers-go: the check is broken")
+		t.Fatalf("go list -deps of txinboxtest/pgcontainer has no testcontainers-go: the check is broken")
 	}
 
 	for name, groupNames := range allowedGroups {

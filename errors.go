@@ -3,6 +3,8 @@ package txinbox
 import (
 	"errors"
 	"fmt"
+
+	"github.com/txinbox/txinbox/internal/base"
 )
 
 // ErrInvalidConfig is matched (errors.Is) by every *[ConfigError].
@@ -14,7 +16,7 @@ var ErrInvalidArgument = errors.New("txinbox: invalid argument")
 // ErrNotMigrated is matched (errors.Is) by the error of a component that found its schema without
 // txinbox's tables (worker.Pool.Start, a receive or an admin call; the idempotency middleware logs
 // it and answers ProblemNotMigrated): run migrate.Up (or "txinbox migrate up") on that schema first.
-var ErrNotMigrated = errors.New("txinbox: the schema has no txinbox tables (run migrate.Up, or the command \"txinbox migrate up\", on it first)")
+var ErrNotMigrated = base.ErrNotMigrated
 
 // ErrPooler is matched (errors.Is) by the error of a component that found a connection pooler
 // (PgBouncer) between it and PostgreSQL that it cannot work through; the message says what to set or
@@ -26,7 +28,7 @@ var ErrNotMigrated = errors.New("txinbox: the schema has no txinbox tables (run 
 // default_query_exec_mode=exec. Package migrate returns it for a pooler in transaction mode, or one
 // that refuses or drops the search_path startup parameter: migrations need a session of their own.
 // A pooler in session mode, or one that keeps named prepared statements per client, is not reported.
-var ErrPooler = errors.New("txinbox: a connection pooler is in the way")
+var ErrPooler = base.ErrPooler
 
 // ErrTxManaged is returned by Commit and Rollback of a transaction txinbox hands to user code and
 // ends itself: a worker handler's transaction and the idempotency middleware's request transaction.

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/txinbox/txinbox/internal/base"
 	"github.com/txinbox/txinbox/internal/typednil"
 )
 
@@ -22,8 +23,8 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// DefaultSchema is Store.Schema when it is empty.
-const DefaultSchema = "public"
+// DefaultSchema is Store.Schema when it is empty: "public".
+const DefaultSchema = base.DefaultSchema
 
 // Defaults of [Store] (documented on its fields).
 const (

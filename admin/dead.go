@@ -375,7 +375,7 @@ func (a *Admin) ReplayDead(ctx context.Context, v View, ids ...int64) ([]int64, 
 	if v == Outbox {
 		channel := ""
 		if notify {
-			channel = schemasql.OutboxChannel(a.store)
+			channel = schemasql.OutboxChannel(a.store.Schema)
 		}
 		done, err = schemasql.Queries.ReplayOutboxDead(ctx, db, ids, channel)
 	} else {

@@ -17,7 +17,7 @@ import (
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/limits"
-	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
+	"github.com/txinbox/txinbox/txinboxtest/ledgertest"
 )
 
 // seqOf returns the seq of an inbox dead letter: its cursor, a decimal number.

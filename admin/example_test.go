@@ -11,7 +11,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 	"github.com/txinbox/txinbox/worker"
 )
 

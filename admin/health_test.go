@@ -13,8 +13,8 @@ import (
 
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/ledgertest"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // TestHealth holds a snapshot open in another session, as a forgotten psql session would, and checks

@@ -5,7 +5,7 @@ import (
 
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // client receives (inbox) and administers (admin) one test's schema.

@@ -17,8 +17,8 @@ import (
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
 	"github.com/txinbox/txinbox/worker"
 )
 

@@ -10,10 +10,10 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/ledgertest"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // fail makes messages retrying as a failed attempt's finish does: the queue row's token and attempts

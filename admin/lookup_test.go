@@ -16,10 +16,10 @@ import (
 	"github.com/txinbox/txinbox/internal/limits"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
-	"github.com/txinbox/txinbox/internal/testkit/plantest"
 	"github.com/txinbox/txinbox/internal/textcheck"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
+	"github.com/txinbox/txinbox/txinboxtest/plantest"
 )
 
 // notStored is an event id no test publishes (event ids are UUIDs of version 7; this one is of

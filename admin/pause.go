@@ -83,7 +83,7 @@ func (a *Admin) Resume(ctx context.Context, v View, name string) (bool, error) {
 	}
 	channel := ""
 	if notify {
-		channel = schemasql.OutboxChannel(a.store)
+		channel = schemasql.OutboxChannel(a.store.Schema)
 	}
 	var resumed bool
 	err := pgx.BeginFunc(ctx, a.store.DB, func(tx pgx.Tx) error {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/txinbox/txinbox/chaos"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // The chaos runs start their worker processes by re-executing this test binary: TestMain finds

@@ -16,8 +16,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/console"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/migrate"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // benchSchema is the scratch schema of BenchmarkConsolePages: kept between runs (seeding 10M rows

@@ -20,7 +20,7 @@ import (
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 type env struct {

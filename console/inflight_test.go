@@ -14,8 +14,8 @@ import (
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
 )
 
 var inflightRowRE = regexp.MustCompile(`<tr data-id="(\d+)" data-state="`)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
 )
 
 // cellOf returns the text of the cell of body whose id is id, its tags removed and unescaped.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/internal/limits"
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
 )
 
 // outboxDead publishes one event per topic (key k-<i>) and has a relay refuse each with the error

@@ -12,7 +12,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/idempotency"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // Bad input driven through ServeHTTP directly (httptest.NewRequest), so that header values and paths

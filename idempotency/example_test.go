@@ -16,8 +16,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/idempotency"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/migrate"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // A transfer endpoint: the transfer row and the stored response commit together, and a retry with

@@ -17,7 +17,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/idempotency"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 const key1 = `"8e03978e-40d5-43e8-bc93-6894a57f9324"`

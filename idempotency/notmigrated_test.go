@@ -13,7 +13,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/idempotency"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // A middleware on a schema without its table (migrations not run) answers every request with

@@ -13,7 +13,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/idempotency"
-	"github.com/txinbox/txinbox/internal/testkit/txtest"
+	"github.com/txinbox/txinbox/txinboxtest/txtest"
 )
 
 // txMethods lists every method of pgx.Tx the middleware's transaction covers, each with a writer
@@ -39,7 +39,7 @@ func TestManagedTxCoversEveryMethod(t *testing.T) {
 		if _, ok := txMethods[name]; !ok {
 			t.Errorf("pgx.Tx has method %s, which the middleware's transaction does not cover: implement it on managedTx "+
 				"in idempotency/idempotency.go (keeping what it sends inside the request's transaction, or refusing it), "+
-				"and add a writer for it to txtest.Methods in internal/testkit/txtest/txtest.go", name)
+				"and add a writer for it to txtest.Methods in txinboxtest/txtest/txtest.go", name)
 		}
 	}
 	for name := range txMethods {

@@ -17,9 +17,9 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
-	"github.com/txinbox/txinbox/internal/tracerec"
+	"github.com/txinbox/txinbox/txinboxtest/ledgertest"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/tracerec"
 )
 
 // gateDB is a txinbox.DB over a pool that records the ReceiveBatch statements sent through it (the

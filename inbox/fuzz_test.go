@@ -19,7 +19,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/limits"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // Fuzz targets. Each round-trips what validation accepts through a real PostgreSQL (one schema per

@@ -10,9 +10,9 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
-	"github.com/txinbox/txinbox/internal/testkit/plantest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/ledgertest"
+	"github.com/txinbox/txinbox/txinboxtest/plantest"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // The generic plan of ReceiveBatch (the one PostgreSQL uses from a prepared statement's sixth run on)

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
+	"github.com/txinbox/txinbox/txinboxtest/ledgertest"
 )
 
 // A key repeated within one ReceiveMany batch whose first copy conflicts with the stored row is

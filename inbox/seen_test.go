@@ -14,9 +14,9 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/seen"
+	"github.com/txinbox/txinbox/txinboxtest/ledgertest"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // seenCounter is a Store's Tracer that counts what the seen-key cache did: the results of its

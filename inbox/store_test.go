@@ -9,8 +9,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/ledgertest"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // ttlSpy is a seen-key cache that records the TTLs it is given.

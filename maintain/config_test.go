@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/runner"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // Bad configuration is a *txinbox.ConfigError naming the field, from maintain.New and, prefixed with

@@ -15,9 +15,9 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/maintain"
 	"github.com/txinbox/txinbox/runner"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 	"github.com/txinbox/txinbox/worker"
 )
 

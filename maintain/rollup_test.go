@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/tracerec"
 	"github.com/txinbox/txinbox/maintain"
+	"github.com/txinbox/txinbox/txinboxtest/tracerec"
 	"github.com/txinbox/txinbox/worker"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/metrics"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // TestHealthCollector scrapes the health metrics of a schema whose queue rows were deleted under a

@@ -22,11 +22,11 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
-	"github.com/txinbox/txinbox/internal/tracerec"
 	"github.com/txinbox/txinbox/metrics"
 	"github.com/txinbox/txinbox/runner"
 	"github.com/txinbox/txinbox/seen"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/tracerec"
 	"github.com/txinbox/txinbox/txotel"
 	"github.com/txinbox/txinbox/worker"
 )

@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
-	"github.com/txinbox/txinbox/internal/tracerec"
 	"github.com/txinbox/txinbox/metrics"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/tracerec"
 )
 
 // counted says, for each Op Metrics counts, the sample an operation changes (name and labels), its

@@ -13,10 +13,10 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/metrics"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // Metrics counts a relay's recorded attempts by topic (sent, retried by reason, dead), and its

@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txinbox/txinbox/admin"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/metrics"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // The pause gauge reports, on every scrape, each paused consumer and outbox topic with the time it

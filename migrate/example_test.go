@@ -8,8 +8,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/migrate"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // Up creates the schema and txinbox's tables in it; calling it again, from any number of processes

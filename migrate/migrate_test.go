@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/migrate"
 	"github.com/txinbox/txinbox/migrations"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 func tables(t *testing.T, url, schema string) []string {

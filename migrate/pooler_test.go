@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testkit/pgbouncer"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/migrate"
+	"github.com/txinbox/txinbox/txinboxtest/pgbouncer"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // TestUpRefusesAPooler: migrations need a session of their own (goose's session advisory lock, and

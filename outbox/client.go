@@ -57,7 +57,7 @@ func New(st txinbox.Store, cfg Config) (*Client, error) {
 		return nil, &txinbox.ConfigError{Field: "MaxPayloadBytes", Reason: "must not be negative"}
 	}
 	return &Client{store: st, cfg: cfg, st: schemasql.New(st.Schema),
-		notify: notifier{interval: st.NotifyInterval, channel: schemasql.OutboxChannel(st)}}, nil
+		notify: notifier{interval: st.NotifyInterval, channel: schemasql.OutboxChannel(st.Schema)}}, nil
 }
 
 // Publish writes msgs into the outbox inside tx, the caller's transaction, and returns their event

@@ -6,8 +6,8 @@ import (
 	"slices"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // A service writes its events in its own transaction; a relay hands the committed ones to a

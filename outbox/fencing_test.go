@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/tracerec"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/tracerec"
 )
 
 // holdingPublisher blocks its first call until release is closed, ignoring its ctx (a Publish call

@@ -14,8 +14,8 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/testkit/plantest"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/plantest"
 )
 
 var errRollback = errors.New("rolled back")

@@ -11,8 +11,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/limits"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // A transaction that publishes and rolls back publishes nothing; one that commits publishes each of

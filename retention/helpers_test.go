@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 func newClient(t *testing.T) (*inbox.Client, *testdb.DB) {

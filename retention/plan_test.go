@@ -7,8 +7,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/ledgertest"
-	"github.com/txinbox/txinbox/internal/testkit/plantest"
+	"github.com/txinbox/txinbox/txinboxtest/ledgertest"
+	"github.com/txinbox/txinbox/txinboxtest/plantest"
 )
 
 // A generic plan of ReceiveBatch made while the current generation's partition looks empty (just

@@ -16,8 +16,8 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/seenredis"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // redisServer is a redis-server of the test's own, on a free port, without persistence (never the

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
 )
 
 // Publish publishes msgs with an outbox.Client of st (its Config zero: the defaults) in one

@@ -25,8 +25,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testkit/pgcontainer"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/pgcontainer"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // EnvURL names the environment variable that selects the test server:

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/tracerec"
+	"github.com/txinbox/txinbox/txinboxtest/tracerec"
 	"github.com/txinbox/txinbox/txotel"
 )
 

@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 	"github.com/txinbox/txinbox/txotel"
 	"github.com/txinbox/txinbox/worker"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/tracerec"
+	"github.com/txinbox/txinbox/txinboxtest/tracerec"
 	"github.com/txinbox/txinbox/worker"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/testkit/plantest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/plantest"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // The generic plans of the worker's statements (PostgreSQL's plan of a prepared statement from its

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/tracerec"
+	"github.com/txinbox/txinbox/txinboxtest/tracerec"
 	"github.com/txinbox/txinbox/worker"
 )
 

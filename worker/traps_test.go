@@ -13,7 +13,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/tracerec"
+	"github.com/txinbox/txinbox/txinboxtest/tracerec"
 	"github.com/txinbox/txinbox/worker"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testkit/txtest"
+	"github.com/txinbox/txinbox/txinboxtest/txtest"
 	"github.com/txinbox/txinbox/worker"
 )
 
@@ -40,7 +40,7 @@ func TestHandlerTxCoversEveryMethod(t *testing.T) {
 		if _, ok := txMethods[name]; !ok {
 			t.Errorf("pgx.Tx has method %s, which the handler's transaction does not cover: implement it on handlerTx "+
 				"in worker/tx.go (establishing the message's savepoint before it sends anything, or refusing it), "+
-				"and add a writer for it to txtest.Methods in internal/testkit/txtest/txtest.go", name)
+				"and add a writer for it to txtest.Methods in txinboxtest/txtest/txtest.go", name)
 		}
 		if _, ok := txFailures[name]; !ok && name != "Commit" && name != "Rollback" {
 			t.Errorf("pgx.Tx has method %s, with no case in txFailures (worker/txmethods_test.go): add one that makes "+

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // bulkCommands returns the commands that take --all (the bulk commands: dead replay and discard,

@@ -22,7 +22,7 @@ import (
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/limits"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // dead show labels a dead message's time as its death, and a completed message's as its completion.

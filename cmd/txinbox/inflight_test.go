@@ -12,7 +12,7 @@ import (
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // seedInFlight is seed with two more queued messages of ledger: r1 retrying (its batch charged as a

@@ -19,8 +19,8 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/migrations"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 var binary string

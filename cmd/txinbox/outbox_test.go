@@ -23,9 +23,9 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/console"
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // outboxEvent is an event of topic and key whose fate (outboxtest.ByHeaders) is refuse or fail with

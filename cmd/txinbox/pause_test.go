@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/txinbox/txinbox/admin"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // pause consumer|topic, resume consumer|topic and paused, round trip: each with --json, exit 0 when it

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // txinbox ui refuses a non-loopback address without a password (usage error, nothing served).

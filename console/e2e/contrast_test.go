@@ -11,8 +11,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/txinbox/txinbox/console"
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
 )
 
 // minContrast is WCAG 2's minimum contrast ratio of normal text (success criterion 1.4.3, level AA).

@@ -28,9 +28,9 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/console"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 	"github.com/txinbox/txinbox/worker"
 )
 

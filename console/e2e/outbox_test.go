@@ -8,8 +8,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/txinbox/txinbox/console"
-	"github.com/txinbox/txinbox/internal/testkit/outboxtest"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/outboxtest"
 )
 
 // Dead outbox events: filter them, tick every row at once and replay them (the relay then sends

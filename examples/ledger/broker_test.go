@@ -17,7 +17,7 @@ import (
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/examples/ledger/internal/api"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // brokerPlan is a stream of OrderPaid events to publish: every event once, and 30% of them a second

@@ -16,7 +16,7 @@ import (
 
 	"github.com/txinbox/txinbox/examples/ledger/internal/demo"
 	"github.com/txinbox/txinbox/examples/ledger/internal/pgenv"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // TestDemoShort runs a short demo: duplicated deliveries over HTTP, transient failures, a poison

@@ -19,7 +19,7 @@ import (
 
 	"github.com/txinbox/txinbox/examples/ledger/internal/api"
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 	"github.com/txinbox/txinbox/worker"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/txinbox/txinbox/examples/ledger/internal/ledger"
 	"github.com/txinbox/txinbox/examples/ledger/internal/outboxdemo"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // TestTwoServicesExactlyOnce is the acceptance run of the outbox across two services: the ledger's

@@ -13,8 +13,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/migrate"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 	"github.com/txinbox/txinbox/worker"
 )
 

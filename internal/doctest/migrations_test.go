@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/migrate"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // guideSchema is the schema the migrations guide uses.

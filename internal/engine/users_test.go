@@ -24,9 +24,9 @@ import (
 	"github.com/txinbox/txinbox/admin"
 	"github.com/txinbox/txinbox/inbox"
 	"github.com/txinbox/txinbox/internal/engine"
-	"github.com/txinbox/txinbox/internal/testkit/pgbouncer"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/pgbouncer"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 	"github.com/txinbox/txinbox/worker"
 )
 

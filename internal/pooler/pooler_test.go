@@ -11,8 +11,8 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/pooler"
-	"github.com/txinbox/txinbox/internal/testkit/pgbouncer"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/pgbouncer"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 func newPool(t *testing.T, url, mode string) *pgxpool.Pool {

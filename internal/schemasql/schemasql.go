@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/txinbox/txinbox"
+	"github.com/txinbox/txinbox/internal/base"
 	"github.com/txinbox/txinbox/internal/sqlc"
 )
 
@@ -81,7 +81,7 @@ func Err(err error) error {
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "42P01":
-			return fmt.Errorf("%w: %w", txinbox.ErrNotMigrated, err)
+			return fmt.Errorf("%w: %w", base.ErrNotMigrated, err)
 		case "42P05", "26000":
 			return fmt.Errorf("%w: %w", ErrPoolerStatements, err)
 		}
@@ -95,7 +95,7 @@ var ErrPoolerStatements = fmt.Errorf("%w: it does not keep pgx's named prepared 
 	"which pgx's default query exec mode (cache_statement) needs: set default_query_exec_mode=exec in the connection string "+
 	"(or cache_describe, or simple_protocol; in Go: ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec), "+
 	"or use PgBouncer 1.21 or later with max_prepared_statements above 0",
-	txinbox.ErrPooler)
+	base.ErrPooler)
 
 // Consumers lists, in text order, the consumers that have messages stored in the inbox table of the
 // schema db is wrapped for (Wrap): one NextConsumer statement per consumer, each one descent of the
@@ -127,15 +127,14 @@ func ConsumersUpTo(ctx context.Context, db sqlc.DBTX, limit int) ([]string, erro
 	return out, nil
 }
 
-// OutboxChannel returns the channel on which outbox Clients of st's schema wake the relays of that
-// schema (with an empty payload): "txinbox_outbox_" followed by the schema name, or, when that would
-// exceed the 63 bytes PostgreSQL allows a channel name, "txinbox_outbox_" followed by 16 hex digits
-// of a hash of it. An empty Schema means txinbox.DefaultSchema. It is not the inbox's channel
-// (Store.NotifyChannel): worker pools are not woken by events.
-func OutboxChannel(st txinbox.Store) string {
-	schema := st.Schema
+// OutboxChannel returns the channel on which outbox Clients of schema wake the relays of that schema
+// (with an empty payload): "txinbox_outbox_" followed by the schema name, or, when that would exceed
+// the 63 bytes PostgreSQL allows a channel name, "txinbox_outbox_" followed by 16 hex digits of a
+// hash of it. An empty schema means the default one (txinbox.DefaultSchema). It is not the inbox's
+// channel (Store.NotifyChannel): worker pools are not woken by events.
+func OutboxChannel(schema string) string {
 	if schema == "" {
-		schema = txinbox.DefaultSchema
+		schema = base.DefaultSchema
 	}
 	if c := "txinbox_outbox_" + schema; len(c) <= 63 {
 		return c

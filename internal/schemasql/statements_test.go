@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox/internal/schemasql"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // subscriptOfArrayParameter matches an element read by subscript from an array parameter, such as

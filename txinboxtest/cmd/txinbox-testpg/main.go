@@ -2,7 +2,7 @@
 // (testcontainers-go), writes its connection string as one line on standard output, keeps it while
 // its standard input stays open, and removes it when standard input closes (or on SIGINT/SIGTERM).
 //
-// txinbox's own test harness (internal/testkit/testdb) runs it, with go run in txinbox's module, when
+// txinbox's own test harness (txinboxtest/testdb) runs it, with go run in txinbox's module, when
 // neither TXINBOX_TEST_DATABASE_URL nor a server on 127.0.0.1:5432 is available, so that the tests of
 // txinbox's packages link no Docker client (the public txinboxtest starts its container
 // in-process). By hand:
@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/txinbox/txinbox/internal/testkit/pgcontainer"
+	"github.com/txinbox/txinbox/txinboxtest/pgcontainer"
 )
 
 func main() {

@@ -34,7 +34,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // Mode selects how Open finds a server.

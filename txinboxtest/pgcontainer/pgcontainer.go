@@ -2,6 +2,9 @@
 // choice of txinboxtest's harness, taken only when Docker is available, and the command
 // txinboxtest/cmd/txinbox-testpg (which txinbox's own tests run for theirs). It is the only package
 // of the module that imports testcontainers.
+//
+// The package is txinbox's own test support: a program may import it, but its API may change in any
+// release (the test kit for code using txinbox is package txinboxtest).
 package pgcontainer
 
 import (

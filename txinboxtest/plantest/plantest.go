@@ -4,6 +4,9 @@
 // from its sixth run on when it costs no more than the custom plans before it, and always under
 // plan_cache_mode = force_generic_plan. EXPLAIN of a statement with parameters plans it with their
 // values (a custom plan), so a generic plan is read with EXPLAIN EXECUTE of a prepared statement.
+//
+// The package is txinbox's own test support: a program may import it, but its API may change in any
+// release (the test kit for code using txinbox is package txinboxtest).
 package plantest
 
 import (

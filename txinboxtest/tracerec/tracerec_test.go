@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/tracerec"
+	"github.com/txinbox/txinbox/txinboxtest/tracerec"
 )
 
 // DeclaredOps finds the Ops of trace.go, and a Recorder reports an unpaired TraceEnd.

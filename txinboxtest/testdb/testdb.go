@@ -15,6 +15,9 @@
 // outbox, inbox), so that their own tests can use it; the public kit txinboxtest wraps it (with
 // [Finder], [NewSchemaAt] and [Migrate]), starting its container in-process. Its only package-level
 // state is the memo of the chosen server, which nothing outside it can set.
+//
+// The package is txinbox's own test support: a program may import it, but its API may change in any
+// release (the test kit for code using txinbox is package txinboxtest).
 package testdb
 
 import (

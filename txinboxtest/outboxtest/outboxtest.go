@@ -2,6 +2,9 @@
 // about the outbox: events published with outbox.Client.Publish and brought to their states (sent,
 // retrying, dead, claimed) by real relays whose Publisher is a fake that decides each event's fate;
 // and the drain loop of the public txinboxtest.Drain ([DrainStore]).
+//
+// The package is txinbox's own test support: a program may import it, but its API may change in any
+// release (the test kit for code using txinbox is package txinboxtest).
 package outboxtest
 
 import (
@@ -15,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/txinbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
 	"github.com/txinbox/txinbox/outbox"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // Publish publishes msgs in one transaction of its own, committed, and returns their ids in the

@@ -1,6 +1,9 @@
 // Package pgbouncer starts a throwaway PgBouncer for a test, in front of a PostgreSQL server the
 // test names: its own configuration, port and log in a directory of its own, stopped and removed
 // when the test ends. It is never a shared pooler.
+//
+// The package is txinbox's own test support: a program may import it, but its API may change in any
+// release (the test kit for code using txinbox is package txinboxtest).
 package pgbouncer
 
 import (

@@ -1,6 +1,9 @@
 // Package ledgertest holds what the tests of admin and retention share: messages of consumer
 // "ledger" and kind "OrderPaid", stored, marked completed as the worker would, and run by a worker
 // pool that counts its runs per key.
+//
+// The package is txinbox's own test support: a program may import it, but its API may change in any
+// release (the test kit for code using txinbox is package txinboxtest).
 package ledgertest
 
 import (
@@ -15,7 +18,7 @@ import (
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/inbox"
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 	"github.com/txinbox/txinbox/worker"
 )
 

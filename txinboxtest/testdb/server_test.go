@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txinbox/txinbox/internal/testkit/testdb"
+	"github.com/txinbox/txinbox/txinboxtest/testdb"
 )
 
 // deadURL is a server that cannot answer (nothing listens on port 1).

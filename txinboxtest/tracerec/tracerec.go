@@ -1,6 +1,9 @@
 // Package tracerec is a txinbox.OperationTracer for tests: a Recorder keeps every operation it is
 // told about, with its TraceStart and its TraceEnd, and checks that each TraceEnd pairs a TraceStart
 // of the same Op, given the context that TraceStart returned.
+//
+// The package is txinbox's own test support: a program may import it, but its API may change in any
+// release (the test kit for code using txinbox is package txinboxtest).
 package tracerec
 
 import (

@@ -1,6 +1,9 @@
 // Package txtest holds what the tests of the managed transactions (worker's handler transaction,
 // idempotency's request transaction) share: a writer for every method of pgx.Tx, the record of the
 // large objects they create, and the check of those large objects afterwards.
+//
+// The package is txinbox's own test support: a program may import it, but its API may change in any
+// release (the test kit for code using txinbox is package txinboxtest).
 package txtest
 
 import (

@@ -162,7 +162,7 @@ func DefaultLauncher() (Launcher, error) {
 	if !ok {
 		return Launcher{}, errors.New("testdb: cannot locate txinbox's module: no caller information")
 	}
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	dir := filepath.Join(filepath.Dir(file), "..", "..")
 	if _, err := os.Stat(filepath.Join(dir, "txinboxtest", "cmd", "txinbox-testpg")); err != nil {
 		return Launcher{}, fmt.Errorf("testdb: cannot locate txinboxtest/cmd/txinbox-testpg: %w", err)
 	}
