@@ -3,8 +3,8 @@ package txinbox
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -133,26 +133,21 @@ func (s Store) Resolve() (Store, error) {
 	return s, nil
 }
 
-// maxChannelBytes is the longest channel name PostgreSQL accepts (NAMEDATALEN - 1).
-const maxChannelBytes = 63
-
 // NotifyChannel returns the channel on which inbox Clients announce new messages of the Store's
 // schema (the payload is the consumer) and worker pools listen: "txinbox_" followed by the schema
 // name, or, when that would exceed the 63 bytes PostgreSQL allows a channel name, "txinbox_" followed
 // by 16 hex digits of a hash of it. An empty Schema means DefaultSchema.
-func (s Store) NotifyChannel() string {
-	schema := s.schema()
-	if c := "txinbox_" + schema; len(c) <= maxChannelBytes {
-		return c
-	}
-	h := fnv.New64a()
-	h.Write([]byte(schema))
-	return fmt.Sprintf("txinbox_%016x", h.Sum64())
-}
+func (s Store) NotifyChannel() string { return base.Channel("txinbox_", s.Schema) }
 
-func (s Store) schema() string {
-	if s.Schema == "" {
-		return DefaultSchema
+var schemaRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// ValidateSchema returns a *[ConfigError] (Field "Store.Schema") unless schema is a plain identifier:
+// a letter or underscore, then letters, digits or underscores, at most 63 bytes. (It is quoted with
+// pgx.Identifier anyway; the rule keeps names that need quoting, and would surprise an operator,
+// out.)
+func ValidateSchema(schema string) error {
+	if !schemaRE.MatchString(schema) {
+		return &ConfigError{Field: "Store.Schema", Reason: fmt.Sprintf("%q is not a plain identifier (letters, digits, underscores; at most 63 bytes; not starting with a digit)", schema)}
 	}
-	return s.Schema
+	return nil
 }

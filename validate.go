@@ -9,21 +9,7 @@ import (
 	"github.com/txinbox/txinbox/internal/textcheck"
 )
 
-var (
-	nameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
-	schemaRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
-)
-
-// ValidateSchema returns a *[ConfigError] (Field "Store.Schema") unless schema is a plain identifier:
-// a letter or underscore, then letters, digits or underscores, at most 63 bytes. (It is quoted with
-// pgx.Identifier anyway; the rule keeps names that need quoting, and would surprise an operator,
-// out.)
-func ValidateSchema(schema string) error {
-	if !schemaRE.MatchString(schema) {
-		return &ConfigError{Field: "Store.Schema", Reason: fmt.Sprintf("%q is not a plain identifier (letters, digits, underscores; at most 63 bytes; not starting with a digit)", schema)}
-	}
-	return nil
-}
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
 
 // ValidateName checks a consumer or kind name: 1 to 128 bytes of letters, digits and _ . : / -,
 // starting with a letter or digit.

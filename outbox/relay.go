@@ -167,7 +167,8 @@ var _ txinbox.Service = (*Relay)(nil)
 // over), or when the Publisher reports as failed an event the broker did accept. Every hand-over of
 // an event carries the same Event.ID: consumers deduplicate by it.
 type Relay struct {
-	eng     *engine.Base // the engine and the Store (its DB, Logger and statements)
+	eng     *engine.Base  // the engine, and the Store's DB, Logger and statements
+	store   txinbox.Store // resolved
 	cfg     RelayConfig
 	lockKey int64
 	startMu sync.Mutex
@@ -203,9 +204,9 @@ func NewRelay(st txinbox.Store, cfg RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng := engine.NewBase(st, engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval,
+	eng := engine.NewBase(st.DB, st.Logger, st.Schema, engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval,
 		Attrs: []any{"schema", st.Schema}, Name: "outbox ", Listen: listen(st)}, cfg.tune, "txinbox outbox listener")
-	return &Relay{eng: eng, cfg: cfg, lockKey: schemasql.OutboxClaimLockKey(st.Schema)}, nil
+	return &Relay{eng: eng, store: st, cfg: cfg, lockKey: schemasql.OutboxClaimLockKey(st.Schema)}, nil
 }
 
 // Start checks that the schema has the outbox tables (an error matching txinbox.ErrNotMigrated if
@@ -221,7 +222,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		return errors.New("txinbox: relay already started")
 	}
 	if err := r.eng.CheckStart(ctx, r.checkSchema, "txinbox: could not check the outbox tables; starting anyway",
-		"schema", r.eng.Store.Schema); err != nil {
+		"schema", r.store.Schema); err != nil {
 		return err
 	}
 	return r.eng.Start(ctx, engine.Hooks{
@@ -235,11 +236,11 @@ func (r *Relay) Start(ctx context.Context) error {
 func (r *Relay) checkSchema(ctx context.Context) error {
 	row, err := schemasql.Queries.OutboxTables(ctx, r.eng.DB, r.eng.St.Table("outbox"), r.eng.St.Table("outbox_queue"))
 	if err != nil {
-		return fmt.Errorf("txinbox: checking the schema %q: %w", r.eng.Store.Schema, err)
+		return fmt.Errorf("txinbox: checking the schema %q: %w", r.store.Schema, err)
 	}
 	if !row.Events || !row.Queue {
 		return fmt.Errorf("%w: schema %q: no table outbox or outbox_queue (migration 00009), or this role may not read and write them",
-			txinbox.ErrNotMigrated, r.eng.Store.Schema)
+			txinbox.ErrNotMigrated, r.store.Schema)
 	}
 	return nil
 }
@@ -355,7 +356,7 @@ func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again
 	}
 	if takenOver > 0 {
 		r.eng.Log.Warn("txinbox: taking over outbox events whose claim's lease ended without an outcome (its relay died, hung or lost its connection)",
-			"schema", r.eng.Store.Schema, "events", takenOver)
+			"schema", r.store.Schema, "events", takenOver)
 	}
 	return batch, false, nil
 }
@@ -658,7 +659,7 @@ func checkTopic(tc TopicChecker, topic string) (err error) {
 // txinbox.Injector, gives each event the trace context of its hand-over (injected into a copy of its
 // headers). It returns the context of each hand-over (nil without a Tracer).
 func (r *Relay) traceStart(ctx context.Context, events []Event) []context.Context {
-	t := r.eng.Store.Tracer
+	t := r.store.Tracer
 	if t == nil {
 		return nil
 	}
@@ -667,7 +668,7 @@ func (r *Relay) traceStart(ctx context.Context, events []Event) []context.Contex
 	for i := range events {
 		ev := &events[i]
 		ctxs[i] = t.TraceStart(ctx, txinbox.TraceStart{
-			Op: txinbox.OpRelay, Schema: r.eng.Store.Schema, Messages: []txinbox.TraceMessage{traceEvent(ev)},
+			Op: txinbox.OpRelay, Schema: r.store.Schema, Messages: []txinbox.TraceMessage{traceEvent(ev)},
 			Attempt: ev.Attempt, OrderingKey: ev.Key,
 		})
 		if !inject {
@@ -701,18 +702,18 @@ func (r *Relay) traceEnd(ctxs []context.Context, fs []finish, send []int) {
 		if outcome == "" {
 			outcome = "released"
 		}
-		r.eng.Store.Tracer.TraceEnd(ctxs[k], txinbox.TraceEnd{Op: txinbox.OpRelay, Outcome: outcome, Err: fs[i].err})
+		r.store.Tracer.TraceEnd(ctxs[k], txinbox.TraceEnd{Op: txinbox.OpRelay, Outcome: outcome, Err: fs[i].err})
 	}
 }
 
 // relayed tells the Store's Tracer, if any, the recorded outcome of f's attempt (txinbox.OpRelayed).
 func (r *Relay) relayed(f *finish) {
-	t := r.eng.Store.Tracer
+	t := r.store.Tracer
 	if t == nil {
 		return
 	}
 	ev := &f.c.ev
-	ctx := t.TraceStart(context.Background(), txinbox.TraceStart{Op: txinbox.OpRelayed, Schema: r.eng.Store.Schema,
+	ctx := t.TraceStart(context.Background(), txinbox.TraceStart{Op: txinbox.OpRelayed, Schema: r.store.Schema,
 		Messages: []txinbox.TraceMessage{traceEvent(ev)}, Attempt: ev.Attempt, OrderingKey: ev.Key})
 	t.TraceEnd(ctx, txinbox.TraceEnd{Op: txinbox.OpRelayed, Outcome: f.outcome, Err: f.err, Duration: f.took})
 }
@@ -829,7 +830,7 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 	rows, err := schemasql.Queries.OutboxFinish(rctx, r.eng.St.Wrap(r.eng.DB), finishParams(fs, r.cfg.Owner))
 	if err != nil {
 		r.eng.Log.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
-			"schema", r.eng.Store.Schema, "events", len(fs), "err", err)
+			"schema", r.store.Schema, "events", len(fs), "err", err)
 		return
 	}
 	now := make(map[int64]bool, len(rows)) // recorded by this statement, not earlier
@@ -839,7 +840,7 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 	if keys := leftKeys(fs, now); len(keys) > 0 {
 		if err := schemasql.Queries.OutboxReadyNext(rctx, r.eng.St.Wrap(r.eng.DB), keys); err != nil {
 			r.eng.Log.Warn("txinbox: making the next outbox events of keys ready failed; they go when their snooze ends",
-				"schema", r.eng.Store.Schema, "keys", len(keys), "snooze", r.snoozeFor(), "err", err)
+				"schema", r.store.Schema, "keys", len(keys), "snooze", r.snoozeFor(), "err", err)
 		}
 	}
 	r.recorded(fs, rows)
@@ -860,12 +861,12 @@ func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 	}
 	if earlier > 0 {
 		r.eng.Log.Info("txinbox: outbox outcomes were recorded already, by the claim whose commit answer was lost",
-			"schema", r.eng.Store.Schema, "events", earlier)
+			"schema", r.store.Schema, "events", earlier)
 	}
 	for _, f := range fs {
 		if !recorded[f.c.id] {
 			r.eng.Log.Warn("txinbox: outbox event taken over by another relay after its lease ended; its outcome here was not recorded",
-				"schema", r.eng.Store.Schema, "event_id", f.c.ev.ID, "token", f.c.token, "outcome", f.outcome)
+				"schema", r.store.Schema, "event_id", f.c.ev.ID, "token", f.c.token, "outcome", f.outcome)
 			continue
 		}
 		if f.outcome == "" {
@@ -873,10 +874,10 @@ func (r *Relay) recorded(fs []finish, rows []sqlc.OutboxFinishRow) {
 		}
 		switch f.outcome {
 		case txinbox.OutcomeDead:
-			r.eng.Log.Warn("txinbox: outbox event is dead", "schema", r.eng.Store.Schema, "event_id", f.c.ev.ID,
+			r.eng.Log.Warn("txinbox: outbox event is dead", "schema", r.store.Schema, "event_id", f.c.ev.ID,
 				"topic", f.c.ev.Topic, "key", f.c.ev.Key, "attempt", f.c.ev.Attempt, "err", f.err)
 		case txinbox.OutcomeRetry:
-			r.eng.Log.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.eng.Store.Schema,
+			r.eng.Log.Debug("txinbox: publishing an outbox event failed; will retry", "schema", r.store.Schema,
 				"event_id", f.c.ev.ID, "topic", f.c.ev.Topic, "attempt", f.c.ev.Attempt, "retry_in", f.delay, "err", f.err)
 		}
 		r.relayed(&f)

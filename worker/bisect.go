@@ -373,7 +373,7 @@ func (p *Pool) traceBatchStart(ctx context.Context, items []*batchItem) context.
 		return ctx
 	}
 	c := items[0].c
-	d := txinbox.TraceStart{Op: txinbox.OpHandle, Schema: p.eng.Store.Schema, Consumer: c.Consumer, Attempt: c.Attempt, Batch: true,
+	d := txinbox.TraceStart{Op: txinbox.OpHandle, Schema: p.store.Schema, Consumer: c.Consumer, Attempt: c.Attempt, Batch: true,
 		Messages: make([]txinbox.TraceMessage, len(items))}
 	for i, it := range items {
 		d.Messages[i] = traceMessage(it.c)

@@ -46,7 +46,7 @@ const maxErrorBytes = 8 << 10
 func (p *Pool) finish(ctx context.Context, tx pgx.Tx, b *batch, done []*finish, record int64) error {
 	n := len(done)
 	arg := sqlc.FinishBatchParams{
-		Consumer: p.cfg.Consumer, RetentionSeconds: p.eng.Store.Retention.Seconds(), Batch: record,
+		Consumer: p.cfg.Consumer, RetentionSeconds: p.store.Retention.Seconds(), Batch: record,
 		StartedAt: pgtype.Timestamptz{Time: b.started, Valid: true},
 		Ids:       make([]int64, n), Keys: make([]string, n), Tokens: make([]int64, n), Outcomes: make([]string, n),
 		Errors: make([]string, n), Results: make([]string, n), Delays: make([]float64, n), Uncount: make([]int32, n),
@@ -189,7 +189,7 @@ func (p *Pool) handled(ctx context.Context, done []*finish) {
 	ctx = context.WithoutCancel(ctx)
 	for _, f := range done {
 		c := f.c
-		octx := p.tracer.TraceStart(ctx, txinbox.TraceStart{Op: txinbox.OpHandled, Schema: p.eng.Store.Schema,
+		octx := p.tracer.TraceStart(ctx, txinbox.TraceStart{Op: txinbox.OpHandled, Schema: p.store.Schema,
 			Consumer: c.Consumer, Messages: []txinbox.TraceMessage{traceMessage(c)}, Attempt: c.Attempt,
 			OrderingKey: c.OrderingKey})
 		p.tracer.TraceEnd(octx, txinbox.TraceEnd{Op: txinbox.OpHandled, Outcome: f.outcome, Reason: string(f.reason),

@@ -227,7 +227,7 @@ func (p *Pool) traceStart(ctx context.Context, c *claimed) context.Context {
 		return ctx
 	}
 	return p.tracer.TraceStart(ctx, txinbox.TraceStart{
-		Op: txinbox.OpHandle, Schema: p.eng.Store.Schema, Consumer: c.Consumer, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
+		Op: txinbox.OpHandle, Schema: p.store.Schema, Consumer: c.Consumer, Attempt: c.Attempt, OrderingKey: c.OrderingKey,
 		Messages: []txinbox.TraceMessage{traceMessage(c)},
 	})
 }

@@ -189,7 +189,8 @@ var _ txinbox.Service = (*Pool)(nil)
 
 // Pool claims and handles the messages of one consumer. Create it with New, then Start and Stop it.
 type Pool struct {
-	eng     *engine.Base // the engine and the Store (its DB, Logger and statements)
+	eng     *engine.Base  // the engine, and the Store's DB, Logger and statements
+	store   txinbox.Store // resolved
 	cfg     Config
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
 	// snoozeKey is the advisory lock between SnoozeBlocked and ReadyNext (LockSnooze).
@@ -235,8 +236,8 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 	lockKey := int64(h.Sum64() >> 1)
 	h.Reset()
 	h.Write([]byte("txinbox.snooze\x00" + store.Schema + "\x00" + cfg.Consumer))
-	p := &Pool{cfg: cfg, lockKey: lockKey, snoozeKey: int64(h.Sum64() >> 1), epoch: time.Now(), inflight: map[*batch]struct{}{}}
-	p.eng = engine.NewBase(store, engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval,
+	p := &Pool{store: store, cfg: cfg, lockKey: lockKey, snoozeKey: int64(h.Sum64() >> 1), epoch: time.Now(), inflight: map[*batch]struct{}{}}
+	p.eng = engine.NewBase(store.DB, store.Logger, store.Schema, engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval,
 		Attrs: []any{"consumer", cfg.Consumer}, Listen: listen(store, cfg.Consumer)}, cfg.tune.Tune, "txinbox listener")
 	p.tracer = store.Tracer
 	p.claimMax = cfg.BatchSize
@@ -285,7 +286,7 @@ func (p *Pool) Start(ctx context.Context) error {
 		return errors.New("txinbox: pool already started")
 	}
 	if err := p.eng.CheckStart(ctx, p.checkSchema, "txinbox: could not check the schema's tables; starting anyway",
-		"consumer", p.cfg.Consumer, "schema", p.eng.Store.Schema); err != nil {
+		"consumer", p.cfg.Consumer, "schema", p.store.Schema); err != nil {
 		return err
 	}
 	p.beat(ctx)
@@ -305,7 +306,7 @@ func (p *Pool) Start(ctx context.Context) error {
 func (p *Pool) checkSchema(ctx context.Context) error {
 	row, err := schemasql.Queries.SchemaTables(ctx, p.eng.DB, p.eng.St.Table("inbox"), p.eng.St.Table("inbox_queue"))
 	if err != nil {
-		return fmt.Errorf("txinbox: checking the schema %q: %w", p.eng.Store.Schema, err)
+		return fmt.Errorf("txinbox: checking the schema %q: %w", p.store.Schema, err)
 	}
 	var missing []string
 	if !row.Inbox {
@@ -316,7 +317,7 @@ func (p *Pool) checkSchema(ctx context.Context) error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: schema %q: no table %s, or this role may not read and write it",
-			txinbox.ErrNotMigrated, p.eng.Store.Schema, strings.Join(missing, " or "))
+			txinbox.ErrNotMigrated, p.store.Schema, strings.Join(missing, " or "))
 	}
 	return nil
 }

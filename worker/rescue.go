@@ -72,7 +72,7 @@ func (p *Pool) event(ctx context.Context, d txinbox.TraceStart) {
 	if p.tracer == nil {
 		return
 	}
-	d.Schema = p.eng.Store.Schema
+	d.Schema = p.store.Schema
 	p.tracer.TraceEnd(p.tracer.TraceStart(ctx, d), txinbox.TraceEnd{Op: d.Op})
 }
 

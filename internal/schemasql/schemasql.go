@@ -132,17 +132,7 @@ func ConsumersUpTo(ctx context.Context, db sqlc.DBTX, limit int) ([]string, erro
 // the 63 bytes PostgreSQL allows a channel name, "txinbox_outbox_" followed by 16 hex digits of a
 // hash of it. An empty schema means the default one (txinbox.DefaultSchema). It is not the inbox's
 // channel (Store.NotifyChannel): worker pools are not woken by events.
-func OutboxChannel(schema string) string {
-	if schema == "" {
-		schema = base.DefaultSchema
-	}
-	if c := "txinbox_outbox_" + schema; len(c) <= 63 {
-		return c
-	}
-	h := fnv.New64a()
-	h.Write([]byte(schema))
-	return fmt.Sprintf("txinbox_outbox_%016x", h.Sum64())
-}
+func OutboxChannel(schema string) string { return base.Channel("txinbox_outbox_", schema) }
 
 // OutboxClaimLockKey returns the key of the advisory lock that serialises the claims of the relays
 // of schema (OutboxClaimLock), which a resume of a topic takes too (ResumeTopic).
