@@ -18,14 +18,20 @@
 // are pending acknowledgement, and if some are, the Consumer first gathers them: it takes what
 // JetStream has ready (after a Stop, all of them, at once), and if some are still in a dead process's
 // hands, it waits until AckWait has passed since Start, keeping the newer messages it got meanwhile in
-// hand, unstored. Then it stores everything it gathered in stream order, and goes on. A restart after
-// a crash therefore waits up to AckWait (plus a tenth of it, at least a second, for JetStream's
-// timer) before it stores anything: keep AckWait short. What it gathers is held in memory (at most
-// the JetStream consumer's MaxAckPending messages, plus a batch). Processes consuming one JetStream
-// consumer side by side have no such guarantee: a process starting while another runs waits for the
-// messages the other one holds, up to the same bound, then goes on without them; and when one of them
-// dies, the others get its messages after AckWait, behind newer ones of the same keys. Consume a
-// JetStream consumer with one process at a time where per-key order matters.
+// hand, unstored. Then it stores everything it gathered in stream order, and goes on. A pull request
+// ending with an error (a lost connection, a server restart; JetStream sends heartbeats while a
+// request waits, so that a lost connection ends it with an error) is handled like a restart: what
+// JetStream delivered to it may have been lost on the way, so once the batch in hand is stored and
+// acknowledged, the Consumer asks JetStream again and gathers what JetStream still counts as
+// delivered to it before storing anything newer. A restart after a crash, or a pull request ending
+// with an error, therefore waits up to AckWait (plus a tenth of it, at least a second, for JetStream's
+// timer) before it stores anything newer: keep AckWait short. What it gathers is held in memory (at
+// most the JetStream consumer's MaxAckPending messages, plus a batch). Processes consuming one
+// JetStream consumer side by side have no such guarantee: a process starting, or whose pull request
+// ended with an error, while another runs waits for the messages the other one holds, up to the same
+// bound, then goes on without them; and when one of them dies, the others get its messages after
+// AckWait, behind newer ones of the same keys. Consume a JetStream consumer with one process at a
+// time where per-key order matters.
 //
 // The other way round, a [Publisher] publishes the events of a txinbox outbox (package outbox) to
 // JetStream: each event's id is its message's Nats-Msg-Id, and an event is acknowledged to the relay
@@ -47,6 +53,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/txinbox"
@@ -129,7 +136,8 @@ func (c *Consumer) Stats() adapters.Stats { return c.sink.Stats() }
 // until [Consumer.Stop] is called or ctx ends. If the JetStream consumer had messages pending
 // acknowledgement, they are gathered and stored first, in stream order, with any newer message got
 // meanwhile (see Order in the package documentation: this may wait up to about AckWait); otherwise
-// pulling starts before Start returns. Disconnections are ridden out by the NATS client; if consuming
+// pulling starts before Start returns. Disconnections are ridden out by the NATS client, and after
+// one the messages JetStream still counts as delivered are gathered first, as at Start; if consuming
 // becomes impossible the consumer stops on its own: [Consumer.Done] is closed and Stop returns why. A
 // second Start returns an error matching [adapters.ErrAlreadyStarted].
 //
@@ -165,10 +173,18 @@ func (c *Consumer) Start(ctx context.Context) error {
 // open request to end before it gives back what was prefetched.
 const pullExpiry = time.Second
 
+// errInterrupted is what puller.next returns when a pull request ended with an error that does not
+// end consuming (a lost connection, a server restart): messages JetStream delivered to the request
+// may have been lost on the way.
+var errInterrupted = errors.New("pull request interrupted")
+
 // puller pulls messages with one pull request at a time, each for up to size messages and open for
 // up to pullExpiry. A request ends on the server before the next is sent and before Stop gives
 // messages back: a request left open would take the messages given back (NAKed) after the consumer
 // stopped listening, and JetStream would deliver them again only after AckWait, behind newer ones.
+// JetStream sends a heartbeat halfway through a request that waits for messages, so that a request
+// whose connection was lost ends with an error (jetstream.ErrNoHeartbeat) rather than as if it had
+// expired: what JetStream delivered to it may have been lost on the way.
 type puller struct {
 	cons jetstream.Consumer
 	size int
@@ -178,7 +194,7 @@ type puller struct {
 
 // pull sends a pull request.
 func (p *puller) pull() error {
-	b, err := p.cons.Fetch(p.size, jetstream.FetchMaxWait(pullExpiry))
+	b, err := p.cons.Fetch(p.size, jetstream.FetchMaxWait(pullExpiry), jetstream.FetchHeartbeat(pullExpiry/2))
 	if err != nil {
 		return fmt.Errorf("pull: %w", err)
 	}
@@ -187,7 +203,9 @@ func (p *puller) pull() error {
 }
 
 // next returns the next message, sending pull requests as needed. It returns nil and no error when
-// ctx ended first, and an error when no request can be sent or JetStream says the consumer is gone.
+// ctx ended first, errInterrupted when a request ended with any other error than the ones below (no
+// request is open then), and an error when no request can be sent or JetStream says the consumer is
+// gone.
 func (p *puller) next(ctx context.Context) (jetstream.Msg, error) {
 	for {
 		if p.open == nil {
@@ -208,9 +226,7 @@ func (p *puller) next(ctx context.Context) (jetstream.Msg, error) {
 				return nil, fmt.Errorf("pull: %w", err)
 			default:
 				p.log.Warn("txinbox/natsjs: pull", "err", err)
-				if !run.Sleep(ctx, pullExpiry) {
-					return nil, nil
-				}
+				return nil, errInterrupted
 			}
 		case <-ctx.Done():
 			return nil, nil
@@ -247,19 +263,64 @@ func (c *Consumer) Stop(ctx context.Context) error { return c.loop.Stop(ctx) }
 // Start's context, or when consuming ended on its own (Stop then returns why).
 func (c *Consumer) Done() <-chan struct{} { return c.loop.Done() }
 
-// consume collects and handles batches until ctx ends or pulling becomes impossible.
+// consume collects and handles batches until ctx ends or pulling becomes impossible. After a pull
+// request was interrupted, it handles the batch collected so far, then gathers what JetStream still
+// counts as delivered (resync) before it pulls again.
 func (c *Consumer) consume(ctx, abort context.Context, p *puller, retry *run.Backoff) error {
 	for {
 		batch, err := c.collect(ctx, p)
+		interrupted := errors.Is(err, errInterrupted)
 		if len(batch) > 0 {
-			if herr := c.handle(ctx, abort, batch, retry); herr != nil {
+			if herr := c.handle(ctx, abort, batch, retry, interrupted); herr != nil {
 				return herr
 			}
 		}
-		if err != nil {
+		if err != nil && !interrupted {
 			return fmt.Errorf("txinbox/natsjs: consume: %w", err)
 		}
 		if run.Stopped(ctx) {
+			return nil
+		}
+		if interrupted {
+			if err := c.resync(ctx, abort, retry); err != nil || run.Stopped(ctx) {
+				return err
+			}
+		}
+	}
+}
+
+// resync runs after a pull request was interrupted (a lost connection, a server restart): JetStream
+// may count messages it delivered to the request as pending acknowledgement though they never
+// arrived, and deliver them again only after AckWait, while it has newer ones of the same keys ready
+// at once. After a pause (a request that fails at once must not make the consumer spin), it reads the
+// JetStream consumer's info, again after the retry delay while it cannot (the server may be
+// restarting), and if messages are pending acknowledgement it gathers them as Start does (takeBack),
+// before anything newer is stored. It returns nil when ctx ends, and an error when the connection is
+// closed for good.
+func (c *Consumer) resync(ctx, abort context.Context, retry *run.Backoff) error {
+	if !run.Sleep(ctx, pullExpiry) {
+		return nil
+	}
+	for {
+		started := time.Now()
+		info, err := c.cfg.Consumer.Info(ctx)
+		if err == nil {
+			if info.NumAckPending == 0 {
+				return nil
+			}
+			c.log.Warn("txinbox/natsjs: pull request interrupted; gathering the messages pending acknowledgement before newer ones",
+				"pending", info.NumAckPending)
+			return c.takeBack(ctx, abort, info, started, retry)
+		}
+		if run.Stopped(ctx) {
+			return nil
+		}
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return fmt.Errorf("txinbox/natsjs: consumer info: %w", err)
+		}
+		d := retry.Next()
+		c.log.Warn("txinbox/natsjs: cannot read the consumer's info after an interrupted pull request; reading it again", "err", err, "delay", d)
+		if !run.Sleep(ctx, d) {
 			return nil
 		}
 	}
@@ -286,12 +347,14 @@ func (c *Consumer) collect(ctx context.Context, p *puller) ([]jetstream.Msg, err
 	return batch, nil
 }
 
-// handle stores batch and acknowledges each message. While the batch cannot be stored it holds it:
+// handle stores batch and acknowledges each message; with confirm, the last acknowledgement waits for
+// JetStream's answer, so that JetStream has processed all of them (they are processed in order) when
+// the consumer's info is read next. While the batch cannot be stored it holds it:
 // it waits the retry delay, extending the messages' ack deadline (InProgress) meanwhile, and stores it
 // again, so that no later message is stored before it. If ctx ends first, it returns nil with the
 // batch in c.held, for the caller to give back (handBack) once nothing is pulled any more:
 // JetStream then delivers it again at once, before the prefetched messages given back after it.
-func (c *Consumer) handle(ctx, abort context.Context, batch []jetstream.Msg, retry *run.Backoff) error {
+func (c *Consumer) handle(ctx, abort context.Context, batch []jetstream.Msg, retry *run.Backoff, confirm bool) error {
 	c.n++
 	if c.beforeStore != nil {
 		if err := c.beforeStore(c.n, len(batch)); err != nil {
@@ -323,8 +386,12 @@ func (c *Consumer) handle(ctx, abort context.Context, batch []jetstream.Msg, ret
 		}
 	}
 	acked := 0
-	for _, m := range batch {
-		if err := m.Ack(); err != nil {
+	for i, m := range batch {
+		ack := m.Ack
+		if confirm && i == len(batch)-1 {
+			ack = func() error { return m.DoubleAck(abort) }
+		}
+		if err := ack(); err != nil {
 			c.log.Warn("txinbox/natsjs: ack failed; JetStream redelivers after AckWait, and the inbox drops the copy",
 				"messages", len(batch)-acked, "err", err)
 			break
@@ -353,19 +420,20 @@ func (c *Consumer) ackWait() time.Duration {
 	return 30 * time.Second
 }
 
-// takeBack runs before the first pull when the JetStream consumer had messages pending
-// acknowledgement at Start (info, read at started): messages delivered before, to a process that
-// stopped and handed them back (JetStream has them ready again) or that died with them in hand
-// (JetStream delivers them again once their AckWait has passed, in the order their deadlines end,
-// which need not be the stream's). It gathers those messages and stores them, with any newer one it
-// got meanwhile, in stream order, before anything else. It fetches what JetStream has ready, and
-// counts the messages delivered before (stream sequence up to info.Delivered.Stream) as they come; a
-// newer message means the missing ones are not ready. While some are missing it waits until AckWait
-// has passed since started (they have all expired by then), then fetches again, one message at a
-// time, until they are all back or a tenth of AckWait more (at least a second: JetStream's timer may
-// run late) has passed; the rest are then held by another live process, or were acknowledged.
-// Meanwhile it keeps what it gathered from being delivered again (InProgress). If ctx ends first, it
-// hands what it gathered back (NAK), in stream order.
+// takeBack runs, with no pull request open, when the JetStream consumer had messages pending
+// acknowledgement at Start or after an interrupted pull request (info, read at started): messages
+// delivered before, to a process that stopped and handed them back (JetStream has them ready again)
+// or that died with them in hand, or lost on the way to this one (JetStream delivers them again once
+// their AckWait has passed, in the order their deadlines end, which need not be the stream's). It
+// gathers those messages and stores them, with any newer one it got meanwhile, in stream order,
+// before anything else. It fetches what JetStream has ready, and counts the messages delivered before
+// (stream sequence up to info.Delivered.Stream) as they come; a newer message means the missing ones
+// are not ready. While some are missing it waits until AckWait has passed since started (they have
+// all expired by then), then fetches again, one message at a time, until they are all back or a
+// tenth of AckWait more (at least a second: JetStream's timer may run late) has passed; the rest are
+// then held by another live process, or were acknowledged. Meanwhile it keeps what it gathered from
+// being delivered again (InProgress). If ctx ends first, it hands what it gathered back (NAK), in
+// stream order.
 func (c *Consumer) takeBack(ctx, abort context.Context, info *jetstream.ConsumerInfo, started time.Time, retry *run.Backoff) error {
 	missing := info.NumAckPending
 	last := info.Delivered.Stream // every message after it is newer than every pending one
@@ -415,7 +483,7 @@ func (c *Consumer) takeBack(ctx, abort context.Context, info *jetstream.Consumer
 			continue
 		}
 		if now.After(giveUp) {
-			c.log.Warn("txinbox/natsjs: messages pending acknowledgement at start did not come back; going on without them",
+			c.log.Warn("txinbox/natsjs: messages pending acknowledgement did not come back; going on without them",
 				"missing", missing, "waited", time.Since(started).Round(time.Millisecond))
 			break
 		}
@@ -431,7 +499,7 @@ func (c *Consumer) takeBack(ctx, abort context.Context, info *jetstream.Consumer
 	slices.SortFunc(back, func(a, b jetstream.Msg) int { return cmp.Compare(streamSeq(a), streamSeq(b)) })
 	for len(back) > 0 {
 		k := min(len(back), c.cfg.BatchSize)
-		if err := c.handle(ctx, abort, back[:k], retry); err != nil || run.Stopped(ctx) {
+		if err := c.handle(ctx, abort, back[:k], retry, false); err != nil || run.Stopped(ctx) {
 			c.handBack(c.held)
 			c.held = nil
 			if err == nil {

@@ -1,11 +1,18 @@
 package natsjs
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
@@ -142,5 +149,196 @@ func TestHoldKeepsBatchFromOthers(t *testing.T) {
 	adaptertest.WaitFor(t, "the held batch acknowledged", func() bool { return c.Stats().Acked == 5 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLostDeliveryComesFirst loses a message in transit: the consumer's connection to JetStream
+// runs through a proxy, which holds the bytes from the server while a message of the key is
+// published (JetStream delivers it into the open pull request: it is pending acknowledgement), then
+// drops them and cuts the connection. Newer messages of the key are published before the consumer
+// connects again: JetStream has them ready at once, and the lost one only after AckWait. The
+// consumer must store the lost one first: the inbox receives the key's messages in stream order.
+func TestLostDeliveryComesFirst(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 4*time.Second)
+	db := adaptertest.NewDB(t)
+	u, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newCutProxy(t, u.Host)
+	nc, err := nats.Connect("nats://"+px.addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jc, err := js.Consumer(context.Background(), f.stream, f.durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newConsumer(t, Config{Consumer: jc, Sink: adapters.SinkConfig{Store: txinbox.Store{DB: db.Pool, Schema: db.Schema},
+		Consumer: "ledger", OrderingKey: adapters.Header("x-account")}})
+	stop := start(t, c)
+
+	var keys []string
+	publish := func(n int) {
+		t.Helper()
+		for range n {
+			k := fmt.Sprintf("lost-%d", len(keys))
+			m := event(k, fmt.Appendf(nil, `{"event_id": %q}`, k))
+			m.Header.Set("x-account", "acct-1")
+			f.publish(t, m)
+			keys = append(keys, k)
+		}
+	}
+	stored := func(what string) {
+		t.Helper()
+		adaptertest.WaitFor(t, what, func() bool { return adaptertest.InboxCount(t, db, "ledger") == int64(len(keys)) })
+		f.settled(t)
+	}
+	publish(1)
+	stored("the first message stored")
+
+	lost := false
+	for attempt := 0; attempt < 5 && !lost; attempt++ {
+		px.freeze()
+		publish(1) // delivered into the open pull request, held in the proxy
+		deadline := time.Now().Add(3 * time.Second)
+		for !lost && time.Now().Before(deadline) {
+			info := f.info(t)
+			lost = info.NumPending == 0 && info.NumAckPending == 1
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !lost {
+			t.Logf("attempt %d: the message was not delivered while the proxy held the server's bytes", attempt)
+			px.thaw()
+			stored("the message published in a failed attempt stored")
+			continue
+		}
+		px.cut()
+		if info := f.info(t); info.NumPending != 0 || info.NumAckPending != 1 {
+			t.Fatalf("after the cut: %d pending, %d pending acknowledgement; want the lost message pending acknowledgement alone",
+				info.NumPending, info.NumAckPending)
+		}
+		publish(5)
+		px.thaw()
+	}
+	if !lost {
+		t.Fatal("no message could be lost in transit")
+	}
+	stored("every message stored")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	adaptertest.CheckReceivedOrder(t, db, "ledger", keys)
+}
+
+// cutProxy forwards TCP connections to a server. While frozen it holds every byte from the server;
+// cut drops what it holds, closes every connection and refuses new ones until thaw.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+
+	mu     sync.Mutex
+	open   chan struct{} // closed while not frozen
+	refuse bool
+	conns  []net.Conn
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, open: make(chan struct{})}
+	close(p.open)
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			refuse := p.refuse
+			p.mu.Unlock()
+			if refuse {
+				_ = client.Close()
+				continue
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, client, server)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(server, client); _ = server.Close() }()
+			go p.copyHeld(client, server)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut()
+		p.thaw()
+	})
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+// copyHeld copies src to dst, holding each chunk while the proxy is frozen; a chunk held when the
+// connections are cut is dropped (dst is closed).
+func (p *cutProxy) copyHeld(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			open := p.open
+			p.mu.Unlock()
+			<-open
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *cutProxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open = make(chan struct{})
+}
+
+// cut closes every connection, dropping what the proxy holds, and refuses new connections until thaw.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuse = true
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// thaw lets connections and bytes through again.
+func (p *cutProxy) thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuse = false
+	select {
+	case <-p.open:
+	default:
+		close(p.open)
 	}
 }
