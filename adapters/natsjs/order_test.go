@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/adapters"
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
+	"github.com/txinbox/txinbox/adapters/internal/tcpproxy"
 )
 
 // orderPlan publishes n messages keyed prefix-0 … prefix-(n-1), in that order, and returns them and
@@ -166,8 +164,8 @@ func TestLostDeliveryComesFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newCutProxy(t, u.Host)
-	nc, err := nats.Connect("nats://"+px.addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
+	px := tcpproxy.New(t, u.Host)
+	nc, err := nats.Connect("nats://"+px.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +203,7 @@ func TestLostDeliveryComesFirst(t *testing.T) {
 
 	lost := false
 	for attempt := 0; attempt < 5 && !lost; attempt++ {
-		px.freeze()
+		px.Freeze()
 		publish(1) // delivered into the open pull request, held in the proxy
 		deadline := time.Now().Add(3 * time.Second)
 		for !lost && time.Now().Before(deadline) {
@@ -215,17 +213,17 @@ func TestLostDeliveryComesFirst(t *testing.T) {
 		}
 		if !lost {
 			t.Logf("attempt %d: the message was not delivered while the proxy held the server's bytes", attempt)
-			px.thaw()
+			px.Thaw()
 			stored("the message published in a failed attempt stored")
 			continue
 		}
-		px.cut()
+		px.Cut()
 		if info := f.info(t); info.NumPending != 0 || info.NumAckPending != 1 {
 			t.Fatalf("after the cut: %d pending, %d pending acknowledgement; want the lost message pending acknowledgement alone",
 				info.NumPending, info.NumAckPending)
 		}
 		publish(5)
-		px.thaw()
+		px.Thaw()
 	}
 	if !lost {
 		t.Fatal("no message could be lost in transit")
@@ -235,110 +233,4 @@ func TestLostDeliveryComesFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	adaptertest.CheckReceivedOrder(t, db, "ledger", keys)
-}
-
-// cutProxy forwards TCP connections to a server. While frozen it holds every byte from the server;
-// cut drops what it holds, closes every connection and refuses new ones until thaw.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-
-	mu     sync.Mutex
-	open   chan struct{} // closed while not frozen
-	refuse bool
-	conns  []net.Conn
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target, open: make(chan struct{})}
-	close(p.open)
-	go func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			refuse := p.refuse
-			p.mu.Unlock()
-			if refuse {
-				_ = client.Close()
-				continue
-			}
-			server, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = client.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, client, server)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(server, client); _ = server.Close() }()
-			go p.copyHeld(client, server)
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.cut()
-		p.thaw()
-	})
-	return p
-}
-
-func (p *cutProxy) addr() string { return p.ln.Addr().String() }
-
-// copyHeld copies src to dst, holding each chunk while the proxy is frozen; a chunk held when the
-// connections are cut is dropped (dst is closed).
-func (p *cutProxy) copyHeld(dst, src net.Conn) {
-	defer dst.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			open := p.open
-			p.mu.Unlock()
-			<-open
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *cutProxy) freeze() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.open = make(chan struct{})
-}
-
-// cut closes every connection, dropping what the proxy holds, and refuses new connections until thaw.
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.refuse = true
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-}
-
-// thaw lets connections and bytes through again.
-func (p *cutProxy) thaw() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.refuse = false
-	select {
-	case <-p.open:
-	default:
-		close(p.open)
-	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/txinbox/txinbox/adapters/internal/adaptertest"
 	"github.com/txinbox/txinbox/adapters/internal/cetest"
 	"github.com/txinbox/txinbox/adapters/internal/pubtest"
+	"github.com/txinbox/txinbox/adapters/internal/tcpproxy"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -154,92 +155,6 @@ func TestPublisherUnroutableIsAFailure(t *testing.T) {
 	}
 }
 
-// proxy forwards TCP connections to a broker; while frozen it holds every byte from the broker (the
-// broker receives, but its answers, confirms included, do not reach the client).
-type proxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	open  chan struct{} // closed while not frozen
-	conns []net.Conn
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target, open: make(chan struct{})}
-	close(p.open)
-	go func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			server, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = client.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, client, server)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(server, client); _ = server.Close() }()
-			go p.copyHeld(client, server)
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		p.thaw()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-	})
-	return p
-}
-
-// copyHeld copies src to dst, holding each chunk while the proxy is frozen.
-func (p *proxy) copyHeld(dst, src net.Conn) {
-	defer dst.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			open := p.open
-			p.mu.Unlock()
-			<-open
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *proxy) freeze() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.open = make(chan struct{})
-}
-
-func (p *proxy) thaw() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.open:
-	default:
-		close(p.open)
-	}
-}
-
 // TestPublisherConfirmTimeoutIsRetried: the broker's answers stop reaching the publisher (a proxy
 // holds them): the message is routed but its confirm does not come within ConfirmTimeout, so the
 // event fails (ErrConfirmTimeout) and stays pending, and the next attempts cannot connect. Once the
@@ -254,8 +169,8 @@ func TestPublisherConfirmTimeoutIsRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newProxy(t, u.Host)
-	u.Host = px.ln.Addr().String()
+	px := tcpproxy.New(t, u.Host)
+	u.Host = px.Addr()
 	pub := newPublisher(t, PublisherConfig{URL: u.String(), ConfirmTimeout: 300 * time.Millisecond})
 	env := pubtest.New(t)
 	res := env.Relay(t, pub, func(cfg *outbox.RelayConfig) { cfg.Timeout = 2 * time.Second })
@@ -263,7 +178,7 @@ func TestPublisherConfirmTimeoutIsRetried(t *testing.T) {
 	first := env.Publish(t, true, outbox.Message{Topic: q, Key: "k", Payload: []byte(`{"n": 1}`)})
 	env.WaitSent(t, first) // connected through the proxy
 
-	px.freeze()
+	px.Freeze()
 	ids := env.Publish(t, true, outbox.Message{Topic: q, Key: "k", Payload: []byte(`{"n": 2}`)})
 	adaptertest.WaitFor(t, "two failed attempts while the broker's answers are held", func() bool {
 		row := env.Row(t, ids[0])
@@ -275,7 +190,7 @@ func TestPublisherConfirmTimeoutIsRetried(t *testing.T) {
 	if r := res.Of(ids[0]); len(r) == 0 || r[0].Outcome != txinbox.OutcomeRetry || !errors.Is(r[0].Err, ErrConfirmTimeout) {
 		t.Fatalf("first attempt %+v, want a retry with ErrConfirmTimeout", r)
 	}
-	px.thaw()
+	px.Thaw()
 	env.WaitSent(t, ids)
 	adaptertest.WaitFor(t, "the event to arrive", func() bool {
 		for _, r := range c.received() {
