@@ -167,7 +167,7 @@ var _ txinbox.Service = (*Relay)(nil)
 // over), or when the Publisher reports as failed an event the broker did accept. Every hand-over of
 // an event carries the same Event.ID: consumers deduplicate by it.
 type Relay struct {
-	eng     *engine.Base  // the engine, and the Store's DB, Logger and statements
+	eng     *engine.Base  // the engine, and the Store's Logger and statements
 	store   txinbox.Store // resolved
 	cfg     RelayConfig
 	lockKey int64
@@ -234,7 +234,7 @@ func (r *Relay) Start(ctx context.Context) error {
 }
 
 func (r *Relay) checkSchema(ctx context.Context) error {
-	row, err := schemasql.Queries.OutboxTables(ctx, r.eng.DB, r.eng.St.Table("outbox"), r.eng.St.Table("outbox_queue"))
+	row, err := schemasql.Queries.OutboxTables(ctx, r.store.DB, r.eng.St.Table("outbox"), r.eng.St.Table("outbox_queue"))
 	if err != nil {
 		return fmt.Errorf("txinbox: checking the schema %q: %w", r.store.Schema, err)
 	}
@@ -324,7 +324,7 @@ func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again
 		rec = r.newRecordInClaim(fs)
 	}
 	var rows []sqlc.OutboxClaimRow
-	if b, ok := r.eng.DB.(batchSender); ok {
+	if b, ok := r.store.DB.(batchSender); ok {
 		rows, err = r.claimPipelined(ctx, b, p, rec)
 	} else {
 		rows, err = r.claimInTx(ctx, p, rec)
@@ -373,7 +373,7 @@ func (r *Relay) claimTimeoutMS() string {
 // batch's outcomes (rec, if any: OutboxFinish), OutboxClaimLock, OutboxReadyNext (rec's keys, if
 // any), OutboxClaim, COMMIT, each a round trip (a DB that cannot pipeline).
 func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams, rec *recordInClaim) ([]sqlc.OutboxClaimRow, error) {
-	tx, err := r.eng.DB.Begin(ctx)
+	tx, err := r.store.DB.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -827,7 +827,7 @@ func leftKeys(fs []finish, recorded map[int64]bool) []string {
 func (r *Relay) record(ctx context.Context, fs []finish) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	rows, err := schemasql.Queries.OutboxFinish(rctx, r.eng.St.Wrap(r.eng.DB), finishParams(fs, r.cfg.Owner))
+	rows, err := schemasql.Queries.OutboxFinish(rctx, r.eng.St.Wrap(r.store.DB), finishParams(fs, r.cfg.Owner))
 	if err != nil {
 		r.eng.Log.Warn("txinbox: recording outbox outcomes failed; the events are taken over when their lease ends",
 			"schema", r.store.Schema, "events", len(fs), "err", err)
@@ -838,7 +838,7 @@ func (r *Relay) record(ctx context.Context, fs []finish) {
 		now[row.ID] = !row.Earlier
 	}
 	if keys := leftKeys(fs, now); len(keys) > 0 {
-		if err := schemasql.Queries.OutboxReadyNext(rctx, r.eng.St.Wrap(r.eng.DB), keys); err != nil {
+		if err := schemasql.Queries.OutboxReadyNext(rctx, r.eng.St.Wrap(r.store.DB), keys); err != nil {
 			r.eng.Log.Warn("txinbox: making the next outbox events of keys ready failed; they go when their snooze ends",
 				"schema", r.store.Schema, "keys", len(keys), "snooze", r.snoozeFor(), "err", err)
 		}

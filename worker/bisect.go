@@ -314,7 +314,7 @@ func (b *batchCall) lost(items []*batchItem, r callResult, err error) error {
 // what they committed). If it rolled back, a call of one message is dead at once (as a single
 // handler's), and the messages of a larger call are held for the rescuer, which runs them alone.
 func (b *batchCall) ended(ctx context.Context, items []*batchItem) error {
-	status, err := schemasql.Queries.XactStatus(context.WithoutCancel(ctx), b.p.eng.St.Wrap(b.p.eng.DB), b.xid)
+	status, err := schemasql.Queries.XactStatus(context.WithoutCancel(ctx), b.p.eng.St.Wrap(b.p.store.DB), b.xid)
 	if err != nil {
 		status = "unknown (" + err.Error() + ")"
 	}

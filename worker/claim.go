@@ -62,7 +62,7 @@ type batch struct {
 // messages of single handlers beyond Config.BatchSize (the subtransactions a transaction can afford)
 // are left out of the batch: the claim wrote nothing, so they are free again when it ends.
 func (p *Pool) claim(ctx context.Context, suspects bool) (*batch, error) {
-	tx, err := p.eng.DB.Begin(ctx)
+	tx, err := p.store.DB.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func (p *Pool) claim(ctx context.Context, suspects bool) (*batch, error) {
 	}
 	b.msgs = p.runnable(msgs)
 	ids, _ := idsTokens(b.msgs)
-	err = p.records.do(ctx, p.eng.DB, func(db sqlc.DBTX) error {
+	err = p.records.do(ctx, p.store.DB, func(db sqlc.DBTX) error {
 		record, err := schemasql.Queries.RecordBatch(ctx, p.eng.St.Wrap(db), sqlc.RecordBatchParams{
 			Consumer: p.cfg.Consumer, Xid: b.xid, Ids: ids, Owner: p.cfg.Owner})
 		p.mu.Lock() // Stop and the rescuer read it
@@ -204,10 +204,10 @@ func (p *Pool) pipeline(ctx context.Context, s sender, f func(sqlc.DBTX) []error
 // pipelined runs f's statements (see pipeline) on the pool's DB in one implicit transaction; on a DB
 // that cannot pipeline, in a transaction of its own.
 func (p *Pool) pipelined(ctx context.Context, f func(sqlc.DBTX) []error) error {
-	if s, ok := p.eng.DB.(sender); ok {
+	if s, ok := p.store.DB.(sender); ok {
 		return p.pipeline(ctx, s, f)
 	}
-	return pgx.BeginFunc(ctx, p.eng.DB, func(tx pgx.Tx) error { return errors.Join(f(p.eng.St.Wrap(tx))...) })
+	return pgx.BeginFunc(ctx, p.store.DB, func(tx pgx.Tx) error { return errors.Join(f(p.eng.St.Wrap(tx))...) })
 }
 
 func firstErr(errs []error) error {

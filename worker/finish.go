@@ -102,7 +102,7 @@ func (p *Pool) settle(ctx context.Context, b *batch, err error) {
 	if ctx.Err() == nil {
 		p.eng.Log.Warn("txinbox: batch rolled back", "consumer", p.cfg.Consumer, "messages", len(b.msgs), "err", err)
 	}
-	serr := pgx.BeginFunc(bctx, p.eng.DB, func(tx pgx.Tx) error {
+	serr := pgx.BeginFunc(bctx, p.store.DB, func(tx pgx.Tx) error {
 		if len(record) > 0 {
 			if err := p.finish(bctx, tx, b, record, 0); err != nil {
 				return err

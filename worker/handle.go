@@ -123,7 +123,7 @@ func txEnded(tx pgx.Tx) bool {
 // committed, or end the batch again.
 func (p *Pool) endedByHandler(ctx context.Context, xid string, done []*finish) error {
 	f := done[len(done)-1]
-	status, err := schemasql.Queries.XactStatus(context.WithoutCancel(ctx), p.eng.St.Wrap(p.eng.DB), xid)
+	status, err := schemasql.Queries.XactStatus(context.WithoutCancel(ctx), p.eng.St.Wrap(p.store.DB), xid)
 	if err != nil {
 		status = "unknown (" + err.Error() + ")"
 	}

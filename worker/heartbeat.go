@@ -59,7 +59,7 @@ func (p *Pool) heartbeat(ctx context.Context) {
 
 // beat writes the pool's heartbeat. Errors are logged at Debug.
 func (p *Pool) beat(ctx context.Context) {
-	if err := schemasql.Queries.PoolHeartbeat(ctx, p.eng.St.Wrap(p.eng.DB), p.cfg.Consumer, p.cfg.Owner); err != nil && ctx.Err() == nil {
+	if err := schemasql.Queries.PoolHeartbeat(ctx, p.eng.St.Wrap(p.store.DB), p.cfg.Consumer, p.cfg.Owner); err != nil && ctx.Err() == nil {
 		p.eng.Log.Debug("txinbox: writing the pool's heartbeat failed", "consumer", p.cfg.Consumer, "err", err)
 	}
 }
@@ -68,7 +68,7 @@ func (p *Pool) beat(ctx context.Context) {
 func (p *Pool) gone(ctx context.Context) {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := schemasql.Queries.PoolGone(gctx, p.eng.St.Wrap(p.eng.DB), p.cfg.Consumer, p.cfg.Owner); err != nil {
+	if err := schemasql.Queries.PoolGone(gctx, p.eng.St.Wrap(p.store.DB), p.cfg.Consumer, p.cfg.Owner); err != nil {
 		p.eng.Log.Debug("txinbox: deleting the pool's heartbeat failed", "consumer", p.cfg.Consumer, "err", err)
 	}
 }
@@ -76,7 +76,7 @@ func (p *Pool) gone(ctx context.Context) {
 // warnUnserved logs a warning, and reports true, if the queue holds messages no worker has claimed
 // of consumers that no pool seen within heartbeatFresh serves.
 func (p *Pool) warnUnserved(ctx context.Context, idle time.Duration) bool {
-	db := p.eng.St.Wrap(p.eng.DB)
+	db := p.eng.St.Wrap(p.store.DB)
 	served, err := schemasql.Queries.ServedConsumers(ctx, db, heartbeatFresh.Seconds())
 	if err != nil {
 		if ctx.Err() == nil {

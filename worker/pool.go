@@ -189,7 +189,7 @@ var _ txinbox.Service = (*Pool)(nil)
 
 // Pool claims and handles the messages of one consumer. Create it with New, then Start and Stop it.
 type Pool struct {
-	eng     *engine.Base  // the engine, and the Store's DB, Logger and statements
+	eng     *engine.Base  // the engine, and the Store's Logger and statements
 	store   txinbox.Store // resolved
 	cfg     Config
 	lockKey int64 // the advisory lock of messages taken over alone (ClaimSuspects)
@@ -304,7 +304,7 @@ func (p *Pool) Start(ctx context.Context) error {
 
 // checkSchema returns an error matching txinbox.ErrNotMigrated unless both tables exist and may be used.
 func (p *Pool) checkSchema(ctx context.Context) error {
-	row, err := schemasql.Queries.SchemaTables(ctx, p.eng.DB, p.eng.St.Table("inbox"), p.eng.St.Table("inbox_queue"))
+	row, err := schemasql.Queries.SchemaTables(ctx, p.store.DB, p.eng.St.Table("inbox"), p.eng.St.Table("inbox_queue"))
 	if err != nil {
 		return fmt.Errorf("txinbox: checking the schema %q: %w", p.store.Schema, err)
 	}
@@ -324,7 +324,7 @@ func (p *Pool) checkSchema(ctx context.Context) error {
 
 // warnPoolSize warns when db is a *pgxpool.Pool too small for the pool's runners.
 func (p *Pool) warnPoolSize() {
-	pool, ok := p.eng.DB.(*pgxpool.Pool)
+	pool, ok := p.store.DB.(*pgxpool.Pool)
 	if !ok {
 		return
 	}
@@ -416,8 +416,8 @@ const releaseTimeout = 2 * time.Second
 // may all be held by abandoned batches whose goroutines have not returned. If it fails, the rescuer
 // charges those batches as batches that never finished.
 func (p *Pool) release(ctx context.Context, records []int64) error {
-	var db sqlc.DBTX = p.eng.DB
-	if pool, ok := p.eng.DB.(*pgxpool.Pool); ok {
+	var db sqlc.DBTX = p.store.DB
+	if pool, ok := p.store.DB.(*pgxpool.Pool); ok {
 		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
 		if err != nil {
 			return err

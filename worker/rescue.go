@@ -17,7 +17,7 @@ import (
 // its transaction is no longer in progress (its process died, or its session was ended while
 // frozen). Each is charged once (ChargeBatch), whichever pool's rescuer finds it first.
 func (p *Pool) charge(ctx context.Context) error {
-	db := p.eng.St.Wrap(p.eng.DB)
+	db := p.eng.St.Wrap(p.store.DB)
 	batches, err := schemasql.Queries.ListBatches(ctx, db, p.cfg.Consumer)
 	if err != nil || len(batches) == 0 {
 		return err
