@@ -184,8 +184,10 @@ WITH c AS (
     -- The queue rows still claimed with the caller's token, locked: one probe of the primary key per
     -- event (a LATERAL with a locking clause is never flattened into a join).
     SELECT l.id, l.attempts_started, l.started_at, c.token, c.outcome, c.error, c.run_at, c.uncount, c.finished_at,
-           jsonb_build_array(jsonb_build_object('n', l.attempts_started, 'at', l.started_at, 'ms', c.elapsed_ms,
-               'reason', c.reason, 'error', c.error, 'owner', @owner::text)) AS entry
+           -- A failed attempt's history entry, built for the failures only (as in FinishBatch).
+           CASE WHEN c.outcome IN ('retry', 'dead') THEN
+               jsonb_build_array(jsonb_build_object('n', l.attempts_started, 'at', l.started_at, 'ms', c.elapsed_ms,
+                   'reason', c.reason, 'error', c.error, 'owner', @owner::text)) END AS entry
     FROM c
     CROSS JOIN LATERAL (
         SELECT q.id, q.attempts_started, q.started_at FROM /* TEMPLATE: schema */outbox_queue q

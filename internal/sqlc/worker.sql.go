@@ -325,8 +325,11 @@ WITH c AS (
     -- clause is never flattened into a join).
     SELECT l.id, l.attempts_started + 1 - c.uncount AS attempts_started, l.token + 1 AS token, c.key,
            c.outcome, c.error, c.result, c.run_at, c.finished_at, c.expires_at, c.uncount,
-           jsonb_build_array(jsonb_build_object('n', l.attempts_started + 1 - c.uncount, 'at', $1::timestamptz,
-               'ms', c.elapsed_ms, 'reason', c.reason, 'error', c.error, 'owner', $14::text)) AS entry
+           -- A failed attempt's history entry, built for the failures only: building one costs the
+           -- server about 6 µs, a fifth of a completed message's whole cost in a drain.
+           CASE WHEN c.outcome IN ('retry', 'dead') THEN
+               jsonb_build_array(jsonb_build_object('n', l.attempts_started + 1 - c.uncount, 'at', $1::timestamptz,
+                   'ms', c.elapsed_ms, 'reason', c.reason, 'error', c.error, 'owner', $14::text)) END AS entry
     FROM c
     CROSS JOIN LATERAL (
         SELECT q.id, q.attempts_started, q.token FROM /* TEMPLATE: schema */inbox_queue q
