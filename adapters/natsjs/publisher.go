@@ -220,10 +220,12 @@ func (p *Publisher) msg(subject string, ev *outbox.Event) (*nats.Msg, error) {
 			return nil, txinbox.Permanent(fmt.Errorf("txinbox/natsjs: header name %q is not a token", name))
 		}
 	}
-	m := nats.NewMsg(subject)
-	m.Data = ev.Payload
-	for _, h := range envelope.NATS.Headers(ev, envelope.Header{Name: jetstream.MsgIDHeader, Value: ev.ID}) {
-		m.Header[h.Name] = []string{h.Value}
+	hs := envelope.NATS.Headers(ev, envelope.Header{Name: jetstream.MsgIDHeader, Value: ev.ID})
+	m := &nats.Msg{Subject: subject, Data: ev.Payload, Header: make(nats.Header, len(hs))}
+	values := make([]string, len(hs)) // one allocation for every header's value
+	for i, h := range hs {
+		values[i] = h.Value
+		m.Header[h.Name] = values[i : i+1 : i+1]
 	}
 	return m, nil
 }

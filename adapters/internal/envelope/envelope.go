@@ -14,8 +14,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
+	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/outbox"
 )
 
@@ -92,28 +94,34 @@ type Header struct {
 // An event whose ContentType is "" (one not handed over by a relay) is sent as
 // [outbox.DefaultContentType], as [ContentType] says.
 func (b Binding) Headers(ev *outbox.Event, own ...Header) []Header {
-	e := *ev
-	e.ContentType = ContentType(ev)
-	attrs := e.CloudEvent()
-	var env []Header
-	for _, name := range Names {
-		v := attrs[name]
+	// The attributes of ev.CloudEvent(), in the order of Names, read from ev without building that
+	// map: this runs once per event sent (TestHeadersCarryTheCloudEvent checks that they agree).
+	var traceParent, traceState string
+	if traceParent = ev.Headers[txinbox.HeaderTraceParent]; traceParent != "" {
+		traceState = ev.Headers[txinbox.HeaderTraceState]
+	}
+	values := [...]string{"1.0", ev.ID, ev.Source, ev.Kind, ev.CreatedAt.UTC().Format(time.RFC3339Nano),
+		ContentType(ev), ev.Key, traceParent, traceState}
+	names := b.names()
+	var buf [len(values) + 2]Header // the envelope and own, on the stack for up to two own headers
+	env := buf[:0]
+	for i, v := range values {
 		if v == "" {
 			continue
 		}
+		name := names[i]
 		switch {
-		case name == AttrDataContentType && b.NoContentType:
+		case Names[i] == AttrDataContentType && b.NoContentType:
 			continue
-		case name == AttrDataContentType && b.ContentType != "":
-			env = append(env, Header{b.ContentType, v})
-			continue
-		}
-		if b.Percent {
+		case Names[i] == AttrDataContentType && b.ContentType != "":
+			name = b.ContentType
+		case b.Percent:
 			v = PercentEncode(v)
 		}
-		env = append(env, Header{b.Prefix + name, v})
+		if !named(own, name) {
+			env = append(env, Header{name, v})
+		}
 	}
-	env = slices.DeleteFunc(env, func(h Header) bool { return named(own, h.Name) })
 	env = append(env, own...)
 	out := make([]Header, 0, len(ev.Headers)+len(env))
 	for name, v := range ev.Headers {
@@ -123,6 +131,32 @@ func (b Binding) Headers(ev *outbox.Event, own ...Header) []Header {
 	}
 	slices.SortFunc(out, func(a, b Header) int { return strings.Compare(a.Name, b.Name) })
 	return append(out, env...)
+}
+
+// prefixed holds, by prefix, the prefixed name of each attribute of Names, for the bindings of this
+// package: no name is built per event.
+var prefixed = func() map[string][]string {
+	m := map[string][]string{}
+	for _, b := range bindings {
+		m[b.Prefix] = b.prefix()
+	}
+	return m
+}()
+
+// names returns Prefix + each name of Names.
+func (b Binding) names() []string {
+	if ns, ok := prefixed[b.Prefix]; ok {
+		return ns
+	}
+	return b.prefix()
+}
+
+func (b Binding) prefix() []string {
+	ns := make([]string, len(Names))
+	for i, n := range Names {
+		ns[i] = b.Prefix + n
+	}
+	return ns
 }
 
 // ContentType returns ev.ContentType, or [outbox.DefaultContentType] when it is "" (an event that
@@ -203,8 +237,17 @@ func IsCopy(name string, attrs map[string]string) bool {
 // (U+0021 to U+007E) becomes %XY, in upper-case hexadecimal; the other bytes stay.
 func PercentEncode(s string) string {
 	const hex = "0123456789ABCDEF"
+	i := 0
+	for i < len(s) && s[i] > ' ' && s[i] < 0x7f && s[i] != '"' && s[i] != '%' {
+		i++
+	}
+	if i == len(s) {
+		return s // nothing to encode: the common case, without a copy
+	}
 	var b strings.Builder
-	for i := 0; i < len(s); i++ {
+	b.Grow(len(s) + 2*(len(s)-i))
+	b.WriteString(s[:i])
+	for ; i < len(s); i++ {
 		c := s[i]
 		if c > ' ' && c < 0x7f && c != '"' && c != '%' {
 			b.WriteByte(c)

@@ -135,3 +135,32 @@ func TestAttributesReading(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadersCarryTheCloudEvent: whatever the event (with or without a key, a trace context, a
+// content type), the headers of every binding carry exactly the attributes of ev.CloudEvent() (the
+// default content type applied; AMQP's datacontenttype is the message's property, not a header).
+func TestHeadersCarryTheCloudEvent(t *testing.T) {
+	t.Parallel()
+	full := event()
+	bare := &outbox.Event{ID: "0190a1b2-0000-7000-8000-000000000002", Topic: "t", Kind: "k", Source: "/s", CreatedAt: time.Unix(0, 1)}
+	stateOnly := event()
+	delete(stateOnly.Headers, "traceparent") // a tracestate without a traceparent is not part of the envelope
+	for _, ev := range []*outbox.Event{full, bare, stateOnly} {
+		want := ev.CloudEvent()
+		want[AttrDataContentType] = ContentType(ev)
+		for _, b := range bindings {
+			h := map[string]string{}
+			for _, hd := range b.Headers(ev) {
+				h[hd.Name] = hd.Value
+			}
+			got := b.Attributes(h)
+			w := maps.Clone(want)
+			if b.NoContentType {
+				delete(w, AttrDataContentType)
+			}
+			if !maps.Equal(got, w) {
+				t.Errorf("%s binding, event %s: attributes %v, want %v", b.Prefix, ev.ID, got, w)
+			}
+		}
+	}
+}
