@@ -25,12 +25,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -117,6 +119,7 @@ func main() {
 	flag.IntVar(&o.outboxAB, "outbox-ab", 0, "run only this many interleaved pairs of relay drains (--outbox-n events, to each broker): the claim pipelined (the relay's) against the claim in an explicit transaction, and print them")
 	flag.IntVar(&o.outbox.Batch, "outbox-batch", 0, "outbox benchmark: events per claim of every system (0: the relay's default, 100)")
 	flag.StringVar(&o.citusURL, "citus-url", "", "run only the txinbox drains (single and batch handler) on --database-url and on this Citus coordinator (tables distributed by consumer), alternating, and print the table")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof); combine with --outbox-ab, --trace or --only to profile one benchmark")
 	flag.Parse()
 
 	o.riverTx.PoolConns, o.riverNoop.PoolConns = int32(*riverTxPool), int32(*riverNoopPool)
@@ -144,12 +147,30 @@ func main() {
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, o)
+	err := profiled(*cpuProfile, func() error { return run(ctx, o) })
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "txbench:", err)
 		os.Exit(1)
 	}
+}
+
+// profiled runs f, writing a CPU profile of it to file unless file is "".
+func profiled(file string, f func() error) error {
+	if file == "" {
+		return f()
+	}
+	out, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		_ = out.Close()
+		return err
+	}
+	ferr := f()
+	pprof.StopCPUProfile()
+	return errors.Join(ferr, out.Close())
 }
 
 func command() string {
