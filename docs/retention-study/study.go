@@ -46,7 +46,7 @@ input AS (
     SELECT input.*, sha256(convert_to(input.kind || E'\n' || input.payload::text, 'UTF8')) AS fp FROM input
 )`
 
-// t: today (00005).
+// t: the flat layout of migrations 00001–00005.
 const recvT = `WITH ` + input + `, numbered AS (
     SELECT f.*, nextval('t.inbox_id_seq') AS id FROM f ORDER BY f.ord
 ), inserted AS (
@@ -64,7 +64,7 @@ LEFT JOIN inserted i ON i.key = f.key
 LEFT JOIN t.inbox m ON i.id IS NULL AND m.consumer = $1 AND m.key = f.key
 ORDER BY f.ord`
 
-// k: the key goes into the narrow keys table first (today's ON CONFLICT), the body into the current
+// k: the key goes into the narrow keys table first (the flat layout's ON CONFLICT), the body into the current
 // slot, read without a lock (it only places the row).
 const recvK = `WITH ` + input + `, cur AS (
     SELECT (gen % 3)::smallint AS slot FROM k.inbox_gen WHERE consumer = $1
@@ -559,7 +559,7 @@ func rotcost(ctx context.Context, pool *pgxpool.Pool, n int) {
 		t0 := time.Now()
 		var moved int64
 		if d == "t" {
-			// today's cleaner: CleanExpiredRange over the id span, 1000 rows a statement, then VACUUM
+			// the flat layout's cleaner: CleanExpiredRange over the id span, 1000 rows a statement, then VACUUM
 			var after int64
 			for {
 				var picked, deleted, last int64

@@ -17,6 +17,9 @@
 //   - TestScalingGuideDistributesEveryTable checks that docs/scaling.md's SQL distributes exactly
 //     migrate.DistributedTables (-update-docs writes it), and TestScalingGuidePlacesEveryTable that
 //     every table of a migrated schema is either distributed or named there as the coordinator's.
+//   - TestIdempotencyTxOKIsNeverDiscarded fails on each call of idempotency.Tx whose ok result is
+//     assigned to the blank identifier, in the repository's Markdown files and Go files (their code
+//     and comments): outside the middleware tx is nil, and a handler that ignores ok panics.
 //   - TestNoWorkItemReferences fails on each line of the repository's files that names a work item
 //     (an issue, task or ticket number, a number after "#", the work item named as "the" one) or a
 //     working session (an ordinal before "session", the session as a span of time or as an actor):

@@ -268,7 +268,11 @@ func throughPgBouncer(t *testing.T, cfg pgbouncer.Config, mode string, maxConns 
 			t.Fatal(err)
 		}
 		srv := httptest.NewServer(mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			tx, _ := idempotency.Tx(r.Context())
+			tx, ok := idempotency.Tx(r.Context())
+			if !ok {
+				http.Error(w, "no idempotency transaction", http.StatusInternalServerError)
+				return
+			}
 			key := r.Header.Get("Idempotency-Key")
 			if _, err := tx.Exec(r.Context(), db.SQL(`INSERT INTO {schema}.effects (source, key) VALUES ('http', $1)`), key); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
