@@ -5,8 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -106,12 +104,9 @@ func TestIdempotencyTxOKIsNeverDiscarded(t *testing.T) {
 		if !isMD && !isGo {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(repoRoot, f))
-		if os.IsNotExist(err) {
-			continue // deleted in the work tree, not yet in the index
-		}
-		if err != nil {
-			t.Fatal(err)
+		b, ok := readProjectFile(t, f)
+		if !ok {
+			continue
 		}
 		if isMD {
 			docs++

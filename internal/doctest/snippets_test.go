@@ -206,12 +206,9 @@ func snippetDocs(t *testing.T) []string {
 		if !strings.HasSuffix(f, ".md") {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(repoRoot, f))
-		if os.IsNotExist(err) {
-			continue // deleted in the work tree, not yet in the index
-		}
-		if err != nil {
-			t.Fatal(err)
+		b, ok := readProjectFile(t, f)
+		if !ok {
+			continue
 		}
 		if strings.Contains(string(b), "```go\n") {
 			out = append(out, f)

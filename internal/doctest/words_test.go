@@ -57,6 +57,20 @@ func workWordLines(name string, content []byte) []string {
 	return out
 }
 
+// readProjectFile returns the content of f, a file of projectFiles(t, repoRoot), and false if it is
+// gone from the work tree (deleted, not yet in the index).
+func readProjectFile(t *testing.T, f string) ([]byte, bool) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, f))
+	if os.IsNotExist(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, true
+}
+
 // projectFiles lists the repository's files: those git tracks and the new ones it does not ignore,
 // else (no git, as in a copy of the tree) every file under root but .git and bin.
 func projectFiles(t *testing.T, root string) []string {
@@ -100,12 +114,9 @@ func TestNoWorkItemReferences(t *testing.T) {
 		if f == wordsFile {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(repoRoot, f))
-		if os.IsNotExist(err) {
-			continue // deleted in the work tree, not yet in the index
-		}
-		if err != nil {
-			t.Fatal(err)
+		b, ok := readProjectFile(t, f)
+		if !ok {
+			continue
 		}
 		found = append(found, workWordLines(f, b)...)
 	}
