@@ -72,7 +72,9 @@ const (
 	// SeenCache.Invalidate call, after it deleted messages early.
 	OpSeenInvalidate Op = "seen_invalidate"
 	// OpHandle: a call of a worker pool's handler: a single message, or a batch handler's messages of
-	// one call.
+	// one call. One per call: a single handler's message called again in the same attempt (after a
+	// batch-mate failed, its first call's writes rolled back) has one per call, the first one ending
+	// completed; OpHandled tells its outcome once.
 	OpHandle Op = "handle"
 	// OpHandled: the outcome of one message's attempt, committed by a worker pool (with the handler's
 	// effects, or on its own after the batch rolled back): once per message and attempt whose

@@ -8,11 +8,19 @@
 // its process) they are free again. Before any handler runs, the batch records itself in a row of
 // inbox_batch (its transaction's id and its messages), committed on its own: the batch's commit
 // deletes that row, so a row left behind is a batch that never committed, and the rescuer charges it
-// (see "Crash recovery"). Each handler then runs in a savepoint of its own with the transaction in
-// hand, and one statement records every outcome before the single commit, the only write of each
-// message's rows. A handler's writes and its message's "completed" mark therefore commit or roll
-// back together, a failing message rolls back only its own savepoint, and many messages share one
-// commit.
+// (see "Crash recovery"). The handlers then run with the transaction in hand, and one statement
+// records every outcome before the single commit, the only write of each message's rows. A handler's
+// writes and its message's "completed" mark therefore commit or roll back together, a failing message
+// rolls back only its own writes, and many messages share one commit.
+//
+// Single handlers ([Handle]) run optimistically: the consecutive messages of a batch that single
+// handlers handle share one savepoint, with no statement of their own beyond the handlers'. When
+// one of them fails (an error, a panic, a timeout, a statement that left the transaction aborted),
+// the pool rolls back to that savepoint and runs those messages again, each in a savepoint of its
+// own, except the one that failed: its failure is its outcome, charged once, and it is not called
+// again. So a single handler may be called twice in one attempt, its first call's writes rolled back,
+// when a batch-mate fails: what it does outside the transaction must be safe to repeat (see the
+// guarantee below). The messages that did not fail are never charged, and their writes commit once.
 //
 // Failures are retried after Backoff until MaxAttempts attempts have started; Permanent errors,
 // undecodable payloads and exhausted attempts make the message dead. A panic is recovered and recorded
@@ -53,7 +61,9 @@
 //
 // Guarantee: a handler's database writes made through the given pgx.Tx are applied once per message
 // (once per key and consumer within the dedup window). Effects outside that transaction (an e-mail, an
-// HTTP call) may happen more than once: pass Message.Key on to them as their own idempotency key.
+// HTTP call) may happen more than once, even in one attempt that succeeds (a single handler called
+// again after a batch-mate failed, a batch handler called again on a half): pass Message.Key on to
+// them as their own idempotency key.
 //
 // # Ordering
 //
@@ -103,7 +113,8 @@
 //
 // The Store's Logger receives the pool's logs (log/slog). The Store's Tracer (txinbox.Store.Tracer) is
 // told about every finished attempt once its outcome committed (txinbox.OpHandled: package metrics
-// counts them for Prometheus), and about every handler call (txinbox.OpHandle), with the message's
+// counts them for Prometheus), and about every handler call (txinbox.OpHandle; a message called again
+// after a batch-mate failed gets a second one, and OpHandled once), with the message's
 // headers; the handler's ctx derives from the context it returns: package txotel makes an OpenTelemetry span,
 // "txinbox.handle", whose parent is the trace context in the message's headers (traceparent), so
 // that the handler's work joins the trace of whoever sent the message (for a batch handler,

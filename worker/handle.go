@@ -39,47 +39,80 @@ func (p *Pool) run(ctx context.Context, b *batch) {
 	}
 }
 
-// handleAll runs the handlers of b's messages in its transaction, each single handler's message in a
-// savepoint of its own and each call of a batch handler in one (bisect.go), and returns their
-// outcomes. An error leaves the transaction unusable; a culpritError says which outcomes to record
-// anyway and which messages to hold.
+// handleAll runs the handlers of b's messages in its transaction and returns their outcomes: each run
+// of consecutive single handlers' messages optimistically in one savepoint (runSingles), each call of
+// a batch handler in one (bisect.go). An error leaves the transaction unusable; a culpritError says
+// which outcomes to record anyway and which messages to hold.
 func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 	tx := b.tx
 	sp := &savepoints{tx: tx}
 	done := make([]*finish, 0, len(b.msgs))
 	prevSingle := false // the previous step ran a single handler
+	us := p.units(b.msgs)
 	var err error
-	for _, u := range p.units(b.msgs) {
+	for i := 0; i < len(us); {
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // stopping: roll everything back, hand the batch back
 		}
-		if u.h != nil {
+		if u := us[i]; u.h != nil {
 			prevSingle = false
 			if done, err = p.runBatchUnit(ctx, tx, sp, u, b.xid, done); err != nil {
 				return nil, err
 			}
+			i++
 			continue
 		}
-		c := u.cs[0]
-		sp.next()
+		j := i + 1
+		for j < len(us) && us[j].h == nil {
+			j++
+		}
+		run := make([]*claimed, 0, j-i)
+		for _, u := range us[i:j] {
+			run = append(run, u.cs[0])
+		}
+		if done, err = p.runSingles(ctx, b, sp, run, done, prevSingle); err != nil {
+			return nil, err
+		}
+		prevSingle, i = true, j
+	}
+	return done, nil
+}
+
+// runSingles runs run (consecutive messages of single handlers) and returns done with their outcomes
+// appended. It first runs them optimistically: all in one savepoint, established lazily before the
+// run's first statement, with no savepoint statement per message. If every call completes (nil, in
+// time, the transaction usable), that is all. If one fails, the pool rolls back to the run's savepoint
+// and runs the run again carefully, each message in a savepoint of its own (handleOne), except that
+// failed message (the culprit), which is not called again: its failure in the optimistic pass is its
+// outcome. The messages before it were called twice, their first writes rolled back. A message
+// whose first failed statement found the transaction already aborted is not taken for a culprit:
+// then every message of the run is run again.
+func (p *Pool) runSingles(ctx context.Context, b *batch, sp *savepoints, run []*claimed, done []*finish, prevSingle bool) ([]*finish, error) {
+	if len(run) == 1 {
+		return p.handleOne(ctx, b, sp, run[0], done, prevSingle)
+	}
+	tx := b.tx
+	start := len(done)
+	sp.next()
+	var culprit *finish
+	failed := false
+	for _, c := range run {
+		sp.failed = nil
 		f := p.handle(ctx, &handlerTx{Tx: tx, sp: sp}, c)
-		prevWasSingle := prevSingle
-		prevSingle = true
 		done = append(done, f)
 		if txEnded(tx) {
 			return nil, p.endedByHandler(ctx, b.xid, done)
 		}
 		if sp.broken != nil {
-			// The savepoint statements failed: the transaction is unusable. If it was left aborted by
-			// the previous message (a failed statement it ignored), that message is the culprit.
-			if len(done) > 1 && prevWasSingle && isAborted(sp.broken) && done[len(done)-2].outcome == txinbox.OutcomeCompleted {
-				prev := done[len(done)-2]
+			// The run's savepoint statements failed (they go out before its first statement, so no
+			// message of the run wrote anything): the transaction is unusable. If the message before
+			// the run left it aborted (a failed statement it ignored), that message is the culprit.
+			if start > 0 && prevSingle && isAborted(sp.broken) && done[start-1].outcome == txinbox.OutcomeCompleted {
+				prev := done[start-1]
 				p.fail(prev, prev.c, errLeftAborted, reasonError)
 				return nil, culpritError{f: prev, err: sp.broken}
 			}
 			if sp.byCall {
-				// The handler's own context ended while its savepoint was being established: its
-				// call cost the transaction, and it is charged (a timeout if it returned its deadline).
 				if f.outcome == txinbox.OutcomeCompleted {
 					p.fail(f, c, fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), reasonError)
 				}
@@ -87,22 +120,104 @@ func (p *Pool) handleAll(ctx context.Context, b *batch) ([]*finish, error) {
 			}
 			return nil, sp.broken
 		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // stopping: roll everything back, hand the batch back
+		}
 		if f.outcome == txinbox.OutcomeCompleted && sp.failed != nil {
 			// A statement failed but the handler returned nil: fine if it recovered (a nested
-			// savepoint), void if it left the transaction aborted.
+			// savepoint), its own failure if it left the transaction aborted.
 			if _, err := tx.Exec(ctx, "SELECT 1"); isAborted(err) {
 				p.fail(f, c, fmt.Errorf("%w: %w", errLeftAborted, sp.failed), reasonError)
 			} else if err != nil {
 				return nil, err
 			}
 		}
-		if f.outcome != txinbox.OutcomeCompleted {
-			if err := sp.rollback(ctx); err != nil {
-				if ctx.Err() != nil {
-					return nil, err
-				}
-				return nil, culpritError{f: f, err: err}
+		if f.outcome != txinbox.OutcomeCompleted && p.callsHandler(c) {
+			failed = true
+			if !isAborted(sp.failed) {
+				culprit = f
 			}
+			break
+		}
+	}
+	if !failed {
+		return done, nil
+	}
+	if err := sp.rollback(ctx); err != nil {
+		if ctx.Err() != nil || culprit == nil {
+			return nil, err
+		}
+		return nil, culpritError{f: culprit, err: err}
+	}
+	done = done[:start]
+	prev := prevSingle
+	for _, c := range run {
+		if culprit != nil && c == culprit.c {
+			done, prev = append(done, culprit), true
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var err error
+		if done, err = p.handleOne(ctx, b, sp, c, done, prev); err != nil {
+			return nil, err
+		}
+		prev = true
+	}
+	return done, nil
+}
+
+// callsHandler reports whether handle calls a handler for c (not for an unknown kind or a message out
+// of attempts).
+func (p *Pool) callsHandler(c *claimed) bool {
+	h := p.cfg.Handlers.byKind[c.Kind]
+	return h != nil && p.outOfAttempts(c, h) == nil
+}
+
+// handleOne runs c's handler in a savepoint of its own and returns done with its outcome appended;
+// prevSingle says whether the previous step ran a single handler.
+func (p *Pool) handleOne(ctx context.Context, b *batch, sp *savepoints, c *claimed, done []*finish, prevSingle bool) ([]*finish, error) {
+	tx := b.tx
+	sp.next()
+	f := p.handle(ctx, &handlerTx{Tx: tx, sp: sp}, c)
+	done = append(done, f)
+	if txEnded(tx) {
+		return nil, p.endedByHandler(ctx, b.xid, done)
+	}
+	if sp.broken != nil {
+		// The savepoint statements failed: the transaction is unusable. If it was left aborted by
+		// the previous message (a failed statement it ignored), that message is the culprit.
+		if len(done) > 1 && prevSingle && isAborted(sp.broken) && done[len(done)-2].outcome == txinbox.OutcomeCompleted {
+			prev := done[len(done)-2]
+			p.fail(prev, prev.c, errLeftAborted, reasonError)
+			return nil, culpritError{f: prev, err: sp.broken}
+		}
+		if sp.byCall {
+			// The handler's own context ended while its savepoint was being established: its
+			// call cost the transaction, and it is charged (a timeout if it returned its deadline).
+			if f.outcome == txinbox.OutcomeCompleted {
+				p.fail(f, c, fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), reasonError)
+			}
+			return nil, culpritError{f: f, err: sp.broken}
+		}
+		return nil, sp.broken
+	}
+	if f.outcome == txinbox.OutcomeCompleted && sp.failed != nil {
+		// A statement failed but the handler returned nil: fine if it recovered (a nested
+		// savepoint), void if it left the transaction aborted.
+		if _, err := tx.Exec(ctx, "SELECT 1"); isAborted(err) {
+			p.fail(f, c, fmt.Errorf("%w: %w", errLeftAborted, sp.failed), reasonError)
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	if f.outcome != txinbox.OutcomeCompleted {
+		if err := sp.rollback(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			return nil, culpritError{f: f, err: err}
 		}
 	}
 	return done, nil

@@ -66,7 +66,10 @@ func (m *Message[T]) Result() []byte {
 // HandlerFunc handles one message. Everything it writes through tx commits together with the message's
 // "completed" mark, or not at all. tx supports every method of pgx.Tx: what the handler sends through
 // Exec, Query, QueryRow, SendBatch, CopyFrom, Prepare, LargeObjects, and through the connection Conn
-// returns, runs in the message's own savepoint; tx.Begin gives a nested savepoint as usual. It must not
+// returns, runs in a savepoint that is rolled back if the message fails (shared with the batch-mates
+// that run before and after it, until one of them fails); tx.Begin gives a nested savepoint as usual.
+// When a batch-mate fails, the handler may be called again in the same attempt, the writes of its
+// first call rolled back: whatever it does outside tx must be safe to repeat (key it by msg.Key). It must not
 // call tx.Commit or tx.Rollback (they return txinbox.ErrTxManaged), nor end the transaction any other way (a
 // COMMIT or ROLLBACK statement, or Begin, Commit or pgx.BeginFunc on tx.Conn(), which would commit
 // the whole batch). Returning an error rolls its writes back and records a failure; wrap it with
@@ -96,7 +99,7 @@ type HandlerConfig struct {
 	// BatchSize is, for a kind registered with [HandleBatch], the most messages handed to one call of
 	// its handler. The pool claims up to the largest BatchSize of its batch kinds (or
 	// [Config.BatchSize], if larger) at once, so that a call can get that many. Default: 500; at most
-	// 1000. [Handle] refuses it (a single handler's messages each take a savepoint:
+	// 1000. [Handle] refuses it (a single handler's messages may each take a savepoint:
 	// [Config.BatchSize] bounds them). A failing call costs about log2 of it in bisection calls; a
 	// bigger batch spreads each transaction's fixed cost (claim, lock, commit) over more messages, and
 	// holds more payloads in memory at once. Measured drains of 100,000 messages ran 46k msg/s at 200,

@@ -48,10 +48,11 @@ type Config struct {
 	// Concurrency is the number of batches run at once, each in its own transaction on its own
 	// connection (one more connection claims). Default: 4.
 	Concurrency int
-	// BatchSize is the most messages of single handlers ([Handle]) run in one transaction. Each runs
-	// in a savepoint of its own, so a failure rolls back only that message, and a batch shares one
-	// commit. Default: 32. At most 64: PostgreSQL tracks 64 subtransactions per transaction before
-	// every session's snapshots slow down. A pool with batch handlers ([HandleBatch]) claims up to
+	// BatchSize is the most messages of single handlers ([Handle]) run in one transaction. They run
+	// in one savepoint while none fails; when one fails, they run again each in a savepoint of its
+	// own, so a failure rolls back only that message, and a batch shares one commit. Default: 32. At
+	// most 64: PostgreSQL tracks 64 subtransactions per transaction before every session's snapshots
+	// slow down. A pool with batch handlers ([HandleBatch]) claims up to
 	// the largest of BatchSize and their HandlerConfig.BatchSize at once: a batch handler's call takes
 	// one savepoint, not one per message. Messages of single handlers beyond BatchSize in such a claim
 	// are left out of its batch, unchanged, for a later claim.

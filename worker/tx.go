@@ -10,15 +10,18 @@ import (
 	"github.com/txinbox/txinbox"
 )
 
-// Each message of a batch runs in a savepoint of its own, so that its failure rolls back only its own
-// writes. To keep that at no extra round trip, the savepoint is established lazily: the first
-// statement a handler sends goes out in one pipeline with "RELEASE SAVEPOINT" (of the previous
-// message, merging its work into the batch) and "SAVEPOINT". A handler that writes nothing costs no
-// savepoint at all, and rolling back is needed only when the handler had sent something.
+// Each step of a batch runs in a savepoint, so that its failure rolls back only its own writes: a run
+// of single handlers' messages in one while none fails, then each of its messages in one of its own
+// (runSingles in handle.go), and each call of a batch handler in one. To keep that at no extra round
+// trip, the savepoint is established lazily: the first statement a handler sends goes out in one
+// pipeline with "RELEASE SAVEPOINT" (of the previous step, merging its work into the batch) and
+// "SAVEPOINT". A step that writes nothing costs no savepoint at all, and rolling back is needed only
+// when a handler had sent something.
 
 const savepointName = "txinbox_message"
 
-// savepoints tracks the batch transaction's message savepoint.
+// savepoints tracks the batch transaction's savepoint of the current step (its "current message": the
+// one whose handler runs, in a savepoint of its own or of its run).
 type savepoints struct {
 	tx     pgx.Tx
 	open   bool  // a txinbox savepoint exists (from an earlier message)

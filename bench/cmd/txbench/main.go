@@ -360,7 +360,7 @@ func (r *report) runMain(ctx context.Context, env *bench.Env, progress func(stri
 func (r *report) runDrains(ctx context.Context, env *bench.Env, progress func(string, ...any)) error {
 	o := r.opts
 	systems := []*drainSystem{
-		{name: "txinbox", guarantee: "handler's ledger insert + completion in one transaction (batch of messages, savepoint each)",
+		{name: "txinbox", guarantee: "handler's ledger insert + completion in one transaction (batch of messages, one savepoint while none fails)",
 			config: o.inbox.String(),
 			run: func(ctx context.Context) (float64, bench.Footprint, error) {
 				return env.InboxDrain(ctx, o.n, 0, o.inbox)
