@@ -39,10 +39,10 @@ type Run struct {
 // when t ends, and returns the transaction and the outcome. It does not touch the inbox tables: msg
 // need not have been received.
 //
-// As in a pool, fn runs in a savepoint of its own: when it returns an error, what it wrote is rolled
-// back; when it returns nil, its writes stay in [Run.Tx]. The transaction fn gets refuses Commit and
-// Rollback with [txinbox.ErrTxManaged]. fn's ctx ends when t does (no handler timeout applies). A panic
-// in fn is not recovered: it fails the test, as any panic in a test does.
+// As in a pool, fn runs in a savepoint: when it returns an error, what it wrote is rolled back;
+// when it returns nil, its writes stay in [Run.Tx]. The transaction fn gets refuses Commit and
+// Rollback with [txinbox.ErrTxManaged]. fn's ctx ends when t does (no handler timeout applies). A
+// panic in fn is not recovered: it fails the test, as any panic in a test does.
 //
 // msg's payload reaches fn as a pool would give it: RawPayload, or if it is nil, Payload encoded as
 // JSON, is decoded into a fresh T (encoding/json). Zero fields take these values: Consumer
