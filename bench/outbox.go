@@ -98,7 +98,7 @@ func (c OutboxConfig) Describe(sys OutboxSystem) string {
 	case OutboxWatermill:
 		return fmt.Sprintf("DefaultPostgreSQLSchema (SubscribeBatchSize=%d) + offsets adapter, PollInterval=%s, one forwarder; NATS: a message.Publisher of the bench awaiting each PubAck (no Watermill NATS package is available here); RabbitMQ: watermill-amqp durable queue, ConfirmDelivery", c.Batch, c.Poll)
 	default:
-		return fmt.Sprintf("%d loops; claim %d (FOR UPDATE SKIP LOCKED), publish all with async acks, UPDATE sent, COMMIT; idle poll %s", c.Workers, c.Batch, c.Poll)
+		return fmt.Sprintf("%d loops; claim %d (FOR UPDATE SKIP LOCKED), publish all with async acks (each in the relay's CloudEvents envelope), UPDATE sent, COMMIT; idle poll %s", c.Workers, c.Batch, c.Poll)
 	}
 }
 
@@ -583,7 +583,8 @@ func watermillTarget(ctx context.Context, s *Schema, b outboxBrokerConn, cfg Out
 
 // rawOutboxTarget is the raw loop: Workers goroutines, each claiming Batch unsent rows with FOR UPDATE
 // SKIP LOCKED, publishing them all at once with asynchronous acknowledgments, marking them sent and
-// committing, in one transaction.
+// committing, in one transaction. Each message carries the CloudEvents envelope the relay's publisher
+// of that broker sends (rawEnvelope), built by hand, so that both move the same messages.
 func rawOutboxTarget(ctx context.Context, s *Schema, b outboxBrokerConn, cfg OutboxConfig, acks *ackLog) (*outboxTarget, error) {
 	table := s.T("raw_outbox")
 	for _, q := range []string{
@@ -595,7 +596,7 @@ func rawOutboxTarget(ctx context.Context, s *Schema, b outboxBrokerConn, cfg Out
 		}
 	}
 	topic := b.topic()
-	claim := "SELECT id, event_id::text, payload FROM " + table + " WHERE sent_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED"
+	claim := "SELECT id, event_id::text, payload, created_at FROM " + table + " WHERE sent_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED"
 	mark := "UPDATE " + table + " SET sent_at = now() WHERE id = ANY($1)"
 	var (
 		cancel context.CancelFunc
@@ -617,7 +618,7 @@ func rawOutboxTarget(ctx context.Context, s *Schema, b outboxBrokerConn, cfg Out
 		for rows.Next() {
 			var id int64
 			var ev rawEvent
-			if err := rows.Scan(&id, &ev.id, &ev.payload); err != nil {
+			if err := rows.Scan(&id, &ev.id, &ev.payload, &ev.created); err != nil {
 				rows.Close()
 				return 0, err
 			}

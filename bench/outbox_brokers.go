@@ -39,6 +39,23 @@ type outboxBrokerConn interface {
 type rawEvent struct {
 	id      string
 	payload []byte
+	created time.Time
+}
+
+// rawSource is the CloudEvents source of the raw loop's events (the relay's is "/txinbox/<schema>").
+const rawSource = "/txbench/raw"
+
+// rawEnvelope returns the CloudEvents attributes (binary mode) of a raw loop's event sent to topic,
+// as the relay's publishers send an event without a key or trace context: specversion, id, source,
+// type (the topic, the relay's default kind), time and, unless the broker carries it as a property,
+// datacontenttype; each name with the binding's prefix.
+func rawEnvelope(prefix string, ev rawEvent, topic string, contentType bool) [][2]string {
+	h := [][2]string{{prefix + "specversion", "1.0"}, {prefix + "id", ev.id}, {prefix + "source", rawSource},
+		{prefix + "type", topic}, {prefix + "time", ev.created.UTC().Format(time.RFC3339Nano)}}
+	if contentType {
+		h = append(h, [2]string{prefix + "datacontenttype", "application/json"})
+	}
+	return h
 }
 
 // rawPublisher publishes a batch of events at once and waits for all their acknowledgments.
@@ -149,6 +166,9 @@ func (r *rawJetStream) publish(ctx context.Context, evs []rawEvent) error {
 	for i, ev := range evs {
 		m := nats.NewMsg(r.subject)
 		m.Data = ev.payload
+		for _, h := range rawEnvelope("ce-", ev, r.subject, true) {
+			m.Header[h[0]] = []string{h[1]}
+		}
 		m.Header.Set(jetstream.MsgIDHeader, ev.id)
 		f, err := r.js.PublishMsgAsync(m)
 		if err != nil {
@@ -260,8 +280,13 @@ type rawAMQP struct {
 func (r *rawAMQP) publish(ctx context.Context, evs []rawEvent) error {
 	confirms := make([]*amqp.DeferredConfirmation, len(evs))
 	for i, ev := range evs {
+		headers := amqp.Table{}
+		for _, h := range rawEnvelope("cloudEvents_", ev, r.queue, false) {
+			headers[h[0]] = h[1]
+		}
 		dc, err := r.ch.PublishWithDeferredConfirmWithContext(ctx, "", r.queue, false, false, amqp.Publishing{
-			MessageId: ev.id, DeliveryMode: amqp.Persistent, ContentType: "application/json", Body: ev.payload,
+			MessageId: ev.id, Type: r.queue, DeliveryMode: amqp.Persistent, ContentType: "application/json",
+			Timestamp: ev.created, Headers: headers, Body: ev.payload,
 		})
 		if err != nil {
 			return err
