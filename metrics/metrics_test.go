@@ -199,10 +199,11 @@ func TestMetricsAndSpans(t *testing.T) {
 		t.Errorf("oldest age = %v", v)
 	}
 
-	var flaky atomic.Int64
+	var flaky, calls atomic.Int64
 	var handlerTrace atomic.Value
 	hs := worker.NewHandlers()
 	worker.Handle(hs, "credit", func(ctx context.Context, tx pgx.Tx, msg *worker.Message[credit]) error {
+		calls.Add(1)
 		switch msg.Key {
 		case "flaky":
 			if flaky.Add(1) == 1 {
@@ -252,7 +253,9 @@ func TestMetricsAndSpans(t *testing.T) {
 	}
 
 	// Spans: one per receive call, one per handler call; the traced message's handler span (and its
-	// ctx) belongs to the sender's trace, as a child of the sender's span.
+	// ctx) belongs to the sender's trace, as a child of the sender's span. The handler calls are those
+	// of the function plus the undecodable message's one attempt (its payload never reaches it); a
+	// message may be called twice in one attempt when a batch-mate fails (the optimistic run).
 	var receives, handles int
 	var tracedSpan sdktrace.ReadOnlySpan
 	for _, s := range spans.Ended() {
@@ -266,8 +269,8 @@ func TestMetricsAndSpans(t *testing.T) {
 			}
 		}
 	}
-	if receives != 4 || handles != 15 {
-		t.Errorf("spans: %d receive, %d handle; want 4 and 15", receives, handles)
+	if want := int(calls.Load()) + 1; receives != 4 || handles != want || handles < 15 {
+		t.Errorf("spans: %d receive, %d handle; want 4 and %d (one per handler call), at least 15 (one per attempt)", receives, handles, want)
 	}
 	if tracedSpan == nil || tracedSpan.Parent().SpanID() != send.SpanContext().SpanID() {
 		t.Fatalf("no handle span in the sender's trace (%v)", tracedSpan)
