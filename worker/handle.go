@@ -93,6 +93,10 @@ func (p *Pool) runSingles(ctx context.Context, b *batch, sp *savepoints, run []*
 	}
 	tx := b.tx
 	start := len(done)
+	var before *finish // the step before the run, if its statements came last before the savepoint
+	if start > 0 && prevSingle {
+		before = done[start-1]
+	}
 	sp.next()
 	var culprit *finish
 	failed := false
@@ -100,37 +104,16 @@ func (p *Pool) runSingles(ctx context.Context, b *batch, sp *savepoints, run []*
 		sp.failed = nil
 		f := p.handle(ctx, &handlerTx{Tx: tx, sp: sp}, c)
 		done = append(done, f)
-		if txEnded(tx) {
-			return nil, p.endedByHandler(ctx, b.xid, done)
-		}
-		if sp.broken != nil {
-			// The run's savepoint statements failed (they go out before its first statement, so no
-			// message of the run wrote anything): the transaction is unusable. If the message before
-			// the run left it aborted (a failed statement it ignored), that message is the culprit.
-			if start > 0 && prevSingle && isAborted(sp.broken) && done[start-1].outcome == txinbox.OutcomeCompleted {
-				prev := done[start-1]
-				p.fail(prev, prev.c, errLeftAborted, reasonError)
-				return nil, culpritError{f: prev, err: sp.broken}
-			}
-			if sp.byCall {
-				if f.outcome == txinbox.OutcomeCompleted {
-					p.fail(f, c, fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), reasonError)
-				}
-				return nil, culpritError{f: f, err: sp.broken}
-			}
-			return nil, sp.broken
+		// The run's savepoint statements go out before its first statement: if they fail, no message
+		// of the run wrote anything, and the step before the run may be the culprit.
+		if err := p.checkCall(ctx, b, sp, done, before); err != nil {
+			return nil, err
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // stopping: roll everything back, hand the batch back
 		}
-		if f.outcome == txinbox.OutcomeCompleted && sp.failed != nil {
-			// A statement failed but the handler returned nil: fine if it recovered (a nested
-			// savepoint), its own failure if it left the transaction aborted.
-			if _, err := tx.Exec(ctx, "SELECT 1"); isAborted(err) {
-				p.fail(f, c, fmt.Errorf("%w: %w", errLeftAborted, sp.failed), reasonError)
-			} else if err != nil {
-				return nil, err
-			}
+		if err := p.checkRecovered(ctx, sp, f); err != nil {
+			return nil, err
 		}
 		if f.outcome != txinbox.OutcomeCompleted && p.callsHandler(c) {
 			failed = true
@@ -178,39 +161,18 @@ func (p *Pool) callsHandler(c *claimed) bool {
 // handleOne runs c's handler in a savepoint of its own and returns done with its outcome appended;
 // prevSingle says whether the previous step ran a single handler.
 func (p *Pool) handleOne(ctx context.Context, b *batch, sp *savepoints, c *claimed, done []*finish, prevSingle bool) ([]*finish, error) {
-	tx := b.tx
 	sp.next()
-	f := p.handle(ctx, &handlerTx{Tx: tx, sp: sp}, c)
+	f := p.handle(ctx, &handlerTx{Tx: b.tx, sp: sp}, c)
 	done = append(done, f)
-	if txEnded(tx) {
-		return nil, p.endedByHandler(ctx, b.xid, done)
+	var before *finish
+	if len(done) > 1 && prevSingle {
+		before = done[len(done)-2]
 	}
-	if sp.broken != nil {
-		// The savepoint statements failed: the transaction is unusable. If it was left aborted by
-		// the previous message (a failed statement it ignored), that message is the culprit.
-		if len(done) > 1 && prevSingle && isAborted(sp.broken) && done[len(done)-2].outcome == txinbox.OutcomeCompleted {
-			prev := done[len(done)-2]
-			p.fail(prev, prev.c, errLeftAborted, reasonError)
-			return nil, culpritError{f: prev, err: sp.broken}
-		}
-		if sp.byCall {
-			// The handler's own context ended while its savepoint was being established: its
-			// call cost the transaction, and it is charged (a timeout if it returned its deadline).
-			if f.outcome == txinbox.OutcomeCompleted {
-				p.fail(f, c, fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), reasonError)
-			}
-			return nil, culpritError{f: f, err: sp.broken}
-		}
-		return nil, sp.broken
+	if err := p.checkCall(ctx, b, sp, done, before); err != nil {
+		return nil, err
 	}
-	if f.outcome == txinbox.OutcomeCompleted && sp.failed != nil {
-		// A statement failed but the handler returned nil: fine if it recovered (a nested
-		// savepoint), void if it left the transaction aborted.
-		if _, err := tx.Exec(ctx, "SELECT 1"); isAborted(err) {
-			p.fail(f, c, fmt.Errorf("%w: %w", errLeftAborted, sp.failed), reasonError)
-		} else if err != nil {
-			return nil, err
-		}
+	if err := p.checkRecovered(ctx, sp, f); err != nil {
+		return nil, err
 	}
 	if f.outcome != txinbox.OutcomeCompleted {
 		if err := sp.rollback(ctx); err != nil {
@@ -221,6 +183,47 @@ func (p *Pool) handleOne(ctx context.Context, b *batch, sp *savepoints, c *claim
 		}
 	}
 	return done, nil
+}
+
+// checkCall checks the batch transaction after the handler call that decided the last of done: a
+// handler that ended it itself (endedByHandler), or savepoint statements that failed, which leave it
+// unusable. before is the step whose statements came last before the savepoint (nil: none of a
+// single handler): if they left the transaction aborted (a failed statement it ignored), that step
+// is the culprit.
+func (p *Pool) checkCall(ctx context.Context, b *batch, sp *savepoints, done []*finish, before *finish) error {
+	if txEnded(b.tx) {
+		return p.endedByHandler(ctx, b.xid, done)
+	}
+	if sp.broken == nil {
+		return nil
+	}
+	if before != nil && isAborted(sp.broken) && before.outcome == txinbox.OutcomeCompleted {
+		p.fail(before, before.c, errLeftAborted, reasonError)
+		return culpritError{f: before, err: sp.broken}
+	}
+	if f := done[len(done)-1]; sp.byCall {
+		// The handler's own context ended while its savepoint was being established: its call cost
+		// the transaction, and it is charged (a timeout if it returned its deadline).
+		if f.outcome == txinbox.OutcomeCompleted {
+			p.fail(f, f.c, fmt.Errorf("%w: %w", errCallBrokeTx, sp.broken), reasonError)
+		}
+		return culpritError{f: f, err: sp.broken}
+	}
+	return sp.broken
+}
+
+// checkRecovered judges a call that returned nil although one of its statements failed: fine if it
+// recovered (a nested savepoint), its own failure if it left the transaction aborted.
+func (p *Pool) checkRecovered(ctx context.Context, sp *savepoints, f *finish) error {
+	if f.outcome != txinbox.OutcomeCompleted || sp.failed == nil {
+		return nil
+	}
+	if _, err := sp.tx.Exec(ctx, "SELECT 1"); isAborted(err) {
+		p.fail(f, f.c, fmt.Errorf("%w: %w", errLeftAborted, sp.failed), reasonError)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // txEnded reports whether the batch transaction is no longer open on its connection (a handler ended
