@@ -369,7 +369,7 @@ func TestGetMessageAndStatsOfAClaim(t *testing.T) {
 func claimBatch(db *testdb.DB, tx pgx.Tx, consumer string, limit int) ([]int64, error) {
 	ctx := context.Background()
 	st := schemasql.New(db.Schema)
-	rows, err := schemasql.Queries.ClaimBatch(ctx, st.Wrap(tx), consumer, int32(limit))
+	rows, err := schemasql.Queries.ClaimBatch(ctx, st.Wrap(tx), sqlc.ClaimBatchParams{Consumer: consumer, Max: int32(limit)})
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}

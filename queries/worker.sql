@@ -6,6 +6,11 @@
 -- FOR UPDATE SKIP LOCKED: the row lock is the claim, and the fence, until the batch commits or rolls
 -- back; nothing is written here. The messages blocked behind an older message of their key are
 -- skipped, never locked (SnoozeBlocked puts them off now and then).
+-- The claim starts past (@after_run_at, @after_id) in claim order: the pool's cursor, the last row of
+-- its last full claim, past the rows of its own batches in flight, so that the index scan does not
+-- walk them (each would be tried by FOR UPDATE SKIP LOCKED and skipped); NULL starts at the head. The row comparison is an index condition of inbox_queue_ready (consumer, run_at, id). Rows that
+-- become ready behind the cursor are found by the claims from the head that the pool makes now and then
+-- (worker/claim.go, "The claim cursor").
 -- Plans: a generic plan cannot see @max and guesses that LIMIT keeps 10% of the queue; each inbox row
 -- is read by primary key in a LATERAL subquery (OFFSET 0 keeps it from being flattened into a join,
 -- which a generic plan ran as a hash join over a scan of inbox). The listed ids are read once
@@ -16,9 +21,10 @@
 WITH listed AS (
     SELECT s.id FROM /* TEMPLATE: schema */inbox_batch b, unnest(b.ids) AS s(id) WHERE b.consumer = @consumer
 ), heads AS (
-    SELECT q.id, q.token, q.attempts_started
+    SELECT q.id, q.run_at, q.token, q.attempts_started
     FROM /* TEMPLATE: schema */inbox_queue q
     WHERE q.consumer = @consumer AND q.isolate = 0 AND q.run_at <= now()
+      AND (q.run_at, q.id) > (coalesce(sqlc.narg(after_run_at)::timestamptz, '-infinity'), coalesce(sqlc.narg(after_id)::bigint, 0))
       AND (q.ordering_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM /* TEMPLATE: schema */inbox_queue h
             WHERE h.consumer = @consumer AND h.ordering_key = q.ordering_key AND h.id < q.id))
@@ -29,7 +35,7 @@ WITH listed AS (
     FOR UPDATE OF q SKIP LOCKED
 )
 SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, h.token,
-       h.attempts_started, m.attempts_failed, m.received_at, m.last_error
+       h.attempts_started, m.attempts_failed, m.received_at, m.last_error, h.run_at
 FROM heads h
 CROSS JOIN LATERAL (
     SELECT i.id, i.consumer, i.key, i.kind, i.payload, i.headers, i.ordering_key, i.attempts_failed,
@@ -65,7 +71,7 @@ WITH listed AS (
         ORDER BY f.run_at, f.id LIMIT 1))
     FOR UPDATE OF q SKIP LOCKED
 ), ranked AS (
-    SELECT d.id, d.token, d.attempts_started, row_number() OVER w AS n, min(d.isolate) OVER w AS size_limit
+    SELECT d.id, d.run_at, d.token, d.attempts_started, row_number() OVER w AS n, min(d.isolate) OVER w AS size_limit
     FROM due d
     WINDOW w AS (ORDER BY d.run_at, d.id ROWS UNBOUNDED PRECEDING)
 ), grp AS (
@@ -74,7 +80,7 @@ WITH listed AS (
     FROM ranked r WHERE r.n <= r.size_limit
 )
 SELECT m.id, m.consumer, m.key, m.kind, m.payload, m.headers, m.ordering_key, r.token,
-       r.attempts_started, m.attempts_failed, m.received_at, m.last_error
+       r.attempts_started, m.attempts_failed, m.received_at, m.last_error, r.run_at
 FROM ranked r
 CROSS JOIN LATERAL (
     SELECT i.id, i.consumer, i.key, i.kind, i.payload, i.headers, i.ordering_key, i.attempts_failed,

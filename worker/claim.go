@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
@@ -92,8 +93,68 @@ func (p *Pool) claim(ctx context.Context, suspects bool) (*batch, error) {
 	return b, nil
 }
 
-// claimIn sends, in b's transaction and in one pipeline, ClaimLimits, the claim and BatchLimits.
+// The claim cursor. A pool's runners claim in turn (Pool.turn), and a claim of ready messages
+// starts where the pool's last full claim ended in claim order (run_at, id): past the rows of the
+// pool's own batches in flight, which lie ahead of it in the queue. Without the cursor, each claim's
+// index scan walked those rows (about three batches of them with four runners) and tried each with
+// FOR UPDATE SKIP LOCKED: docs/design/claim.md, "The claim cursor". Rows can become ready behind the
+// cursor: a message whose receiving transaction committed late (run_at is its transaction's start),
+// a message a rolled-back batch handed back, the next message of an ordering key (ReadyNext keeps its
+// place in claim order), messages left out of a mixed batch. So a claim starts at the head of the
+// queue again when the last claim was not full (the queue past the cursor is empty), and after
+// cursorClaims claims from the cursor or cursorLife since a claim from the head set it: a row behind
+// the cursor waits at most that long more than it would at the head. The rescuer's claims of
+// suspects use no cursor (they read another index, in a claim of their own).
+type cursor struct {
+	runAt  pgtype.Timestamptz // the last row of the last full claim; not Valid: start at the head
+	id     int64
+	claims int       // claims made from the cursor since a claim from the head set it
+	since  time.Time // when a claim from the head set it
+}
+
+const (
+	cursorClaims = 8
+	cursorLife   = time.Second
+)
+
+// from returns where the next claim starts (NULLs: at the head), and counts the claim.
+func (c *cursor) from() (pgtype.Timestamptz, pgtype.Int8) {
+	if !c.runAt.Valid || c.claims >= cursorClaims || time.Since(c.since) >= cursorLife {
+		c.runAt.Valid = false
+		return pgtype.Timestamptz{}, pgtype.Int8{}
+	}
+	c.claims++
+	return c.runAt, pgtype.Int8{Int64: c.id, Valid: true}
+}
+
+// after moves the cursor past a claim that returned rows, out of max: to its last row in claim order
+// when it was full, else back to the head.
+func (c *cursor) after(rows []sqlc.ClaimBatchRow, max int) {
+	if len(rows) < max {
+		c.runAt.Valid = false
+		return
+	}
+	if !c.runAt.Valid { // a claim from the head
+		c.claims, c.since = 0, time.Now()
+	}
+	for _, r := range rows {
+		if !c.runAt.Valid || r.RunAt.Time.After(c.runAt.Time) || (r.RunAt.Time.Equal(c.runAt.Time) && r.ID > c.id) {
+			c.runAt, c.id = r.RunAt, r.ID
+		}
+	}
+}
+
+// claimIn sends, in b's transaction and in one pipeline, ClaimLimits, the claim and BatchLimits. A
+// claim of ready messages waits for its turn among the pool's runners and starts at the pool's cursor.
 func (p *Pool) claimIn(ctx context.Context, b *batch) ([]*claimed, error) {
+	if !b.suspects {
+		select {
+		case p.turn <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		defer func() { <-p.turn }()
+	}
 	claimTimeout := "0" // no bound
 	if p.cfg.tune.ClaimTimeout > 0 {
 		claimTimeout = millis(p.cfg.tune.ClaimTimeout)
@@ -112,11 +173,20 @@ func (p *Pool) claimIn(ctx context.Context, b *batch) ([]*claimed, error) {
 				rows = append(rows, sqlc.ClaimBatchRow(r))
 			}
 		} else {
-			rows, errs[1] = schemasql.Queries.ClaimBatch(ctx, db, p.cfg.Consumer, int32(p.claimMax))
+			after, afterID := p.cursor.from()
+			rows, errs[1] = schemasql.Queries.ClaimBatch(ctx, db, sqlc.ClaimBatchParams{
+				Consumer: p.cfg.Consumer, AfterRunAt: after, AfterID: afterID, Max: int32(p.claimMax)})
 		}
 		limits, errs[2] = schemasql.Queries.BatchLimits(ctx, db, statement)
 		return errs
 	})
+	if !b.suspects {
+		if err != nil {
+			p.cursor.runAt.Valid = false // the claim rolls back: start again at the head
+		} else {
+			p.cursor.after(rows, p.claimMax)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

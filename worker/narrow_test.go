@@ -33,7 +33,7 @@ func TestClaimWritesNothingUntilTheFinish(t *testing.T) {
 	}
 	claim := func(tx pgx.Tx) sqlc.ClaimBatchRow {
 		t.Helper()
-		rows, err := schemasql.Queries.ClaimBatch(ctx, st.Wrap(tx), "ledger", 10)
+		rows, err := schemasql.Queries.ClaimBatch(ctx, st.Wrap(tx), sqlc.ClaimBatchParams{Consumer: "ledger", Max: 10})
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("claim: %v, %v", rows, err)
 		}

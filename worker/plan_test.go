@@ -53,7 +53,7 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 	st := schemasql.New(db.Schema)
 	// A batch in flight: the n first messages, listed in an inbox_batch row; and n suspects after them
 	// (isolated, as after a crash of a batch of 2n).
-	rows, err := schemasql.Queries.ClaimBatch(ctx, st.Wrap(db.Pool), "plans", n)
+	rows, err := schemasql.Queries.ClaimBatch(ctx, st.Wrap(db.Pool), sqlc.ClaimBatchParams{Consumer: "plans", Max: n})
 	if err != nil || len(rows) != n {
 		t.Fatalf("claim: %d rows, %v", len(rows), err)
 	}
@@ -80,7 +80,7 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 	// Every statement that a batch runs in proportion to its size (QueueStats and StaleTables read
 	// whole tables by design, for scrapes and checks).
 	statements := map[string]func(db sqlc.DBTX){
-		"ClaimBatch": func(db sqlc.DBTX) { _, _ = schemasql.Queries.ClaimBatch(ctx, db, "plans", n) },
+		"ClaimBatch": func(db sqlc.DBTX) { _, _ = schemasql.Queries.ClaimBatch(ctx, db, sqlc.ClaimBatchParams{Consumer: "plans", Max: n}) },
 		"ClaimSuspects": func(db sqlc.DBTX) {
 			_, _ = schemasql.Queries.ClaimSuspects(ctx, db, sqlc.ClaimSuspectsParams{Consumer: "plans", Max: n, LockKey: 1})
 		},

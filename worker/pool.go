@@ -206,6 +206,10 @@ type Pool struct {
 	lastMessage atomic.Int64 // ns since epoch of the last claim that returned messages
 	snoozedAt   time.Time    // the rescuer's last SnoozeBlocked
 	records     records      // the connection batches are recorded on
+	// turn is held by the runner whose claim of ready messages is running; cursor is where the
+	// next one starts (guarded by turn; claim.go, "The claim cursor").
+	turn   chan struct{}
+	cursor cursor
 
 	mu       sync.Mutex
 	inflight map[*batch]struct{} // batch transactions not yet ended (guarded by mu)
@@ -237,7 +241,7 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 	lockKey := int64(h.Sum64() >> 1)
 	h.Reset()
 	h.Write([]byte("txinbox.snooze\x00" + store.Schema + "\x00" + cfg.Consumer))
-	p := &Pool{store: store, cfg: cfg, lockKey: lockKey, snoozeKey: int64(h.Sum64() >> 1), epoch: time.Now(), inflight: map[*batch]struct{}{}}
+	p := &Pool{store: store, cfg: cfg, lockKey: lockKey, snoozeKey: int64(h.Sum64() >> 1), epoch: time.Now(), inflight: map[*batch]struct{}{}, turn: make(chan struct{}, 1)}
 	p.eng = engine.NewBase(store.DB, store.Logger, store.Schema, engine.Config{Runners: cfg.Concurrency, PollInterval: cfg.PollInterval,
 		Attrs: []any{"consumer", cfg.Consumer}, Listen: listen(store, cfg.Consumer)}, cfg.tune.Tune, "txinbox listener")
 	p.tracer = store.Tracer

@@ -132,7 +132,7 @@ func TestSnoozeOpenAcrossAFinishCannotStrandTheKeysNextMessage(t *testing.T) {
 	}
 	claimed := make(chan claimResult, 1)
 	go func() {
-		rows, err := schemasql.Queries.ClaimBatch(ctx, q.Wrap(claim), "ledger", 10)
+		rows, err := schemasql.Queries.ClaimBatch(ctx, q.Wrap(claim), sqlc.ClaimBatchParams{Consumer: "ledger", Max: 10})
 		claimed <- claimResult{rows, err}
 	}()
 	waitFor(t, "the test's claim held after its snapshot", func() bool { return waiting(holdKey) == 1 })
