@@ -45,13 +45,19 @@ type LatencyBreakdown struct {
 	// TailTotal their mean latency.
 	Tail      [LatencyParts]time.Duration
 	TailTotal time.Duration
-	// The claims (ClaimBatch and, for suspects, ClaimSuspects) that started in the measured phase,
-	// from the first measured message's dispatch to the last handler's start.
-	Claims        int
-	ClaimsPerSec  float64
-	EmptyClaims   int     // claims that returned no row
-	PerClaim      float64 // mean rows of the claims that returned some
-	SuspectClaims int     // claims of the rescuer (ClaimSuspects), included in Claims
+	// Before is the mean number of batch-mates whose handler started before a message's (its last
+	// part is theirs, mostly), and TailBefore the same over the slowest 1%.
+	Before, TailBefore float64
+	// The claims (ClaimBatch) that started in the measured phase, from the first measured message's
+	// dispatch to the last handler's start.
+	Claims       int
+	ClaimsPerSec float64
+	EmptyClaims  int     // claims that returned no row
+	PerClaim     float64 // mean rows of the claims that returned some
+	// HandledClaims counts the claims with a message whose handler's first call ran in their
+	// transaction, and Handled those messages (a cross-check of the rows counted).
+	HandledClaims, Handled int
+	SuspectClaims          int // claims of the rescuer (ClaimSuspects) in the measured phase, not in Claims
 	// BeforeReturn counts the messages whose claim started before their Receive returned: their
 	// commit happened before the claim's statement took its snapshot, but the acknowledgement reached
 	// the sender after the claim was sent (their first part is negative).
@@ -203,11 +209,23 @@ func (t *claimTracer) breakdown(first, last int, measuredFrom int64, callAt, ids
 	defer t.mu.Unlock()
 	var b LatencyBreakdown
 	type traced struct {
-		total time.Duration
-		parts [LatencyParts]time.Duration
+		total  time.Duration
+		parts  [LatencyParts]time.Duration
+		before int // batch-mates whose handler started before its own
+	}
+	// The handlers' starts of each claim's messages, in increasing order.
+	starts := map[int64][]int64{}
+	for i := 1; i <= last; i++ {
+		if ci := t.claimOf[i].Load(); ci != 0 {
+			starts[ci-1] = append(starts[ci-1], handledAt[i].Load())
+		}
+	}
+	for _, hs := range starts {
+		slices.Sort(hs)
 	}
 	var msgs []traced
 	measuredTo := measuredFrom
+	before := 0
 	for i := first; i <= last; i++ {
 		h := handledAt[i].Load()
 		measuredTo = max(measuredTo, h)
@@ -227,12 +245,17 @@ func (t *claimTracer) breakdown(first, last int, measuredFrom int64, callAt, ids
 		m := traced{total: time.Duration(h - recv), parts: [LatencyParts]time.Duration{
 			time.Duration(c.start - recv), time.Duration(c.end - c.start), time.Duration(r.start - c.end),
 			time.Duration(r.end - r.start), time.Duration(h - r.end)}}
+		m.before, _ = slices.BinarySearch(starts[ci-1], h)
+		before += m.before
 		msgs = append(msgs, m)
 		for k, v := range m.parts {
 			b.Parts[k] = append(b.Parts[k], v)
 		}
 	}
 	b.Traced = len(msgs)
+	if b.Traced > 0 {
+		b.Before = float64(before) / float64(b.Traced)
+	}
 	for k := range b.Parts {
 		slices.Sort(b.Parts[k])
 	}
@@ -241,6 +264,7 @@ func (t *claimTracer) breakdown(first, last int, measuredFrom int64, callAt, ids
 		tail := msgs[:max(1, len(msgs)/100)]
 		for _, m := range tail {
 			b.TailTotal += m.total
+			b.TailBefore += float64(m.before) / float64(len(tail))
 			for k, v := range m.parts {
 				b.Tail[k] += v
 			}
@@ -250,14 +274,25 @@ func (t *claimTracer) breakdown(first, last int, measuredFrom int64, callAt, ids
 			b.Tail[k] /= time.Duration(len(tail))
 		}
 	}
+	perClaim := map[int64]int{}
+	for i := range t.claimOf {
+		if ci := t.claimOf[i].Load(); ci != 0 {
+			perClaim[ci-1]++
+		}
+	}
 	rows := 0
-	for _, c := range t.claims {
+	for i, c := range t.claims {
 		if c.start < measuredFrom || c.start > measuredTo {
 			continue
 		}
-		b.Claims++
 		if c.suspects {
 			b.SuspectClaims++
+			continue
+		}
+		b.Claims++
+		if n := perClaim[int64(i)]; n > 0 {
+			b.HandledClaims++
+			b.Handled += n
 		}
 		if c.rows == 0 {
 			b.EmptyClaims++

@@ -394,22 +394,24 @@ func (r *report) latencyBreakdownMD(p func(string, ...any)) {
 	p("")
 	p("Claims in the measured phase (from the first measured message to the last handler's start):")
 	p("")
-	p("| Messages per call | Wake-up | Messages traced | Claims/s | Claims that took nothing | Messages per claim that took some | Claim started before Receive returned | Claim ended before Receive was called |")
-	p("|---:|---|---:|---:|---:|---:|---:|---:|")
+	p("| Messages per call | Wake-up | Messages traced | Claims/s | Claims that took nothing | Messages per claim that took some | Batch-mates handled before a message: mean, slowest 1%% | Claim started before Receive returned | Claim ended before Receive was called |")
+	p("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, l := range r.latency {
 		b := l.res.Breakdown
 		claims := fmt.Sprintf("%.0f", b.ClaimsPerSec)
 		if b.SuspectClaims > 0 {
-			claims += fmt.Sprintf(" (%d of suspects)", b.SuspectClaims)
+			claims += fmt.Sprintf(" (+ %d ClaimSuspects in all)", b.SuspectClaims)
 		}
 		empty := "-"
 		if b.Claims > 0 {
 			empty = fmt.Sprintf("%d of %d (%.0f%%)", b.EmptyClaims, b.Claims, 100*float64(b.EmptyClaims)/float64(b.Claims))
 		}
-		p("| %d | %s | %d of %d | %s | %s | %.2f | %d | %d |", l.res.PerCall, wakeMode(l.cfg), b.Traced, l.res.Samples, claims, empty,
-			b.PerClaim, b.BeforeReturn, b.BeforeCall)
+		p("| %d | %s | %d of %d | %s | %s | %.1f | %.1f, %.1f | %d | %d |", l.res.PerCall, wakeMode(l.cfg), b.Traced, l.res.Samples, claims, empty,
+			b.PerClaim, b.Before, b.TailBefore, b.BeforeReturn, b.BeforeCall)
 	}
 	p("")
+	p("The handlers of a batch's messages run one after the other, in its transaction: a message's last part is mostly the")
+	p("handlers of the batch-mates before it.")
 	p("A claim can start before the Receive of a message it takes returns: the commit precedes the claim's snapshot, but its")
 	p("acknowledgement reaches the sender after the claim was sent (the first part is then negative). A claim that ended")
 	p("before the Receive was even called would mean a mistraced message: that count is expected to be 0.")
