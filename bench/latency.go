@@ -88,7 +88,8 @@ func (c clock) now() int64 { return int64(time.Since(c.base)) }
 // SteadyLatency receives messages perCall at a time (Receive when 1, else ReceiveMany: one
 // transaction per call, with a default inbox.Client) at rate messages per second for d, from LatencySenders concurrent senders following a fixed schedule, into
 // a running pool, and measures the time from Receive returning (the message committed) to its
-// handler starting. The first second is a warm-up and not measured.
+// handler starting. The first second is a warm-up and not measured. Each message is traced from its
+// claim to its handler (claimTracer), which gives the result's Breakdown.
 func (e *Env) SteadyLatency(ctx context.Context, rate, perCall int, d time.Duration, cfg InboxConfig) (LatencyResult, error) {
 	res := LatencyResult{Rate: rate, PerCall: perCall}
 	total := int(d.Seconds() * float64(rate))

@@ -359,10 +359,11 @@ func (r *report) latencyMD(p func(string, ...any)) {
 
 // latencyBreakdownMD writes where the latency of each row goes, traced per message.
 func (r *report) latencyBreakdownMD(p func(string, ...any)) {
-	p("Where the latency goes, traced per message (a pgx tracer on the pool's connections): the claim that took a message is")
-	p("the last claim of the connection its handler's INSERT ran on; its batch's RecordBatch is found by the message's id. The")
-	p("five parts follow each other and add up to the latency; p50, p95 and p99 are each part's own, and the p99 tail row is")
-	p("each part's mean over the slowest 1%% of the messages.")
+	p("Where the latency goes, traced per message by a pgx tracer on the pool's connections (its cost, a lock and a map look-up")
+	p("per claim, RecordBatch and handler statement, is in the figures above): the claim that took a message is the last claim")
+	p("of the connection its handler's INSERT ran on; its batch's RecordBatch is found by the message's id. The five parts")
+	p("follow each other and add up to the latency; p50, p95 and p99 are each part's own, and the p99 tail row is each part's")
+	p("mean over the slowest 1%% of the messages.")
 	p("")
 	h := "| Messages per call | Wake-up | Statistic |"
 	for _, n := range bench.LatencyPartNames {
