@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -8,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/multitracer"
 
 	"github.com/txinbox/txinbox/inbox"
 )
@@ -24,6 +27,53 @@ type LatencyResult struct {
 	// Sorted holds every latency measured, in increasing order (the latency chart's distribution).
 	Sorted []time.Duration
 	FP     Footprint
+	// Breakdown says where each measured message's latency went, from its claim's trace.
+	Breakdown LatencyBreakdown
+}
+
+// LatencyBreakdown splits the latency of the measured messages in five consecutive parts, traced per
+// message (see claimTracer): from Receive returning to the start of the claim that took the message;
+// the claim's round trip (its pipeline of ClaimLimits, ClaimBatch and BatchLimits); from the claim's
+// end to the start of the RecordBatch that recorded its batch (on the pool's records connection,
+// which the runners take turns on); that RecordBatch's round trip; from its end to the handler's
+// start (the handlers of the batch's earlier messages run first). The parts add up to the latency.
+type LatencyBreakdown struct {
+	Traced int // measured messages whose claim and record were traced (the others are left out)
+	// Parts holds each part's values, in increasing order, by LatencyParts' index.
+	Parts [LatencyParts][]time.Duration
+	// Tail is the mean of each part over the slowest 1% of the traced messages (the p99 tail), and
+	// TailTotal their mean latency.
+	Tail      [LatencyParts]time.Duration
+	TailTotal time.Duration
+	// Before is the mean number of batch-mates whose handler started before a message's (its last
+	// part is theirs, mostly), and TailBefore the same over the slowest 1%.
+	Before, TailBefore float64
+	// The claims (ClaimBatch) that started in the measured phase, from the first measured message's
+	// dispatch to the last handler's start.
+	Claims       int
+	ClaimsPerSec float64
+	EmptyClaims  int     // claims that returned no row
+	PerClaim     float64 // mean rows of the claims that returned some
+	// HandledClaims counts the claims with a message whose handler's first call ran in their
+	// transaction, and Handled those messages (a cross-check of the rows counted).
+	HandledClaims, Handled int
+	SuspectClaims          int // claims of the rescuer (ClaimSuspects) in the measured phase, not in Claims
+	// BeforeReturn counts the messages whose claim started before their Receive returned: their
+	// commit happened before the claim's statement took its snapshot, but the acknowledgement reached
+	// the sender after the claim was sent (their first part is negative).
+	BeforeReturn int
+	// BeforeCall counts the messages whose claim ended before their Receive was called: impossible
+	// unless the tracing is wrong (a claim cannot take a message not yet committed).
+	BeforeCall int
+}
+
+// LatencyParts is the number of parts in a LatencyBreakdown.
+const LatencyParts = 5
+
+// LatencyPartNames names the parts of a LatencyBreakdown.
+var LatencyPartNames = [LatencyParts]string{
+	"Receive returned → claim start", "claim round trip", "claim end → RecordBatch start",
+	"RecordBatch round trip", "RecordBatch end → handler start",
 }
 
 // LatencySenders is the number of goroutines (and connections) calling Receive in SteadyLatency:
@@ -38,18 +88,32 @@ func (c clock) now() int64 { return int64(time.Since(c.base)) }
 // SteadyLatency receives messages perCall at a time (Receive when 1, else ReceiveMany: one
 // transaction per call, with a default inbox.Client) at rate messages per second for d, from LatencySenders concurrent senders following a fixed schedule, into
 // a running pool, and measures the time from Receive returning (the message committed) to its
-// handler starting. The first second is a warm-up and not measured.
+// handler starting. The first second is a warm-up and not measured. Each message is traced from its
+// claim to its handler (claimTracer), which gives the result's Breakdown.
 func (e *Env) SteadyLatency(ctx context.Context, rate, perCall int, d time.Duration, cfg InboxConfig) (LatencyResult, error) {
 	res := LatencyResult{Rate: rate, PerCall: perCall}
+	total := int(d.Seconds() * float64(rate))
+	clk := clock{base: time.Now()}
+	// The schema's pgxpool (the pool's and the senders') and the pool's records connection carry the
+	// claim tracer, with the Env's own if any.
+	tr := newClaimTracer(clk, total)
+	prev := e.Tracer
+	if prev != nil {
+		e.Tracer = multitracer.New(prev, tr)
+	} else {
+		e.Tracer = tr
+	}
 	s, err := e.newInboxSchema(ctx, "latency", int32(cfg.Concurrency+2+LatencySenders))
+	e.Tracer = prev
 	if err != nil {
 		return res, err
 	}
 	defer s.Drop(ctx)
-	total := int(d.Seconds() * float64(rate))
-	clk := clock{base: time.Now()}
+	tr.insert = "INSERT INTO " + s.T("ledger") + " " // before any handler runs
 	recvAt := make([]atomic.Int64, total+1)
 	handledAt := make([]atomic.Int64, total+1)
+	// Written by the sender of each message, read after they are done.
+	callAt, ids := make([]int64, total+1), make([]int64, total+1)
 	var handled atomic.Int64
 	mon := e.StartMonitor(ctx, s.App)
 	p, err := s.startPool(ctx, cfg, func(n int) {
@@ -74,10 +138,12 @@ func (e *Env) SteadyLatency(ctx context.Context, rate, perCall int, d time.Durat
 					msgs = append(msgs, inbox.Message{Consumer: benchConsumer, Key: eventKey(i), Kind: benchKind, Payload: payload(i, 1)})
 				}
 				var err error
+				called := clk.now()
+				rs := make([]inbox.Receipt, 1, len(msgs))
 				if perCall == 1 {
-					_, err = s.client.Receive(ctx, msgs[0])
+					rs[0], err = s.client.Receive(ctx, msgs[0])
 				} else {
-					_, err = s.client.ReceiveMany(ctx, msgs)
+					rs, err = s.client.ReceiveMany(ctx, msgs)
 				}
 				if err != nil {
 					select {
@@ -89,15 +155,20 @@ func (e *Env) SteadyLatency(ctx context.Context, rate, perCall int, d time.Durat
 				now := clk.now()
 				for i := first; i < first+len(msgs); i++ {
 					recvAt[i].Store(now)
+					callAt[i], ids[i] = called, rs[i-first].ID
 				}
 			}
 		})
 	}
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
+	var measuredFrom int64 // when the first measured message was dispatched
 	for i := 1; i <= total; i += perCall {
 		if w := time.Until(start.Add(time.Duration(i) * interval)); w > 0 {
 			time.Sleep(w)
+		}
+		if measuredFrom == 0 && i > rate {
+			measuredFrom = clk.now()
 		}
 		jobs <- i
 	}
@@ -128,7 +199,114 @@ func (e *Env) SteadyLatency(ctx context.Context, rate, perCall int, d time.Durat
 	res.P50, res.P95, res.P99 = Percentile(lats, 50), Percentile(lats, 95), Percentile(lats, 99)
 	res.Max = lats[len(lats)-1]
 	res.Sorted = lats
+	res.Breakdown = tr.breakdown(rate+1, total, measuredFrom, callAt, ids, recvAt, handledAt)
 	return res, nil
+}
+
+// breakdown splits the latencies of messages first..last (see LatencyBreakdown), with the claims
+// that started from measuredFrom to the last of their handlers' starts.
+func (t *claimTracer) breakdown(first, last int, measuredFrom int64, callAt, ids []int64, recvAt, handledAt []atomic.Int64) LatencyBreakdown {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var b LatencyBreakdown
+	type traced struct {
+		total  time.Duration
+		parts  [LatencyParts]time.Duration
+		before int // batch-mates whose handler started before its own
+	}
+	// The handlers' starts of each claim's messages, in increasing order.
+	starts := map[int64][]int64{}
+	for i := 1; i <= last; i++ {
+		if ci := t.claimOf[i].Load(); ci != 0 {
+			starts[ci-1] = append(starts[ci-1], handledAt[i].Load())
+		}
+	}
+	for _, hs := range starts {
+		slices.Sort(hs)
+	}
+	var msgs []traced
+	measuredTo := measuredFrom
+	before := 0
+	for i := first; i <= last; i++ {
+		h := handledAt[i].Load()
+		measuredTo = max(measuredTo, h)
+		ci := t.claimOf[i].Load()
+		r, ok := t.records[ids[i]]
+		if ci == 0 || !ok {
+			continue
+		}
+		c := t.claims[ci-1]
+		recv := recvAt[i].Load()
+		if c.start < recv {
+			b.BeforeReturn++
+		}
+		if c.end < callAt[i] {
+			b.BeforeCall++
+		}
+		m := traced{total: time.Duration(h - recv), parts: [LatencyParts]time.Duration{
+			time.Duration(c.start - recv), time.Duration(c.end - c.start), time.Duration(r.start - c.end),
+			time.Duration(r.end - r.start), time.Duration(h - r.end)}}
+		m.before, _ = slices.BinarySearch(starts[ci-1], h)
+		before += m.before
+		msgs = append(msgs, m)
+		for k, v := range m.parts {
+			b.Parts[k] = append(b.Parts[k], v)
+		}
+	}
+	b.Traced = len(msgs)
+	if b.Traced > 0 {
+		b.Before = float64(before) / float64(b.Traced)
+	}
+	for k := range b.Parts {
+		slices.Sort(b.Parts[k])
+	}
+	if len(msgs) > 0 {
+		slices.SortFunc(msgs, func(x, y traced) int { return cmp.Compare(y.total, x.total) })
+		tail := msgs[:max(1, len(msgs)/100)]
+		for _, m := range tail {
+			b.TailTotal += m.total
+			b.TailBefore += float64(m.before) / float64(len(tail))
+			for k, v := range m.parts {
+				b.Tail[k] += v
+			}
+		}
+		b.TailTotal /= time.Duration(len(tail))
+		for k := range b.Tail {
+			b.Tail[k] /= time.Duration(len(tail))
+		}
+	}
+	perClaim := map[int64]int{}
+	for i := range t.claimOf {
+		if ci := t.claimOf[i].Load(); ci != 0 {
+			perClaim[ci-1]++
+		}
+	}
+	rows := 0
+	for i, c := range t.claims {
+		if c.start < measuredFrom || c.start > measuredTo {
+			continue
+		}
+		if c.suspects {
+			b.SuspectClaims++
+			continue
+		}
+		b.Claims++
+		if n := perClaim[int64(i)]; n > 0 {
+			b.HandledClaims++
+			b.Handled += n
+		}
+		if c.rows == 0 {
+			b.EmptyClaims++
+		}
+		rows += c.rows
+	}
+	if measuredTo > measuredFrom {
+		b.ClaimsPerSec = float64(b.Claims) / time.Duration(measuredTo-measuredFrom).Seconds()
+	}
+	if b.Claims > b.EmptyClaims {
+		b.PerClaim = float64(rows) / float64(b.Claims-b.EmptyClaims)
+	}
+	return b
 }
 
 // IdleResult is the idle wake-up latency: time from Receive returning to the handler starting, for

@@ -459,6 +459,11 @@ func (r *report) runLatency(ctx context.Context, env *bench.Env, progress func(s
 			return err
 		}
 		progress("  p50 %s p95 %s p99 %s (achieved %.0f/s)", res.P50, res.P95, res.P99, res.Achieved)
+		if b := res.Breakdown; b.Traced > 0 {
+			progress("  slowest 1%%, mean %s: %s before the claim, %s claim, %s to RecordBatch, %s RecordBatch, %s to the handler; %.0f claims/s, %d of %d empty, %.1f rows per other; %d claims ran %d handlers; %.1f batch-mates before (slowest 1%%: %.1f)",
+				b.TailTotal, b.Tail[0], b.Tail[1], b.Tail[2], b.Tail[3], b.Tail[4], b.ClaimsPerSec, b.EmptyClaims, b.Claims, b.PerClaim,
+				b.HandledClaims, b.Handled, b.Before, b.TailBefore)
+		}
 		r.latency = append(r.latency, latencyRow{cfg: v.cfg, res: res})
 	}
 	return nil

@@ -343,6 +343,7 @@ func (r *report) latencyMD(p func(string, ...any)) {
 			ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), cpu, walMD(x.FP, x.Elapsed))
 	}
 	p("")
+	r.latencyBreakdownMD(p)
 	chart := bench.LineChart{
 		Title: "Latency from receive to handler start, at 1,000 messages per second",
 		Subtitle: fmt.Sprintf("Share of the messages whose handler started within the time on the X axis (log scale). %s, %s.",
@@ -354,6 +355,73 @@ func (r *report) latencyMD(p func(string, ...any)) {
 		chart.Series = append(chart.Series, bench.CDFSeries(fmt.Sprintf("%d per call, %s", l.res.PerCall, wakeMode(l.cfg)), l.res.Sorted))
 	}
 	r.chart(p, "latency-cdf", "Latency from receive to handler start at 1,000 messages/s, cumulative distribution per configuration", chart.SVG())
+}
+
+// latencyBreakdownMD writes where the latency of each row goes, traced per message.
+func (r *report) latencyBreakdownMD(p func(string, ...any)) {
+	p("Where the latency goes, traced per message by a pgx tracer on the pool's connections (its cost, a lock and a map look-up")
+	p("per claim, RecordBatch and handler statement, is in the figures above): the claim that took a message is the last claim")
+	p("of the connection its handler's INSERT ran on; its batch's RecordBatch is found by the message's id. The five parts")
+	p("follow each other and add up to the latency; p50, p95 and p99 are each part's own, and the p99 tail row is each part's")
+	p("mean over the slowest 1%% of the messages.")
+	p("")
+	h := "| Messages per call | Wake-up | Statistic |"
+	for _, n := range bench.LatencyPartNames {
+		h += " " + n + " |"
+	}
+	p("%s Total |", h)
+	p("|---:|---|---|%s---:|", strings.Repeat("---:|", bench.LatencyParts))
+	for _, l := range r.latency {
+		b := l.res.Breakdown
+		if b.Traced == 0 {
+			continue
+		}
+		row := func(stat string, part func(k int) time.Duration, total time.Duration, bold bool) {
+			line := fmt.Sprintf("| %d | %s | %s |", l.res.PerCall, wakeMode(l.cfg), stat)
+			for k := range bench.LatencyParts {
+				v := msFine(part(k))
+				if bold {
+					v = "**" + v + "**"
+				}
+				line += " " + v + " |"
+			}
+			p("%s %s |", line, msFine(total))
+		}
+		for _, q := range []float64{50, 95, 99} {
+			row(fmt.Sprintf("p%.0f", q), func(k int) time.Duration { return bench.Percentile(b.Parts[k], q) }, bench.Percentile(l.res.Sorted, q), false)
+		}
+		row("p99 tail (mean)", func(k int) time.Duration { return b.Tail[k] }, b.TailTotal, true)
+	}
+	p("")
+	p("Claims in the measured phase (from the first measured message to the last handler's start):")
+	p("")
+	p("| Messages per call | Wake-up | Messages traced | Claims/s | Claims that took nothing | Messages per claim that took some | Batch-mates handled before a message: mean, slowest 1%% | Claim started before Receive returned | Claim ended before Receive was called |")
+	p("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, l := range r.latency {
+		b := l.res.Breakdown
+		claims := fmt.Sprintf("%.0f", b.ClaimsPerSec)
+		if b.SuspectClaims > 0 {
+			claims += fmt.Sprintf(" (+ %d ClaimSuspects in all)", b.SuspectClaims)
+		}
+		empty := "-"
+		if b.Claims > 0 {
+			empty = fmt.Sprintf("%d of %d (%.0f%%)", b.EmptyClaims, b.Claims, 100*float64(b.EmptyClaims)/float64(b.Claims))
+		}
+		p("| %d | %s | %d of %d | %s | %s | %.1f | %.1f, %.1f | %d | %d |", l.res.PerCall, wakeMode(l.cfg), b.Traced, l.res.Samples, claims, empty,
+			b.PerClaim, b.Before, b.TailBefore, b.BeforeReturn, b.BeforeCall)
+	}
+	p("")
+	p("The handlers of a batch's messages run one after the other, in its transaction: a message's last part is mostly the")
+	p("handlers of the batch-mates before it.")
+	p("A claim can start before the Receive of a message it takes returns: the commit precedes the claim's snapshot, but its")
+	p("acknowledgement reaches the sender after the claim was sent (the first part is then negative). A claim that ended")
+	p("before the Receive was even called would mean a mistraced message: that count is expected to be 0.")
+	p("")
+}
+
+// msFine formats d in milliseconds with two decimals.
+func msFine(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
 }
 
 func (r *report) idleMD(p func(string, ...any)) {
