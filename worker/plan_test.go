@@ -80,7 +80,9 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 	// Every statement that a batch runs in proportion to its size (QueueStats and StaleTables read
 	// whole tables by design, for scrapes and checks).
 	statements := map[string]func(db sqlc.DBTX){
-		"ClaimBatch": func(db sqlc.DBTX) { _, _ = schemasql.Queries.ClaimBatch(ctx, db, sqlc.ClaimBatchParams{Consumer: "plans", Max: n}) },
+		"ClaimBatch": func(db sqlc.DBTX) {
+			_, _ = schemasql.Queries.ClaimBatch(ctx, db, sqlc.ClaimBatchParams{Consumer: "plans", Max: n})
+		},
 		"ClaimSuspects": func(db sqlc.DBTX) {
 			_, _ = schemasql.Queries.ClaimSuspects(ctx, db, sqlc.ClaimSuspectsParams{Consumer: "plans", Max: n, LockKey: 1})
 		},
