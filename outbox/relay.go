@@ -295,11 +295,15 @@ func (u *runner) Run(ctx context.Context) {
 	u.batch = nil
 }
 
-func (u *runner) Done(ctx context.Context) {
+// Rest records the outcomes of the last batch on their own: the runner sleeps before its next claim.
+func (u *runner) Rest(ctx context.Context) {
 	if len(u.fs) > 0 {
 		u.r.record(ctx, u.fs)
+		u.fs = nil
 	}
 }
+
+func (u *runner) Done(ctx context.Context) { u.Rest(ctx) }
 
 // claimed is one claimed event.
 type claimed struct {

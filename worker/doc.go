@@ -89,9 +89,12 @@
 // A pool finds new messages without polling: the receiving statement sends a PostgreSQL notification
 // (debounced per Client and consumer, Store.NotifyInterval), delivered when the receiving
 // transaction commits, and the pool listens on a connection of its own (reopened with backoff when
-// lost). After any activity one runner polls every 10ms (Config.PollInterval if shorter) for 1s, or
-// for twice Store.NotifyInterval if that is longer, which covers the messages whose notification was
-// debounced. Polling at PollInterval stays as the fallback: when Store.NotifyInterval is negative
+// lost). A notification wakes one runner; a claim that comes back full wakes the next, and a runner
+// that ran a full batch claims again at once. After any activity one runner polls every 10ms
+// (Config.PollInterval if shorter) for 1s, or for twice Store.NotifyInterval if that is longer, which
+// covers the messages whose notification was debounced; a runner that claimed a partial batch is
+// that poller if no other runner is, and claims again 10ms after its last claim began (at once if
+// woken). So at a low rate one claim every 10ms carries what arrived meanwhile. Polling at PollInterval stays as the fallback: when Store.NotifyInterval is negative
 // (no notifications and no LISTEN: set it so when connections go through PgBouncer in transaction
 // mode), when Store.DB is not a *pgxpool.Pool (the listening connection is opened with its
 // configuration), when a check after LISTEN shows that notifications do not arrive, and while the

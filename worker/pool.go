@@ -520,6 +520,8 @@ func (r *runner) Run(ctx context.Context) {
 	r.p.run(ctx, b)
 }
 
+func (r *runner) Rest(context.Context) {}
+
 func (r *runner) Done(context.Context) {}
 
 // rescue is the rescuer, until Stop: it charges the batches that never finished, then takes their

@@ -1,7 +1,7 @@
 // Package engine is the one claim → run → finish engine that txinbox's background workers run on:
 // the worker pool (package worker) and the outbox relay (package outbox). It owns what they share:
-// the runners' loop (claim at once after a batch, poll fast while hot, sleep PollInterval when idle,
-// back off after a failed claim), wake-ups (Wake, and LISTEN on a connection of its own, reopened
+// the runners' loop (claim at once after a full batch, one poller claiming every HotPoll while hot
+// and batches are partial, sleep PollInterval when idle, back off after a failed claim), wake-ups (Wake, and LISTEN on a connection of its own, reopened
 // with backoff, with a check that notifications really come back: a pooler in transaction mode
 // swallows them), one Start/Stop with the semantics of txinbox.Service, and what binds a user to its
 // Store ([Base]: the Store's Logger and statements, and the check before Start). Its users keep
@@ -74,6 +74,10 @@ type Runner interface {
 	Claim(ctx context.Context) (Outcome, error)
 	// Run runs the batch the last Claim claimed (it returned Partial or Full).
 	Run(ctx context.Context)
+	// Rest is called before the runner sleeps until woken or PollInterval: what the runner keeps
+	// for its next Claim (such as the outcomes of its last batch, recorded in the next claim's
+	// transaction) it does now, on its own.
+	Rest(ctx context.Context)
 	Done(ctx context.Context)
 }
 
@@ -245,16 +249,11 @@ func Connector(db any, applicationName string) func(ctx context.Context) (*pgx.C
 	return func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cc) }
 }
 
-// Wake makes the engine hot and wakes every sleeping runner.
+// Wake makes the engine hot and wakes one sleeping runner (or the next one to sleep) to claim at
+// once; a claim that comes back full wakes the next runner, and so on while batches are full.
 func (e *Engine) Wake() {
 	e.Active()
-	for range cap(e.wake) {
-		select {
-		case e.wake <- struct{}{}:
-		default:
-			return
-		}
-	}
+	e.wakeOne()
 }
 
 // Active records activity: the engine is hot for HotWindow.
@@ -302,15 +301,22 @@ const (
 	maxErrDelay   = 30 * time.Second
 )
 
-// loop is a runner: it claims and runs batches with r until Stop. Before it runs a batch it wakes
-// another runner when the batch was full (more may be waiting) or when nobody polls fast meanwhile,
-// and it claims again at once after it; when it finds nothing it sleeps HotPoll (PollInterval if shorter) if the
-// engine is hot and no other runner polls fast, else PollInterval, until woken.
+// loop is a runner: it claims and runs batches with r until Stop.
+//
+// After a full batch it wakes another runner (more may be waiting) and claims again at once after
+// its run. After a partial batch the queue was empty when the claim ran, so a claim at once would
+// mostly find nothing: the runner becomes the engine's poller if nobody is (runAsPoller) and claims
+// again HotPoll after its claim began, or at once if woken; if another runner polls, it rests after
+// its run as after a claim that found nothing. When it finds nothing it sleeps HotPoll (PollInterval
+// if shorter) as the poller if the engine is hot and nobody polls, else it rests (Runner.Rest) and
+// sleeps PollInterval, until woken. So at a low rate one claim per HotPoll carries what arrived
+// meanwhile, instead of every runner claiming after every batch.
 func (e *Engine) loop(ctx context.Context, r Runner) {
 	defer r.Done(ctx)
 	first := min(e.cfg.PollInterval, firstErrDelay)
 	errDelay := first
 	for !e.Stopped() {
+		began := time.Now()
 		out, err := r.Claim(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -322,20 +328,61 @@ func (e *Engine) loop(ctx context.Context, r Runner) {
 		}
 		errDelay = first
 		switch out {
-		case Partial, Full:
+		case Full:
 			e.Active()
-			if out == Full || !e.hotPoller.Load() {
-				e.wakeOne() // more may be waiting, or nobody watches for new work meanwhile
-			}
+			e.wakeOne() // more may be waiting
 			r.Run(ctx)
+		case Partial:
+			e.Active()
+			if e.hotPoller.CompareAndSwap(false, true) {
+				e.runAsPoller(ctx, r, began)
+			} else {
+				r.Run(ctx)
+				e.idle(ctx, r)
+			}
 		case Again:
 		default:
-			if e.hot() && e.hotPoller.CompareAndSwap(false, true) {
-				e.Sleep(ctx, min(HotPoll, e.cfg.PollInterval), true)
-				e.hotPoller.Store(false)
-			} else {
-				e.Sleep(ctx, e.cfg.PollInterval, true)
-			}
+			e.idle(ctx, r)
 		}
+	}
+}
+
+// idle waits for the next claim: HotPoll as the poller if the engine is hot and nobody polls, else
+// until woken or PollInterval, after r rests.
+func (e *Engine) idle(ctx context.Context, r Runner) {
+	if e.hot() && e.hotPoller.CompareAndSwap(false, true) {
+		e.Sleep(ctx, e.hotPoll(), true)
+		e.hotPoller.Store(false)
+		return
+	}
+	r.Rest(ctx)
+	e.Sleep(ctx, e.cfg.PollInterval, true)
+}
+
+// hotPoll is how often the poller claims: HotPoll, or PollInterval if shorter.
+func (e *Engine) hotPoll() time.Duration { return min(HotPoll, e.cfg.PollInterval) }
+
+// runAsPoller runs the partial batch r claimed at began, as the engine's poller (hotPoller is
+// set): it sleeps after the run until HotPoll after began (a Wake ends the sleep), then gives up the
+// role and returns, to claim. A run that lasts past that time hands the role over: the role is given
+// up and another runner woken to claim, so that the queue is still polled every HotPoll while long
+// handlers run.
+func (e *Engine) runAsPoller(ctx context.Context, r Runner, began time.Time) {
+	next := began.Add(e.hotPoll())
+	var running atomic.Bool
+	running.Store(true)
+	handOver := time.AfterFunc(time.Until(next), func() {
+		if running.CompareAndSwap(true, false) {
+			e.hotPoller.Store(false)
+			e.wakeOne()
+		}
+	})
+	r.Run(ctx)
+	if running.CompareAndSwap(true, false) {
+		handOver.Stop()
+		if d := time.Until(next); d > 0 {
+			e.Sleep(ctx, d, true)
+		}
+		e.hotPoller.Store(false)
 	}
 }
