@@ -1,6 +1,11 @@
 package outbox
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/txinbox/txinbox/internal/engine"
+)
 
 // SetSnooze sets how long r's claims snooze events blocked behind their key (0: the default). Call it
 // before r.Start. Tests set it to hours: an event left snoozed (OutboxReadyNext missed) then never
@@ -41,3 +46,13 @@ func NoListen(c *RelayConfig) { c.tune.NoListen = true }
 // CheckTopicOf returns the relay's error of an event of topic for a Publisher that is tc (nil if
 // tc accepts it).
 func CheckTopicOf(tc TopicChecker, topic string) error { return checkTopic(tc, topic) }
+
+// Runner is what each of a relay's runner goroutines runs (engine.Runner).
+type Runner interface {
+	Claim(ctx context.Context) (engine.Outcome, error)
+	Run(ctx context.Context)
+	Rest(ctx context.Context)
+}
+
+// NewRunner returns a runner of r, as r.Start makes them, for a test to drive step by step.
+func NewRunner(r *Relay) Runner { return &runner{r: r} }
