@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -143,6 +144,9 @@ type Client struct {
 	co     *coalescer // shares statements between concurrent Receive calls; nil when off (coalesce.go)
 	// registered holds the consumers this Client has registered (RegisterConsumer, see inGeneration).
 	registered sync.Map
+	// customPlans: the server refused ReceiveBatch's generic plan (Citus cannot make a distributed
+	// plan of it), so small receives no longer force it (receiveRows).
+	customPlans atomic.Bool
 }
 
 // New returns a Client of store (whose DB runs the calls without a Tx suffix, and whose Schema,

@@ -85,6 +85,15 @@ func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 
 func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// A pipeline (a small receive's GenericPlan and ReceiveBatch) is one round trip.
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.statements.Add(1)
+	return ctx
+}
+
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
 func (r *roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
 	return ctx
 }
@@ -95,8 +104,9 @@ func (r *roundTrips) TracePrepareEnd(_ context.Context, _ *pgx.Conn, d pgx.Trace
 	}
 }
 
-// ReceiveMany sends one statement per call, whatever the batch holds (new messages, duplicates of
-// stored ones and of each other, conflicts): counted by a tracer on the client's own connection.
+// ReceiveMany sends one statement per call (or one pipeline: GenericPlan ahead of it), one round
+// trip, whatever the batch holds (new messages, duplicates of stored ones and of each other,
+// conflicts): counted by a tracer on the client's own connection.
 func TestReceiveManyOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)

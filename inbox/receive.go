@@ -2,12 +2,14 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
@@ -653,7 +655,7 @@ func (c *Client) receiveBatch(ctx context.Context, db sqlc.DBTX, p sqlc.ReceiveB
 		p.NotifyConsumers = append(p.NotifyConsumers, g.consumer)
 	}
 	p.NotifyChannel = c.notify.channel
-	rows, err := schemasql.Queries.ReceiveBatch(ctx, c.st.Wrap(db), p)
+	rows, err := c.receiveRows(ctx, db, p)
 	if len(grants) > 0 {
 		inserted := map[string]bool{}
 		if err == nil {
@@ -667,6 +669,36 @@ func (c *Client) receiveBatch(ctx context.Context, db sqlc.DBTX, p sqlc.ReceiveB
 		c.notify.settle(grants, inserted)
 	}
 	return rows, err
+}
+
+// genericPlanMax is the most messages of a ReceiveBatch that runs its generic plan (GenericPlan):
+// planning the statement costs the server more than running it for a few messages, and a larger batch
+// spreads its plan's cost over its messages.
+const genericPlanMax = 16
+
+// receiveRows runs ReceiveBatch. A call of at most genericPlanMax messages outside a transaction, on a
+// DB that pipelines, sends GenericPlan ahead of it in the same round trip and implicit transaction;
+// in a caller's transaction the setting would outlive the statement, so there the server plans as it
+// chooses. A server that cannot run the generic plan (Citus: "could not create distributed plan",
+// feature not supported) rolled the call's implicit transaction back: the call runs again with a
+// custom plan, and so do the Client's later calls.
+func (c *Client) receiveRows(ctx context.Context, db sqlc.DBTX, p sqlc.ReceiveBatchParams) ([]sqlc.ReceiveBatchRow, error) {
+	if _, inTx := db.(pgx.Tx); !inTx && len(p.Keys) <= genericPlanMax && !c.customPlans.Load() {
+		if s, ok := db.(schemasql.BatchSender); ok {
+			pl := schemasql.NewPipeline(s)
+			w := c.st.Wrap(pl)
+			_ = schemasql.Queries.GenericPlan(ctx, w) // queued, sent with ReceiveBatch
+			rows, err := schemasql.Queries.ReceiveBatch(ctx, w, p)
+			if cerr := pl.Close(); err == nil && cerr != nil {
+				rows, err = nil, cerr
+			}
+			if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "0A000" { // feature_not_supported
+				return rows, err
+			}
+			c.customPlans.Store(true)
+		}
+	}
+	return schemasql.Queries.ReceiveBatch(ctx, c.st.Wrap(db), p)
 }
 
 // Remember caches the keys of msgs whose receipts rs were returned for them by [Client.ReceiveTx] or

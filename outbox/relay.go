@@ -17,7 +17,6 @@ import (
 	"github.com/txinbox/txinbox/internal/owner"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/txinbox/txinbox"
@@ -424,19 +423,19 @@ func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams, rec *re
 // after this transaction's commit no longer sees the recorded event. Its rows (and rec's ids) are
 // returned only once the commit succeeded.
 func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.OutboxClaimParams, rec *recordInClaim) (rows []sqlc.OutboxClaimRow, err error) {
-	pl := &pipeline{db: b}
+	pl := schemasql.NewPipeline(b)
 	if ms := r.claimTimeoutMS(); ms != "" {
-		pl.b.Queue(setClaimTimeout, ms)
+		pl.Queue(setClaimTimeout, ms)
 	}
 	if rec != nil {
 		sql, args := schemasql.Capture(func(db sqlc.DBTX) { _, _ = schemasql.Queries.OutboxFinish(ctx, r.eng.St.Wrap(db), rec.finish) })
-		pl.queueRows(sql, args, func(rows pgx.Rows) (err error) {
+		pl.QueueRows(sql, args, func(rows pgx.Rows) (err error) {
 			rec.rows, err = pgx.CollectRows(rows, pgx.RowToStructByPos[sqlc.OutboxFinishRow])
 			return err
 		})
 	}
 	defer func() {
-		if cerr := pl.close(); err == nil && cerr != nil {
+		if cerr := pl.Close(); err == nil && cerr != nil {
 			rows, err = nil, cerr
 		}
 	}()
@@ -459,77 +458,7 @@ func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.Outbox
 const setClaimTimeout = "SELECT set_config('statement_timeout', $1, true)"
 
 // batchSender is a DB that pipelines statements (a *pgxpool.Pool).
-type batchSender interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// pipeline is a sqlc.DBTX that queues the statements given to Exec (and queueRows) and sends them
-// with the one given to Query, whose rows it returns, as one batch; close reads the batch's end (its
-// commit). Exec's results (and errors) are those of the batch: Query returns the first error among
-// them, after handing the rows of each statement queued by queueRows to its read.
-type pipeline struct {
-	db    batchSender
-	b     pgx.Batch
-	reads map[int]func(pgx.Rows) error // by position in b: how the rows of a queued statement are read
-	br    pgx.BatchResults
-}
-
-func (p *pipeline) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if p.br != nil {
-		return pgconn.CommandTag{}, errors.New("txinbox: pipeline already sent")
-	}
-	p.b.Queue(sql, args...)
-	return pgconn.CommandTag{}, nil
-}
-
-// queueRows queues a statement whose rows read reads when the batch is sent.
-func (p *pipeline) queueRows(sql string, args []any, read func(pgx.Rows) error) {
-	if p.reads == nil {
-		p.reads = map[int]func(pgx.Rows) error{}
-	}
-	p.reads[p.b.Len()] = read
-	p.b.Queue(sql, args...)
-}
-
-func (p *pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if p.br != nil {
-		return nil, errors.New("txinbox: pipeline already sent")
-	}
-	p.b.Queue(sql, args...)
-	p.br = p.db.SendBatch(ctx, &p.b)
-	for i := range p.b.Len() - 1 {
-		read := p.reads[i]
-		if read == nil {
-			if _, err := p.br.Exec(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		rows, err := p.br.Query()
-		if err == nil {
-			err = read(rows) // closes rows
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return p.br.Query()
-}
-
-func (p *pipeline) QueryRow(context.Context, string, ...any) pgx.Row {
-	return errRow{errors.New("txinbox: QueryRow in a pipeline")}
-}
-
-func (p *pipeline) close() error {
-	if p.br == nil {
-		return nil
-	}
-	return p.br.Close()
-}
-
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
+type batchSender = schemasql.BatchSender
 
 func (r *Relay) snoozeFor() time.Duration {
 	if r.snooze != 0 {

@@ -71,29 +71,40 @@ func TestPartialBatchesClaimOncePerHotPoll(t *testing.T) {
 }
 
 // A partial batch whose run lasts longer than HotPoll hands polling over: another runner claims
-// while it runs, so that new work is found while long handlers run.
+// while it runs, so that new work is found while long handlers run. The runners' first claims (at
+// start) find nothing; then one Wake, one partial batch whose run lasts until another claim comes.
 func TestLongPartialRunHandsPollingOver(t *testing.T) {
 	t.Parallel()
 	var claims atomic.Int64
+	var armed, taken atomic.Bool
 	release := make(chan struct{})
 	var once sync.Once
-	first := atomic.Bool{}
 	e := startFake(t, time.Hour, &claims, func() engine.Outcome {
-		if first.CompareAndSwap(false, true) {
+		if armed.Load() && taken.CompareAndSwap(false, true) {
 			return engine.Partial
 		}
 		return engine.Idle
 	}, func() { <-release })
 	defer once.Do(func() { close(release) })
+	waitClaims(t, &claims, 4) // each runner's first claim, then every runner sleeps PollInterval
+	armed.Store(true)
 	e.Wake()
+	waitClaims(t, &claims, 5) // the partial batch, now running
+	waitClaims(t, &claims, 6) // nobody else would claim within PollInterval (an hour) without the hand-over
+	once.Do(func() { close(release) })
+}
+
+// waitClaims waits until claims reaches n (a correctness wait: the deadline only keeps a broken
+// test from hanging).
+func waitClaims(t *testing.T, claims *atomic.Int64, n int64) {
+	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
-	for claims.Load() < 2 {
+	for claims.Load() < n {
 		if time.Now().After(deadline) {
-			t.Fatal("no claim while the poller's partial batch ran: nobody polls while long handlers run")
+			t.Fatalf("%d claims, waited for %d", claims.Load(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	once.Do(func() { close(release) })
 }
 
 // A Wake wakes one runner, not all of them: it claims, and only a full batch wakes the next. Here
@@ -102,7 +113,8 @@ func TestWakeWakesOneRunner(t *testing.T) {
 	t.Parallel()
 	var claims atomic.Int64
 	e := startFake(t, -1, &claims, func() engine.Outcome { return engine.Idle }, nil)
-	time.Sleep(50 * time.Millisecond) // the runners' first claims (at start) are done
+	waitClaims(t, &claims, 4) // each runner's first claim, at start
+	time.Sleep(50 * time.Millisecond)
 	before := claims.Load()
 	e.Wake()
 	time.Sleep(200 * time.Millisecond)
@@ -111,29 +123,34 @@ func TestWakeWakesOneRunner(t *testing.T) {
 	}
 }
 
-// Full batches wake the next runner: a Wake into a backlog gets every runner claiming.
+// Full batches wake the next runner: one Wake into a backlog gets every runner claiming. The
+// runners' first claims (at start) find nothing; then one Wake, and every claim finds a full batch,
+// whose run lasts until the test ends.
 func TestFullBatchesWakeTheNextRunner(t *testing.T) {
 	t.Parallel()
-	var claims, running, most atomic.Int64
+	var claims, running atomic.Int64
+	var armed atomic.Bool
 	release := make(chan struct{})
-	e := startFake(t, -1, &claims, func() engine.Outcome { return engine.Full }, func() {
-		n := running.Add(1)
-		for {
-			m := most.Load()
-			if n <= m || most.CompareAndSwap(m, n) {
-				break
-			}
+	var once sync.Once
+	e := startFake(t, -1, &claims, func() engine.Outcome {
+		if armed.Load() {
+			return engine.Full
 		}
+		return engine.Idle
+	}, func() {
+		running.Add(1)
 		<-release
-		running.Add(-1)
 	})
+	defer once.Do(func() { close(release) })
+	waitClaims(t, &claims, 4)
+	armed.Store(true)
 	e.Wake()
 	deadline := time.Now().Add(2 * time.Minute)
-	for most.Load() < 4 {
+	for running.Load() < 4 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of 4 runners ran full batches at once: a full batch must wake the next runner", most.Load())
+			t.Fatalf("%d of 4 runners ran full batches after one Wake: a full batch must wake the next runner", running.Load())
 		}
 		time.Sleep(time.Millisecond)
 	}
-	close(release)
+	once.Do(func() { close(release) })
 }

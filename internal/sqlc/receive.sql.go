@@ -11,6 +11,20 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const genericPlan = `-- name: GenericPlan :exec
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
+`
+
+// Sent ahead of a ReceiveBatch of a few messages outside a transaction, in the same pipeline (one
+// implicit transaction, which the setting ends with): the statement runs its generic plan, made once
+// per connection, instead of a custom plan made at every call. PostgreSQL keeps choosing custom plans
+// for ReceiveBatch (they look cheaper to it), and planning it costs the server more than running it
+// for one message (about 0.6 ms against 0.4). Its generic plan is linear in the batch (inbox/plan_test.go).
+func (q *Queries) GenericPlan(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, genericPlan)
+	return err
+}
+
 const insertDead = `-- name: InsertDead :one
 WITH gl AS (
     SELECT g.gen FROM /* TEMPLATE: schema */inbox_gen g WHERE g.consumer = $1 FOR KEY SHARE
