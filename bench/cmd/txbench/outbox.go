@@ -141,12 +141,12 @@ func (r *report) outboxMD(p func(string, ...any)) {
 				row.broker, 100*bench.Median(row.publishShare), o.outbox.WithDefaults().Workers)
 		}
 	}
-	p("\n| System | Broker | Achieved events/s | p50 | p95 | p99 | max | p99 < 50 ms |")
-	p("|---|---|---:|---:|---:|---:|---:|---|")
+	p("\n| System | Broker | Achieved events/s | p50 | p95 | p99 | max | p99 < 50 ms | CPU µs/event client + server |")
+	p("|---|---|---:|---:|---:|---:|---:|---|---:|")
 	var behind []string
 	for _, l := range r.outboxLat {
 		if l.Behind {
-			p("| %s | %s | %.0f | fell behind | | | | no |", l.System, l.Broker, l.Achieved)
+			p("| %s | %s | %.0f | fell behind | | | | no | |", l.System, l.Broker, l.Achieved)
 			of := "none of them after the first second"
 			if l.Samples > 0 {
 				of = "p50 " + ms(l.P50) + " of those after the first second"
@@ -159,8 +159,11 @@ func (r *report) outboxMD(p func(string, ...any)) {
 		if l.P99 >= 50*time.Millisecond {
 			ok = "no"
 		}
-		p("| %s | %s | %.0f | %s | %s | **%s** | %s | %s |", l.System, l.Broker, l.Achieved, ms(l.P50), ms(l.P95), ms(l.P99), ms(l.Max), ok)
+		p("| %s | %s | %.0f | %s | %s | **%s** | %s | %s | %.0f + %.0f |", l.System, l.Broker, l.Achieved, ms(l.P50), ms(l.P95), ms(l.P99), ms(l.Max), ok,
+			1e6*l.FP.ClientCPU/float64(l.Total), 1e6*l.FP.ServerCPU/float64(l.Total))
 	}
+	p("")
+	p("CPU per event counts everything of the phase: the 32 writers and their transactions (the same for every system) as well as the system forwarding the events.")
 	p("")
 	for _, b := range behind {
 		p("- Fell behind the offered 1,000 events/s: %s.", b)

@@ -334,14 +334,17 @@ func (r *report) ingestMD(p func(string, ...any)) {
 
 func (r *report) latencyMD(p func(string, ...any)) {
 	r.provenance(p, "latency", fmt.Sprintf("%s per row, the first second not counted; the pool %s", r.latencyFor, r.opts.inbox))
-	p("| Receive rate | Messages per call | Wake-up | Achieved rate | Samples | p50 | p95 | p99 | max | CPU | WAL flushes/s (commits each) |")
-	p("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	p("| Receive rate | Messages per call | Wake-up | Achieved rate | Samples | p50 | p95 | p99 | max | CPU | CPU µs/msg client + server | WAL flushes/s (commits each) |")
+	p("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, l := range r.latency {
 		x := l.res
 		cpu := 100 * (x.FP.ClientCPU + x.FP.ServerCPU) / x.Elapsed.Seconds() / float64(r.machine.Cores)
-		p("| %d/s | %d | %s | %.0f/s | %d | %s | %s | **%s** | %s | %.0f%% | %s |", x.Rate, x.PerCall, wakeMode(l.cfg), x.Achieved, x.Samples,
-			ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), cpu, walMD(x.FP, x.Elapsed))
+		msgs := float64(x.Samples + x.Rate) // the first second's too
+		p("| %d/s | %d | %s | %.0f/s | %d | %s | %s | **%s** | %s | %.0f%% | %.0f + %.0f | %s |", x.Rate, x.PerCall, wakeMode(l.cfg), x.Achieved, x.Samples,
+			ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), cpu, 1e6*x.FP.ClientCPU/msgs, 1e6*x.FP.ServerCPU/msgs, walMD(x.FP, x.Elapsed))
 	}
+	p("")
+	p("CPU per message counts everything of the phase: the 32 senders and their receives (a commit each) as well as the pool.")
 	p("")
 	r.latencyBreakdownMD(p)
 	chart := bench.LineChart{
