@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -108,8 +109,9 @@ func (p *Pool) claim(ctx context.Context, suspects bool) (*batch, error) {
 type cursor struct {
 	runAt  pgtype.Timestamptz // the last row of the last full claim; not Valid: start at the head
 	id     int64
-	claims int       // claims made from the cursor since a claim from the head set it
-	since  time.Time // when a claim from the head set it
+	claims int           // claims made from the cursor since a claim from the head set it
+	since  time.Time     // when a claim from the head set it
+	life   time.Duration // cursorLife unless a test set it
 }
 
 const (
@@ -119,7 +121,7 @@ const (
 
 // from returns where the next claim starts (NULLs: at the head), and counts the claim.
 func (c *cursor) from() (pgtype.Timestamptz, pgtype.Int8) {
-	if !c.runAt.Valid || c.claims >= cursorClaims || time.Since(c.since) >= cursorLife {
+	if !c.runAt.Valid || c.claims >= cursorClaims || time.Since(c.since) >= cmp.Or(c.life, cursorLife) {
 		c.runAt.Valid = false
 		return pgtype.Timestamptz{}, pgtype.Int8{}
 	}

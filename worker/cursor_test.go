@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -45,6 +46,7 @@ func TestClaimStartsPastTheLastFullClaim(t *testing.T) {
 		return applyCredit(ctx, tx, e.Schema, m)
 	})
 	p := e.pool(t, hs, func(c *worker.Config) { c.Concurrency, c.BatchSize = 1, 4 })
+	worker.SetCursorLife(p, time.Hour) // however slow the machine, the second claim starts at the cursor
 	worker.SetClaimHook(p, func(_ *worker.Pool, batch []string) {
 		mu.Lock()
 		batches = append(batches, slices.Clone(batch))

@@ -79,3 +79,8 @@ func SnoozeLockKey(p *Pool) int64 { return p.snoozeKey }
 // NoSnoozing keeps p's rescuer from snoozing blocked messages (SnoozeBlocked) for a century. Call it
 // before p.Start. Tests that play a snooze themselves use it to be the only session after its lock.
 func NoSnoozing(p *Pool) { p.snoozedAt = time.Now().Add(100 * 365 * 24 * time.Hour) }
+
+// SetCursorLife sets how long after a claim from the head p's claims start at its cursor (0: the
+// default, a second). Call it before p.Start. Tests whose batches may take longer than that on a
+// loaded machine set it to hours.
+func SetCursorLife(p *Pool, d time.Duration) { p.cursor.life = d }
