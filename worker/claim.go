@@ -129,10 +129,10 @@ func (c *cursor) from() (pgtype.Timestamptz, pgtype.Int8) {
 	return c.runAt, pgtype.Int8{Int64: c.id, Valid: true}
 }
 
-// after moves the cursor past a claim that returned rows, out of max: to its last row in claim order
+// after moves the cursor past a claim that returned rows, out of most: to its last row in claim order
 // when it was full, else back to the head.
-func (c *cursor) after(rows []sqlc.ClaimBatchRow, max int) {
-	if len(rows) < max {
+func (c *cursor) after(rows []sqlc.ClaimBatchRow, most int) {
+	if len(rows) < most {
 		c.runAt.Valid = false
 		return
 	}

@@ -31,6 +31,7 @@ func NewPipeline(db BatchSender) *Pipeline { return &Pipeline{db: db} }
 
 var errSent = errors.New("txinbox: pipeline already sent")
 
+// Exec queues the statement; its result is read when the batch is sent (Query).
 func (p *Pipeline) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if p.br != nil {
 		return pgconn.CommandTag{}, errSent
@@ -51,6 +52,8 @@ func (p *Pipeline) QueueRows(sql string, args []any, read func(pgx.Rows) error) 
 	p.b.Queue(sql, args...)
 }
 
+// Query queues the statement, sends the batch, reads the results of the statements queued before it
+// and returns its rows.
 func (p *Pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if p.br != nil {
 		return nil, errSent
@@ -76,6 +79,7 @@ func (p *Pipeline) Query(ctx context.Context, sql string, args ...any) (pgx.Rows
 	return p.br.Query()
 }
 
+// QueryRow is not supported in a pipeline: its row's Scan returns an error.
 func (p *Pipeline) QueryRow(context.Context, string, ...any) pgx.Row {
 	return errRow{errors.New("txinbox: QueryRow in a pipeline")}
 }
