@@ -165,6 +165,11 @@ func (p *Pool) claimIn(ctx context.Context, b *batch) ([]*claimed, error) {
 	suspects := sqlc.ClaimSuspectsParams{Consumer: p.cfg.Consumer, Max: int32(p.claimMax), LockKey: p.lockKey}
 	var rows []sqlc.ClaimBatchRow
 	var limits sqlc.BatchLimitsRow
+	var after pgtype.Timestamptz
+	var afterID pgtype.Int8
+	if !b.suspects {
+		after, afterID = p.cursor.from() // once per claim: f below runs twice (queue, then read)
+	}
 	err := p.pipeline(ctx, b.tx, func(db sqlc.DBTX) []error {
 		errs := []error{schemasql.Queries.ClaimLimits(ctx, db, claimTimeout, idle), nil, nil}
 		if b.suspects {
@@ -175,7 +180,6 @@ func (p *Pool) claimIn(ctx context.Context, b *batch) ([]*claimed, error) {
 				rows = append(rows, sqlc.ClaimBatchRow(r))
 			}
 		} else {
-			after, afterID := p.cursor.from()
 			rows, errs[1] = schemasql.Queries.ClaimBatch(ctx, db, sqlc.ClaimBatchParams{
 				Consumer: p.cfg.Consumer, AfterRunAt: after, AfterID: afterID, Max: int32(p.claimMax)})
 		}
