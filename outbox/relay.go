@@ -327,7 +327,7 @@ func (r *Relay) claim(ctx context.Context, fs []finish) (batch []*claimed, again
 		rec = r.newRecordInClaim(fs)
 	}
 	var rows []sqlc.OutboxClaimRow
-	if b, ok := r.store.DB.(batchSender); ok {
+	if b, ok := r.store.DB.(schemasql.BatchSender); ok {
 		rows, err = r.claimPipelined(ctx, b, p, rec)
 	} else {
 		rows, err = r.claimInTx(ctx, p, rec)
@@ -422,7 +422,7 @@ func (r *Relay) claimInTx(ctx context.Context, p sqlc.OutboxClaimParams, rec *re
 // committed before (claims take turns), so its snooze, and the event, are seen and undone; a claim
 // after this transaction's commit no longer sees the recorded event. Its rows (and rec's ids) are
 // returned only once the commit succeeded.
-func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.OutboxClaimParams, rec *recordInClaim) (rows []sqlc.OutboxClaimRow, err error) {
+func (r *Relay) claimPipelined(ctx context.Context, b schemasql.BatchSender, p sqlc.OutboxClaimParams, rec *recordInClaim) (rows []sqlc.OutboxClaimRow, err error) {
 	pl := schemasql.NewPipeline(b)
 	if ms := r.claimTimeoutMS(); ms != "" {
 		pl.Queue(setClaimTimeout, ms)
@@ -456,9 +456,6 @@ func (r *Relay) claimPipelined(ctx context.Context, b batchSender, p sqlc.Outbox
 }
 
 const setClaimTimeout = "SELECT set_config('statement_timeout', $1, true)"
-
-// batchSender is a DB that pipelines statements (a *pgxpool.Pool).
-type batchSender = schemasql.BatchSender
 
 func (r *Relay) snoozeFor() time.Duration {
 	if r.snooze != 0 {

@@ -258,15 +258,10 @@ func (r *records) close() {
 
 func millis(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
 
-// sender is what pgxpool.Pool, pgx.Conn and pgx.Tx offer to send statements in one pipeline.
-type sender interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
 // pipeline sends the statements that f sends on s in one round trip (a pipeline with one Sync), each
 // statement with a snapshot of its own. f is called twice, to queue the statements and then to read
 // their results (it returns each statement's error, in order); the first error is returned.
-func (p *Pool) pipeline(ctx context.Context, s sender, f func(sqlc.DBTX) []error) error {
+func (p *Pool) pipeline(ctx context.Context, s schemasql.BatchSender, f func(sqlc.DBTX) []error) error {
 	var q queue
 	f(p.eng.St.Wrap(&q))
 	br := s.SendBatch(ctx, &q.batch)
@@ -280,7 +275,7 @@ func (p *Pool) pipeline(ctx context.Context, s sender, f func(sqlc.DBTX) []error
 // pipelined runs f's statements (see pipeline) on the pool's DB in one implicit transaction; on a DB
 // that cannot pipeline, in a transaction of its own.
 func (p *Pool) pipelined(ctx context.Context, f func(sqlc.DBTX) []error) error {
-	if s, ok := p.store.DB.(sender); ok {
+	if s, ok := p.store.DB.(schemasql.BatchSender); ok {
 		return p.pipeline(ctx, s, f)
 	}
 	return pgx.BeginFunc(ctx, p.store.DB, func(tx pgx.Tx) error { return errors.Join(f(p.eng.St.Wrap(tx))...) })
