@@ -86,17 +86,16 @@ type clock struct{ base time.Time }
 func (c clock) now() int64 { return int64(time.Since(c.base)) }
 
 // SteadyLatency receives messages perCall at a time (Receive when 1, else ReceiveMany: one
-// transaction per call, with a default inbox.Client) at rate messages per second for d, from LatencySenders concurrent senders following a fixed schedule, into
-// a running pool, and measures the time from Receive returning (the message committed) to its
-// handler starting. The first second is a warm-up and not measured. Each message is traced from its
-// claim to its handler (claimTracer), which gives the result's Breakdown.
+// transaction per call, with a default inbox.Client) at rate messages per second for d, from
+// LatencySenders concurrent senders following a fixed schedule, into a running pool, and measures the
+// time from Receive returning (the message committed) to its handler starting. The first second is a
+// warm-up and not measured. Each message is traced from its claim to its handler (claimTracer), which
+// gives the result's Breakdown.
 func (e *Env) SteadyLatency(ctx context.Context, rate, perCall int, d time.Duration, cfg InboxConfig) (LatencyResult, error) {
-	res := LatencyResult{Rate: rate, PerCall: perCall}
-	total := int(d.Seconds() * float64(rate))
-	clk := clock{base: time.Now()}
+	pc := newPaced(rate, perCall, d)
 	// The schema's pgxpool (the pool's and the senders') and the pool's records connection carry the
 	// claim tracer, with the Env's own if any.
-	tr := newClaimTracer(clk, total)
+	tr := newClaimTracer(pc.clk, pc.total)
 	prev := e.Tracer
 	if prev != nil {
 		e.Tracer = multitracer.New(prev, tr)
@@ -106,69 +105,107 @@ func (e *Env) SteadyLatency(ctx context.Context, rate, perCall int, d time.Durat
 	s, err := e.newInboxSchema(ctx, "latency", int32(cfg.Concurrency+2+LatencySenders))
 	e.Tracer = prev
 	if err != nil {
-		return res, err
+		return pc.res, err
 	}
 	defer s.Drop(ctx)
 	tr.insert = "INSERT INTO " + s.T("ledger") + " " // before any handler runs
-	recvAt := make([]atomic.Int64, total+1)
-	handledAt := make([]atomic.Int64, total+1)
 	// Written by the sender of each message, read after they are done.
-	callAt, ids := make([]int64, total+1), make([]int64, total+1)
-	var handled atomic.Int64
+	callAt, ids := make([]int64, pc.total+1), make([]int64, pc.total+1)
 	mon := e.StartMonitor(ctx, s.App)
-	p, err := s.startPool(ctx, cfg, func(n int) {
-		if n >= 1 && n <= total && handledAt[n].CompareAndSwap(0, clk.now()) {
-			handled.Add(1)
-		}
-	})
+	p, err := s.startPool(ctx, cfg, pc.handle)
 	if err != nil {
-		return res, err
+		return pc.res, err
 	}
 	// Stopped after the measurement: a Stop error changes no result.
 	defer func() { _ = stopPool(ctx, p) }()
+	measuredFrom, err := pc.run(ctx, mon, func(first int, msgs []inbox.Message) error {
+		called := pc.clk.now()
+		var rs []inbox.Receipt
+		var err error
+		if len(msgs) == 1 {
+			var r inbox.Receipt
+			r, err = s.client.Receive(ctx, msgs[0])
+			rs = []inbox.Receipt{r}
+		} else {
+			rs, err = s.client.ReceiveMany(ctx, msgs)
+		}
+		if err != nil {
+			return err
+		}
+		for i, r := range rs {
+			callAt[first+i], ids[first+i] = called, r.ID
+		}
+		return nil
+	})
+	if err != nil {
+		return pc.res, err
+	}
+	pc.res.Breakdown = tr.breakdown(rate+1, pc.total, measuredFrom, callAt, ids, pc.recvAt, pc.handledAt)
+	return pc.res, nil
+}
+
+// paced is a latency measurement's schedule: messages 1..total, sent perCall at a time at rate
+// messages per second, each one's time of receipt (its call returned) and of its handler's start.
+type paced struct {
+	res               LatencyResult
+	clk               clock
+	total             int
+	recvAt, handledAt []atomic.Int64 // by message number: clk.now() when received, when handled
+	handled           atomic.Int64   // messages whose handler started
+	perCall           int
+}
+
+func newPaced(rate, perCall int, d time.Duration) *paced {
+	total := int(d.Seconds() * float64(rate))
+	return &paced{res: LatencyResult{Rate: rate, PerCall: perCall}, clk: clock{base: time.Now()}, total: total,
+		recvAt: make([]atomic.Int64, total+1), handledAt: make([]atomic.Int64, total+1), perCall: perCall}
+}
+
+// handle notes that the handler of message n started (the first time only).
+func (pc *paced) handle(n int) {
+	if n >= 1 && n <= pc.total && pc.handledAt[n].CompareAndSwap(0, pc.clk.now()) {
+		pc.handled.Add(1)
+	}
+}
+
+// run sends every message on the schedule from LatencySenders goroutines, each call a send of up to
+// perCall messages (first is the number of msgs[0]), waits up to 30 s for every handler to start, stops mon and fills pc.res. It
+// returns when the first measured message (after the first second) was dispatched.
+func (pc *paced) run(ctx context.Context, mon *Monitor, send func(first int, msgs []inbox.Message) error) (measuredFrom int64, err error) {
+	rate, total, res := pc.res.Rate, pc.total, &pc.res
 	jobs := make(chan int, 1024) // the first message of each call
 	errc := make(chan error, LatencySenders)
 	var wg sync.WaitGroup
 	for range LatencySenders {
 		wg.Go(func() {
-			msgs := make([]inbox.Message, 0, perCall)
+			msgs := make([]inbox.Message, 0, pc.perCall)
 			for first := range jobs {
 				msgs = msgs[:0]
-				for i := first; i < first+perCall && i <= total; i++ {
+				for i := first; i < first+pc.perCall && i <= total; i++ {
 					msgs = append(msgs, inbox.Message{Consumer: benchConsumer, Key: eventKey(i), Kind: benchKind, Payload: payload(i, 1)})
 				}
-				var err error
-				called := clk.now()
-				rs := make([]inbox.Receipt, 1, len(msgs))
-				if perCall == 1 {
-					rs[0], err = s.client.Receive(ctx, msgs[0])
-				} else {
-					rs, err = s.client.ReceiveMany(ctx, msgs)
-				}
-				if err != nil {
+				if err := send(first, msgs); err != nil {
 					select {
 					case errc <- err:
 					default:
 					}
 					continue
 				}
-				now := clk.now()
+				now := pc.clk.now()
 				for i := first; i < first+len(msgs); i++ {
-					recvAt[i].Store(now)
-					callAt[i], ids[i] = called, rs[i-first].ID
+					pc.recvAt[i].Store(now)
 				}
 			}
 		})
 	}
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
-	var measuredFrom int64 // when the first measured message was dispatched
-	for i := 1; i <= total; i += perCall {
+	for i := 1; i <= total; i += pc.perCall {
 		if w := time.Until(start.Add(time.Duration(i) * interval)); w > 0 {
 			time.Sleep(w)
 		}
 		if measuredFrom == 0 && i > rate {
-			measuredFrom = clk.now()
+			measuredFrom = pc.clk.now()
 		}
 		jobs <- i
 	}
@@ -176,31 +213,30 @@ func (e *Env) SteadyLatency(ctx context.Context, rate, perCall int, d time.Durat
 	wg.Wait()
 	sent := time.Since(start)
 	deadline := time.Now().Add(30 * time.Second)
-	for handled.Load() < int64(total) && time.Now().Before(deadline) {
+	for pc.handled.Load() < int64(total) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	res.FP = mon.Stop()
 	res.Elapsed = time.Since(start)
 	select {
 	case err := <-errc:
-		return res, err
+		return 0, err
 	default:
 	}
-	if handled.Load() < int64(total) {
-		return res, errors.New("txinbox latency: not every message was handled within 30s")
+	if pc.handled.Load() < int64(total) {
+		return 0, errors.New("latency: not every message was handled within 30s")
 	}
 	res.Achieved = float64(total) / sent.Seconds()
 	var lats []time.Duration
 	for i := rate + 1; i <= total; i++ { // skip the first second
-		lats = append(lats, time.Duration(max(0, handledAt[i].Load()-recvAt[i].Load())))
+		lats = append(lats, time.Duration(max(0, pc.handledAt[i].Load()-pc.recvAt[i].Load())))
 	}
 	slices.Sort(lats)
 	res.Samples = len(lats)
 	res.P50, res.P95, res.P99 = Percentile(lats, 50), Percentile(lats, 95), Percentile(lats, 99)
 	res.Max = lats[len(lats)-1]
 	res.Sorted = lats
-	res.Breakdown = tr.breakdown(rate+1, total, measuredFrom, callAt, ids, recvAt, handledAt)
-	return res, nil
+	return measuredFrom, nil
 }
 
 // breakdown splits the latencies of messages first..last (see LatencyBreakdown), with the claims

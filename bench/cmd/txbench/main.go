@@ -466,6 +466,15 @@ func (r *report) runLatency(ctx context.Context, env *bench.Env, progress func(s
 		}
 		r.latency = append(r.latency, latencyRow{cfg: v.cfg, res: res})
 	}
+	// The raw SQL floor, with the pool's concurrency, batch size and fast poll.
+	raw := bench.RawLatencyConfig{Clients: o.inbox.Concurrency, PerTx: o.inbox.BatchSize, Poll: 10 * time.Millisecond}
+	progress("latency: 1000 msg/s, raw SQL, %+v, for %s", raw, d)
+	res, err := env.RawLatency(ctx, 1000, d, raw)
+	if err != nil {
+		return err
+	}
+	progress("  p50 %s p95 %s p99 %s (achieved %.0f/s)", res.P50, res.P95, res.P99, res.Achieved)
+	r.latency = append(r.latency, latencyRow{raw: &raw, res: res})
 	return nil
 }
 

@@ -21,7 +21,23 @@ type ingestRow struct {
 
 type latencyRow struct {
 	cfg bench.InboxConfig
+	raw *bench.RawLatencyConfig // the raw SQL floor instead of txinbox (cfg unused)
 	res bench.LatencyResult
+}
+
+// system and wake say who took the row's messages and how it learnt of them.
+func (l latencyRow) system() string {
+	if l.raw != nil {
+		return "raw SQL"
+	}
+	return "txinbox"
+}
+
+func (l latencyRow) wake() string {
+	if l.raw != nil {
+		return fmt.Sprintf("polling: a loop whose claim took nothing sleeps %s", l.raw.Poll)
+	}
+	return wakeMode(l.cfg)
 }
 
 func wakeMode(c bench.InboxConfig) string {
@@ -334,17 +350,26 @@ func (r *report) ingestMD(p func(string, ...any)) {
 
 func (r *report) latencyMD(p func(string, ...any)) {
 	r.provenance(p, "latency", fmt.Sprintf("%s per row, the first second not counted; the pool %s", r.latencyFor, r.opts.inbox))
-	p("| Receive rate | Messages per call | Wake-up | Achieved rate | Samples | p50 | p95 | p99 | max | CPU | CPU µs/msg client + server | WAL flushes/s (commits each) |")
-	p("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	p("| System | Receive rate | Messages per call | Wake-up | Achieved rate | Samples | p50 | p95 | p99 | max | CPU | CPU µs/msg client + server | WAL flushes/s (commits each) |")
+	p("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, l := range r.latency {
 		x := l.res
 		cpu := 100 * (x.FP.ClientCPU + x.FP.ServerCPU) / x.Elapsed.Seconds() / float64(r.machine.Cores)
 		msgs := float64(x.Samples + x.Rate) // the first second's too
-		p("| %d/s | %d | %s | %.0f/s | %d | %s | %s | **%s** | %s | %.0f%% | %.0f + %.0f | %s |", x.Rate, x.PerCall, wakeMode(l.cfg), x.Achieved, x.Samples,
+		p("| %s | %d/s | %d | %s | %.0f/s | %d | %s | %s | **%s** | %s | %.0f%% | %.0f + %.0f | %s |", l.system(), x.Rate, x.PerCall, l.wake(), x.Achieved, x.Samples,
 			ms(x.P50), ms(x.P95), ms(x.P99), ms(x.Max), cpu, 1e6*x.FP.ClientCPU/msgs, 1e6*x.FP.ServerCPU/msgs, walMD(x.FP, x.Elapsed))
 	}
 	p("")
 	p("CPU per message counts everything of the phase: the 32 senders and their receives (a commit each) as well as the pool.")
+	for _, l := range r.latency {
+		if c := l.raw; c != nil {
+			p("The raw SQL row is the floor of the same guarantee at the same rate: each message one INSERT ... ON CONFLICT (key)")
+			p("DO NOTHING in a transaction of its own, and %d connections each looping over a transaction that claims up to %d pending", c.Clients, c.PerTx)
+			p("rows (FOR UPDATE SKIP LOCKED), inserts each one's ledger row with a statement of its own, marks them done and commits;")
+			p("its latency runs from the INSERT returning to the ledger insert starting. No attempts, leases, fencing, retries,")
+			p("ordering or notifications.")
+		}
+	}
 	p("")
 	r.latencyBreakdownMD(p)
 	chart := bench.LineChart{
@@ -355,7 +380,7 @@ func (r *report) latencyMD(p func(string, ...any)) {
 		LogX: true, XMin: 0.1, YMin: 0, YMax: 100, YFormat: func(v float64) string { return fmt.Sprintf("%.0f%%", v) },
 	}
 	for _, l := range r.latency {
-		chart.Series = append(chart.Series, bench.CDFSeries(fmt.Sprintf("%d per call, %s", l.res.PerCall, wakeMode(l.cfg)), l.res.Sorted))
+		chart.Series = append(chart.Series, bench.CDFSeries(fmt.Sprintf("%s, %d per call, %s", l.system(), l.res.PerCall, l.wake()), l.res.Sorted))
 	}
 	r.chart(p, "latency-cdf", "Latency from receive to handler start at 1,000 messages/s, cumulative distribution per configuration", chart.SVG())
 }
@@ -402,6 +427,9 @@ func (r *report) latencyBreakdownMD(p func(string, ...any)) {
 	p("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, l := range r.latency {
 		b := l.res.Breakdown
+		if b.Traced == 0 {
+			continue
+		}
 		claims := fmt.Sprintf("%.0f", b.ClaimsPerSec)
 		if b.SuspectClaims > 0 {
 			claims += fmt.Sprintf(" (+ %d ClaimSuspects in all)", b.SuspectClaims)
@@ -470,7 +498,7 @@ func (r *report) footprintMD(p func(string, ...any)) {
 	}
 	if r.done["latency"] {
 		for _, l := range r.latency {
-			row(fmt.Sprintf("latency: %d per call, %s (%d sender connections included)", l.res.PerCall, wakeMode(l.cfg), bench.LatencySenders), l.res.FP)
+			row(fmt.Sprintf("latency: %s, %d per call, %s (%d sender connections included)", l.system(), l.res.PerCall, l.wake(), bench.LatencySenders), l.res.FP)
 		}
 	}
 	if r.done["growth"] {
