@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -137,6 +138,9 @@ func (e *Env) SteadyLatency(ctx context.Context, rate, perCall int, d time.Durat
 		}
 		return nil
 	})
+	if errors.Is(err, errNotHandled) {
+		err = fmt.Errorf("%w: %s", err, s.describe(ctx, pc.unhandled()))
+	}
 	if err != nil {
 		return pc.res, err
 	}
@@ -159,6 +163,20 @@ func newPaced(rate, perCall int, d time.Duration) *paced {
 	total := int(d.Seconds() * float64(rate))
 	return &paced{res: LatencyResult{Rate: rate, PerCall: perCall}, clk: clock{base: time.Now()}, total: total,
 		recvAt: make([]atomic.Int64, total+1), handledAt: make([]atomic.Int64, total+1), perCall: perCall}
+}
+
+// errNotHandled: some message's handler had not started 30 s after the last message was sent.
+var errNotHandled = errors.New("latency: not every message was handled within 30s")
+
+// unhandled returns the numbers of the messages whose handler has not started.
+func (pc *paced) unhandled() []int {
+	var ns []int
+	for n := 1; n <= pc.total; n++ {
+		if pc.handledAt[n].Load() == 0 {
+			ns = append(ns, n)
+		}
+	}
+	return ns
 }
 
 // handle notes that the handler of message n started (the first time only).
@@ -224,7 +242,7 @@ func (pc *paced) run(ctx context.Context, mon *Monitor, send func(first int, msg
 	default:
 	}
 	if pc.handled.Load() < int64(total) {
-		return 0, errors.New("latency: not every message was handled within 30s")
+		return 0, errNotHandled
 	}
 	res.Achieved = float64(total) / sent.Seconds()
 	var lats []time.Duration

@@ -328,3 +328,26 @@ type levelHandler struct {
 func (h *levelHandler) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= h.min && h.Handler.Enabled(ctx, l)
 }
+
+// describe says, for a report, how many of the messages ns there are and what the inbox holds for
+// the first few: each one's inbox row and queue row, and the batches in flight.
+func (s *inboxSchema) describe(ctx context.Context, ns []int) string {
+	keys := make([]string, 0, 5)
+	for _, n := range ns[:min(len(ns), 5)] {
+		keys = append(keys, eventKey(n))
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var rows []byte
+	err := s.env.Admin.QueryRow(ctx, `SELECT jsonb_build_object(
+		'inbox', (SELECT jsonb_agg(to_jsonb(m) - 'payload' - 'headers' - 'fingerprint'
+			|| jsonb_build_object('queue', (SELECT to_jsonb(q) FROM `+s.T("inbox_queue")+` q WHERE q.id = m.id)))
+			FROM `+s.T("inbox")+` m WHERE m.key = ANY($1)),
+		'batches', (SELECT jsonb_agg(to_jsonb(b)) FROM `+s.T("inbox_batch")+` b),
+		'queued', (SELECT count(*) FROM `+s.T("inbox_queue")+`),
+		'now', now())::text`, keys).Scan(&rows)
+	if err != nil {
+		return fmt.Sprintf("%d messages not handled, the first %v (their rows: %v)", len(ns), keys, err)
+	}
+	return fmt.Sprintf("%d messages not handled, the first %v: %s", len(ns), keys, rows)
+}
