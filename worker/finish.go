@@ -63,7 +63,7 @@ func (p *Pool) finish(ctx context.Context, tx pgx.Tx, b *batch, done []*finish, 
 	lock := len(leavingKeys(done)) > 0
 	var rows int64
 	err := p.pipeline(ctx, tx, func(db sqlc.DBTX) []error {
-		var errs []error
+		errs := []error{schemasql.Queries.CustomPlans(ctx, db)} // the rest of tx: custom plans (CustomPlans)
 		if lock {
 			errs = append(errs, schemasql.Queries.LockSnoozeShared(ctx, db, p.snoozeKey))
 		}
@@ -143,7 +143,8 @@ func (p *Pool) committed(ctx context.Context, done []*finish) {
 	if keys := leavingKeys(done); len(keys) > 0 {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		err := p.pipelined(rctx, func(db sqlc.DBTX) []error {
-			return []error{schemasql.Queries.LockSnoozeShared(rctx, db, p.snoozeKey), schemasql.Queries.ReadyNext(rctx, db, p.cfg.Consumer, keys)}
+			return []error{schemasql.Queries.CustomPlans(rctx, db), schemasql.Queries.LockSnoozeShared(rctx, db, p.snoozeKey),
+				schemasql.Queries.ReadyNext(rctx, db, p.cfg.Consumer, keys)}
 		})
 		if err != nil {
 			p.eng.Log.Warn("txinbox: making the next messages of ordering keys ready failed; they run when their snooze ends",

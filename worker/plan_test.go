@@ -42,9 +42,9 @@ func TestWorkerStatementsGenericPlansAreLinear(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Statistics as autovacuum keeps them. (Before a partition's first ANALYZE, a plan of the claim
-	// may still read the inbox rows through the unique key by consumer alone: docs/design/generic-plans.md,
-	// "Still open".)
+	// Statistics as autovacuum keeps them. (Before a partition's first ANALYZE, a generic plan of the
+	// claim reads the inbox rows through the unique key by consumer alone, which is why the pool runs
+	// it with a custom plan: TestClaimAndFinishIgnoreForcedGenericPlans.)
 	for _, table := range []string{"inbox", "inbox_queue"} {
 		if _, err := db.Pool.Exec(ctx, "ANALYZE "+pgx.Identifier{db.Schema, table}.Sanitize()); err != nil {
 			t.Fatal(err)

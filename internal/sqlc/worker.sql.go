@@ -13,11 +13,13 @@ import (
 
 const batchLimits = `-- name: BatchLimits :one
 SELECT set_config('statement_timeout', $1::text, true) AS statement_timeout,
+       set_config('plan_cache_mode', current_setting('txinbox.plan_cache_mode'), true) AS plan_cache_mode,
        pg_current_xact_id()::text AS xid, now()::timestamptz AS started_at
 `
 
 type BatchLimitsRow struct {
 	StatementTimeout string
+	PlanCacheMode    string
 	Xid              string
 	StartedAt        pgtype.Timestamptz
 }
@@ -26,10 +28,17 @@ type BatchLimitsRow struct {
 // statement of the batch (a statement that runs too long is cancelled), and returns the transaction's
 // id (for its inbox_batch row and XactStatus) and start. A statement without tables: on Citus it runs
 // where the client's transaction lives (the coordinator), whose transaction ids XactStatus asks about.
+// It also gives the transaction back the session's plan_cache_mode (ClaimLimits saved it), for the
+// handlers' statements.
 func (q *Queries) BatchLimits(ctx context.Context, db DBTX, statementTimeout string) (BatchLimitsRow, error) {
 	row := db.QueryRow(ctx, batchLimits, statementTimeout)
 	var i BatchLimitsRow
-	err := row.Scan(&i.StatementTimeout, &i.Xid, &i.StartedAt)
+	err := row.Scan(
+		&i.StatementTimeout,
+		&i.PlanCacheMode,
+		&i.Xid,
+		&i.StartedAt,
+	)
 	return i, err
 }
 
@@ -212,13 +221,22 @@ func (q *Queries) ClaimBatch(ctx context.Context, db DBTX, arg ClaimBatchParams)
 
 const claimLimits = `-- name: ClaimLimits :exec
 SELECT set_config('statement_timeout', $1::text, true),
-       set_config('idle_in_transaction_session_timeout', $2::text, true)
+       set_config('idle_in_transaction_session_timeout', $2::text, true),
+       set_config('plan_cache_mode', 'force_custom_plan', true)
+FROM (SELECT set_config('txinbox.plan_cache_mode', current_setting('plan_cache_mode'), true) OFFSET 0) saved
 `
 
 // Sent in the batch transaction ahead of its claim (in the same round trip): the claim is bounded on
 // the server by @claim_timeout (the claim bound; BatchLimits sets the batch's own bound after it), and a
 // session left idle inside the transaction (a frozen or cut-off worker) is terminated after
 // @idle_timeout, which releases its locks and leaves its batch to the rescuer.
+// The claim is planned with its values (force_custom_plan, until BatchLimits gives the transaction the
+// session's plan_cache_mode back, kept meanwhile in txinbox.plan_cache_mode): a generic plan of it
+// made while the current inbox partition looked empty read each claimed message's inbox row through
+// the unique key (consumer, key, slot) by consumer alone, filtering on the id, so that each claim read
+// the whole partition once per message when it had grown (docs/design/generic-plans.md, "The claims'
+// and the finish's lookup of inbox rows: custom plans"). The subquery (OFFSET 0: not flattened) saves
+// the session's mode before it is changed.
 func (q *Queries) ClaimLimits(ctx context.Context, db DBTX, claimTimeout string, idleTimeout string) error {
 	_, err := db.Exec(ctx, claimLimits, claimTimeout, idleTimeout)
 	return err
@@ -326,6 +344,18 @@ func (q *Queries) ClaimSuspects(ctx context.Context, db DBTX, arg ClaimSuspectsP
 		return nil, err
 	}
 	return items, nil
+}
+
+const customPlans = `-- name: CustomPlans :exec
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true)
+`
+
+// Sent ahead of FinishBatch (in the batch transaction, after the handlers) and ReadyNext (in the
+// implicit transaction of their pipeline): the rest of the transaction is planned with its values, as
+// the claim is (ClaimLimits says why: their generic plans read the inbox rows of the batch the same way).
+func (q *Queries) CustomPlans(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, customPlans)
+	return err
 }
 
 const finishBatch = `-- name: FinishBatch :execrows
