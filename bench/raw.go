@@ -31,16 +31,9 @@ func (e *Env) RawDrain(ctx context.Context, n int, cfg RawConfig) (float64, Foot
 		return 0, Footprint{}, err
 	}
 	defer s.Drop(ctx)
-	msgs := s.T("raw_msgs")
-	// The naive one-table design: a partial index on pending rows, the status updated in place.
-	for _, q := range []string{
-		`CREATE TABLE ` + msgs + ` (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL UNIQUE,
-			payload jsonb NOT NULL, state text NOT NULL DEFAULT 'pending')`,
-		`CREATE INDEX ON ` + msgs + ` (id) WHERE state = 'pending'`,
-	} {
-		if _, err := e.Admin.Exec(ctx, q); err != nil {
-			return 0, Footprint{}, err
-		}
+	msgs, err := s.rawMessages(ctx)
+	if err != nil {
+		return 0, Footprint{}, err
 	}
 	if _, err := e.Admin.Exec(ctx, `INSERT INTO `+msgs+` (key, payload)
 		SELECT 'evt-' || lpad(g::text, 8, '0'), jsonb_build_object('n', g, 'amount', g % 100 + 1)
@@ -85,6 +78,22 @@ func (e *Env) RawDrain(ctx context.Context, n int, cfg RawConfig) (float64, Foot
 			return len(b.ids), err
 		}
 	})
+}
+
+// rawMessages creates the raw SQL benchmarks' message table, raw_msgs, and returns its quoted name:
+// the naive one-table design, a partial index on pending rows, the status updated in place.
+func (s *Schema) rawMessages(ctx context.Context) (string, error) {
+	msgs := s.T("raw_msgs")
+	for _, q := range []string{
+		`CREATE TABLE ` + msgs + ` (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL UNIQUE,
+			payload jsonb NOT NULL, state text NOT NULL DEFAULT 'pending')`,
+		`CREATE INDEX ON ` + msgs + ` (id) WHERE state = 'pending'`,
+	} {
+		if _, err := s.env.Admin.Exec(ctx, q); err != nil {
+			return "", err
+		}
+	}
+	return msgs, nil
 }
 
 // claimedBatch is the claimed messages of one batch transaction of a raw drain.

@@ -36,15 +36,9 @@ func (e *Env) RawLatency(ctx context.Context, rate int, d time.Duration, cfg Raw
 		return pc.res, err
 	}
 	defer s.Drop(ctx)
-	msgs := s.T("raw_msgs")
-	for _, q := range []string{
-		`CREATE TABLE ` + msgs + ` (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL UNIQUE,
-			payload jsonb NOT NULL, state text NOT NULL DEFAULT 'pending')`,
-		`CREATE INDEX ON ` + msgs + ` (id) WHERE state = 'pending'`,
-	} {
-		if _, err := e.Admin.Exec(ctx, q); err != nil {
-			return pc.res, err
-		}
+	msgs, err := s.rawMessages(ctx)
+	if err != nil {
+		return pc.res, err
 	}
 	if err := s.Settle(ctx); err != nil {
 		return pc.res, err
