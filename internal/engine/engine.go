@@ -3,10 +3,10 @@
 // the runners' loop (claim at once after a full batch, one poller claiming every HotPoll while hot
 // and batches are partial, sleep PollInterval when idle, back off after a failed claim), wake-ups
 // (Wake, and LISTEN on a connection of its own, reopened with backoff, with a check that
-// notifications really come back: a pooler in transaction mode swallows them), one Start/Stop with the semantics of txinbox.Service, and what binds a user to its
-// Store ([Base]: the Store's Logger and statements, and the check before Start). Its users keep
-// what is theirs: the claim, the run and the finish of a batch ([Runner]), and what Stop does at its
-// deadline.
+// notifications really come back: a pooler in transaction mode swallows them), one Start/Stop with
+// the semantics of txinbox.Service, and what binds a user to its Store ([Base]: the Store's Logger
+// and statements, and the check before Start). Its users keep what is theirs: the claim, the run and
+// the finish of a batch ([Runner]), and what Stop does at its deadline.
 package engine
 
 import (
