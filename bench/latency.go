@@ -156,13 +156,12 @@ type paced struct {
 	total             int
 	recvAt, handledAt []atomic.Int64 // by message number: clk.now() when received, when handled
 	handled           atomic.Int64   // messages whose handler started
-	perCall           int
 }
 
 func newPaced(rate, perCall int, d time.Duration) *paced {
 	total := int(d.Seconds() * float64(rate))
 	return &paced{res: LatencyResult{Rate: rate, PerCall: perCall}, clk: clock{base: time.Now()}, total: total,
-		recvAt: make([]atomic.Int64, total+1), handledAt: make([]atomic.Int64, total+1), perCall: perCall}
+		recvAt: make([]atomic.Int64, total+1), handledAt: make([]atomic.Int64, total+1)}
 }
 
 // errNotHandled: some message's handler had not started 30 s after the last message was sent.
@@ -187,19 +186,20 @@ func (pc *paced) handle(n int) {
 }
 
 // run sends every message on the schedule from LatencySenders goroutines, each call a send of up to
-// perCall messages (first is the number of msgs[0]), waits up to 30 s for every handler to start, stops mon and fills pc.res. It
-// returns when the first measured message (after the first second) was dispatched.
+// PerCall messages (first is the number of msgs[0]), waits up to 30 s for every handler to start,
+// stops mon and fills pc.res. It returns when (clk.now()) the first measured message, after the first
+// second, was dispatched.
 func (pc *paced) run(ctx context.Context, mon *Monitor, send func(first int, msgs []inbox.Message) error) (measuredFrom int64, err error) {
-	rate, total, res := pc.res.Rate, pc.total, &pc.res
+	rate, perCall, total, res := pc.res.Rate, pc.res.PerCall, pc.total, &pc.res
 	jobs := make(chan int, 1024) // the first message of each call
 	errc := make(chan error, LatencySenders)
 	var wg sync.WaitGroup
 	for range LatencySenders {
 		wg.Go(func() {
-			msgs := make([]inbox.Message, 0, pc.perCall)
+			msgs := make([]inbox.Message, 0, perCall)
 			for first := range jobs {
 				msgs = msgs[:0]
-				for i := first; i < first+pc.perCall && i <= total; i++ {
+				for i := first; i < first+perCall && i <= total; i++ {
 					msgs = append(msgs, inbox.Message{Consumer: benchConsumer, Key: eventKey(i), Kind: benchKind, Payload: payload(i, 1)})
 				}
 				if err := send(first, msgs); err != nil {
@@ -218,7 +218,7 @@ func (pc *paced) run(ctx context.Context, mon *Monitor, send func(first int, msg
 	}
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
-	for i := 1; i <= total; i += pc.perCall {
+	for i := 1; i <= total; i += perCall {
 		if w := time.Until(start.Add(time.Duration(i) * interval)); w > 0 {
 			time.Sleep(w)
 		}

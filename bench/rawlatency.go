@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,7 +42,7 @@ func (e *Env) RawLatency(ctx context.Context, rate int, d time.Duration, cfg Raw
 		return pc.res, err
 	}
 	receive := `INSERT INTO ` + msgs + ` (key, payload) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING`
-	claim := `SELECT id, key, (payload->>'amount')::bigint FROM ` + msgs +
+	claim := `SELECT id, (payload->>'n')::int, key, (payload->>'amount')::bigint FROM ` + msgs +
 		` WHERE state = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
 	insert := `INSERT INTO ` + s.T("ledger") + ` (event_id, amount) VALUES ($1, $2)`
 	update := `UPDATE ` + msgs + ` SET state = 'done' WHERE id = ANY($1::bigint[])`
@@ -85,21 +83,21 @@ func rawLoop(ctx context.Context, s *Schema, cfg RawLatencyConfig, claim, insert
 				return err
 			}
 			type claimed struct {
+				n      int
 				key    string
 				amount int64
 			}
 			var ms []claimed
 			var m claimed
 			var id int64
-			if _, err := pgx.ForEachRow(rows, []any{&id, &m.key, &m.amount}, func() error {
+			if _, err := pgx.ForEachRow(rows, []any{&id, &m.n, &m.key, &m.amount}, func() error {
 				ids, ms = append(ids, id), append(ms, m)
 				return nil
 			}); err != nil || len(ids) == 0 {
 				return err
 			}
 			for _, m := range ms {
-				n, _ := strconv.Atoi(strings.TrimPrefix(m.key, "evt-"))
-				handle(n)
+				handle(m.n)
 				if _, err := tx.Exec(ctx, insert, m.key, m.amount); err != nil {
 					return err
 				}
