@@ -84,3 +84,10 @@ func NoSnoozing(p *Pool) { p.snoozedAt = time.Now().Add(100 * 365 * 24 * time.Ho
 // default, a second). Call it before p.Start. Tests whose batches may take longer than that on a
 // loaded machine set it to hours.
 func SetCursorLife(p *Pool, d time.Duration) { p.cursor.life = d }
+
+// HoldTurn takes p's claim turn, as a runner whose claim of ready messages is running would, until
+// the returned func gives it back: p's runners wait for it with their batch transactions begun.
+func HoldTurn(p *Pool) (release func()) {
+	p.turn <- struct{}{}
+	return func() { <-p.turn }
+}

@@ -24,7 +24,7 @@ WITH candidates AS (
             AND EXISTS (SELECT 1 FROM /* TEMPLATE: schema */outbox_paused p
                         WHERE p.topic = (SELECT t.topic FROM /* TEMPLATE: schema */outbox t WHERE t.id = q.id))) AS paused
     FROM /* TEMPLATE: schema */outbox_queue q
-    WHERE q.run_at <= now()
+    WHERE q.run_at <= statement_timestamp()
     ORDER BY q.run_at, q.id
     LIMIT $1
     FOR UPDATE OF q SKIP LOCKED
@@ -115,6 +115,9 @@ type OutboxClaimRow struct {
 // A row that OutboxReadyNext marked (ready) is never snoozed: if this claim's snapshot still showed
 // the event that has just left the queue, the next claim takes it. If the rows scanned were all
 // snoozed, one placeholder row with id 0 says so (the caller claims again).
+// Due: run_at up to this statement's start (statement_timestamp()), not its transaction's (now()):
+// the transaction begins before the claim lock is granted, and an event published while the claim
+// waited for it would be left to the next claim.
 // The claim stamps owner, lease (run_at), a new fencing token and the attempt, and commits before
 // anything of it is published (its transaction may also record the relay's previous batch:
 // OutboxFinish before OutboxClaimLock, OutboxReadyNext after it). Run it in a transaction holding

@@ -115,7 +115,7 @@ WITH listed AS (
 ), heads AS (
     SELECT q.id, q.run_at, q.token, q.attempts_started
     FROM /* TEMPLATE: schema */inbox_queue q
-    WHERE q.consumer = $1 AND q.isolate = 0 AND q.run_at <= now()
+    WHERE q.consumer = $1 AND q.isolate = 0 AND q.run_at <= statement_timestamp()
       AND (q.run_at, q.id) > (coalesce($2::timestamptz, '-infinity'), coalesce($3::bigint, 0))
       AND (q.ordering_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM /* TEMPLATE: schema */inbox_queue h
@@ -168,6 +168,9 @@ type ClaimBatchRow struct {
 // FOR UPDATE SKIP LOCKED: the row lock is the claim, and the fence, until the batch commits or rolls
 // back; nothing is written here. The messages blocked behind an older message of their key are
 // skipped, never locked (SnoozeBlocked puts them off now and then).
+// Ready: run_at up to this statement's start (statement_timestamp()), not its transaction's (now()):
+// the transaction begins before the runner waits for its turn among the pool's runners, and a message
+// received during that wait would be left to the next claim.
 // The claim starts past (@after_run_at, @after_id) in claim order: the pool's cursor, the last row of
 // its last full claim, past the rows of its own batches in flight, so that the index scan does not
 // walk them (each would be tried by FOR UPDATE SKIP LOCKED and skipped); NULL starts at the head. The row comparison is an index condition of inbox_queue_ready (consumer, run_at, id). Rows that
