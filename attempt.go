@@ -21,8 +21,9 @@ import "time"
 type Attempt struct {
 	// Number is the attempt's number: 1 for the first attempt claimed.
 	Number int `json:"number"`
-	// StartedAt is when the attempt began, on the database server's clock: the start of the worker's
-	// batch transaction (inbox) or of the relay's claim (outbox).
+	// StartedAt is when the attempt began, on the database server's clock: the end of the worker's
+	// claim of its batch (inbox) or the start of the relay's claim statement (outbox); never before
+	// the message or event was due.
 	StartedAt time.Time `json:"started_at"`
 	// Duration is how long the handler or the Publisher call ran; zero when unknown (crashed,
 	// taken_over, or the message was not run).

@@ -14,6 +14,8 @@ import (
 // transaction's start: an event published during the wait was left to the next claim, and under load
 // every claim left behind the events of about one claim's round trip. Here the relay polls once an
 // hour and does not listen, so an event the first claim leaves behind does not go during the test.
+// The attempt is recorded as started at the claim statement's start, so never before the event was
+// due (its publishing transaction's start).
 func TestClaimTakesEventsPublishedWhileItWaitedForTheLock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -45,5 +47,9 @@ func TestClaimTakesEventsPublishedWhileItWaitedForTheLock(t *testing.T) {
 	waitFor(t, "the event taken by the claim that waited", func() bool { return len(rec.ackedIDs()) == 1 })
 	if got := rec.ackedIDs(); got[0] != ids[0] {
 		t.Fatalf("acknowledged %v, want %v", got, ids)
+	}
+	// The attempt's recorded start is the claim's, not before the event was due.
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.outbox WHERE started_at < next_run_at`); n != 0 {
+		t.Fatalf("%d events recorded as started before they were due", n)
 	}
 }

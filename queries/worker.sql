@@ -115,13 +115,15 @@ FROM (SELECT set_config('txinbox.plan_cache_mode', current_setting('plan_cache_m
 -- name: BatchLimits :one
 -- Sent in the batch transaction right behind its claim (in the same round trip): bounds each further
 -- statement of the batch (a statement that runs too long is cancelled), and returns the transaction's
--- id (for its inbox_batch row and XactStatus) and start. A statement without tables: on Citus it runs
+-- id (for its inbox_batch row and XactStatus) and start: this statement's, after the claim (whose
+-- messages are due by its own statement's start), so that no message's recorded start precedes the
+-- time it was due. A statement without tables: on Citus it runs
 -- where the client's transaction lives (the coordinator), whose transaction ids XactStatus asks about.
 -- It also gives the transaction back the session's plan_cache_mode (ClaimLimits saved it), for the
 -- handlers' statements.
 SELECT set_config('statement_timeout', @statement_timeout::text, true) AS statement_timeout,
        set_config('plan_cache_mode', current_setting('txinbox.plan_cache_mode'), true) AS plan_cache_mode,
-       pg_current_xact_id()::text AS xid, now()::timestamptz AS started_at;
+       pg_current_xact_id()::text AS xid, statement_timestamp()::timestamptz AS started_at;
 
 -- name: CustomPlans :exec
 -- Sent ahead of FinishBatch (in the batch transaction, after the handlers) and ReadyNext (in the
@@ -156,6 +158,8 @@ RETURNING id;
 -- History (migration 00013): a failed attempt (retry or dead) appends {n, at, ms, reason, error, owner}
 -- to the row's history (@started_at, @elapsed_ms, @reasons, @errors, @owner), which keeps its last 10
 -- entries; a completed one leaves it as it was (no more to write on the success path).
+-- Times: the finish's own (statement_timestamp(), not the batch transaction's start): a retry's delay
+-- counts from the failure, and completed_at is never before the batch's start (BatchLimits).
 -- Plans: each CTE reads the one before it, driven by the batch's rows, so that every join is one
 -- index probe per message. (A final join of the outcomes with the fenced queue rows, both estimated
 -- at a few rows, ran as a nested loop reading all the outcomes again for every message in a generic
@@ -165,8 +169,9 @@ WITH c AS (
     -- text array walks it from its first element, so reading element i of each by subscript cost
     -- n²/2 element steps per array and batch (5 µs per message at a batch of 500).
     SELECT s.id, s.key, s.token, s.outcome, s.error, s.result,
-           now() + make_interval(secs => s.delay) AS run_at, s.uncount, s.reason, s.elapsed_ms,
-           now() AS finished_at, now() + make_interval(secs => @retention_seconds::float8) AS expires_at
+           statement_timestamp() + make_interval(secs => s.delay) AS run_at, s.uncount, s.reason, s.elapsed_ms,
+           statement_timestamp() AS finished_at,
+           statement_timestamp() + make_interval(secs => @retention_seconds::float8) AS expires_at
     FROM ROWS FROM (unnest(@ids::bigint[]), unnest(@keys::text[]), unnest(@tokens::bigint[]),
                     unnest(@outcomes::text[]), unnest(@errors::text[]), unnest(@results::text[]),
                     unnest(@delays::float8[]), unnest(@uncount::int[]), unnest(@reasons::text[]),

@@ -25,9 +25,10 @@ import (
 // The finishing batch must not commit while such a snooze is open.
 //
 // The test plays the snooze (LockSnooze, SnoozeBlocked) and the claim (ClaimBatch) itself, against a
-// pool of one worker whose rescuer does not snooze. The claim is held between its snapshot and its first row by a function now()
-// in the test's schema that its session's search_path puts ahead of pg_catalog's; a session queued for
-// the snooze lock keeps ReadyNext back until the claim has locked what it locks.
+// pool of one worker whose rescuer does not snooze. The claim is held between its snapshot and its
+// first row by a function statement_timestamp() in the test's schema that its session's search_path
+// puts ahead of pg_catalog's; a session queued for the snooze lock keeps ReadyNext back until the
+// claim has locked what it locks.
 func TestSnoozeOpenAcrossAFinishCannotStrandTheKeysNextMessage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -106,10 +107,10 @@ func TestSnoozeOpenAcrossAFinishCannotStrandTheKeysNextMessage(t *testing.T) {
 	if err := <-lockIn(holder, holdKey); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Pool.Exec(ctx, e.SQL(`CREATE FUNCTION {schema}.now() RETURNS timestamptz VOLATILE LANGUAGE plpgsql AS $$
+	if _, err := e.Pool.Exec(ctx, e.SQL(`CREATE FUNCTION {schema}.statement_timestamp() RETURNS timestamptz VOLATILE LANGUAGE plpgsql AS $$
 		BEGIN
 			PERFORM pg_catalog.pg_advisory_xact_lock_shared(current_setting('txinbox_test.hold_claim')::bigint);
-			RETURN pg_catalog.now();
+			RETURN pg_catalog.statement_timestamp();
 		END $$`)); err != nil {
 		t.Fatal(err)
 	}

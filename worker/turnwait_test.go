@@ -19,7 +19,8 @@ import (
 // once compared run_at (the receiving transaction's start) with now(), its own transaction's start:
 // a message received during the wait was left to the next claim, and under load every claim left
 // behind the messages of about one claim's round trip. Here the pool polls once an hour and does not
-// listen, so a message the first claim leaves behind is not run during the test.
+// listen, so a message the first claim leaves behind is not run during the test. The attempt is
+// recorded as started at the batch's start, after its claim, so never before the message was due.
 func TestClaimTakesMessagesReceivedWhileItWaitedForItsTurn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -63,4 +64,9 @@ func TestClaimTakesMessagesReceivedWhileItWaitedForItsTurn(t *testing.T) {
 	}
 	release()
 	waitFor(t, "the message taken by the claim that waited", func() bool { return handled.Load() == 1 })
+	// The attempt's recorded start is the batch's, after its claim: not before the message was due.
+	waitFor(t, "the message completed", func() bool { return e.count(t, "completed") == 1 })
+	if n := e.Count(t, `SELECT count(*) FROM {schema}.inbox WHERE started_at < next_run_at`); n != 0 {
+		t.Fatalf("%d messages recorded as started before they were due", n)
+	}
 }

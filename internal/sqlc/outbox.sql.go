@@ -44,8 +44,8 @@ WITH candidates AS (
     RETURNING q.id
 ), claimed AS (
     UPDATE /* TEMPLATE: schema */outbox_queue q
-    SET claimed = true, ready = false, run_at = now() + make_interval(secs => $3::float8),
-        token = q.token + 1, attempts_started = q.attempts_started + 1, owner = $4, started_at = now()
+    SET claimed = true, ready = false, run_at = statement_timestamp() + make_interval(secs => $3::float8),
+        token = q.token + 1, attempts_started = q.attempts_started + 1, owner = $4, started_at = statement_timestamp()
     FROM candidates c
     WHERE q.id = c.id AND c.head AND NOT c.paused
       AND q.id = ANY (ARRAY(SELECT c2.id FROM candidates c2)) -- by primary key: see the note above
@@ -117,7 +117,8 @@ type OutboxClaimRow struct {
 // snoozed, one placeholder row with id 0 says so (the caller claims again).
 // Due: run_at up to this statement's start (statement_timestamp()), not its transaction's (now()):
 // the transaction begins before the claim lock is granted, and an event published while the claim
-// waited for it would be left to the next claim.
+// waited for it would be left to the next claim. The attempt's start and its lease count from there
+// too, so that no event's recorded start precedes its not-before time.
 // The claim stamps owner, lease (run_at), a new fencing token and the attempt, and commits before
 // anything of it is published (its transaction may also record the relay's previous batch:
 // OutboxFinish before OutboxClaimLock, OutboxReadyNext after it). Run it in a transaction holding

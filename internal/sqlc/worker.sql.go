@@ -14,7 +14,7 @@ import (
 const batchLimits = `-- name: BatchLimits :one
 SELECT set_config('statement_timeout', $1::text, true) AS statement_timeout,
        set_config('plan_cache_mode', current_setting('txinbox.plan_cache_mode'), true) AS plan_cache_mode,
-       pg_current_xact_id()::text AS xid, now()::timestamptz AS started_at
+       pg_current_xact_id()::text AS xid, statement_timestamp()::timestamptz AS started_at
 `
 
 type BatchLimitsRow struct {
@@ -26,7 +26,9 @@ type BatchLimitsRow struct {
 
 // Sent in the batch transaction right behind its claim (in the same round trip): bounds each further
 // statement of the batch (a statement that runs too long is cancelled), and returns the transaction's
-// id (for its inbox_batch row and XactStatus) and start. A statement without tables: on Citus it runs
+// id (for its inbox_batch row and XactStatus) and start: this statement's, after the claim (whose
+// messages are due by its own statement's start), so that no message's recorded start precedes the
+// time it was due. A statement without tables: on Citus it runs
 // where the client's transaction lives (the coordinator), whose transaction ids XactStatus asks about.
 // It also gives the transaction back the session's plan_cache_mode (ClaimLimits saved it), for the
 // handlers' statements.
@@ -367,8 +369,9 @@ WITH c AS (
     -- text array walks it from its first element, so reading element i of each by subscript cost
     -- n²/2 element steps per array and batch (5 µs per message at a batch of 500).
     SELECT s.id, s.key, s.token, s.outcome, s.error, s.result,
-           now() + make_interval(secs => s.delay) AS run_at, s.uncount, s.reason, s.elapsed_ms,
-           now() AS finished_at, now() + make_interval(secs => $3::float8) AS expires_at
+           statement_timestamp() + make_interval(secs => s.delay) AS run_at, s.uncount, s.reason, s.elapsed_ms,
+           statement_timestamp() AS finished_at,
+           statement_timestamp() + make_interval(secs => $3::float8) AS expires_at
     FROM ROWS FROM (unnest($4::bigint[]), unnest($5::text[]), unnest($6::bigint[]),
                     unnest($7::text[]), unnest($8::text[]), unnest($9::text[]),
                     unnest($10::float8[]), unnest($11::int[]), unnest($12::text[]),
@@ -462,6 +465,8 @@ type FinishBatchParams struct {
 // History (migration 00013): a failed attempt (retry or dead) appends {n, at, ms, reason, error, owner}
 // to the row's history (@started_at, @elapsed_ms, @reasons, @errors, @owner), which keeps its last 10
 // entries; a completed one leaves it as it was (no more to write on the success path).
+// Times: the finish's own (statement_timestamp(), not the batch transaction's start): a retry's delay
+// counts from the failure, and completed_at is never before the batch's start (BatchLimits).
 // Plans: each CTE reads the one before it, driven by the batch's rows, so that every join is one
 // index probe per message. (A final join of the outcomes with the fenced queue rows, both estimated
 // at a few rows, ran as a nested loop reading all the outcomes again for every message in a generic
