@@ -63,14 +63,26 @@ type batch struct {
 // A pool with both kinds of handlers claims for its batch handlers, up to their BatchSize; the
 // messages of single handlers beyond Config.BatchSize (the subtransactions a transaction can afford)
 // are left out of the batch: the claim wrote nothing, so they are free again when it ends.
+//
+// Behind a pooler (records.pooled), the claim takes the pool's turn before its transaction takes a
+// server session, and keeps it until the batch is recorded: a record needs a second session while
+// the batch's transaction holds one, and runners holding sessions while they wait for their turn
+// could otherwise take every session of the pooler, each then waiting for one to record in.
 func (p *Pool) claim(ctx context.Context, suspects bool) (*batch, error) {
+	turnFirst := p.records.pooled.Load()
+	if turnFirst {
+		if err := p.takeTurn(ctx); err != nil {
+			return nil, p.claimErr(ctx, err)
+		}
+		defer p.giveTurn()
+	}
 	tx, err := p.store.DB.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	b := &batch{tx: tx, suspects: suspects}
 	p.track(b)
-	msgs, err := p.claimIn(ctx, b)
+	msgs, err := p.claimIn(ctx, b, turnFirst)
 	if err != nil || len(msgs) == 0 {
 		p.endTx(ctx, b)
 		p.untrack(b)
@@ -147,15 +159,14 @@ func (c *cursor) after(rows []sqlc.ClaimBatchRow, most int) {
 }
 
 // claimIn sends, in b's transaction and in one pipeline, ClaimLimits, the claim and BatchLimits. A
-// claim of ready messages waits for its turn among the pool's runners and starts at the pool's cursor.
-func (p *Pool) claimIn(ctx context.Context, b *batch) ([]*claimed, error) {
-	if !b.suspects {
-		select {
-		case p.turn <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+// claim of ready messages waits for its turn among the pool's runners (unless haveTurn: its caller
+// holds it) and starts at the pool's cursor.
+func (p *Pool) claimIn(ctx context.Context, b *batch, haveTurn bool) ([]*claimed, error) {
+	if !b.suspects && !haveTurn {
+		if err := p.takeTurn(ctx); err != nil {
+			return nil, err
 		}
-		defer func() { <-p.turn }()
+		defer p.giveTurn()
 	}
 	claimTimeout := "0" // no bound
 	if p.cfg.tune.ClaimTimeout > 0 {
@@ -204,6 +215,18 @@ func (p *Pool) claimIn(ctx context.Context, b *batch) ([]*claimed, error) {
 	return msgs, nil
 }
 
+// takeTurn waits for the pool's claim turn (Pool.turn) or ctx's end; giveTurn gives it back.
+func (p *Pool) takeTurn(ctx context.Context) error {
+	select {
+	case p.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *Pool) giveTurn() { <-p.turn }
+
 // records is the connection that batches are recorded on (RecordBatch): one per pool, outside its
 // pgxpool and kept for the pool's life (reopened when lost), so that a runner holding its batch's
 // connection never waits for another of the pool's, which the other batches may all hold. The
@@ -214,6 +237,11 @@ type records struct {
 	connect func(context.Context) (*pgx.Conn, error) // nil: use the DB
 	conn    *pgx.Conn
 	closed  bool // the pool stopped: no more records
+	// pooled: a pooler is between the pool and PostgreSQL (the pid of the records connection's
+	// session is not the one the connection was given), so that a record needs a server session of
+	// the pooler's while the batch's transaction holds another (Pool.claim). Assumed until the
+	// connection is first opened, when there is one to open.
+	pooled atomic.Bool
 }
 
 var errStopped = errors.New("txinbox: the pool has stopped")
@@ -238,9 +266,21 @@ func (r *records) do(ctx context.Context, db sqlc.DBTX, f func(sqlc.DBTX) error)
 		if err != nil {
 			return err
 		}
+		pid, err := schemasql.Queries.BackendPID(ctx, c)
+		if err != nil {
+			_ = c.Close(ctx)
+			return err
+		}
+		r.pooled.Store(uint32(pid) != c.PgConn().PID())
 		r.conn = c
 	}
 	return f(r.conn)
+}
+
+// open opens the records connection, if there is one to open and it is not open, which shows
+// whether it is pooled; if it cannot be opened now, the first record opens it.
+func (r *records) open(ctx context.Context) {
+	_ = r.do(ctx, nil, func(sqlc.DBTX) error { return nil })
 }
 
 // close closes the records connection, if open.

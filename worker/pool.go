@@ -247,6 +247,7 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 	p.tracer = store.Tracer
 	p.claimMax = cfg.BatchSize
 	p.records.connect = engine.Connector(store.DB, "txinbox recorder")
+	p.records.pooled.Store(p.records.connect != nil) // until its connection shows otherwise
 	for _, hd := range cfg.Handlers.byKind {
 		p.maxTO = max(p.maxTO, cfg.timeout(hd))
 		if hd.batch != nil {
@@ -271,7 +272,8 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 // logs a warning once: fewer batches than Concurrency can run at once. With a *pgxpool.Pool, the
 // pool also opens two connections of its own, outside it: one it listens on, and one its batches
 // are recorded on (RecordBatch), so that a runner holding its batch's connection never waits for
-// another.
+// another. (Behind a pooler in transaction mode a record still needs a server session of the
+// pooler's: give PgBouncer more server connections than Concurrency; docs/operations.md, "PgBouncer".)
 //
 // ctx is used for the check and bounds the pool's life: when it ends, the pool stops as with Stop on
 // an expired ctx, which abandons the batches in flight at once. To let in-flight work finish on
@@ -296,6 +298,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	p.beat(ctx)
 	p.warnPoolSize()
+	p.records.open(ctx)
 	return p.eng.Start(ctx, engine.Hooks{
 		NewRunner:  func() engine.Runner { return &runner{p: p} },
 		Extra:      []func(context.Context){p.rescue, p.heartbeat},
