@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/txinbox/txinbox/internal/pooler"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 )
@@ -237,10 +238,10 @@ type records struct {
 	connect func(context.Context) (*pgx.Conn, error) // nil: use the DB
 	conn    *pgx.Conn
 	closed  bool // the pool stopped: no more records
-	// pooled: a pooler is between the pool and PostgreSQL (the pid of the records connection's
-	// session is not the one the connection was given), so that a record needs a server session of
-	// the pooler's while the batch's transaction holds another (Pool.claim). Assumed until the
-	// connection is first opened, when there is one to open.
+	// pooled: a pooler is between the pool and PostgreSQL (the pid of a connection's session is
+	// not the one the connection was given), so that a record needs a server session of the
+	// pooler's while the batch's transaction holds another (Pool.claim). Found by Start, and by each
+	// opening of the records connection; assumed until then, when there is a connection to open.
 	pooled atomic.Bool
 }
 
@@ -266,21 +267,15 @@ func (r *records) do(ctx context.Context, db sqlc.DBTX, f func(sqlc.DBTX) error)
 		if err != nil {
 			return err
 		}
-		pid, err := schemasql.Queries.BackendPID(ctx, c)
+		pooled, err := pooler.Pooled(ctx, c)
 		if err != nil {
 			_ = c.Close(ctx)
 			return err
 		}
-		r.pooled.Store(uint32(pid) != c.PgConn().PID())
+		r.pooled.Store(pooled)
 		r.conn = c
 	}
 	return f(r.conn)
-}
-
-// open opens the records connection, if there is one to open and it is not open, which shows
-// whether it is pooled; if it cannot be opened now, the first record opens it.
-func (r *records) open(ctx context.Context) {
-	_ = r.do(ctx, nil, func(sqlc.DBTX) error { return nil })
 }
 
 // close closes the records connection, if open.

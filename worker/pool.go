@@ -20,6 +20,7 @@ import (
 	"github.com/txinbox/txinbox"
 	"github.com/txinbox/txinbox/internal/engine"
 	"github.com/txinbox/txinbox/internal/limits"
+	"github.com/txinbox/txinbox/internal/pooler"
 	"github.com/txinbox/txinbox/internal/schemasql"
 	"github.com/txinbox/txinbox/internal/sqlc"
 	"github.com/txinbox/txinbox/internal/typednil"
@@ -298,7 +299,9 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	p.beat(ctx)
 	p.warnPoolSize()
-	p.records.open(ctx)
+	if pooled, err := pooler.Behind(ctx, p.store.DB); err == nil {
+		p.records.pooled.Store(pooled) // else as assumed, until the records connection opens
+	}
 	return p.eng.Start(ctx, engine.Hooks{
 		NewRunner:  func() engine.Runner { return &runner{p: p} },
 		Extra:      []func(context.Context){p.rescue, p.heartbeat},

@@ -193,6 +193,34 @@ const secondTimeout = 2 * time.Second
 // wait (PgBouncer's query_wait_timeout: 2 minutes).
 const checkTimeout = 10 * time.Second
 
+// Behind reports whether a pooler (PgBouncer, in any mode) is between db and PostgreSQL, when db is a
+// *pgxpool.Pool: the process id one of its connections announced is not that of the server session
+// running its statement (Finding.Pooler; see Pooled). For any other DB it returns false.
+func Behind(ctx context.Context, db any) (bool, error) {
+	pool, ok := db.(*pgxpool.Pool)
+	if !ok {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Release()
+	return Pooled(ctx, c.Conn())
+}
+
+// Pooled reports whether a pooler is between c and PostgreSQL: the process id c announced is not that
+// of the server session running its statement. It runs one statement, in pgx's exec mode.
+func Pooled(ctx context.Context, c *pgx.Conn) (bool, error) {
+	row, err := schemasql.Queries.SessionProbe(ctx, exec{c}, "")
+	if err != nil {
+		return false, err
+	}
+	return uint32(row.Pid) != c.PgConn().PID(), nil
+}
+
 // CheckPool returns an error matching txinbox.ErrPooler if db is a *pgxpool.Pool whose statements
 // need a server session across round trips (NeedsSession of its DefaultQueryExecMode) and Probe finds
 // that its connections' named prepared statements are not kept (Finding.Statements). It returns nil
