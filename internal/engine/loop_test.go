@@ -35,11 +35,17 @@ func (f *fakeRunner) Done(context.Context) {}
 // the fast polling while hot make them claim), hot for hotWindow after activity.
 func startFake(t *testing.T, hotWindow time.Duration, claims *atomic.Int64, claim func() engine.Outcome, run func()) *engine.Engine {
 	t.Helper()
-	e := engine.New(engine.Config{Runners: 4, PollInterval: time.Hour, HotWindow: hotWindow,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err := e.Start(context.Background(), engine.Hooks{NewRunner: func() engine.Runner {
-		return &fakeRunner{claims: claims, claim: claim, run: run}
-	}}); err != nil {
+	return startEngine(t, engine.Config{Runners: 4, PollInterval: time.Hour, HotWindow: hotWindow},
+		func() engine.Runner { return &fakeRunner{claims: claims, claim: claim, run: run} })
+}
+
+// startEngine starts an engine of cfg (logging nowhere) whose runners newRunner makes, and stops it
+// when the test ends.
+func startEngine(t *testing.T, cfg engine.Config, newRunner func() engine.Runner) *engine.Engine {
+	t.Helper()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	e := engine.New(cfg)
+	if err := e.Start(context.Background(), engine.Hooks{NewRunner: newRunner}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

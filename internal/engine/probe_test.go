@@ -2,8 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -39,20 +37,11 @@ func TestListenCheckIsSentFromAnotherSession(t *testing.T) {
 	}
 
 	var claims atomic.Int64
-	e := engine.New(engine.Config{Runners: 1, PollInterval: time.Hour, HotWindow: -1,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	e := startEngine(t, engine.Config{Runners: 1, PollInterval: time.Hour, HotWindow: -1,
 		Listen: engine.Listen{Channel: channel, Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			return pgx.Connect(ctx, db.URL)
-		}}})
-	if err := e.Start(ctx, engine.Hooks{NewRunner: func() engine.Runner {
+		}}}, func() engine.Runner {
 		return &fakeRunner{claims: &claims, claim: func() engine.Outcome { return engine.Idle }}
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = e.Stop(ctx)
 	})
 
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
