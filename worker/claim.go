@@ -66,9 +66,9 @@ type batch struct {
 // are left out of the batch: the claim wrote nothing, so they are free again when it ends.
 //
 // Behind a pooler (records.pooled), the claim takes the pool's turn before its transaction takes a
-// server session, and keeps it until the batch is recorded: a record needs a second session while
-// the batch's transaction holds one, and runners holding sessions while they wait for their turn
-// could otherwise take every session of the pooler, each then waiting for one to record in.
+// server session, and keeps it until the batch is recorded: a record needs another server session
+// while the batch's transaction holds one, and runners holding sessions while they wait for their
+// turn could otherwise take every session of the pooler, each then waiting for one to record in.
 func (p *Pool) claim(ctx context.Context, suspects bool) (*batch, error) {
 	turnFirst := p.records.pooled.Load()
 	if turnFirst {
