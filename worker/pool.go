@@ -273,8 +273,9 @@ func New(store txinbox.Store, cfg Config) (*Pool, error) {
 // logs a warning once: fewer batches than Concurrency can run at once. With a *pgxpool.Pool, the
 // pool also opens two connections of its own, outside it: one it listens on, and one its batches
 // are recorded on (RecordBatch), so that a runner holding its batch's connection never waits for
-// another. (Behind a pooler in transaction mode a record still needs a server session of the
-// pooler's: give PgBouncer more server connections than Concurrency; docs/operations.md, "PgBouncer".)
+// another. (Behind a pooler in transaction mode a record needs a server session of the pooler's
+// besides the batch's: runners then claim in turn, and Concurrency batches at once need Concurrency+1
+// server connections for the pool; docs/operations.md, "PgBouncer".)
 //
 // ctx is used for the check and bounds the pool's life: when it ends, the pool stops as with Stop on
 // an expired ctx, which abandons the batches in flight at once. To let in-flight work finish on
